@@ -1,0 +1,45 @@
+# lmbridge: the two README commands are `make demo` and `make test`.
+# Everything they need is installed here, into ./.venv and tests/real_agent/node_modules.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+AGENT_DIR := tests/real_agent
+AGENT_STAMP := $(AGENT_DIR)/node_modules/.installed
+
+.PHONY: venv demo test test-python test-shim real-agent-deps vsix clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "lmbridge needs Python 3.11+")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/lmbridge demo
+
+# claude-agent-acp (a real ACP agent) for the real-agent tests, pinned by its lock file.
+$(AGENT_STAMP): $(AGENT_DIR)/package.json $(AGENT_DIR)/package-lock.json
+	cd $(AGENT_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+real-agent-deps: $(AGENT_STAMP)
+
+test: test-python test-shim
+
+# pytest exits 5 when it collects no tests; that is a failure here, not a pass.
+test-python: $(STAMP) $(AGENT_STAMP)
+	$(PY) -m pytest -q
+
+test-shim:
+	@if [ -f vscode-shim/package.json ]; then $(MAKE) -C vscode-shim test; else echo "vscode-shim: not built yet"; fi
+
+vsix:
+	$(MAKE) -C vscode-shim vsix
+
+clean:
+	rm -rf $(VENV) $(AGENT_DIR)/node_modules .pytest_cache .hypothesis

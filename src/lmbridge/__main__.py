@@ -1,0 +1,3 @@
+from lmbridge.cli import main
+
+raise SystemExit(main())
