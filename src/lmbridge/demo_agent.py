@@ -1,0 +1,384 @@
+"""The built-in demo agent: a real ACP agent that needs no model and no network.
+
+``lmbridge demo-agent`` runs it (through :func:`main`). It speaks ACP (Agent Client
+Protocol v1: JSON-RPC 2.0, one JSON object per line) on stdin/stdout via the official
+Python SDK (``acp.run_agent``); its logs go to stderr only, because stdout is the
+protocol. It exists so lmbridge can be tried and tested end to end, including tool
+permissions and cancellation, without installing a real agent.
+
+Behaviour is deterministic and driven by the prompt text (the text blocks of the
+prompt, concatenated). Every turn starts with an ``agent_thought_chunk`` streamed in
+two or three pieces ("Thinking about: <first 60 chars>…") and a ``plan``, and, unless
+the turn was cancelled, ends with the same plan with every entry completed.
+
+==============================  ==========================================================
+Prompt                          What the agent does
+==============================  ==========================================================
+contains "write" or "file"      ``tool_call`` "Write notes.txt" (kind edit, pending), then
+(case-insensitive)              ``session/request_permission`` with options Allow
+                                (allow_once, id ``allow``), Always allow (allow_always,
+                                ``allow-always``), Reject (reject_once, ``reject``), Never
+                                allow (reject_always, ``reject-always``).
+                                allow_* -> writes ``<scratch>/notes.txt``, tool call goes
+                                in_progress then completed with a ``diff``, says
+                                "I wrote `<path>`."; reject_* -> tool call failed, says
+                                "I did not write the file: permission was declined.";
+                                outcome cancelled -> stopReason cancelled, nothing written.
+... and also "two files"        the same for notes.txt and notes2.txt concurrently: both
+                                permission requests are outstanding together (sent a few
+                                ms apart) and each answer is handled on its own.
+contains "slow"                 40 message chunks "chunk N " 50 ms apart.
+anything else                   "Hello from the demo agent. You said: <prompt>" in
+                                several ``agent_message_chunk`` pieces.
+image blocks                    "I received an image of N bytes." before the above.
+==============================  ==========================================================
+
+The scratch folder for writes is ``$LMBRIDGE_DEMO_SCRATCH`` if set, otherwise
+``<tempdir>/lmbridge-demo/<sessionId>/``. The session's cwd is remembered but never
+written to.
+
+ACP methods implemented: ``initialize`` (protocol version 1, agentInfo
+``lmbridge-demo``, image prompts accepted, no ``session/load``), ``authenticate``
+(accepts anything: no auth methods are advertised), ``session/new``,
+``session/prompt`` and the ``session/cancel`` notification. Sent to the client:
+``session/update`` (agent_thought_chunk, plan, agent_message_chunk, tool_call,
+tool_call_update) and ``session/request_permission``. Anything else is answered with
+JSON-RPC -32601 by the SDK.
+
+``session/cancel`` stops the running turn at once: the turn's work is cancelled where it
+stands (including a pending permission request, which the client answers ``cancelled``
+on its own), nothing is written afterwards, and the prompt returns stopReason
+``cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import os
+import re
+import stat
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+import acp
+from acp.schema import (
+    AgentCapabilities,
+    AllowedOutcome,
+    ImageContentBlock,
+    Implementation,
+    InitializeResponse,
+    NewSessionResponse,
+    PermissionOption,
+    PermissionOptionKind,
+    PlanEntry,
+    PromptCapabilities,
+    PromptResponse,
+    ResourceContentBlock,
+    TextContentBlock,
+    ToolCallLocation,
+    ToolCallUpdate,
+)
+
+from lmbridge import __version__
+
+__all__ = ["AGENT_NAME", "DemoAgent", "main"]
+
+log = logging.getLogger("lmbridge.demo_agent")
+
+AGENT_NAME = "lmbridge-demo"
+NOTES_HEADER = "Notes from the lmbridge demo agent.\n"
+SCRATCH_ENV = "LMBRIDGE_DEMO_SCRATCH"
+
+# Small pauses make the stream look (and behave, for the client) like a real agent's
+# without slowing tests down noticeably.
+CHUNK_DELAY = 0.015
+SLOW_CHUNKS = 40
+SLOW_DELAY = 0.05
+# Gap between the two permission requests of a "two files" turn: long enough that they
+# arrive as separate frames, short enough that no human answers the first one in between.
+PERMISSION_STAGGER = 0.005
+THOUGHT_SNIPPET = 60
+
+# Option ids deliberately differ from the kinds: clients must choose by kind.
+PERMISSION_OPTIONS: tuple[PermissionOption, ...] = (
+    PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
+    PermissionOption(option_id="allow-always", name="Always allow", kind="allow_always"),
+    PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+    PermissionOption(option_id="reject-always", name="Never allow", kind="reject_always"),
+)
+_KIND_BY_OPTION_ID: dict[str, PermissionOptionKind] = {o.option_id: o.kind for o in PERMISSION_OPTIONS}
+
+
+@dataclass
+class _Session:
+    session_id: str
+    cwd: str
+    scratch: Path
+    # The running turn's cancel scope; session/cancel cancels it. None between turns.
+    turn: anyio.CancelScope | None = None
+
+
+class DemoAgent:
+    """The demo agent's ACP handlers (structurally an :class:`acp.Agent`).
+
+    It deliberately does not subclass ``acp.Agent``: that class is a Protocol whose
+    stub methods return None, and the SDK routes every method it finds, so inheriting
+    them would answer e.g. ``session/load`` with an empty success instead of -32601.
+    """
+
+    def __init__(self) -> None:
+        self._client: acp.Client | None = None
+        self._sessions: dict[str, _Session] = {}
+
+    # -- SDK hooks ---------------------------------------------------------------
+
+    def on_connect(self, conn: acp.Client) -> None:
+        """Keep the connection: it is how the agent talks back to the client."""
+        self._client = conn
+
+    async def initialize(self, protocol_version: int, **_: Any) -> InitializeResponse:
+        """Answer ``initialize``: protocol 1, image prompts, no session loading."""
+        log.info("initialize: client protocol version %s", protocol_version)
+        return InitializeResponse(
+            protocol_version=acp.PROTOCOL_VERSION,
+            agent_capabilities=AgentCapabilities(
+                load_session=False,
+                prompt_capabilities=PromptCapabilities(image=True, audio=False, embedded_context=False),
+            ),
+            agent_info=Implementation(name=AGENT_NAME, title="lmbridge demo agent", version=__version__),
+            auth_methods=[],
+        )
+
+    async def authenticate(self, method_id: str, **_: Any) -> None:
+        """Accept any ``authenticate`` call: the demo agent has nothing to log in to."""
+        log.info("authenticate: %s (nothing to do)", method_id)
+
+    async def new_session(self, cwd: str, **_: Any) -> NewSessionResponse:
+        """Create a session, remember its cwd and choose its scratch folder."""
+        session_id = f"demo-{uuid.uuid4().hex[:12]}"
+        env_scratch = os.environ.get(SCRATCH_ENV)
+        scratch = Path(env_scratch) if env_scratch else Path(tempfile.gettempdir()) / "lmbridge-demo" / session_id
+        self._sessions[session_id] = _Session(session_id=session_id, cwd=cwd, scratch=scratch)
+        log.info("session/new: %s cwd=%s scratch=%s", session_id, cwd, scratch)
+        return NewSessionResponse(session_id=session_id)
+
+    async def prompt(self, session_id: str, prompt: list[Any], **_: Any) -> PromptResponse:
+        """Run one turn; its stopReason is ``cancelled`` if the client cancelled it."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise acp.RequestError.invalid_params({"sessionId": session_id, "details": "unknown session"})
+        if session.turn is not None:
+            raise acp.RequestError.invalid_request({"details": "a prompt is already running in this session"})
+
+        # The SDK runs each request in its own task and sends no response at all if
+        # that task is cancelled, so cancellation must stay inside this handler: the
+        # turn runs in a cancel scope that session/cancel cancels, and we still return.
+        scope = anyio.CancelScope()
+        session.turn = scope
+        try:
+            with scope:
+                await self._run_turn(session, prompt, scope)
+        finally:
+            session.turn = None
+        if scope.cancel_called:
+            log.info("session/prompt %s: cancelled", session_id)
+            return PromptResponse(stop_reason="cancelled")
+        return PromptResponse(stop_reason="end_turn")
+
+    async def cancel(self, session_id: str, **_: Any) -> None:
+        """Handle ``session/cancel``: stop the session's running turn, if any."""
+        session = self._sessions.get(session_id)
+        if session is None or session.turn is None:
+            log.info("session/cancel %s: no running turn", session_id)
+            return
+        log.info("session/cancel %s: cancelling the running turn", session_id)
+        session.turn.cancel()
+
+    # -- one turn ----------------------------------------------------------------
+
+    async def _run_turn(self, session: _Session, blocks: list[Any], scope: anyio.CancelScope) -> None:
+        sid = session.session_id
+        text = "".join(b.text for b in blocks if isinstance(b, TextContentBlock))
+        lowered = text.lower()
+        writes = "write" in lowered or "file" in lowered
+
+        await self._think(sid, text)
+        steps = ["Read the request", "Ask permission and write the file", "Answer"] if writes else [
+            "Read the request",
+            "Answer",
+        ]
+        await self._update(sid, acp.update_plan(_plan(steps, done=1)))
+
+        for block in blocks:
+            if isinstance(block, ImageContentBlock):
+                await self._say(sid, f"I received an image of {_decoded_size(block.data)} bytes.\n")
+            elif isinstance(block, ResourceContentBlock):
+                await self._say(sid, f"I received a link to {block.uri}.\n")
+
+        if writes:
+            names = ["notes.txt", "notes2.txt"] if "two files" in lowered else ["notes.txt"]
+            async with anyio.create_task_group() as tg:
+                for index, name in enumerate(names):
+                    tg.start_soon(self._write_with_permission, session, text, name, scope, index * PERMISSION_STAGGER)
+        elif "slow" in lowered:
+            for n in range(1, SLOW_CHUNKS + 1):
+                await self._update(sid, acp.update_agent_message_text(f"chunk {n} "))
+                await anyio.sleep(SLOW_DELAY)
+        else:
+            await self._say(sid, f"Hello from the demo agent. You said: {text}")
+
+        await self._update(sid, acp.update_plan(_plan(steps, done=len(steps))))
+
+    async def _write_with_permission(
+        self, session: _Session, prompt_text: str, name: str, scope: anyio.CancelScope, delay: float
+    ) -> None:
+        """Announce a write, ask permission, and act on the answer (one tool call)."""
+        if delay:
+            await anyio.sleep(delay)
+        sid = session.session_id
+        path = session.scratch / name
+        content = NOTES_HEADER + prompt_text
+        call_id = f"write-{uuid.uuid4().hex[:12]}"
+        start = acp.start_edit_tool_call(call_id, f"Write {name}", str(path), content)
+        await self._update(sid, start)
+
+        response = await self._conn.request_permission(
+            session_id=sid,
+            tool_call=ToolCallUpdate(
+                tool_call_id=call_id,
+                title=start.title,
+                kind=start.kind,
+                status=start.status,
+                locations=[ToolCallLocation(path=str(path))],
+                raw_input=start.raw_input,
+            ),
+            options=list(PERMISSION_OPTIONS),
+        )
+        outcome = response.outcome
+        if not isinstance(outcome, AllowedOutcome):
+            # "cancelled" without a session/cancel still means the user stopped the
+            # turn: cancel the whole turn so a sibling tool call cannot write either.
+            log.info("permission for %s: cancelled", call_id)
+            scope.cancel()
+            return
+        # Unknown option ids count as a refusal: never write without a clear yes.
+        kind = _KIND_BY_OPTION_ID.get(outcome.option_id, "reject_once")
+        log.info("permission for %s: %s (%s)", call_id, outcome.option_id, kind)
+
+        if kind.startswith("reject"):
+            await self._update(sid, acp.update_tool_call(call_id, status="failed"))
+            await self._say(sid, "I did not write the file: permission was declined.\n")
+            return
+
+        await self._update(sid, acp.update_tool_call(call_id, status="in_progress"))
+        # A session/cancel may have landed while that update was queued; the scope
+        # would raise at the next await, but the write below has none before it.
+        if scope.cancel_called:
+            return
+        old_text = path.read_text(encoding="utf-8") if path.exists() else None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content, encoding="utf-8")
+        log.info("wrote %s", path)
+        await self._update(
+            sid,
+            acp.update_tool_call(
+                call_id,
+                status="completed",
+                content=[acp.tool_diff_content(str(path), content, old_text)],
+            ),
+        )
+        await self._say(sid, f"I wrote `{path}`.\n")
+
+    # -- sending -----------------------------------------------------------------
+
+    @property
+    def _conn(self) -> acp.Client:
+        if self._client is None:  # on_connect runs before any request is routed
+            raise RuntimeError("DemoAgent used before the SDK connected it")
+        return self._client
+
+    async def _update(self, session_id: str, update: Any) -> None:
+        await self._conn.session_update(session_id=session_id, update=update)
+
+    async def _think(self, session_id: str, prompt_text: str) -> None:
+        snippet = " ".join(prompt_text.split())[:THOUGHT_SNIPPET]
+        half = len(snippet) // 2
+        pieces = ["Thinking about: ", snippet[:half], snippet[half:] + "…"]
+        for piece in pieces:
+            if piece:
+                await self._update(session_id, acp.update_agent_thought_text(piece))
+                await anyio.sleep(CHUNK_DELAY)
+
+    async def _say(self, session_id: str, text: str) -> None:
+        """Stream ``text`` as a few agent_message_chunks (three words each)."""
+        words = [w for w in re.split(r"(?<=\s)(?=\S)", text) if w]
+        for i in range(0, len(words), 3):
+            await self._update(session_id, acp.update_agent_message_text("".join(words[i : i + 3])))
+            await anyio.sleep(CHUNK_DELAY)
+
+
+def _plan(steps: list[str], *, done: int) -> list[PlanEntry]:
+    """Plan entries: the first ``done`` completed, the next in progress, the rest pending."""
+    entries = []
+    for index, step in enumerate(steps):
+        status = "completed" if index < done else "in_progress" if index == done else "pending"
+        entries.append(acp.plan_entry(step, priority="medium", status=status))
+    return entries
+
+
+def _decoded_size(data: str) -> int:
+    try:
+        return len(base64.b64decode(data, validate=False))
+    except (binascii.Error, ValueError):
+        return len(data) * 3 // 4
+
+
+async def _serve(agent: DemoAgent) -> None:
+    if _is_stream(sys.stdin) and _is_stream(sys.stdout):
+        await acp.run_agent(agent)
+        return
+    # asyncio's pipe transports (what run_agent uses on POSIX) refuse regular files,
+    # e.g. `lmbridge demo-agent < requests.jsonl > out.jsonl`. The SDK's thread-backed
+    # streams (written for Windows) work with anything. Note run_agent's argument
+    # order: the writer (towards the client) comes first, then the reader.
+    from acp.core import DEFAULT_STDIO_BUFFER_LIMIT_BYTES
+    from acp.stdio import _windows_stdio_streams
+
+    reader, writer = await _windows_stdio_streams(asyncio.get_running_loop(), limit=DEFAULT_STDIO_BUFFER_LIMIT_BYTES)
+    await acp.run_agent(agent, writer, reader)
+
+
+def _is_stream(f: Any) -> bool:
+    try:
+        mode = os.fstat(f.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)
+
+
+def main() -> int:
+    """Run the demo agent on stdin/stdout until the client closes stdin."""
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=os.environ.get("LMBRIDGE_DEMO_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        asyncio.run(_serve(DemoAgent()))
+    except KeyboardInterrupt:
+        return 130
+    log.info("stdin closed, exiting")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

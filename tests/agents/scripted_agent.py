@@ -1,0 +1,476 @@
+#!/usr/bin/env python3
+"""A scriptable ACP agent for tests, able to misbehave on purpose.
+
+Usage: ``python tests/agents/scripted_agent.py SCENARIO.json [--log LOG.jsonl]``
+
+It speaks ACP v1 by hand (JSON-RPC 2.0, one JSON object per line on stdin/stdout),
+stdlib only, so a scenario can make it do what a well-behaved SDK agent never would:
+updates that fail validation, non-JSON lines on stdout, crashes mid-turn, updates after
+a cancel, a wrong stopReason after a cancel.
+
+Threads: the main thread reads stdin and answers initialize/session/new at once; each
+``session/prompt`` runs its turn in its own thread, so ``session/cancel`` and permission
+answers are seen while a turn streams or waits.
+
+Log (``--log``): every frame received is appended as one JSON line, the frame's own
+keys plus ``"t"`` (``time.monotonic()``); a line that is not JSON is logged as
+``{"t", "raw"}``. Notable things are logged as ``{"t", "event": ...}``:
+``session_new`` (sessionId, cwd, mcpServers), ``prompt`` (sessionId, turn index),
+``permission_outcome`` (id, rpc_id, outcome, kind), ``cancel`` (sessionId, active),
+``prompt_answered`` (sessionId, stopReason or error), ``exit`` (reason, code).
+Each line is flushed immediately.
+
+Scenario JSON (all keys optional)::
+
+    {
+      "initialize": {...},       deep-merged into the initialize result
+      "turns": [[step, ...], ...],   turns[i] runs for the i-th session/prompt received
+      "default_turn": [step, ...],   when turns run out (default [{"text": "ok"}])
+      "on_cancel": "cancelled" | "end_turn" | "error" | "never",
+      "after_cancel": [step, ...]    run after a cancel, before answering the prompt
+    }
+
+Steps (the first key decides):
+  {"text": s}                 agent_message_chunk with a text block
+  {"thought": s}              agent_thought_chunk
+  {"update": {...}}           session/update with exactly this raw update object
+  {"tool_call": {...}}        session/update, sessionUpdate "tool_call" + these fields
+  {"tool_call_update": {...}} same with "tool_call_update"
+  {"plan": [entries]}         plan update
+  {"permission": {"toolCall": {...}, "options": [...]}, "id": "p1"}
+                              send session/request_permission, do not wait. Missing
+                              toolCall/options get defaults (options: allow_once
+                              "allow", allow_always "allow-always", reject_once
+                              "reject", reject_always "reject-always"); other keys
+                              of the object are copied into params.
+  {"await": ["p1", ...]}      wait until those requests are answered
+  {"ask": {...}, "id": "p1"}  permission + await
+  {"branch": "p1", "allow": [...], "reject": [...], "cancelled": [...], "other": [...]}
+                              wait for p1's answer, then run the steps for its class:
+                              allow_* -> allow, reject_* -> reject, cancelled ->
+                              cancelled, anything else (unknown option id, JSON-RPC
+                              error answer) -> other, or reject if "other" is absent
+  {"sleep": seconds}
+  {"stdout_raw": s}           write s plus a newline to stdout, as is (not JSON)
+  {"big_text": n}             one agent_message_chunk of n "x" characters
+  {"stderr": s}               a line on stderr
+  {"crash": code}             exit at once with that code; the prompt is not answered
+  {"stop": reason}            answer the prompt now with this stopReason, end the turn
+  {"error": {"code", "message", "data"}}
+                              answer the prompt now with this JSON-RPC error
+  {"send": {...}}             write this object as a frame, as is (e.g. a request to
+                              the client with an unknown method)
+  {"write_file": {"path", "content"}}
+                              write a file (relative paths: against the session cwd)
+
+A turn with no stop/error step ends with stopReason end_turn. A ``session/cancel`` for
+the turn's session aborts the remaining steps (including a pending await or sleep),
+runs ``after_cancel``, then answers the prompt per ``on_cancel``: a cancelled
+stopReason, an end_turn stopReason, a JSON-RPC error (-32603), or ("never") no answer
+at all. Permissions answered ``cancelled`` count as answered.
+
+Also: initialize (protocolVersion 1, loadSession false, promptCapabilities all false
+unless overridden), session/new (sessionId "s1", "s2", ...), authenticate (result
+null), anything else -> -32601 (notifications other than session/cancel are ignored).
+Requests to the client use ids 0, 1, 2, ... The process exits 0 when stdin closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_OPTIONS = [
+    {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
+    {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+    {"optionId": "reject-always", "name": "Never allow", "kind": "reject_always"},
+]
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """Return base updated by extra, merging nested objects instead of replacing them."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def text_update(kind: str, text: str) -> dict[str, Any]:
+    return {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+
+
+class TurnCancelled(Exception):
+    """Raised inside a turn thread when its session was cancelled."""
+
+
+class TurnEnded(Exception):
+    """Raised by a stop/error step: the prompt has been answered."""
+
+
+class Turn:
+    """One running session/prompt."""
+
+    def __init__(self, agent: ScriptedAgent, request_id: Any, session_id: str, steps: list[dict[str, Any]]):
+        self.agent = agent
+        self.request_id = request_id
+        self.session_id = session_id
+        self.steps = steps
+        self.cancelled = False
+        self.answered = False
+
+    # -- running -----------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            try:
+                self.run_steps(self.steps, cancellable=True)
+            except TurnCancelled:
+                self.finish_cancelled()
+                return
+            if self.cancelled:  # the cancel arrived after the last step
+                self.finish_cancelled()
+            else:
+                self.answer({"stopReason": "end_turn"})
+        except TurnEnded:
+            pass
+        except Exception as exc:  # a broken scenario: say so instead of hanging the client
+            sys.stderr.write(f"scripted_agent: scenario error: {exc!r}\n")
+            self.answer_error({"code": -32603, "message": "Internal error", "data": f"scenario error: {exc!r}"})
+        finally:
+            self.agent.turn_done(self)
+
+    def finish_cancelled(self) -> None:
+        try:
+            self.run_steps(self.agent.scenario.get("after_cancel", []), cancellable=False)
+        except TurnEnded:
+            return
+        mode = self.agent.scenario.get("on_cancel", "cancelled")
+        if mode == "never":
+            self.agent.log_event("prompt_answered", sessionId=self.session_id, never=True)
+        elif mode == "error":
+            self.answer_error({"code": -32603, "message": "Internal error", "data": "turn cancelled"})
+        elif mode == "end_turn":
+            self.answer({"stopReason": "end_turn"})
+        else:
+            self.answer({"stopReason": "cancelled"})
+
+    def check(self, cancellable: bool) -> None:
+        if cancellable and self.cancelled:
+            raise TurnCancelled
+
+    def run_steps(self, steps: list[dict[str, Any]], cancellable: bool) -> None:
+        for step in steps:
+            self.check(cancellable)
+            self.run_step(step, cancellable)
+        self.check(cancellable)
+
+    def run_step(self, step: dict[str, Any], cancellable: bool) -> None:
+        if not isinstance(step, dict) or not step:
+            raise ValueError(f"bad step: {step!r}")
+        kind = next(iter(step))
+        value = step[kind]
+        a = self.agent
+        sid = self.session_id
+        if kind == "text":
+            a.update(sid, text_update("agent_message_chunk", value))
+        elif kind == "thought":
+            a.update(sid, text_update("agent_thought_chunk", value))
+        elif kind == "big_text":
+            a.update(sid, text_update("agent_message_chunk", "x" * int(value)))
+        elif kind == "update":
+            a.update(sid, value)
+        elif kind in ("tool_call", "tool_call_update"):
+            a.update(sid, {"sessionUpdate": kind, **value})
+        elif kind == "plan":
+            a.update(sid, {"sessionUpdate": "plan", "entries": value})
+        elif kind == "permission":
+            a.request_permission(sid, step.get("id"), value)
+        elif kind == "await":
+            ids = [value] if isinstance(value, str) else list(value)
+            self.wait_for(lambda: all(a.permission_answered(i) for i in ids), cancellable)
+        elif kind == "ask":
+            handle = a.request_permission(sid, step.get("id"), value)
+            self.wait_for(lambda: a.permission_answered(handle), cancellable)
+        elif kind == "branch":
+            self.wait_for(lambda: a.permission_answered(value), cancellable)
+            cls = a.permission_class(value)
+            chosen = step.get(cls)
+            if chosen is None and cls == "other":
+                chosen = step.get("reject")
+            self.run_steps(chosen or [], cancellable)
+        elif kind == "sleep":
+            self.wait_for(lambda: False, cancellable, timeout=float(value))
+        elif kind == "stdout_raw":
+            a.write_raw(str(value))
+        elif kind == "stderr":
+            sys.stderr.write(f"{value}\n")
+            sys.stderr.flush()
+        elif kind == "crash":
+            a.exit(int(value), "crash")
+        elif kind == "stop":
+            self.answer({"stopReason": value})
+            raise TurnEnded
+        elif kind == "error":
+            self.answer_error(value)
+            raise TurnEnded
+        elif kind == "send":
+            a.send(value)
+        elif kind == "write_file":
+            path = Path(value["path"])
+            if not path.is_absolute():
+                path = Path(a.session_cwd.get(sid, ".")) / path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(value.get("content", ""), encoding="utf-8")
+        else:
+            raise ValueError(f"unknown step kind: {kind!r}")
+
+    def wait_for(self, predicate: Any, cancellable: bool, timeout: float | None = None) -> None:
+        """Block until predicate() holds (or timeout); a cancel interrupts when cancellable."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.agent.cond:
+            while not predicate():
+                if cancellable and self.cancelled:
+                    raise TurnCancelled
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return
+                self.agent.cond.wait(remaining)
+
+    # -- answering ---------------------------------------------------------------
+
+    def answer(self, result: dict[str, Any]) -> None:
+        if self.answered:
+            return
+        self.answered = True
+        self.agent.send({"jsonrpc": "2.0", "id": self.request_id, "result": result})
+        self.agent.log_event("prompt_answered", sessionId=self.session_id, **result)
+
+    def answer_error(self, error: dict[str, Any]) -> None:
+        if self.answered:
+            return
+        self.answered = True
+        self.agent.send({"jsonrpc": "2.0", "id": self.request_id, "error": error})
+        self.agent.log_event("prompt_answered", sessionId=self.session_id, error=error)
+
+
+class ScriptedAgent:
+    def __init__(self, scenario: dict[str, Any], log_path: str | None):
+        self.scenario = scenario
+        self.cond = threading.Condition()  # guards everything below and wakes waiting turns
+        self.out_lock = threading.RLock()  # re-entered when a failed write exits
+        self.log_lock = threading.Lock()
+        self.log_file = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
+        self.next_request_id = 0
+        self.session_count = 0
+        self.session_cwd: dict[str, str] = {}
+        self.prompt_count = 0
+        self.turns: dict[str, list[Turn]] = {}
+        # permission handle -> {"rpc_id", "options", "answered", "outcome", "kind"}
+        self.permissions: dict[str, dict[str, Any]] = {}
+        self.permission_by_rpc_id: dict[int, str] = {}
+
+    # -- output ------------------------------------------------------------------
+
+    def write_raw(self, line: str) -> None:
+        data = (line + "\n").encode("utf-8")
+        with self.out_lock:
+            try:
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+            except (BrokenPipeError, ValueError):
+                self.exit(0, "stdout closed")
+
+    def send(self, frame: Any) -> None:
+        self.write_raw(json.dumps(frame, separators=(",", ":")))
+
+    def update(self, session_id: str, update: Any) -> None:
+        self.send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session_id, "update": update}})
+
+    def log(self, entry: dict[str, Any]) -> None:
+        if self.log_file is None:
+            return
+        with self.log_lock:
+            self.log_file.write(json.dumps(entry) + "\n")
+            self.log_file.flush()
+
+    def log_event(self, event: str, **fields: Any) -> None:
+        self.log({"t": time.monotonic(), "event": event, **fields})
+
+    def exit(self, code: int, reason: str) -> None:
+        self.log_event("exit", reason=reason, code=code)
+        with self.out_lock:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+    # -- permissions -------------------------------------------------------------
+
+    def request_permission(self, session_id: str, handle: str | None, spec: dict[str, Any]) -> str:
+        params = {"sessionId": session_id, **spec}
+        with self.cond:
+            rpc_id = self.next_request_id
+            self.next_request_id += 1
+            handle = handle or f"p{rpc_id}"
+            default_call = {"toolCallId": f"call-{handle}", "title": "Scripted action", "status": "pending"}
+            params.setdefault("toolCall", default_call)
+            params.setdefault("options", DEFAULT_OPTIONS)
+            self.permissions[handle] = {"rpc_id": rpc_id, "options": params["options"], "answered": False}
+            self.permission_by_rpc_id[rpc_id] = handle
+        self.send({"jsonrpc": "2.0", "id": rpc_id, "method": "session/request_permission", "params": params})
+        return handle
+
+    def permission_answered(self, handle: str) -> bool:
+        entry = self.permissions.get(handle)
+        return bool(entry and entry["answered"])
+
+    def permission_class(self, handle: str) -> str:
+        kind = self.permissions[handle].get("kind", "")
+        if kind.startswith("allow"):
+            return "allow"
+        if kind.startswith("reject"):
+            return "reject"
+        if kind == "cancelled":
+            return "cancelled"
+        return "other"
+
+    def on_response(self, frame: dict[str, Any]) -> None:
+        with self.cond:
+            handle = self.permission_by_rpc_id.get(frame.get("id"))  # type: ignore[arg-type]
+            if handle is None:
+                return
+            entry = self.permissions[handle]
+            outcome = (frame.get("result") or {}).get("outcome") if isinstance(frame.get("result"), dict) else None
+            if "error" in frame:
+                kind = "error"
+            elif isinstance(outcome, dict) and outcome.get("outcome") == "cancelled":
+                kind = "cancelled"
+            elif isinstance(outcome, dict) and outcome.get("outcome") == "selected":
+                kinds = {o.get("optionId"): o.get("kind") for o in entry["options"]}
+                kind = kinds.get(outcome.get("optionId"), "unknown")
+            else:
+                kind = "invalid"
+            entry.update(answered=True, outcome=outcome, kind=kind)
+            self.cond.notify_all()
+        self.log_event("permission_outcome", id=handle, rpc_id=frame.get("id"), outcome=outcome, kind=kind)
+
+    # -- requests from the client ------------------------------------------------
+
+    def on_request(self, frame: dict[str, Any]) -> None:
+        method = frame.get("method")
+        params = frame.get("params") or {}
+        rid = frame.get("id")
+        if method == "initialize":
+            result = {
+                "protocolVersion": 1,
+                "agentCapabilities": {
+                    "loadSession": False,
+                    "promptCapabilities": {"image": False, "audio": False, "embeddedContext": False},
+                },
+                "authMethods": [],
+                "agentInfo": {"name": "scripted-agent", "version": "0"},
+            }
+            self.reply(rid, deep_merge(result, self.scenario.get("initialize", {})))
+        elif method == "session/new":
+            with self.cond:
+                self.session_count += 1
+                sid = f"s{self.session_count}"
+                self.session_cwd[sid] = params.get("cwd", ".")
+            self.log_event("session_new", sessionId=sid, cwd=params.get("cwd"), mcpServers=params.get("mcpServers"))
+            self.reply(rid, {"sessionId": sid})
+        elif method == "authenticate":
+            self.reply(rid, None)
+        elif method == "session/prompt":
+            self.start_turn(rid, params)
+        else:
+            self.reply_error(rid, -32601, "Method not found", {"method": method})
+
+    def reply(self, rid: Any, result: Any) -> None:
+        self.send({"jsonrpc": "2.0", "id": rid, "result": result})
+
+    def reply_error(self, rid: Any, code: int, message: str, data: Any) -> None:
+        self.send({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message, "data": data}})
+
+    def start_turn(self, rid: Any, params: dict[str, Any]) -> None:
+        sid = params.get("sessionId")
+        if sid not in self.session_cwd:
+            self.reply_error(rid, -32602, "Invalid params", {"details": f"unknown session {sid!r}"})
+            return
+        with self.cond:
+            index = self.prompt_count
+            self.prompt_count += 1
+            turns = self.scenario.get("turns", [])
+            steps = turns[index] if index < len(turns) else self.scenario.get("default_turn", [{"text": "ok"}])
+            turn = Turn(self, rid, sid, steps)
+            self.turns.setdefault(sid, []).append(turn)
+        self.log_event("prompt", sessionId=sid, turn=index)
+        threading.Thread(target=turn.run, name=f"turn-{index}", daemon=True).start()
+
+    def turn_done(self, turn: Turn) -> None:
+        with self.cond:
+            running = self.turns.get(turn.session_id, [])
+            if turn in running:
+                running.remove(turn)
+
+    def on_cancel(self, params: dict[str, Any]) -> None:
+        sid = params.get("sessionId")
+        with self.cond:
+            running = list(self.turns.get(sid, []))
+            for turn in running:
+                turn.cancelled = True
+            self.cond.notify_all()
+        self.log_event("cancel", sessionId=sid, active=bool(running))
+
+    # -- main loop ---------------------------------------------------------------
+
+    def serve(self) -> int:
+        stdin = sys.stdin.buffer
+        while True:
+            line = stdin.readline()  # no length limit: clients may send huge frames
+            if not line:
+                break
+            text = line.decode("utf-8", errors="replace").strip()
+            if not text:
+                continue
+            try:
+                frame = json.loads(text)
+            except ValueError:
+                self.log({"t": time.monotonic(), "raw": text})
+                continue
+            now = time.monotonic()
+            self.log({**frame, "t": now} if isinstance(frame, dict) else {"t": now, "frame": frame})
+            if not isinstance(frame, dict):
+                continue
+            if "method" in frame and "id" in frame:
+                self.on_request(frame)
+            elif frame.get("method") == "session/cancel":
+                self.on_cancel(frame.get("params") or {})
+            elif "method" not in frame and "id" in frame:
+                self.on_response(frame)
+        self.exit(0, "stdin closed")
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", help="scenario JSON file")
+    parser.add_argument("--log", help="append every received frame and notable events here (JSON lines)")
+    args = parser.parse_args(argv)
+    scenario = json.loads(Path(args.scenario).read_text(encoding="utf-8"))
+    return ScriptedAgent(scenario, args.log).serve()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
