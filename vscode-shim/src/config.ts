@@ -1,0 +1,132 @@
+/**
+ * Settings → what the daemon is started with. Pure: the extension passes in
+ * `workspace.getConfiguration('lmbridge')`; tests pass a plain object.
+ */
+import * as os from 'os';
+import * as path from 'path';
+import type { ThinkingDisplay } from './convert';
+import type { LaunchSpec } from './daemon';
+import type { AgentSpec } from './wire';
+
+export const SECTION = 'lmbridge';
+
+export interface Settings {
+	agents: AgentSpec[];
+	/** Agent entries that were left out, and why. */
+	agentProblems: string[];
+	daemonCommand: string;
+	daemonArgs: string[];
+	daemonEnv: Record<string, string>;
+	pythonPath: string;
+	logLevel: string;
+	thinking: ThinkingDisplay;
+}
+
+/** Settings whose change requires a fresh daemon (it reads them at start-up). */
+export const DAEMON_SETTINGS = ['agents', 'daemon', 'pythonPath', 'logLevel'].map(k => `${SECTION}.${k}`);
+
+export const DEFAULTS = {
+	daemonCommand: 'lmbridge',
+	daemonArgs: ['serve'],
+	logLevel: 'info',
+	thinking: 'auto' as ThinkingDisplay,
+};
+
+export interface ConfigLike {
+	get<T>(key: string): T | undefined;
+}
+
+function stringRecord(value: unknown): Record<string, string> {
+	const out: Record<string, string> = {};
+	if (typeof value === 'object' && value !== null && !Array.isArray(value)) {
+		for (const [k, v] of Object.entries(value)) {
+			if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') {
+				out[k] = String(v);
+			}
+		}
+	}
+	return out;
+}
+
+function stringArray(value: unknown): string[] | undefined {
+	return Array.isArray(value) && value.every(v => typeof v === 'string') ? value as string[] : undefined;
+}
+
+/** `lmbridge.agents` entries, validated; ids must be unique. */
+export function parseAgents(raw: unknown): { agents: AgentSpec[]; problems: string[] } {
+	const agents: AgentSpec[] = [];
+	const problems: string[] = [];
+	if (raw === undefined || raw === null) {
+		return { agents, problems };
+	}
+	if (!Array.isArray(raw)) {
+		return { agents, problems: ['lmbridge.agents must be an array'] };
+	}
+	const seen = new Set<string>();
+	raw.forEach((entry, index) => {
+		const e = entry as Record<string, unknown> | null;
+		if (typeof e !== 'object' || e === null) {
+			problems.push(`lmbridge.agents[${index}] is not an object`);
+			return;
+		}
+		const id = typeof e.id === 'string' ? e.id.trim() : '';
+		const command = typeof e.command === 'string' ? e.command.trim() : '';
+		if (!id || !command) {
+			problems.push(`lmbridge.agents[${index}] needs both "id" and "command"`);
+			return;
+		}
+		if (seen.has(id)) {
+			problems.push(`lmbridge.agents[${index}]: the id "${id}" is used twice`);
+			return;
+		}
+		seen.add(id);
+		const agent: AgentSpec = { id, command: expandHome(command) };
+		if (typeof e.name === 'string' && e.name.trim()) {
+			agent.name = e.name.trim();
+		}
+		const args = stringArray(e.args);
+		if (args && args.length > 0) {
+			agent.args = args;
+		} else if (e.args !== undefined && !args) {
+			problems.push(`lmbridge.agents[${index}].args must be an array of strings (ignored)`);
+		}
+		const env = stringRecord(e.env);
+		if (Object.keys(env).length > 0) {
+			agent.env = env;
+		}
+		agents.push(agent);
+	});
+	return { agents, problems };
+}
+
+export function expandHome(p: string): string {
+	return p === '~' ? os.homedir() : p.startsWith('~/') ? path.join(os.homedir(), p.slice(2)) : p;
+}
+
+export function readSettings(config: ConfigLike): Settings {
+	const { agents, problems } = parseAgents(config.get('agents'));
+	const thinking = config.get<string>('thinking');
+	return {
+		agents,
+		agentProblems: problems,
+		daemonCommand: (config.get<string>('daemon.command') ?? '').trim() || DEFAULTS.daemonCommand,
+		daemonArgs: stringArray(config.get('daemon.args')) ?? DEFAULTS.daemonArgs,
+		daemonEnv: stringRecord(config.get('daemon.env')),
+		pythonPath: (config.get<string>('pythonPath') ?? '').trim(),
+		logLevel: (config.get<string>('logLevel') ?? '').trim() || DEFAULTS.logLevel,
+		thinking: thinking === 'text' || thinking === 'hidden' || thinking === 'auto' ? thinking : DEFAULTS.thinking,
+	};
+}
+
+/**
+ * How to start the daemon: `<pythonPath> -m lmbridge <args>` when a Python path is set,
+ * else `<daemon.command> <args>` (default `lmbridge serve`, found on PATH).
+ * The log level reaches the daemon as LMBRIDGE_LOG_LEVEL.
+ */
+export function launchSpec(settings: Settings, cwd?: string): LaunchSpec {
+	const env = { ...settings.daemonEnv, LMBRIDGE_LOG_LEVEL: settings.logLevel };
+	if (settings.pythonPath) {
+		return { command: expandHome(settings.pythonPath), args: ['-m', 'lmbridge', ...settings.daemonArgs], env, cwd };
+	}
+	return { command: expandHome(settings.daemonCommand), args: [...settings.daemonArgs], env, cwd };
+}

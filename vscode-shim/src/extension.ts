@@ -1,0 +1,97 @@
+/**
+ * Entry point: wires settings, the daemon client, the provider and the tool together.
+ */
+import * as vscode from 'vscode';
+import { AgentActionTool } from './tool';
+import { DAEMON_SETTINGS, launchSpec, readSettings, SECTION, Settings } from './config';
+import { DaemonClient, DaemonClientOptions } from './daemon';
+import { LmBridgeProvider } from './provider';
+import { AGENT_ACTION_TOOL, InitializeParams, PROTOCOL_VERSION } from './wire';
+
+export const VENDOR = 'lmbridge';
+export const COMMANDS = {
+	manage: 'lmbridge.manage',
+	showLogs: 'lmbridge.showLogs',
+	restart: 'lmbridge.restartDaemon',
+} as const;
+
+export interface LmBridgeApi {
+	daemon: DaemonClient;
+	provider: LmBridgeProvider;
+	tool: AgentActionTool;
+}
+
+let active: DaemonClient | undefined;
+
+function settings(): Settings {
+	return readSettings(vscode.workspace.getConfiguration(SECTION));
+}
+
+export function initializeParams(version: string, current: Settings = settings()): InitializeParams {
+	const folders = (vscode.workspace.workspaceFolders ?? [])
+		.filter(f => f.uri.scheme === 'file')
+		.map(f => f.uri.fsPath);
+	const params: InitializeParams = {
+		protocolVersion: PROTOCOL_VERSION,
+		clientInfo: { name: 'lmbridge-vscode', version },
+		workspaceFolders: folders,
+	};
+	if (current.agents.length > 0) {
+		params.agents = current.agents;
+	}
+	return params;
+}
+
+export function activate(context: vscode.ExtensionContext, overrides: Partial<DaemonClientOptions> = {}): LmBridgeApi {
+	const log = vscode.window.createOutputChannel('lmbridge', { log: true });
+	const version = String((context.extension?.packageJSON as { version?: string } | undefined)?.version ?? '0.0.0');
+
+	const reportAgentProblems = (s: Settings) => {
+		for (const problem of s.agentProblems) {
+			log.warn(`settings: ${problem}`);
+		}
+	};
+	reportAgentProblems(settings());
+
+	const daemon = new DaemonClient({
+		launch: () => launchSpec(settings(), vscode.workspace.workspaceFolders?.[0]?.uri.scheme === 'file'
+			? vscode.workspace.workspaceFolders[0].uri.fsPath : undefined),
+		initializeParams: () => initializeParams(version),
+		log,
+		...overrides,
+	});
+	active = daemon;
+	const provider = new LmBridgeProvider(daemon, log, () => settings());
+	const tool = new AgentActionTool();
+
+	context.subscriptions.push(
+		log,
+		provider,
+		vscode.lm.registerLanguageModelChatProvider(VENDOR, provider),
+		vscode.lm.registerTool(AGENT_ACTION_TOOL, tool),
+		vscode.commands.registerCommand(COMMANDS.manage, () =>
+			vscode.commands.executeCommand('workbench.action.openSettings', `@ext:${context.extension?.id ?? 'lmbridge.lmbridge'}`)),
+		vscode.commands.registerCommand(COMMANDS.showLogs, () => log.show()),
+		vscode.commands.registerCommand(COMMANDS.restart, async () => {
+			await daemon.restart('restart requested');
+			provider.modelsChanged();
+		}),
+		vscode.workspace.onDidChangeConfiguration(async event => {
+			if (!DAEMON_SETTINGS.some(key => event.affectsConfiguration(key))) {
+				return;
+			}
+			reportAgentProblems(settings());
+			// The daemon reads agents and its own options at start-up: start a fresh one.
+			await daemon.restart('its settings changed');
+			provider.modelsChanged();
+		}),
+		{ dispose: () => { void daemon.dispose(); } },
+	);
+	return { daemon, provider, tool };
+}
+
+export async function deactivate(): Promise<void> {
+	const daemon = active;
+	active = undefined;
+	await daemon?.dispose();
+}

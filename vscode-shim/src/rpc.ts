@@ -1,0 +1,151 @@
+/**
+ * JSON-RPC 2.0 over newline-delimited JSON (one object a line), transport-agnostic:
+ * bytes from the daemon's stdout go in through `feed`, lines to its stdin go out
+ * through the `write` callback. Knows nothing about processes or VS Code.
+ */
+import { StringDecoder } from 'string_decoder';
+import type { RpcError } from './wire';
+import { ErrorCode } from './wire';
+
+export interface Logger {
+	trace(message: string, ...args: unknown[]): void;
+	debug(message: string, ...args: unknown[]): void;
+	info(message: string, ...args: unknown[]): void;
+	warn(message: string, ...args: unknown[]): void;
+	error(message: string | Error, ...args: unknown[]): void;
+}
+
+/** A request the daemon answered with a JSON-RPC error. */
+export class RpcRequestError extends Error {
+	constructor(readonly method: string, readonly rpc: RpcError) {
+		super(rpc.message);
+		this.name = 'RpcRequestError';
+	}
+}
+
+interface Pending {
+	method: string;
+	resolve(result: unknown): void;
+	reject(error: Error): void;
+}
+
+export type NotificationHandler = (method: string, params: unknown) => void;
+
+const MAX_LOGGED_LINE = 200;
+
+export class RpcConnection {
+	private nextId = 1;
+	private readonly pending = new Map<number, Pending>();
+	private readonly decoder = new StringDecoder('utf8');
+	private buffer = '';
+	private closed: Error | undefined;
+
+	constructor(
+		private readonly write: (line: string) => void,
+		private readonly onNotification: NotificationHandler,
+		private readonly log: Logger,
+	) { }
+
+	get pendingCount(): number {
+		return this.pending.size;
+	}
+
+	/** Sends a request; `id` is known at once so the caller can cancel it. */
+	request<R>(method: string, params: unknown): { id: number; result: Promise<R> } {
+		const id = this.nextId++;
+		const result = new Promise<R>((resolve, reject) => {
+			if (this.closed) {
+				reject(this.closed);
+				return;
+			}
+			this.pending.set(id, { method, resolve: resolve as (r: unknown) => void, reject });
+			try {
+				this.send({ jsonrpc: '2.0', id, method, params });
+			} catch (err) {
+				this.pending.delete(id);
+				reject(err instanceof Error ? err : new Error(String(err)));
+			}
+		});
+		return { id, result };
+	}
+
+	notify(method: string, params: unknown): void {
+		if (!this.closed) {
+			this.send({ jsonrpc: '2.0', method, params });
+		}
+	}
+
+	/** Stops waiting for `id`: a later answer to it is ignored. */
+	forget(id: number): void {
+		this.pending.delete(id);
+	}
+
+	/** Fails every pending request with `error`, and every later one. */
+	close(error: Error): void {
+		this.closed ??= error;
+		const pending = [...this.pending.values()];
+		this.pending.clear();
+		for (const p of pending) {
+			p.reject(error);
+		}
+	}
+
+	/** Bytes from the daemon's stdout. */
+	feed(chunk: Buffer | string): void {
+		this.buffer += typeof chunk === 'string' ? chunk : this.decoder.write(chunk);
+		let newline: number;
+		while ((newline = this.buffer.indexOf('\n')) >= 0) {
+			const line = this.buffer.slice(0, newline).replace(/\r$/, '');
+			this.buffer = this.buffer.slice(newline + 1);
+			if (line.trim()) {
+				this.handleLine(line);
+			}
+		}
+	}
+
+	private send(message: object): void {
+		this.write(`${JSON.stringify(message)}\n`);
+	}
+
+	private handleLine(line: string): void {
+		let message: unknown;
+		try {
+			message = JSON.parse(line);
+		} catch {
+			this.log.warn(`daemon stdout: skipped a line that is not JSON: ${line.slice(0, MAX_LOGGED_LINE)}`);
+			return;
+		}
+		if (typeof message !== 'object' || message === null || Array.isArray(message)) {
+			this.log.warn(`daemon stdout: skipped a line that is not a JSON-RPC object: ${line.slice(0, MAX_LOGGED_LINE)}`);
+			return;
+		}
+		const m = message as { id?: unknown; method?: unknown; params?: unknown; result?: unknown; error?: RpcError };
+		if (typeof m.method === 'string') {
+			if (m.id === undefined || m.id === null) {
+				this.onNotification(m.method, m.params);
+			} else {
+				// The contract has no requests daemon → shim.
+				this.send({ jsonrpc: '2.0', id: m.id, error: { code: ErrorCode.MethodNotFound, message: `unknown method: ${m.method}` } });
+			}
+			return;
+		}
+		if (typeof m.id !== 'number') {
+			this.log.warn(`daemon stdout: skipped a message with no usable id: ${line.slice(0, MAX_LOGGED_LINE)}`);
+			return;
+		}
+		const pending = this.pending.get(m.id);
+		if (!pending) {
+			this.log.trace(`daemon answered request ${m.id}, which is no longer awaited`);
+			return;
+		}
+		this.pending.delete(m.id);
+		if (m.error !== undefined) {
+			const error: RpcError = typeof m.error === 'object' && m.error !== null
+				? { code: Number(m.error.code), message: String(m.error.message ?? ''), data: m.error.data }
+				: { code: ErrorCode.InternalError, message: String(m.error) };
+			pending.reject(new RpcRequestError(pending.method, error));
+		} else {
+			pending.resolve(m.result);
+		}
+	}
+}

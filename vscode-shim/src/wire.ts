@@ -1,0 +1,129 @@
+/**
+ * The shim ↔ daemon wire contract, v1 (docs/protocol.md; issue 2, "Wire contract v1").
+ *
+ * Transport: the daemon's stdin/stdout, UTF-8, one JSON-RPC 2.0 object per line.
+ * Names follow VS Code's classes so the conversion in convert.ts is one-to-one.
+ * Types only: nothing here does anything at run time except the constants.
+ */
+
+export const PROTOCOL_VERSION = 1;
+
+/** The tool that carries an ACP agent's permission request (seed 002). */
+export const AGENT_ACTION_TOOL = 'symposium-agent-action';
+
+// ---------------------------------------------------------------- methods
+
+export const Method = {
+	initialize: 'initialize',
+	chatInformation: 'lm/provideLanguageModelChatInformation',
+	chatResponse: 'lm/provideLanguageModelChatResponse',
+	tokenCount: 'lm/provideTokenCount',
+	shutdown: 'shutdown',
+	/** Notification daemon → shim while a chat response runs. */
+	responsePart: 'lm/responsePart',
+	/** Notification shim → daemon. */
+	cancelRequest: '$/cancelRequest',
+} as const;
+
+// ---------------------------------------------------------------- shapes
+
+export type WireRole = 'user' | 'assistant' | 'system';
+
+export interface WireTextPart { type: 'text'; value: string }
+export interface WireThinkingPart { type: 'thinking'; value: string; id?: string }
+export interface WireToolCallPart { type: 'tool_call'; callId: string; name: string; input: Record<string, unknown> }
+export interface WireDataPart { type: 'data'; mimeType: string; /** base64 */ data: string }
+export interface WireToolResultPart { type: 'tool_result'; callId: string; content: Array<WireTextPart | WireDataPart> }
+
+export type WireInputPart = WireTextPart | WireThinkingPart | WireToolCallPart | WireToolResultPart | WireDataPart;
+export type WireResponsePart = WireTextPart | WireThinkingPart | WireToolCallPart;
+
+export interface WireMessage {
+	role: WireRole;
+	name?: string;
+	content: WireInputPart[];
+}
+
+export interface WireTool { name: string; description: string; inputSchema?: object }
+
+export interface WireChatOptions {
+	tools?: WireTool[];
+	toolMode?: 'auto' | 'required';
+	modelOptions?: Record<string, unknown>;
+}
+
+export interface AgentSpec {
+	id: string;
+	name?: string;
+	command: string;
+	args?: string[];
+	env?: Record<string, string>;
+}
+
+export interface ModelInfo {
+	id: string;
+	name: string;
+	family: string;
+	version: string;
+	maxInputTokens: number;
+	maxOutputTokens: number;
+	capabilities: { toolCalling: boolean | number; imageInput: boolean };
+	tooltip?: string;
+	detail?: string;
+}
+
+export type StopReason = 'end_turn' | 'tool_calls' | 'cancelled' | 'max_tokens' | 'max_turn_requests' | 'refusal';
+
+// ---------------------------------------------------------------- params and results
+
+export interface InitializeParams {
+	protocolVersion: number;
+	clientInfo?: { name: string; version: string };
+	workspaceFolders?: string[];
+	agents?: AgentSpec[];
+}
+export interface InitializeResult { protocolVersion: number; serverInfo: { name: string; version: string } }
+
+export interface ChatInformationParams { silent?: boolean }
+export interface ChatInformationResult { models: ModelInfo[] }
+
+export interface ChatResponseParams { modelId: string; messages: WireMessage[]; options?: WireChatOptions }
+export interface ChatResponseResult { stopReason: StopReason }
+
+export interface ResponsePartParams { requestId: number | string; part: WireResponsePart }
+
+// ---------------------------------------------------------------- the permission tool's input
+
+export interface PermissionOption { optionId: string; name: string; kind: string }
+
+/** ACP ToolCallContent, as the daemon forwards it. */
+export type ToolCallContent =
+	| { type: 'content'; content: { type: string; text?: string; [k: string]: unknown } }
+	| { type: 'diff'; path: string; oldText?: string | null; newText: string }
+	| { type: 'terminal'; terminalId: string }
+	| { type: string; [k: string]: unknown };
+
+export interface ToolCallLocation { path: string; line?: number | null }
+
+/** `input` of a `symposium-agent-action` tool call. */
+export interface AgentActionInput {
+	title?: string | null;
+	kind?: string | null;
+	rawInput?: unknown;
+	content?: ToolCallContent[] | null;
+	locations?: ToolCallLocation[] | null;
+	options?: PermissionOption[] | null;
+	approvalToken: string;
+}
+
+// ---------------------------------------------------------------- JSON-RPC 2.0
+
+export interface RpcError { code: number; message: string; data?: unknown }
+
+export const ErrorCode = {
+	ParseError: -32700,
+	InvalidRequest: -32600,
+	MethodNotFound: -32601,
+	InvalidParams: -32602,
+	InternalError: -32603,
+} as const;
