@@ -1,0 +1,272 @@
+"""The ACP client connection: one agent subprocess spoken to over stdio.
+
+JSON-RPC 2.0, one object a line (ACP v1, facts.md §3). Written on anyio rather
+than with the SDK's connection because of its sharp edges (facts.md §4): it
+drops a whole ``session/update`` that fails validation, has a 64 KiB line
+limit, and sends nothing on cancel. ACP *types* come from the SDK's schema
+(``render``, ``session_actor``); this module only frames and routes.
+
+Incoming traffic is delivered in arrival order as ``Incoming`` events on one
+stream (notifications and the agent's requests alike), so a session actor
+sees every update before the response that ends a prompt. Lines that are not
+JSON objects are logged and skipped; very long lines (up to ``MAX_LINE``) are
+fine. When the agent exits, every request in flight fails with
+``AgentExited`` naming the exit code and the tail of its stderr.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+from anyio.streams.memory import MemoryObjectSendStream
+
+from lmbridge.log import get_logger
+
+MAX_LINE = 64 * 1024 * 1024  # bytes; agents send MB-long lines (facts.md §3)
+STDERR_TAIL = 20  # lines kept for error messages
+TERM_GRACE = 2.0  # seconds between closing stdin / SIGTERM / SIGKILL
+
+log = get_logger("acp")
+
+
+class AgentError(Exception):
+    """The agent answered a request with a JSON-RPC error (``code``, ``message``, ``data``)."""
+
+    def __init__(self, method: str, error: Mapping[str, Any]) -> None:
+        self.code = error.get("code")
+        self.data = error.get("data")
+        super().__init__(f"{method}: {error.get('message', 'error')} (code {self.code})")
+
+
+class AgentExited(Exception):
+    """The agent process ended (or could not start); carries its stderr tail."""
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A frame the agent sent us: a notification (``id`` None) or a request."""
+
+    method: str
+    params: Any
+    id: int | str | None = None
+
+
+class _Waiter:
+    __slots__ = ("event", "result", "error")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class AgentConnection:
+    """JSON-RPC over an agent's stdio. Create with ``spawn`` inside a task group.
+
+    ``events``: where every notification and agent→client request goes, in order.
+    """
+
+    def __init__(self, name: str, process: Process, events: MemoryObjectSendStream[Incoming]) -> None:
+        self.name = name
+        self.process = process
+        self.events = events
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
+        self._next_id = 0
+        self._waiters: dict[int, _Waiter] = {}
+        self._send_lock = anyio.Lock()
+        self.closed = anyio.Event()
+        self.exit_reason: str | None = None
+
+    @classmethod
+    async def spawn(
+        cls,
+        name: str,
+        command: str,
+        args: Sequence[str],
+        env: Mapping[str, str],
+        cwd: str | None,
+        events: MemoryObjectSendStream[Incoming],
+    ) -> AgentConnection:
+        """Start the agent with the daemon's environment plus ``env``.
+
+        Raises ``AgentExited`` when the command cannot be started. The caller
+        runs ``serve()`` in its task group and ``close()`` when done.
+        """
+        exe = shutil.which(command, path=env.get("PATH", os.environ.get("PATH"))) or command
+        full_env = {**os.environ, **env}
+        try:
+            process = await anyio.open_process(
+                [exe, *args],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=full_env,
+                cwd=cwd,
+                start_new_session=True,  # our signals reach its children too
+            )
+        except OSError as exc:
+            raise AgentExited(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}") from exc
+        log.info("agent started", agent=name, pid=process.pid, command=command)
+        return cls(name, process, events)
+
+    async def serve(self) -> None:
+        """Read stdout and stderr until the agent exits, then fail what is in flight."""
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._drain_stderr)
+                await self._read_stdout()
+                tg.cancel_scope.cancel()
+            code = await self.process.wait()
+            self.exit_reason = self.exit_reason or f"agent {self.name!r} exited with code {code}"
+        finally:
+            self._fail_all()
+            self.closed.set()
+            log.info("agent ended", agent=self.name, reason=self.exit_reason)
+
+    def describe_exit(self) -> str:
+        """A readable reason the agent is gone, with the tail of its stderr."""
+        tail = "\n".join(self.stderr_tail)
+        reason = self.exit_reason or f"agent {self.name!r} is gone"
+        return f"{reason}" + (f"; stderr:\n{tail}" if tail else "")
+
+    def _fail_all(self) -> None:
+        error = AgentExited(self.describe_exit())
+        for waiter in self._waiters.values():
+            waiter.error = error
+            waiter.event.set()
+        self._waiters.clear()
+
+    async def _read_stdout(self) -> None:
+        assert self.process.stdout is not None
+        reader = BufferedByteReceiveStream(self.process.stdout)
+        while True:
+            try:
+                line = await reader.receive_until(b"\n", MAX_LINE)
+            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+            except anyio.DelimiterNotFound:
+                self.exit_reason = f"agent {self.name!r} sent a line longer than {MAX_LINE} bytes"
+                return
+            if not line.strip():
+                continue
+            try:
+                frame = json.loads(line)
+            except ValueError:
+                log.warning("agent stdout: not JSON, skipped", agent=self.name, line=line[:200].decode(errors="replace"))
+                continue
+            if not isinstance(frame, dict):
+                log.warning("agent stdout: not a JSON object, skipped", agent=self.name)
+                continue
+            await self._route(frame)
+
+    async def _route(self, frame: dict[str, Any]) -> None:
+        method = frame.get("method")
+        if isinstance(method, str):
+            await self.events.send(Incoming(method, frame.get("params"), frame.get("id")))
+            return
+        waiter = self._waiters.pop(frame.get("id"), None) if isinstance(frame.get("id"), int) else None
+        if waiter is None:
+            log.warning("agent stdout: response to no request, skipped", agent=self.name, id=frame.get("id"))
+            return
+        if "error" in frame:
+            err = frame["error"]
+            waiter.error = AgentError("request", err if isinstance(err, dict) else {"message": str(err)})
+        else:
+            waiter.result = frame.get("result")
+        waiter.event.set()
+
+    async def _drain_stderr(self) -> None:
+        # An undrained stderr pipe fills up and blocks the agent (facts.md §3).
+        assert self.process.stderr is not None
+        reader = BufferedByteReceiveStream(self.process.stderr)
+        while True:
+            try:
+                line = await reader.receive_until(b"\n", MAX_LINE)
+            except anyio.DelimiterNotFound:
+                continue
+            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+            text = line.decode(errors="replace").rstrip()
+            if text:
+                self.stderr_tail.append(text)
+                log.debug("agent stderr", agent=self.name, line=text)
+
+    async def _write(self, frame: dict[str, Any]) -> None:
+        if self.closed.is_set():
+            raise AgentExited(self.describe_exit())
+        data = (json.dumps(frame, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        assert self.process.stdin is not None
+        try:
+            async with self._send_lock:
+                await self.process.stdin.send(data)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            raise AgentExited(self.describe_exit()) from exc
+
+    async def request(self, method: str, params: Any) -> Any:
+        """Send a request and wait for its result.
+
+        Raises ``AgentError`` for an error response, ``AgentExited`` if the agent
+        goes away first. Cancelling the caller abandons the wait (the late
+        response is logged and dropped).
+        """
+        self._next_id += 1
+        rid = self._next_id
+        waiter = _Waiter()
+        self._waiters[rid] = waiter
+        try:
+            await self._write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+            await waiter.event.wait()
+        finally:
+            self._waiters.pop(rid, None)
+        if isinstance(waiter.error, AgentError):
+            waiter.error.args = (f"{method}: {waiter.error.args[0].split(': ', 1)[-1]}",)
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.result
+
+    async def notify(self, method: str, params: Any) -> None:
+        """Send a notification (no answer expected)."""
+        await self._write({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def respond(self, rid: int | str, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
+        """Answer one of the agent's requests (exactly once, by the caller's contract)."""
+        frame: dict[str, Any] = {"jsonrpc": "2.0", "id": rid}
+        if error is not None:
+            frame["error"] = dict(error)
+        else:
+            frame["result"] = result
+        try:
+            await self._write(frame)
+        except AgentExited:
+            log.info("answer to a gone agent dropped", agent=self.name, id=rid)
+
+    async def close(self) -> None:
+        """End the agent: close stdin, then SIGTERM, then SIGKILL (its process group)."""
+        if self.process.returncode is None:
+            if self.process.stdin is not None:
+                with anyio.move_on_after(0.5):
+                    await self.process.stdin.aclose()
+            with anyio.move_on_after(TERM_GRACE):
+                await self.process.wait()
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                if self.process.returncode is not None:
+                    break
+                try:
+                    os.killpg(self.process.pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    self.process.send_signal(sig)
+                with anyio.move_on_after(TERM_GRACE):
+                    await self.process.wait()
+        if not self.exit_reason:
+            self.exit_reason = f"agent {self.name!r} was stopped"

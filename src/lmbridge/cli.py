@@ -1,0 +1,75 @@
+"""The ``lmbridge`` command line: ``serve``, ``demo-agent``, ``demo``.
+
+Heavy modules are imported inside each command, so ``lmbridge serve`` starts
+fast (the shim waits for its ``initialize`` answer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from lmbridge import __version__
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lmbridge", description="ACP agents as VS Code language models.")
+    parser.add_argument("--version", action="version", version=f"lmbridge {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the daemon on stdio (what VS Code spawns)")
+    serve.add_argument("--agent", action="append", default=[], metavar="ID=COMMAND", help="offer an ACP agent as model ID (repeatable; COMMAND split shell-style)")
+    serve.add_argument("--config", type=Path, help="JSON config file with agents and idleTimeout")
+    serve.add_argument("--idle-timeout", type=float, help="seconds before an unused session is evicted (default 1800)")
+    serve.add_argument("--log-level", default=os.environ.get("LMBRIDGE_LOG_LEVEL", "info"), choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--log-json", action="store_true", help="log JSON lines on stderr")
+
+    sub.add_parser("demo-agent", help="run the built-in demo ACP agent on stdio")
+
+    demo = sub.add_parser("demo", help="a scripted chat through the daemon with the demo agent")
+    demo.add_argument("--prompt", action="append", help="prompts to send (default: a hello and a file write)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "demo-agent":
+        from lmbridge.demo_agent import main as demo_agent_main
+
+        return demo_agent_main()
+    if args.command == "demo":
+        from lmbridge.demo import main as demo_main
+
+        return demo_main(args.prompt)
+    return 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import anyio
+
+    from lmbridge.agents import load_config, parse_agent_option
+    from lmbridge.log import configure
+    from lmbridge.server import Config, run
+
+    configure(args.log_level, args.log_json)
+    config = Config()
+    try:
+        if args.config:
+            config.agents, idle = load_config(args.config)
+            if idle is not None:
+                config.idle_timeout = idle
+        config.agents += [parse_agent_option(a) for a in args.agent]
+    except ValueError as exc:
+        print(f"lmbridge serve: {exc}", file=sys.stderr)
+        return 2
+    if args.idle_timeout is not None:
+        config.idle_timeout = args.idle_timeout
+    try:
+        anyio.run(run, config)
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,472 @@
+"""The history core: which session a request belongs to, and what it means.
+
+Rules of this file (after h11's ``_state.py``):
+
+* Everything that decides how a chat request relates to what an agent has seen
+  lives here: session matching, request classification, the answer each pending
+  permission gets. It does no I/O, reads no clock (``now`` is passed in) and
+  draws no random numbers; the actors around it do that.
+* It does not know about ACP or processes. A "session" here is the record of
+  one agent conversation as VS Code shows it.
+
+Theory of operation
+-------------------
+VS Code sends no session id: every ``provideLanguageModelChatResponse`` carries
+the whole conversation again (facts.md §1). Copilot re-renders its system
+prompt and every user turn on each request, so user text is not byte-stable.
+What *is* stable is what the daemon itself emitted: the text of each response
+and the callIds of its tool calls. So a session is a list of ``Item``s, one per
+non-system VS Code message the agent has seen, where assistant items carry a
+``Fingerprint`` of the response and user items carry only the callIds of the
+tool results in them. A request is aligned against a session position by
+position: roles must agree, assistant fingerprints must be equal, tool-result
+callIds must be equal; plain user text is never compared.
+
+A session's last response may be *acknowledged* (it appears in the request) or
+*absent* (VS Code dropped it: the user pressed Stop while our tool call waited
+for confirmation, or edited/regenerated the turn). That, whether the response
+ended waiting on permissions, and whether new user content follows, decide the
+``Kind`` (see ``CLASSIFICATION`` below, walked row by row by the tests).
+
+A request that holds a single user turn is always a new chat. A request that
+matches no session (another model answered, the daemon restarted, the session
+was evicted, the history was edited) is a divergence: a fresh agent session
+gets the conversation so far as context, so its view equals VS Code's.
+
+Approval needs the exact per-call token in the tool result (facts.md §1: Skip
+produces a tool result too). Anything else, or any doubt, denies.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from lmbridge.wire import DataPart, Message, TextPart, ToolCallPart, ToolResultPart
+
+
+class HistoryError(Exception):
+    """A call that does not fit the core's state (names the session and what was wrong)."""
+
+
+# ---------------------------------------------------------------- fingerprints
+
+
+def _digest(text: str) -> bytes:
+    # Whitespace is dropped: VS Code may join or trim our text parts when it
+    # replays them; it does not change the words.
+    return hashlib.blake2b("".join(text.split()).encode(), digest_size=16).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    """What identifies one assistant message the daemon emitted.
+
+    ``call_ids``: the tool calls' callIds, in order; ``text``: a digest of the
+    text parts with whitespace removed. Two fingerprints match on callIds when
+    either has any (callIds are unique and ours), otherwise on text.
+    """
+
+    text: bytes
+    call_ids: tuple[str, ...] = ()
+
+    @classmethod
+    def of_text(cls, text: str, call_ids: Iterable[str] = ()) -> Fingerprint:
+        return cls(_digest(text), tuple(call_ids))
+
+    @classmethod
+    def of_message(cls, message: Message) -> Fingerprint:
+        text = "".join(p.value for p in message.content if isinstance(p, TextPart))
+        calls = tuple(p.callId for p in message.content if isinstance(p, ToolCallPart))
+        return cls.of_text(text, calls)
+
+    @property
+    def empty(self) -> bool:
+        return not self.call_ids and self.text == _EMPTY
+
+    def matches(self, other: Fingerprint) -> bool:
+        if self.call_ids or other.call_ids:
+            return self.call_ids == other.call_ids
+        return self.text == other.text
+
+
+_EMPTY = _digest("")
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One non-system VS Code message as the agent has seen it.
+
+    ``role`` "assistant": ``fingerprint`` set. ``role`` "user": ``result_ids``
+    holds the callIds of the tool results in it (empty for plain user text).
+    Plain user text is never part of a match (Copilot re-renders it).
+    """
+
+    role: str
+    fingerprint: Fingerprint | None = None
+    result_ids: tuple[str, ...] = ()
+    # Normalised lines of a plain user turn: only for loose matching, never for alignment.
+    lines: frozenset[str] = frozenset()
+
+    def matches(self, message: Message, fp: Fingerprint | None) -> bool:
+        if message.role != self.role:
+            return False
+        if self.role == "assistant":
+            return fp is not None and self.fingerprint is not None and self.fingerprint.matches(fp)
+        return _result_ids(message) == self.result_ids
+
+
+def _result_ids(message: Message) -> tuple[str, ...]:
+    return tuple(p.callId for p in message.content if isinstance(p, ToolResultPart))
+
+
+def conversation(messages: Sequence[Message]) -> list[Message]:
+    """The messages that take part in matching: system messages and empty
+    assistant messages (nothing the daemon can fingerprint) left out."""
+    out = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        if m.role == "assistant" and Fingerprint.of_message(m).empty:
+            continue
+        out.append(m)
+    return out
+
+
+def has_user_content(messages: Iterable[Message]) -> bool:
+    """True when the messages hold something a user wrote: text or data parts of
+    user messages (tool results are not user content)."""
+    return any(
+        m.role == "user" and isinstance(p, TextPart | DataPart) and (not isinstance(p, TextPart) or p.value.strip())
+        for m in messages
+        for p in m.content
+    )
+
+
+# ---------------------------------------------------------------- classification
+
+
+class Kind(enum.Enum):
+    """How a request relates to the session it was matched to."""
+
+    NEW_CHAT = "new_chat"  # one user turn: a fresh agent session
+    CONTINUATION = "continuation"  # last response acknowledged, new user content follows
+    TOOL_RESULTS = "tool_results"  # results for every pending permission, nothing else new
+    STOPPED = "stopped"  # the response that asked permission is absent: Stop was pressed
+    SOFT_CANCEL = "soft_cancel"  # tool results *and* new user content: never approve
+    DIVERGENCE = "divergence"  # history does not extend what the agent saw: fresh session + context
+
+
+class Answer(enum.Enum):
+    """What a pending ``session/request_permission`` is answered with."""
+
+    ALLOW = "allow"  # the option of kind allow_once
+    REJECT = "reject"  # the option of kind reject_once (none: cancelled)
+    CANCELLED = "cancelled"  # {"outcome": "cancelled"}
+
+
+class Last(enum.Enum):
+    """How the session's last response ended."""
+
+    DONE = "done"  # end_turn, max_tokens, refusal, ... (or nothing sent yet)
+    PENDING = "pending"  # stopReason "tool_calls": permissions wait for VS Code's answer
+    CANCELLED = "cancelled"  # $/cancelRequest stopped it mid-stream
+
+
+#: (last response acknowledged?, how it ended, new user content?) → Kind.
+#: "Acknowledged": the request replays it. Absent rows apply only when the
+#: history before it still aligns.
+CLASSIFICATION: dict[tuple[bool, Last, bool], Kind] = {
+    (True, Last.PENDING, False): Kind.TOOL_RESULTS,
+    (True, Last.PENDING, True): Kind.SOFT_CANCEL,  # token + new content: never approve
+    (True, Last.DONE, True): Kind.CONTINUATION,
+    (True, Last.DONE, False): Kind.DIVERGENCE,  # nothing new to answer: re-run from the transcript
+    (True, Last.CANCELLED, True): Kind.CONTINUATION,  # VS Code kept the partial answer
+    (True, Last.CANCELLED, False): Kind.DIVERGENCE,
+    (False, Last.PENDING, True): Kind.STOPPED,
+    (False, Last.PENDING, False): Kind.DIVERGENCE,  # Stop, then retry: the agent saw a turn VS Code dropped
+    (False, Last.CANCELLED, True): Kind.CONTINUATION,  # the stopped answer is gone, as the agent was told
+    (False, Last.CANCELLED, False): Kind.DIVERGENCE,  # retry of a stopped turn
+    (False, Last.DONE, True): Kind.DIVERGENCE,  # a finished answer VS Code dropped: edit/regenerate
+    (False, Last.DONE, False): Kind.DIVERGENCE,
+}
+
+
+def answer_for(call_id: str, token: str, results: dict[str, ToolResultPart], new_content: bool) -> Answer:
+    """The answer one pending permission gets (issue #2, "Permission bridging").
+
+    Exact token in a result for this callId and no new user content → ALLOW;
+    a result with anything else → REJECT; no result, or new content beside it → CANCELLED.
+    """
+    result = results.get(call_id)
+    if result is None or new_content:
+        return Answer.CANCELLED
+    if token and result.text() == token:
+        return Answer.ALLOW
+    return Answer.REJECT
+
+
+# ---------------------------------------------------------------- sessions
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A permission surfaced as a ``symposium-agent-action`` tool call, awaiting its answer."""
+
+    call_id: str
+    token: str
+
+
+@dataclass
+class Session:
+    """The core's record of one agent conversation (owned by ``HistoryCore``)."""
+
+    id: str
+    model_id: str
+    items: list[Item] = field(default_factory=list)
+    # How the last response ended; PENDING lists the permissions it waits on.
+    last: Last = Last.DONE
+    pending: tuple[Pending, ...] = ()
+    # Whether items[-1] is a response VS Code has not replayed yet (it may drop it).
+    unacked: bool = False
+    busy: bool = False
+    last_active: float = 0.0
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What the session actor must do for one request (the core's decision).
+
+    ``session_id``: the session that runs it; ``fresh``: start a new agent
+    session for it. ``cancel_first``: send ``session/cancel`` (after answering
+    the pending permissions) before anything else. ``answers``: callId →
+    Answer for every permission the previous response left pending.
+    ``context``: messages the agent has not seen that come before the prompt
+    (the whole earlier conversation for a fresh session). ``prompt``: the
+    trailing user messages to send as ``session/prompt``; empty for
+    TOOL_RESULTS, where the agent continues its open turn.
+    """
+
+    kind: Kind
+    session_id: str
+    fresh: bool = False
+    cancel_first: bool = False
+    answers: dict[str, Answer] = field(default_factory=dict)
+    context: tuple[Message, ...] = ()
+    prompt: tuple[Message, ...] = ()
+
+
+def _lines(message: Message) -> frozenset[str]:
+    text = "\n".join(p.value for p in message.content if isinstance(p, TextPart))
+    return frozenset(k for k in (" ".join(line.split()) for line in text.splitlines()) if len(k) >= 3)
+
+
+def _similar(a: frozenset[str], b: frozenset[str]) -> bool:
+    # Copilot renders a user turn with more context when it is current than
+    # when it is replayed; most of the shorter rendering's lines still appear.
+    if not a or not b:
+        return a == b
+    return 2 * len(a & b) >= min(len(a), len(b))
+
+
+def split_prompt(messages: Sequence[Message]) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
+    """(context, prompt): the trailing user messages are the prompt."""
+    cut = len(messages)
+    while cut > 0 and messages[cut - 1].role == "user":
+        cut -= 1
+    return tuple(messages[:cut]), tuple(messages[cut:])
+
+
+class HistoryCore:
+    """All sessions of the daemon, and the request → session → turn decisions.
+
+    Use: ``begin(model_id, messages, now)`` → ``Turn``; when its response ends,
+    ``end(session_id, fingerprint, last, pending, now)``; ``forget(session_id)``
+    when the agent died or the session is evicted; ``idle(now, max_idle)``
+    lists sessions to evict. ``now`` is in seconds (any monotonic origin).
+    """
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, Session] = {}
+        # Indexes of what the daemon emitted: callId → session id, text digest → {session id: count}.
+        self._by_call: dict[str, str] = {}
+        self._by_text: dict[bytes, dict[str, int]] = {}
+        self._counter = 0
+
+    # -- matching ---------------------------------------------------------
+
+    def _candidates(self, model_id: str, conv: Sequence[Message]) -> list[Session]:
+        found: dict[str, Session] = {}
+        for m in reversed(conv):
+            if m.role != "assistant":
+                continue
+            fp = Fingerprint.of_message(m)
+            ids = {self._by_call[c] for c in fp.call_ids if c in self._by_call} or set(self._by_text.get(fp.text, ()))
+            found.update((i, self.sessions[i]) for i in ids if self.sessions[i].model_id == model_id)
+            if found:
+                break
+        if not found and not any(m.role == "assistant" for m in conv):
+            # Every earlier turn was stopped: nothing of ours to match on, so
+            # match the user turns themselves, loosely.
+            for s in self.sessions.values():
+                if s.model_id == model_id and self._users_match(s, conv):
+                    found[s.id] = s
+        if len(found) <= 1:
+            return list(found.values())
+        # Identical answers in two chats: prefer the one whose user turns look
+        # like this request's, then an idle one, then the most recent.
+        return sorted(found.values(), key=lambda s: (-self._user_score(s, conv), s.busy, -s.last_active))
+
+    @staticmethod
+    def _users_match(s: Session, conv: Sequence[Message]) -> bool:
+        users = [i for i in s.items if i.role == "user"]
+        if len(users) != len(conv) - 1 or len(users) + int(s.unacked) != len(s.items):
+            return False
+        return all(_similar(i.lines, _lines(m)) for i, m in zip(users, conv))
+
+    @staticmethod
+    def _user_score(s: Session, conv: Sequence[Message]) -> int:
+        return sum(
+            1
+            for i, m in zip(s.items, conv)
+            if i.role == "user" and m.role == "user" and not i.result_ids and _similar(i.lines, _lines(m))
+        )
+
+    @staticmethod
+    def _aligned(s: Session, conv: Sequence[Message], upto: int) -> bool:
+        if upto > len(conv):
+            return False
+        for item, msg in zip(s.items[:upto], conv[:upto]):
+            if not item.matches(msg, Fingerprint.of_message(msg) if msg.role == "assistant" else None):
+                return False
+        return True
+
+    @staticmethod
+    def classify(s: Session, conv: Sequence[Message]) -> tuple[Kind, int]:
+        """The Kind of ``conv`` against session ``s``, and the index in ``conv``
+        of the first message the agent has not seen. Pure: changes nothing."""
+        n = len(s.items)
+        if HistoryCore._aligned(s, conv, n):
+            return CLASSIFICATION[(True, s.last, has_user_content(conv[n:]))], n
+        if s.unacked and HistoryCore._aligned(s, conv, n - 1) and conv[n - 1].role == "user":
+            return CLASSIFICATION[(False, s.last, has_user_content(conv[n - 1 :]))], n - 1
+        return Kind.DIVERGENCE, 0
+
+    # -- transitions ------------------------------------------------------
+
+    def begin(self, model_id: str, messages: Sequence[Message], now: float) -> Turn:
+        """Match a chat request to a session and decide its Turn.
+
+        Records the request's new messages as seen and marks the session busy
+        until ``end``. Raises ``HistoryError`` when the conversation does not
+        end with a user message (there is nothing to answer).
+        """
+        conv = conversation(messages)
+        if not conv or conv[-1].role != "user":
+            raise HistoryError("the request's messages must end with a user message")
+        if len(conv) > 1:
+            for s in self._candidates(model_id, conv):
+                kind, start = self.classify(s, conv)
+                if kind is not Kind.DIVERGENCE:
+                    return self._continue(s, kind, conv, start, now)
+        self._counter += 1
+        s = Session(id=f"s{self._counter}", model_id=model_id, busy=True, last_active=now)
+        self.sessions[s.id] = s
+        self._see(s, conv)
+        context, prompt = split_prompt(conv)
+        kind = Kind.NEW_CHAT if len(conv) == 1 else Kind.DIVERGENCE
+        return Turn(kind=kind, session_id=s.id, fresh=True, context=context, prompt=prompt)
+
+    def _continue(self, s: Session, kind: Kind, conv: Sequence[Message], start: int, now: float) -> Turn:
+        tail = conv[start:]
+        if kind is Kind.TOOL_RESULTS:
+            results = {p.callId: p for m in tail for p in m.content if isinstance(p, ToolResultPart)}
+            answers = {p.call_id: answer_for(p.call_id, p.token, results, False) for p in s.pending}
+            context: tuple[Message, ...] = ()
+            prompt: tuple[Message, ...] = ()
+        else:
+            answers = {p.call_id: Answer.CANCELLED for p in s.pending}
+            context, prompt = split_prompt(tail)
+        if start < len(s.items):  # VS Code dropped the last response
+            self._unindex(s, s.items[start:])
+            del s.items[start:]
+        self._see(s, tail)
+        s.last, s.pending, s.unacked = Last.DONE, (), False
+        s.busy, s.last_active = True, now
+        return Turn(
+            kind=kind,
+            session_id=s.id,
+            cancel_first=kind in (Kind.STOPPED, Kind.SOFT_CANCEL),
+            answers=answers,
+            context=context,
+            prompt=prompt,
+        )
+
+    def _see(self, s: Session, messages: Sequence[Message]) -> None:
+        for m in messages:
+            if m.role == "assistant":
+                fp = Fingerprint.of_message(m)
+                s.items.append(Item("assistant", fingerprint=fp))
+                self._index(s, fp)
+            else:
+                ids = _result_ids(m)
+                s.items.append(Item("user", result_ids=ids, lines=frozenset() if ids else _lines(m)))
+
+    def end(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: Sequence[Pending], now: float) -> None:
+        """Record the response the daemon streamed for the session's turn.
+
+        ``fingerprint``: of the text and tool calls it emitted; ``last``: how it
+        ended; ``pending``: the permissions it waits on (``last`` PENDING).
+        An empty response is not recorded: VS Code keeps nothing to match.
+        Raises ``HistoryError`` for an unknown session.
+        """
+        s = self._get(session_id)
+        s.busy, s.last_active = False, now
+        s.last, s.pending = last, tuple(pending)
+        s.unacked = not fingerprint.empty
+        if s.unacked:
+            s.items.append(Item("assistant", fingerprint=fingerprint))
+            self._index(s, fingerprint)
+
+    def forget(self, session_id: str) -> Session | None:
+        """Drop a session (agent died, evicted). Returns it, so the caller can
+        answer its pending permissions ``cancelled``."""
+        s = self.sessions.pop(session_id, None)
+        if s is not None:
+            self._unindex(s, s.items)
+        return s
+
+    def idle(self, now: float, max_idle: float) -> list[str]:
+        """Ids of sessions not busy and inactive for more than ``max_idle`` seconds."""
+        return [s.id for s in self.sessions.values() if not s.busy and now - s.last_active > max_idle]
+
+    def _get(self, session_id: str) -> Session:
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            raise HistoryError(f"no session {session_id!r}") from None
+
+    def _index(self, s: Session, fp: Fingerprint) -> None:
+        for c in fp.call_ids:
+            self._by_call[c] = s.id
+        if not fp.call_ids:
+            counts = self._by_text.setdefault(fp.text, {})
+            counts[s.id] = counts.get(s.id, 0) + 1
+
+    def _unindex(self, s: Session, items: Iterable[Item]) -> None:
+        for item in items:
+            fp = item.fingerprint
+            if fp is None:
+                continue
+            for c in fp.call_ids:
+                if self._by_call.get(c) == s.id:
+                    del self._by_call[c]
+            counts = self._by_text.get(fp.text)
+            if not fp.call_ids and counts and s.id in counts:
+                counts[s.id] -= 1
+                if counts[s.id] <= 0:
+                    del counts[s.id]
+                if not counts:
+                    del self._by_text[fp.text]

@@ -1,0 +1,41 @@
+"""Logging: structlog to stderr only (stdout carries protocol frames).
+
+``configure`` is called once by the CLI; ``get_logger`` is safe before that.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def configure(level: str = "info", json_logs: bool = False) -> None:
+    """Send every log line to stderr, as ``key=value`` text or JSON lines.
+
+    Raises ``ValueError`` for an unknown level name.
+    """
+    if level not in LEVELS:
+        raise ValueError(f"unknown log level {level!r} (one of {', '.join(LEVELS)})")
+    renderer = structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%H:%M:%S.%f", utc=False),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
+    return structlog.get_logger(component=name)
+
+
+# structlog's default prints to stdout, which carries protocol frames: never let it.
+configure("info")

@@ -1,0 +1,252 @@
+"""ACP ``session/update``s → wire response parts, as plain data (no I/O).
+
+One ``TurnRenderer`` lives for one agent session and turns each update into
+zero or more parts (issue #2, "Updates → parts"; seed 003 for part semantics):
+
+* ``agent_message_chunk`` → ``{"type": "text"}``; ``agent_thought_chunk`` →
+  ``{"type": "thinking"}``; other content blocks become short markdown.
+* ``tool_call``, ``tool_call_update`` and a permission's ``toolCall`` are one
+  create-or-update stream per ``toolCallId`` (agents send them in any order,
+  twice, or never: facts.md §3). A tool call renders as markdown text at most
+  twice: when it starts and when it reaches a final status, never per update.
+* ``plan`` → a markdown checklist, only when the entries changed.
+* Unknown kinds, and fields that fail validation, are reported to ``warn``
+  and skipped; the rest of the update, and every other update, survives
+  (the SDK would drop the whole notification).
+
+Parts are dicts in the wire shape (``wire.ResponsePart``) because this is the
+streaming hot path: building pydantic models per chunk costs more than the
+bridge is allowed to add.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from acp import schema
+
+Part = dict[str, Any]
+Warn = Callable[[str], None]
+
+FINAL_STATUSES = frozenset({"completed", "failed"})
+PREVIEW_LINES = 12
+
+# The update kinds lmbridge renders, each validated on its own with the ACP model.
+UPDATE_MODELS: dict[str, type[BaseModel]] = {
+    "agent_message_chunk": schema.AgentMessageChunk,
+    "agent_thought_chunk": schema.AgentThoughtChunk,
+    "tool_call": schema.ToolCallStart,
+    "tool_call_update": schema.ToolCallProgress,
+    "plan": schema.AgentPlanUpdate,
+}
+# Known kinds that have nothing to show in a chat response.
+IGNORED_KINDS = frozenset(
+    {
+        "user_message_chunk",
+        "available_commands_update",
+        "current_mode_update",
+        "config_option_update",
+        "session_info_update",
+        "usage_update",
+    }
+)
+_ICONS = {"completed": "✓", "failed": "✗"}
+
+
+def _noop(_: str) -> None:
+    pass
+
+
+def validate(model: type[BaseModel], raw: dict[str, Any], warn: Warn = _noop) -> BaseModel | None:
+    """Validate ``raw`` as ``model``, dropping top-level fields that fail.
+
+    Returns None (after ``warn``) only when the update is unusable without the
+    failing fields (a required field is bad or missing).
+    """
+    data = dict(raw)
+    for _ in range(len(data) + 1):
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            bad = {str(e["loc"][0]) for e in exc.errors() if e["loc"] and e["loc"][0] in data}
+            required = {n for n, f in model.model_fields.items() if f.is_required()}
+            aliases = {f.alias or n for n, f in model.model_fields.items() if n in required}
+            if not bad or bad & (required | aliases):
+                warn(f"{raw.get('sessionUpdate', model.__name__)}: invalid ({exc.errors()[0]['msg']}), skipped")
+                return None
+            warn(f"{raw.get('sessionUpdate', model.__name__)}: invalid field(s) {sorted(bad)} skipped")
+            for key in bad:
+                data.pop(key, None)
+    return None
+
+
+@dataclass
+class ToolState:
+    """What is known of one tool call (merged create-or-update)."""
+
+    id: str
+    title: str = ""
+    kind: str | None = None
+    status: str | None = None
+    content: list[Any] = field(default_factory=list)
+    locations: list[Any] = field(default_factory=list)
+    raw_input: Any = None
+    started: bool = False  # start rendered
+    finished: bool = False  # final status rendered
+
+    def merge(self, call: BaseModel) -> None:
+        for attr in ("title", "kind", "status"):
+            value = getattr(call, attr, None)
+            if value is not None:
+                setattr(self, attr, getattr(value, "value", value))
+        if getattr(call, "content", None) is not None:
+            self.content = list(call.content)
+        if getattr(call, "locations", None) is not None:
+            self.locations = list(call.locations)
+        if getattr(call, "raw_input", None) is not None:
+            self.raw_input = call.raw_input
+
+
+def text_part(value: str) -> Part:
+    return {"type": "text", "value": value}
+
+
+def content_text(block: Any) -> str:
+    """Markdown for one ACP content block shown in a chat response."""
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return block.text
+    if kind == "resource_link":
+        return f"[{block.name}]({block.uri})"
+    if kind == "resource":
+        resource = block.resource
+        return getattr(resource, "text", None) or f"[{resource.uri}]({resource.uri})"
+    if kind in ("image", "audio"):
+        return f"[{kind}: {block.mime_type}]"
+    return ""
+
+
+class TurnRenderer:
+    """Create-or-update state of one session's tool calls and plan → parts."""
+
+    def __init__(self, warn: Warn = _noop) -> None:
+        self.warn = warn
+        self.tools: dict[str, ToolState] = {}
+        self._plan: tuple[tuple[str, str], ...] | None = None
+
+    # -- entry points -------------------------------------------------------
+
+    def update(self, raw: Any) -> list[Part]:
+        """Parts for one ``session/update`` ``update`` object (a dict as received)."""
+        if not isinstance(raw, dict):
+            self.warn(f"session/update: update is {type(raw).__name__}, not an object: skipped")
+            return []
+        kind = raw.get("sessionUpdate")
+        model = UPDATE_MODELS.get(kind) if isinstance(kind, str) else None
+        if model is None:
+            if kind not in IGNORED_KINDS:
+                self.warn(f"session/update: unknown kind {kind!r} skipped")
+            return []
+        update = validate(model, raw, self.warn)
+        if update is None:
+            return []
+        if kind == "agent_message_chunk":
+            text = content_text(update.content)
+            return [text_part(text)] if text else []
+        if kind == "agent_thought_chunk":
+            text = content_text(update.content)
+            return [{"type": "thinking", "value": text}] if text else []
+        if kind == "plan":
+            return self._plan_parts(update.entries)
+        return self.tool(update)
+
+    def permission_tool(self, raw: Any) -> tuple[ToolState | None, list[Part]]:
+        """Merge a ``session/request_permission``'s ``toolCall`` (a ToolCallUpdate)."""
+        if not isinstance(raw, dict):
+            return None, []
+        update = validate(schema.ToolCallUpdate, raw, self.warn)
+        if update is None:
+            return None, []
+        parts = self.tool(update)
+        return self.tools[update.tool_call_id], parts
+
+    def tool(self, update: BaseModel) -> list[Part]:
+        """Parts for a tool call create-or-update: its start, then its end, once each."""
+        state = self.tools.get(update.tool_call_id)
+        if state is None:
+            state = self.tools[update.tool_call_id] = ToolState(update.tool_call_id)
+        state.merge(update)
+        parts: list[Part] = []
+        if not state.started and state.title:
+            state.started = True
+            if state.status not in FINAL_STATUSES:
+                parts.append(text_part(render_start(state)))
+        if state.started and not state.finished and state.status in FINAL_STATUSES:
+            state.finished = True
+            parts.append(text_part(render_end(state)))
+        return parts
+
+    def close(self) -> list[Part]:
+        """End of turn: tool calls left open are closed (facts.md §3: agents leave
+        them ``in_progress`` forever) and forgotten."""
+        parts = [
+            text_part(f"\n\n_{s.title or s.id}: ended without a result._\n\n")
+            for s in self.tools.values()
+            if s.started and not s.finished
+        ]
+        self.tools.clear()
+        return parts
+
+    # -- rendering ----------------------------------------------------------
+
+    def _plan_parts(self, entries: list[Any]) -> list[Part]:
+        key = tuple((e.content, getattr(e.status, "value", e.status)) for e in entries)
+        if key == self._plan:
+            return []
+        self._plan = key
+        lines = [f"- [{'x' if status == 'completed' else ' '}] {content}" for content, status in key]
+        return [text_part("\n\n**Plan**\n" + "\n".join(lines) + "\n\n")]
+
+
+def _title(state: ToolState) -> str:
+    kind = f" ({state.kind})" if state.kind and state.kind != "other" else ""
+    return f"**{state.title or state.id}**{kind}"
+
+
+def render_start(state: ToolState) -> str:
+    """Markdown shown when a tool call starts: its title, kind and locations."""
+    where = ", ".join(f"`{loc.path}`" for loc in state.locations[:3])
+    return f"\n\n🔧 {_title(state)}{' — ' + where if where else ''}\n\n"
+
+
+def render_end(state: ToolState) -> str:
+    """Markdown shown when a tool call ends: status and a short preview of its output or diff."""
+    head = f"\n\n{_ICONS.get(state.status or '', '•')} {_title(state)} {state.status}"
+    previews = [p for p in (_preview(c) for c in state.content) if p]
+    return head + ("\n\n" + "\n\n".join(previews) if previews else "") + "\n\n"
+
+
+def _clip(lines: list[str]) -> str:
+    if len(lines) > PREVIEW_LINES:
+        lines = lines[:PREVIEW_LINES] + [f"… ({len(lines) - PREVIEW_LINES} more lines)"]
+    return "\n".join(lines)
+
+
+def _preview(item: Any) -> str:
+    kind = getattr(item, "type", None)
+    if kind == "diff":
+        old = (item.old_text or "").splitlines()
+        new = (item.new_text or "").splitlines()
+        diff = list(difflib.unified_diff(old, new, item.path, item.path, lineterm="", n=1))
+        return f"```diff\n{_clip(diff)}\n```"
+    if kind == "content":
+        text = content_text(item.content)
+        return f"```\n{_clip(text.splitlines())}\n```" if text.strip() else ""
+    if kind == "terminal":
+        return f"_terminal {item.terminal_id}_"
+    return ""

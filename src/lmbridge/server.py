@@ -1,0 +1,315 @@
+"""The wire server: newline-delimited JSON-RPC 2.0 on the daemon's stdio.
+
+Implements the shim ↔ daemon contract v1 (docs/protocol.md). One reader task
+splits stdin into frames and dispatches each request in its own task through
+``jsonrpcserver`` (so a long chat request never blocks the next frame); one
+writer task owns stdout, so frames never interleave. ``$/cancelRequest`` is
+answered here: the cancelled request gets ``{"stopReason": "cancelled"}`` at
+once, and nothing more is sent for it.
+
+Start-up cost matters (the shim waits for ``initialize``): the history and
+session actors, and with them the ACP SDK, are imported on the first chat
+request, not before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from jsonrpcserver import Error, Result, Success, async_dispatch
+from jsonrpcserver.methods import Methods
+from pydantic import ValidationError
+
+from lmbridge import __version__
+from lmbridge.agents import merge, model_info
+from lmbridge.log import get_logger
+from lmbridge.wire import (
+    PROTOCOL_VERSION,
+    AgentSpec,
+    CancelParams,
+    ChatInformationParams,
+    ChatResponseParams,
+    InitializeParams,
+    TokenCountParams,
+    dump,
+)
+
+if TYPE_CHECKING:
+    from lmbridge.history_actor import HistoryActor
+    from lmbridge.session_actor import Job
+
+log = get_logger("server")
+
+MAX_FRAME = 256 * 1024 * 1024  # bytes in one stdin line
+UNKNOWN_MODEL = -32602  # with data {"kind": "unknown_model"}
+AGENT_FAILED = -32000  # the agent could not start, crashed, or answered with an error
+
+
+def _invalid(exc: ValidationError) -> Result:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "params"
+    return invalid_params(f"{where}: {first['msg']}")
+
+
+def invalid_params(message: str) -> Result:
+    return Error(-32602, f"invalid params: {message}")
+
+
+@dataclass
+class _Context:
+    """Passed by jsonrpcserver as the first argument of every method."""
+
+    id: Any
+
+
+@dataclass
+class Config:
+    """What ``lmbridge serve`` was started with."""
+
+    agents: list[AgentSpec] = field(default_factory=list)
+    idle_timeout: float = 1800.0
+
+
+class Server:
+    """The daemon: reads frames from ``reader``, writes frames to ``writer``."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.agents: dict[str, AgentSpec] = merge(config.agents)
+        self.workspace: list[str] = []
+        self.history: HistoryActor | None = None
+        self.inflight: dict[Any, Job | None] = {}
+        self.answered: set[Any] = set()  # ids answered early by $/cancelRequest
+        self._out_send, self._out_recv = anyio.create_memory_object_stream[bytes](math.inf)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._history_lock = anyio.Lock()
+        self.shutting_down = False
+        self.methods: Methods = {
+            "initialize": self.initialize,
+            "lm/provideLanguageModelChatInformation": self.chat_information,
+            "lm/provideLanguageModelChatResponse": self.chat_response,
+            "lm/provideTokenCount": self.token_count,
+            "shutdown": self.shutdown,
+            "$/cancelRequest": self.cancel_request,
+        }
+
+    # -- frames -------------------------------------------------------------
+
+    def send(self, frame: dict[str, Any]) -> None:
+        """Queue one frame for stdout (the writer task keeps the order)."""
+        self._out_send.send_nowait((json.dumps(frame, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
+
+    async def serve(self, lines: AsyncIterator[bytes], write: Any) -> None:
+        """Run until ``lines`` ends (EOF): then stop every agent and return."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self._writer, write)
+            async for line in lines:
+                tg.start_soon(self._dispatch, line)
+            log.info("stdin closed: shutting down")
+            await self._stop()
+            await self._drain_out()
+            tg.cancel_scope.cancel()
+
+    async def _writer(self, write: Any) -> None:
+        async for data in self._out_recv:
+            await write(data)
+
+    async def _drain_out(self) -> None:
+        with anyio.move_on_after(2):
+            while self._out_send.statistics().current_buffer_used:
+                await anyio.sleep(0.01)
+
+    async def _dispatch(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            request = json.loads(line)
+        except ValueError as exc:
+            self.send({"jsonrpc": "2.0", "error": {"code": -32700, "message": f"parse error: {exc}"}, "id": None})
+            return
+        rid = request.get("id") if isinstance(request, dict) else None
+        method = request.get("method") if isinstance(request, dict) else None
+        if isinstance(method, str) and method not in self.methods and "id" in request:
+            error = {"code": -32601, "message": f"method not found: {method}"}
+            self.send({"jsonrpc": "2.0", "error": error, "id": rid})
+            return
+        response = await async_dispatch("", self.methods, context=_Context(rid), deserializer=lambda _: request)
+        if rid is not None and rid in self.answered:
+            self.answered.discard(rid)  # a cancelled request: answered by $/cancelRequest
+            return
+        if response:
+            self._out_send.send_nowait((response + "\n").encode())
+
+    # -- methods ------------------------------------------------------------
+
+    async def initialize(self, ctx: _Context, **params: Any) -> Result:
+        try:
+            p = InitializeParams.model_validate(params)
+        except ValidationError as exc:
+            return _invalid(exc)
+        if p.protocolVersion != PROTOCOL_VERSION:
+            return invalid_params(f"unsupported protocolVersion {p.protocolVersion}; this daemon speaks {PROTOCOL_VERSION}")
+        self.workspace = list(p.workspaceFolders)
+        if p.agents:
+            self.agents = merge(self.config.agents, p.agents)
+        log.info("initialized", client=p.clientInfo and p.clientInfo.name, agents=list(self.agents))
+        return Success({"protocolVersion": PROTOCOL_VERSION, "serverInfo": {"name": "lmbridge", "version": __version__}})
+
+    async def chat_information(self, ctx: _Context, **params: Any) -> Result:
+        try:
+            ChatInformationParams.model_validate(params)
+        except ValidationError as exc:
+            return _invalid(exc)
+        return Success({"models": [dump(model_info(s)) for s in self.agents.values()]})
+
+    async def token_count(self, ctx: _Context, **params: Any) -> Result:
+        try:
+            p = TokenCountParams.model_validate(params)
+        except ValidationError as exc:
+            return _invalid(exc)
+        # An estimate (~4 characters a token): agents do not expose a tokenizer.
+        return Success({"count": (len(p.text) + 3) // 4})
+
+    async def shutdown(self, ctx: _Context, **params: Any) -> Result:
+        await self._stop()
+        return Success(None)
+
+    async def cancel_request(self, ctx: _Context, **params: Any) -> Result:
+        try:
+            p = CancelParams.model_validate(params)
+        except ValidationError as exc:
+            return _invalid(exc)
+        if p.id not in self.inflight:
+            return Success(None)
+        job = self.inflight.pop(p.id)
+        self.answered.add(p.id)
+        # Answer now, before anything else queued for stdout after this point.
+        self.send({"jsonrpc": "2.0", "result": {"stopReason": "cancelled"}, "id": p.id})
+        if job is not None:
+            job.cancelled = True
+            if job.actor is not None:
+                job.actor.cancel(job)
+        log.info("request cancelled", id=p.id)
+        return Success(None)
+
+    async def chat_response(self, ctx: _Context, **params: Any) -> Result:
+        try:
+            p = ChatResponseParams.model_validate(params)
+        except ValidationError as exc:
+            return _invalid(exc)
+        spec = self.agents.get(p.modelId)
+        if spec is None:
+            known = ", ".join(self.agents) or "none"
+            return Error(UNKNOWN_MODEL, f"unknown model {p.modelId!r} (known: {known})", {"kind": "unknown_model"})
+        if self.shutting_down:
+            return Error(AGENT_FAILED, "the daemon is shutting down")
+        from lmbridge.history import HistoryError
+        from lmbridge.session_actor import Job
+
+        rid = ctx.id
+        self.inflight[rid] = None
+        history = await self._history()
+        try:
+            turn, actor = await history.begin(spec, p.messages, self.workspace[0] if self.workspace else os.getcwd())
+        except HistoryError as exc:
+            self.inflight.pop(rid, None)
+            return invalid_params(f"messages: {exc}")
+
+        async def emit(part: dict[str, Any]) -> None:
+            self.send({"jsonrpc": "2.0", "method": "lm/responsePart", "params": {"requestId": rid, "part": part}})
+
+        job = Job(turn=turn, history=tuple(p.messages), emit=emit)
+        job.actor = actor
+        cancelled = rid not in self.inflight  # cancelled while we classified
+        self.inflight[rid] = job if not cancelled else None
+        job.cancelled = cancelled
+        await actor.submit(job)
+        if cancelled:
+            actor.cancel(job)
+        await job.done.wait()
+        self.inflight.pop(rid, None)
+        if job.cancelled:
+            return Success({"stopReason": "cancelled"})  # already sent; _dispatch drops this copy
+        if job.error is not None:
+            return Error(AGENT_FAILED, job.error)
+        return Success({"stopReason": job.stop_reason})
+
+    async def _history(self) -> HistoryActor:
+        async with self._history_lock:
+            if self.history is None:
+                from lmbridge.history_actor import HistoryActor
+
+                self.history = HistoryActor(self.config.idle_timeout)
+                assert self._tg is not None
+                await self._tg.start(self.history.run)
+            return self.history
+
+    async def _stop(self) -> None:
+        """Close every session (agents stop); requests in flight end with an error."""
+        self.shutting_down = True
+        if self.history is not None:
+            await self.history.aclose("daemon shutting down")
+
+
+# ---------------------------------------------------------------- stdio
+
+
+async def stdin_lines() -> AsyncIterator[bytes]:
+    """The daemon's stdin as lines. Pipes and terminals are read by the event
+    loop; regular files (``lmbridge serve < frames.jsonl``) from a thread."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_FRAME)
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    except ValueError:
+        while line := await anyio.to_thread.run_sync(sys.stdin.buffer.readline):
+            yield line
+        return
+    while True:
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial.strip():
+                yield exc.partial
+            return
+        except asyncio.LimitOverrunError as exc:
+            await reader.readexactly(exc.consumed)  # drop the oversized frame's start
+            log.error("frame longer than the limit skipped", limit=MAX_FRAME)
+            continue
+        yield line
+
+
+async def stdout_writer() -> Any:
+    """An ``async write(bytes)`` for the daemon's stdout (pipe: event loop; else blocking)."""
+    loop = asyncio.get_running_loop()
+    try:
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout.buffer)
+    except ValueError:
+
+        async def write_blocking(data: bytes) -> None:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+
+        return write_blocking
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+
+    async def write(data: bytes) -> None:
+        writer.write(data)
+        await writer.drain()
+
+    return write
+
+
+async def run(config: Config) -> None:
+    """``lmbridge serve``: the daemon on this process's stdio until EOF."""
+    server = Server(config)
+    await server.serve(stdin_lines(), await stdout_writer())

@@ -1,0 +1,521 @@
+"""The session actor: one ACP agent conversation driven for one VS Code chat.
+
+It owns the agent process (``AgentConnection``), the ACP session id, the
+update renderer and the permissions the agent is waiting on. Everything it
+reacts to arrives on one mailbox, in order: jobs (chat requests the history
+actor routed here), cancels, the agent's notifications and requests, prompt
+completions and timer ticks. So its state has one owner and no locks.
+
+A permission request (``session/request_permission``) becomes a
+``symposium-agent-action`` tool call part; permissions that arrive within
+``GATHER`` seconds of each other go out in the same response, which then ends
+with ``stopReason: "tool_calls"`` while the ACP turn stays open (issue #2,
+"Permission bridging"). The next request's Turn carries each one's Answer.
+
+Cancellation follows ACP (facts.md §3): every pending permission is answered
+``cancelled``, ``session/cancel`` is sent, and whatever the cancelled turn
+still produces is drained and dropped. An agent that then ends the next turn
+at once with no output (claude-agent-acp's quirk, facts.md §5) gets a fresh
+ACP session with the conversation so far.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from lmbridge import __version__
+from lmbridge.acp_client import AgentConnection, AgentError, AgentExited, Incoming
+from lmbridge.history import Answer, Fingerprint, Last, Pending, Turn, split_prompt
+from lmbridge.log import get_logger
+from lmbridge.render import Part, TurnRenderer
+from lmbridge.transcript import prompt_blocks
+from lmbridge.wire import AGENT_ACTION_TOOL, AgentSpec, Message
+
+log = get_logger("session")
+
+GATHER = 0.05  # seconds: permissions this close together go out in one response
+START_TIMEOUT = 60.0  # seconds for initialize + session/new
+DRAIN_TIMEOUT = 10.0  # seconds a cancelled prompt may take to end before the agent is restarted
+STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
+
+Emit = Callable[[Part], Awaitable[None]]
+
+
+class JobFailed(Exception):
+    """The request cannot be answered with parts: the message is for the user."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One ``provideLanguageModelChatResponse`` handed to a session actor.
+
+    ``emit`` sends one part to VS Code; ``done`` is set once, with
+    ``stop_reason`` or ``error``. ``cancelled`` is set by the server when the
+    shim cancels: from then on nothing more is emitted for this job.
+    """
+
+    turn: Turn
+    history: tuple[Message, ...]
+    emit: Emit
+    done: anyio.Event = field(default_factory=anyio.Event)
+    stop_reason: str | None = None
+    error: str | None = None
+    cancelled: bool = False
+    recorded: bool = False  # its end reported to the history actor
+    actor: Any = None  # the SessionActor running it (for cancellation)
+    # What this response emitted, for the history core's fingerprint.
+    _text: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
+    call_ids: list[str] = field(default_factory=list)
+    output: bool = False
+
+    async def send(self, part: Part) -> None:
+        if self.cancelled or self.done.is_set():
+            return
+        if part["type"] == "text":
+            self._text.update("".join(part["value"].split()).encode())
+        elif part["type"] == "tool_call":
+            self.call_ids.append(part["callId"])
+        self.output = True
+        await self.emit(part)
+
+    def fingerprint(self) -> Fingerprint:
+        return Fingerprint(self._text.digest(), tuple(self.call_ids))
+
+
+@dataclass
+class Permission:
+    """A ``session/request_permission`` the agent waits on."""
+
+    rid: int | str
+    call_id: str
+    token: str
+    options: list[dict[str, Any]]
+    part: Part  # the symposium-agent-action tool call
+    surfaced: bool = False
+
+
+@dataclass(frozen=True)
+class _CancelJob:
+    job: Job
+
+
+@dataclass(frozen=True)
+class _PromptDone:
+    acp_session: str
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class _Flush:
+    job: Job
+    generation: int
+
+
+@dataclass(frozen=True)
+class _AgentGone:
+    pass
+
+
+@dataclass(frozen=True)
+class _Close:
+    reason: str
+
+
+def choose_option(options: list[dict[str, Any]], answer: Answer) -> dict[str, Any]:
+    """The ``RequestPermissionOutcome`` for an Answer: the option chosen by
+    ``kind`` (never by id: ids differ per agent, facts.md §3), else cancelled."""
+    wanted = {Answer.ALLOW: "allow_once", Answer.REJECT: "reject_once"}.get(answer)
+    for option in options:
+        if wanted and option.get("kind") == wanted and isinstance(option.get("optionId"), str):
+            return {"outcome": "selected", "optionId": option["optionId"]}
+    return {"outcome": "cancelled"}
+
+
+@dataclass
+class SessionHooks:
+    """How a session actor reports to the history actor."""
+
+    ended: Callable[[str, Fingerprint, Last, list[Pending]], Awaitable[None]]
+    died: Callable[[str], Awaitable[None]]
+
+
+class SessionActor:
+    """Drives one agent for one history session. Run ``run()`` in a task group."""
+
+    def __init__(self, session_id: str, spec: AgentSpec, cwd: str | None, hooks: SessionHooks) -> None:
+        self.id = session_id
+        self.spec = spec
+        self.cwd = cwd
+        self.hooks = hooks
+        self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
+        self.conn: AgentConnection | None = None
+        self.acp_session: str | None = None
+        self.images = False
+        self.renderer = TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=spec.id))
+        self.job: Job | None = None
+        self.waiting: list[Job] = []  # jobs waiting for a cancelled prompt to drain
+        self.permissions: dict[str, Permission] = {}
+        self.buffer: list[Part] = []  # parts produced while no request streams
+        self.prompt_open = False
+        self.prompt_result: _PromptDone | None = None  # a prompt that ended while no job streamed
+        self.draining = False
+        self.cancelled_before = False  # the previous prompt was cancelled (claude quirk)
+        self.recovered = False
+        self._generation = 0
+        self._tg: TaskGroup | None = None
+        self._closed = False
+        self.finished = anyio.Event()  # set when run() has returned (agent stopped)
+
+    # -- public, called from other tasks -----------------------------------
+
+    async def submit(self, job: Job) -> None:
+        await self._send.send(job)
+
+    def cancel(self, job: Job) -> None:
+        """The shim cancelled ``job``'s request (already answered ``cancelled``)."""
+        job.cancelled = True
+        self._send.send_nowait(_CancelJob(job))
+
+    def close(self, reason: str) -> None:
+        """End the session: pending permissions cancelled, agent stopped."""
+        if not self._closed:
+            self._send.send_nowait(_Close(reason))
+
+    # -- the loop -------------------------------------------------------------
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                async for msg in self._mailbox:
+                    if isinstance(msg, _Close):
+                        await self._shutdown(msg.reason)
+                        break
+                    await self._handle(msg)
+            finally:
+                self._closed = True
+                with anyio.CancelScope(shield=True):
+                    await self._shutdown("session ended")
+                    self.finished.set()
+                tg.cancel_scope.cancel()
+
+    async def _handle(self, msg: Any) -> None:
+        if isinstance(msg, Incoming):
+            await self._on_incoming(msg)
+        elif isinstance(msg, Job):
+            await self._on_job(msg)
+        elif isinstance(msg, _PromptDone):
+            await self._on_prompt_done(msg)
+        elif isinstance(msg, _Flush):
+            if msg.job is self.job and msg.generation == self._generation:
+                await self._finish(msg.job, "tool_calls", Last.PENDING)
+        elif isinstance(msg, _CancelJob):
+            await self._on_cancel(msg.job)
+        elif isinstance(msg, _AgentGone):
+            await self._on_agent_gone()
+
+    # -- jobs -----------------------------------------------------------------
+
+    async def _on_job(self, job: Job) -> None:
+        turn = job.turn
+        if self.conn is None:
+            try:
+                await self._start_agent()
+            except (AgentExited, AgentError, TimeoutError) as exc:
+                await self._fail(job, f"agent {self.spec.id!r} failed to start: {exc}")
+                return
+        # Answer what the previous response left pending, each on its own; a
+        # request cancelled before it got here approves nothing.
+        for call_id, answer in turn.answers.items():
+            await self._answer(call_id, Answer.CANCELLED if job.cancelled else answer)
+        if turn.cancel_first:
+            await self._cancel_turn()
+        self.job = job
+        if self.draining:
+            self.job = None
+            self.waiting.append(job)
+            return
+        await self._proceed(job)
+
+    async def _proceed(self, job: Job) -> None:
+        """Run a job once no cancelled prompt is draining."""
+        self.job = job
+        for part in self.buffer:
+            await job.send(part)
+        self.buffer.clear()
+        unsurfaced = [p for p in self.permissions.values() if not p.surfaced]
+        for perm in unsurfaced:
+            await self._surface(perm)
+        if job.turn.prompt:
+            await self._start_prompt(job.turn.context, job.turn.prompt)
+        elif self.prompt_result is not None:
+            done, self.prompt_result = self.prompt_result, None
+            await self._on_prompt_done(done)
+        elif not self.prompt_open and not unsurfaced:
+            await self._finish(job, "end_turn", Last.DONE)
+
+    async def _start_agent(self) -> None:
+        self.conn = await AgentConnection.spawn(self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self._send.clone())
+        assert self._tg is not None
+        self._tg.start_soon(self._serve_agent, self.conn)
+        with anyio.fail_after(START_TIMEOUT):
+            init = await self.conn.request(
+                "initialize",
+                {
+                    "protocolVersion": 1,
+                    "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
+                    "clientInfo": {"name": "lmbridge", "version": __version__},
+                },
+            )
+        caps = (init or {}).get("agentCapabilities") or {}
+        self.images = bool((caps.get("promptCapabilities") or {}).get("image"))
+        await self._new_acp_session()
+
+    async def _new_acp_session(self) -> None:
+        assert self.conn is not None
+        with anyio.fail_after(START_TIMEOUT):
+            result = await self.conn.request("session/new", {"cwd": self.cwd or "/", "mcpServers": []})
+        self.acp_session = str((result or {}).get("sessionId"))
+        self.renderer = TurnRenderer(self.renderer.warn)
+        log.info("acp session", session=self.id, agent=self.spec.id, acp_session=self.acp_session)
+
+    async def _serve_agent(self, conn: AgentConnection) -> None:
+        await conn.serve()
+        if conn is self.conn and not self._closed:
+            await self._send.send(_AgentGone())
+
+    async def _start_prompt(self, context: tuple[Message, ...], prompt: tuple[Message, ...]) -> None:
+        assert self.conn is not None and self._tg is not None
+        blocks = prompt_blocks(context, prompt, images=self.images)
+        self.prompt_open = True
+        self._tg.start_soon(self._prompt, self.conn, self.acp_session, blocks)
+
+    async def _prompt(self, conn: AgentConnection, acp_session: str, blocks: list[dict[str, Any]]) -> None:
+        try:
+            result = await conn.request("session/prompt", {"sessionId": acp_session, "prompt": blocks})
+            done = _PromptDone(acp_session, result=result)
+        except AgentError as exc:
+            done = _PromptDone(acp_session, error=str(exc))
+        except AgentExited:
+            return  # _AgentGone reports it
+        await self._send.send(done)
+
+    async def _finish(self, job: Job, stop_reason: str, last: Last) -> None:
+        """End a job's response and report what it emitted (once each)."""
+        if self.job is job:
+            self.job = None
+        if not job.recorded:
+            job.recorded = True
+            pending = [Pending(p.call_id, p.token) for p in self.permissions.values() if p.surfaced and p.call_id in job.call_ids]
+            await self.hooks.ended(self.id, job.fingerprint(), last, pending)
+        if not job.done.is_set():
+            job.stop_reason = stop_reason
+            job.done.set()
+
+    async def _fail(self, job: Job, message: str) -> None:
+        if self.job is job:
+            self.job = None
+        if not job.done.is_set():
+            job.error = message
+            job.done.set()
+        await self.hooks.died(self.id)
+        self.close(message)
+
+    # -- the agent's traffic --------------------------------------------------
+
+    async def _on_incoming(self, msg: Incoming) -> None:
+        if msg.method == "session/update" and msg.id is None:
+            params = msg.params if isinstance(msg.params, dict) else {}
+            if params.get("sessionId") != self.acp_session or self.draining:
+                return  # a superseded session, or a cancelled turn's late output
+            parts = self.renderer.update(params.get("update"))
+            await self._output(parts)
+        elif msg.method == "session/request_permission" and msg.id is not None:
+            await self._on_permission(msg)
+        elif msg.id is not None:
+            # fs/* and terminal/* are not offered in clientCapabilities.
+            await self.conn.respond(msg.id, error={"code": -32601, "message": f"method not found: {msg.method}"})
+        else:
+            log.info("agent notification ignored", method=msg.method)
+
+    async def _output(self, parts: list[Part]) -> None:
+        if not parts:
+            return
+        if self.job is not None:
+            self.job.output = True
+            for part in parts:
+                await self.job.send(part)
+        else:
+            self.buffer.extend(parts)
+
+    async def _on_permission(self, msg: Incoming) -> None:
+        assert self.conn is not None
+        params = msg.params if isinstance(msg.params, dict) else {}
+        if self.draining or params.get("sessionId") != self.acp_session:
+            await self.conn.respond(msg.id, {"outcome": {"outcome": "cancelled"}})
+            return
+        raw_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
+        state, parts = self.renderer.permission_tool(raw_call)
+        await self._output(parts)
+        options = [
+            {"optionId": o.get("optionId"), "name": o.get("name", ""), "kind": o.get("kind")}
+            for o in params.get("options") or []
+            if isinstance(o, dict)
+        ]
+        call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
+        token = secrets.token_urlsafe(18)
+        tool_input: dict[str, Any] = {
+            "title": (state.title if state else None) or raw_call.get("title") or "Agent action",
+            "kind": (state.kind if state else None) or raw_call.get("kind") or "other",
+            "rawInput": state.raw_input if state else raw_call.get("rawInput"),
+            "options": options,
+            "approvalToken": token,
+        }
+        for key in ("content", "locations"):
+            if raw_call.get(key):
+                tool_input[key] = raw_call[key]
+        part = {"type": "tool_call", "callId": call_id, "name": AGENT_ACTION_TOOL, "input": tool_input}
+        perm = Permission(msg.id, call_id, token, options, part)
+        self.permissions[call_id] = perm
+        log.info("permission asked", session=self.id, callId=call_id, title=tool_input["title"])
+        if self.job is not None:
+            await self._surface(perm)
+
+    async def _surface(self, perm: Permission) -> None:
+        """Emit a permission's tool call and (re)start the gather window."""
+        assert self.job is not None and self._tg is not None
+        perm.surfaced = True
+        await self.job.send(perm.part)
+        self._generation += 1
+        self._tg.start_soon(self._flush_later, self.job, self._generation)
+
+    async def _flush_later(self, job: Job, generation: int) -> None:
+        await anyio.sleep(GATHER)
+        await self._send.send(_Flush(job, generation))
+
+    async def _answer(self, call_id: str, answer: Answer) -> None:
+        perm = self.permissions.pop(call_id, None)
+        if perm is None or self.conn is None:
+            return
+        outcome = choose_option(perm.options, answer)
+        if answer is Answer.ALLOW and outcome["outcome"] != "selected":
+            log.warning("no allow_once option: answered cancelled", session=self.id, callId=call_id)
+        log.info("permission answered", session=self.id, callId=call_id, answer=answer.value, outcome=outcome)
+        await self.conn.respond(perm.rid, {"outcome": outcome})
+
+    async def _cancel_turn(self) -> None:
+        """ACP cancellation: every pending permission answered cancelled,
+        ``session/cancel`` sent, and the turn's late output dropped."""
+        for call_id in list(self.permissions):
+            await self._answer(call_id, Answer.CANCELLED)
+        self.buffer.clear()
+        self.renderer.close()
+        if self.prompt_open and self.conn is not None and not self.draining:
+            self.draining = True
+            self.cancelled_before = True
+            try:
+                await self.conn.notify("session/cancel", {"sessionId": self.acp_session})
+            except AgentExited:
+                return
+            assert self._tg is not None
+            self._tg.start_soon(self._drain_deadline, self.acp_session)
+
+    async def _drain_deadline(self, acp_session: str | None) -> None:
+        await anyio.sleep(DRAIN_TIMEOUT)
+        await self._send.send(_PromptDone(acp_session or "", error="the agent did not end a cancelled turn"))
+
+    async def _on_cancel(self, job: Job) -> None:
+        if job in self.waiting:
+            self.waiting.remove(job)
+            await self._finish(job, "cancelled", Last.CANCELLED)
+            return
+        if job is not self.job:
+            return
+        await self._finish(job, "cancelled", Last.CANCELLED)
+        await self._cancel_turn()
+
+    async def _on_prompt_done(self, done: _PromptDone) -> None:
+        if done.acp_session != self.acp_session:
+            return
+        if not self.prompt_open and not self.draining:
+            return  # a drain deadline that fired after the drain ended
+        self.prompt_open = False
+        if self.draining:
+            self.draining = False
+            if done.error:
+                log.warning("cancelled turn did not end; new ACP session", session=self.id, error=done.error)
+                await self._new_acp_session()
+            for job in self.waiting:
+                self.waiting = [j for j in self.waiting if j is not job]
+                await self._proceed(job)
+                break
+            return
+        job = self.job
+        if job is None:
+            self.prompt_result = done  # delivered to the next request
+            return
+        stop = (done.result or {}).get("stopReason") if isinstance(done.result, dict) else None
+        if self.cancelled_before and stop == "end_turn" and not job.output and not self.recovered and done.error is None:
+            # claude-agent-acp answers every prompt after a cancel at once, empty
+            # (facts.md §5): start over in a fresh ACP session given the conversation.
+            self.recovered = True
+            log.warning("empty turn right after a cancel: fresh ACP session", session=self.id)
+            await self._new_acp_session()
+            context, prompt = split_prompt(job.history)
+            await self._start_prompt(context, prompt)
+            return
+        self.cancelled_before = False
+        self.recovered = False
+        for part in self.renderer.close():
+            await job.send(part)
+        for call_id in [c for c, p in self.permissions.items()]:
+            await self._answer(call_id, Answer.CANCELLED)  # the turn ended without them
+        if done.error is not None:
+            await self._fail(job, f"agent {self.spec.id!r}: {done.error}")
+            return
+        if stop not in STOP_REASONS:
+            log.warning("unknown stopReason, reported as end_turn", stopReason=stop)
+            stop = "end_turn"
+        await self._finish(job, stop, Last.CANCELLED if stop == "cancelled" else Last.DONE)
+
+    async def _on_agent_gone(self) -> None:
+        reason = self.conn.describe_exit() if self.conn else "agent gone"
+        self.permissions.clear()
+        jobs = ([self.job] if self.job else []) + self.waiting
+        self.waiting = []
+        for job in jobs:
+            job.error = reason
+            job.done.set()
+        self.job = None
+        await self.hooks.died(self.id)
+        self.close(reason)
+
+    async def _shutdown(self, reason: str) -> None:
+        self._closed = True
+        for job in ([self.job] if self.job else []) + self.waiting:
+            if not job.done.is_set():
+                job.error = f"session closed: {reason}"
+                job.done.set()
+        self.job, self.waiting = None, []
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        for perm in list(self.permissions.values()):
+            await conn.respond(perm.rid, {"outcome": {"outcome": "cancelled"}})
+        self.permissions.clear()
+        if self.prompt_open and not conn.closed.is_set():
+            try:
+                await conn.notify("session/cancel", {"sessionId": self.acp_session})
+            except AgentExited:
+                pass
+        await conn.close()

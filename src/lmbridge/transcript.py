@@ -1,0 +1,99 @@
+"""VS Code messages → ACP prompt content blocks (no I/O).
+
+A turn's ``prompt`` messages become the content of one ``session/prompt``;
+its ``context`` (messages the agent has not seen that come before them, the
+whole conversation for a fresh session: issue #2 "Divergence") becomes one
+leading text block that tells the agent what was said, so the agent's view
+equals VS Code's without re-sending anything it has seen.
+
+Blocks are plain dicts in ACP's ``ContentBlock`` shape (schema v1).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from lmbridge.wire import AGENT_ACTION_TOOL, DataPart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
+
+Block = dict[str, Any]
+
+CONTEXT_OPEN = (
+    "<conversation-so-far>\n"
+    "This conversation started before this session. Earlier turns, oldest first; "
+    "answer the request that follows it.\n"
+)
+CONTEXT_CLOSE = "</conversation-so-far>"
+
+
+def _data_size(part: DataPart) -> int:
+    try:
+        return len(base64.b64decode(part.data, validate=False))
+    except (binascii.Error, ValueError):
+        return 0
+
+
+def _result_text(part: ToolResultPart) -> str:
+    out = []
+    for c in part.content:
+        out.append(c.value if isinstance(c, TextPart) else f"[{c.mimeType}, {_data_size(c)} bytes]")
+    return "\n".join(out)
+
+
+def message_text(message: Message) -> str:
+    """A message as readable text, for the context block."""
+    lines: list[str] = []
+    for p in message.content:
+        if isinstance(p, TextPart):
+            lines.append(p.value)
+        elif isinstance(p, ThinkingPart):
+            continue  # the agent's own reasoning is not replayed
+        elif isinstance(p, ToolCallPart):
+            if p.name == AGENT_ACTION_TOOL:
+                lines.append(f"[asked permission: {p.input.get('title', '')}]")
+            else:
+                lines.append(f"[called tool {p.name} with {json.dumps(p.input, ensure_ascii=False)}]")
+        elif isinstance(p, ToolResultPart):
+            # An approval token means nothing to a new session; say what it was.
+            text = _result_text(p)
+            lines.append(f"[tool result {p.callId}]\n{text}" if text else f"[tool result {p.callId}: empty]")
+        elif isinstance(p, DataPart):
+            lines.append(f"[attachment: {p.mimeType}, {_data_size(p)} bytes]")
+    return "\n".join(lines)
+
+
+def context_block(context: Sequence[Message]) -> Block | None:
+    """One text block holding the earlier conversation, or None when there is none."""
+    if not context:
+        return None
+    turns = [f"## {m.role}\n{message_text(m)}" for m in context]
+    return {"type": "text", "text": CONTEXT_OPEN + "\n\n".join(turns) + "\n" + CONTEXT_CLOSE}
+
+
+def prompt_blocks(context: Sequence[Message], prompt: Sequence[Message], *, images: bool) -> list[Block]:
+    """The ``session/prompt`` content for a turn.
+
+    ``images``: whether the agent's ``promptCapabilities.image`` allows image
+    blocks; otherwise an image becomes a short text note. Data parts that are
+    not images (Copilot's ``cache_control``/``stateful_marker``, JSON) are
+    left out. Always returns at least one block.
+    """
+    blocks: list[Block] = []
+    head = context_block(context)
+    if head is not None:
+        blocks.append(head)
+    for m in prompt:
+        for p in m.content:
+            if isinstance(p, TextPart) and p.value:
+                blocks.append({"type": "text", "text": p.value})
+            elif isinstance(p, DataPart) and p.mimeType.startswith("image/"):
+                if images:
+                    blocks.append({"type": "image", "mimeType": p.mimeType, "data": p.data})
+                else:
+                    blocks.append({"type": "text", "text": f"[image omitted: {p.mimeType}, {_data_size(p)} bytes]"})
+            elif isinstance(p, ToolResultPart):
+                blocks.append({"type": "text", "text": message_text(Message(role="user", content=[p]))})
+    return blocks or [{"type": "text", "text": ""}]

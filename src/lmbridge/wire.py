@@ -1,0 +1,184 @@
+"""Wire models of the shim ↔ daemon protocol, v1 (docs/protocol.md).
+
+Pydantic models of every request's params and every shape the daemon sends.
+Names follow VS Code's classes (``LanguageModelTextPart`` → ``{"type": "text"}``,
+``LanguageModelToolCallPart`` → ``{"type": "tool_call", "callId", ...}``) so the
+shim is a one-to-one conversion. This module does no I/O; it is imported on the
+start-up path, so it imports nothing heavier than pydantic.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROTOCOL_VERSION = 1
+
+#: Name of the VS Code tool that carries an agent's permission request (seed 002).
+AGENT_ACTION_TOOL = "symposium-agent-action"
+
+#: The only text VS Code puts in a tool result when the user presses Skip (facts.md §1).
+VSCODE_SKIP_TEXT = "The user chose to skip the tool call, they want to proceed without running it"
+
+StopReason = Literal["end_turn", "tool_calls", "cancelled", "max_tokens", "max_turn_requests", "refusal"]
+
+
+class _Wire(BaseModel):
+    # Unknown fields are tolerated (newer shims) but not kept.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+# ---------------------------------------------------------------- input parts
+
+
+class TextPart(_Wire):
+    """``LanguageModelTextPart``: ``{"type": "text", "value": str}``."""
+
+    type: Literal["text"] = "text"
+    value: str
+
+
+class ThinkingPart(_Wire):
+    """``LanguageModelThinkingPart`` (proposed API): ``{"type": "thinking", "value", "id"?}``."""
+
+    type: Literal["thinking"] = "thinking"
+    value: str
+    id: str | None = None
+
+
+class DataPart(_Wire):
+    """``LanguageModelDataPart``: ``{"type": "data", "mimeType", "data": base64 str}``."""
+
+    type: Literal["data"] = "data"
+    mimeType: str
+    data: str
+
+
+class ToolCallPart(_Wire):
+    """``LanguageModelToolCallPart``: ``{"type": "tool_call", "callId", "name", "input": object}``."""
+
+    type: Literal["tool_call"] = "tool_call"
+    callId: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+ToolResultContent = Annotated[Union[TextPart, DataPart], Field(discriminator="type")]
+
+
+class ToolResultPart(_Wire):
+    """``LanguageModelToolResultPart``: ``{"type": "tool_result", "callId", "content": [text|data]}``."""
+
+    type: Literal["tool_result"] = "tool_result"
+    callId: str
+    content: list[ToolResultContent] = Field(default_factory=list)
+
+    def text(self) -> str:
+        """The result's text parts concatenated and trimmed (how approval tokens are read)."""
+        return "".join(p.value for p in self.content if isinstance(p, TextPart)).strip()
+
+
+InputPart = Annotated[
+    Union[TextPart, ThinkingPart, ToolCallPart, ToolResultPart, DataPart], Field(discriminator="type")
+]
+ResponsePart = Annotated[Union[TextPart, ThinkingPart, ToolCallPart], Field(discriminator="type")]
+
+
+class Message(_Wire):
+    """``LanguageModelChatRequestMessage``: ``{"role", "name"?, "content": [InputPart]}``."""
+
+    role: Literal["user", "assistant", "system"]
+    name: str | None = None
+    content: list[InputPart] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- requests
+
+
+class AgentSpec(_Wire):
+    """How to start one agent: ``{"id", "name"?, "command", "args"?, "env"?}``.
+
+    ``command`` is an executable (looked up on PATH), ``args`` its arguments,
+    ``env`` added to the daemon's own environment. The model id is ``id``.
+    """
+
+    id: str = Field(min_length=1)
+    name: str | None = None
+    command: str = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class ClientInfo(_Wire):
+    name: str
+    version: str | None = None
+
+
+class InitializeParams(_Wire):
+    protocolVersion: int
+    clientInfo: ClientInfo | None = None
+    workspaceFolders: list[str] = Field(default_factory=list)
+    agents: list[AgentSpec] = Field(default_factory=list)
+
+
+class ChatInformationParams(_Wire):
+    silent: bool = False
+
+
+class ToolInfo(_Wire):
+    """One entry of ``options.tools``: ``LanguageModelChatTool``."""
+
+    name: str
+    description: str = ""
+    inputSchema: dict[str, Any] | None = None
+
+
+class ChatOptions(_Wire):
+    tools: list[ToolInfo] = Field(default_factory=list)
+    toolMode: Literal["auto", "required"] | None = None
+    modelOptions: dict[str, Any] = Field(default_factory=dict)
+
+
+class ChatResponseParams(_Wire):
+    """Params of ``lm/provideLanguageModelChatResponse``."""
+
+    modelId: str
+    messages: list[Message]
+    options: ChatOptions = Field(default_factory=ChatOptions)
+
+
+class TokenCountParams(_Wire):
+    modelId: str
+    text: str
+
+
+class CancelParams(_Wire):
+    id: int | str
+
+
+# ---------------------------------------------------------------- results
+
+
+class Capabilities(_Wire):
+    toolCalling: bool | int = True
+    imageInput: bool = False
+
+
+class ModelInfo(_Wire):
+    """``LanguageModelChatInformation``, one per configured agent (``id`` = the agent's id)."""
+
+    id: str
+    name: str
+    family: str
+    version: str
+    maxInputTokens: int
+    maxOutputTokens: int
+    capabilities: Capabilities
+    tooltip: str | None = None
+    detail: str | None = None
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """A model as the JSON object sent on the wire (``None`` fields left out)."""
+    return model.model_dump(mode="json", exclude_none=True)
