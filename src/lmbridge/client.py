@@ -1,0 +1,228 @@
+"""A client of the daemon's wire protocol, as the shim would speak it.
+
+Used by ``lmbridge demo``, the tests and the benchmarks: it spawns
+``lmbridge serve`` (or any command), sends requests, collects the
+``lm/responsePart`` notifications of each chat request, and can rebuild the
+assistant message VS Code would replay from them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+import anyio
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from lmbridge.wire import VSCODE_SKIP_TEXT
+
+MAX_LINE = 256 * 1024 * 1024
+
+
+class RPCError(Exception):
+    """The daemon answered with a JSON-RPC error: ``code``, ``message``, ``data``."""
+
+    def __init__(self, error: Mapping[str, Any]) -> None:
+        self.code = error.get("code")
+        self.message = error.get("message", "")
+        self.data = error.get("data")
+        super().__init__(f"{self.code}: {self.message}")
+
+
+@dataclass
+class Call:
+    """One request in flight: its parts as they arrive, then its result or error."""
+
+    id: int
+    on_part: Callable[[dict[str, Any]], None] | None = None
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: Any = None
+    error: RPCError | None = None
+    late_parts: int = 0  # parts that arrived after the result (a protocol violation)
+
+
+def user(text: str) -> dict[str, Any]:
+    """A user message with one text part."""
+    return {"role": "user", "content": [{"type": "text", "value": text}]}
+
+
+def assistant(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The assistant message VS Code replays for a response: its text joined,
+    then its tool calls (thinking is not replayed)."""
+    text = "".join(p["value"] for p in parts if p["type"] == "text")
+    content: list[dict[str, Any]] = [{"type": "text", "value": text}] if text else []
+    content += [dict(p) for p in parts if p["type"] == "tool_call"]
+    return {"role": "assistant", "content": content}
+
+
+def tool_result(call_id: str, text: str) -> dict[str, Any]:
+    """A user message holding one tool result with one text part."""
+    return {"role": "user", "content": [{"type": "tool_result", "callId": call_id, "content": [{"type": "text", "value": text}]}]}
+
+
+def approve(part: Mapping[str, Any]) -> dict[str, Any]:
+    """What VS Code sends back when the user presses Allow: the tool returns the token."""
+    return tool_result(part["callId"], part["input"]["approvalToken"])
+
+
+def skip(part: Mapping[str, Any]) -> dict[str, Any]:
+    """What VS Code sends back when the user presses Skip (facts.md §1)."""
+    return tool_result(part["callId"], VSCODE_SKIP_TEXT)
+
+
+class DaemonClient:
+    """JSON-RPC over a daemon process's stdio. Use ``DaemonClient.spawn``."""
+
+    def __init__(self, process: Process) -> None:
+        self.process = process
+        self.next_id = 0
+        self.calls: dict[int, Call] = {}
+        self.notifications: list[dict[str, Any]] = []
+        self.unmatched: list[dict[str, Any]] = []  # frames that fit no request
+        self.on_frame: Callable[[str, dict[str, Any]], None] | None = None  # ("in"/"out", frame)
+
+    @classmethod
+    @asynccontextmanager
+    async def spawn(cls, command: Sequence[str] | None = None, env: Mapping[str, str] | None = None, stderr: Any = None) -> AsyncIterator[DaemonClient]:
+        """Start the daemon (default: this Python's ``lmbridge serve``) and
+        stop it on exit by closing its stdin (then terminate/kill)."""
+        cmd = list(command or [sys.executable, "-m", "lmbridge", "serve"])
+        process = await anyio.open_process(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env)
+        client = cls(process)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client._read)
+            try:
+                yield client
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await client.close()
+                tg.cancel_scope.cancel()
+
+    async def close(self, timeout: float = 10.0) -> int | None:
+        """Close stdin and wait for the daemon to exit; returns its exit code."""
+        if self.process.stdin is not None:
+            try:
+                await self.process.stdin.aclose()
+            except (anyio.BrokenResourceError, OSError):
+                pass
+        with anyio.move_on_after(timeout):
+            return await self.process.wait()
+        self.process.kill()
+        return await self.process.wait()
+
+    async def _read(self) -> None:
+        assert self.process.stdout is not None
+        reader = BufferedByteReceiveStream(self.process.stdout)
+        while True:
+            try:
+                line = await reader.receive_until(b"\n", MAX_LINE)
+            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                break
+            frame = json.loads(line)
+            if self.on_frame:
+                self.on_frame("in", frame)
+            self._route(frame)
+        for call in self.calls.values():
+            if not call.done.is_set():
+                call.error = RPCError({"code": None, "message": "daemon exited"})
+                call.done.set()
+
+    def _route(self, frame: dict[str, Any]) -> None:
+        if frame.get("method") == "lm/responsePart":
+            call = self.calls.get(frame["params"]["requestId"])
+            if call is None:
+                self.unmatched.append(frame)
+                return
+            if call.done.is_set():
+                call.late_parts += 1
+                return
+            call.parts.append(frame["params"]["part"])
+            if call.on_part:
+                call.on_part(frame["params"]["part"])
+            return
+        if "method" in frame:
+            self.notifications.append(frame)
+            return
+        call = self.calls.get(frame.get("id"))
+        if call is None or call.done.is_set():
+            self.unmatched.append(frame)
+            return
+        if "error" in frame:
+            call.error = RPCError(frame["error"])
+        else:
+            call.result = frame.get("result")
+        call.done.set()
+
+    async def send_raw(self, data: bytes | str) -> None:
+        """Write bytes (or a str) to the daemon's stdin as they are."""
+        assert self.process.stdin is not None
+        await self.process.stdin.send(data.encode() if isinstance(data, str) else data)
+
+    async def send_frame(self, frame: Mapping[str, Any]) -> None:
+        if self.on_frame:
+            self.on_frame("out", dict(frame))
+        await self.send_raw(json.dumps(frame) + "\n")
+
+    async def start(self, method: str, params: Any = None, on_part: Callable[[dict[str, Any]], None] | None = None) -> Call:
+        """Send a request; returns its Call at once (await ``call.done``)."""
+        self.next_id += 1
+        call = Call(self.next_id, on_part)
+        self.calls[call.id] = call
+        await self.send_frame({"jsonrpc": "2.0", "id": call.id, "method": method, "params": params if params is not None else {}})
+        return call
+
+    async def request(self, method: str, params: Any = None, timeout: float = 60.0) -> Any:
+        """Send a request and wait for its result. Raises ``RPCError``, ``TimeoutError``."""
+        call = await self.start(method, params)
+        with anyio.fail_after(timeout):
+            await call.done.wait()
+        if call.error:
+            raise call.error
+        return call.result
+
+    async def cancel(self, call: Call) -> None:
+        """``$/cancelRequest`` for a call, as VS Code's cancellation token does."""
+        await self.send_frame({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": call.id}})
+
+    async def initialize(self, workspace: Sequence[str] = (), agents: Sequence[Mapping[str, Any]] = ()) -> Any:
+        params: dict[str, Any] = {"protocolVersion": 1, "clientInfo": {"name": "lmbridge-client", "version": "1"}}
+        if workspace:
+            params["workspaceFolders"] = list(workspace)
+        if agents:
+            params["agents"] = [dict(a) for a in agents]
+        return await self.request("initialize", params)
+
+    async def chat(
+        self,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        on_part: Callable[[dict[str, Any]], None] | None = None,
+        timeout: float = 60.0,
+        options: Mapping[str, Any] | None = None,
+    ) -> Call:
+        """Run one ``lm/provideLanguageModelChatResponse`` to its end; returns the Call
+        (``result`` or ``error`` set, ``parts`` collected)."""
+        params: dict[str, Any] = {"modelId": model, "messages": list(messages)}
+        if options:
+            params["options"] = dict(options)
+        call = await self.start("lm/provideLanguageModelChatResponse", params, on_part)
+        with anyio.fail_after(timeout):
+            await call.done.wait()
+        return call
+
+
+def tool_calls(call: Call) -> list[dict[str, Any]]:
+    """The tool call parts of a response."""
+    return [p for p in call.parts if p["type"] == "tool_call"]
+
+
+def text_of(call: Call) -> str:
+    return "".join(p["value"] for p in call.parts if p["type"] == "text")
+
