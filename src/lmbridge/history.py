@@ -258,6 +258,15 @@ class Turn:
     prompt: tuple[Message, ...] = ()
 
 
+def _without_results(messages: Sequence[Message], call_ids: set[str]) -> list[Message]:
+    out = []
+    for m in messages:
+        content = [p for p in m.content if not (isinstance(p, ToolResultPart) and p.callId in call_ids)]
+        if content:
+            out.append(m if len(content) == len(m.content) else m.model_copy(update={"content": content}))
+    return out
+
+
 def _lines(message: Message) -> frozenset[str]:
     text = "\n".join(p.value for p in message.content if isinstance(p, TextPart))
     return frozenset(k for k in (" ".join(line.split()) for line in text.splitlines()) if len(k) >= 3)
@@ -350,8 +359,10 @@ class HistoryCore:
         n = len(s.items)
         if HistoryCore._aligned(s, conv, n):
             return CLASSIFICATION[(True, s.last, has_user_content(conv[n:]))], n
-        if s.unacked and HistoryCore._aligned(s, conv, n - 1) and conv[n - 1].role == "user":
-            return CLASSIFICATION[(False, s.last, has_user_content(conv[n - 1 :]))], n - 1
+        if s.unacked and HistoryCore._aligned(s, conv, n - 1):
+            tail = conv[n - 1 :]
+            if not tail or tail[0].role == "user":
+                return CLASSIFICATION[(False, s.last, has_user_content(tail))], n - 1
         return Kind.DIVERGENCE, 0
 
     # -- transitions ------------------------------------------------------
@@ -388,7 +399,8 @@ class HistoryCore:
             prompt: tuple[Message, ...] = ()
         else:
             answers = {p.call_id: Answer.CANCELLED for p in s.pending}
-            context, prompt = split_prompt(tail)
+            # Results of the permissions just cancelled mean nothing to the agent.
+            context, prompt = split_prompt(_without_results(tail, set(answers)))
         if start < len(s.items):  # VS Code dropped the last response
             self._unindex(s, s.items[start:])
             del s.items[start:]

@@ -1,0 +1,362 @@
+"""The history core, walked row by row (after h11's test_state.py), plus
+hypothesis properties over random conversations."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmbridge.history import (
+    CLASSIFICATION,
+    Answer,
+    Fingerprint,
+    HistoryCore,
+    HistoryError,
+    Kind,
+    Last,
+    Pending,
+    answer_for,
+    conversation,
+)
+from lmbridge.wire import AGENT_ACTION_TOOL, VSCODE_SKIP_TEXT, Message, ToolResultPart
+
+
+def u(text: str) -> Message:
+    return Message.model_validate({"role": "user", "content": [{"type": "text", "value": text}]})
+
+
+def sysm(text: str) -> Message:
+    return Message.model_validate({"role": "system", "content": [{"type": "text", "value": text}]})
+
+
+def a(text: str, *calls: str) -> Message:
+    content = [{"type": "text", "value": text}] if text else []
+    content += [{"type": "tool_call", "callId": c, "name": AGENT_ACTION_TOOL, "input": {}} for c in calls]
+    return Message.model_validate({"role": "assistant", "content": content})
+
+
+def tr(call_id: str, text: str) -> Message:
+    return Message.model_validate(
+        {"role": "user", "content": [{"type": "tool_result", "callId": call_id, "content": [{"type": "text", "value": text}]}]}
+    )
+
+
+def fp(msg: Message) -> Fingerprint:
+    return Fingerprint.of_message(msg)
+
+
+def start(core: HistoryCore, first: str = "hello", answer: Message | None = None, *, last=Last.DONE, pending=()) -> tuple[str, list[Message]]:
+    """A new chat whose first response was ``answer``; returns (session id, history)."""
+    turn = core.begin("m", [u(first)], 0)
+    assert turn.kind is Kind.NEW_CHAT and turn.fresh
+    answer = answer or a(f"answer to {first}")
+    core.end(turn.session_id, fp(answer), last, list(pending), 1)
+    return turn.session_id, [u(first), answer]
+
+
+# ---------------------------------------------------------------- the table
+
+
+def test_table_covers_every_combination():
+    assert set(CLASSIFICATION) == {(ack, last, new) for ack in (True, False) for last in Last for new in (True, False)}
+
+
+def test_new_chat_single_user_turn_even_if_text_equals_another_chat():
+    core = HistoryCore()
+    s1, _ = start(core, "same")
+    turn = core.begin("m", [sysm("copilot"), u("same")], 2)
+    assert turn.kind is Kind.NEW_CHAT and turn.session_id != s1
+    assert turn.prompt == (u("same"),) and turn.context == ()
+
+
+def test_continuation_sends_only_the_new_message():
+    core = HistoryCore()
+    sid, hist = start(core)
+    turn = core.begin("m", hist + [u("next")], 2)
+    assert (turn.kind, turn.session_id, turn.fresh) == (Kind.CONTINUATION, sid, False)
+    assert turn.prompt == (u("next"),) and turn.context == () and not turn.cancel_first
+
+
+def test_tool_results_exact_token_allows():
+    core = HistoryCore()
+    sid, hist = start(core, "go", a("asking", "c1"), last=Last.PENDING, pending=[Pending("c1", "T1")])
+    turn = core.begin("m", hist + [tr("c1", "  T1\n")], 2)
+    assert turn.kind is Kind.TOOL_RESULTS and turn.session_id == sid
+    assert turn.answers == {"c1": Answer.ALLOW} and turn.prompt == () and not turn.cancel_first
+
+
+@pytest.mark.parametrize("text", [VSCODE_SKIP_TEXT, "", "T2", "T1 and more", "t1"])
+def test_tool_results_anything_but_the_token_rejects(text):
+    core = HistoryCore()
+    _, hist = start(core, "go", a("asking", "c1"), last=Last.PENDING, pending=[Pending("c1", "T1")])
+    turn = core.begin("m", hist + [tr("c1", text)], 2)
+    assert turn.kind is Kind.TOOL_RESULTS and turn.answers == {"c1": Answer.REJECT}
+
+
+def test_tool_results_each_permission_answered_on_its_own():
+    core = HistoryCore()
+    pending = [Pending("c1", "T1"), Pending("c2", "T2"), Pending("c3", "T3")]
+    _, hist = start(core, "go", a("asking", "c1", "c2", "c3"), last=Last.PENDING, pending=pending)
+    # Copilot keeps only tool calls that have a result (facts.md §1): c3 has none.
+    turn = core.begin("m", hist + [tr("c1", "T1"), tr("c2", VSCODE_SKIP_TEXT)], 2)
+    assert turn.kind is Kind.TOOL_RESULTS
+    assert turn.answers == {"c1": Answer.ALLOW, "c2": Answer.REJECT, "c3": Answer.CANCELLED}
+
+
+def test_a_token_of_another_call_rejects():
+    core = HistoryCore()
+    pending = [Pending("c1", "T1"), Pending("c2", "T2")]
+    _, hist = start(core, "go", a("", "c1", "c2"), last=Last.PENDING, pending=pending)
+    turn = core.begin("m", hist + [tr("c1", "T2"), tr("c2", "T1")], 2)
+    assert turn.answers == {"c1": Answer.REJECT, "c2": Answer.REJECT}
+
+
+def test_soft_cancel_token_plus_new_content_never_approves():
+    core = HistoryCore()
+    sid, hist = start(core, "go", a("asking", "c1"), last=Last.PENDING, pending=[Pending("c1", "T1")])
+    turn = core.begin("m", hist + [tr("c1", "T1"), u("actually, do something else")], 2)
+    assert (turn.kind, turn.session_id) == (Kind.SOFT_CANCEL, sid)
+    assert turn.answers == {"c1": Answer.CANCELLED} and turn.cancel_first
+    assert turn.prompt == (u("actually, do something else"),)
+
+
+def test_stopped_absent_tool_call_cancels_and_prompts():
+    core = HistoryCore()
+    sid, hist = start(core)
+    turn = core.begin("m", hist + [u("write it")], 2)
+    core.end(sid, fp(a("asking", "c1")), Last.PENDING, [Pending("c1", "T1")], 3)
+    # Stop pressed at the confirmation: the round is gone, the user turn stays.
+    turn = core.begin("m", hist + [u("write it"), u("never mind")], 4)
+    assert (turn.kind, turn.session_id) == (Kind.STOPPED, sid)
+    assert turn.answers == {"c1": Answer.CANCELLED} and turn.cancel_first
+    assert turn.prompt == (u("never mind"),) and turn.context == ()
+
+
+def test_stopped_first_turn_is_matched_by_user_turns():
+    core = HistoryCore()
+    sid, _ = start(core, "please write notes", a("asking", "c1"), last=Last.PENDING, pending=[Pending("c1", "T")])
+    turn = core.begin("m", [sysm("changed"), u("please write notes"), u("stop that")], 2)
+    assert (turn.kind, turn.session_id) == (Kind.STOPPED, sid)
+
+
+def test_cancelled_then_new_prompt_continues_the_session():
+    core = HistoryCore()
+    sid, _ = start(core, "long story", a("once upon"), last=Last.CANCELLED)
+    turn = core.begin("m", [u("long story"), u("shorter please")], 2)
+    assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, sid)
+    assert turn.prompt == (u("shorter please"),) and not turn.cancel_first
+
+
+def test_cancelled_partial_answer_kept_by_vscode_continues():
+    core = HistoryCore()
+    sid, hist = start(core, "long story", a("once upon"), last=Last.CANCELLED)
+    turn = core.begin("m", hist + [u("go on")], 2)
+    assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, sid)
+
+
+def test_cancelled_before_any_output_continues():
+    core = HistoryCore()
+    turn = core.begin("m", [u("q")], 0)
+    core.end(turn.session_id, fp(a("")), Last.CANCELLED, [], 1)
+    turn2 = core.begin("m", [u("q"), u("again")], 2)
+    assert (turn2.kind, turn2.session_id) == (Kind.CONTINUATION, turn.session_id)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        # regenerate: the last answer dropped, nothing new
+        lambda h: h[:-1],
+        # edit the last user turn after a finished answer
+        lambda h: h[:-2] + [u("edited")],
+        # an earlier turn edited: history shorter than what the agent saw
+        lambda h: h[:1],
+        # the last answer written by another model
+        lambda h: h[:-1] + [a("someone else wrote this"), u("next")],
+    ],
+)
+def test_divergence_starts_fresh_with_the_conversation_as_context(build):
+    core = HistoryCore()
+    sid, hist = start(core, "one")
+    turn = core.begin("m", hist + [u("two")], 2)
+    core.end(sid, fp(a("answer two")), Last.DONE, [], 3)
+    hist = hist + [u("two"), a("answer two")]
+    req = build(hist)
+    if req[-1].role != "user":
+        req = req + [u("more")]
+    turn = core.begin("m", req, 4)
+    assert turn.fresh and turn.session_id != sid
+    if len(conversation(req)) > 1:
+        assert turn.kind is Kind.DIVERGENCE
+    assert turn.context + turn.prompt == tuple(conversation(req))
+
+
+def test_stop_then_retry_is_divergence():
+    core = HistoryCore()
+    sid, hist = start(core, "write", a("asking", "c1"), last=Last.PENDING, pending=[Pending("c1", "T")])
+    turn = core.begin("m", [u("zero"), a("answer to zero"), u("write")], 2)  # unrelated: no match
+    assert turn.fresh
+    turn = core.begin("m", hist[:1] + [u("retry")], 3)
+    assert turn.kind is Kind.STOPPED  # matched by user turns; new content → a new prompt
+
+
+def test_tool_result_for_an_unknown_call_after_done_is_divergence():
+    core = HistoryCore()
+    sid, hist = start(core)
+    turn = core.begin("m", hist + [tr("someone-elses", "r")], 2)
+    assert turn.kind is Kind.DIVERGENCE and turn.fresh
+
+
+def test_rerendered_system_and_user_text_still_match():
+    core = HistoryCore()
+    turn = core.begin("m", [sysm("prompt v1"), u("<context>editor: a.py</context>\nfix the bug")], 0)
+    core.end(turn.session_id, fp(a("Fixed it.")), Last.DONE, [], 1)
+    req = [sysm("prompt v2, longer"), u("fix the bug"), a("Fixed  it. "), u("<context>editor: b.py</context>\nthanks")]
+    turn2 = core.begin("m", req, 2)
+    assert (turn2.kind, turn2.session_id) == (Kind.CONTINUATION, turn.session_id)
+    assert turn2.prompt == (req[-1],)
+
+
+def test_two_chats_with_identical_answers_do_not_cross():
+    core = HistoryCore()
+    s1, h1 = start(core, "first chat question", a("ok"))
+    s2, h2 = start(core, "second chat question", a("ok"))
+    assert core.begin("m", h1 + [u("more 1")], 2).session_id == s1
+    assert core.begin("m", h2 + [u("more 2")], 2).session_id == s2
+
+
+def test_other_model_is_separate():
+    core = HistoryCore()
+    sid, hist = start(core)
+    turn = core.begin("other-model", hist + [u("next")], 2)
+    assert turn.fresh and turn.session_id != sid
+
+
+def test_empty_response_is_not_recorded():
+    core = HistoryCore()
+    turn = core.begin("m", [u("q")], 0)
+    core.end(turn.session_id, fp(a("")), Last.DONE, [], 1)
+    assert core.sessions[turn.session_id].items[-1].role == "user"
+    turn2 = core.begin("m", [u("q"), a(""), u("q2")], 2)
+    assert (turn2.kind, turn2.session_id) == (Kind.CONTINUATION, turn.session_id)
+
+
+def test_requests_must_end_with_a_user_message():
+    core = HistoryCore()
+    with pytest.raises(HistoryError):
+        core.begin("m", [u("q"), a("x")], 0)
+    with pytest.raises(HistoryError):
+        core.begin("m", [sysm("only system")], 0)
+
+
+def test_forget_and_idle():
+    core = HistoryCore()
+    s1, h1 = start(core, "a1")
+    assert core.idle(now=100, max_idle=10) == [s1]
+    assert core.idle(now=5, max_idle=10) == []
+    core.forget(s1)
+    turn = core.begin("m", h1 + [u("again")], 200)
+    assert turn.kind is Kind.DIVERGENCE and turn.fresh  # evicted: fresh with context
+    assert turn.context == tuple(h1)
+
+
+def test_end_unknown_session_raises():
+    with pytest.raises(HistoryError):
+        HistoryCore().end("nope", fp(a("x")), Last.DONE, [], 0)
+
+
+def test_answer_for_table():
+    results = {"c": ToolResultPart(callId="c", content=[{"type": "text", "value": "tok"}])}
+    assert answer_for("c", "tok", results, False) is Answer.ALLOW
+    assert answer_for("c", "tok", results, True) is Answer.CANCELLED
+    assert answer_for("c", "other", results, False) is Answer.REJECT
+    assert answer_for("c", "", results, False) is Answer.REJECT
+    assert answer_for("d", "tok", results, False) is Answer.CANCELLED
+
+
+# ---------------------------------------------------------------- properties
+
+TOKENS = ["T0", "T1", "T2", "T3"]
+
+
+@st.composite
+def scripts(draw):
+    """A random conversation: each step is what the next request does."""
+    steps = []
+    for _ in range(draw(st.integers(1, 12))):
+        steps.append(
+            draw(
+                st.fixed_dictionaries(
+                    {
+                        "perms": st.integers(0, 3),  # permissions the response ends on
+                        "results": st.lists(st.sampled_from(["token", "other-token", "skip", "empty", "absent"]), min_size=3, max_size=3),
+                        "new_content": st.booleans(),
+                        "drop_response": st.booleans(),
+                        "cancelled": st.booleans(),
+                    }
+                )
+            )
+        )
+    return steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(scripts(), st.integers(0, 2))
+def test_no_approval_without_the_exact_token_and_every_permission_answered_once(steps, n_chats):
+    core = HistoryCore()
+    issued: dict[str, str] = {}  # callId → token
+    answered: dict[str, int] = {}
+    counter = 0
+    chats = []
+    for c in range(n_chats + 1):
+        turn = core.begin("m", [u(f"chat {c} start")], 0)
+        chats.append({"sid": turn.session_id, "hist": [u(f"chat {c} start")]})
+    for i, step in enumerate(steps):
+        chat = chats[i % len(chats)]
+        # End the previous request with a response, maybe waiting on permissions.
+        calls = []
+        for _ in range(step["perms"]):
+            counter += 1
+            calls.append((f"c{counter}", TOKENS[counter % 4]))
+            issued[f"c{counter}"] = TOKENS[counter % 4]
+        answer = a(f"response {i}", *[c for c, _ in calls])
+        last = Last.PENDING if calls else (Last.CANCELLED if step["cancelled"] else Last.DONE)
+        session = core.sessions.get(chat["sid"])
+        if session is None or not session.busy:
+            break
+        core.end(chat["sid"], fp(answer), last, [Pending(c, t) for c, t in calls], i)
+        # Build the next request the way VS Code would.
+        req = list(chat["hist"])
+        tail: list[Message] = []
+        if not step["drop_response"]:
+            req.append(answer)
+            for (cid, tok), how in zip(calls, step["results"]):
+                if how == "absent":
+                    continue
+                text = {"token": tok, "other-token": tok + "x", "skip": VSCODE_SKIP_TEXT, "empty": ""}[how]
+                tail.append(tr(cid, text))
+        if step["new_content"] or step["drop_response"] or not calls:
+            tail.append(u(f"user says {i}"))
+        if not tail:
+            tail.append(u(f"user says {i}"))
+        req += tail
+        turn = core.begin("m", req, i + 0.5)
+        # Property 1: ALLOW only with the exact token for that callId and no new user content.
+        new_content = any(m.role == "user" and any(p.type == "text" for p in m.content) for m in tail)
+        for cid, ans in turn.answers.items():
+            answered[cid] = answered.get(cid, 0) + 1
+            if ans is Answer.ALLOW:
+                results = [p for m in req for p in m.content if isinstance(p, ToolResultPart) and p.callId == cid]
+                assert results and results[-1].text() == issued[cid], (cid, turn)
+                assert not new_content and not step["drop_response"]
+        chat["sid"] = turn.session_id
+        chat["hist"] = list(turn.context) + list(turn.prompt) if turn.fresh else req
+    # Whatever is still pending is answered once, cancelled, when sessions go.
+    for sid in list(core.sessions):
+        for p in core.forget(sid).pending:
+            answered[p.call_id] = answered.get(p.call_id, 0) + 1
+    # Property 2: every permission issued was answered exactly once, or belongs
+    # to a session superseded by divergence (left for eviction, then answered).
+    assert all(n == 1 for n in answered.values()), answered
+    assert set(answered) <= set(issued)
