@@ -1,0 +1,319 @@
+/**
+ * A hand-written stand-in for the `vscode` module, bundled in place of it by esbuild
+ * (`--alias:vscode=./test/vscode-mock.ts`). Real classes with VS Code's shapes for the
+ * types the shim builds and inspects; recording fakes for the UI it drives. Test-only
+ * controls live on the exported `mock` object.
+ */
+
+// ---------------------------------------------------------------- language model parts
+
+export class LanguageModelTextPart {
+	constructor(public value: string) { }
+}
+
+export class LanguageModelToolCallPart {
+	constructor(public callId: string, public name: string, public input: object) { }
+}
+
+export class LanguageModelPromptTsxPart {
+	constructor(public value: unknown) { }
+}
+
+export class LanguageModelToolResultPart {
+	constructor(public callId: string, public content: unknown[]) { }
+}
+
+/** What VS Code actually hands providers for tool results (facts.md §1). */
+export class LanguageModelToolResultPart2 extends LanguageModelToolResultPart { }
+
+export class LanguageModelDataPart {
+	constructor(public data: Uint8Array, public mimeType: string) { }
+	static image(data: Uint8Array, mimeType: string): LanguageModelDataPart {
+		return new LanguageModelDataPart(data, mimeType);
+	}
+	static json(value: unknown, mimeType = 'text/x-json'): LanguageModelDataPart {
+		return new LanguageModelDataPart(new TextEncoder().encode(JSON.stringify(value)), mimeType);
+	}
+	static text(value: string, mimeType = 'text/plain'): LanguageModelDataPart {
+		return new LanguageModelDataPart(new TextEncoder().encode(value), mimeType);
+	}
+}
+
+/** The proposed class; its presence is switched by `mock.setThinkingPartAvailable`. */
+export class MockThinkingPart {
+	constructor(public value: string | string[], public id?: string, public metadata?: { readonly [key: string]: unknown }) { }
+}
+// eslint-disable-next-line @typescript-eslint/naming-convention
+export let LanguageModelThinkingPart: typeof MockThinkingPart | undefined = MockThinkingPart;
+
+export class LanguageModelToolResult {
+	constructor(public content: unknown[]) { }
+}
+
+export enum LanguageModelChatMessageRole {
+	User = 1,
+	Assistant = 2,
+	System = 3,
+}
+
+export enum LanguageModelChatToolMode {
+	Auto = 1,
+	Required = 2,
+}
+
+export class LanguageModelChatMessage {
+	constructor(public role: LanguageModelChatMessageRole, public content: unknown[], public name?: string) { }
+	static User(content: string | unknown[], name?: string): LanguageModelChatMessage {
+		return new LanguageModelChatMessage(LanguageModelChatMessageRole.User,
+			typeof content === 'string' ? [new LanguageModelTextPart(content)] : content, name);
+	}
+	static Assistant(content: string | unknown[], name?: string): LanguageModelChatMessage {
+		return new LanguageModelChatMessage(LanguageModelChatMessageRole.Assistant,
+			typeof content === 'string' ? [new LanguageModelTextPart(content)] : content, name);
+	}
+}
+
+export class LanguageModelError extends Error {
+	constructor(message: string | undefined, readonly code: string) {
+		super(message);
+		this.name = 'LanguageModelError';
+	}
+	static NotFound(message?: string): LanguageModelError {
+		return new LanguageModelError(message, 'NotFound');
+	}
+	static NoPermissions(message?: string): LanguageModelError {
+		return new LanguageModelError(message, 'NoPermissions');
+	}
+	static Blocked(message?: string): LanguageModelError {
+		return new LanguageModelError(message, 'Blocked');
+	}
+}
+
+export class MarkdownString {
+	isTrusted = false;
+	constructor(public value = '') { }
+	appendMarkdown(value: string): this {
+		this.value += value;
+		return this;
+	}
+}
+
+// ---------------------------------------------------------------- events and cancellation
+
+export class Disposable {
+	constructor(private readonly callOnDispose: () => void) { }
+	static from(...items: Array<{ dispose(): unknown }>): Disposable {
+		return new Disposable(() => items.forEach(i => i.dispose()));
+	}
+	dispose(): void {
+		this.callOnDispose();
+	}
+}
+
+export type Event<T> = (listener: (e: T) => unknown) => Disposable;
+
+export class EventEmitter<T> {
+	private listeners = new Set<(e: T) => unknown>();
+	readonly event: Event<T> = listener => {
+		this.listeners.add(listener);
+		return new Disposable(() => this.listeners.delete(listener));
+	};
+	fire(e: T): void {
+		for (const l of [...this.listeners]) {
+			l(e);
+		}
+	}
+	dispose(): void {
+		this.listeners.clear();
+	}
+}
+
+export interface CancellationToken {
+	isCancellationRequested: boolean;
+	onCancellationRequested: Event<void>;
+}
+
+export class CancellationTokenSource {
+	private readonly emitter = new EventEmitter<void>();
+	private cancelled = false;
+	readonly token: CancellationToken;
+	constructor() {
+		const self = this;
+		this.token = {
+			get isCancellationRequested() { return self.cancelled; },
+			onCancellationRequested: this.emitter.event,
+		};
+	}
+	cancel(): void {
+		if (!this.cancelled) {
+			this.cancelled = true;
+			this.emitter.fire();
+		}
+	}
+	dispose(): void {
+		this.emitter.dispose();
+	}
+}
+
+export class CancellationError extends Error { }
+
+export class Uri {
+	private constructor(readonly scheme: string, readonly fsPath: string) { }
+	static file(path: string): Uri {
+		return new Uri('file', path);
+	}
+	static parse(value: string): Uri {
+		const m = /^(\w+):(.*)$/.exec(value);
+		return new Uri(m?.[1] ?? 'file', m?.[2] ?? value);
+	}
+	toString(): string {
+		return `${this.scheme}://${this.fsPath}`;
+	}
+}
+
+// ---------------------------------------------------------------- the UI and the host
+
+export type LogLevelName = 'trace' | 'debug' | 'info' | 'warn' | 'error';
+
+export class MockLogOutputChannel {
+	readonly lines: Array<{ level: LogLevelName; message: string }> = [];
+	shown = 0;
+	disposed = false;
+	constructor(readonly name: string) { }
+	private add(level: LogLevelName, message: unknown): void {
+		this.lines.push({ level, message: message instanceof Error ? message.message : String(message) });
+	}
+	trace(message: string): void { this.add('trace', message); }
+	debug(message: string): void { this.add('debug', message); }
+	info(message: string): void { this.add('info', message); }
+	warn(message: string): void { this.add('warn', message); }
+	error(message: string | Error): void { this.add('error', message); }
+	append(value: string): void { this.add('info', value); }
+	appendLine(value: string): void { this.add('info', value); }
+	replace(): void { }
+	clear(): void { this.lines.length = 0; }
+	show(): void { this.shown++; }
+	hide(): void { }
+	dispose(): void { this.disposed = true; }
+	readonly onDidChangeLogLevel = new EventEmitter<number>().event;
+	readonly logLevel = 2;
+	/** Lines whose message contains `text`. */
+	matching(text: string, level?: LogLevelName): string[] {
+		return this.lines.filter(l => l.message.includes(text) && (!level || l.level === level)).map(l => l.message);
+	}
+}
+
+interface ErrorMessage { message: string; items: string[] }
+
+const state = {
+	config: {} as Record<string, unknown>,
+	configListeners: new EventEmitter<{ affectsConfiguration(section: string): boolean }>(),
+	errorMessages: [] as ErrorMessage[],
+	/** Which button the fake user clicks on an error message. */
+	errorResponse: undefined as ((m: ErrorMessage) => string | undefined) | undefined,
+	executed: [] as Array<{ command: string; args: unknown[] }>,
+	commands: new Map<string, (...args: unknown[]) => unknown>(),
+	providers: new Map<string, unknown>(),
+	tools: new Map<string, unknown>(),
+	channels: [] as MockLogOutputChannel[],
+	workspaceFolders: undefined as Array<{ uri: Uri; name: string; index: number }> | undefined,
+};
+
+export const workspace = {
+	getConfiguration(section?: string) {
+		const prefix = section ? `${section}.` : '';
+		return {
+			get<T>(key: string, defaultValue?: T): T | undefined {
+				const v = state.config[prefix + key];
+				return (v === undefined ? defaultValue : v) as T | undefined;
+			},
+			has(key: string): boolean {
+				return (prefix + key) in state.config;
+			},
+		};
+	},
+	onDidChangeConfiguration: state.configListeners.event,
+	get workspaceFolders() {
+		return state.workspaceFolders;
+	},
+};
+
+export const window = {
+	createOutputChannel(name: string, _options?: { log: true }): MockLogOutputChannel {
+		const channel = new MockLogOutputChannel(name);
+		state.channels.push(channel);
+		return channel;
+	},
+	showErrorMessage(message: string, ...items: string[]): Promise<string | undefined> {
+		const m = { message, items };
+		state.errorMessages.push(m);
+		return Promise.resolve(state.errorResponse?.(m));
+	},
+	showInformationMessage(_message: string, ..._items: string[]): Promise<string | undefined> {
+		return Promise.resolve(undefined);
+	},
+};
+
+export const commands = {
+	registerCommand(command: string, callback: (...args: unknown[]) => unknown): Disposable {
+		state.commands.set(command, callback);
+		return new Disposable(() => state.commands.delete(command));
+	},
+	async executeCommand(command: string, ...args: unknown[]): Promise<unknown> {
+		state.executed.push({ command, args });
+		return state.commands.get(command)?.(...args);
+	},
+};
+
+export const lm = {
+	registerLanguageModelChatProvider(vendor: string, provider: unknown): Disposable {
+		state.providers.set(vendor, provider);
+		return new Disposable(() => state.providers.delete(vendor));
+	},
+	registerTool(name: string, tool: unknown): Disposable {
+		state.tools.set(name, tool);
+		return new Disposable(() => state.tools.delete(name));
+	},
+	tools: [] as unknown[],
+};
+
+export const version = '1.104.0';
+
+// ---------------------------------------------------------------- test controls
+
+export const mock = {
+	state,
+	setConfig(values: Record<string, unknown>): void {
+		state.config = { ...values };
+	},
+	/** Changes settings and fires onDidChangeConfiguration for the changed keys. */
+	changeConfig(values: Record<string, unknown>): void {
+		const changed = Object.keys(values);
+		state.config = { ...state.config, ...values };
+		state.configListeners.fire({
+			affectsConfiguration: (section: string) => changed.some(k => k === section || k.startsWith(`${section}.`)),
+		});
+	},
+	setWorkspaceFolders(paths: string[] | undefined): void {
+		state.workspaceFolders = paths?.map((p, index) => ({ uri: Uri.file(p), name: p, index }));
+	},
+	setThinkingPartAvailable(available: boolean): void {
+		LanguageModelThinkingPart = available ? MockThinkingPart : undefined;
+	},
+	reset(): void {
+		state.config = {};
+		state.errorMessages.length = 0;
+		state.errorResponse = undefined;
+		state.executed.length = 0;
+		state.commands.clear();
+		state.providers.clear();
+		state.tools.clear();
+		state.channels.length = 0;
+		state.workspaceFolders = undefined;
+		LanguageModelThinkingPart = MockThinkingPart;
+	},
+	/** A minimal ExtensionContext. */
+	context(): { subscriptions: Array<{ dispose(): unknown }>; extension: { id: string; packageJSON: { version: string } } } {
+		return { subscriptions: [], extension: { id: 'lmbridge.lmbridge', packageJSON: { version: '0.1.0' } } };
+	},
+};
