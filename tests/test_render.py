@@ -1,0 +1,152 @@
+"""Part rendering (ACP updates → wire parts) and prompt building, pure."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmbridge.render import TurnRenderer
+from lmbridge.session_actor import choose_option
+from lmbridge.history import Answer
+from lmbridge.transcript import CONTEXT_OPEN, prompt_blocks
+from lmbridge.wire import AGENT_ACTION_TOOL, Message
+
+
+def chunk(kind: str, text: str) -> dict:
+    return {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+
+
+def test_text_and_thinking():
+    r = TurnRenderer()
+    assert r.update(chunk("agent_message_chunk", "hi")) == [{"type": "text", "value": "hi"}]
+    assert r.update(chunk("agent_thought_chunk", "hmm")) == [{"type": "thinking", "value": "hmm"}]
+    assert r.update(chunk("agent_message_chunk", "")) == []
+
+
+def test_resource_link_becomes_markdown_link():
+    r = TurnRenderer()
+    parts = r.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "resource_link", "name": "a.py", "uri": "file:///a.py"}})
+    assert parts == [{"type": "text", "value": "[a.py](file:///a.py)"}]
+
+
+def test_tool_call_renders_at_start_and_end_only():
+    r = TurnRenderer()
+    start = r.update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "Run `ls`", "kind": "execute", "status": "pending"})
+    assert len(start) == 1 and "Run `ls`" in start[0]["value"] and "(execute)" in start[0]["value"]
+    for _ in range(5):
+        assert r.update({"sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "in_progress"}) == []
+    end = r.update(
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": "t",
+            "status": "completed",
+            "content": [{"type": "content", "content": {"type": "text", "text": "a.txt\nb.txt"}}],
+        }
+    )
+    assert len(end) == 1 and "completed" in end[0]["value"] and "a.txt\nb.txt" in end[0]["value"]
+    assert r.update({"sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "completed"}) == []
+    assert r.close() == []
+
+
+def test_diff_preview_is_a_diff_block():
+    r = TurnRenderer()
+    r.update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "Edit", "kind": "edit", "status": "pending"})
+    end = r.update(
+        {"sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "completed", "content": [{"type": "diff", "path": "/a", "oldText": "x\n", "newText": "y\n"}]}
+    )
+    assert "```diff" in end[0]["value"] and "-x" in end[0]["value"] and "+y" in end[0]["value"]
+
+
+def test_update_before_create_and_duplicate_create():
+    # codex asks before announcing; claude sends two tool_calls with one id (facts.md §3).
+    r = TurnRenderer()
+    assert r.update({"sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "in_progress"}) == []
+    first = r.update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "Read", "status": "pending"})
+    again = r.update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "Read file", "status": "pending"})
+    assert len(first) == 1 and again == []
+
+
+def test_open_tool_calls_are_closed_at_turn_end():
+    r = TurnRenderer()
+    r.update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "Long", "status": "in_progress"})
+    closed = r.close()
+    assert len(closed) == 1 and "ended without a result" in closed[0]["value"]
+    assert r.close() == []
+
+
+def test_plan_only_when_changed():
+    r = TurnRenderer()
+    plan = {"sessionUpdate": "plan", "entries": [{"content": "a", "status": "pending", "priority": "high"}]}
+    assert "- [ ] a" in r.update(plan)[0]["value"]
+    assert r.update(plan) == []
+    done = {"sessionUpdate": "plan", "entries": [{"content": "a", "status": "completed", "priority": "high"}]}
+    assert "- [x] a" in r.update(done)[0]["value"]
+
+
+def test_unknown_and_invalid_updates_are_skipped_not_fatal():
+    warnings: list[str] = []
+    r = TurnRenderer(warnings.append)
+    assert r.update({"sessionUpdate": "future_kind", "x": 1}) == []
+    assert r.update({"sessionUpdate": "usage_update", "used": None}) == []  # known, nothing to show
+    assert r.update({"sessionUpdate": "agent_message_chunk"}) == []  # required content missing
+    assert r.update("not an object") == []
+    # a bad optional field is dropped, the rest of the update survives
+    parts = r.update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "T", "status": "pending", "locations": "bad"})
+    assert len(parts) == 1
+    assert r.update(chunk("agent_message_chunk", "still here")) == [{"type": "text", "value": "still here"}]
+    assert any("future_kind" in w for w in warnings)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["tool_call", "tool_call_update"]),
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from([None, "pending", "in_progress", "completed", "failed"]),
+            st.sampled_from([None, "Title"]),
+        ),
+        max_size=40,
+    )
+)
+def test_each_tool_call_renders_at_most_twice(updates):
+    r = TurnRenderer()
+    counts: dict[str, int] = {}
+    for kind, tid, status, title in updates:
+        raw = {"sessionUpdate": kind, "toolCallId": tid, "title": title or ("" if kind == "tool_call" else None), "status": status}
+        raw = {k: v for k, v in raw.items() if v is not None}
+        counts[tid] = counts.get(tid, 0) + len(r.update(raw))
+    for tid, n in counts.items():
+        assert n <= 2, (tid, n)
+
+
+def test_choose_option_by_kind_never_by_id():
+    claude = [{"optionId": "allow", "kind": "allow_once"}, {"optionId": "allow_always", "kind": "allow_always"}, {"optionId": "reject", "kind": "reject_once"}]
+    codex = [{"optionId": "approved", "kind": "allow_once"}, {"optionId": "abort", "kind": "reject_once"}]
+    assert choose_option(claude, Answer.ALLOW) == {"outcome": "selected", "optionId": "allow"}
+    assert choose_option(codex, Answer.ALLOW) == {"outcome": "selected", "optionId": "approved"}
+    assert choose_option(codex, Answer.REJECT) == {"outcome": "selected", "optionId": "abort"}
+    assert choose_option(codex, Answer.CANCELLED) == {"outcome": "cancelled"}
+    only_always = [{"optionId": "go", "kind": "allow_always"}, {"optionId": "no", "kind": "reject_always"}]
+    assert choose_option(only_always, Answer.ALLOW) == {"outcome": "cancelled"}  # never grant more than asked
+    assert choose_option(only_always, Answer.REJECT) == {"outcome": "cancelled"}
+
+
+def _m(role, *content):
+    return Message.model_validate({"role": role, "content": list(content)})
+
+
+def test_prompt_blocks_with_context_and_images():
+    context = [
+        _m("user", {"type": "text", "value": "earlier question"}),
+        _m("assistant", {"type": "text", "value": "earlier answer"}, {"type": "tool_call", "callId": "c", "name": AGENT_ACTION_TOOL, "input": {"title": "Run ls"}}),
+        _m("user", {"type": "tool_result", "callId": "c", "content": [{"type": "text", "value": "tok"}]}),
+    ]
+    prompt = [_m("user", {"type": "text", "value": "now this"}, {"type": "data", "mimeType": "image/png", "data": "aGVsbG8="}, {"type": "data", "mimeType": "cache_control", "data": "eA=="})]
+    blocks = prompt_blocks(context, prompt, images=True)
+    assert blocks[0]["text"].startswith(CONTEXT_OPEN) and "earlier answer" in blocks[0]["text"] and "asked permission: Run ls" in blocks[0]["text"]
+    assert blocks[1] == {"type": "text", "text": "now this"}
+    assert blocks[2] == {"type": "image", "mimeType": "image/png", "data": "aGVsbG8="}
+    assert len(blocks) == 3  # cache_control dropped
+    no_images = prompt_blocks((), prompt, images=False)
+    assert no_images[1] == {"type": "text", "text": "[image omitted: image/png, 5 bytes]"}
