@@ -1,0 +1,106 @@
+"""How to run the real ``@zed-industries/claude-agent-acp`` agent offline.
+
+Recipe (checked with claude-agent-acp 0.23.1, Node 20)::
+
+    cd tests/real_agent && npm ci --no-audit --no-fund --loglevel=error   # `make real-agent-deps`
+    env -u IS_SANDBOX \\
+        ANTHROPIC_BASE_URL=http://127.0.0.1:PORT ANTHROPIC_API_KEY=x HOME=<scratch> \\
+        DISABLE_TELEMETRY=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 ... \\
+        node tests/real_agent/node_modules/@zed-industries/claude-agent-acp/dist/index.js
+
+with a fake Messages API (``tests/fakes/fake_anthropic.py``) listening on PORT.
+
+``IS_SANDBOX`` must NOT reach the agent: this machine sets ``IS_SANDBOX=yes``, which makes
+claude-agent-acp (running as root) pass ``allowDangerouslySkipPermissions`` to Claude
+Code, which then refuses to start as root, so ``session/new`` fails.  Build the agent's
+environment with :func:`agent_environ`, which drops it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+REAL_AGENT_DIR = Path(__file__).resolve().parent
+AGENT_PACKAGE = "@zed-industries/claude-agent-acp"
+AGENT_VERSION = "0.23.1"
+AGENT_ENTRY = REAL_AGENT_DIR / "node_modules" / "@zed-industries" / "claude-agent-acp" / "dist" / "index.js"
+
+# Variables that must never reach the agent (see module docstring).
+REMOVED_ENV_VARS = ("IS_SANDBOX",)
+
+
+class RealAgentNotInstalled(RuntimeError):
+    pass
+
+
+def node_executable() -> str:
+    node = shutil.which("node")
+    if node is None:
+        raise RealAgentNotInstalled("`node` is not on PATH: claude-agent-acp needs Node.js >= 18")
+    return node
+
+
+def claude_agent_command() -> list[str]:
+    """argv that starts claude-agent-acp speaking ACP on its stdio."""
+    if not AGENT_ENTRY.is_file():
+        raise RealAgentNotInstalled(
+            f"{AGENT_PACKAGE} is not installed ({AGENT_ENTRY} missing): run `make real-agent-deps` "
+            f"(or `cd {REAL_AGENT_DIR} && npm ci --no-audit --no-fund --loglevel=error`)"
+        )
+    return [node_executable(), str(AGENT_ENTRY)]
+
+
+def is_installed() -> bool:
+    return AGENT_ENTRY.is_file() and shutil.which("node") is not None
+
+
+def claude_agent_env(home: Path, base_url: str) -> dict[str, str]:
+    """The extra environment variables for claude-agent-acp against a fake Anthropic API.
+
+    ``home`` is a scratch directory (Claude Code writes ``~/.claude.json`` and
+    ``~/.claude/`` there: sessions, settings, todos).  ``base_url`` is the fake's URL
+    without ``/v1``.  Merge into the environment with :func:`agent_environ`.
+    """
+    home = Path(home)
+    home.mkdir(parents=True, exist_ok=True)
+    return {
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": "x",
+        "HOME": str(home),
+        # Claude Code keeps its config under $CLAUDE_CONFIG_DIR (default ~/.claude);
+        # pin it so a developer's own CLAUDE_CONFIG_DIR is never used.
+        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_BUG_COMMAND": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        # Make sure nothing routes the loopback fake through a proxy.
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
+
+
+def agent_environ(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default ``os.environ``) minus ``IS_SANDBOX`` (and any ``ANTHROPIC_*``
+    / proxy settings inherited from the caller), plus ``extra``."""
+    env = dict(os.environ if base is None else base)
+    for name in REMOVED_ENV_VARS:
+        env.pop(name, None)
+    for name in list(env):
+        if name.startswith(("ANTHROPIC_", "CLAUDE_CODE_", "CLAUDECODE")) or name.lower() in (
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        ):
+            env.pop(name)
+    env.update(extra or {})
+    return env
+
+
+def claude_agent_launch(home: Path, base_url: str) -> tuple[list[str], dict[str, str]]:
+    """``(argv, full environment)`` to start claude-agent-acp against ``base_url``."""
+    return claude_agent_command(), agent_environ(claude_agent_env(home, base_url))
