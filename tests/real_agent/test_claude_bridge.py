@@ -1,0 +1,111 @@
+"""The real agent through the real daemon: claude-agent-acp 0.23.1, driven by
+``lmbridge serve`` over the wire protocol exactly as the VS Code shim drives it,
+against the fake Anthropic Messages API.
+
+approve → the Bash command ran; skip → it did not and the turn finished;
+stop → it did not, and the next request was answered promptly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from lmbridge.client import DaemonClient, approve, assistant, skip, text_of, tool_calls, user  # noqa: E402
+from lmbridge.wire import AGENT_ACTION_TOOL  # noqa: E402
+from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
+from tests.real_agent.claude import agent_environ, claude_agent_command, claude_agent_env  # noqa: E402
+
+pytestmark = [pytest.mark.real_agent, pytest.mark.anyio]
+TIMEOUT = 90  # seconds per test body
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@asynccontextmanager
+async def bridge(tmp_path: Path, fake: FakeAnthropic) -> AsyncIterator[DaemonClient]:
+    node, entry = claude_agent_command()
+    spec = {"id": "claude", "name": "Claude Code", "command": node, "args": [entry], "env": claude_agent_env(tmp_path / "home", fake.url)}
+    # The daemon passes its own environment on to agents: IS_SANDBOX must not be in it.
+    async with DaemonClient.spawn(env=agent_environ({"LMBRIDGE_LOG_LEVEL": "info"})) as client:
+        await client.initialize(workspace=[str(tmp_path)], agents=[spec])
+        yield client
+
+
+def bash(command: str) -> dict:
+    return {"tool_use": {"name": "Bash", "input": {"command": command, "description": "Create the marker file"}}}
+
+
+async def ask_for_bash(client: DaemonClient, marker: Path) -> tuple[list[dict], dict]:
+    history = [user(f"Please create {marker.name}")]
+    call = await client.chat("claude", history, timeout=TIMEOUT)
+    assert call.error is None, call.error
+    assert call.result == {"stopReason": "tool_calls"}
+    (perm,) = tool_calls(call)
+    assert perm["name"] == AGENT_ACTION_TOOL
+    assert perm["input"]["kind"] == "execute" and str(marker) in str(perm["input"]["rawInput"])
+    assert {o["kind"] for o in perm["input"]["options"]} >= {"allow_once", "reject_once"}
+    assert not marker.exists()  # nothing runs before the user answers
+    history.append(assistant(call.parts))
+    return history, perm
+
+
+async def test_approve_runs_the_command(tmp_path: Path) -> None:
+    marker = tmp_path / "ran.txt"
+    with FakeAnthropic([[{"text": "I'll create it."}, bash(f"touch {marker}")], [{"text": "Created the file."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            with anyio.fail_after(TIMEOUT):
+                history, perm = await ask_for_bash(client, marker)
+                call = await client.chat("claude", history + [approve(perm)], timeout=TIMEOUT)
+            assert call.error is None and call.result == {"stopReason": "end_turn"}
+            assert marker.exists()
+            assert "Created the file." in text_of(call)
+            (result,) = fake.tool_results()
+            assert result["is_error"] is False
+
+
+async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path) -> None:
+    marker = tmp_path / "ran.txt"
+    with FakeAnthropic([[bash(f"touch {marker}")], [{"text": "Understood, I did not run it."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            with anyio.fail_after(TIMEOUT):
+                history, perm = await ask_for_bash(client, marker)
+                call = await client.chat("claude", history + [skip(perm)], timeout=TIMEOUT)
+            assert call.error is None and call.result == {"stopReason": "end_turn"}
+            assert not marker.exists()
+            assert "I did not run it." in text_of(call)
+            (result,) = fake.tool_results()
+            assert result["is_error"] is True
+
+
+async def test_stop_does_not_run_and_the_next_request_is_answered_promptly(tmp_path: Path) -> None:
+    marker = tmp_path / "ran.txt"
+    with FakeAnthropic([[bash(f"touch {marker}")]], done_text="Fine, moving on.") as fake:
+        async with bridge(tmp_path, fake) as client:
+            with anyio.fail_after(TIMEOUT):
+                history, _ = await ask_for_bash(client, marker)
+                # Stop at the confirmation: VS Code drops the round, keeps the user turn.
+                started = time.monotonic()
+                call = await client.chat("claude", history[:1] + [user("Never mind, just say hi.")], timeout=TIMEOUT)
+                elapsed = time.monotonic() - started
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, call.result
+            assert "Fine, moving on." in text_of(call)
+            assert not marker.exists()
+            assert elapsed < 30, f"took {elapsed:.1f} s"
+            # The cancelled tool_use reached the model as an error, never as a success.
+            assert all(r["is_error"] for r in fake.tool_results())
+            assert os.path.exists(tmp_path)
