@@ -32,6 +32,9 @@ export const DEFAULTS = {
 	thinking: 'auto' as ThinkingDisplay,
 };
 
+/** The levels `lmbridge serve --log-level` accepts (it exits on any other). */
+export const LOG_LEVELS = ['debug', 'info', 'warning', 'error'];
+
 export interface ConfigLike {
 	get<T>(key: string): T | undefined;
 }
@@ -113,7 +116,7 @@ export function readSettings(config: ConfigLike): Settings {
 		daemonArgs: stringArray(config.get('daemon.args')) ?? DEFAULTS.daemonArgs,
 		daemonEnv: stringRecord(config.get('daemon.env')),
 		pythonPath: (config.get<string>('pythonPath') ?? '').trim(),
-		logLevel: (config.get<string>('logLevel') ?? '').trim() || DEFAULTS.logLevel,
+		logLevel: LOG_LEVELS.includes(config.get<string>('logLevel') ?? '') ? config.get<string>('logLevel')! : DEFAULTS.logLevel,
 		thinking: thinking === 'text' || thinking === 'hidden' || thinking === 'auto' ? thinking : DEFAULTS.thinking,
 	};
 }

@@ -85,8 +85,10 @@ export function codeBlock(text: string, lang = ''): string {
  * always correct, and linear in the input (agents send whole files).
  */
 export function simpleDiff(path: string, oldText: string | null | undefined, newText: string): string {
-	const before = oldText == null || oldText === '' ? [] : oldText.split('\n');
-	const after = newText === '' ? [] : newText.split('\n');
+	// A final newline ends the last line; it does not start another.
+	const lines_ = (text: string) => (text === '' ? [] : text.replace(/\n$/, '').split('\n'));
+	const before = oldText == null ? [] : lines_(oldText);
+	const after = lines_(newText);
 	let head = 0;
 	while (head < before.length && head < after.length && before[head] === after[head]) {
 		head++;

@@ -109,7 +109,7 @@ export function commandLine(spec: LaunchSpec): string {
 
 /** `[info ] …`, `level=warning`, `"level": "error"` → the log method to use. */
 export function stderrLevel(line: string): 'trace' | 'debug' | 'info' | 'warn' | 'error' {
-	const m = /\[\s*(trace|debug|info|warn(?:ing)?|error|critical|exception)\s*\]|\blevel[=:]\s*"?(trace|debug|info|warn(?:ing)?|error|critical|exception)/i.exec(line)
+	const m = /\[\s*(trace|debug|info|warn(?:ing)?|error|critical|exception)\s*\]|\blevel"?\s*[=:]\s*"?(trace|debug|info|warn(?:ing)?|error|critical|exception)/i.exec(line)
 		?? /^\s*(TRACE|DEBUG|INFO|WARN(?:ING)?|ERROR|CRITICAL)\b/.exec(line);
 	const level = (m?.[1] ?? m?.[2] ?? '').toLowerCase();
 	if (level.startsWith('warn')) {

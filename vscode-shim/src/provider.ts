@@ -114,6 +114,7 @@ export class LmBridgeProvider implements vscode.LanguageModelChatProvider, vscod
 	provideTokenCount(
 		_model: vscode.LanguageModelChatInformation,
 		text: string | vscode.LanguageModelChatRequestMessage,
+		_token?: vscode.CancellationToken,
 	): Promise<number> {
 		return Promise.resolve(estimateTokens(text));
 	}

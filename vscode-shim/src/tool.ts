@@ -10,7 +10,10 @@ import { renderConfirmation } from './confirmation';
 import type { AgentActionInput } from './wire';
 
 export class AgentActionTool implements vscode.LanguageModelTool<AgentActionInput> {
-	prepareInvocation(options: vscode.LanguageModelToolInvocationPrepareOptions<AgentActionInput>): vscode.PreparedToolInvocation {
+	prepareInvocation(
+		options: vscode.LanguageModelToolInvocationPrepareOptions<AgentActionInput>,
+		_token?: vscode.CancellationToken,
+	): vscode.PreparedToolInvocation {
 		const confirmation = renderConfirmation(options.input ?? ({} as AgentActionInput));
 		return {
 			invocationMessage: confirmation.invocationMessage,
@@ -21,7 +24,10 @@ export class AgentActionTool implements vscode.LanguageModelTool<AgentActionInpu
 		};
 	}
 
-	invoke(options: vscode.LanguageModelToolInvocationOptions<AgentActionInput>): vscode.LanguageModelToolResult {
+	invoke(
+		options: vscode.LanguageModelToolInvocationOptions<AgentActionInput>,
+		_token?: vscode.CancellationToken,
+	): vscode.LanguageModelToolResult {
 		const token = options.input?.approvalToken;
 		if (typeof token !== 'string' || token.length === 0) {
 			// The result then carries this error text, which the daemon reads as a rejection.

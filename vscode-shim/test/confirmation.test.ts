@@ -175,6 +175,8 @@ describe('simpleDiff', () => {
 		['addition at the end', 'a', 'a\nb', '--- f\n+++ f\n@@ -1 +1 @@\n a\n+b'],
 		['new file', null, 'x\ny', '--- /dev/null\n+++ f\n@@ -0 +1 @@\n+x\n+y'],
 		['deleted content', 'x\ny', '', '--- f\n+++ f\n@@ -1 +0 @@\n-x\n-y'],
+		['final newlines are not an extra line', 'a\n', 'a\nb\n', '--- f\n+++ f\n@@ -1 +1 @@\n a\n+b'],
+		['new file ending in a newline', null, 'Hello\n', '--- /dev/null\n+++ f\n@@ -0 +1 @@\n+Hello'],
 		['far context trimmed', '1\n2\n3\n4\n5\n6\n7', '1\n2\n3\n4\n5\n6\nS', '--- f\n+++ f\n@@ -4 +4 @@\n 4\n 5\n 6\n-7\n+S'],
 	];
 	for (const [name, before, after, expected] of rows) {
