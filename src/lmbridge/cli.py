@@ -1,4 +1,4 @@
-"""The ``lmbridge`` command line: ``serve``, ``demo-agent``, ``demo``.
+"""The ``lmbridge`` command line: ``serve``, ``demo-agent``, ``demo``, ``console``.
 
 Heavy modules are imported inside each command, so ``lmbridge serve`` starts
 fast (the shim waits for its ``initialize`` answer).
@@ -30,6 +30,14 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="a scripted chat through the daemon with the demo agent")
     demo.add_argument("--prompt", action="append", help="prompts to send (default: a hello and a file write)")
+
+    console = sub.add_parser("console", help="an interactive developer console on the wire protocol (docs/console.md)")
+    console.add_argument("--cmd", metavar="COMMAND", help="run this daemon command instead of 'lmbridge serve' (split shell-style)")
+    console.add_argument("--script", metavar="FILE", help="run a script non-interactively ('-': stdin); exits 1 on an error response")
+    console.add_argument("--model", help="the model to chat with (default: the first one listed)")
+    console.add_argument("--raw", action="store_true", help="show every frame both ways from the start (as /raw on)")
+    console.add_argument("--timeout", type=float, metavar="SECONDS", help="limit for each request (default: none; 120 with --script)")
+    console.add_argument("--history-file", type=Path, metavar="FILE", help="keep the prompt's line history in FILE")
     return parser
 
 
@@ -45,6 +53,15 @@ def main(argv: list[str] | None = None) -> int:
         from lmbridge.demo import main as demo_main
 
         return demo_main(args.prompt)
+    if args.command == "console":
+        from lmbridge.console import ConsoleOptions
+        from lmbridge.console import main as console_main
+
+        return console_main(
+            ConsoleOptions(
+                cmd=args.cmd, script=args.script, model=args.model, raw=args.raw, timeout=args.timeout, history_file=args.history_file
+            )
+        )
     return 2
 
 

@@ -20,7 +20,7 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from lmbridge.wire import VSCODE_SKIP_TEXT
+from lmbridge.wire import AGENT_ACTION_TOOL, VSCODE_SKIP_TEXT
 
 MAX_LINE = 256 * 1024 * 1024
 
@@ -77,6 +77,26 @@ def skip(part: Mapping[str, Any]) -> dict[str, Any]:
     return tool_result(part["callId"], VSCODE_SKIP_TEXT)
 
 
+def is_agent_action(part: Mapping[str, Any]) -> bool:
+    """Whether a response part is a permission request (a ``symposium-agent-action`` call)."""
+    return part.get("type") == "tool_call" and part.get("name") == AGENT_ACTION_TOOL
+
+
+def without_last_round(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The history VS Code sends after the user pressed **Stop** at a confirmation.
+
+    A stopped round (the last assistant message, its text and tool calls, and any tool
+    results after it) is absent from the next request; the user turn before it stays,
+    without an answer. The daemon reads the missing tool call as Stop: it answers the
+    permission ``cancelled`` and sends ``session/cancel``. Nothing is sent at Stop
+    itself: the request that asked has already ended.
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") == "assistant":
+            return [dict(m) for m in messages[:index]]
+    return [dict(m) for m in messages]
+
+
 class DaemonClient:
     """JSON-RPC over a daemon process's stdio. Use ``DaemonClient.spawn``."""
 
@@ -87,14 +107,26 @@ class DaemonClient:
         self.notifications: list[dict[str, Any]] = []
         self.unmatched: list[dict[str, Any]] = []  # frames that fit no request
         self.on_frame: Callable[[str, dict[str, Any]], None] | None = None  # ("in"/"out", frame)
+        self.on_unmatched: Callable[[dict[str, Any]], None] | None = None  # each frame that fits no request
 
     @classmethod
     @asynccontextmanager
-    async def spawn(cls, command: Sequence[str] | None = None, env: Mapping[str, str] | None = None, stderr: Any = None) -> AsyncIterator[DaemonClient]:
+    async def spawn(
+        cls,
+        command: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        stderr: Any = None,
+        start_new_session: bool = False,
+    ) -> AsyncIterator[DaemonClient]:
         """Start the daemon (default: this Python's ``lmbridge serve``) and
-        stop it on exit by closing its stdin (then terminate/kill)."""
+        stop it on exit by closing its stdin (then terminate/kill).
+
+        ``start_new_session`` puts the daemon (and its agents) out of the terminal's
+        process group, so a Ctrl-C typed in the terminal reaches only the client."""
         cmd = list(command or [sys.executable, "-m", "lmbridge", "serve"])
-        process = await anyio.open_process(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env)
+        process = await anyio.open_process(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=start_new_session
+        )
         client = cls(process)
         async with anyio.create_task_group() as tg:
             tg.start_soon(client._read)
@@ -125,7 +157,16 @@ class DaemonClient:
                 line = await reader.receive_until(b"\n", MAX_LINE)
             except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 break
-            frame = json.loads(line)
+            try:
+                frame = json.loads(line)
+            except ValueError:
+                frame = {"nonJsonLine": line.decode("utf-8", "replace")}
+                self.unmatched.append(frame)
+                if self.on_unmatched:
+                    self.on_unmatched(frame)
+                continue
+            if not isinstance(frame, dict):
+                frame = {"nonObjectFrame": frame}
             if self.on_frame:
                 self.on_frame("in", frame)
             self._route(frame)
@@ -134,11 +175,16 @@ class DaemonClient:
                 call.error = RPCError({"code": None, "message": "daemon exited"})
                 call.done.set()
 
+    def _unmatched(self, frame: dict[str, Any]) -> None:
+        self.unmatched.append(frame)
+        if self.on_unmatched:
+            self.on_unmatched(frame)
+
     def _route(self, frame: dict[str, Any]) -> None:
         if frame.get("method") == "lm/responsePart":
-            call = self.calls.get(frame["params"]["requestId"])
+            call = self.calls.get((frame.get("params") or {}).get("requestId"))
             if call is None:
-                self.unmatched.append(frame)
+                self._unmatched(frame)
                 return
             if call.done.is_set():
                 call.late_parts += 1
@@ -152,7 +198,7 @@ class DaemonClient:
             return
         call = self.calls.get(frame.get("id"))
         if call is None or call.done.is_set():
-            self.unmatched.append(frame)
+            self._unmatched(frame)
             return
         if "error" in frame:
             call.error = RPCError(frame["error"])
@@ -178,6 +224,17 @@ class DaemonClient:
         await self.send_frame({"jsonrpc": "2.0", "id": call.id, "method": method, "params": params if params is not None else {}})
         return call
 
+    async def start_frame(self, frame: Mapping[str, Any], on_part: Callable[[dict[str, Any]], None] | None = None) -> Call:
+        """Send a request frame written by hand (any ``id``); its parts and its answer are
+        routed to the returned Call like those of ``start``. Later ids of ``start`` skip it."""
+        request_id = frame["id"]
+        if isinstance(request_id, int) and not isinstance(request_id, bool):
+            self.next_id = max(self.next_id, request_id)
+        call = Call(request_id, on_part)
+        self.calls[request_id] = call
+        await self.send_frame(frame)
+        return call
+
     async def request(self, method: str, params: Any = None, timeout: float = 60.0) -> Any:
         """Send a request and wait for its result. Raises ``RPCError``, ``TimeoutError``."""
         call = await self.start(method, params)
@@ -191,8 +248,10 @@ class DaemonClient:
         """``$/cancelRequest`` for a call, as VS Code's cancellation token does."""
         await self.send_frame({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": call.id}})
 
-    async def initialize(self, workspace: Sequence[str] = (), agents: Sequence[Mapping[str, Any]] = ()) -> Any:
-        params: dict[str, Any] = {"protocolVersion": 1, "clientInfo": {"name": "lmbridge-client", "version": "1"}}
+    async def initialize(
+        self, workspace: Sequence[str] = (), agents: Sequence[Mapping[str, Any]] = (), client_name: str = "lmbridge-client"
+    ) -> Any:
+        params: dict[str, Any] = {"protocolVersion": 1, "clientInfo": {"name": client_name, "version": "1"}}
         if workspace:
             params["workspaceFolders"] = list(workspace)
         if agents:
