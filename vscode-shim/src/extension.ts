@@ -1,6 +1,7 @@
 /**
  * Entry point: wires settings, the daemon client, the provider and the tool together.
  */
+import * as fs from 'fs';
 import * as vscode from 'vscode';
 import { AgentActionTool } from './tool';
 import { DAEMON_SETTINGS, launchSpec, readSettings, SECTION, Settings } from './config';
@@ -25,6 +26,12 @@ let active: DaemonClient | undefined;
 
 function settings(): Settings {
 	return readSettings(vscode.workspace.getConfiguration(SECTION));
+}
+
+/** The daemon runs in the first local workspace folder (when it exists), else where VS Code runs. */
+function daemonCwd(): string | undefined {
+	const first = vscode.workspace.workspaceFolders?.[0];
+	return first?.uri.scheme === 'file' && fs.existsSync(first.uri.fsPath) ? first.uri.fsPath : undefined;
 }
 
 export function initializeParams(version: string, current: Settings = settings()): InitializeParams {
@@ -54,8 +61,7 @@ export function activate(context: vscode.ExtensionContext, overrides: Partial<Da
 	reportAgentProblems(settings());
 
 	const daemon = new DaemonClient({
-		launch: () => launchSpec(settings(), vscode.workspace.workspaceFolders?.[0]?.uri.scheme === 'file'
-			? vscode.workspace.workspaceFolders[0].uri.fsPath : undefined),
+		launch: () => launchSpec(settings(), daemonCwd()),
 		initializeParams: () => initializeParams(version),
 		log,
 		...overrides,

@@ -1,0 +1,194 @@
+/** Activation, settings and commands (src/extension.ts, src/config.ts), with the fake daemon. */
+import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { afterEach, describe, test } from 'node:test';
+import type * as vscode from 'vscode';
+import { launchSpec, parseAgents, readSettings } from '../src/config';
+import { activate, COMMANDS, deactivate, LmBridgeApi, VENDOR } from '../src/extension';
+import { FAKE_DAEMON, isAlive, tempDir, waitFor } from './helpers';
+import { CancellationTokenSource, mock } from './vscode-mock';
+
+const manifest = JSON.parse(fs.readFileSync(path.resolve(__dirname, '../../package.json'), 'utf8'));
+
+function config(values: Record<string, unknown>) {
+	return { get: <T>(key: string) => values[key] as T | undefined };
+}
+
+afterEach(async () => {
+	await deactivate();
+	mock.reset();
+});
+
+describe('readSettings and launchSpec', () => {
+	test('defaults: `lmbridge serve` on PATH, info, thinking auto', () => {
+		const s = readSettings(config({}));
+		assert.deepEqual(launchSpec(s), { command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info' }, cwd: undefined });
+		assert.equal(s.thinking, 'auto');
+	});
+	const rows: Array<[string, Record<string, unknown>, { command: string; args: string[]; env: Record<string, string> }]> = [
+		['a daemon command and args', { 'daemon.command': '/opt/lmbridge/bin/lmbridge', 'daemon.args': ['serve', '--idle-timeout', '60'] },
+			{ command: '/opt/lmbridge/bin/lmbridge', args: ['serve', '--idle-timeout', '60'], env: { LMBRIDGE_LOG_LEVEL: 'info' } }],
+		['a python path wins over the command', { pythonPath: '/venv/bin/python', 'daemon.command': 'ignored' },
+			{ command: '/venv/bin/python', args: ['-m', 'lmbridge', 'serve'], env: { LMBRIDGE_LOG_LEVEL: 'info' } }],
+		['env and log level', { 'daemon.env': { A: 'b', N: 1 }, logLevel: 'debug' },
+			{ command: 'lmbridge', args: ['serve'], env: { A: 'b', N: '1', LMBRIDGE_LOG_LEVEL: 'debug' } }],
+		['a log level the daemon would refuse falls back to info', { logLevel: 'trace' },
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info' } }],
+		['blank command: the default', { 'daemon.command': '  ' },
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info' } }],
+	];
+	for (const [name, values, expected] of rows) {
+		test(name, () => {
+			const spec = launchSpec(readSettings(config(values)));
+			assert.deepEqual({ command: spec.command, args: spec.args, env: spec.env }, expected);
+		});
+	}
+	test('~ expands to the home folder', () => {
+		assert.ok(!launchSpec(readSettings(config({ pythonPath: '~/venv/bin/python' }))).command.startsWith('~'));
+	});
+	test('an unknown thinking value falls back to auto', () => {
+		assert.equal(readSettings(config({ thinking: 'loud' })).thinking, 'auto');
+		assert.equal(readSettings(config({ thinking: 'hidden' })).thinking, 'hidden');
+	});
+});
+
+describe('parseAgents', () => {
+	const rows: Array<[string, unknown, object[], string[]]> = [
+		['unset', undefined, [], []],
+		['full entry', [{ id: 'claude', name: 'Claude Code', command: 'npx', args: ['@zed-industries/claude-agent-acp'], env: { A: '1' } }],
+			[{ id: 'claude', name: 'Claude Code', command: 'npx', args: ['@zed-industries/claude-agent-acp'], env: { A: '1' } }], []],
+		['minimal entry', [{ id: 'g', command: 'gemini' }], [{ id: 'g', command: 'gemini' }], []],
+		['missing command', [{ id: 'x' }], [], ['lmbridge.agents[0] needs both "id" and "command"']],
+		['duplicate id', [{ id: 'a', command: 'x' }, { id: 'a', command: 'y' }], [{ id: 'a', command: 'x' }], ['lmbridge.agents[1]: the id "a" is used twice']],
+		['bad args ignored', [{ id: 'a', command: 'x', args: 'nope' }], [{ id: 'a', command: 'x' }], ['lmbridge.agents[0].args must be an array of strings (ignored)']],
+		['not an array', { id: 'a' }, [], ['lmbridge.agents must be an array']],
+		['not an object', ['a'], [], ['lmbridge.agents[0] is not an object']],
+	];
+	for (const [name, raw, agents, problems] of rows) {
+		test(name, () => assert.deepEqual(parseAgents(raw), { agents, problems }));
+	}
+});
+
+describe('package.json contributions', () => {
+	test('engines and typings are pinned together at 1.104', () => {
+		assert.equal(manifest.engines.vscode, '^1.104.0');
+		assert.equal(manifest.devDependencies['@types/vscode'], '1.104.0');
+	});
+	test('activated when VS Code asks for the vendor\'s models', () => {
+		assert.deepEqual(manifest.activationEvents, [`onLanguageModelChatProvider:${VENDOR}`]);
+	});
+	test('the provider vendor, its display name and management command', () => {
+		assert.deepEqual(manifest.contributes.languageModelChatProviders, [{ vendor: VENDOR, displayName: 'ACP Agents', managementCommand: COMMANDS.manage }]);
+	});
+	test('the tool and its input schema', () => {
+		const [tool] = manifest.contributes.languageModelTools;
+		assert.equal(tool.name, 'symposium-agent-action');
+		assert.deepEqual(Object.keys(tool.inputSchema.properties).sort(),
+			['approvalToken', 'content', 'kind', 'locations', 'options', 'rawInput', 'title']);
+		assert.deepEqual(tool.inputSchema.required, ['approvalToken']);
+	});
+	test('every command is contributed, every setting read is declared', () => {
+		const contributed = manifest.contributes.commands.map((c: { command: string }) => c.command).sort();
+		assert.deepEqual(contributed, Object.values(COMMANDS).sort());
+		assert.deepEqual(Object.keys(manifest.contributes.configuration.properties).sort(), [
+			'lmbridge.agents', 'lmbridge.daemon.args', 'lmbridge.daemon.command', 'lmbridge.daemon.env',
+			'lmbridge.logLevel', 'lmbridge.pythonPath', 'lmbridge.thinking',
+		]);
+	});
+});
+
+describe('activate', () => {
+	function start(extra: Record<string, unknown> = {}): { api: LmBridgeApi; context: ReturnType<typeof mock.context>; record: string } {
+		const record = path.join(tempDir(), 'frames.jsonl');
+		mock.setConfig({
+			'lmbridge.daemon.command': process.execPath,
+			'lmbridge.daemon.args': [FAKE_DAEMON],
+			'lmbridge.daemon.env': { FAKE_DAEMON_RECORD: record },
+			...extra,
+		});
+		const context = mock.context();
+		return { api: activate(context as unknown as vscode.ExtensionContext), context, record };
+	}
+	const frames = (record: string) => (fs.existsSync(record) ? fs.readFileSync(record, 'utf8').split('\n').filter(Boolean).map(l => JSON.parse(l)) : []);
+	const token = () => new CancellationTokenSource().token as unknown as vscode.CancellationToken;
+
+	test('registers the provider, the tool and the commands; starts nothing', () => {
+		const { api, context } = start();
+		assert.equal(mock.state.providers.get('lmbridge'), api.provider);
+		assert.equal(mock.state.tools.get('symposium-agent-action'), api.tool);
+		assert.deepEqual([...mock.state.commands.keys()].sort(), Object.values(COMMANDS).sort());
+		assert.equal(api.daemon.pid, undefined);
+		assert.ok(context.subscriptions.length >= 7);
+	});
+
+	test('initialize carries the workspace folders and the agents from settings', async () => {
+		const project = tempDir('project-');
+		mock.setWorkspaceFolders([project, '/home/me/missing-folder']);
+		const { api, record } = start({ 'lmbridge.agents': [{ id: 'claude', name: 'Claude', command: 'claude-agent-acp' }] });
+		const models = await api.provider.provideLanguageModelChatInformation({ silent: true }, token());
+		assert.deepEqual(models.map(m => m.id), ['claude']);
+		assert.deepEqual(frames(record)[0].params, {
+			protocolVersion: 1,
+			clientInfo: { name: 'lmbridge-vscode', version: '0.1.0' },
+			workspaceFolders: [project, '/home/me/missing-folder'],
+			agents: [{ id: 'claude', name: 'Claude', command: 'claude-agent-acp' }],
+		});
+	});
+
+	test('a first workspace folder that does not exist does not stop the daemon from starting', async () => {
+		mock.setWorkspaceFolders(['/home/me/missing-folder']);
+		const { api } = start();
+		assert.equal((await api.provider.provideLanguageModelChatInformation({ silent: true }, token())).length, 1);
+	});
+
+	test('changing the agents restarts the daemon with them and tells VS Code the models changed', async () => {
+		const { api } = start({ 'lmbridge.agents': [{ id: 'one', command: 'x' }] });
+		let changes = 0;
+		api.provider.onDidChangeLanguageModelChatInformation!(() => changes++);
+		assert.deepEqual((await api.provider.provideLanguageModelChatInformation({ silent: true }, token())).map(m => m.id), ['one']);
+		const firstPid = api.daemon.pid;
+		mock.changeConfig({ 'lmbridge.agents': [{ id: 'two', command: 'y' }] });
+		await waitFor(() => changes === 1, 5000, 'onDidChangeLanguageModelChatInformation');
+		assert.ok(!isAlive(firstPid), 'the old daemon was stopped');
+		assert.deepEqual((await api.provider.provideLanguageModelChatInformation({ silent: true }, token())).map(m => m.id), ['two']);
+		assert.notEqual(api.daemon.pid, firstPid);
+	});
+
+	test('an unrelated setting change leaves the daemon alone', async () => {
+		const { api } = start();
+		let changes = 0;
+		api.provider.onDidChangeLanguageModelChatInformation!(() => changes++);
+		await api.provider.provideLanguageModelChatInformation({ silent: true }, token());
+		const pid = api.daemon.pid;
+		mock.changeConfig({ 'lmbridge.thinking': 'hidden', 'editor.fontSize': 14 });
+		await new Promise(resolve => setTimeout(resolve, 100));
+		assert.equal(changes, 0);
+		assert.equal(api.daemon.pid, pid);
+	});
+
+	test('commands: manage opens the settings, show logs shows the channel, restart restarts', async () => {
+		const { api } = start();
+		await api.provider.provideLanguageModelChatInformation({ silent: true }, token());
+		const pid = api.daemon.pid;
+		let changes = 0;
+		api.provider.onDidChangeLanguageModelChatInformation!(() => changes++);
+
+		await mock.state.commands.get(COMMANDS.manage)!();
+		assert.deepEqual(mock.state.executed.at(-1), { command: 'workbench.action.openSettings', args: ['@ext:lmbridge.lmbridge'] });
+		await mock.state.commands.get(COMMANDS.showLogs)!();
+		assert.equal(mock.state.channels[0].shown, 1);
+		await mock.state.commands.get(COMMANDS.restart)!();
+		assert.ok(!isAlive(pid));
+		assert.equal(changes, 1);
+	});
+
+	test('deactivate stops the daemon', async () => {
+		const { api } = start();
+		await api.provider.provideLanguageModelChatInformation({ silent: true }, token());
+		const pid = api.daemon.pid;
+		assert.ok(isAlive(pid));
+		await deactivate();
+		assert.ok(!isAlive(pid));
+	});
+});
