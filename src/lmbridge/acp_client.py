@@ -36,6 +36,7 @@ from lmbridge.log import get_logger
 MAX_LINE = 64 * 1024 * 1024  # bytes; agents send MB-long lines (facts.md §3)
 STDERR_TAIL = 20  # lines kept for error messages
 TERM_GRACE = 2.0  # seconds between closing stdin / SIGTERM / SIGKILL
+STDERR_GRACE = 0.5  # seconds to read the rest of stderr once stdout has ended
 
 log = get_logger("acp")
 
@@ -124,8 +125,13 @@ class AgentConnection:
         """Read stdout and stderr until the agent exits, then fail what is in flight."""
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._drain_stderr)
+                stderr_done = anyio.Event()
+                tg.start_soon(self._drain_stderr, stderr_done)
                 await self._read_stdout()
+                # An agent that dies writes its last words to stderr just before:
+                # read them (briefly: a grandchild may hold the pipe open).
+                with anyio.move_on_after(STDERR_GRACE):
+                    await stderr_done.wait()
                 tg.cancel_scope.cancel()
             code = await self.process.wait()
             self.exit_reason = self.exit_reason or f"agent {self.name!r} exited with code {code}"
@@ -157,6 +163,7 @@ class AgentConnection:
                 return
             except anyio.DelimiterNotFound:
                 self.exit_reason = f"agent {self.name!r} sent a line longer than {MAX_LINE} bytes"
+                self._kill()  # no longer read, it would block on a full pipe and never exit
                 return
             if not line.strip():
                 continue
@@ -186,7 +193,7 @@ class AgentConnection:
             waiter.result = frame.get("result")
         waiter.event.set()
 
-    async def _drain_stderr(self) -> None:
+    async def _drain_stderr(self, done: anyio.Event) -> None:
         # An undrained stderr pipe fills up and blocks the agent (facts.md §3).
         assert self.process.stderr is not None
         reader = BufferedByteReceiveStream(self.process.stderr)
@@ -194,8 +201,17 @@ class AgentConnection:
             try:
                 line = await reader.receive_until(b"\n", MAX_LINE)
             except anyio.DelimiterNotFound:
+                await reader.receive(MAX_LINE)  # drop the overlong line's start
                 continue
-            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            except anyio.IncompleteRead:
+                # The last line had no newline: keep what the reader buffered.
+                rest = reader.buffer.decode(errors="replace").strip()
+                if rest:
+                    self.stderr_tail.append(rest)
+                done.set()
+                return
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                done.set()
                 return
             text = line.decode(errors="replace").rstrip()
             if text:
@@ -250,6 +266,13 @@ class AgentConnection:
             await self._write(frame)
         except AgentExited:
             log.info("answer to a gone agent dropped", agent=self.name, id=rid)
+
+    def _kill(self) -> None:
+        if self.process.returncode is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.process.kill()
 
     async def close(self) -> None:
         """End the agent: close stdin, then SIGTERM, then SIGKILL (its process group)."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -34,17 +35,19 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from lmbridge import __version__
 from lmbridge.acp_client import AgentConnection, AgentError, AgentExited, Incoming
-from lmbridge.history import Answer, Fingerprint, Last, Pending, Turn, split_prompt
+from lmbridge.history import Answer, Fingerprint, Last, Pending, Turn, conversation
 from lmbridge.log import get_logger
 from lmbridge.render import Part, TurnRenderer
 from lmbridge.transcript import prompt_blocks
-from lmbridge.wire import AGENT_ACTION_TOOL, AgentSpec, Message
+from lmbridge.wire import AGENT_ACTION_TOOL, AgentSpec, Message, ToolResultPart
 
 log = get_logger("session")
 
 GATHER = 0.05  # seconds: permissions this close together go out in one response
 START_TIMEOUT = 60.0  # seconds for initialize + session/new
-DRAIN_TIMEOUT = 10.0  # seconds a cancelled prompt may take to end before the agent is restarted
+# Seconds a cancelled prompt may take to end before its ACP session is abandoned
+# (LMBRIDGE_DRAIN_TIMEOUT overrides it: the tests use a short one).
+DRAIN_TIMEOUT = float(os.environ.get("LMBRIDGE_DRAIN_TIMEOUT") or 10.0)
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
 
 Emit = Callable[[Part], Awaitable[None]]
@@ -113,6 +116,7 @@ class _PromptDone:
     acp_session: str
     result: Any = None
     error: str | None = None
+    timed_out: bool = False  # a cancelled prompt the agent never ended
 
 
 @dataclass(frozen=True)
@@ -169,8 +173,9 @@ class SessionActor:
         self.prompt_open = False
         self.prompt_result: _PromptDone | None = None  # a prompt that ended while no job streamed
         self.draining = False
-        self.cancelled_before = False  # the previous prompt was cancelled (claude quirk)
-        self.recovered = False
+        self.cancelled_before = False  # the last prompt was cancelled: the next one is watched (claude quirk)
+        self.after_cancel = False  # the open prompt is the first one after a cancel
+        self.needs_context = False  # a fresh ACP session: the next prompt carries the conversation
         self._generation = 0
         self._tg: TaskGroup | None = None
         self._closed = False
@@ -257,7 +262,10 @@ class SessionActor:
         for perm in unsurfaced:
             await self._surface(perm)
         if job.turn.prompt:
-            await self._start_prompt(job.turn.context, job.turn.prompt)
+            if self.needs_context:
+                await self._start_prompt(*self._whole_conversation(job))
+            else:
+                await self._start_prompt(job.turn.context, job.turn.prompt)
         elif self.prompt_result is not None:
             done, self.prompt_result = self.prompt_result, None
             await self._on_prompt_done(done)
@@ -294,10 +302,25 @@ class SessionActor:
         if conn is self.conn and not self._closed:
             await self._send.send(_AgentGone())
 
+    @staticmethod
+    def _whole_conversation(job: Job) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
+        """(context, prompt) for a fresh ACP session: everything VS Code shows
+        before the job's prompt (system messages left out, as always) as context."""
+        answered = set(job.turn.answers)  # results of the permissions just answered: not context
+        conv = []
+        for m in conversation(job.history):
+            content = [p for p in m.content if not (isinstance(p, ToolResultPart) and p.callId in answered)]
+            if content:
+                conv.append(m if len(content) == len(m.content) else m.model_copy(update={"content": content}))
+        prompt = job.turn.prompt
+        return tuple(conv[: len(conv) - len(prompt)]), prompt
+
     async def _start_prompt(self, context: tuple[Message, ...], prompt: tuple[Message, ...]) -> None:
         assert self.conn is not None and self._tg is not None
         blocks = prompt_blocks(context, prompt, images=self.images)
         self.prompt_open = True
+        self.needs_context = False
+        self.after_cancel, self.cancelled_before = self.cancelled_before, False
         self._tg.start_soon(self._prompt, self.conn, self.acp_session, blocks)
 
     async def _prompt(self, conn: AgentConnection, acp_session: str, blocks: list[dict[str, Any]]) -> None:
@@ -432,7 +455,7 @@ class SessionActor:
 
     async def _drain_deadline(self, acp_session: str | None) -> None:
         await anyio.sleep(DRAIN_TIMEOUT)
-        await self._send.send(_PromptDone(acp_session or "", error="the agent did not end a cancelled turn"))
+        await self._send.send(_PromptDone(acp_session or "", error="the agent did not end a cancelled turn", timed_out=True))
 
     async def _on_cancel(self, job: Job) -> None:
         if job in self.waiting:
@@ -452,9 +475,15 @@ class SessionActor:
         self.prompt_open = False
         if self.draining:
             self.draining = False
-            if done.error:
+            if done.timed_out:
+                # The old session may still be busy: the next prompt goes to a fresh
+                # one, with the conversation so far (the agent's view = VS Code's).
                 log.warning("cancelled turn did not end; new ACP session", session=self.id, error=done.error)
                 await self._new_acp_session()
+                self.needs_context = True
+            elif done.error:
+                # Whatever ends a cancelled turn ends it as cancelled (facts.md §3).
+                log.info("cancelled turn ended with an error", session=self.id, error=done.error)
             for job in self.waiting:
                 self.waiting = [j for j in self.waiting if j is not job]
                 await self._proceed(job)
@@ -465,17 +494,16 @@ class SessionActor:
             self.prompt_result = done  # delivered to the next request
             return
         stop = (done.result or {}).get("stopReason") if isinstance(done.result, dict) else None
-        if self.cancelled_before and stop == "end_turn" and not job.output and not self.recovered and done.error is None:
+        after_cancel, self.after_cancel = self.after_cancel, False
+        if after_cancel and job.turn.prompt and stop == "end_turn" and not job.output and done.error is None:
             # claude-agent-acp answers every prompt after a cancel at once, empty
             # (facts.md §5): start over in a fresh ACP session given the conversation.
-            self.recovered = True
+            # Only the first prompt after a cancel is watched: a turn that continues
+            # after a permission answer may well end silently.
             log.warning("empty turn right after a cancel: fresh ACP session", session=self.id)
             await self._new_acp_session()
-            context, prompt = split_prompt(job.history)
-            await self._start_prompt(context, prompt)
+            await self._start_prompt(*self._whole_conversation(job))
             return
-        self.cancelled_before = False
-        self.recovered = False
         for part in self.renderer.close():
             await job.send(part)
         for call_id in [c for c, p in self.permissions.items()]:

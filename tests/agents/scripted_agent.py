@@ -18,7 +18,8 @@ keys plus ``"t"`` (``time.monotonic()``); a line that is not JSON is logged as
 ``session_new`` (sessionId, cwd, mcpServers), ``prompt`` (sessionId, turn index),
 ``permission_outcome`` (id, rpc_id, outcome, kind), ``cancel`` (sessionId, active),
 ``prompt_answered`` (sessionId, stopReason or error), ``exit`` (reason, code).
-Each line is flushed immediately.
+Each line is flushed immediately. A ``{pid}`` in the log path is replaced by the
+process id, so every process started from one command line keeps its own log.
 
 Scenario JSON (all keys optional)::
 
@@ -469,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", help="append every received frame and notable events here (JSON lines)")
     args = parser.parse_args(argv)
     scenario = json.loads(Path(args.scenario).read_text(encoding="utf-8"))
-    return ScriptedAgent(scenario, args.log).serve()
+    log = args.log.replace("{pid}", str(os.getpid())) if args.log else None
+    return ScriptedAgent(scenario, log).serve()
 
 
 if __name__ == "__main__":

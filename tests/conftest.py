@@ -1,0 +1,162 @@
+"""Shared fixtures: the anyio backend, scripted ACP agents, and the daemon as a subprocess.
+
+``scripted(scenario)`` writes a scenario for ``tests/agents/scripted_agent.py`` and
+returns a ``ScriptedAgent`` whose ``spec`` goes into ``initialize.agents``. Every agent
+process started from that spec logs to its own file (``agent-<pid>.jsonl``), so a test
+can tell which process (and which ACP session) received what.
+
+``daemon(...)`` starts ``python -m lmbridge serve`` with a ``DaemonClient`` on its stdio,
+its stderr in ``tmp_path/daemon.stderr`` (shown when a test fails).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lmbridge.client import DaemonClient
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTED_AGENT = ROOT / "tests" / "agents" / "scripted_agent.py"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@dataclass
+class ScriptedAgent:
+    """One scripted agent configuration; every process it starts logs on its own."""
+
+    id: str
+    dir: Path
+
+    @property
+    def scenario_path(self) -> Path:
+        return self.dir / "scenario.json"
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The AgentSpec for ``initialize.agents``."""
+        log = str(self.dir / "agent-{pid}.jsonl")
+        return {"id": self.id, "command": sys.executable, "args": [str(SCRIPTED_AGENT), str(self.scenario_path), "--log", log]}
+
+    def write(self, scenario: dict[str, Any]) -> None:
+        """(Re)write the scenario: processes started from now on follow it."""
+        self.scenario_path.write_text(json.dumps(scenario), encoding="utf-8")
+
+    def logs(self) -> dict[int, list[dict[str, Any]]]:
+        """pid → that process's log entries, in order."""
+        out: dict[int, list[dict[str, Any]]] = {}
+        for path in sorted(self.dir.glob("agent-*.jsonl")):
+            pid = int(path.stem.split("-", 1)[1])
+            entries = []
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    entries.append(json.loads(line))
+                except ValueError:
+                    break  # a line still being written
+            out[pid] = entries
+        return out
+
+    def pids(self) -> list[int]:
+        """The agent processes started so far, in start order."""
+        logs = self.logs()
+        return sorted(logs, key=lambda pid: logs[pid][0]["t"] if logs[pid] else 0.0)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every log entry of every process, each with its ``pid``, in time order."""
+        merged = [{**e, "pid": pid} for pid, entries in self.logs().items() for e in entries]
+        return sorted(merged, key=lambda e: e["t"])
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Logged events (``prompt``, ``permission_outcome``, ``cancel``, ...), each with its pid."""
+        return [e for e in self.entries() if "event" in e and (name is None or e["event"] == name)]
+
+    def frames(self, method: str) -> list[dict[str, Any]]:
+        """Frames the agents received with this method, each with its pid."""
+        return [e for e in self.entries() if e.get("method") == method]
+
+    def prompts(self) -> list[dict[str, Any]]:
+        """Each ``session/prompt`` received: ``{pid, sessionId, text}`` (text blocks joined by newlines)."""
+        out = []
+        for frame in self.frames("session/prompt"):
+            blocks = frame["params"]["prompt"]
+            text = "\n".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+            out.append({"pid": frame["pid"], "sessionId": frame["params"]["sessionId"], "text": text, "blocks": blocks})
+        return out
+
+    def outcomes(self) -> list[dict[str, Any]]:
+        """``permission_outcome`` events: id (the scenario's handle), kind, outcome, pid."""
+        return self.events("permission_outcome")
+
+
+@pytest.fixture
+def scripted(tmp_path: Path) -> Callable[..., ScriptedAgent]:
+    """``scripted(scenario, id="scripted")`` → a ScriptedAgent with that scenario written."""
+
+    def make(scenario: dict[str, Any], id: str = "scripted") -> ScriptedAgent:
+        agent = ScriptedAgent(id, tmp_path / f"agent-{id}")
+        agent.dir.mkdir()
+        agent.write(scenario)
+        return agent
+
+    return make
+
+
+def alive(pid: int) -> bool:
+    """Whether a process exists and is not a zombie (an exited, unreaped child)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Callable[..., Any]:
+    """``async with daemon(agents=[...], args=[...]) as client:`` → an initialized DaemonClient.
+
+    ``args`` are added to ``lmbridge serve``; ``env`` to its environment; ``workspace``
+    defaults to ``tmp_path``.
+    """
+
+    @asynccontextmanager
+    async def start(
+        agents: Sequence[ScriptedAgent | dict[str, Any]] = (),
+        args: Sequence[str] = (),
+        workspace: Sequence[str] | None = None,
+        initialize: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> AsyncIterator[DaemonClient]:
+        specs = [a.spec if isinstance(a, ScriptedAgent) else a for a in agents]
+        env = {**os.environ, "LMBRIDGE_LOG_LEVEL": "debug", **(env or {})}
+        with open(tmp_path / "daemon.stderr", "ab") as stderr:
+            async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
+                if initialize:
+                    await client.initialize(workspace=[str(tmp_path)] if workspace is None else workspace, agents=specs)
+                yield client
+
+    return start
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+    """On failure, attach the daemon's stderr tail to the report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    tmp = item.funcargs.get("tmp_path") if hasattr(item, "funcargs") else None
+    if isinstance(tmp, Path) and (tmp / "daemon.stderr").exists():
+        tail = (tmp / "daemon.stderr").read_text(errors="replace").splitlines()[-60:]
+        report.sections.append(("daemon stderr (tail)", "\n".join(tail)))

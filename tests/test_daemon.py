@@ -1,0 +1,961 @@
+"""The daemon end to end: ``lmbridge serve`` as a subprocess, driven over stdio.
+
+Each test starts the real daemon (``DaemonClient.spawn``) with scripted ACP agents
+(``tests/agents/scripted_agent.py``, one log per agent process) and plays VS Code's
+part: it replays the history the way VS Code does (``assistant(parts)``, tool results
+as user messages, Copilot's re-rendered system and user turns), then checks both ends:
+what the shim received (parts, results, errors) and what the agent received (its log:
+prompts, permission outcomes, cancels, sessions, processes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from conftest import ScriptedAgent, alive
+from lmbridge.client import DaemonClient, RPCError, approve, assistant, skip, text_of, tool_calls, tool_result, user
+from lmbridge.transcript import CONTEXT_OPEN
+from lmbridge.wire import AGENT_ACTION_TOOL, VSCODE_SKIP_TEXT
+
+pytestmark = pytest.mark.anyio
+
+LIMIT = 20  # seconds: the bound of every test
+MODEL = "scripted"
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def system(text: str) -> dict[str, Any]:
+    return {"role": "system", "content": [{"type": "text", "value": text}]}
+
+
+async def eventually(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy (then return it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await anyio.sleep(0.02)
+
+
+def ok(call: Any, stop: str = "end_turn") -> None:
+    """The call ended with this stopReason (and no error)."""
+    assert call.error is None, f"unexpected error: {call.error}"
+    assert call.result == {"stopReason": stop}
+
+
+def write_turn(path: str = "notes.txt", options: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """A turn that asks permission to write ``path`` and branches on the answer."""
+    permission: dict[str, Any] = {
+        "toolCall": {
+            "toolCallId": "w1",
+            "title": f"Write {path}",
+            "kind": "edit",
+            "status": "pending",
+            "rawInput": {"path": path, "content": "approved notes"},
+            "locations": [{"path": path}],
+        }
+    }
+    if options is not None:
+        permission["options"] = options
+    return [
+        {"text": f"I will write {path}."},
+        {"permission": permission, "id": "p1"},
+        {"branch": "p1",
+         "allow": [
+             {"write_file": {"path": path, "content": "approved notes"}},
+             {"tool_call_update": {"toolCallId": "w1", "status": "completed"}},
+             {"text": "Wrote the file."},
+         ],
+         "reject": [
+             {"tool_call_update": {"toolCallId": "w1", "status": "failed"}},
+             {"text": "Not writing it; carrying on without the file."},
+         ],
+         "cancelled": [{"text": "LATE-FROM-CANCELLED-BRANCH"}, {"sleep": 0.2}]},
+    ]
+
+
+# Claude-style ids, allow_always listed first: the daemon must choose by kind.
+ODD_OPTIONS = [
+    {"optionId": "always", "name": "Always", "kind": "allow_always"},
+    {"optionId": "yes-once", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "never", "name": "Never", "kind": "reject_always"},
+    {"optionId": "no-once", "name": "Reject", "kind": "reject_once"},
+]
+
+
+def only(items: list[Any]) -> Any:
+    assert len(items) == 1, items
+    return items[0]
+
+
+# ---------------------------------------------------------------- basics
+
+
+async def test_initialize_models_and_token_count(scripted: Any, daemon: Any) -> None:
+    agent = scripted({})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], initialize=False) as c:
+            info = await c.initialize(agents=[agent.spec])
+            assert info["protocolVersion"] == 1 and info["serverInfo"]["name"] == "lmbridge"
+            models = (await c.request("lm/provideLanguageModelChatInformation", {"silent": True}))["models"]
+            model = only(models)
+            assert model["id"] == MODEL and model["capabilities"]["toolCalling"]
+            assert {"name", "family", "version", "maxInputTokens", "maxOutputTokens"} <= set(model)
+            count = await c.request("lm/provideTokenCount", {"modelId": MODEL, "text": "hello world, hello"})
+            assert isinstance(count["count"], int) and count["count"] > 0
+    assert not agent.pids()  # no chat, no agent started
+
+
+async def test_streams_text_thinking_plan_and_tool_rendering(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    agent = scripted({"turns": [[
+        {"thought": "pondering"},
+        {"plan": [{"content": "Read", "priority": "high", "status": "completed"},
+                  {"content": "Answer", "priority": "high", "status": "in_progress"}]},
+        {"plan": [{"content": "Read", "priority": "high", "status": "completed"},
+                  {"content": "Answer", "priority": "high", "status": "in_progress"}]},
+        {"tool_call": {"toolCallId": "r1", "title": "Read README", "kind": "read", "status": "pending"}},
+        {"tool_call_update": {"toolCallId": "r1", "status": "in_progress"}},
+        {"tool_call_update": {"toolCallId": "r1", "status": "in_progress", "title": "Read README"}},
+        {"tool_call_update": {"toolCallId": "r1", "status": "completed",
+                              "content": [{"type": "content", "content": {"type": "text", "text": "line one"}}]}},
+        {"text": "Hello "},
+        {"text": "there."},
+    ]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.chat(MODEL, [user("hi")])
+    ok(call)
+    assert {"type": "thinking", "value": "pondering"} in call.parts
+    text = text_of(call)
+    assert text.count("**Plan**") == 1  # unchanged plan not repeated
+    assert text.count("Read README") == 2  # start and end, never once per update
+    assert "line one" in text and text.endswith("Hello there.")
+    prompt = only(agent.prompts())
+    assert prompt["text"] == "hi"
+    assert only(agent.events("session_new"))["cwd"] == str(tmp_path)
+
+
+# ---------------------------------------------------------------- permission bridging
+
+
+async def test_approve_selects_allow_once_and_the_agent_acts(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    agent = scripted({"turns": [write_turn(options=ODD_OPTIONS)]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            history = [user("please write my notes")]
+            first = await c.chat(MODEL, history)
+            ok(first, "tool_calls")
+            part = only(tool_calls(first))
+            assert part["name"] == AGENT_ACTION_TOOL
+            data = part["input"]
+            assert data["title"] == "Write notes.txt" and data["kind"] == "edit"
+            assert data["rawInput"] == {"path": "notes.txt", "content": "approved notes"}
+            assert data["locations"] == [{"path": "notes.txt"}]
+            assert [o["kind"] for o in data["options"]] == [o["kind"] for o in ODD_OPTIONS]
+            token = data["approvalToken"]
+            assert isinstance(token, str) and len(token) >= 16 and token not in part["callId"]
+            assert "I will write notes.txt." in text_of(first)
+            await anyio.sleep(0.2)
+            assert not (tmp_path / "notes.txt").exists()
+            assert not agent.outcomes()  # the ACP turn stays open, unanswered
+
+            history += [assistant(first.parts), approve(part)]
+            second = await c.chat(MODEL, history)
+            ok(second)
+            assert not tool_calls(second)
+            assert "Wrote the file." in text_of(second)
+            assert "✓" in text_of(second) and "Write notes.txt" in text_of(second)
+    assert (tmp_path / "notes.txt").read_text() == "approved notes"
+    outcome = only(agent.outcomes())
+    assert outcome["id"] == "p1" and outcome["kind"] == "allow_once"
+    assert outcome["outcome"] == {"outcome": "selected", "optionId": "yes-once"}
+    assert len(agent.prompts()) == 1  # the tool result continued the open turn
+    assert not agent.events("cancel")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [VSCODE_SKIP_TEXT, "", "some-other-token", "not the token, but: {token}x"],
+    ids=["vscode-skip", "empty", "other-token", "token-inside-other-text"],
+)
+async def test_skip_or_anything_but_the_token_rejects_and_the_turn_continues(
+    scripted: Any, daemon: Any, tmp_path: Path, answer: str
+) -> None:
+    agent = scripted({"turns": [write_turn(options=ODD_OPTIONS)]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            history = [user("please write my notes")]
+            first = await c.chat(MODEL, history)
+            ok(first, "tool_calls")
+            part = only(tool_calls(first))
+            text = answer.format(token=part["input"]["approvalToken"])
+            result = skip(part) if answer == VSCODE_SKIP_TEXT else tool_result(part["callId"], text)
+            history += [assistant(first.parts), result]
+            second = await c.chat(MODEL, history)
+            ok(second)
+            assert "Not writing it; carrying on without the file." in text_of(second)
+            assert "✗" in text_of(second)
+    assert not (tmp_path / "notes.txt").exists()
+    outcome = only(agent.outcomes())
+    assert outcome["kind"] == "reject_once" and outcome["outcome"] == {"outcome": "selected", "optionId": "no-once"}
+    assert len(agent.prompts()) == 1 and not agent.events("cancel")
+
+
+async def test_reject_without_a_reject_once_option_is_cancelled(scripted: Any, daemon: Any) -> None:
+    options = [{"optionId": "ok", "name": "OK", "kind": "allow_once"}, {"optionId": "never", "name": "Never", "kind": "reject_always"}]
+    agent = scripted({"turns": [write_turn(options=options)]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(MODEL, [user("write")])
+            part = only(tool_calls(first))
+            second = await c.chat(MODEL, [user("write"), assistant(first.parts), skip(part)])
+    assert second.error is None
+    assert only(agent.outcomes())["kind"] == "cancelled"
+
+
+async def test_stop_cancels_the_permission_and_the_new_content_is_a_new_prompt(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    agent = scripted({
+        "turns": [write_turn(), [{"text": "Answer to the new question."}]],
+        "after_cancel": [{"text": "LATE-AFTER-CANCEL"}],
+    })
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(MODEL, [user("please write my notes")])
+            ok(first, "tool_calls")
+            # The user pressed Stop on the confirmation: the turn and its tool call are gone.
+            second = await c.chat(MODEL, [user("please write my notes"), user("never mind, what is 2+2?")])
+            ok(second)
+            assert text_of(second) == "Answer to the new question."
+    assert not (tmp_path / "notes.txt").exists()
+    outcome = only(agent.outcomes())
+    assert outcome["kind"] == "cancelled" and outcome["outcome"] == {"outcome": "cancelled"}
+    cancel = only(agent.events("cancel"))
+    assert cancel["sessionId"] == "s1" and cancel["active"]
+    prompts = agent.prompts()
+    assert len(prompts) == 2 and prompts[1]["sessionId"] == "s1"  # same agent session
+    assert prompts[1]["text"] == "never mind, what is 2+2?"  # only the new content
+    answered = agent.events("prompt_answered")
+    assert answered[0]["stopReason"] == "cancelled"
+    # The permission was answered before session/cancel, and the new prompt came after the old one ended.
+    events = agent.events()
+    order = [e["event"] for e in events if e["event"] in ("permission_outcome", "cancel", "prompt", "prompt_answered")]
+    assert order == ["prompt", "permission_outcome", "cancel", "prompt_answered", "prompt", "prompt_answered"]
+    assert len(agent.pids()) == 1
+
+
+@pytest.mark.parametrize("result", ["approve", "skip"])
+async def test_tool_result_plus_new_user_content_is_a_soft_cancel(scripted: Any, daemon: Any, tmp_path: Path, result: str) -> None:
+    agent = scripted({"turns": [write_turn(), [{"text": "Doing the other thing."}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            history = [user("please write my notes")]
+            first = await c.chat(MODEL, history)
+            part = only(tool_calls(first))
+            token = part["input"]["approvalToken"]
+            answer = approve(part) if result == "approve" else skip(part)
+            history += [assistant(first.parts), answer, user("actually, do the other thing")]
+            second = await c.chat(MODEL, history)
+            ok(second)
+            assert text_of(second) == "Doing the other thing."
+    assert not (tmp_path / "notes.txt").exists()
+    assert only(agent.outcomes())["kind"] == "cancelled"  # never approved, not even with the token
+    assert only(agent.events("cancel"))["active"]
+    prompts = agent.prompts()
+    assert len(prompts) == 2 and prompts[1]["sessionId"] == "s1"
+    assert prompts[1]["text"] == "actually, do the other thing"
+    assert token not in json.dumps(prompts[1]["blocks"])
+
+
+async def test_concurrent_permissions_surface_together_and_are_answered_each_on_its_own(scripted: Any, daemon: Any) -> None:
+    def ask(call_id: str, title: str) -> dict[str, Any]:
+        return {"toolCall": {"toolCallId": call_id, "title": title, "kind": "execute", "status": "pending"}}
+
+    agent = scripted({"turns": [[
+        {"text": "Two things to do."},
+        {"permission": ask("a", "Run ls"), "id": "pa"},
+        {"sleep": 0.005},
+        {"permission": ask("b", "Delete tmp"), "id": "pb"},
+        {"branch": "pa", "allow": [{"text": "[ls ran]"}], "reject": [{"text": "[ls refused]"}]},
+        {"branch": "pb", "allow": [{"text": "[delete ran]"}], "reject": [{"text": "[delete refused]"}]},
+    ]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            history = [user("do two things")]
+            first = await c.chat(MODEL, history)
+            ok(first, "tool_calls")
+            calls = tool_calls(first)
+            assert [p["input"]["title"] for p in calls] == ["Run ls", "Delete tmp"]
+            assert len({p["callId"] for p in calls}) == 2
+            assert len({p["input"]["approvalToken"] for p in calls}) == 2
+            # VS Code: one user message per tool result; Allow on the first, Skip on the second.
+            history += [assistant(first.parts), approve(calls[0]), skip(calls[1])]
+            second = await c.chat(MODEL, history)
+            ok(second)
+            assert "[ls ran]" in text_of(second) and "[delete refused]" in text_of(second)
+    kinds = {o["id"]: o["kind"] for o in agent.outcomes()}
+    assert kinds == {"pa": "allow_once", "pb": "reject_once"}
+    assert len(agent.outcomes()) == 2 and len(agent.prompts()) == 1
+
+
+async def test_crossed_tokens_approve_nothing(scripted: Any, daemon: Any) -> None:
+    def ask(call_id: str) -> dict[str, Any]:
+        return {"toolCall": {"toolCallId": call_id, "title": f"Action {call_id}", "status": "pending"}}
+
+    agent = scripted({"turns": [[
+        {"permission": ask("a"), "id": "pa"},
+        {"permission": ask("b"), "id": "pb"},
+        {"await": ["pa", "pb"]},
+    ]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(MODEL, [user("go")])
+            a, b = tool_calls(first)
+            history = [user("go"), assistant(first.parts),
+                       tool_result(a["callId"], b["input"]["approvalToken"]),
+                       tool_result(b["callId"], a["input"]["approvalToken"])]
+            ok(await c.chat(MODEL, history))
+    assert {o["id"]: o["kind"] for o in agent.outcomes()} == {"pa": "reject_once", "pb": "reject_once"}
+
+
+async def test_output_while_no_request_streams_is_kept_for_the_next_response(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[
+        {"permission": {}, "id": "p1"},
+        {"sleep": 0.3},
+        {"text": "(said while waiting)"},
+        {"branch": "p1", "allow": [{"text": " then allowed."}]},
+    ]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(MODEL, [user("go")])
+            ok(first, "tool_calls")
+            part = only(tool_calls(first))
+            await anyio.sleep(0.6)  # the text arrives between the two requests
+            second = await c.chat(MODEL, [user("go"), assistant(first.parts), approve(part)])
+            ok(second)
+            assert text_of(second).startswith("(said while waiting) then allowed.")
+            assert "(said while waiting)" not in text_of(first)
+
+
+# ---------------------------------------------------------------- history and sessions
+
+
+async def test_two_concurrent_chats_never_cross(scripted: Any, daemon: Any) -> None:
+    # Both chats get the same first answer: only their user turns tell them apart.
+    agent = scripted({"turns": [[{"sleep": 0.2}, {"text": "Same answer."}], [{"text": "Second answer."}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            chats = {"A": [user("alpha: tell me about apples")], "B": [user("beta: tell me about bananas")]}
+            calls: dict[str, Any] = {}
+
+            async def run(name: str) -> None:
+                calls[name] = await c.chat(MODEL, chats[name])
+
+            async with anyio.create_task_group() as tg:
+                for name in chats:
+                    tg.start_soon(run, name)
+            for name in chats:
+                ok(calls[name])
+                assert text_of(calls[name]) == "Same answer."
+                chats[name] += [assistant(calls[name].parts), user(f"{name} follow-up question")]
+            async with anyio.create_task_group() as tg:
+                for name in chats:
+                    tg.start_soon(run, name)
+            for name in chats:
+                ok(calls[name])
+                assert text_of(calls[name]) == "Second answer."
+    prompts = agent.prompts()
+    assert len(prompts) == 4 and len(agent.pids()) == 2
+    first_of = {p["text"][0].upper(): p["pid"] for p in prompts if ":" in p["text"]}
+    for name in ("A", "B"):
+        follow = only([p for p in prompts if p["text"] == f"{name} follow-up question"])
+        assert follow["pid"] == first_of[name], f"chat {name}'s second request went to another agent"
+    assert first_of["A"] != first_of["B"]
+
+
+async def test_identical_new_chats_get_their_own_sessions(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"sleep": 0.2}, {"text": "Same answer."}], [{"text": "Second answer."}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            calls: list[Any] = []
+
+            async def run(messages: list[dict[str, Any]]) -> None:
+                calls.append(await c.chat(MODEL, messages))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, [user("hello")])
+                tg.start_soon(run, [user("hello")])
+            first = calls[0]
+            calls.clear()
+            history = [user("hello"), assistant(first.parts), user("follow-up")]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, history)
+                tg.start_soon(run, history)
+            for call in calls:
+                ok(call)
+    prompts = agent.prompts()
+    assert len(agent.pids()) == 2
+    follow_ups = [p for p in prompts if p["text"] == "follow-up"]
+    # Each request went to an agent that had seen "hello", and not both to the same one.
+    assert len(follow_ups) == 2 and {p["pid"] for p in follow_ups} == set(agent.pids())
+
+
+async def test_rerendered_system_prompt_and_user_context_still_match(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"text": "First answer."}], [{"text": "Second answer."}], [{"text": "Third answer."}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            current = "<context>\nThe current date is 2025-01-01.\nActive editor: main.py\n</context>\nfix the bug in main.py"
+            first = await c.chat(MODEL, [system("You are Copilot. Version 1."), user(current)])
+            ok(first)
+            history = [
+                system("You are Copilot. Version 2, re-rendered with other rules."),
+                user("fix the bug in main.py"),  # replayed: rendered without its context
+                assistant(first.parts),
+                user("<context>\nThe current date is 2025-01-02.\n</context>\nnow add a test"),
+            ]
+            second = await c.chat(MODEL, history)
+            ok(second)
+            assert text_of(second) == "Second answer."
+            history = [
+                system("You are Copilot. Version 3."),
+                user("<reminder>be brief</reminder>\nfix the bug in main.py"),
+                assistant(first.parts),
+                user("now add a test"),
+                assistant(second.parts),
+                user("<context>date 2025-01-03</context>\nand run it"),
+            ]
+            third = await c.chat(MODEL, history)
+            ok(third)
+    prompts = agent.prompts()
+    assert len(agent.pids()) == 1 and len(agent.events("session_new")) == 1
+    assert [p["sessionId"] for p in prompts] == ["s1", "s1", "s1"]
+    assert prompts[0]["text"] == current  # system messages are not forwarded
+    assert prompts[1]["text"] == "<context>\nThe current date is 2025-01-02.\n</context>\nnow add a test"
+    assert prompts[2]["text"] == "<context>date 2025-01-03</context>\nand run it"
+    assert not any("Copilot" in p["text"] or CONTEXT_OPEN in p["text"] for p in prompts)
+
+
+async def test_edited_earlier_turn_starts_a_fresh_session_with_the_conversation(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"text": "First answer."}], [{"text": "Second answer."}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(MODEL, [user("question one")])
+            history = [user("question one"), assistant(first.parts), user("question two")]
+            ok(await c.chat(MODEL, history))
+            (old_pid,) = agent.pids()
+            agent.write({"turns": [[{"text": "Answer to the edited question."}], [{"text": "Later answer."}]]})
+            # The user edited "question two": VS Code sends the conversation up to the edit.
+            edited = [user("question one"), assistant(first.parts), user("question two, edited")]
+            third = await c.chat(MODEL, edited)
+            ok(third)
+            assert text_of(third) == "Answer to the edited question."
+            fourth = await c.chat(MODEL, [*edited, assistant(third.parts), user("question three")])
+            ok(fourth)
+            assert text_of(fourth) == "Later answer."
+    pids = agent.pids()
+    assert len(pids) == 2 and pids[0] == old_pid
+    old = [p for p in agent.prompts() if p["pid"] == old_pid]
+    new = [p for p in agent.prompts() if p["pid"] == pids[1]]
+    assert [p["text"] for p in old] == ["question one", "question two"]  # nothing re-sent to the old session
+    context, *rest = new[0]["blocks"]
+    assert context["text"].startswith(CONTEXT_OPEN)
+    assert "question one" in context["text"] and "First answer." in context["text"]
+    assert "question two" not in context["text"] and "Second answer." not in context["text"]
+    assert [b["text"] for b in rest] == ["question two, edited"]
+    assert new[1]["text"] == "question three"  # the fresh session continues normally
+
+
+async def test_assistant_turn_the_daemon_never_emitted_diverges(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"text": "First answer."}], [{"text": "Second answer."}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            ok(await c.chat(MODEL, [user("question one")]))
+            # The user regenerated the answer with another model, then asked on.
+            other = {"role": "assistant", "content": [{"type": "text", "value": "An answer from another model."}]}
+            second = await c.chat(MODEL, [user("question one"), other, user("question two")])
+            ok(second)
+    pids = agent.pids()
+    assert len(pids) == 2
+    old = [p for p in agent.prompts() if p["pid"] == pids[0]]
+    new = only([p for p in agent.prompts() if p["pid"] == pids[1]])
+    assert [p["text"] for p in old] == ["question one"]
+    assert new["blocks"][0]["text"].startswith(CONTEXT_OPEN)
+    assert "An answer from another model." in new["blocks"][0]["text"]
+    assert "question one" in new["blocks"][0]["text"]
+    assert new["blocks"][-1]["text"] == "question two"
+
+
+async def test_unseen_turns_in_the_middle_are_given_as_context(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"text": "First answer."}], [{"text": "Second answer."}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(MODEL, [user("question one")])
+            other = {"role": "assistant", "content": [{"type": "text", "value": "Another model's answer."}]}
+            history = [user("question one"), assistant(first.parts), user("question two"), other, user("question three")]
+            ok(await c.chat(MODEL, history))
+    prompts = agent.prompts()
+    assert len(prompts) == 2
+    last = prompts[-1]["text"]
+    # The agent never saw "question two" or the other model's answer: it gets them, and not what it saw.
+    assert "question two" in last and "Another model's answer." in last and last.endswith("question three")
+    assert "question one" not in last and "First answer." not in last
+
+
+async def test_daemon_restart_gives_the_new_agent_the_conversation(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"text": "First answer."}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(MODEL, [user("question one")])
+        async with daemon([agent]) as c:
+            ok(await c.chat(MODEL, [user("question one"), assistant(first.parts), user("question two")]))
+    new = agent.prompts()[-1]
+    assert "question one" in new["blocks"][0]["text"] and "First answer." in new["blocks"][0]["text"]
+    assert new["blocks"][-1]["text"] == "question two"
+
+
+# ---------------------------------------------------------------- cancellation
+
+
+@pytest.mark.parametrize("on_cancel", ["cancelled", "end_turn", "error"])
+async def test_cancel_mid_stream(scripted: Any, daemon: Any, on_cancel: str) -> None:
+    agent = scripted({
+        "turns": [[{"text": "Streaming..."}, {"sleep": 30}, {"text": "NEVER"}], [{"text": "Fresh answer."}]],
+        "on_cancel": on_cancel,
+        "after_cancel": [{"sleep": 0.3}, {"text": "LATE-AFTER-CANCEL"}, {"thought": "LATE-THOUGHT"},
+                         {"tool_call": {"toolCallId": "late", "title": "LATE-TOOL", "status": "pending"}}],
+    })
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("stream please")]})
+            await eventually(lambda: call.parts, what="the first part")
+            started = time.monotonic()
+            await c.cancel(call)
+            with anyio.fail_after(1):
+                await call.done.wait()
+            assert time.monotonic() - started < 0.5
+            assert call.error is None and call.result == {"stopReason": "cancelled"}
+            parts_at_cancel = list(call.parts)
+            await eventually(lambda: agent.events("cancel"), what="session/cancel at the agent")
+            # VS Code keeps the partial answer; the next request asks on.
+            history = [user("stream please"), assistant(parts_at_cancel), user("and now?")]
+            second = await c.chat(MODEL, history)
+            ok(second)
+            assert text_of(second) == "Fresh answer."
+            assert all("LATE" not in json.dumps(p) for p in second.parts)
+            await anyio.sleep(0.2)
+    assert call.late_parts == 0 and call.parts == parts_at_cancel
+    assert not [f for f in c.unmatched if f.get("method") == "lm/responsePart"]
+    assert only(agent.events("cancel"))["active"]
+    prompts = agent.prompts()
+    assert [p["sessionId"] for p in prompts] == ["s1", "s1"] and prompts[1]["text"] == "and now?"
+    events = [e["event"] for e in agent.events() if e["event"] in ("prompt", "prompt_answered")]
+    assert events == ["prompt", "prompt_answered", "prompt", "prompt_answered"]  # drained before the next prompt
+
+
+async def test_cancelled_turn_never_ended_by_the_agent_gets_a_fresh_session_with_context(scripted: Any, daemon: Any) -> None:
+    agent = scripted({
+        "turns": [[{"text": "Streaming..."}, {"sleep": 30}], [{"text": "Fresh answer."}]],
+        "on_cancel": "never",
+        "after_cancel": [{"text": "LATE-AFTER-CANCEL"}],
+    })
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], env={"LMBRIDGE_DRAIN_TIMEOUT": "0.5"}) as c:
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("stream please")]})
+            await eventually(lambda: call.parts, what="the first part")
+            await c.cancel(call)
+            with anyio.fail_after(1):
+                await call.done.wait()
+            assert call.result == {"stopReason": "cancelled"}
+            history = [system("sys"), user("stream please"), assistant(call.parts), user("and now?")]
+            second = await c.chat(MODEL, history)
+            ok(second)
+            assert text_of(second) == "Fresh answer."
+    assert [e["sessionId"] for e in agent.events("session_new")] == ["s1", "s2"]
+    prompts = agent.prompts()
+    assert [p["sessionId"] for p in prompts] == ["s1", "s2"]
+    # The new ACP session has seen nothing: it gets the conversation so far.
+    context = prompts[1]["blocks"][0]["text"]
+    assert context.startswith(CONTEXT_OPEN) and "stream please" in context and "Streaming..." in context
+    assert "sys" not in context.replace("session", "")
+    assert prompts[1]["blocks"][-1]["text"] == "and now?"
+
+
+async def test_cancel_before_the_first_part(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"sleep": 30}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("hi")]})
+            await eventually(lambda: agent.events("prompt"), what="the prompt at the agent")
+            await c.cancel(call)
+            with anyio.fail_after(1):
+                await call.done.wait()
+            assert call.result == {"stopReason": "cancelled"} and not call.parts
+            await eventually(lambda: agent.events("cancel"), what="session/cancel at the agent")
+            # A cancel for a request that already ended is ignored.
+            await c.cancel(call)
+            ok(await c.chat(MODEL, [user("hi"), user("again")]))
+    assert not c.unmatched
+
+
+async def test_cancel_while_waiting_on_a_permission_cancels_it(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    # The second request answers the permission; cancelled before it ends, it must approve nothing.
+    agent = scripted({"turns": [[{"permission": {}, "id": "p1"}, {"branch": "p1", "allow": [{"sleep": 30}]}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(MODEL, [user("go")])
+            part = only(tool_calls(first))
+            history = [user("go"), assistant(first.parts), approve(part)]
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": history})
+            await eventually(lambda: agent.outcomes(), what="the permission's answer")
+            await c.cancel(call)
+            with anyio.fail_after(1):
+                await call.done.wait()
+            assert call.result == {"stopReason": "cancelled"}
+            await eventually(lambda: agent.events("cancel"), what="session/cancel")
+
+
+# ---------------------------------------------------------------- agent misbehaviour
+
+
+async def test_agent_crash_reports_stderr_and_the_next_request_starts_fresh(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"text": "Partial output."}, {"stderr": "fatal: the scripted agent blew up"}, {"crash": 3}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(MODEL, [user("question one")])
+            assert first.result is None and isinstance(first.error, RPCError)
+            assert first.error.code == -32000
+            assert "'scripted'" in first.error.message and "code 3" in first.error.message
+            assert "fatal: the scripted agent blew up" in first.error.message
+            (crashed,) = agent.pids()
+            agent.write({"turns": [[{"text": "I am the new agent."}]]})
+            history = [user("question one"), assistant(first.parts), user("question two")]
+            second = await c.chat(MODEL, history)
+            ok(second)
+            assert text_of(second) == "I am the new agent."
+    pids = agent.pids()
+    assert len(pids) == 2 and pids[0] == crashed
+    new = only([p for p in agent.prompts() if p["pid"] == pids[1]])
+    assert new["blocks"][0]["text"].startswith(CONTEXT_OPEN) and "question one" in new["blocks"][0]["text"]
+    assert new["blocks"][-1]["text"] == "question two"
+
+
+async def test_agent_crash_while_a_permission_waits(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"permission": {}, "id": "p1"}, {"branch": "p1", "allow": [{"crash": 9}]}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(MODEL, [user("go")])
+            part = only(tool_calls(first))
+            second = await c.chat(MODEL, [user("go"), assistant(first.parts), approve(part)])
+            assert second.error is not None and "code 9" in second.error.message
+            agent.write({})
+            ok(await c.chat(MODEL, [user("go"), assistant(first.parts), approve(part), user("still there?")]))
+    assert len(agent.pids()) == 2
+
+
+async def test_agent_that_cannot_start(daemon: Any) -> None:
+    spec = {"id": "broken", "command": "/nonexistent/acp-agent-binary", "args": ["--acp"]}
+    with anyio.fail_after(LIMIT):
+        async with daemon([spec]) as c:
+            for _ in range(2):
+                call = await c.chat("broken", [user("hi")])
+                assert call.error is not None and call.error.code == -32000
+                assert "'broken'" in call.error.message and "/nonexistent/acp-agent-binary" in call.error.message
+
+
+async def test_non_json_agent_stdout_is_skipped(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[
+        {"text": "before "},
+        {"stdout_raw": "Debugger listening on ws://127.0.0.1:9229 {not json"},
+        {"stdout_raw": "[1, 2, 3]"},
+        {"stdout_raw": ""},
+        {"text": "after"},
+    ]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.chat(MODEL, [user("hi")])
+    ok(call)
+    assert text_of(call) == "before after"
+
+
+async def test_invalid_updates_and_unknown_kinds_are_skipped_without_losing_others(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[
+        {"text": "one "},
+        {"update": {"sessionUpdate": "usage_update", "used": None, "size": 1000}},  # claude-agent-acp 0.23.1
+        {"update": {"sessionUpdate": "brand_new_unstable_kind", "x": 1}},
+        {"update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text"}}},  # no text
+        {"update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "two "},
+                    "_meta": "not an object"}},  # a bad optional field: the rest survives
+        {"update": 5},
+        {"update": {"no": "kind"}},
+        {"tool_call": {"toolCallId": "t1", "title": "Read config", "kind": "not-a-kind", "status": "pending"}},
+        {"update": {"sessionUpdate": "plan", "entries": "not a list"}},
+        {"text": "three"},
+    ]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.chat(MODEL, [user("hi")])
+    ok(call)
+    text = text_of(call)
+    assert text.startswith("one two ") and "three" in text
+    assert "Read config" in text  # the tool call survived its bad kind...
+    assert "ended without a result" in text  # ...and, never finished, was closed at the turn's end
+    assert text.count("Read config") == 2
+
+
+async def test_agent_requests_the_client_does_not_offer_get_method_not_found(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[
+        {"send": {"jsonrpc": "2.0", "id": 900, "method": "fs/read_text_file", "params": {"sessionId": "s1", "path": "/etc/hostname"}}},
+        {"sleep": 0.2},
+        {"text": "done"},
+    ]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            ok(await c.chat(MODEL, [user("hi")]))
+    answer = only([e for e in agent.entries() if e.get("id") == 900 and "method" not in e])
+    assert answer["error"]["code"] == -32601
+
+
+# ---------------------------------------------------------------- the wire
+
+
+async def test_malformed_frames_get_parse_errors_and_the_daemon_keeps_working(daemon: Any) -> None:
+    with anyio.fail_after(LIMIT):
+        async with daemon() as c:
+            await c.send_raw("this is not json\n")
+            await c.send_raw(b"\xff\xfe{\x80\n")
+            await c.send_raw('{"jsonrpc": "2.0", "id": 500, "method": "initialize", "params": {\n')
+            await c.send_raw("\n   \n")
+            await eventually(lambda: len(c.unmatched) >= 3, what="three parse errors")
+            errors = [f["error"] for f in c.unmatched]
+            assert all(e["code"] == -32700 and "parse error" in e["message"] for e in errors)
+            assert all(f["id"] is None for f in c.unmatched) and len(c.unmatched) == 3
+            await c.send_raw('{"jsonrpc": "2.0", "id": 501}\n')  # no method
+            await c.send_raw('"a string"\n')
+            await eventually(lambda: len(c.unmatched) >= 5, what="two invalid-request errors")
+            assert [f["error"]["code"] for f in c.unmatched[3:]] == [-32600, -32600]
+            models = await c.request("lm/provideLanguageModelChatInformation", {}, timeout=5)
+            assert [m["id"] for m in models["models"]] == ["demo"]
+
+
+async def test_unknown_method(daemon: Any) -> None:
+    with anyio.fail_after(LIMIT):
+        async with daemon() as c:
+            with pytest.raises(RPCError) as err:
+                await c.request("lm/noSuchMethod", {})
+            assert err.value.code == -32601 and "lm/noSuchMethod" in err.value.message
+            await c.send_frame({"jsonrpc": "2.0", "method": "$/noSuchNotification", "params": {}})
+            assert (await c.request("lm/provideTokenCount", {"modelId": "demo", "text": "abcd"}))["count"] >= 1
+            await anyio.sleep(0.1)
+            assert not c.unmatched  # a notification is never answered
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "says"),
+    [
+        ("lm/provideLanguageModelChatResponse", {"modelId": "demo"}, "messages"),
+        ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "robot", "content": []}]}, "role"),
+        ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "user", "content": [{"type": "text"}]}]}, "value"),
+        ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "user", "content": [{"type": "tool_result", "content": []}]}]}, "callId"),
+        ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": []}, "user message"),
+        ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "user", "content": [{"type": "text", "value": "hi"}]}, {"role": "assistant", "content": [{"type": "text", "value": "x"}]}]}, "user message"),
+        ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "user", "content": []}], "options": {"toolMode": "sometimes"}}, "toolMode"),
+        ("lm/provideTokenCount", {"modelId": "demo"}, "text"),
+        ("initialize", {"protocolVersion": 2}, "protocolVersion"),
+        ("initialize", {"protocolVersion": 1, "agents": [{"id": "x"}]}, "command"),
+        ("lm/provideLanguageModelChatResponse", ["demo", []], "params"),
+    ],
+    ids=["no-messages", "bad-role", "text-without-value", "result-without-callId", "empty-messages", "ends-with-assistant",
+         "bad-toolMode", "count-without-text", "protocol-2", "agent-without-command", "positional-params"],
+)
+async def test_invalid_params(daemon: Any, method: str, params: Any, says: str) -> None:
+    with anyio.fail_after(LIMIT):
+        async with daemon() as c:
+            with pytest.raises(RPCError) as err:
+                await c.request(method, params, timeout=10)
+            assert err.value.code == -32602
+            assert says in err.value.message, err.value.message
+            # The daemon is still fine.
+            assert (await c.request("lm/provideTokenCount", {"modelId": "demo", "text": "abcd"}))["count"] >= 1
+
+
+async def test_unknown_model(scripted: Any, daemon: Any) -> None:
+    agent = scripted({})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.chat("no-such-model", [user("hi")])
+    assert call.error is not None and call.result is None and not call.parts
+    assert "no-such-model" in call.error.message and MODEL in call.error.message
+    assert call.error.data == {"kind": "unknown_model"}
+    assert not agent.pids()
+
+
+async def test_ten_megabyte_lines_both_ways(scripted: Any, daemon: Any) -> None:
+    size = 10 * 1024 * 1024
+    agent = scripted({"turns": [[{"big_text": size}, {"text": "|end"}]]})
+    big = "y" * size
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.chat(MODEL, [user(big)])
+            ok(call)
+            text = text_of(call)
+            assert len(text) == size + len("|end") and text.endswith("x|end")
+            assert (await c.request("lm/provideTokenCount", {"modelId": MODEL, "text": big}))["count"] > 1000
+    assert only(agent.prompts())["text"] == big
+
+
+# ---------------------------------------------------------------- lifetime
+
+
+def _busy_agent_scenario() -> dict[str, Any]:
+    # One chat waits on a permission, the other streams forever.
+    return {"turns": [[{"permission": {}, "id": "p1"}, {"await": "p1"}], [{"text": "working"}, {"sleep": 60}]]}
+
+
+async def _start_busy_chats(c: DaemonClient, agent: ScriptedAgent) -> Any:
+    first = await c.chat(MODEL, [user("chat one")])
+    ok(first, "tool_calls")
+    streaming = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("chat two")]})
+    await eventually(lambda: streaming.parts, what="the second chat streaming")
+    return streaming
+
+
+async def test_shutdown_then_eof_stops_every_agent(scripted: Any, daemon: Any) -> None:
+    agent = scripted(_busy_agent_scenario())
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            # Two sessions -> two agent processes (one per chat, same scenario, each its turn 0).
+            agent.write({"turns": [[{"permission": {}, "id": "p1"}, {"await": "p1"}]]})
+            first = await c.chat(MODEL, [user("chat one")])
+            ok(first, "tool_calls")
+            agent.write({"turns": [[{"text": "working"}, {"sleep": 60}]]})
+            streaming = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("chat two")]})
+            await eventually(lambda: streaming.parts, what="the second chat streaming")
+            pids = agent.pids()
+            assert len(pids) == 2 and all(alive(p) for p in pids)
+            started = time.monotonic()
+            assert await c.request("shutdown", None, timeout=5) is None
+            with anyio.fail_after(1):
+                await streaming.done.wait()
+            assert streaming.error is not None  # the request in flight ended with an error
+            code = await c.close(timeout=5)
+            assert code == 0
+            assert time.monotonic() - started < 5
+            assert not any(alive(p) for p in pids)
+    assert only(agent.outcomes())["kind"] == "cancelled"  # the pending permission was answered
+
+
+async def test_eof_without_shutdown_stops_every_agent(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"permission": {}, "id": "p1"}, {"await": "p1"}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            ok(await c.chat(MODEL, [user("chat one")]), "tool_calls")
+            agent.write({"turns": [[{"text": "working"}, {"sleep": 60}]]})
+            streaming = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("chat two")]})
+            await eventually(lambda: streaming.parts, what="the second chat streaming")
+            pids = agent.pids()
+            assert len(pids) == 2
+            started = time.monotonic()
+            code = await c.close(timeout=5)
+            elapsed = time.monotonic() - started
+    assert code == 0 and elapsed < 5
+    assert not any(alive(p) for p in pids)
+
+
+async def test_idle_eviction_cancels_the_pending_permission_and_stops_the_agent(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    agent = scripted({"turns": [write_turn()]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], args=["--idle-timeout", "0.5"]) as c:
+            history = [user("please write my notes")]
+            first = await c.chat(MODEL, history)
+            ok(first, "tool_calls")
+            (pid,) = agent.pids()
+            outcome = await eventually(lambda: agent.outcomes(), timeout=5, what="the eviction's answer")
+            assert only(outcome)["kind"] == "cancelled"
+            await eventually(lambda: not alive(pid), timeout=5, what="the evicted agent to exit")
+            # A late Allow for the evicted session approves nothing: a fresh session gets the story.
+            agent.write({"turns": [[{"text": "Fresh session."}]]})
+            second = await c.chat(MODEL, [*history, assistant(first.parts), approve(only(tool_calls(first)))])
+            assert second.error is None
+    assert not (tmp_path / "notes.txt").exists()
+    assert [o["kind"] for o in agent.outcomes()] == ["cancelled"]
+    assert len(agent.pids()) == 2
+
+
+async def test_claude_quirk_empty_turn_after_cancel_recovers_in_a_fresh_session(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [
+        write_turn(),
+        [{"stop": "end_turn"}],  # claude-agent-acp after a cancel: at once, empty
+        [{"text": "Recovered answer."}],
+        [{"text": "Third answer."}],
+    ]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(MODEL, [system("You are Copilot."), user("please write my notes")])
+            ok(first, "tool_calls")
+            history = [system("You are Copilot, again."), user("please write my notes"), user("forget it; say hi")]
+            second = await c.chat(MODEL, history)  # Stop pressed, then a new message
+            ok(second)
+            assert text_of(second) == "Recovered answer."
+            third = await c.chat(MODEL, [*history, assistant(second.parts), user("and again")])
+            ok(third)
+            assert text_of(third) == "Third answer."
+    sessions = [e["sessionId"] for e in agent.events("session_new")]
+    assert sessions == ["s1", "s2"] and len(agent.pids()) == 1
+    prompts = agent.prompts()
+    assert [p["sessionId"] for p in prompts] == ["s1", "s1", "s2", "s2"]
+    recovery = prompts[2]
+    assert recovery["blocks"][0]["text"].startswith(CONTEXT_OPEN)
+    assert "please write my notes" in recovery["blocks"][0]["text"]
+    assert "Copilot" not in recovery["text"]  # system messages are not forwarded, not even as context
+    assert recovery["blocks"][-1]["text"] == "forget it; say hi"
+    assert prompts[3]["text"] == "and again"
+
+
+async def test_a_silent_turn_end_after_an_approval_is_not_the_claude_quirk(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    agent = scripted({"turns": [
+        [{"text": "Streaming..."}, {"sleep": 30}],
+        [{"permission": {"toolCall": {"toolCallId": "w", "title": "Write", "status": "pending"}}, "id": "p1"},
+         {"branch": "p1", "allow": [{"write_file": {"path": "once.txt", "content": "x"}},
+                                    {"tool_call_update": {"toolCallId": "w", "status": "completed"}}]}],
+        [{"text": "A THIRD PROMPT: the action would run twice"}],
+    ]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("one")]})
+            await eventually(lambda: call.parts, what="the first part")
+            await c.cancel(call)
+            await call.done.wait()
+            history = [user("one"), assistant(call.parts), user("two")]
+            first = await c.chat(MODEL, history)
+            ok(first, "tool_calls")
+            second = await c.chat(MODEL, [*history, assistant(first.parts), approve(only(tool_calls(first)))])
+            ok(second)
+            assert "THIRD" not in text_of(second)
+    assert (tmp_path / "once.txt").exists()
+    assert len(agent.prompts()) == 2 and len(agent.events("session_new")) == 1
+
+
+def test_lmbridge_demo(tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "lmbridge", "demo"], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "symposium-agent-action" in out and "Allow pressed" in out
+    assert "file written by the agent after approval" in out
+    assert '"files_written": 1' in out
+    assert time.monotonic() - started < 30
