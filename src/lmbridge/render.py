@@ -62,6 +62,33 @@ def _noop(_: str) -> None:
     pass
 
 
+_CHUNK_TYPES = {"agent_message_chunk": "text", "agent_thought_chunk": "thinking"}
+
+
+def _plain_text(raw: dict[str, Any]) -> str | None:
+    """The text of a message/thought chunk whose every field is plainly valid
+    (the shape agents stream), else None: then the ACP model decides, exactly
+    as for any other update. Saves a pydantic validation per streamed chunk."""
+    content = raw.get("content")
+    if type(content) is not dict or content.get("type") != "text":
+        return None
+    text = content.get("text")
+    if type(text) is not str:
+        return None
+    for key, value in raw.items():
+        if key in ("sessionUpdate", "content") or value is None:
+            continue
+        if not ((key == "messageId" and type(value) is str) or (key == "_meta" and type(value) is dict)):
+            return None
+    if len(content) > 2:
+        for key, value in content.items():
+            if key in ("type", "text") or value is None:
+                continue
+            if not (key == "_meta" and type(value) is dict):
+                return None
+    return text
+
+
 def validate(model: type[BaseModel], raw: dict[str, Any], warn: Warn = _noop) -> BaseModel | None:
     """Validate ``raw`` as ``model``, dropping top-level fields that fail.
 
@@ -152,6 +179,10 @@ class TurnRenderer:
             if kind not in IGNORED_KINDS:
                 self.warn(f"session/update: unknown kind {kind!r} skipped")
             return []
+        if kind in _CHUNK_TYPES:
+            text = _plain_text(raw)
+            if text is not None:  # the hot path: no pydantic per chunk
+                return [{"type": _CHUNK_TYPES[kind], "value": text}] if text else []
         update = validate(model, raw, self.warn)
         if update is None:
             return []
