@@ -21,7 +21,7 @@
  */
 import * as cp from 'child_process';
 import * as vscode from 'vscode';
-import { Logger, RpcConnection } from './rpc';
+import { counter, Logger, RpcConnection } from './rpc';
 import type { InitializeParams, InitializeResult, ResponsePartParams, WireResponsePart } from './wire';
 import { Method, PROTOCOL_VERSION } from './wire';
 
@@ -97,6 +97,8 @@ interface Running {
 	exited: Promise<void>;
 	/** Set when we asked it to stop: its exit is then not a crash. */
 	stopping: boolean;
+	/** Set as soon as the process has exited (before its exit is handled). */
+	dead: boolean;
 }
 
 function describeExit(code: number | null, signal: NodeJS.Signals | null): string {
@@ -136,6 +138,10 @@ export class DaemonClient {
 	private crashLoopNotified = false;
 	private spawnErrorNotified: string | undefined;
 	private disposed = false;
+	/** Ends a backoff wait early (stop, restart, dispose). */
+	private cutBackoff: (() => void) | undefined;
+	/** Request ids never repeat, even across daemon restarts. */
+	private readonly ids = counter();
 	private readonly restartPolicy: RestartPolicy;
 	private readonly stopPolicy: StopPolicy;
 	private readonly now: () => number;
@@ -202,6 +208,7 @@ export class DaemonClient {
 
 	/** Stops the running daemon, if any: stdin closed, then SIGTERM, then SIGKILL. */
 	async stop(reason: string): Promise<void> {
+		this.cutBackoff?.();
 		const starting = this.starting;
 		if (starting) {
 			await starting.catch(() => undefined);
@@ -253,7 +260,7 @@ export class DaemonClient {
 		if (this.disposed) {
 			return Promise.reject(new DaemonError('stopped', 'lmbridge is shutting down'));
 		}
-		if (this.running && !this.running.stopping) {
+		if (this.running && !this.running.stopping && !this.running.dead) {
 			return Promise.resolve(this.running);
 		}
 		if (!this.starting) {
@@ -326,7 +333,11 @@ export class DaemonClient {
 		const delay = this.backoffDelay();
 		if (delay > 0) {
 			this.log.info(`restarting the lmbridge daemon in ${delay} ms (${this.crashes.length} recent crash${this.crashes.length === 1 ? '' : 'es'})`);
-			await new Promise(resolve => setTimeout(resolve, delay));
+			await new Promise<void>(resolve => {
+				const timer = setTimeout(resolve, delay);
+				this.cutBackoff = () => { clearTimeout(timer); resolve(); };
+			});
+			this.cutBackoff = undefined;
 			if (this.disposed) {
 				throw new DaemonError('stopped', 'lmbridge is shutting down');
 			}
@@ -366,10 +377,11 @@ export class DaemonClient {
 			line => { proc.stdin?.write(line); },
 			(method, params) => this.onNotification(method, params),
 			this.log,
+			this.ids,
 		);
 		let resolveExited!: () => void;
 		const running: Running = {
-			proc, conn, stopping: false,
+			proc, conn, stopping: false, dead: false,
 			exited: new Promise<void>(resolve => { resolveExited = resolve; }),
 		};
 		this.running = running;
@@ -377,9 +389,20 @@ export class DaemonClient {
 		proc.stdout?.on('data', (chunk: Buffer) => conn.feed(chunk));
 		proc.stdin?.on('error', err => this.log.debug(`daemon stdin: ${err.message}`));
 		this.readStderr(proc);
+		// Frames the daemon wrote just before exiting are still in the pipe when 'exit'
+		// fires: read them (until stdout ends, briefly) before failing what is pending.
+		const stdoutEnded = new Promise<void>(resolve => {
+			proc.stdout?.once('end', resolve);
+			proc.stdout?.once('close', resolve);
+		});
 		proc.on('exit', (code, signal) => {
-			this.onExit(running, code, signal);
-			resolveExited();
+			running.dead = true;
+			let timer: NodeJS.Timeout | undefined;
+			void Promise.race([stdoutEnded, new Promise<void>(resolve => { timer = setTimeout(resolve, 500); })]).then(() => {
+				clearTimeout(timer);
+				this.onExit(running, code, signal);
+				resolveExited();
+			});
 		});
 
 		try {

@@ -29,12 +29,17 @@ interface Pending {
 	reject(error: Error): void;
 }
 
+/** 1, 2, 3, … */
+export function counter(start = 1): () => number {
+	let next = start;
+	return () => next++;
+}
+
 export type NotificationHandler = (method: string, params: unknown) => void;
 
 const MAX_LOGGED_LINE = 200;
 
 export class RpcConnection {
-	private nextId = 1;
 	private readonly pending = new Map<number, Pending>();
 	private readonly decoder = new StringDecoder('utf8');
 	private buffer = '';
@@ -44,6 +49,8 @@ export class RpcConnection {
 		private readonly write: (line: string) => void,
 		private readonly onNotification: NotificationHandler,
 		private readonly log: Logger,
+		/** Request ids; the daemon client shares one counter across restarts so ids never repeat. */
+		private readonly nextId: () => number = counter(),
 	) { }
 
 	get pendingCount(): number {
@@ -52,7 +59,7 @@ export class RpcConnection {
 
 	/** Sends a request; `id` is known at once so the caller can cancel it. */
 	request<R>(method: string, params: unknown): { id: number; result: Promise<R> } {
-		const id = this.nextId++;
+		const id = this.nextId();
 		const result = new Promise<R>((resolve, reject) => {
 			if (this.closed) {
 				reject(this.closed);

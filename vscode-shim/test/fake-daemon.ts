@@ -9,6 +9,7 @@
  *     {"result": object}                answer with this result (default {stopReason:"end_turn"})
  *     {"error": {code, message, data?}} answer with a JSON-RPC error
  *     {"exit": code}                    exit the process now (a crash)
+ *     {"answerAndExit": code}           answer end_turn, then exit at once
  *     {"hang": true}                    never answer
  *     {"ignoreCancel": true}            keep going after $/cancelRequest (a misbehaving daemon)
  *     {"stderr": text}                  write a line to stderr
@@ -22,7 +23,7 @@ import * as readline from 'readline';
 
 type Step =
 	| { part: unknown } | { sleep: number } | { result: unknown } | { error: { code: number; message: string; data?: unknown } }
-	| { exit: number } | { hang: true } | { ignoreCancel: true } | { stderr: string };
+	| { exit: number } | { answerAndExit: number } | { hang: true } | { ignoreCancel: true } | { stderr: string };
 
 const mode = process.env.FAKE_DAEMON_MODE ?? 'normal';
 const record = process.env.FAKE_DAEMON_RECORD;
@@ -99,6 +100,9 @@ async function chat(id: number | string, params: { modelId: string; messages: ne
 		} else if ('exit' in step) {
 			log(`[error    ] crashing on purpose with code ${step.exit}`);
 			process.exit(step.exit);
+		} else if ('answerAndExit' in step) {
+			send({ jsonrpc: '2.0', id, result: { stopReason: 'end_turn' } });
+			process.exit(step.answerAndExit);
 		} else if ('hang' in step) {
 			return;
 		} else if ('stderr' in step) {

@@ -156,7 +156,7 @@ describe('provideLanguageModelChatResponse: cancellation', () => {
 		const cancelledAt = Date.now();
 		const countAtCancel = rec.parts.length;
 		await call;
-		assert.ok(Date.now() - cancelledAt < 50, `settled promptly (${Date.now() - cancelledAt} ms)`);
+		assert.ok(Date.now() - cancelledAt < 100, `settled promptly (${Date.now() - cancelledAt} ms)`);
 		await new Promise(resolve => setTimeout(resolve, 300)); // the daemon sends ~10 more parts meanwhile
 		assert.equal(rec.parts.length, countAtCancel, 'no part after cancel');
 		const request = frames().find(f => f.method === 'lm/provideLanguageModelChatResponse');
@@ -173,7 +173,7 @@ describe('provideLanguageModelChatResponse: cancellation', () => {
 		source.cancel();
 		const started = Date.now();
 		await call;
-		assert.ok(Date.now() - started < 50);
+		assert.ok(Date.now() - started < 100, `settled in ${Date.now() - started} ms`);
 	});
 
 	test('a token cancelled before the call: nothing is started', async () => {
@@ -196,7 +196,7 @@ describe('provideLanguageModelChatResponse: cancellation', () => {
 		source.cancel();
 		const started = Date.now();
 		await call;
-		assert.ok(Date.now() - started < 50);
+		assert.ok(Date.now() - started < 100, `settled in ${Date.now() - started} ms`);
 	});
 });
 
