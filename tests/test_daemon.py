@@ -188,32 +188,38 @@ async def test_approve_selects_allow_once_and_the_agent_acts(scripted: Any, daem
     assert not agent.events("cancel")
 
 
-@pytest.mark.parametrize(
-    "answer",
-    [VSCODE_SKIP_TEXT, "", "some-other-token", "not the token, but: {token}x"],
-    ids=["vscode-skip", "empty", "other-token", "token-inside-other-text"],
-)
-async def test_skip_or_anything_but_the_token_rejects_and_the_turn_continues(
-    scripted: Any, daemon: Any, tmp_path: Path, answer: str
-) -> None:
+SKIP_ANSWERS = {
+    "vscode-skip": VSCODE_SKIP_TEXT,
+    "empty": "",
+    "other-token": "some-other-token",
+    "token-inside-other-text": "not the token, but: {token}x",
+}
+
+
+async def test_skip_or_anything_but_the_token_rejects_and_the_turn_continues(scripted: Any, daemon: Any, tmp_path: Path) -> None:
     agent = scripted({"turns": [write_turn(options=ODD_OPTIONS)]})
     with anyio.fail_after(LIMIT):
         async with daemon([agent]) as c:
-            history = [user("please write my notes")]
-            first = await c.chat(MODEL, history)
-            ok(first, "tool_calls")
-            part = only(tool_calls(first))
-            text = answer.format(token=part["input"]["approvalToken"])
-            result = skip(part) if answer == VSCODE_SKIP_TEXT else tool_result(part["callId"], text)
-            history += [assistant(first.parts), result]
-            second = await c.chat(MODEL, history)
-            ok(second)
-            assert "Not writing it; carrying on without the file." in text_of(second)
-            assert "✗" in text_of(second)
+            for name, answer in SKIP_ANSWERS.items():  # one chat (and one agent process) each
+                history = [user(f"please write my notes ({name})")]
+                first = await c.chat(MODEL, history)
+                ok(first, "tool_calls")
+                part = only(tool_calls(first))
+                text = answer.format(token=part["input"]["approvalToken"])
+                result = skip(part) if answer == VSCODE_SKIP_TEXT else tool_result(part["callId"], text)
+                history += [assistant(first.parts), result]
+                second = await c.chat(MODEL, history)
+                ok(second)
+                assert "Not writing it; carrying on without the file." in text_of(second), name
+                assert "✗" in text_of(second)
     assert not (tmp_path / "notes.txt").exists()
-    outcome = only(agent.outcomes())
-    assert outcome["kind"] == "reject_once" and outcome["outcome"] == {"outcome": "selected", "optionId": "no-once"}
-    assert len(agent.prompts()) == 1 and not agent.events("cancel")
+    logs = agent.logs()
+    assert len(logs) == len(SKIP_ANSWERS)
+    for pid, entries in logs.items():
+        outcome = only([e for e in entries if e.get("event") == "permission_outcome"])
+        assert outcome["kind"] == "reject_once" and outcome["outcome"] == {"outcome": "selected", "optionId": "no-once"}
+        assert len([e for e in entries if e.get("event") == "prompt"]) == 1
+        assert not [e for e in entries if e.get("event") == "cancel"]
 
 
 async def test_reject_without_a_reject_once_option_is_cancelled(scripted: Any, daemon: Any) -> None:
@@ -330,6 +336,54 @@ async def test_crossed_tokens_approve_nothing(scripted: Any, daemon: Any) -> Non
                        tool_result(b["callId"], a["input"]["approvalToken"])]
             ok(await c.chat(MODEL, history))
     assert {o["id"]: o["kind"] for o in agent.outcomes()} == {"pa": "reject_once", "pb": "reject_once"}
+
+
+async def test_stop_with_two_pending_permissions_cancels_both(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[
+        {"permission": {}, "id": "pa"},
+        {"permission": {}, "id": "pb"},
+        {"await": ["pa", "pb"]},
+        {"text": "LATE"},
+    ], [{"text": "New answer."}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(MODEL, [user("go")])
+            assert len(tool_calls(first)) == 2
+            second = await c.chat(MODEL, [user("go"), user("stop that")])
+            ok(second)
+            assert text_of(second) == "New answer."
+    assert sorted((o["id"], o["kind"]) for o in agent.outcomes()) == [("pa", "cancelled"), ("pb", "cancelled")]
+    assert len(agent.events("cancel")) == 1
+
+
+async def test_a_permission_asked_after_the_response_ended_comes_with_the_next_one(scripted: Any, daemon: Any) -> None:
+    def ask(call_id: str) -> dict[str, Any]:
+        return {"toolCall": {"toolCallId": call_id, "title": f"Action {call_id}", "status": "pending"}}
+
+    agent = scripted({"turns": [[
+        {"permission": ask("a"), "id": "pa"},
+        {"sleep": 0.3},
+        {"permission": ask("b"), "id": "pb"},
+        {"branch": "pa", "allow": [{"text": "[a ran]"}]},
+        {"branch": "pb", "allow": [{"text": "[b ran]"}]},
+    ]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            history = [user("go")]
+            first = await c.chat(MODEL, history)
+            ok(first, "tool_calls")
+            assert [p["input"]["title"] for p in tool_calls(first)] == ["Action a"]
+            await anyio.sleep(0.5)  # "b" is asked while no request streams
+            history += [assistant(first.parts), approve(only(tool_calls(first)))]
+            second = await c.chat(MODEL, history)
+            ok(second, "tool_calls")
+            assert [p["input"]["title"] for p in tool_calls(second)] == ["Action b"]
+            history += [assistant(second.parts), approve(only(tool_calls(second)))]
+            third = await c.chat(MODEL, history)
+            ok(third)
+            texts = text_of(second) + text_of(third)
+            assert texts.count("[a ran]") == 1 and texts.count("[b ran]") == 1
+    assert {o["id"]: o["kind"] for o in agent.outcomes()} == {"pa": "allow_once", "pb": "allow_once"}
 
 
 async def test_output_while_no_request_streams_is_kept_for_the_next_response(scripted: Any, daemon: Any) -> None:
@@ -594,6 +648,50 @@ async def test_cancelled_turn_never_ended_by_the_agent_gets_a_fresh_session_with
     assert prompts[1]["blocks"][-1]["text"] == "and now?"
 
 
+async def test_a_request_cancelled_while_waiting_for_the_drain_loses_nothing(scripted: Any, daemon: Any) -> None:
+    agent = scripted({
+        "turns": [[{"text": "Streaming..."}, {"sleep": 30}], [{"text": "Third answer."}]],
+        "after_cancel": [{"sleep": 0.5}],
+    })
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            chat = "lm/provideLanguageModelChatResponse"
+            first = await c.start(chat, {"modelId": MODEL, "messages": [user("one")]})
+            await eventually(lambda: first.parts, what="the first part")
+            await c.cancel(first)
+            await first.done.wait()
+            history = [user("one"), assistant(first.parts), user("two")]
+            # The agent is still ending the cancelled turn: this request waits, and is cancelled too.
+            second = await c.start(chat, {"modelId": MODEL, "messages": history})
+            await anyio.sleep(0.1)
+            await c.cancel(second)
+            with anyio.fail_after(1):
+                await second.done.wait()
+            assert second.result == {"stopReason": "cancelled"} and not second.parts
+            third = await c.chat(MODEL, [*history, user("three")])
+            ok(third)
+            assert text_of(third) == "Third answer."
+    prompts = agent.prompts()
+    assert len(prompts) == 2 and prompts[1]["sessionId"] == "s1"
+    # "two" never reached the agent when its request was cancelled: it comes with "three".
+    assert "two" in prompts[1]["text"] and prompts[1]["text"].endswith("three")
+    assert "one" not in prompts[1]["text"] and "Streaming..." not in prompts[1]["text"]
+
+
+async def test_string_request_ids(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"text": "Streaming..."}, {"sleep": 30}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            frame = {"jsonrpc": "2.0", "id": "req-abc", "method": "lm/provideLanguageModelChatResponse",
+                     "params": {"modelId": MODEL, "messages": [user("hi")]}}
+            call = await c.start_frame(frame)
+            await eventually(lambda: call.parts, what="the first part")
+            await c.send_frame({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": "req-abc"}})
+            with anyio.fail_after(1):
+                await call.done.wait()
+            assert call.result == {"stopReason": "cancelled"}
+
+
 async def test_cancel_before_the_first_part(scripted: Any, daemon: Any) -> None:
     agent = scripted({"turns": [[{"sleep": 30}]]})
     with anyio.fail_after(LIMIT):
@@ -664,6 +762,50 @@ async def test_agent_crash_while_a_permission_waits(scripted: Any, daemon: Any) 
             agent.write({})
             ok(await c.chat(MODEL, [user("go"), assistant(first.parts), approve(part), user("still there?")]))
     assert len(agent.pids()) == 2
+
+
+async def test_prompt_error_names_the_agent(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"text": "partial"}, {"error": {"code": -32603, "message": "model overloaded"}}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.chat(MODEL, [user("hi")])
+            assert call.error is not None and call.error.code == -32000
+            assert "'scripted'" in call.error.message and "model overloaded" in call.error.message
+            agent.write({})
+            ok(await c.chat(MODEL, [user("hi"), assistant(call.parts), user("again")]))
+
+
+async def test_stop_reasons_pass_through(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"text": "a"}, {"stop": "max_tokens"}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            ok(await c.chat(MODEL, [user("one")]), "max_tokens")
+            agent.write({"turns": [[{"text": "a"}, {"stop": "refusal"}]]})
+            ok(await c.chat(MODEL, [user("two")]), "refusal")
+            agent.write({"turns": [[{"text": "a"}, {"stop": "something_new"}]]})
+            ok(await c.chat(MODEL, [user("three")]), "end_turn")
+
+
+@pytest.mark.parametrize("images", [True, False])
+async def test_user_content_becomes_acp_blocks(scripted: Any, daemon: Any, images: bool) -> None:
+    agent = scripted({"initialize": {"agentCapabilities": {"promptCapabilities": {"image": images}}}})
+    png = "iVBORw0KGgo="
+    message = {"role": "user", "content": [
+        {"type": "text", "value": "look at this"},
+        {"type": "data", "mimeType": "image/png", "data": png},
+        {"type": "data", "mimeType": "cache_control", "data": "ZXBoZW1lcmFs"},
+        {"type": "data", "mimeType": "stateful_marker", "data": "eHl6"},
+        {"type": "thinking", "value": "not for the agent"},
+    ]}
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            ok(await c.chat(MODEL, [message]))
+    blocks = only(agent.prompts())["blocks"]
+    assert blocks[0] == {"type": "text", "text": "look at this"}
+    if images:
+        assert blocks[1:] == [{"type": "image", "mimeType": "image/png", "data": png}]
+    else:
+        assert len(blocks) == 2 and blocks[1]["type"] == "text" and "image" in blocks[1]["text"]
 
 
 async def test_agent_that_cannot_start(daemon: Any) -> None:
@@ -763,33 +905,37 @@ async def test_unknown_method(daemon: Any) -> None:
             assert not c.unmatched  # a notification is never answered
 
 
-@pytest.mark.parametrize(
-    ("method", "params", "says"),
-    [
-        ("lm/provideLanguageModelChatResponse", {"modelId": "demo"}, "messages"),
-        ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "robot", "content": []}]}, "role"),
-        ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "user", "content": [{"type": "text"}]}]}, "value"),
-        ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "user", "content": [{"type": "tool_result", "content": []}]}]}, "callId"),
-        ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": []}, "user message"),
-        ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "user", "content": [{"type": "text", "value": "hi"}]}, {"role": "assistant", "content": [{"type": "text", "value": "x"}]}]}, "user message"),
-        ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "user", "content": []}], "options": {"toolMode": "sometimes"}}, "toolMode"),
-        ("lm/provideTokenCount", {"modelId": "demo"}, "text"),
-        ("initialize", {"protocolVersion": 2}, "protocolVersion"),
-        ("initialize", {"protocolVersion": 1, "agents": [{"id": "x"}]}, "command"),
-        ("lm/provideLanguageModelChatResponse", ["demo", []], "params"),
-    ],
-    ids=["no-messages", "bad-role", "text-without-value", "result-without-callId", "empty-messages", "ends-with-assistant",
-         "bad-toolMode", "count-without-text", "protocol-2", "agent-without-command", "positional-params"],
-)
-async def test_invalid_params(daemon: Any, method: str, params: Any, says: str) -> None:
+INVALID = {
+    "no-messages": ("lm/provideLanguageModelChatResponse", {"modelId": "demo"}, "messages"),
+    "bad-role": ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "robot", "content": []}]}, "role"),
+    "text-without-value": ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "user", "content": [{"type": "text"}]}]}, "value"),
+    "result-without-callId": ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "user", "content": [{"type": "tool_result", "content": []}]}]}, "callId"),
+    "empty-messages": ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": []}, "user message"),
+    "ends-with-assistant": ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [
+        {"role": "user", "content": [{"type": "text", "value": "hi"}]},
+        {"role": "assistant", "content": [{"type": "text", "value": "x"}]}]}, "user message"),
+    "only-system": ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [
+        {"role": "system", "content": [{"type": "text", "value": "sys"}]}]}, "user message"),
+    "bad-toolMode": ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "user", "content": []}], "options": {"toolMode": "sometimes"}}, "toolMode"),
+    "count-without-text": ("lm/provideTokenCount", {"modelId": "demo"}, "text"),
+    "protocol-2": ("initialize", {"protocolVersion": 2}, "protocolVersion"),
+    "agent-without-command": ("initialize", {"protocolVersion": 1, "agents": [{"id": "x"}]}, "command"),
+    "positional-params": ("lm/provideLanguageModelChatResponse", ["demo", []], "params"),
+    "count-of-a-number": ("lm/provideTokenCount", {"modelId": "demo", "text": 5}, "text"),
+}
+
+
+async def test_invalid_params(daemon: Any) -> None:
     with anyio.fail_after(LIMIT):
         async with daemon() as c:
-            with pytest.raises(RPCError) as err:
-                await c.request(method, params, timeout=10)
-            assert err.value.code == -32602
-            assert says in err.value.message, err.value.message
-            # The daemon is still fine.
+            for name, (method, params, says) in INVALID.items():
+                with pytest.raises(RPCError) as err:
+                    await c.request(method, params, timeout=10)
+                assert err.value.code == -32602, (name, err.value)
+                assert says in err.value.message, (name, err.value.message)
+            # The daemon is still fine, and started no agent for any of them.
             assert (await c.request("lm/provideTokenCount", {"modelId": "demo", "text": "abcd"}))["count"] >= 1
+            assert not c.unmatched
 
 
 async def test_unknown_model(scripted: Any, daemon: Any) -> None:

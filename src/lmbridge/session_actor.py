@@ -176,6 +176,9 @@ class SessionActor:
         self.cancelled_before = False  # the last prompt was cancelled: the next one is watched (claude quirk)
         self.after_cancel = False  # the open prompt is the first one after a cancel
         self.needs_context = False  # a fresh ACP session: the next prompt carries the conversation
+        # Messages of requests cancelled before their prompt was sent: the history core
+        # counts them as seen, so the next prompt carries them as context.
+        self.unsent: tuple[Message, ...] = ()
         self._generation = 0
         self._tg: TaskGroup | None = None
         self._closed = False
@@ -265,7 +268,7 @@ class SessionActor:
             if self.needs_context:
                 await self._start_prompt(*self._whole_conversation(job))
             else:
-                await self._start_prompt(job.turn.context, job.turn.prompt)
+                await self._start_prompt(self.unsent + job.turn.context, job.turn.prompt)
         elif self.prompt_result is not None:
             done, self.prompt_result = self.prompt_result, None
             await self._on_prompt_done(done)
@@ -320,6 +323,7 @@ class SessionActor:
         blocks = prompt_blocks(context, prompt, images=self.images)
         self.prompt_open = True
         self.needs_context = False
+        self.unsent = ()
         self.after_cancel, self.cancelled_before = self.cancelled_before, False
         self._tg.start_soon(self._prompt, self.conn, self.acp_session, blocks)
 
@@ -460,6 +464,7 @@ class SessionActor:
     async def _on_cancel(self, job: Job) -> None:
         if job in self.waiting:
             self.waiting.remove(job)
+            self.unsent += job.turn.context + job.turn.prompt  # the agent never got them
             await self._finish(job, "cancelled", Last.CANCELLED)
             return
         if job is not self.job:
