@@ -634,10 +634,18 @@ class Console:
 
 async def run(options: ConsoleOptions, input: Input, printer: Printer, stderr: Any = None) -> int:
     command = daemon_command(options.cmd, options.serve_args)
-    async with DaemonClient.spawn(command, env=daemon_env(), stderr=stderr, start_new_session=True) as client:
-        console = Console(client, printer, input, options)
-        code = await console.run()
-        console.closing = True
+    spawned = False
+    try:
+        async with DaemonClient.spawn(command, env=daemon_env(), stderr=stderr, start_new_session=True) as client:
+            spawned = True
+            console = Console(client, printer, input, options)
+            code = await console.run()
+            console.closing = True
+    except OSError as exc:
+        if spawned:
+            raise
+        printer.line(f"error: cannot start the daemon {shlex.join(command)}: {exc}", RED)
+        return 1
     printer.line(f"daemon exited (code {client.process.returncode})", DIM)
     return code
 
