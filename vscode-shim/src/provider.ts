@@ -23,6 +23,8 @@ export class LmBridgeProvider implements vscode.LanguageModelChatProvider, vscod
 	readonly onDidChangeLanguageModelChatInformation = this.changed.event;
 	/** Set when reporting a thinking part threw: the host rejects them, so stop sending them. */
 	private thinkingRejected = false;
+	/** Drop reasons already logged at warning level. */
+	private readonly warned = new Set<string>();
 
 	constructor(
 		private readonly daemon: DaemonClient,
@@ -66,7 +68,12 @@ export class LmBridgeProvider implements vscode.LanguageModelChatProvider, vscod
 	): Promise<void> {
 		const converted = messagesToWire(messages);
 		for (const dropped of converted.dropped) {
-			this.log.warn(`not sent to the agent: ${dropped}`);
+			// Copilot re-sends the whole history: say it once, not on every request.
+			const level = this.warned.has(dropped) ? 'trace' : 'warn';
+			if (this.warned.size < 1000) {
+				this.warned.add(dropped);
+			}
+			this.log[level](`not sent to the agent: ${dropped}`);
 		}
 		const params: ChatResponseParams = { modelId: model.id, messages: converted.value, options: optionsToWire(options) };
 		const thinking = this.settings().thinking;

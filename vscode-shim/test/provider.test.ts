@@ -129,6 +129,18 @@ describe('provideLanguageModelChatResponse: streaming', () => {
 		});
 	});
 
+	test('an unknown input part is dropped with one warning, not one per request', async () => {
+		const { provider, frames, log } = setup();
+		const messages = [LanguageModelChatMessage.User([new LanguageModelTextPart('hi'), { hologram: true }])];
+		for (let i = 0; i < 3; i++) {
+			await provider.provideLanguageModelChatResponse(model(), messages as any, noOptions, recorder().progress, token());
+		}
+		assert.deepEqual(frames().filter(f => f.method === 'lm/provideLanguageModelChatResponse').map(f => f.params.messages[0].content),
+			Array(3).fill([{ type: 'text', value: 'hi' }]));
+		assert.equal(log.matching('not sent to the agent: message 0: part object{hologram}', 'warn').length, 1);
+		assert.equal(log.matching('not sent to the agent: message 0: part object{hologram}', 'trace').length, 2);
+	});
+
 	test('an unknown response part type is logged and skipped, the rest still arrives', async () => {
 		const { provider, log } = setup();
 		const rec = recorder();
