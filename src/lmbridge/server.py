@@ -88,7 +88,8 @@ class Server:
         self.history: HistoryActor | None = None
         self.inflight: dict[Any, Job | None] = {}
         self.answered: set[Any] = set()  # ids answered early by $/cancelRequest
-        self._out_send, self._out_recv = anyio.create_memory_object_stream[bytes](math.inf)
+        # Encoded frames (bytes) and response parts ((request id, part)), in order.
+        self._out_send, self._out_recv = anyio.create_memory_object_stream[Any](math.inf)
         self._tg: anyio.abc.TaskGroup | None = None
         self._history_lock = anyio.Lock()
         self.shutting_down = False
@@ -105,7 +106,11 @@ class Server:
 
     def send(self, frame: dict[str, Any]) -> None:
         """Queue one frame for stdout (the writer task keeps the order)."""
-        self._out_send.send_nowait((json.dumps(frame, ensure_ascii=False, separators=(",", ":")) + "\n").encode())
+        self._out_send.send_nowait((_encode(frame) + "\n").encode())
+
+    def send_part(self, rid: Any, part: dict[str, Any]) -> None:
+        """Queue one ``lm/responsePart`` of request ``rid`` (the writer encodes it)."""
+        self._out_send.send_nowait((rid, part))
 
     async def serve(self, lines: AsyncIterator[bytes], write: Any) -> None:
         """Run until ``lines`` ends (EOF): then stop every agent and return."""
@@ -120,8 +125,22 @@ class Server:
             tg.cancel_scope.cancel()
 
     async def _writer(self, write: Any) -> None:
-        async for data in self._out_recv:
-            await write(data)
+        """Own stdout: everything queued since the last write goes out in one
+        write, consecutive text parts of one request merged (coalesced) into one
+        part. So when the reader lags (the pipe is full, ``write`` waits), what
+        piles up costs one frame instead of one per chunk."""
+        receive, receive_nowait = self._out_recv.receive, self._out_recv.receive_nowait
+        while True:
+            try:
+                batch = [await receive()]
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            while True:
+                try:
+                    batch.append(receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
+            await write(encode_batch(batch))
 
     async def _drain_out(self) -> None:
         with anyio.move_on_after(2):
@@ -225,7 +244,7 @@ class Server:
             return invalid_params(f"messages: {exc}")
 
         async def emit(part: dict[str, Any]) -> None:
-            self.send({"jsonrpc": "2.0", "method": "lm/responsePart", "params": {"requestId": rid, "part": part}})
+            self.send_part(rid, part)
 
         job = Job(turn=turn, history=tuple(p.messages), emit=emit)
         job.actor = actor
@@ -258,6 +277,59 @@ class Server:
         self.shutting_down = True
         if self.history is not None:
             await self.history.aclose("daemon shutting down")
+
+
+# ---------------------------------------------------------------- frames out
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_MERGEABLE = ("text", "thinking")
+
+
+def encode_batch(batch: list[Any]) -> bytes:
+    """Frames queued for stdout → the bytes to write, in order.
+
+    Items are encoded frames (bytes) or response parts ``(request id, part)``;
+    a run of consecutive parts of the same request and type (text, or
+    thinking with the same id) becomes one part holding their values joined.
+    """
+    out: list[bytes] = []
+    run_rid: Any = None
+    run_part: dict[str, Any] | None = None
+    run_values: list[str] = []
+
+    def flush() -> None:
+        if run_part is None:
+            return
+        part = run_part if len(run_values) == 1 else {**run_part, "value": "".join(run_values)}
+        out.append(f'{{"jsonrpc":"2.0","method":"lm/responsePart","params":{{"requestId":{_encode(run_rid)},"part":{_encode(part)}}}}}\n'.encode())
+
+    for item in batch:
+        if type(item) is tuple:
+            rid, part = item
+            kind = part.get("type")
+            if (
+                run_part is not None
+                and kind in _MERGEABLE
+                and kind == run_part.get("type")
+                and rid == run_rid
+                and type(rid) is type(run_rid)
+                and part.get("id") == run_part.get("id")
+                and type(part.get("value")) is str
+            ):
+                run_values.append(part["value"])
+                continue
+            flush()
+            if kind in _MERGEABLE and type(part.get("value")) is str:
+                run_rid, run_part, run_values = rid, part, [part["value"]]
+            else:
+                run_part, run_values = None, []
+                out.append(f'{{"jsonrpc":"2.0","method":"lm/responsePart","params":{{"requestId":{_encode(rid)},"part":{_encode(part)}}}}}\n'.encode())
+        else:
+            flush()
+            run_part, run_values = None, []
+            out.append(item)
+    flush()
+    return b"".join(out)
 
 
 # ---------------------------------------------------------------- stdio
