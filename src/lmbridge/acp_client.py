@@ -34,6 +34,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from lmbridge.log import get_logger
 
 MAX_LINE = 64 * 1024 * 1024  # bytes; agents send MB-long lines (facts.md §3)
+READ_SIZE = 256 * 1024  # bytes asked of the agent's stdout per read
 STDERR_TAIL = 20  # lines kept for error messages
 TERM_GRACE = 2.0  # seconds between closing stdin / SIGTERM / SIGKILL
 STDERR_GRACE = 0.5  # seconds to read the rest of stderr once stdout has ended
@@ -75,7 +76,8 @@ class _Waiter:
 class AgentConnection:
     """JSON-RPC over an agent's stdio. Create with ``spawn`` inside a task group.
 
-    ``events``: where every notification and agent→client request goes, in order.
+    ``events``: where every notification and agent→client request goes, in order
+    (an unbounded stream: the reader hands frames over without waiting).
     """
 
     def __init__(self, name: str, process: Process, events: MemoryObjectSendStream[Incoming]) -> None:
@@ -154,33 +156,56 @@ class AgentConnection:
         self._waiters.clear()
 
     async def _read_stdout(self) -> None:
+        """Split stdout into lines and route each. Everything one read returns is
+        routed before the next await (no event-loop round per frame: the
+        streaming hot path); a partial line waits for the rest."""
         assert self.process.stdout is not None
-        reader = BufferedByteReceiveStream(self.process.stdout)
+        receive = self.process.stdout.receive
+        partial: list[bytes] = []  # the start of a line split across reads
+        size = 0
         while True:
             try:
-                line = await reader.receive_until(b"\n", MAX_LINE)
-            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                data = await receive(READ_SIZE)
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 return
-            except anyio.DelimiterNotFound:
-                self.exit_reason = f"agent {self.name!r} sent a line longer than {MAX_LINE} bytes"
-                self._kill()  # no longer read, it would block on a full pipe and never exit
-                return
-            if not line.strip():
+            lines = data.split(b"\n")
+            if len(lines) == 1:
+                partial.append(data)
+                size += len(data)
+                if size > MAX_LINE:
+                    self.exit_reason = f"agent {self.name!r} sent a line longer than {MAX_LINE} bytes"
+                    self._kill()  # no longer read, it would block on a full pipe and never exit
+                    return
                 continue
-            try:
-                frame = json.loads(line)
-            except ValueError:
-                log.warning("agent stdout: not JSON, skipped", agent=self.name, line=line[:200].decode(errors="replace"))
-                continue
-            if not isinstance(frame, dict):
-                log.warning("agent stdout: not a JSON object, skipped", agent=self.name)
-                continue
-            await self._route(frame)
+            if partial:
+                partial.append(lines[0])
+                lines[0] = b"".join(partial)
+            last = lines.pop()
+            partial, size = ([last], len(last)) if last else ([], 0)
+            for line in lines:
+                if len(line) > MAX_LINE:
+                    self.exit_reason = f"agent {self.name!r} sent a line longer than {MAX_LINE} bytes"
+                    self._kill()
+                    return
+                self._frame(line)
 
-    async def _route(self, frame: dict[str, Any]) -> None:
+    def _frame(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            log.warning("agent stdout: not JSON, skipped", agent=self.name, line=line[:200].decode(errors="replace"))
+            return
+        if not isinstance(frame, dict):
+            log.warning("agent stdout: not a JSON object, skipped", agent=self.name)
+            return
+        self._route(frame)
+
+    def _route(self, frame: dict[str, Any]) -> None:
         method = frame.get("method")
         if isinstance(method, str):
-            await self.events.send(Incoming(method, frame.get("params"), frame.get("id")))
+            self.events.send_nowait(Incoming(method, frame.get("params"), frame.get("id")))  # unbounded
             return
         waiter = self._waiters.pop(frame.get("id"), None) if isinstance(frame.get("id"), int) else None
         if waiter is None:
