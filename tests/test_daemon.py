@@ -808,6 +808,31 @@ async def test_user_content_becomes_acp_blocks(scripted: Any, daemon: Any, image
         assert len(blocks) == 2 and blocks[1]["type"] == "text" and "image" in blocks[1]["text"]
 
 
+async def test_agent_dying_while_a_permission_waits_approves_nothing(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    # The response ends with the permission; then, while no request runs, the agent dies.
+    turn = write_turn()
+    agent = scripted({"turns": [[*turn[:2], {"sleep": 0.3}, {"stderr": "oom"}, {"crash": 137}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            history = [user("please write my notes")]
+            first = await c.chat(MODEL, history)
+            ok(first, "tool_calls")
+            part = only(tool_calls(first))
+            await eventually(lambda: not alive(agent.pids()[0]), what="the agent's death")
+            agent.write({"turns": [[{"text": "Fresh agent here."}]]})
+            second = await c.chat(MODEL, [*history, assistant(first.parts), approve(part)])
+            ok(second)
+            assert text_of(second) == "Fresh agent here."
+    assert not (tmp_path / "notes.txt").exists() and not agent.outcomes()
+    pids = agent.pids()
+    assert len(pids) == 2
+    fresh = only([p for p in agent.prompts() if p["pid"] == pids[1]])
+    assert fresh["blocks"][0]["text"].startswith(CONTEXT_OPEN) and "please write my notes" in fresh["text"]
+    assert "asked permission: Write notes.txt" in fresh["text"]
+    assert "[permission 'Write notes.txt': allowed by the user]" in fresh["text"]
+    assert part["input"]["approvalToken"] not in fresh["text"]  # the token means nothing to it
+
+
 async def test_agent_that_cannot_start(daemon: Any) -> None:
     spec = {"id": "broken", "command": "/nonexistent/acp-agent-binary", "args": ["--acp"]}
     with anyio.fail_after(LIMIT):
@@ -1019,6 +1044,24 @@ async def test_eof_without_shutdown_stops_every_agent(scripted: Any, daemon: Any
             elapsed = time.monotonic() - started
     assert code == 0 and elapsed < 5
     assert not any(alive(p) for p in pids)
+
+
+async def test_eof_stops_an_agent_that_ignores_eof_and_sigterm(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    agent = scripted({})
+    pidfile = tmp_path / "stubborn.pid"
+    # The shell ignores SIGTERM (so does everything it starts) and outlives the agent's EOF.
+    script = f"trap '' TERM; echo $$ > {pidfile}; {sys.executable} \"$@\"; exec sleep 60"
+    spec = {**agent.spec, "command": "sh", "args": ["-c", script, "sh", *agent.spec["args"]]}
+    with anyio.fail_after(LIMIT):
+        async with daemon([spec]) as c:
+            ok(await c.chat(MODEL, [user("hi")]))
+            shell = int(pidfile.read_text())
+            assert alive(shell)
+            started = time.monotonic()
+            code = await c.close(timeout=10)
+            elapsed = time.monotonic() - started
+    assert code == 0 and elapsed < 6
+    assert not alive(shell) and not any(alive(p) for p in agent.pids())
 
 
 async def test_idle_eviction_cancels_the_pending_permission_and_stops_the_agent(scripted: Any, daemon: Any, tmp_path: Path) -> None:

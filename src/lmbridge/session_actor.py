@@ -187,7 +187,13 @@ class SessionActor:
     # -- public, called from other tasks -----------------------------------
 
     async def submit(self, job: Job) -> None:
-        await self._send.send(job)
+        # No await between the check and the send: a closed actor reads no more
+        # jobs, so one submitted now fails at once instead of waiting forever.
+        if self._closed:
+            job.error = f"agent {self.spec.id!r}: its session has just ended; please retry"
+            job.done.set()
+            return
+        self._send.send_nowait(job)
 
     def cancel(self, job: Job) -> None:
         """The shim cancelled ``job``'s request (already answered ``cancelled``)."""
@@ -214,8 +220,20 @@ class SessionActor:
                 self._closed = True
                 with anyio.CancelScope(shield=True):
                     await self._shutdown("session ended")
+                    self._fail_unread()
                     self.finished.set()
                 tg.cancel_scope.cancel()
+
+    def _fail_unread(self) -> None:
+        """Jobs still in the mailbox (queued behind a close) end with an error."""
+        while True:
+            try:
+                msg = self._mailbox.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            if isinstance(msg, Job) and not msg.done.is_set():
+                msg.error = f"agent {self.spec.id!r}: its session has just ended; please retry"
+                msg.done.set()
 
     async def _handle(self, msg: Any) -> None:
         if isinstance(msg, Incoming):

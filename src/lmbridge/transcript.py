@@ -43,8 +43,25 @@ def _result_text(part: ToolResultPart) -> str:
     return "\n".join(out)
 
 
-def message_text(message: Message) -> str:
-    """A message as readable text, for the context block."""
+Actions = dict[str, tuple[str, str]]  # callId -> (title, approvalToken) of our permission tool calls
+
+
+def agent_actions(messages: Sequence[Message]) -> Actions:
+    """The ``symposium-agent-action`` calls in ``messages``: how to read their results."""
+    out: Actions = {}
+    for m in messages:
+        for p in m.content:
+            if isinstance(p, ToolCallPart) and p.name == AGENT_ACTION_TOOL:
+                out[p.callId] = (str(p.input.get("title", "")), str(p.input.get("approvalToken", "")))
+    return out
+
+
+def message_text(message: Message, actions: Actions | None = None) -> str:
+    """A message as readable text, for the context block.
+
+    ``actions``: our permission tool calls (``agent_actions``); their results are
+    told as the user's answer, never as the approval token itself.
+    """
     lines: list[str] = []
     for p in message.content:
         if isinstance(p, TextPart):
@@ -56,8 +73,13 @@ def message_text(message: Message) -> str:
                 lines.append(f"[asked permission: {p.input.get('title', '')}]")
             else:
                 lines.append(f"[called tool {p.name} with {json.dumps(p.input, ensure_ascii=False)}]")
-        elif isinstance(p, ToolResultPart):
+        elif isinstance(p, ToolResultPart) and actions is not None and p.callId in actions:
             # An approval token means nothing to a new session; say what it was.
+            title, token = actions[p.callId]
+            text = p.text()
+            answer = "allowed" if token and text == token else f"declined ({text})" if text else "declined"
+            lines.append(f"[permission {title!r}: {answer} by the user]")
+        elif isinstance(p, ToolResultPart):
             text = _result_text(p)
             lines.append(f"[tool result {p.callId}]\n{text}" if text else f"[tool result {p.callId}: empty]")
         elif isinstance(p, DataPart):
@@ -69,7 +91,8 @@ def context_block(context: Sequence[Message]) -> Block | None:
     """One text block holding the earlier conversation, or None when there is none."""
     if not context:
         return None
-    turns = [f"## {m.role}\n{message_text(m)}" for m in context]
+    actions = agent_actions(context)
+    turns = [f"## {m.role}\n{message_text(m, actions)}" for m in context]
     return {"type": "text", "text": CONTEXT_OPEN + "\n\n".join(turns) + "\n" + CONTEXT_CLOSE}
 
 
@@ -82,6 +105,7 @@ def prompt_blocks(context: Sequence[Message], prompt: Sequence[Message], *, imag
     left out. Always returns at least one block.
     """
     blocks: list[Block] = []
+    actions = agent_actions([*context, *prompt])
     head = context_block(context)
     if head is not None:
         blocks.append(head)
@@ -95,5 +119,5 @@ def prompt_blocks(context: Sequence[Message], prompt: Sequence[Message], *, imag
                 else:
                     blocks.append({"type": "text", "text": f"[image omitted: {p.mimeType}, {_data_size(p)} bytes]"})
             elif isinstance(p, ToolResultPart):
-                blocks.append({"type": "text", "text": message_text(Message(role="user", content=[p]))})
+                blocks.append({"type": "text", "text": message_text(Message(role="user", content=[p]), actions)})
     return blocks or [{"type": "text", "text": ""}]
