@@ -322,7 +322,10 @@ def test_pty_ctrl_c_cancels_then_quits(tmp_path: Path) -> None:
         child.expect(r"\(pid (\d+)\)")
         pid = int(child.match.group(1))
         child.expect(PROMPT)
+        # Each expect(PROMPT) follows an output of the line just entered: the line's own
+        # echo ("you> /raw on") must not be taken for the next prompt.
         child.sendline("/raw on")
+        child.expect("raw frames on")
         child.expect(PROMPT)
         child.sendline("something slow")
         child.expect("chunk 3 ")
@@ -334,6 +337,7 @@ def test_pty_ctrl_c_cancels_then_quits(tmp_path: Path) -> None:
         assert "chunk 40 " not in child.before
 
         child.sendline("/raw off")
+        child.expect("raw frames off")
         child.expect(PROMPT)
         # Ctrl-C at a prompt holding text clears the line; it does not quit.
         child.send("garbage")

@@ -66,7 +66,7 @@ Type a message to send it to the current model (start it with // to send a text 
   /new               start a new chat (empty history)
   /history [json]    show the history the next request will carry
   /send {json}       send a raw JSON-RPC frame (a request's answer and parts are shown)
-  /raw on|off        show every frame, both ways
+  /raw on|off        show every frame, both ways (instead of the rendered text and thinking)
   /help              this help
   /quit              quit (also Ctrl-D, or Ctrl-C at an empty prompt)
 At a permission prompt: a = allow, s = skip, t = stop. Ctrl-C while a request runs cancels it."""
@@ -359,6 +359,8 @@ class Console:
 
     def show_part(self, part: dict[str, Any]) -> None:
         kind = part.get("type")
+        if self.raw and kind in ("text", "thinking"):
+            return  # its frame is shown; rendering it too would cut the text at every frame
         if kind == "text":
             self.out.text(part.get("value", ""))
         elif kind == "thinking":
