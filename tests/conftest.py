@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,16 +102,30 @@ class ScriptedAgent:
 
 
 @pytest.fixture
-def scripted(tmp_path: Path) -> Callable[..., ScriptedAgent]:
-    """``scripted(scenario, id="scripted")`` → a ScriptedAgent with that scenario written."""
+def scripted(tmp_path: Path) -> Iterator[Callable[..., ScriptedAgent]]:
+    """``scripted(scenario, id="scripted")`` → a ScriptedAgent with that scenario written.
+
+    After the test (its daemon gone), for every agent process: it has exited, and
+    no permission request of it was answered twice.
+    """
+    made: list[ScriptedAgent] = []
 
     def make(scenario: dict[str, Any], id: str = "scripted") -> ScriptedAgent:
         agent = ScriptedAgent(id, tmp_path / f"agent-{id}")
         agent.dir.mkdir()
         agent.write(scenario)
+        made.append(agent)
         return agent
 
-    return make
+    yield make
+    for agent in made:
+        deadline = time.monotonic() + 5
+        while any(alive(pid) for pid in agent.pids()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in agent.pids() if alive(pid)], "an agent process outlived the test's daemon"
+        for pid, entries in agent.logs().items():
+            answered = [e["rpc_id"] for e in entries if e.get("event") == "permission_outcome"]
+            assert len(answered) == len(set(answered)), f"agent {pid}: a permission answered twice: {answered}"
 
 
 def alive(pid: int) -> bool:
@@ -145,6 +160,13 @@ def daemon(tmp_path: Path) -> Callable[..., Any]:
                 if initialize:
                     await client.initialize(workspace=[str(tmp_path)] if workspace is None else workspace, agents=specs)
                 yield client
+        # Wire invariants, whatever the test did: stdout held only JSON-RPC objects,
+        # and no part came after its request's answer or for an unknown request.
+        bad = [f for f in client.unmatched if "nonJsonLine" in f or "nonObjectFrame" in f]
+        assert not bad, f"the daemon wrote non-protocol output on stdout: {bad[:3]}"
+        assert all(call.late_parts == 0 for call in client.calls.values()), "lm/responsePart after the request's answer"
+        stray = [f for f in client.unmatched if f.get("method") == "lm/responsePart"]
+        assert not stray, f"lm/responsePart for no request in flight: {stray[:3]}"
 
     return start
 

@@ -692,6 +692,25 @@ async def test_string_request_ids(scripted: Any, daemon: Any) -> None:
             assert call.result == {"stopReason": "cancelled"}
 
 
+async def test_cancelled_partial_answer_dropped_by_vscode(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"text": "Streaming..."}, {"sleep": 30}], [{"text": "Second."}], [{"text": "Third."}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("first question")]})
+            await eventually(lambda: call.parts, what="the first part")
+            await c.cancel(call)
+            await call.done.wait()
+            # VS Code shows the stopped turn without its answer: only user turns remain.
+            history = [user("first question"), user("second question")]
+            second = await c.chat(MODEL, history)
+            ok(second)
+            third = await c.chat(MODEL, [*history, assistant(second.parts), user("third question")])
+            ok(third)
+    prompts = agent.prompts()
+    assert [p["sessionId"] for p in prompts] == ["s1"] * 3 and len(agent.pids()) == 1
+    assert [p["text"] for p in prompts] == ["first question", "second question", "third question"]
+
+
 async def test_cancel_before_the_first_part(scripted: Any, daemon: Any) -> None:
     agent = scripted({"turns": [[{"sleep": 30}]]})
     with anyio.fail_after(LIMIT):
