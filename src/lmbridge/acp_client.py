@@ -246,7 +246,8 @@ class AgentConnection:
     async def _write(self, frame: dict[str, Any]) -> None:
         if self.closed.is_set():
             raise AgentExited(self.describe_exit())
-        data = (json.dumps(frame, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        # Lone surrogates (from JSON escapes) become JSON escapes again, not a crash.
+        data = (json.dumps(frame, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "backslashreplace")
         assert self.process.stdin is not None
         try:
             async with self._send_lock:

@@ -106,7 +106,7 @@ class Server:
 
     def send(self, frame: dict[str, Any]) -> None:
         """Queue one frame for stdout (the writer task keeps the order)."""
-        self._out_send.send_nowait((_encode(frame) + "\n").encode())
+        self._out_send.send_nowait((_encode(frame) + "\n").encode("utf-8", _JSON_ESCAPE))
 
     def send_part(self, rid: Any, part: dict[str, Any]) -> None:
         """Queue one ``lm/responsePart`` of request ``rid`` (the writer encodes it)."""
@@ -282,6 +282,10 @@ class Server:
 # ---------------------------------------------------------------- frames out
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+# The only characters UTF-8 cannot encode are lone surrogates (JSON allows them
+# escaped, JavaScript strings hold them); in JSON text they can only sit inside a
+# string, where "backslashreplace" writes exactly JSON's escape for them: \udc00.
+_JSON_ESCAPE = "backslashreplace"
 _MERGEABLE = ("text", "thinking")
 
 
@@ -301,7 +305,7 @@ def encode_batch(batch: list[Any]) -> bytes:
         if run_part is None:
             return
         part = run_part if len(run_values) == 1 else {**run_part, "value": "".join(run_values)}
-        out.append(f'{{"jsonrpc":"2.0","method":"lm/responsePart","params":{{"requestId":{_encode(run_rid)},"part":{_encode(part)}}}}}\n'.encode())
+        out.append(f'{{"jsonrpc":"2.0","method":"lm/responsePart","params":{{"requestId":{_encode(run_rid)},"part":{_encode(part)}}}}}\n'.encode("utf-8", _JSON_ESCAPE))
 
     for item in batch:
         if type(item) is tuple:
@@ -323,7 +327,7 @@ def encode_batch(batch: list[Any]) -> bytes:
                 run_rid, run_part, run_values = rid, part, [part["value"]]
             else:
                 run_part, run_values = None, []
-                out.append(f'{{"jsonrpc":"2.0","method":"lm/responsePart","params":{{"requestId":{_encode(rid)},"part":{_encode(part)}}}}}\n'.encode())
+                out.append(f'{{"jsonrpc":"2.0","method":"lm/responsePart","params":{{"requestId":{_encode(rid)},"part":{_encode(part)}}}}}\n'.encode("utf-8", _JSON_ESCAPE))
         else:
             flush()
             run_part, run_values = None, []
