@@ -208,6 +208,17 @@ class SessionActor:
     # -- the loop -------------------------------------------------------------
 
     async def run(self) -> None:
+        """The actor's loop. A bug here ends this session only (its requests get
+        an error, its agent is stopped), never the daemon and the other chats."""
+        try:
+            await self._run()
+        except Exception:
+            log.exception("session actor failed", session=self.id, agent=self.spec.id)
+            with anyio.CancelScope(shield=True):
+                await self.hooks.died(self.id)
+
+    async def _run(self) -> None:
+        reason = "session ended"
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
@@ -216,10 +227,13 @@ class SessionActor:
                         await self._shutdown(msg.reason)
                         break
                     await self._handle(msg)
+            except Exception as exc:
+                reason = f"internal error: {exc!r}"
+                raise
             finally:
                 self._closed = True
                 with anyio.CancelScope(shield=True):
-                    await self._shutdown("session ended")
+                    await self._shutdown(reason)
                     self._fail_unread()
                     self.finished.set()
                 tg.cancel_scope.cancel()
