@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -248,13 +249,13 @@ def test_example_script_runs(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------- under a pseudo-terminal
 
-pexpect = pytest.importorskip("pexpect")
-
 PROMPT = "you>"
 QUESTION = r"s\[t\]op\?"
 
 
-def spawn_console(tmp_path: Path) -> "pexpect.spawn":
+def spawn_console(tmp_path: Path) -> Any:
+    """``lmbridge console`` in a pseudo-terminal (pexpect), in tmp_path."""
+    pexpect = pytest.importorskip("pexpect")
     env = _env(tmp_path / "scratch")
     env.update(TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
     child = pexpect.spawn(
@@ -270,7 +271,9 @@ def spawn_console(tmp_path: Path) -> "pexpect.spawn":
     return child
 
 
-def finish(child: "pexpect.spawn") -> None:
+def finish(child: Any) -> None:
+    import pexpect
+
     child.expect(pexpect.EOF)
     child.close()
     child.logfile_read.close()
