@@ -852,6 +852,18 @@ async def test_agent_dying_while_a_permission_waits_approves_nothing(scripted: A
     assert part["input"]["approvalToken"] not in fresh["text"]  # the token means nothing to it
 
 
+async def test_lone_surrogates_both_ways(scripted: Any, daemon: Any) -> None:
+    # JSON allows escaped lone surrogates ("\\ud800"); JavaScript strings hold them.
+    agent = scripted({"turns": [[{"text": "bad \ud800 char"}, {"text": " and fine"}], [{"text": "still here"}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.chat(MODEL, [user("hi \udc00 there")])
+            ok(call)
+            assert "and fine" in text_of(call)
+            ok(await c.chat(MODEL, [user("hi \udc00 there"), assistant(call.parts), user("more")]))
+    assert "hi" in agent.prompts()[0]["text"]
+
+
 async def test_agent_that_cannot_start(daemon: Any) -> None:
     spec = {"id": "broken", "command": "/nonexistent/acp-agent-binary", "args": ["--acp"]}
     with anyio.fail_after(LIMIT):

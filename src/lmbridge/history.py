@@ -57,7 +57,8 @@ class HistoryError(Exception):
 def _digest(text: str) -> bytes:
     # Whitespace is dropped: VS Code may join or trim our text parts when it
     # replays them; it does not change the words.
-    return hashlib.blake2b("".join(text.split()).encode(), digest_size=16).digest()
+    # surrogatepass: a lone surrogate (legal escaped in JSON) must hash, not raise.
+    return hashlib.blake2b("".join(text.split()).encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,7 +84,7 @@ class Job:
         if self.cancelled or self.done.is_set():
             return
         if part["type"] == "text":
-            self._text.update("".join(part["value"].split()).encode())
+            self._text.update("".join(part["value"].split()).encode("utf-8", "surrogatepass"))
         elif part["type"] == "tool_call":
             self.call_ids.append(part["callId"])
         self.output = True
