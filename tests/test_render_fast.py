@@ -40,3 +40,12 @@ def test_plain_chunks_take_the_fast_path() -> None:
     raw = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}, "messageId": "m1", "_meta": {}}
     assert render._plain_text(raw) == "hi"
     assert render._plain_text({**raw, "content": {"type": "text", "text": "hi", "annotations": {"priority": 1}}}) is None
+
+
+@given(st.text())
+def test_squeezed_is_the_text_without_whitespace(text: str) -> None:
+    from lmbridge.history import squeezed
+
+    assert squeezed(text) == "".join(text.split()).encode()
+    half = len(text) // 2
+    assert squeezed(text[:half]) + squeezed(text[half:]) == squeezed(text)

@@ -54,11 +54,22 @@ class HistoryError(Exception):
 # ---------------------------------------------------------------- fingerprints
 
 
+_ASCII_SPACE = bytes(c for c in range(128) if chr(c).isspace())
+
+
+def squeezed(text: str) -> bytes:
+    """``text`` without its whitespace (as ``str.split`` sees it), UTF-8 encoded:
+    what a fingerprint digests. Streamed parts may be squeezed one by one."""
+    if text.isascii():  # the common case, ~5x faster than split/join
+        return text.encode().translate(None, _ASCII_SPACE)
+    # surrogatepass: a lone surrogate (legal escaped in JSON) must hash, not raise.
+    return "".join(text.split()).encode("utf-8", "surrogatepass")
+
+
 def _digest(text: str) -> bytes:
     # Whitespace is dropped: VS Code may join or trim our text parts when it
     # replays them; it does not change the words.
-    # surrogatepass: a lone surrogate (legal escaped in JSON) must hash, not raise.
-    return hashlib.blake2b("".join(text.split()).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return hashlib.blake2b(squeezed(text), digest_size=16).digest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from lmbridge import __version__
 from lmbridge.acp_client import AgentConnection, AgentError, AgentExited, Incoming
-from lmbridge.history import Answer, Fingerprint, Last, Pending, Turn, conversation
+from lmbridge.history import Answer, Fingerprint, Last, Pending, Turn, conversation, squeezed
 from lmbridge.log import get_logger
 from lmbridge.render import Part, TurnRenderer
 from lmbridge.transcript import prompt_blocks
@@ -84,7 +84,7 @@ class Job:
         if self.cancelled or self.done.is_set():
             return
         if part["type"] == "text":
-            self._text.update("".join(part["value"].split()).encode("utf-8", "surrogatepass"))
+            self._text.update(squeezed(part["value"]))
         elif part["type"] == "tool_call":
             self.call_ids.append(part["callId"])
         self.output = True
@@ -223,10 +223,18 @@ class SessionActor:
             self._tg = tg
             try:
                 async for msg in self._mailbox:
+                    # Everything already queued is handled before the next await on
+                    # the mailbox: a burst of agent updates costs one event-loop
+                    # round, not one per update (the streaming hot path).
+                    while not isinstance(msg, _Close):
+                        await self._handle(msg)
+                        try:
+                            msg = self._mailbox.receive_nowait()
+                        except anyio.WouldBlock:
+                            break
                     if isinstance(msg, _Close):
                         await self._shutdown(msg.reason)
                         break
-                    await self._handle(msg)
             except Exception as exc:
                 reason = f"internal error: {exc!r}"
                 raise
