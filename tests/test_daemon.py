@@ -770,6 +770,22 @@ async def test_agent_crash_reports_stderr_and_the_next_request_starts_fresh(scri
     assert new["blocks"][-1]["text"] == "question two"
 
 
+async def test_agent_crash_is_noticed_while_a_grandchild_holds_its_stdout(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    # The agent started a helper that inherited its stdout: no EOF when the agent dies.
+    agent = scripted({"turns": [[{"text": "Partial output."}, {"stderr": "dying now"}, {"crash": 5}]]})
+    pidfile = tmp_path / "helper.pid"
+    script = f"sleep 60 & echo $! > {pidfile}; exec {sys.executable} \"$@\""
+    spec = {**agent.spec, "command": "sh", "args": ["-c", script, "sh", *agent.spec["args"]]}
+    with anyio.fail_after(LIMIT):
+        async with daemon([spec]) as c:
+            started = time.monotonic()
+            call = await c.chat(MODEL, [user("hi")], timeout=10)
+            assert call.error is not None and "code 5" in call.error.message and "dying now" in call.error.message
+            assert time.monotonic() - started < 5
+            helper = int(pidfile.read_text())
+            await eventually(lambda: not alive(helper), what="the helper to be stopped with its agent")
+
+
 async def test_agent_crash_while_a_permission_waits(scripted: Any, daemon: Any) -> None:
     agent = scripted({"turns": [[{"permission": {}, "id": "p1"}, {"branch": "p1", "allow": [{"crash": 9}]}]]})
     with anyio.fail_after(LIMIT):
@@ -838,6 +854,8 @@ async def test_agent_dying_while_a_permission_waits_approves_nothing(scripted: A
             ok(first, "tool_calls")
             part = only(tool_calls(first))
             await eventually(lambda: not alive(agent.pids()[0]), what="the agent's death")
+            # ...and the daemon noticed it (a request racing the death gets the crash error instead).
+            await eventually(lambda: "session dropped" in (tmp_path / "daemon.stderr").read_text(), what="the daemon noticing")
             agent.write({"turns": [[{"text": "Fresh agent here."}]]})
             second = await c.chat(MODEL, [*history, assistant(first.parts), approve(part)])
             ok(second)

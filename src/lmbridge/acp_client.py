@@ -73,6 +73,18 @@ class _Waiter:
         self.error: BaseException | None = None
 
 
+async def _first(*events: anyio.Event) -> None:
+    """Wait until any of ``events`` is set."""
+    async with anyio.create_task_group() as tg:
+
+        async def wait(event: anyio.Event) -> None:
+            await event.wait()
+            tg.cancel_scope.cancel()
+
+        for event in events:
+            tg.start_soon(wait, event)
+
+
 class AgentConnection:
     """JSON-RPC over an agent's stdio. Create with ``spawn`` inside a task group.
 
@@ -127,14 +139,24 @@ class AgentConnection:
         """Read stdout and stderr until the agent exits, then fail what is in flight."""
         try:
             async with anyio.create_task_group() as tg:
-                stderr_done = anyio.Event()
+                stderr_done, stdout_done, exited = anyio.Event(), anyio.Event(), anyio.Event()
                 tg.start_soon(self._drain_stderr, stderr_done)
-                await self._read_stdout()
+                tg.start_soon(self._read_stdout_until, stdout_done)
+                tg.start_soon(self._wait_exit, exited)
+                # The end is stdout's EOF, or the process's exit: a helper it started
+                # may hold its stdout open forever. Then read what is left, briefly.
+                await _first(stdout_done, exited)
+                with anyio.move_on_after(STDERR_GRACE):
+                    await stdout_done.wait()
                 # An agent that dies writes its last words to stderr just before:
                 # read them (briefly: a grandchild may hold the pipe open).
                 with anyio.move_on_after(STDERR_GRACE):
                     await stderr_done.wait()
                 tg.cancel_scope.cancel()
+            with anyio.move_on_after(TERM_GRACE):
+                await self.process.wait()
+            if self.process.returncode is None:  # stdout closed, yet it lives on: mute, so gone
+                self._kill()
             code = await self.process.wait()
             self.exit_reason = self.exit_reason or f"agent {self.name!r} exited with code {code}"
         finally:
@@ -154,6 +176,16 @@ class AgentConnection:
             waiter.error = error
             waiter.event.set()
         self._waiters.clear()
+
+    async def _read_stdout_until(self, done: anyio.Event) -> None:
+        try:
+            await self._read_stdout()
+        finally:
+            done.set()
+
+    async def _wait_exit(self, done: anyio.Event) -> None:
+        await self.process.wait()
+        done.set()
 
     async def _read_stdout(self) -> None:
         """Split stdout into lines and route each. Everything one read returns is
@@ -301,7 +333,8 @@ class AgentConnection:
                 self.process.kill()
 
     async def close(self) -> None:
-        """End the agent: close stdin, then SIGTERM, then SIGKILL (its process group)."""
+        """End the agent: close stdin, then SIGTERM, then SIGKILL (its process group);
+        whatever it left running in its process group is killed too."""
         if self.process.returncode is None:
             if self.process.stdin is not None:
                 with anyio.move_on_after(0.5):
@@ -317,5 +350,9 @@ class AgentConnection:
                     self.process.send_signal(sig)
                 with anyio.move_on_after(TERM_GRACE):
                     await self.process.wait()
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # helpers that outlived the agent
+        except (ProcessLookupError, PermissionError):
+            pass
         if not self.exit_reason:
             self.exit_reason = f"agent {self.name!r} was stopped"

@@ -151,7 +151,9 @@ class HistoryActor:
         return actor
 
     def _drop(self, session_id: str, reason: str) -> None:
-        self.core.forget(session_id)
+        forgotten = self.core.forget(session_id)
         actor = self.actors.pop(session_id, None)
         if actor is not None:
             actor.close(reason)
+        if forgotten is not None or actor is not None:
+            log.info("session dropped", session=session_id, reason=reason)
