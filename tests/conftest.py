@@ -1,16 +1,24 @@
 """Shared fixtures: the anyio backend, scripted ACP agents, and the daemon as a subprocess.
 
 ``scripted(scenario)`` writes a scenario for ``tests/agents/scripted_agent.py`` and
-returns a ``ScriptedAgent`` whose ``spec`` goes into ``initialize.agents``. Every agent
-process started from that spec logs to its own file (``agent-<pid>.jsonl``), so a test
-can tell which process (and which ACP session) received what.
+returns a ``ScriptedAgent`` whose ``spec`` goes into ``initialize.agents`` (its id, the
+model id, is unique in the test session). Every agent process started from that spec
+logs to its own file (``agent-<pid>.jsonl``), so a test can tell which process (and
+which ACP session) received what.
 
 ``daemon(...)`` starts ``python -m lmbridge serve`` with a ``DaemonClient`` on its stdio,
-its stderr in ``tmp_path/daemon.stderr`` (shown when a test fails).
+its stderr in ``tmp_path/daemon.stderr`` (shown when a test fails): for tests of the
+daemon's own lifetime, options, or wire errors.
+
+``shared(...)`` is the same, on one daemon per test module, re-initialized with the
+test's agents and workspace: a fresh daemon costs a second of CPU (the ACP SDK's
+schema import on the first chat), so conversation tests share one. Their model ids
+differ, so their sessions never meet; their agents are checked gone when it exits.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -29,9 +37,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED_AGENT = ROOT / "tests" / "agents" / "scripted_agent.py"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+_ids = itertools.count(1)
 
 
 @dataclass
@@ -40,6 +51,7 @@ class ScriptedAgent:
 
     id: str
     dir: Path
+    shared: bool = False  # driven by the module's shared daemon (checked when it exits)
 
     @property
     def scenario_path(self) -> Path:
@@ -103,14 +115,16 @@ class ScriptedAgent:
 
 @pytest.fixture
 def scripted(tmp_path: Path) -> Iterator[Callable[..., ScriptedAgent]]:
-    """``scripted(scenario, id="scripted")`` → a ScriptedAgent with that scenario written.
+    """``scripted(scenario, id=None)`` → a ScriptedAgent with that scenario written
+    (id: ``scripted-<n>``, unique, unless given).
 
-    After the test (its daemon gone), for every agent process: it has exited, and
-    no permission request of it was answered twice.
+    After the test, for every agent process: no permission request of it was
+    answered twice, and (its daemon gone) it has exited.
     """
     made: list[ScriptedAgent] = []
 
-    def make(scenario: dict[str, Any], id: str = "scripted") -> ScriptedAgent:
+    def make(scenario: dict[str, Any], id: str | None = None) -> ScriptedAgent:
+        id = id or f"scripted-{next(_ids)}"
         agent = ScriptedAgent(id, tmp_path / f"agent-{id}")
         agent.dir.mkdir()
         agent.write(scenario)
@@ -119,13 +133,18 @@ def scripted(tmp_path: Path) -> Iterator[Callable[..., ScriptedAgent]]:
 
     yield make
     for agent in made:
-        deadline = time.monotonic() + 5
-        while any(alive(pid) for pid in agent.pids()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not [pid for pid in agent.pids() if alive(pid)], "an agent process outlived the test's daemon"
         for pid, entries in agent.logs().items():
             answered = [e["rpc_id"] for e in entries if e.get("event") == "permission_outcome"]
             assert len(answered) == len(set(answered)), f"agent {pid}: a permission answered twice: {answered}"
+        if not agent.shared:
+            assert_gone(agent, "an agent process outlived the test's daemon")
+
+
+def assert_gone(agent: ScriptedAgent, message: str) -> None:
+    deadline = time.monotonic() + 5
+    while any(alive(pid) for pid in agent.pids()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in agent.pids() if alive(pid)], f"{message}: {agent.id}"
 
 
 def alive(pid: int) -> bool:
@@ -160,15 +179,63 @@ def daemon(tmp_path: Path) -> Callable[..., Any]:
                 if initialize:
                     await client.initialize(workspace=[str(tmp_path)] if workspace is None else workspace, agents=specs)
                 yield client
-        # Wire invariants, whatever the test did: stdout held only JSON-RPC objects,
-        # and no part came after its request's answer or for an unknown request.
-        bad = [f for f in client.unmatched if "nonJsonLine" in f or "nonObjectFrame" in f]
-        assert not bad, f"the daemon wrote non-protocol output on stdout: {bad[:3]}"
-        assert all(call.late_parts == 0 for call in client.calls.values()), "lm/responsePart after the request's answer"
-        stray = [f for f in client.unmatched if f.get("method") == "lm/responsePart"]
-        assert not stray, f"lm/responsePart for no request in flight: {stray[:3]}"
+        check_wire(client.unmatched, list(client.calls.values()))
 
     return start
+
+
+def check_wire(unmatched: list[dict[str, Any]], calls: list[Any]) -> None:
+    """Wire invariants, whatever the test did: stdout held only JSON-RPC objects,
+    and no part came after its request's answer or for an unknown request."""
+    bad = [f for f in unmatched if "nonJsonLine" in f or "nonObjectFrame" in f]
+    assert not bad, f"the daemon wrote non-protocol output on stdout: {bad[:3]}"
+    assert all(call.late_parts == 0 for call in calls), "lm/responsePart after the request's answer"
+    stray = [f for f in unmatched if f.get("method") == "lm/responsePart"]
+    assert not stray, f"lm/responsePart for no request in flight: {stray[:3]}"
+
+
+@dataclass
+class _Shared:
+    client: DaemonClient
+    stderr: Path
+    agents: list[ScriptedAgent]
+
+
+@pytest.fixture(scope="module")
+async def _shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[_Shared]:
+    where = tmp_path_factory.mktemp("shared-daemon")
+    env = {**os.environ, "LMBRIDGE_LOG_LEVEL": "debug"}
+    with open(where / "daemon.stderr", "ab") as stderr:
+        async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve"], env=env, stderr=stderr) as client:
+            shared = _Shared(client, where / "daemon.stderr", [])
+            yield shared
+            assert await client.close(timeout=10) == 0, "the shared daemon did not exit cleanly"
+    for agent in shared.agents:
+        assert_gone(agent, "an agent process outlived the shared daemon")
+
+
+@pytest.fixture
+def shared(_shared_daemon: _Shared, tmp_path: Path, request: pytest.FixtureRequest) -> Callable[..., Any]:
+    """``async with shared(agents=[...]) as client:`` → the module's daemon, initialized
+    with these agents and ``tmp_path`` as the workspace (see the module docstring)."""
+
+    @asynccontextmanager
+    async def use(agents: Sequence[ScriptedAgent | dict[str, Any]] = (), workspace: Sequence[str] | None = None) -> AsyncIterator[DaemonClient]:
+        client = _shared_daemon.client
+        if client.process.returncode is not None:
+            pytest.fail(f"the shared daemon exited earlier (code {client.process.returncode})")
+        request.node.daemon_stderr = _shared_daemon.stderr
+        for agent in agents:
+            if isinstance(agent, ScriptedAgent):
+                agent.shared = True
+                _shared_daemon.agents.append(agent)
+        specs = [a.spec if isinstance(a, ScriptedAgent) else a for a in agents]
+        known, seen = set(client.calls), len(client.unmatched)
+        await client.initialize(workspace=[str(tmp_path)] if workspace is None else workspace, agents=specs)
+        yield client
+        check_wire(client.unmatched[seen:], [c for k, c in client.calls.items() if k not in known])
+
+    return use
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -179,6 +246,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     if report.when != "call" or not report.failed:
         return
     tmp = item.funcargs.get("tmp_path") if hasattr(item, "funcargs") else None
-    if isinstance(tmp, Path) and (tmp / "daemon.stderr").exists():
-        tail = (tmp / "daemon.stderr").read_text(errors="replace").splitlines()[-60:]
+    path = getattr(item, "daemon_stderr", None) or (tmp / "daemon.stderr" if isinstance(tmp, Path) else None)
+    if isinstance(path, Path) and path.exists():
+        tail = path.read_text(errors="replace").splitlines()[-60:]
         report.sections.append(("daemon stderr (tail)", "\n".join(tail)))

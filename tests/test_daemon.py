@@ -22,15 +22,14 @@ from typing import Any
 import anyio
 import pytest
 
-from conftest import ScriptedAgent, alive
-from lmbridge.client import DaemonClient, RPCError, approve, assistant, skip, text_of, tool_calls, tool_result, user
+from conftest import alive
+from lmbridge.client import RPCError, approve, assistant, skip, text_of, tool_calls, tool_result, user
 from lmbridge.transcript import CONTEXT_OPEN
 from lmbridge.wire import AGENT_ACTION_TOOL, VSCODE_SKIP_TEXT
 
 pytestmark = pytest.mark.anyio
 
 LIMIT = 20  # seconds: the bound of every test
-MODEL = "scripted"
 
 
 # ---------------------------------------------------------------- helpers
@@ -114,14 +113,33 @@ async def test_initialize_models_and_token_count(scripted: Any, daemon: Any) -> 
             assert info["protocolVersion"] == 1 and info["serverInfo"]["name"] == "lmbridge"
             models = (await c.request("lm/provideLanguageModelChatInformation", {"silent": True}))["models"]
             model = only(models)
-            assert model["id"] == MODEL and model["capabilities"]["toolCalling"]
+            assert model["id"] == agent.id and model["capabilities"]["toolCalling"]
             assert {"name", "family", "version", "maxInputTokens", "maxOutputTokens"} <= set(model)
-            count = await c.request("lm/provideTokenCount", {"modelId": MODEL, "text": "hello world, hello"})
+            count = await c.request("lm/provideTokenCount", {"modelId": agent.id, "text": "hello world, hello"})
             assert isinstance(count["count"], int) and count["count"] > 0
     assert not agent.pids()  # no chat, no agent started
 
 
-async def test_streams_text_thinking_plan_and_tool_rendering(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+async def test_agents_from_the_command_line_and_a_config_file(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    cli = scripted({"turns": [[{"text": "from the command line"}]]}, id="cli")
+    from_file = scripted({"turns": [[{"text": "from the config file"}]]}, id="filed")
+    config = tmp_path / "lmbridge.json"
+    config.write_text(json.dumps({"agents": [{**from_file.spec, "name": "Filed agent", "env": {"X_TEST": "1"}}], "idleTimeout": 60}))
+    command = " ".join(json.dumps(w) for w in [cli.spec["command"], *cli.spec["args"]])
+    with anyio.fail_after(LIMIT):
+        async with daemon(args=["--agent", f"cli={command}", "--config", str(config)], initialize=False) as c:
+            await c.initialize(workspace=[str(tmp_path)])  # no agents here: the configured ones stay
+            models = (await c.request("lm/provideLanguageModelChatInformation", {}))["models"]
+            assert sorted(m["id"] for m in models) == ["cli", "filed"]
+            assert {m["id"]: m["name"] for m in models}["filed"] == "Filed agent"
+            assert text_of(await c.chat("cli", [user("hi")])) == "from the command line"
+            assert text_of(await c.chat("filed", [user("hi")])) == "from the config file"
+    bad = subprocess.run([sys.executable, "-m", "lmbridge", "serve", "--agent", "no-command-here"],
+                         capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert bad.returncode == 2 and "ID=COMMAND" in bad.stderr and not bad.stdout
+
+
+async def test_streams_text_thinking_plan_and_tool_rendering(scripted: Any, shared: Any, tmp_path: Path) -> None:
     agent = scripted({"turns": [[
         {"thought": "pondering"},
         {"plan": [{"content": "Read", "priority": "high", "status": "completed"},
@@ -137,8 +155,8 @@ async def test_streams_text_thinking_plan_and_tool_rendering(scripted: Any, daem
         {"text": "there."},
     ]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            call = await c.chat(MODEL, [user("hi")])
+        async with shared([agent]) as c:
+            call = await c.chat(agent.id, [user("hi")])
     ok(call)
     assert {"type": "thinking", "value": "pondering"} in call.parts
     text = text_of(call)
@@ -153,12 +171,12 @@ async def test_streams_text_thinking_plan_and_tool_rendering(scripted: Any, daem
 # ---------------------------------------------------------------- permission bridging
 
 
-async def test_approve_selects_allow_once_and_the_agent_acts(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+async def test_approve_selects_allow_once_and_the_agent_acts(scripted: Any, shared: Any, tmp_path: Path) -> None:
     agent = scripted({"turns": [write_turn(options=ODD_OPTIONS)]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
+        async with shared([agent]) as c:
             history = [user("please write my notes")]
-            first = await c.chat(MODEL, history)
+            first = await c.chat(agent.id, history)
             ok(first, "tool_calls")
             part = only(tool_calls(first))
             assert part["name"] == AGENT_ACTION_TOOL
@@ -175,7 +193,7 @@ async def test_approve_selects_allow_once_and_the_agent_acts(scripted: Any, daem
             assert not agent.outcomes()  # the ACP turn stays open, unanswered
 
             history += [assistant(first.parts), approve(part)]
-            second = await c.chat(MODEL, history)
+            second = await c.chat(agent.id, history)
             ok(second)
             assert not tool_calls(second)
             assert "Wrote the file." in text_of(second)
@@ -196,19 +214,19 @@ SKIP_ANSWERS = {
 }
 
 
-async def test_skip_or_anything_but_the_token_rejects_and_the_turn_continues(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+async def test_skip_or_anything_but_the_token_rejects_and_the_turn_continues(scripted: Any, shared: Any, tmp_path: Path) -> None:
     agent = scripted({"turns": [write_turn(options=ODD_OPTIONS)]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
+        async with shared([agent]) as c:
             for name, answer in SKIP_ANSWERS.items():  # one chat (and one agent process) each
                 history = [user(f"please write my notes ({name})")]
-                first = await c.chat(MODEL, history)
+                first = await c.chat(agent.id, history)
                 ok(first, "tool_calls")
                 part = only(tool_calls(first))
                 text = answer.format(token=part["input"]["approvalToken"])
                 result = skip(part) if answer == VSCODE_SKIP_TEXT else tool_result(part["callId"], text)
                 history += [assistant(first.parts), result]
-                second = await c.chat(MODEL, history)
+                second = await c.chat(agent.id, history)
                 ok(second)
                 assert "Not writing it; carrying on without the file." in text_of(second), name
                 assert "✗" in text_of(second)
@@ -222,29 +240,29 @@ async def test_skip_or_anything_but_the_token_rejects_and_the_turn_continues(scr
         assert not [e for e in entries if e.get("event") == "cancel"]
 
 
-async def test_reject_without_a_reject_once_option_is_cancelled(scripted: Any, daemon: Any) -> None:
+async def test_reject_without_a_reject_once_option_is_cancelled(scripted: Any, shared: Any) -> None:
     options = [{"optionId": "ok", "name": "OK", "kind": "allow_once"}, {"optionId": "never", "name": "Never", "kind": "reject_always"}]
     agent = scripted({"turns": [write_turn(options=options)]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            first = await c.chat(MODEL, [user("write")])
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("write")])
             part = only(tool_calls(first))
-            second = await c.chat(MODEL, [user("write"), assistant(first.parts), skip(part)])
+            second = await c.chat(agent.id, [user("write"), assistant(first.parts), skip(part)])
     assert second.error is None
     assert only(agent.outcomes())["kind"] == "cancelled"
 
 
-async def test_stop_cancels_the_permission_and_the_new_content_is_a_new_prompt(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+async def test_stop_cancels_the_permission_and_the_new_content_is_a_new_prompt(scripted: Any, shared: Any, tmp_path: Path) -> None:
     agent = scripted({
         "turns": [write_turn(), [{"text": "Answer to the new question."}]],
         "after_cancel": [{"text": "LATE-AFTER-CANCEL"}],
     })
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            first = await c.chat(MODEL, [user("please write my notes")])
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("please write my notes")])
             ok(first, "tool_calls")
             # The user pressed Stop on the confirmation: the turn and its tool call are gone.
-            second = await c.chat(MODEL, [user("please write my notes"), user("never mind, what is 2+2?")])
+            second = await c.chat(agent.id, [user("please write my notes"), user("never mind, what is 2+2?")])
             ok(second)
             assert text_of(second) == "Answer to the new question."
     assert not (tmp_path / "notes.txt").exists()
@@ -265,17 +283,17 @@ async def test_stop_cancels_the_permission_and_the_new_content_is_a_new_prompt(s
 
 
 @pytest.mark.parametrize("result", ["approve", "skip"])
-async def test_tool_result_plus_new_user_content_is_a_soft_cancel(scripted: Any, daemon: Any, tmp_path: Path, result: str) -> None:
+async def test_tool_result_plus_new_user_content_is_a_soft_cancel(scripted: Any, shared: Any, tmp_path: Path, result: str) -> None:
     agent = scripted({"turns": [write_turn(), [{"text": "Doing the other thing."}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
+        async with shared([agent]) as c:
             history = [user("please write my notes")]
-            first = await c.chat(MODEL, history)
+            first = await c.chat(agent.id, history)
             part = only(tool_calls(first))
             token = part["input"]["approvalToken"]
             answer = approve(part) if result == "approve" else skip(part)
             history += [assistant(first.parts), answer, user("actually, do the other thing")]
-            second = await c.chat(MODEL, history)
+            second = await c.chat(agent.id, history)
             ok(second)
             assert text_of(second) == "Doing the other thing."
     assert not (tmp_path / "notes.txt").exists()
@@ -287,7 +305,7 @@ async def test_tool_result_plus_new_user_content_is_a_soft_cancel(scripted: Any,
     assert token not in json.dumps(prompts[1]["blocks"])
 
 
-async def test_concurrent_permissions_surface_together_and_are_answered_each_on_its_own(scripted: Any, daemon: Any) -> None:
+async def test_concurrent_permissions_surface_together_and_are_answered_each_on_its_own(scripted: Any, shared: Any) -> None:
     def ask(call_id: str, title: str) -> dict[str, Any]:
         return {"toolCall": {"toolCallId": call_id, "title": title, "kind": "execute", "status": "pending"}}
 
@@ -300,9 +318,9 @@ async def test_concurrent_permissions_surface_together_and_are_answered_each_on_
         {"branch": "pb", "allow": [{"text": "[delete ran]"}], "reject": [{"text": "[delete refused]"}]},
     ]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
+        async with shared([agent]) as c:
             history = [user("do two things")]
-            first = await c.chat(MODEL, history)
+            first = await c.chat(agent.id, history)
             ok(first, "tool_calls")
             calls = tool_calls(first)
             assert [p["input"]["title"] for p in calls] == ["Run ls", "Delete tmp"]
@@ -310,7 +328,7 @@ async def test_concurrent_permissions_surface_together_and_are_answered_each_on_
             assert len({p["input"]["approvalToken"] for p in calls}) == 2
             # VS Code: one user message per tool result; Allow on the first, Skip on the second.
             history += [assistant(first.parts), approve(calls[0]), skip(calls[1])]
-            second = await c.chat(MODEL, history)
+            second = await c.chat(agent.id, history)
             ok(second)
             assert "[ls ran]" in text_of(second) and "[delete refused]" in text_of(second)
     kinds = {o["id"]: o["kind"] for o in agent.outcomes()}
@@ -318,7 +336,7 @@ async def test_concurrent_permissions_surface_together_and_are_answered_each_on_
     assert len(agent.outcomes()) == 2 and len(agent.prompts()) == 1
 
 
-async def test_crossed_tokens_approve_nothing(scripted: Any, daemon: Any) -> None:
+async def test_crossed_tokens_approve_nothing(scripted: Any, shared: Any) -> None:
     def ask(call_id: str) -> dict[str, Any]:
         return {"toolCall": {"toolCallId": call_id, "title": f"Action {call_id}", "status": "pending"}}
 
@@ -328,17 +346,17 @@ async def test_crossed_tokens_approve_nothing(scripted: Any, daemon: Any) -> Non
         {"await": ["pa", "pb"]},
     ]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            first = await c.chat(MODEL, [user("go")])
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("go")])
             a, b = tool_calls(first)
             history = [user("go"), assistant(first.parts),
                        tool_result(a["callId"], b["input"]["approvalToken"]),
                        tool_result(b["callId"], a["input"]["approvalToken"])]
-            ok(await c.chat(MODEL, history))
+            ok(await c.chat(agent.id, history))
     assert {o["id"]: o["kind"] for o in agent.outcomes()} == {"pa": "reject_once", "pb": "reject_once"}
 
 
-async def test_stop_with_two_pending_permissions_cancels_both(scripted: Any, daemon: Any) -> None:
+async def test_stop_with_two_pending_permissions_cancels_both(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[
         {"permission": {}, "id": "pa"},
         {"permission": {}, "id": "pb"},
@@ -346,17 +364,17 @@ async def test_stop_with_two_pending_permissions_cancels_both(scripted: Any, dae
         {"text": "LATE"},
     ], [{"text": "New answer."}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            first = await c.chat(MODEL, [user("go")])
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("go")])
             assert len(tool_calls(first)) == 2
-            second = await c.chat(MODEL, [user("go"), user("stop that")])
+            second = await c.chat(agent.id, [user("go"), user("stop that")])
             ok(second)
             assert text_of(second) == "New answer."
     assert sorted((o["id"], o["kind"]) for o in agent.outcomes()) == [("pa", "cancelled"), ("pb", "cancelled")]
     assert len(agent.events("cancel")) == 1
 
 
-async def test_a_permission_asked_after_the_response_ended_comes_with_the_next_one(scripted: Any, daemon: Any) -> None:
+async def test_a_permission_asked_after_the_response_ended_comes_with_the_next_one(scripted: Any, shared: Any) -> None:
     def ask(call_id: str) -> dict[str, Any]:
         return {"toolCall": {"toolCallId": call_id, "title": f"Action {call_id}", "status": "pending"}}
 
@@ -368,25 +386,25 @@ async def test_a_permission_asked_after_the_response_ended_comes_with_the_next_o
         {"branch": "pb", "allow": [{"text": "[b ran]"}]},
     ]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
+        async with shared([agent]) as c:
             history = [user("go")]
-            first = await c.chat(MODEL, history)
+            first = await c.chat(agent.id, history)
             ok(first, "tool_calls")
             assert [p["input"]["title"] for p in tool_calls(first)] == ["Action a"]
             await anyio.sleep(0.5)  # "b" is asked while no request streams
             history += [assistant(first.parts), approve(only(tool_calls(first)))]
-            second = await c.chat(MODEL, history)
+            second = await c.chat(agent.id, history)
             ok(second, "tool_calls")
             assert [p["input"]["title"] for p in tool_calls(second)] == ["Action b"]
             history += [assistant(second.parts), approve(only(tool_calls(second)))]
-            third = await c.chat(MODEL, history)
+            third = await c.chat(agent.id, history)
             ok(third)
             texts = text_of(second) + text_of(third)
             assert texts.count("[a ran]") == 1 and texts.count("[b ran]") == 1
     assert {o["id"]: o["kind"] for o in agent.outcomes()} == {"pa": "allow_once", "pb": "allow_once"}
 
 
-async def test_output_while_no_request_streams_is_kept_for_the_next_response(scripted: Any, daemon: Any) -> None:
+async def test_output_while_no_request_streams_is_kept_for_the_next_response(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[
         {"permission": {}, "id": "p1"},
         {"sleep": 0.3},
@@ -394,12 +412,12 @@ async def test_output_while_no_request_streams_is_kept_for_the_next_response(scr
         {"branch": "p1", "allow": [{"text": " then allowed."}]},
     ]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            first = await c.chat(MODEL, [user("go")])
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("go")])
             ok(first, "tool_calls")
             part = only(tool_calls(first))
             await anyio.sleep(0.6)  # the text arrives between the two requests
-            second = await c.chat(MODEL, [user("go"), assistant(first.parts), approve(part)])
+            second = await c.chat(agent.id, [user("go"), assistant(first.parts), approve(part)])
             ok(second)
             assert text_of(second).startswith("(said while waiting) then allowed.")
             assert "(said while waiting)" not in text_of(first)
@@ -408,16 +426,16 @@ async def test_output_while_no_request_streams_is_kept_for_the_next_response(scr
 # ---------------------------------------------------------------- history and sessions
 
 
-async def test_two_concurrent_chats_never_cross(scripted: Any, daemon: Any) -> None:
+async def test_two_concurrent_chats_never_cross(scripted: Any, shared: Any) -> None:
     # Both chats get the same first answer: only their user turns tell them apart.
     agent = scripted({"turns": [[{"sleep": 0.2}, {"text": "Same answer."}], [{"text": "Second answer."}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
+        async with shared([agent]) as c:
             chats = {"A": [user("alpha: tell me about apples")], "B": [user("beta: tell me about bananas")]}
             calls: dict[str, Any] = {}
 
             async def run(name: str) -> None:
-                calls[name] = await c.chat(MODEL, chats[name])
+                calls[name] = await c.chat(agent.id, chats[name])
 
             async with anyio.create_task_group() as tg:
                 for name in chats:
@@ -441,14 +459,14 @@ async def test_two_concurrent_chats_never_cross(scripted: Any, daemon: Any) -> N
     assert first_of["A"] != first_of["B"]
 
 
-async def test_identical_new_chats_get_their_own_sessions(scripted: Any, daemon: Any) -> None:
+async def test_identical_new_chats_get_their_own_sessions(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[{"sleep": 0.2}, {"text": "Same answer."}], [{"text": "Second answer."}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
+        async with shared([agent]) as c:
             calls: list[Any] = []
 
             async def run(messages: list[dict[str, Any]]) -> None:
-                calls.append(await c.chat(MODEL, messages))
+                calls.append(await c.chat(agent.id, messages))
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(run, [user("hello")])
@@ -468,12 +486,12 @@ async def test_identical_new_chats_get_their_own_sessions(scripted: Any, daemon:
     assert len(follow_ups) == 2 and {p["pid"] for p in follow_ups} == set(agent.pids())
 
 
-async def test_rerendered_system_prompt_and_user_context_still_match(scripted: Any, daemon: Any) -> None:
+async def test_rerendered_system_prompt_and_user_context_still_match(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[{"text": "First answer."}], [{"text": "Second answer."}], [{"text": "Third answer."}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
+        async with shared([agent]) as c:
             current = "<context>\nThe current date is 2025-01-01.\nActive editor: main.py\n</context>\nfix the bug in main.py"
-            first = await c.chat(MODEL, [system("You are Copilot. Version 1."), user(current)])
+            first = await c.chat(agent.id, [system("You are Copilot. Version 1."), user(current)])
             ok(first)
             history = [
                 system("You are Copilot. Version 2, re-rendered with other rules."),
@@ -481,7 +499,7 @@ async def test_rerendered_system_prompt_and_user_context_still_match(scripted: A
                 assistant(first.parts),
                 user("<context>\nThe current date is 2025-01-02.\n</context>\nnow add a test"),
             ]
-            second = await c.chat(MODEL, history)
+            second = await c.chat(agent.id, history)
             ok(second)
             assert text_of(second) == "Second answer."
             history = [
@@ -492,7 +510,7 @@ async def test_rerendered_system_prompt_and_user_context_still_match(scripted: A
                 assistant(second.parts),
                 user("<context>date 2025-01-03</context>\nand run it"),
             ]
-            third = await c.chat(MODEL, history)
+            third = await c.chat(agent.id, history)
             ok(third)
     prompts = agent.prompts()
     assert len(agent.pids()) == 1 and len(agent.events("session_new")) == 1
@@ -503,21 +521,21 @@ async def test_rerendered_system_prompt_and_user_context_still_match(scripted: A
     assert not any("Copilot" in p["text"] or CONTEXT_OPEN in p["text"] for p in prompts)
 
 
-async def test_edited_earlier_turn_starts_a_fresh_session_with_the_conversation(scripted: Any, daemon: Any) -> None:
+async def test_edited_earlier_turn_starts_a_fresh_session_with_the_conversation(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[{"text": "First answer."}], [{"text": "Second answer."}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            first = await c.chat(MODEL, [user("question one")])
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("question one")])
             history = [user("question one"), assistant(first.parts), user("question two")]
-            ok(await c.chat(MODEL, history))
+            ok(await c.chat(agent.id, history))
             (old_pid,) = agent.pids()
             agent.write({"turns": [[{"text": "Answer to the edited question."}], [{"text": "Later answer."}]]})
             # The user edited "question two": VS Code sends the conversation up to the edit.
             edited = [user("question one"), assistant(first.parts), user("question two, edited")]
-            third = await c.chat(MODEL, edited)
+            third = await c.chat(agent.id, edited)
             ok(third)
             assert text_of(third) == "Answer to the edited question."
-            fourth = await c.chat(MODEL, [*edited, assistant(third.parts), user("question three")])
+            fourth = await c.chat(agent.id, [*edited, assistant(third.parts), user("question three")])
             ok(fourth)
             assert text_of(fourth) == "Later answer."
     pids = agent.pids()
@@ -533,14 +551,14 @@ async def test_edited_earlier_turn_starts_a_fresh_session_with_the_conversation(
     assert new[1]["text"] == "question three"  # the fresh session continues normally
 
 
-async def test_assistant_turn_the_daemon_never_emitted_diverges(scripted: Any, daemon: Any) -> None:
+async def test_assistant_turn_the_daemon_never_emitted_diverges(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[{"text": "First answer."}], [{"text": "Second answer."}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            ok(await c.chat(MODEL, [user("question one")]))
+        async with shared([agent]) as c:
+            ok(await c.chat(agent.id, [user("question one")]))
             # The user regenerated the answer with another model, then asked on.
             other = {"role": "assistant", "content": [{"type": "text", "value": "An answer from another model."}]}
-            second = await c.chat(MODEL, [user("question one"), other, user("question two")])
+            second = await c.chat(agent.id, [user("question one"), other, user("question two")])
             ok(second)
     pids = agent.pids()
     assert len(pids) == 2
@@ -553,14 +571,14 @@ async def test_assistant_turn_the_daemon_never_emitted_diverges(scripted: Any, d
     assert new["blocks"][-1]["text"] == "question two"
 
 
-async def test_unseen_turns_in_the_middle_are_given_as_context(scripted: Any, daemon: Any) -> None:
+async def test_unseen_turns_in_the_middle_are_given_as_context(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[{"text": "First answer."}], [{"text": "Second answer."}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            first = await c.chat(MODEL, [user("question one")])
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("question one")])
             other = {"role": "assistant", "content": [{"type": "text", "value": "Another model's answer."}]}
             history = [user("question one"), assistant(first.parts), user("question two"), other, user("question three")]
-            ok(await c.chat(MODEL, history))
+            ok(await c.chat(agent.id, history))
     prompts = agent.prompts()
     assert len(prompts) == 2
     last = prompts[-1]["text"]
@@ -573,9 +591,9 @@ async def test_daemon_restart_gives_the_new_agent_the_conversation(scripted: Any
     agent = scripted({"turns": [[{"text": "First answer."}]]})
     with anyio.fail_after(LIMIT):
         async with daemon([agent]) as c:
-            first = await c.chat(MODEL, [user("question one")])
+            first = await c.chat(agent.id, [user("question one")])
         async with daemon([agent]) as c:
-            ok(await c.chat(MODEL, [user("question one"), assistant(first.parts), user("question two")]))
+            ok(await c.chat(agent.id, [user("question one"), assistant(first.parts), user("question two")]))
     new = agent.prompts()[-1]
     assert "question one" in new["blocks"][0]["text"] and "First answer." in new["blocks"][0]["text"]
     assert new["blocks"][-1]["text"] == "question two"
@@ -585,7 +603,7 @@ async def test_daemon_restart_gives_the_new_agent_the_conversation(scripted: Any
 
 
 @pytest.mark.parametrize("on_cancel", ["cancelled", "end_turn", "error"])
-async def test_cancel_mid_stream(scripted: Any, daemon: Any, on_cancel: str) -> None:
+async def test_cancel_mid_stream(scripted: Any, shared: Any, on_cancel: str) -> None:
     agent = scripted({
         "turns": [[{"text": "Streaming..."}, {"sleep": 30}, {"text": "NEVER"}], [{"text": "Fresh answer."}]],
         "on_cancel": on_cancel,
@@ -593,8 +611,8 @@ async def test_cancel_mid_stream(scripted: Any, daemon: Any, on_cancel: str) -> 
                          {"tool_call": {"toolCallId": "late", "title": "LATE-TOOL", "status": "pending"}}],
     })
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("stream please")]})
+        async with shared([agent]) as c:
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("stream please")]})
             await eventually(lambda: call.parts, what="the first part")
             started = time.monotonic()
             await c.cancel(call)
@@ -606,7 +624,7 @@ async def test_cancel_mid_stream(scripted: Any, daemon: Any, on_cancel: str) -> 
             await eventually(lambda: agent.events("cancel"), what="session/cancel at the agent")
             # VS Code keeps the partial answer; the next request asks on.
             history = [user("stream please"), assistant(parts_at_cancel), user("and now?")]
-            second = await c.chat(MODEL, history)
+            second = await c.chat(agent.id, history)
             ok(second)
             assert text_of(second) == "Fresh answer."
             assert all("LATE" not in json.dumps(p) for p in second.parts)
@@ -628,14 +646,14 @@ async def test_cancelled_turn_never_ended_by_the_agent_gets_a_fresh_session_with
     })
     with anyio.fail_after(LIMIT):
         async with daemon([agent], env={"LMBRIDGE_DRAIN_TIMEOUT": "0.5"}) as c:
-            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("stream please")]})
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("stream please")]})
             await eventually(lambda: call.parts, what="the first part")
             await c.cancel(call)
             with anyio.fail_after(1):
                 await call.done.wait()
             assert call.result == {"stopReason": "cancelled"}
             history = [system("sys"), user("stream please"), assistant(call.parts), user("and now?")]
-            second = await c.chat(MODEL, history)
+            second = await c.chat(agent.id, history)
             ok(second)
             assert text_of(second) == "Fresh answer."
     assert [e["sessionId"] for e in agent.events("session_new")] == ["s1", "s2"]
@@ -648,27 +666,27 @@ async def test_cancelled_turn_never_ended_by_the_agent_gets_a_fresh_session_with
     assert prompts[1]["blocks"][-1]["text"] == "and now?"
 
 
-async def test_a_request_cancelled_while_waiting_for_the_drain_loses_nothing(scripted: Any, daemon: Any) -> None:
+async def test_a_request_cancelled_while_waiting_for_the_drain_loses_nothing(scripted: Any, shared: Any) -> None:
     agent = scripted({
         "turns": [[{"text": "Streaming..."}, {"sleep": 30}], [{"text": "Third answer."}]],
         "after_cancel": [{"sleep": 0.5}],
     })
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
+        async with shared([agent]) as c:
             chat = "lm/provideLanguageModelChatResponse"
-            first = await c.start(chat, {"modelId": MODEL, "messages": [user("one")]})
+            first = await c.start(chat, {"modelId": agent.id, "messages": [user("one")]})
             await eventually(lambda: first.parts, what="the first part")
             await c.cancel(first)
             await first.done.wait()
             history = [user("one"), assistant(first.parts), user("two")]
             # The agent is still ending the cancelled turn: this request waits, and is cancelled too.
-            second = await c.start(chat, {"modelId": MODEL, "messages": history})
+            second = await c.start(chat, {"modelId": agent.id, "messages": history})
             await anyio.sleep(0.1)
             await c.cancel(second)
             with anyio.fail_after(1):
                 await second.done.wait()
             assert second.result == {"stopReason": "cancelled"} and not second.parts
-            third = await c.chat(MODEL, [*history, user("three")])
+            third = await c.chat(agent.id, [*history, user("three")])
             ok(third)
             assert text_of(third) == "Third answer."
     prompts = agent.prompts()
@@ -678,12 +696,12 @@ async def test_a_request_cancelled_while_waiting_for_the_drain_loses_nothing(scr
     assert "one" not in prompts[1]["text"] and "Streaming..." not in prompts[1]["text"]
 
 
-async def test_string_request_ids(scripted: Any, daemon: Any) -> None:
+async def test_string_request_ids(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[{"text": "Streaming..."}, {"sleep": 30}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
+        async with shared([agent]) as c:
             frame = {"jsonrpc": "2.0", "id": "req-abc", "method": "lm/provideLanguageModelChatResponse",
-                     "params": {"modelId": MODEL, "messages": [user("hi")]}}
+                     "params": {"modelId": agent.id, "messages": [user("hi")]}}
             call = await c.start_frame(frame)
             await eventually(lambda: call.parts, what="the first part")
             await c.send_frame({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": "req-abc"}})
@@ -692,30 +710,30 @@ async def test_string_request_ids(scripted: Any, daemon: Any) -> None:
             assert call.result == {"stopReason": "cancelled"}
 
 
-async def test_cancelled_partial_answer_dropped_by_vscode(scripted: Any, daemon: Any) -> None:
+async def test_cancelled_partial_answer_dropped_by_vscode(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[{"text": "Streaming..."}, {"sleep": 30}], [{"text": "Second."}], [{"text": "Third."}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("first question")]})
+        async with shared([agent]) as c:
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("first question")]})
             await eventually(lambda: call.parts, what="the first part")
             await c.cancel(call)
             await call.done.wait()
             # VS Code shows the stopped turn without its answer: only user turns remain.
             history = [user("first question"), user("second question")]
-            second = await c.chat(MODEL, history)
+            second = await c.chat(agent.id, history)
             ok(second)
-            third = await c.chat(MODEL, [*history, assistant(second.parts), user("third question")])
+            third = await c.chat(agent.id, [*history, assistant(second.parts), user("third question")])
             ok(third)
     prompts = agent.prompts()
     assert [p["sessionId"] for p in prompts] == ["s1"] * 3 and len(agent.pids()) == 1
     assert [p["text"] for p in prompts] == ["first question", "second question", "third question"]
 
 
-async def test_cancel_before_the_first_part(scripted: Any, daemon: Any) -> None:
+async def test_cancel_before_the_first_part(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[{"sleep": 30}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("hi")]})
+        async with shared([agent]) as c:
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("hi")]})
             await eventually(lambda: agent.events("prompt"), what="the prompt at the agent")
             await c.cancel(call)
             with anyio.fail_after(1):
@@ -724,19 +742,19 @@ async def test_cancel_before_the_first_part(scripted: Any, daemon: Any) -> None:
             await eventually(lambda: agent.events("cancel"), what="session/cancel at the agent")
             # A cancel for a request that already ended is ignored.
             await c.cancel(call)
-            ok(await c.chat(MODEL, [user("hi"), user("again")]))
+            ok(await c.chat(agent.id, [user("hi"), user("again")]))
     assert not c.unmatched
 
 
-async def test_cancel_while_waiting_on_a_permission_cancels_it(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+async def test_cancel_while_waiting_on_a_permission_cancels_it(scripted: Any, shared: Any, tmp_path: Path) -> None:
     # The second request answers the permission; cancelled before it ends, it must approve nothing.
     agent = scripted({"turns": [[{"permission": {}, "id": "p1"}, {"branch": "p1", "allow": [{"sleep": 30}]}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            first = await c.chat(MODEL, [user("go")])
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("go")])
             part = only(tool_calls(first))
             history = [user("go"), assistant(first.parts), approve(part)]
-            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": history})
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": history})
             await eventually(lambda: agent.outcomes(), what="the permission's answer")
             await c.cancel(call)
             with anyio.fail_after(1):
@@ -748,19 +766,19 @@ async def test_cancel_while_waiting_on_a_permission_cancels_it(scripted: Any, da
 # ---------------------------------------------------------------- agent misbehaviour
 
 
-async def test_agent_crash_reports_stderr_and_the_next_request_starts_fresh(scripted: Any, daemon: Any) -> None:
+async def test_agent_crash_reports_stderr_and_the_next_request_starts_fresh(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[{"text": "Partial output."}, {"stderr": "fatal: the scripted agent blew up"}, {"crash": 3}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            first = await c.chat(MODEL, [user("question one")])
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("question one")])
             assert first.result is None and isinstance(first.error, RPCError)
             assert first.error.code == -32000
-            assert "'scripted'" in first.error.message and "code 3" in first.error.message
+            assert f"'{agent.id}'" in first.error.message and "code 3" in first.error.message
             assert "fatal: the scripted agent blew up" in first.error.message
             (crashed,) = agent.pids()
             agent.write({"turns": [[{"text": "I am the new agent."}]]})
             history = [user("question one"), assistant(first.parts), user("question two")]
-            second = await c.chat(MODEL, history)
+            second = await c.chat(agent.id, history)
             ok(second)
             assert text_of(second) == "I am the new agent."
     pids = agent.pids()
@@ -770,59 +788,59 @@ async def test_agent_crash_reports_stderr_and_the_next_request_starts_fresh(scri
     assert new["blocks"][-1]["text"] == "question two"
 
 
-async def test_agent_crash_is_noticed_while_a_grandchild_holds_its_stdout(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+async def test_agent_crash_is_noticed_while_a_grandchild_holds_its_stdout(scripted: Any, shared: Any, tmp_path: Path) -> None:
     # The agent started a helper that inherited its stdout: no EOF when the agent dies.
     agent = scripted({"turns": [[{"text": "Partial output."}, {"stderr": "dying now"}, {"crash": 5}]]})
     pidfile = tmp_path / "helper.pid"
     script = f"sleep 60 & echo $! > {pidfile}; exec {sys.executable} \"$@\""
     spec = {**agent.spec, "command": "sh", "args": ["-c", script, "sh", *agent.spec["args"]]}
     with anyio.fail_after(LIMIT):
-        async with daemon([spec]) as c:
+        async with shared([spec]) as c:
             started = time.monotonic()
-            call = await c.chat(MODEL, [user("hi")], timeout=10)
+            call = await c.chat(agent.id, [user("hi")], timeout=10)
             assert call.error is not None and "code 5" in call.error.message and "dying now" in call.error.message
             assert time.monotonic() - started < 5
             helper = int(pidfile.read_text())
             await eventually(lambda: not alive(helper), what="the helper to be stopped with its agent")
 
 
-async def test_agent_crash_while_a_permission_waits(scripted: Any, daemon: Any) -> None:
+async def test_agent_crash_while_a_permission_waits(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[{"permission": {}, "id": "p1"}, {"branch": "p1", "allow": [{"crash": 9}]}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            first = await c.chat(MODEL, [user("go")])
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("go")])
             part = only(tool_calls(first))
-            second = await c.chat(MODEL, [user("go"), assistant(first.parts), approve(part)])
+            second = await c.chat(agent.id, [user("go"), assistant(first.parts), approve(part)])
             assert second.error is not None and "code 9" in second.error.message
             agent.write({})
-            ok(await c.chat(MODEL, [user("go"), assistant(first.parts), approve(part), user("still there?")]))
+            ok(await c.chat(agent.id, [user("go"), assistant(first.parts), approve(part), user("still there?")]))
     assert len(agent.pids()) == 2
 
 
-async def test_prompt_error_names_the_agent(scripted: Any, daemon: Any) -> None:
+async def test_prompt_error_names_the_agent(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[{"text": "partial"}, {"error": {"code": -32603, "message": "model overloaded"}}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            call = await c.chat(MODEL, [user("hi")])
+        async with shared([agent]) as c:
+            call = await c.chat(agent.id, [user("hi")])
             assert call.error is not None and call.error.code == -32000
-            assert "'scripted'" in call.error.message and "model overloaded" in call.error.message
+            assert f"'{agent.id}'" in call.error.message and "model overloaded" in call.error.message
             agent.write({})
-            ok(await c.chat(MODEL, [user("hi"), assistant(call.parts), user("again")]))
+            ok(await c.chat(agent.id, [user("hi"), assistant(call.parts), user("again")]))
 
 
-async def test_stop_reasons_pass_through(scripted: Any, daemon: Any) -> None:
+async def test_stop_reasons_pass_through(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[{"text": "a"}, {"stop": "max_tokens"}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            ok(await c.chat(MODEL, [user("one")]), "max_tokens")
+        async with shared([agent]) as c:
+            ok(await c.chat(agent.id, [user("one")]), "max_tokens")
             agent.write({"turns": [[{"text": "a"}, {"stop": "refusal"}]]})
-            ok(await c.chat(MODEL, [user("two")]), "refusal")
+            ok(await c.chat(agent.id, [user("two")]), "refusal")
             agent.write({"turns": [[{"text": "a"}, {"stop": "something_new"}]]})
-            ok(await c.chat(MODEL, [user("three")]), "end_turn")
+            ok(await c.chat(agent.id, [user("three")]), "end_turn")
 
 
 @pytest.mark.parametrize("images", [True, False])
-async def test_user_content_becomes_acp_blocks(scripted: Any, daemon: Any, images: bool) -> None:
+async def test_user_content_becomes_acp_blocks(scripted: Any, shared: Any, images: bool) -> None:
     agent = scripted({"initialize": {"agentCapabilities": {"promptCapabilities": {"image": images}}}})
     png = "iVBORw0KGgo="
     message = {"role": "user", "content": [
@@ -833,8 +851,8 @@ async def test_user_content_becomes_acp_blocks(scripted: Any, daemon: Any, image
         {"type": "thinking", "value": "not for the agent"},
     ]}
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            ok(await c.chat(MODEL, [message]))
+        async with shared([agent]) as c:
+            ok(await c.chat(agent.id, [message]))
     blocks = only(agent.prompts())["blocks"]
     assert blocks[0] == {"type": "text", "text": "look at this"}
     if images:
@@ -850,14 +868,14 @@ async def test_agent_dying_while_a_permission_waits_approves_nothing(scripted: A
     with anyio.fail_after(LIMIT):
         async with daemon([agent]) as c:
             history = [user("please write my notes")]
-            first = await c.chat(MODEL, history)
+            first = await c.chat(agent.id, history)
             ok(first, "tool_calls")
             part = only(tool_calls(first))
             await eventually(lambda: not alive(agent.pids()[0]), what="the agent's death")
             # ...and the daemon noticed it (a request racing the death gets the crash error instead).
             await eventually(lambda: "session dropped" in (tmp_path / "daemon.stderr").read_text(), what="the daemon noticing")
             agent.write({"turns": [[{"text": "Fresh agent here."}]]})
-            second = await c.chat(MODEL, [*history, assistant(first.parts), approve(part)])
+            second = await c.chat(agent.id, [*history, assistant(first.parts), approve(part)])
             ok(second)
             assert text_of(second) == "Fresh agent here."
     assert not (tmp_path / "notes.txt").exists() and not agent.outcomes()
@@ -870,29 +888,29 @@ async def test_agent_dying_while_a_permission_waits_approves_nothing(scripted: A
     assert part["input"]["approvalToken"] not in fresh["text"]  # the token means nothing to it
 
 
-async def test_lone_surrogates_both_ways(scripted: Any, daemon: Any) -> None:
+async def test_lone_surrogates_both_ways(scripted: Any, shared: Any) -> None:
     # JSON allows escaped lone surrogates ("\\ud800"); JavaScript strings hold them.
     agent = scripted({"turns": [[{"text": "bad \ud800 char"}, {"text": " and fine"}], [{"text": "still here"}]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            call = await c.chat(MODEL, [user("hi \udc00 there")])
+        async with shared([agent]) as c:
+            call = await c.chat(agent.id, [user("hi \udc00 there")])
             ok(call)
             assert "and fine" in text_of(call)
-            ok(await c.chat(MODEL, [user("hi \udc00 there"), assistant(call.parts), user("more")]))
+            ok(await c.chat(agent.id, [user("hi \udc00 there"), assistant(call.parts), user("more")]))
     assert "hi" in agent.prompts()[0]["text"]
 
 
-async def test_agent_that_cannot_start(daemon: Any) -> None:
+async def test_agent_that_cannot_start(shared: Any) -> None:
     spec = {"id": "broken", "command": "/nonexistent/acp-agent-binary", "args": ["--acp"]}
     with anyio.fail_after(LIMIT):
-        async with daemon([spec]) as c:
+        async with shared([spec]) as c:
             for _ in range(2):
                 call = await c.chat("broken", [user("hi")])
                 assert call.error is not None and call.error.code == -32000
                 assert "'broken'" in call.error.message and "/nonexistent/acp-agent-binary" in call.error.message
 
 
-async def test_non_json_agent_stdout_is_skipped(scripted: Any, daemon: Any) -> None:
+async def test_non_json_agent_stdout_is_skipped(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[
         {"text": "before "},
         {"stdout_raw": "Debugger listening on ws://127.0.0.1:9229 {not json"},
@@ -901,13 +919,13 @@ async def test_non_json_agent_stdout_is_skipped(scripted: Any, daemon: Any) -> N
         {"text": "after"},
     ]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            call = await c.chat(MODEL, [user("hi")])
+        async with shared([agent]) as c:
+            call = await c.chat(agent.id, [user("hi")])
     ok(call)
     assert text_of(call) == "before after"
 
 
-async def test_invalid_updates_and_unknown_kinds_are_skipped_without_losing_others(scripted: Any, daemon: Any) -> None:
+async def test_invalid_updates_and_unknown_kinds_are_skipped_without_losing_others(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[
         {"text": "one "},
         {"update": {"sessionUpdate": "usage_update", "used": None, "size": 1000}},  # claude-agent-acp 0.23.1
@@ -922,8 +940,8 @@ async def test_invalid_updates_and_unknown_kinds_are_skipped_without_losing_othe
         {"text": "three"},
     ]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            call = await c.chat(MODEL, [user("hi")])
+        async with shared([agent]) as c:
+            call = await c.chat(agent.id, [user("hi")])
     ok(call)
     text = text_of(call)
     assert text.startswith("one two ") and "three" in text
@@ -932,15 +950,15 @@ async def test_invalid_updates_and_unknown_kinds_are_skipped_without_losing_othe
     assert text.count("Read config") == 2
 
 
-async def test_agent_requests_the_client_does_not_offer_get_method_not_found(scripted: Any, daemon: Any) -> None:
+async def test_agent_requests_the_client_does_not_offer_get_method_not_found(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[
         {"send": {"jsonrpc": "2.0", "id": 900, "method": "fs/read_text_file", "params": {"sessionId": "s1", "path": "/etc/hostname"}}},
         {"sleep": 0.2},
         {"text": "done"},
     ]]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            ok(await c.chat(MODEL, [user("hi")]))
+        async with shared([agent]) as c:
+            ok(await c.chat(agent.id, [user("hi")]))
     answer = only([e for e in agent.entries() if e.get("id") == 900 and "method" not in e])
     assert answer["error"]["code"] == -32601
 
@@ -1012,57 +1030,43 @@ async def test_invalid_params(daemon: Any) -> None:
             assert not c.unmatched
 
 
-async def test_unknown_model(scripted: Any, daemon: Any) -> None:
+async def test_unknown_model(scripted: Any, shared: Any) -> None:
     agent = scripted({})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
+        async with shared([agent]) as c:
             call = await c.chat("no-such-model", [user("hi")])
     assert call.error is not None and call.result is None and not call.parts
-    assert "no-such-model" in call.error.message and MODEL in call.error.message
+    assert "no-such-model" in call.error.message and agent.id in call.error.message
     assert call.error.data == {"kind": "unknown_model"}
     assert not agent.pids()
 
 
-async def test_ten_megabyte_lines_both_ways(scripted: Any, daemon: Any) -> None:
+async def test_ten_megabyte_lines_both_ways(scripted: Any, shared: Any) -> None:
     size = 10 * 1024 * 1024
     agent = scripted({"turns": [[{"big_text": size}, {"text": "|end"}]]})
     big = "y" * size
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            call = await c.chat(MODEL, [user(big)])
+        async with shared([agent]) as c:
+            call = await c.chat(agent.id, [user(big)])
             ok(call)
             text = text_of(call)
             assert len(text) == size + len("|end") and text.endswith("x|end")
-            assert (await c.request("lm/provideTokenCount", {"modelId": MODEL, "text": big}))["count"] > 1000
+            assert (await c.request("lm/provideTokenCount", {"modelId": agent.id, "text": big}))["count"] > 1000
     assert only(agent.prompts())["text"] == big
 
 
 # ---------------------------------------------------------------- lifetime
 
 
-def _busy_agent_scenario() -> dict[str, Any]:
-    # One chat waits on a permission, the other streams forever.
-    return {"turns": [[{"permission": {}, "id": "p1"}, {"await": "p1"}], [{"text": "working"}, {"sleep": 60}]]}
-
-
-async def _start_busy_chats(c: DaemonClient, agent: ScriptedAgent) -> Any:
-    first = await c.chat(MODEL, [user("chat one")])
-    ok(first, "tool_calls")
-    streaming = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("chat two")]})
-    await eventually(lambda: streaming.parts, what="the second chat streaming")
-    return streaming
-
-
 async def test_shutdown_then_eof_stops_every_agent(scripted: Any, daemon: Any) -> None:
-    agent = scripted(_busy_agent_scenario())
+    # Two chats, so two agent processes: one waits on a permission, one streams.
+    agent = scripted({"turns": [[{"permission": {}, "id": "p1"}, {"await": "p1"}]]})
     with anyio.fail_after(LIMIT):
         async with daemon([agent]) as c:
-            # Two sessions -> two agent processes (one per chat, same scenario, each its turn 0).
-            agent.write({"turns": [[{"permission": {}, "id": "p1"}, {"await": "p1"}]]})
-            first = await c.chat(MODEL, [user("chat one")])
+            first = await c.chat(agent.id, [user("chat one")])
             ok(first, "tool_calls")
             agent.write({"turns": [[{"text": "working"}, {"sleep": 60}]]})
-            streaming = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("chat two")]})
+            streaming = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("chat two")]})
             await eventually(lambda: streaming.parts, what="the second chat streaming")
             pids = agent.pids()
             assert len(pids) == 2 and all(alive(p) for p in pids)
@@ -1071,6 +1075,8 @@ async def test_shutdown_then_eof_stops_every_agent(scripted: Any, daemon: Any) -
             with anyio.fail_after(1):
                 await streaming.done.wait()
             assert streaming.error is not None  # the request in flight ended with an error
+            late = await c.chat(agent.id, [user("after shutdown")], timeout=5)
+            assert late.error is not None and "shutting down" in late.error.message
             code = await c.close(timeout=5)
             assert code == 0
             assert time.monotonic() - started < 5
@@ -1082,9 +1088,9 @@ async def test_eof_without_shutdown_stops_every_agent(scripted: Any, daemon: Any
     agent = scripted({"turns": [[{"permission": {}, "id": "p1"}, {"await": "p1"}]]})
     with anyio.fail_after(LIMIT):
         async with daemon([agent]) as c:
-            ok(await c.chat(MODEL, [user("chat one")]), "tool_calls")
+            ok(await c.chat(agent.id, [user("chat one")]), "tool_calls")
             agent.write({"turns": [[{"text": "working"}, {"sleep": 60}]]})
-            streaming = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("chat two")]})
+            streaming = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("chat two")]})
             await eventually(lambda: streaming.parts, what="the second chat streaming")
             pids = agent.pids()
             assert len(pids) == 2
@@ -1103,7 +1109,7 @@ async def test_eof_stops_an_agent_that_ignores_eof_and_sigterm(scripted: Any, da
     spec = {**agent.spec, "command": "sh", "args": ["-c", script, "sh", *agent.spec["args"]]}
     with anyio.fail_after(LIMIT):
         async with daemon([spec]) as c:
-            ok(await c.chat(MODEL, [user("hi")]))
+            ok(await c.chat(agent.id, [user("hi")]))
             shell = int(pidfile.read_text())
             assert alive(shell)
             started = time.monotonic()
@@ -1118,7 +1124,7 @@ async def test_idle_eviction_cancels_the_pending_permission_and_stops_the_agent(
     with anyio.fail_after(LIMIT):
         async with daemon([agent], args=["--idle-timeout", "0.5"]) as c:
             history = [user("please write my notes")]
-            first = await c.chat(MODEL, history)
+            first = await c.chat(agent.id, history)
             ok(first, "tool_calls")
             (pid,) = agent.pids()
             outcome = await eventually(lambda: agent.outcomes(), timeout=5, what="the eviction's answer")
@@ -1126,14 +1132,14 @@ async def test_idle_eviction_cancels_the_pending_permission_and_stops_the_agent(
             await eventually(lambda: not alive(pid), timeout=5, what="the evicted agent to exit")
             # A late Allow for the evicted session approves nothing: a fresh session gets the story.
             agent.write({"turns": [[{"text": "Fresh session."}]]})
-            second = await c.chat(MODEL, [*history, assistant(first.parts), approve(only(tool_calls(first)))])
+            second = await c.chat(agent.id, [*history, assistant(first.parts), approve(only(tool_calls(first)))])
             assert second.error is None
     assert not (tmp_path / "notes.txt").exists()
     assert [o["kind"] for o in agent.outcomes()] == ["cancelled"]
     assert len(agent.pids()) == 2
 
 
-async def test_claude_quirk_empty_turn_after_cancel_recovers_in_a_fresh_session(scripted: Any, daemon: Any) -> None:
+async def test_claude_quirk_empty_turn_after_cancel_recovers_in_a_fresh_session(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [
         write_turn(),
         [{"stop": "end_turn"}],  # claude-agent-acp after a cancel: at once, empty
@@ -1141,14 +1147,14 @@ async def test_claude_quirk_empty_turn_after_cancel_recovers_in_a_fresh_session(
         [{"text": "Third answer."}],
     ]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            first = await c.chat(MODEL, [system("You are Copilot."), user("please write my notes")])
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [system("You are Copilot."), user("please write my notes")])
             ok(first, "tool_calls")
             history = [system("You are Copilot, again."), user("please write my notes"), user("forget it; say hi")]
-            second = await c.chat(MODEL, history)  # Stop pressed, then a new message
+            second = await c.chat(agent.id, history)  # Stop pressed, then a new message
             ok(second)
             assert text_of(second) == "Recovered answer."
-            third = await c.chat(MODEL, [*history, assistant(second.parts), user("and again")])
+            third = await c.chat(agent.id, [*history, assistant(second.parts), user("and again")])
             ok(third)
             assert text_of(third) == "Third answer."
     sessions = [e["sessionId"] for e in agent.events("session_new")]
@@ -1163,7 +1169,7 @@ async def test_claude_quirk_empty_turn_after_cancel_recovers_in_a_fresh_session(
     assert prompts[3]["text"] == "and again"
 
 
-async def test_a_silent_turn_end_after_an_approval_is_not_the_claude_quirk(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+async def test_a_silent_turn_end_after_an_approval_is_not_the_claude_quirk(scripted: Any, shared: Any, tmp_path: Path) -> None:
     agent = scripted({"turns": [
         [{"text": "Streaming..."}, {"sleep": 30}],
         [{"permission": {"toolCall": {"toolCallId": "w", "title": "Write", "status": "pending"}}, "id": "p1"},
@@ -1172,15 +1178,15 @@ async def test_a_silent_turn_end_after_an_approval_is_not_the_claude_quirk(scrip
         [{"text": "A THIRD PROMPT: the action would run twice"}],
     ]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent]) as c:
-            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": MODEL, "messages": [user("one")]})
+        async with shared([agent]) as c:
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("one")]})
             await eventually(lambda: call.parts, what="the first part")
             await c.cancel(call)
             await call.done.wait()
             history = [user("one"), assistant(call.parts), user("two")]
-            first = await c.chat(MODEL, history)
+            first = await c.chat(agent.id, history)
             ok(first, "tool_calls")
-            second = await c.chat(MODEL, [*history, assistant(first.parts), approve(only(tool_calls(first)))])
+            second = await c.chat(agent.id, [*history, assistant(first.parts), approve(only(tool_calls(first)))])
             ok(second)
             assert "THIRD" not in text_of(second)
     assert (tmp_path / "once.txt").exists()
