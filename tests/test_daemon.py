@@ -426,6 +426,36 @@ async def test_output_while_no_request_streams_is_kept_for_the_next_response(scr
 # ---------------------------------------------------------------- history and sessions
 
 
+async def test_chats_whose_turns_were_all_stopped_are_found_by_their_user_turns(scripted: Any, shared: Any) -> None:
+    def asking(handle: str) -> list[dict[str, Any]]:
+        return [{"text": "I need permission."}, {"permission": {}, "id": handle}, {"await": handle}]
+
+    # Same answers everywhere: only the (re-rendered) user turns tell the two chats apart.
+    agent = scripted({"turns": [asking("p1"), asking("p2"), [{"text": "Finally an answer."}]]})
+    chats = {
+        "A": ["please fix the login bug", "the one in auth.py", "just answer"],
+        "B": ["write a haiku about rain", "make it about snow", "just answer"],
+    }
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            for turn in range(3):
+                for texts in chats.values():
+                    # Each turn is stopped at the confirmation, so no assistant turn is
+                    # replayed; the current turn carries Copilot's context, earlier ones not.
+                    history = [user(t) for t in texts[:turn]] + [user(f"<context>date {turn}</context>\n{texts[turn]}")]
+                    call = await c.chat(agent.id, history)
+                    ok(call, "tool_calls" if turn < 2 else "end_turn")
+    pids = agent.pids()
+    assert len(pids) == 2
+    for pid, (name, texts) in zip(pids, chats.items()):
+        prompts = [p for p in agent.prompts() if p["pid"] == pid]
+        assert [p["sessionId"] for p in prompts] == ["s1"] * 3, name
+        assert [p["text"].split("\n")[-1] for p in prompts] == texts, name  # only the new turn each time
+    outcomes = agent.outcomes()
+    assert len(outcomes) == 4 and {o["kind"] for o in outcomes} == {"cancelled"}
+    assert len(agent.events("cancel")) == 4
+
+
 async def test_two_concurrent_chats_never_cross(scripted: Any, shared: Any) -> None:
     # Both chats get the same first answer: only their user turns tell them apart.
     agent = scripted({"turns": [[{"sleep": 0.2}, {"text": "Same answer."}], [{"text": "Second answer."}]]})
