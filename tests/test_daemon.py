@@ -336,6 +336,36 @@ async def test_concurrent_permissions_surface_together_and_are_answered_each_on_
     assert len(agent.outcomes()) == 2 and len(agent.prompts()) == 1
 
 
+async def test_stop_at_the_second_of_two_confirmations(scripted: Any, shared: Any, tmp_path: Path) -> None:
+    # VS Code ran our tool for the first call (Allow: the token), then the user pressed
+    # Stop at the second confirmation. The round is replayed with the first call only
+    # (facts.md §1: only tool calls with a stored result are kept), then a new message.
+    def ask(call_id: str) -> dict[str, Any]:
+        return {"toolCall": {"toolCallId": call_id, "title": f"Action {call_id}", "status": "pending"}}
+
+    agent = scripted({"turns": [[
+        {"text": "Two things."},
+        {"permission": ask("a"), "id": "pa"},
+        {"permission": ask("b"), "id": "pb"},
+        {"branch": "pa", "allow": [{"write_file": {"path": "a.txt", "content": "a"}}]},
+        {"await": "pb"},
+    ], [{"text": "On to the new request."}]]})
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("do two things")])
+            ok(first, "tool_calls")
+            a, b = tool_calls(first)
+            replayed = assistant([p for p in first.parts if p is not b])
+            second = await c.chat(agent.id, [user("do two things"), replayed, approve(a), user("something else")])
+            ok(second)
+            assert text_of(second) == "On to the new request."
+    assert not (tmp_path / "a.txt").exists()  # a Stop approves nothing
+    assert sorted((o["id"], o["kind"]) for o in agent.outcomes()) == [("pa", "cancelled"), ("pb", "cancelled")]
+    assert len(agent.pids()) == 1 and only(agent.events("cancel"))["sessionId"] == "s1"
+    prompts = agent.prompts()
+    assert [p["sessionId"] for p in prompts] == ["s1", "s1"] and prompts[1]["text"] == "something else"
+
+
 async def test_crossed_tokens_approve_nothing(scripted: Any, shared: Any) -> None:
     def ask(call_id: str) -> dict[str, Any]:
         return {"toolCall": {"toolCallId": call_id, "title": f"Action {call_id}", "status": "pending"}}

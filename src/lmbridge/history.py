@@ -78,7 +78,8 @@ class Fingerprint:
 
     ``call_ids``: the tool calls' callIds, in order; ``text``: a digest of the
     text parts with whitespace removed. Two fingerprints match on callIds when
-    either has any (callIds are unique and ours), otherwise on text.
+    either has any (callIds are unique and ours; one side's may be a part of the
+    other's, see ``matches``), otherwise on text.
     """
 
     text: bytes
@@ -100,7 +101,12 @@ class Fingerprint:
 
     def matches(self, other: Fingerprint) -> bool:
         if self.call_ids or other.call_ids:
-            return self.call_ids == other.call_ids
+            # callIds are unique and ours, so any one identifies the message. VS Code
+            # replays only the tool calls that got a result (facts.md §1): Stop at the
+            # second of two confirmations replays the first alone. So one side's
+            # callIds may be a part of the other's.
+            mine, theirs = set(self.call_ids), set(other.call_ids)
+            return bool(mine and theirs) and (mine <= theirs or theirs <= mine)
         return self.text == other.text
 
 
