@@ -962,12 +962,18 @@ async def test_lone_surrogates_both_ways(scripted: Any, shared: Any) -> None:
 
 async def test_agent_that_cannot_start(shared: Any) -> None:
     spec = {"id": "broken", "command": "/nonexistent/acp-agent-binary", "args": ["--acp"]}
+    dies = {"id": "dies-at-start", "command": sys.executable,
+            "args": ["-c", "import sys; sys.stderr.write('unknown flag --acp\\n'); sys.exit(2)"]}
     with anyio.fail_after(LIMIT):
-        async with shared([spec]) as c:
+        async with shared([spec, dies]) as c:
             for _ in range(2):
                 call = await c.chat("broken", [user("hi")])
                 assert call.error is not None and call.error.code == -32000
                 assert "'broken'" in call.error.message and "/nonexistent/acp-agent-binary" in call.error.message
+            call = await c.chat("dies-at-start", [user("hi")])
+            assert call.error is not None and call.error.code == -32000
+            assert "'dies-at-start'" in call.error.message and "code 2" in call.error.message
+            assert "unknown flag --acp" in call.error.message
 
 
 async def test_non_json_agent_stdout_is_skipped(scripted: Any, shared: Any) -> None:
