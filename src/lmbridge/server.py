@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -88,8 +87,14 @@ class Server:
         self.history: HistoryActor | None = None
         self.inflight: dict[Any, Job | None] = {}
         self.answered: set[Any] = set()  # ids answered early by $/cancelRequest
-        # Encoded frames (bytes) and response parts ((request id, part)), in order.
-        self._out_send, self._out_recv = anyio.create_memory_object_stream[Any](math.inf)
+        # stdout: encoded frames (bytes) and response parts ((request id, part))
+        # not written yet, in order; written by a callback soon after they are
+        # queued, or, while the reader lags, by the writer task once it caught up.
+        self._stdout: Stdout | None = None
+        self._pending: list[Any] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._blocked = False  # the pipe is over its high-water mark
+        self._lagging = anyio.Event()
         self._tg: anyio.abc.TaskGroup | None = None
         self._history_lock = anyio.Lock()
         self.shutting_down = False
@@ -105,18 +110,40 @@ class Server:
     # -- frames -------------------------------------------------------------
 
     def send(self, frame: dict[str, Any]) -> None:
-        """Queue one frame for stdout (the writer task keeps the order)."""
-        self._out_send.send_nowait((_encode(frame) + "\n").encode("utf-8", _JSON_ESCAPE))
+        """Queue one frame for stdout (frames go out in the order queued)."""
+        self._queue((_encode(frame) + "\n").encode("utf-8", _JSON_ESCAPE))
 
     def send_part(self, rid: Any, part: dict[str, Any]) -> None:
-        """Queue one ``lm/responsePart`` of request ``rid`` (the writer encodes it)."""
-        self._out_send.send_nowait((rid, part))
+        """Queue one ``lm/responsePart`` of request ``rid`` (encoded when written)."""
+        self._queue((rid, part))
 
-    async def serve(self, lines: AsyncIterator[bytes], write: Any) -> None:
+    def _queue(self, item: Any) -> None:
+        self._pending.append(item)
+        if self._flush_handle is None and not self._blocked and self._stdout is not None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write everything queued in one write (a callback, not a task: no task
+        switch per part). Everything queued in one event-loop round (a burst of
+        agent updates) goes out together, consecutive text parts of one request
+        merged into one part (``encode_batch``); while the reader lags (the pipe is
+        over its high-water mark) parts pile up and are merged likewise."""
+        self._flush_handle = None
+        if self._blocked or not self._pending or self._stdout is None:
+            return
+        batch, self._pending = self._pending, []
+        self._stdout.write(encode_batch(batch))
+        if self._stdout.paused():
+            self._blocked = True
+            self._lagging.set()
+
+    async def serve(self, lines: AsyncIterator[bytes], stdout: Stdout) -> None:
         """Run until ``lines`` ends (EOF): then stop every agent and return."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            tg.start_soon(self._writer, write)
+            self._stdout = stdout
+            self._flush()
+            tg.start_soon(self._writer)
             async for line in lines:
                 tg.start_soon(self._dispatch, line)
             log.info("stdin closed: shutting down")
@@ -124,27 +151,21 @@ class Server:
             await self._drain_out()
             tg.cancel_scope.cancel()
 
-    async def _writer(self, write: Any) -> None:
-        """Own stdout: everything queued since the last write goes out in one
-        write, consecutive text parts of one request merged (coalesced) into one
-        part. So when the reader lags (the pipe is full, ``write`` waits), what
-        piles up costs one frame instead of one per chunk."""
-        receive, receive_nowait = self._out_recv.receive, self._out_recv.receive_nowait
+    async def _writer(self) -> None:
+        """Wait for the reader to catch up whenever a write left the pipe full,
+        then write what piled up meanwhile."""
+        assert self._stdout is not None
         while True:
-            try:
-                batch = [await receive()]
-            except (anyio.EndOfStream, anyio.ClosedResourceError):
-                return
-            while True:
-                try:
-                    batch.append(receive_nowait())
-                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                    break
-            await write(encode_batch(batch))
+            await self._lagging.wait()
+            self._lagging = anyio.Event()
+            await self._stdout.drain()
+            self._blocked = False
+            self._flush()
 
     async def _drain_out(self) -> None:
+        assert self._stdout is not None
         with anyio.move_on_after(2):
-            while self._out_send.statistics().current_buffer_used:
+            while self._pending or self._blocked or self._stdout.buffered():
                 await anyio.sleep(0.01)
 
     async def _dispatch(self, line: bytes) -> None:
@@ -166,7 +187,7 @@ class Server:
             self.answered.discard(rid)  # a cancelled request: answered by $/cancelRequest
             return
         if response:
-            self._out_send.send_nowait((response + "\n").encode())
+            self._queue((response + "\n").encode())
 
     # -- methods ------------------------------------------------------------
 
@@ -364,25 +385,39 @@ async def stdin_lines() -> AsyncIterator[bytes]:
         yield line
 
 
-async def stdout_writer() -> Any:
-    """An ``async write(bytes)`` for the daemon's stdout (pipe: event loop; else blocking)."""
+@dataclass
+class Stdout:
+    """Where frames go. ``write`` never waits (a pipe's transport buffers what
+    the reader has not taken yet); ``paused()``: that buffer is over its
+    high-water mark; ``drain()`` waits until it is not; ``buffered()``: bytes
+    not handed to the OS yet."""
+
+    write: Callable[[bytes], None]
+    paused: Callable[[], bool] = lambda: False
+    drain: Callable[[], Awaitable[None]] = field(default=lambda: asyncio.sleep(0))
+    buffered: Callable[[], int] = lambda: 0
+
+
+async def stdout_writer() -> Stdout:
+    """The daemon's stdout (a pipe: through the event loop; a file or terminal: blocking)."""
     loop = asyncio.get_running_loop()
     try:
         transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout.buffer)
     except ValueError:
 
-        async def write_blocking(data: bytes) -> None:
+        def write_blocking(data: bytes) -> None:
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
 
-        return write_blocking
+        return Stdout(write_blocking)
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
-
-    async def write(data: bytes) -> None:
-        writer.write(data)
-        await writer.drain()
-
-    return write
+    _, high = transport.get_write_buffer_limits()
+    return Stdout(
+        write=transport.write,
+        paused=lambda: transport.get_write_buffer_size() > high,
+        drain=writer.drain,
+        buffered=transport.get_write_buffer_size,
+    )
 
 
 async def run(config: Config) -> None:
