@@ -676,9 +676,9 @@ async def test_cancel_mid_stream(scripted: Any, shared: Any, on_cancel: str) -> 
             await eventually(lambda: call.parts, what="the first part")
             started = time.monotonic()
             await c.cancel(call)
-            with anyio.fail_after(1):
+            with anyio.fail_after(2):
                 await call.done.wait()
-            assert time.monotonic() - started < 0.5
+            assert time.monotonic() - started < 1.0  # promptly: not after the agent ends its turn
             assert call.error is None and call.result == {"stopReason": "cancelled"}
             parts_at_cancel = list(call.parts)
             await eventually(lambda: agent.events("cancel"), what="session/cancel at the agent")
@@ -709,7 +709,7 @@ async def test_cancelled_turn_never_ended_by_the_agent_gets_a_fresh_session_with
             call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("stream please")]})
             await eventually(lambda: call.parts, what="the first part")
             await c.cancel(call)
-            with anyio.fail_after(1):
+            with anyio.fail_after(2):
                 await call.done.wait()
             assert call.result == {"stopReason": "cancelled"}
             history = [system("sys"), user("stream please"), assistant(call.parts), user("and now?")]
@@ -743,7 +743,7 @@ async def test_a_request_cancelled_while_waiting_for_the_drain_loses_nothing(scr
             second = await c.start(chat, {"modelId": agent.id, "messages": history})
             await anyio.sleep(0.1)
             await c.cancel(second)
-            with anyio.fail_after(1):
+            with anyio.fail_after(2):
                 await second.done.wait()
             assert second.result == {"stopReason": "cancelled"} and not second.parts
             third = await c.chat(agent.id, [*history, user("three")])
@@ -765,7 +765,7 @@ async def test_string_request_ids(scripted: Any, shared: Any) -> None:
             call = await c.start_frame(frame)
             await eventually(lambda: call.parts, what="the first part")
             await c.send_frame({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": "req-abc"}})
-            with anyio.fail_after(1):
+            with anyio.fail_after(2):
                 await call.done.wait()
             assert call.result == {"stopReason": "cancelled"}
 
@@ -796,7 +796,7 @@ async def test_cancel_before_the_first_part(scripted: Any, shared: Any) -> None:
             call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("hi")]})
             await eventually(lambda: agent.events("prompt"), what="the prompt at the agent")
             await c.cancel(call)
-            with anyio.fail_after(1):
+            with anyio.fail_after(2):
                 await call.done.wait()
             assert call.result == {"stopReason": "cancelled"} and not call.parts
             await eventually(lambda: agent.events("cancel"), what="session/cancel at the agent")
@@ -817,7 +817,7 @@ async def test_cancel_while_waiting_on_a_permission_cancels_it(scripted: Any, sh
             call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": history})
             await eventually(lambda: agent.outcomes(), what="the permission's answer")
             await c.cancel(call)
-            with anyio.fail_after(1):
+            with anyio.fail_after(2):
                 await call.done.wait()
             assert call.result == {"stopReason": "cancelled"}
             await eventually(lambda: agent.events("cancel"), what="session/cancel")
@@ -1138,7 +1138,7 @@ async def test_shutdown_then_eof_stops_every_agent(scripted: Any, daemon: Any) -
             assert len(pids) == 2 and all(alive(p) for p in pids)
             started = time.monotonic()
             assert await c.request("shutdown", None, timeout=5) is None
-            with anyio.fail_after(1):
+            with anyio.fail_after(2):
                 await streaming.done.wait()
             assert streaming.error is not None  # the request in flight ended with an error
             late = await c.chat(agent.id, [user("after shutdown")], timeout=5)
@@ -1181,7 +1181,7 @@ async def test_eof_stops_an_agent_that_ignores_eof_and_sigterm(scripted: Any, da
             started = time.monotonic()
             code = await c.close(timeout=10)
             elapsed = time.monotonic() - started
-    assert code == 0 and elapsed < 6
+    assert code == 0 and elapsed < 8  # stdin closed, SIGTERM ignored, SIGKILL: ~4.5 s
     assert not alive(shell) and not any(alive(p) for p in agent.pids())
 
 

@@ -285,6 +285,10 @@ class AgentConnection:
             async with self._send_lock:
                 await self.process.stdin.send(data)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            # The agent is dying: let serve() record its exit code and stderr first,
+            # so the error says why (a broken pipe alone says nothing).
+            with anyio.move_on_after(STDERR_GRACE + TERM_GRACE):
+                await self.closed.wait()
             raise AgentExited(self.describe_exit()) from exc
 
     async def request(self, method: str, params: Any) -> Any:
