@@ -28,6 +28,10 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("demo-agent", help="run the built-in demo ACP agent on stdio")
 
+    relay = sub.add_parser("mcp-stdio", help="(spawned by agents) stdio relay to the daemon's MCP server for VS Code tools")
+    relay.add_argument("--socket", required=True, help="the daemon's MCP Unix socket")
+    relay.add_argument("--session", required=True, help="the session whose tools to serve")
+
     demo = sub.add_parser("demo", help="a scripted chat through the daemon with the demo agent")
     demo.add_argument("--prompt", action="append", help="prompts to send (default: a hello and a file write)")
 
@@ -45,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "mcp-stdio":
+        from lmbridge.mcp_stdio import main as relay_main
+
+        return relay_main(args.socket, args.session)
     if args.command == "demo-agent":
         from lmbridge.demo_agent import main as demo_agent_main
 
