@@ -366,6 +366,52 @@ async def test_stop_at_the_second_of_two_confirmations(scripted: Any, shared: An
     assert [p["sessionId"] for p in prompts] == ["s1", "s1"] and prompts[1]["text"] == "something else"
 
 
+async def test_sequential_permissions_in_one_turn(scripted: Any, shared: Any) -> None:
+    def ask(call_id: str) -> dict[str, Any]:
+        return {"toolCall": {"toolCallId": call_id, "title": f"Step {call_id}", "status": "pending"}}
+
+    agent = scripted({"turns": [[
+        {"permission": ask("one"), "id": "p1"},
+        {"branch": "p1", "allow": [{"text": "[one ran]"}], "reject": [{"text": "[one refused]"}]},
+        {"permission": ask("two"), "id": "p2"},
+        {"branch": "p2", "allow": [{"text": "[two ran]"}], "reject": [{"text": "[two refused]"}]},
+        {"text": " Done."},
+    ], [{"text": "Next turn."}]]})
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            history = [user("two steps")]
+            first = await c.chat(agent.id, history)
+            ok(first, "tool_calls")
+            history += [assistant(first.parts), approve(only(tool_calls(first)))]
+            second = await c.chat(agent.id, history)
+            ok(second, "tool_calls")
+            assert "[one ran]" in text_of(second)
+            assert only(tool_calls(second))["input"]["title"] == "Step two"
+            history += [assistant(second.parts), skip(only(tool_calls(second)))]
+            third = await c.chat(agent.id, history)
+            ok(third)
+            assert text_of(third).startswith("[two refused] Done.")
+            history += [assistant(third.parts), user("and then?")]
+            ok(await c.chat(agent.id, history))
+    assert [(o["id"], o["kind"]) for o in agent.outcomes()] == [("p1", "allow_once"), ("p2", "reject_once")]
+    prompts = agent.prompts()
+    assert [p["text"] for p in prompts] == ["two steps", "and then?"] and {p["sessionId"] for p in prompts} == {"s1"}
+
+
+async def test_a_response_of_only_thinking_continues_in_its_session(scripted: Any, shared: Any) -> None:
+    agent = scripted({"turns": [[{"thought": "hmm"}], [{"text": "Now with words."}]]})
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("think only")])
+            ok(first)
+            assert first.parts == [{"type": "thinking", "value": "hmm"}]
+            # VS Code replays no assistant message for it (nothing but thinking).
+            ok(await c.chat(agent.id, [user("think only"), user("now say something")]))
+    prompts = agent.prompts()
+    assert [p["sessionId"] for p in prompts] == ["s1", "s1"] and prompts[1]["text"] == "now say something"
+    assert len(agent.pids()) == 1
+
+
 async def test_crossed_tokens_approve_nothing(scripted: Any, shared: Any) -> None:
     def ask(call_id: str) -> dict[str, Any]:
         return {"toolCall": {"toolCallId": call_id, "title": f"Action {call_id}", "status": "pending"}}
