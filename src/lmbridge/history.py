@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -91,9 +92,17 @@ class Fingerprint:
 
     @classmethod
     def of_message(cls, message: Message) -> Fingerprint:
+        # Memoised per (frozen) message object: the server hands the same objects
+        # back for the messages VS Code replays, so each is digested once.
+        memo = _MEMO.get(id(message))
+        if memo is not None and memo[0]() is message:
+            return memo[1]
         text = "".join(p.value for p in message.content if isinstance(p, TextPart))
         calls = tuple(p.callId for p in message.content if isinstance(p, ToolCallPart))
-        return cls.of_text(text, calls)
+        fp = cls.of_text(text, calls)
+        key = id(message)
+        _MEMO[key] = (weakref.ref(message, lambda _, key=key: _MEMO.pop(key, None)), fp)
+        return fp
 
     @property
     def empty(self) -> bool:
@@ -111,6 +120,8 @@ class Fingerprint:
 
 
 _EMPTY = _digest("")
+# id(message) → (a weak reference to it, its fingerprint); entries die with their message.
+_MEMO: dict[int, tuple[weakref.ref[Message], Fingerprint]] = {}
 
 
 @dataclass(frozen=True, slots=True)

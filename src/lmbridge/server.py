@@ -37,6 +37,7 @@ from lmbridge.wire import (
     ChatInformationParams,
     ChatResponseParams,
     InitializeParams,
+    MessageCache,
     TokenCountParams,
     dump,
 )
@@ -87,6 +88,7 @@ class Server:
         self.history: HistoryActor | None = None
         self.inflight: dict[Any, Job | None] = {}
         self.answered: set[Any] = set()  # ids answered early by $/cancelRequest
+        self.message_cache = MessageCache()  # chat histories come again with every request
         # stdout: encoded frames (bytes) and response parts ((request id, part))
         # not written yet, in order; written by a callback soon after they are
         # queued, or, while the reader lags, by the writer task once it caught up.
@@ -243,7 +245,11 @@ class Server:
 
     async def chat_response(self, ctx: _Context, **params: Any) -> Result:
         try:
-            p = ChatResponseParams.model_validate(params)
+            messages = self.message_cache.messages(params.get("messages"))
+            if messages is None:  # not valid: validate it all, for the error
+                p = ChatResponseParams.model_validate(params)
+            else:
+                p = ChatResponseParams.model_validate({**params, "messages": []}).model_copy(update={"messages": messages})
         except ValidationError as exc:
             return _invalid(exc)
         spec = self.agents.get(p.modelId)

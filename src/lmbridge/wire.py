@@ -9,6 +9,7 @@ start-up path, so it imports nothing heavier than pydantic.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -91,6 +92,63 @@ class Message(_Wire):
     role: Literal["user", "assistant", "system"]
     name: str | None = None
     content: list[InputPart] = Field(default_factory=list)
+
+
+class MessageCache:
+    """Validated ``Message``s by their JSON shape.
+
+    VS Code sends the whole conversation with every request (facts.md §1), so
+    a long chat would be validated again and again: with this cache each
+    message is validated once and later requests reuse the (frozen, shared)
+    Message objects, and with them their fingerprint memo. Bounded: two
+    generations of at most ``limit`` messages or ``max_chars`` characters each.
+    """
+
+    def __init__(self, limit: int = 20_000, max_chars: int = 32 * 2**20) -> None:
+        self.limit = limit
+        self.max_chars = max_chars
+        self._young: dict[Any, Message] = {}
+        self._old: dict[Any, Message] = {}
+        self._chars = 0
+
+    def messages(self, raw: Any) -> list[Message] | None:
+        """``raw`` (a request's ``messages`` as parsed JSON) as Messages; None
+        when it is not a list or a message does not validate (validate the
+        request as a whole then, for the error message)."""
+        if type(raw) is not list:
+            return None
+        young, old = self._young, self._old
+        out: list[Message] = []
+        for item in raw:
+            key = _message_key(item)
+            message = young.get(key)
+            if message is None:
+                message = old.pop(key, None)
+                if message is None:
+                    try:
+                        message = Message.model_validate(item)
+                    except ValueError:
+                        return None
+                self._chars += len(key[-1])
+                young[key] = message
+            out.append(message)
+        if len(young) > self.limit or self._chars > self.max_chars:
+            self._old, self._young, self._chars = young, {}, 0
+        return out
+
+
+def _message_key(item: Any) -> tuple[str, ...]:
+    # The common message, one text part, keyed without serialising it again.
+    if type(item) is dict and len(item) == 2:
+        content = item.get("content")
+        if type(content) is list and len(content) == 1:
+            part = content[0]
+            if type(part) is dict and len(part) == 2 and part.get("type") == "text":
+                role, value = item.get("role"), part.get("value")
+                if type(role) is str and type(value) is str:
+                    return ("text", role, value)
+    # Anything else by its exact JSON (true, 1 and 1.0 stay apart).
+    return ("json", json.dumps(item, sort_keys=True, ensure_ascii=False))
 
 
 # ---------------------------------------------------------------- requests
