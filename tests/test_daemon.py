@@ -1,8 +1,10 @@
 """The daemon end to end: ``lmbridge serve`` as a subprocess, driven over stdio.
 
-Each test starts the real daemon (``DaemonClient.spawn``) with scripted ACP agents
-(``tests/agents/scripted_agent.py``, one log per agent process) and plays VS Code's
-part: it replays the history the way VS Code does (``assistant(parts)``, tool results
+Each test drives the real daemon (``DaemonClient.spawn``: ``python -m lmbridge serve``)
+with scripted ACP agents (``tests/agents/scripted_agent.py``, one log per agent process):
+conversation tests share one daemon per module (``shared``, unique model ids), tests of
+the daemon's lifetime, options and wire errors start their own (``daemon``). Each plays
+VS Code's part: it replays the history the way VS Code does (``assistant(parts)``, tool results
 as user messages, Copilot's re-rendered system and user turns), then checks both ends:
 what the shim received (parts, results, errors) and what the agent received (its log:
 prompts, permission outcomes, cancels, sessions, processes).
