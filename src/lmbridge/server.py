@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from jsonrpcserver import Error, Result, Success, async_dispatch
-from jsonrpcserver.methods import Methods
 from pydantic import ValidationError
 
 from lmbridge import __version__
@@ -43,6 +41,9 @@ from lmbridge.wire import (
 )
 
 if TYPE_CHECKING:
+    from jsonrpcserver import Result
+    from jsonrpcserver.methods import Methods
+
     from lmbridge.history_actor import HistoryActor
     from lmbridge.session_actor import Job
 
@@ -51,6 +52,23 @@ log = get_logger("server")
 MAX_FRAME = 256 * 1024 * 1024  # bytes in one stdin line
 UNKNOWN_MODEL = -32602  # with data {"kind": "unknown_model"}
 AGENT_FAILED = -32000  # the agent could not start, crashed, or answered with an error
+
+
+def _rpc() -> Any:
+    """``jsonrpcserver``, imported on first use: with ``jsonschema`` it costs
+    ~85 ms, so it stays off the start-up path (``initialize`` is answered
+    without it, and it is imported right after)."""
+    import jsonrpcserver
+
+    return jsonrpcserver
+
+
+def Success(*args: Any) -> Result:
+    return _rpc().Success(*args)
+
+
+def Error(*args: Any) -> Result:
+    return _rpc().Error(*args)
 
 
 def _invalid(exc: ValidationError) -> Result:
@@ -184,7 +202,12 @@ class Server:
             error = {"code": -32601, "message": f"method not found: {method}"}
             self.send({"jsonrpc": "2.0", "error": error, "id": rid})
             return
-        response = await async_dispatch("", self.methods, context=_Context(rid), deserializer=lambda _: request)
+        if method == "initialize" and _plain_request(request):
+            # The first frame the shim sends, answered before jsonrpcserver is loaded.
+            self.send({"jsonrpc": "2.0", **self._initialize(request.get("params", {})), "id": rid})
+            asyncio.get_running_loop().call_soon(_rpc)  # after the answer is written
+            return
+        response = await _rpc().async_dispatch("", self.methods, context=_Context(rid), deserializer=lambda _: request)
         if rid is not None and rid in self.answered:
             self.answered.discard(rid)  # a cancelled request: answered by $/cancelRequest
             return
@@ -194,17 +217,25 @@ class Server:
     # -- methods ------------------------------------------------------------
 
     async def initialize(self, ctx: _Context, **params: Any) -> Result:
+        answer = self._initialize(params)
+        return Success(answer["result"]) if "result" in answer else Error(answer["error"]["code"], answer["error"]["message"])
+
+    def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``initialize``: ``{"result": ...}`` or ``{"error": ...}``."""
         try:
             p = InitializeParams.model_validate(params)
         except ValidationError as exc:
-            return _invalid(exc)
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "params"
+            return {"error": {"code": -32602, "message": f"invalid params: {where}: {first['msg']}"}}
         if p.protocolVersion != PROTOCOL_VERSION:
-            return invalid_params(f"unsupported protocolVersion {p.protocolVersion}; this daemon speaks {PROTOCOL_VERSION}")
+            message = f"invalid params: unsupported protocolVersion {p.protocolVersion}; this daemon speaks {PROTOCOL_VERSION}"
+            return {"error": {"code": -32602, "message": message}}
         self.workspace = list(p.workspaceFolders)
         if p.agents:
             self.agents = merge(self.config.agents, p.agents)
         log.info("initialized", client=p.clientInfo and p.clientInfo.name, agents=list(self.agents))
-        return Success({"protocolVersion": PROTOCOL_VERSION, "serverInfo": {"name": "lmbridge", "version": __version__}})
+        return {"result": {"protocolVersion": PROTOCOL_VERSION, "serverInfo": {"name": "lmbridge", "version": __version__}}}
 
     async def chat_information(self, ctx: _Context, **params: Any) -> Result:
         try:
@@ -304,6 +335,19 @@ class Server:
         self.shutting_down = True
         if self.history is not None:
             await self.history.aclose("daemon shutting down")
+
+
+def _plain_request(request: Any) -> bool:
+    """A JSON-RPC request as jsonrpcserver would accept it, params an object."""
+    return (
+        isinstance(request, dict)
+        and request.keys() <= {"jsonrpc", "method", "params", "id"}
+        and request.get("jsonrpc") == "2.0"
+        and "id" in request
+        and isinstance(request.get("id"), (str, int, float, type(None)))
+        and not isinstance(request.get("id"), bool)
+        and isinstance(request.get("params", {}), dict)
+    )
 
 
 # ---------------------------------------------------------------- frames out

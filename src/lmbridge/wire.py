@@ -27,7 +27,7 @@ StopReason = Literal["end_turn", "tool_calls", "cancelled", "max_tokens", "max_t
 
 class _Wire(BaseModel):
     # Unknown fields are tolerated (newer shims) but not kept.
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
 
 # ---------------------------------------------------------------- input parts

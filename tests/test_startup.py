@@ -1,0 +1,43 @@
+"""What ``lmbridge serve`` loads before it answers ``initialize`` (issue #6: start ≤ 300 ms).
+
+The ACP SDK, the MCP SDK, the console's libraries and jsonrpcserver (with jsonschema,
+~85 ms) stay off the start-up path; they load on the first request that needs them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("acp", "mcp", "jsonrpcserver", "jsonschema", "prompt_toolkit", "rich")
+
+PROBE = """
+import json, sys
+import anyio
+from lmbridge.server import Config, Server, Stdout
+
+async def main():
+    server = Server(Config())
+    out, loaded = [], []
+
+    def write(data):  # what is loaded when the answer is written
+        out.append(data)
+        loaded.append(sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.argv[1]))))
+
+    async def lines():
+        yield json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}).encode()
+    await server.serve(lines(), Stdout(write))
+    print(json.dumps({"answer": out[0].decode(), "loaded": loaded[0]}))
+
+anyio.run(main)
+"""
+
+
+def test_initialize_is_answered_without_the_heavy_libraries() -> None:
+    probe = subprocess.run([sys.executable, "-c", PROBE, json.dumps(HEAVY)], capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    report = json.loads(probe.stdout.strip().splitlines()[-1])
+    answer = json.loads(report["answer"].splitlines()[0])
+    assert answer["id"] == 1 and answer["result"]["protocolVersion"] == 1
+    assert report["loaded"] == []
