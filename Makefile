@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# A scripted chat (examples/demo.console) through the real daemon and the demo agent:
+# streamed text and thinking, tool-call rendering, and permissions allowed, skipped, stopped.
 demo: $(STAMP)
-	$(VENV)/bin/lmbridge demo
+	@scratch=$$(mktemp -d) && LMBRIDGE_DEMO_SCRATCH=$$scratch $(VENV)/bin/lmbridge console --script examples/demo.console; \
+	  status=$$?; rm -rf "$$scratch"; exit $$status
 
 # claude-agent-acp (a real ACP agent) for the real-agent tests, pinned by its lock file.
 $(AGENT_STAMP): $(AGENT_DIR)/package.json $(AGENT_DIR)/package-lock.json
@@ -37,6 +40,11 @@ test-python: $(STAMP) $(AGENT_STAMP)
 
 test-shim:
 	@if [ -f vscode-shim/package.json ]; then $(MAKE) -C vscode-shim test; else echo "vscode-shim: not built yet"; fi
+
+# What the bridge costs, against a direct ACP client (issue #6): figures in .bench/results.json.
+.PHONY: bench
+bench: $(STAMP)
+	$(PY) -m bench
 
 vsix:
 	$(MAKE) -C vscode-shim vsix

@@ -360,3 +360,14 @@ def test_no_approval_without_the_exact_token_and_every_permission_answered_once(
     # to a session superseded by divergence (left for eviction, then answered).
     assert all(n == 1 for n in answered.values()), answered
     assert set(answered) <= set(issued)
+
+
+@pytest.mark.parametrize("replay", ["The answer is 4.", "Let me think.The answer is 4."])
+def test_thinking_shown_as_text_still_matches(replay):
+    # The shim's `lmbridge.thinking: "text"` replays thinking inside the text.
+    core = HistoryCore()
+    turn = core.begin("m", [u("q")], 0)
+    shown = Fingerprint.of_text("Let me think. The answer is 4.").text
+    core.end(turn.session_id, Fingerprint(Fingerprint.of_text("The answer is 4.").text, (), shown), Last.DONE, [], 1)
+    t = core.begin("m", [u("q"), a(replay), u("next")], 2)
+    assert (t.kind, t.session_id) == (Kind.CONTINUATION, turn.session_id)

@@ -1,4 +1,4 @@
-"""The ``lmbridge`` command line: ``serve``, ``demo-agent``, ``demo``, ``console``.
+"""The ``lmbridge`` command line: ``serve``, ``demo-agent``, ``console``, ``mcp-stdio``.
 
 Heavy modules are imported inside each command, so ``lmbridge serve`` starts
 fast (the shim waits for its ``initialize`` answer).
@@ -14,6 +14,19 @@ from pathlib import Path
 from lmbridge import __version__
 
 
+LOG_LEVELS = ["debug", "info", "warning", "error"]
+
+
+def _log_level(flag: str | None) -> str:
+    """The --log-level flag, else $LMBRIDGE_LOG_LEVEL if it names a level, else info."""
+    if flag:
+        return flag
+    env = os.environ.get("LMBRIDGE_LOG_LEVEL", "").strip().lower()
+    if env and env not in LOG_LEVELS:
+        print(f"lmbridge: ignoring LMBRIDGE_LOG_LEVEL={env!r} (one of {', '.join(LOG_LEVELS)}); using info", file=sys.stderr)
+    return env if env in LOG_LEVELS else "info"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lmbridge", description="ACP agents as VS Code language models.")
     parser.add_argument("--version", action="version", version=f"lmbridge {__version__}")
@@ -23,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--agent", action="append", default=[], metavar="ID=COMMAND", help="offer an ACP agent as model ID (repeatable; COMMAND split shell-style)")
     serve.add_argument("--config", type=Path, help="JSON config file with agents and idleTimeout")
     serve.add_argument("--idle-timeout", type=float, help="seconds before an unused session is evicted (default 1800)")
-    serve.add_argument("--log-level", default=os.environ.get("LMBRIDGE_LOG_LEVEL", "info"), choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--log-level", default=None, choices=LOG_LEVELS, help="default: $LMBRIDGE_LOG_LEVEL, else info")
     serve.add_argument("--log-json", action="store_true", help="log JSON lines on stderr")
 
     sub.add_parser("demo-agent", help="run the built-in demo ACP agent on stdio")
@@ -32,8 +45,6 @@ def _parser() -> argparse.ArgumentParser:
     relay.add_argument("--socket", required=True, help="the daemon's MCP Unix socket")
     relay.add_argument("--session", required=True, help="the session whose tools to serve")
 
-    demo = sub.add_parser("demo", help="a scripted chat through the daemon with the demo agent")
-    demo.add_argument("--prompt", action="append", help="prompts to send (default: a hello and a file write)")
 
     console = sub.add_parser("console", help="an interactive developer console on the wire protocol (docs/console.md)")
     console.add_argument("--cmd", metavar="COMMAND", help="run this daemon command instead of 'lmbridge serve' (split shell-style)")
@@ -57,10 +68,6 @@ def main(argv: list[str] | None = None) -> int:
         from lmbridge.demo_agent import main as demo_agent_main
 
         return demo_agent_main()
-    if args.command == "demo":
-        from lmbridge.demo import main as demo_main
-
-        return demo_main(args.prompt)
     if args.command == "console":
         from lmbridge.console import ConsoleOptions
         from lmbridge.console import main as console_main
@@ -80,7 +87,7 @@ def _serve(args: argparse.Namespace) -> int:
     from lmbridge.log import configure
     from lmbridge.server import Config, run
 
-    configure(args.log_level, args.log_json)
+    configure(_log_level(args.log_level), args.log_json)
     config = Config()
     try:
         if args.config:

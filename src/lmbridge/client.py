@@ -1,6 +1,6 @@
 """A client of the daemon's wire protocol, as the shim would speak it.
 
-Used by ``lmbridge demo``, the tests and the benchmarks: it spawns
+Used by ``lmbridge console``, the tests and the benchmarks: it spawns
 ``lmbridge serve`` (or any command), sends requests, collects the
 ``lm/responsePart`` notifications of each chat request, and can rebuild the
 assistant message VS Code would replay from them.

@@ -85,6 +85,12 @@ class Fingerprint:
 
     text: bytes
     call_ids: tuple[str, ...] = ()
+    # Digest of text *and* thinking in emission order: what VS Code replays when
+    # the shim shows thinking as text (its `lmbridge.thinking: "text"` setting).
+    shown: bytes | None = None
+
+    def digests(self) -> tuple[bytes, ...]:
+        return (self.text,) if self.shown is None or self.shown == self.text else (self.text, self.shown)
 
     @classmethod
     def of_text(cls, text: str, call_ids: Iterable[str] = ()) -> Fingerprint:
@@ -116,7 +122,7 @@ class Fingerprint:
             # callIds may be a part of the other's.
             mine, theirs = set(self.call_ids), set(other.call_ids)
             return bool(mine and theirs) and (mine <= theirs or theirs <= mine)
-        return self.text == other.text
+        return self.text == other.text or self.shown == other.text or other.shown == self.text
 
 
 _EMPTY = _digest("")
@@ -341,7 +347,9 @@ class HistoryCore:
             if m.role != "assistant":
                 continue
             fp = Fingerprint.of_message(m)
-            ids = {self._by_call[c] for c in fp.call_ids if c in self._by_call} or set(self._by_text.get(fp.text, ()))
+            ids = {self._by_call[c] for c in fp.call_ids if c in self._by_call} or {
+                sid for d in fp.digests() for sid in self._by_text.get(d, ())
+            }
             found.update((i, self.sessions[i]) for i in ids if self.sessions[i].model_id == model_id)
             if found:
                 break
@@ -493,8 +501,9 @@ class HistoryCore:
         for c in fp.call_ids:
             self._by_call[c] = s.id
         if not fp.call_ids:
-            counts = self._by_text.setdefault(fp.text, {})
-            counts[s.id] = counts.get(s.id, 0) + 1
+            for digest in fp.digests():
+                counts = self._by_text.setdefault(digest, {})
+                counts[s.id] = counts.get(s.id, 0) + 1
 
     def _unindex(self, s: Session, items: Iterable[Item]) -> None:
         for item in items:
@@ -504,10 +513,13 @@ class HistoryCore:
             for c in fp.call_ids:
                 if self._by_call.get(c) == s.id:
                     del self._by_call[c]
-            counts = self._by_text.get(fp.text)
-            if not fp.call_ids and counts and s.id in counts:
-                counts[s.id] -= 1
-                if counts[s.id] <= 0:
-                    del counts[s.id]
-                if not counts:
-                    del self._by_text[fp.text]
+            if fp.call_ids:
+                continue
+            for digest in fp.digests():
+                counts = self._by_text.get(digest)
+                if counts and s.id in counts:
+                    counts[s.id] -= 1
+                    if counts[s.id] <= 0:
+                        del counts[s.id]
+                    if not counts:
+                        del self._by_text[digest]

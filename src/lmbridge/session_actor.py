@@ -77,6 +77,7 @@ class Job:
     actor: Any = None  # the SessionActor running it (for cancellation)
     # What this response emitted, for the history core's fingerprint.
     _text: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
+    _shown: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))  # text + thinking
     call_ids: list[str] = field(default_factory=list)
     output: bool = False
 
@@ -84,14 +85,18 @@ class Job:
         if self.cancelled or self.done.is_set():
             return
         if part["type"] == "text":
-            self._text.update(squeezed(part["value"]))
+            value = squeezed(part["value"])
+            self._text.update(value)
+            self._shown.update(value)
+        elif part["type"] == "thinking":
+            self._shown.update(squeezed(part["value"]))
         elif part["type"] == "tool_call":
             self.call_ids.append(part["callId"])
         self.output = True
         await self.emit(part)
 
     def fingerprint(self) -> Fingerprint:
-        return Fingerprint(self._text.digest(), tuple(self.call_ids))
+        return Fingerprint(self._text.digest(), tuple(self.call_ids), self._shown.digest())
 
 
 @dataclass
