@@ -41,3 +41,29 @@ def test_initialize_is_answered_without_the_heavy_libraries() -> None:
     answer = json.loads(report["answer"].splitlines()[0])
     assert answer["id"] == 1 and answer["result"]["protocolVersion"] == 1
     assert report["loaded"] == []
+
+
+def test_request_validation_agrees_with_jsonrpcserver_schema() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from jsonrpcserver.main import default_validator
+
+    from lmbridge.server import validate_request
+
+    values = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=3), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+    request = st.dictionaries(st.sampled_from(["jsonrpc", "method", "params", "id", "extra"]), st.one_of(values, st.just("2.0")), max_size=5)
+    requests = st.one_of(request, st.lists(request, max_size=3), values)
+
+    def accepts(check: object, r: object) -> bool:
+        try:
+            check(r)  # type: ignore[operator]
+        except Exception:
+            return False
+        return True
+
+    @settings(deadline=None, max_examples=500)
+    @given(requests)
+    def agree(r: object) -> None:
+        assert accepts(validate_request, r) == accepts(default_validator, r)
+
+    agree()
