@@ -1,0 +1,251 @@
+"""``lmbridge serve --record FILE``: every frame on every link, as JSON lines.
+
+Format (docs/recording.md, version ``FORMAT``): a header line
+``{"lmbridge-recording": 1, ...}``, then one line per frame or event::
+
+    {"t": 0.0132, "link": "shim", "dir": "in", "frame": {...}}
+    {"t": 0.4107, "link": "agent:s1", "dir": "out", "event": "spawn", "agent": "demo", ...}
+
+``t``: seconds since the recording started; ``link``: ``shim`` (shim ↔ daemon) or
+``agent:<session id>`` (daemon ↔ that session's agent); ``dir``: ``in`` or ``out``
+from the daemon's point of view.
+
+Hooks cost nothing when not recording: the server keeps ``config.recorder``
+(``None`` unless ``--record``), and an agent connection takes its link from
+``current()`` once, at spawn; every hook is a ``None`` check.
+
+Secrets never reach the file: approval tokens, MCP secrets and agent environment
+values are replaced by stable placeholders (``<redacted:approval-token:1>``): the
+same value, the same placeholder, everywhere in one recording.
+
+Stdlib only: ``acp_client`` imports this module.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from lmbridge import __version__
+
+FORMAT = 1  # the value of the header's "lmbridge-recording" key
+HEADER_KEY = "lmbridge-recording"
+MIN_SCRUB = 8  # registered values this long or longer are also replaced inside any string
+PLACEHOLDER = re.compile(r"<redacted:[a-z-]+(?::[^<>:\s]+)?:\d+>")
+SECRET_HEADER = "x-lmbridge-secret"  # mcp_bridge.SECRET_HEADER (not imported: it loads the MCP SDK)
+SECRET_ENV = "LMBRIDGE_MCP_SECRET"
+
+_current: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("lmbridge_recorder", default=None)
+
+
+def current() -> Recorder | None:
+    """The recorder of the daemon this task belongs to (set by ``Recorder.activate``)."""
+    return _current.get()
+
+
+class Redactor:
+    """Secret values → stable placeholders, numbered per kind in order of first sight."""
+
+    def __init__(self) -> None:
+        self.placeholders: dict[str, str] = {}
+        self._counts: dict[str, int] = {}
+        self._pattern: re.Pattern[str] | None = None
+
+    def register(self, value: Any, kind: str, name: str | None = None) -> Any:
+        """The placeholder for ``value`` (registered now if new). Non-strings, empty
+        strings and placeholders are returned as they are."""
+        if not isinstance(value, str) or not value or PLACEHOLDER.fullmatch(value):
+            return value
+        known = self.placeholders.get(value)
+        if known is not None:
+            return known
+        label = f"{kind}:{_safe(name)}" if name else kind
+        self._counts[label] = self._counts.get(label, 0) + 1
+        placeholder = f"<redacted:{label}:{self._counts[label]}>"
+        self.placeholders[value] = placeholder
+        if len(value) >= MIN_SCRUB:
+            long = sorted((v for v in self.placeholders if len(v) >= MIN_SCRUB), key=len, reverse=True)
+            self._pattern = re.compile("|".join(re.escape(v) for v in long))
+        return placeholder
+
+    def env(self, env: Any, owner: str = "env") -> Any:
+        """An environment mapping with every value replaced by its placeholder."""
+        if not isinstance(env, Mapping):
+            return env
+        return {k: self.register(v, owner, str(k)) for k, v in env.items()}
+
+    def scrub(self, obj: Any) -> Any:
+        """``obj`` with every registered value (of ``MIN_SCRUB`` characters or more)
+        replaced inside every string."""
+        pattern = self._pattern
+        if pattern is None:
+            return obj
+        return _walk(obj, lambda s: pattern.sub(lambda m: self.placeholders[m.group(0)], s) if len(s) >= MIN_SCRUB else s)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "_"
+
+
+def _walk(obj: Any, fn: Any) -> Any:
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _walk(v, fn) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_walk(v, fn) for v in obj]
+    return obj
+
+
+def _copy(frame: Any) -> Any:
+    """A deep, JSON-shaped copy (the daemon's own objects are never touched)."""
+    return json.loads(json.dumps(frame, ensure_ascii=False))
+
+
+class Recorder:
+    """Writes one recording. Create with ``Recorder.open`` (or on any text stream)."""
+
+    def __init__(self, out: TextIO, agents: Sequence[Any] = (), idle_timeout: float | None = None) -> None:
+        self.out = out
+        self.redactor = Redactor()
+        self.started = time.monotonic()
+        specs = [_spec(a) for a in agents]
+        header = {
+            HEADER_KEY: FORMAT,
+            "lmbridge": __version__,
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "config": {"agents": [{**s, "env": self.redactor.env(s.get("env"))} if s.get("env") else s for s in specs], "idleTimeout": idle_timeout},
+            "host": {"cwd": os.getcwd(), "python": sys.executable, "tmp": tempfile.gettempdir()},
+        }
+        self._line(self.redactor.scrub(header))
+
+    @classmethod
+    def open(cls, path: str | Path, agents: Sequence[Any] = (), idle_timeout: float | None = None) -> Recorder:
+        # Lone surrogates (JSON escapes in frames) are written back as JSON escapes.
+        out = open(path, "w", encoding="utf-8", errors="backslashreplace", buffering=1)  # noqa: SIM115
+        return cls(out, agents, idle_timeout)
+
+    def activate(self) -> None:
+        """Agent connections spawned from this task (and the tasks it starts) record too."""
+        _current.set(self)
+
+    def close(self) -> None:
+        if not self.out.closed:
+            self.out.close()
+
+    # -- the shim link --------------------------------------------------------
+
+    def shim_in(self, line: bytes) -> None:
+        """A line read from the daemon's stdin."""
+        if not line.strip():
+            return
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            self._entry("shim", "in", raw=line.decode("utf-8", "replace").rstrip("\r\n"))
+            return
+        if isinstance(frame, dict) and frame.get("method") == "initialize":
+            params = frame.get("params")
+            agents = params.get("agents") if isinstance(params, dict) else None
+            for agent in agents if isinstance(agents, list) else []:
+                if isinstance(agent, dict) and isinstance(agent.get("env"), dict):
+                    agent["env"] = self.redactor.env(agent["env"])
+        self._entry("shim", "in", frame=frame)
+
+    def shim_eof(self) -> None:
+        self._entry("shim", "in", event="eof")
+
+    def shim_out(self, data: bytes) -> None:
+        """Bytes written to the daemon's stdout (whole lines)."""
+        for line in data.split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                frame = json.loads(line)
+            except ValueError:
+                self._entry("shim", "out", raw=line.decode("utf-8", "replace"))
+                continue
+            part = (frame.get("params") or {}).get("part") if isinstance(frame, dict) and frame.get("method") == "lm/responsePart" else None
+            if isinstance(part, dict) and part.get("type") == "tool_call" and isinstance(part.get("input"), dict):
+                self.redactor.register(part["input"].get("approvalToken"), "approval-token")
+            self._entry("shim", "out", frame=frame)
+
+    # -- agent links ----------------------------------------------------------
+
+    def agent(self, session: str) -> AgentLink:
+        return AgentLink(self, f"agent:{session}")
+
+    # -- writing --------------------------------------------------------------
+
+    def _entry(self, link: str, direction: str, **fields: Any) -> None:
+        entry = {"t": round(time.monotonic() - self.started, 4), "link": link, "dir": direction, **fields}
+        self._line(self.redactor.scrub(entry))
+
+    def _line(self, entry: dict[str, Any]) -> None:
+        if self.out.closed:
+            return
+        self.out.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+
+class AgentLink:
+    """The recorder's side of one agent connection (``agent:<session id>``)."""
+
+    def __init__(self, recorder: Recorder, link: str) -> None:
+        self.recorder = recorder
+        self.link = link
+
+    def spawned(self, agent: str, command: str, args: Sequence[str], env: Mapping[str, str], cwd: str | None, error: str | None = None) -> None:
+        """The daemon started (or failed to start) the agent: its id, command line, the
+        environment it added (values redacted), its cwd."""
+        fields: dict[str, Any] = {"agent": agent, "command": [command, *args], "env": self.recorder.redactor.env(dict(env)), "cwd": cwd}
+        if error is not None:
+            fields["error"] = error
+        self.recorder._entry(self.link, "out", event="spawn", **fields)
+
+    def sent(self, frame: Any) -> None:
+        """A frame written to the agent's stdin."""
+        frame = _copy(frame)
+        params = frame.get("params") if isinstance(frame, dict) else None
+        if isinstance(params, dict) and isinstance(params.get("mcpServers"), list):
+            self._redact_mcp(params["mcpServers"])
+        self.recorder._entry(self.link, "out", frame=frame)
+
+    def received(self, frame: Any) -> None:
+        """A frame read from the agent's stdout."""
+        self.recorder._entry(self.link, "in", frame=_copy(frame))
+
+    def closing(self) -> None:
+        """The daemon closes the agent's stdin (it is being stopped)."""
+        self.recorder._entry(self.link, "out", event="close")
+
+    def exited(self, code: int | None, stderr: Sequence[str]) -> None:
+        """The agent process ended: its exit code and the tail of its stderr."""
+        self.recorder._entry(self.link, "in", event="exit", code=code, stderr=list(stderr))
+
+    def _redact_mcp(self, servers: list[Any]) -> None:
+        register = self.recorder.redactor.register
+        for server in servers:
+            if not isinstance(server, dict):
+                continue
+            for key, secret_name in (("headers", SECRET_HEADER), ("env", SECRET_ENV)):
+                for item in server.get(key) or []:
+                    if isinstance(item, dict) and "value" in item:
+                        name = str(item.get("name", ""))
+                        secret = name.lower() == secret_name.lower()
+                        kind = "mcp-secret" if secret else ("mcp-header" if key == "headers" else "mcp-env")
+                        item["value"] = register(item["value"], kind, None if secret else name)
+
+
+def _spec(agent: Any) -> dict[str, Any]:
+    if hasattr(agent, "model_dump"):
+        return agent.model_dump(exclude_none=True)
+    return dict(agent)
