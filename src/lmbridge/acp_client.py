@@ -31,6 +31,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
+from lmbridge import record
 from lmbridge.log import get_logger
 
 MAX_LINE = 64 * 1024 * 1024  # bytes; agents send MB-long lines (facts.md §3)
@@ -102,6 +103,7 @@ class AgentConnection:
         self._send_lock = anyio.Lock()
         self.closed = anyio.Event()
         self.exit_reason: str | None = None
+        self.recorder: record.AgentLink | None = None  # lmbridge serve --record
 
     @classmethod
     async def spawn(
@@ -112,12 +114,16 @@ class AgentConnection:
         env: Mapping[str, str],
         cwd: str | None,
         events: MemoryObjectSendStream[Incoming],
+        session: str | None = None,
     ) -> AgentConnection:
         """Start the agent with the daemon's environment plus ``env``.
 
         Raises ``AgentExited`` when the command cannot be started. The caller
-        runs ``serve()`` in its task group and ``close()`` when done.
+        runs ``serve()`` in its task group and ``close()`` when done. ``session``
+        names the link in a recording (``agent:<session>``).
         """
+        recording = record.current()
+        link = recording.agent(session or name) if recording is not None else None
         exe = shutil.which(command, path=env.get("PATH", os.environ.get("PATH"))) or command
         full_env = {**os.environ, **env}
         try:
@@ -131,9 +137,16 @@ class AgentConnection:
                 start_new_session=True,  # our signals reach its children too
             )
         except OSError as exc:
-            raise AgentExited(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}") from exc
+            error = AgentExited(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}")
+            if link is not None:
+                link.spawned(name, command, args, env, cwd, error=str(error))
+            raise error from exc
         log.info("agent started", agent=name, pid=process.pid, command=command)
-        return cls(name, process, events)
+        conn = cls(name, process, events)
+        if link is not None:
+            link.spawned(name, command, args, env, cwd)
+            conn.recorder = link
+        return conn
 
     async def serve(self) -> None:
         """Read stdout and stderr until the agent exits, then fail what is in flight."""
@@ -158,6 +171,8 @@ class AgentConnection:
             if self.process.returncode is None:  # stdout closed, yet it lives on: mute, so gone
                 self._kill()
             code = await self.process.wait()
+            if self.recorder is not None:
+                self.recorder.exited(code, self.stderr_tail)
             self.exit_reason = self.exit_reason or f"agent {self.name!r} exited with code {code}"
         finally:
             self._fail_all()
@@ -235,6 +250,8 @@ class AgentConnection:
         self._route(frame)
 
     def _route(self, frame: dict[str, Any]) -> None:
+        if self.recorder is not None:
+            self.recorder.received(frame)
         method = frame.get("method")
         if isinstance(method, str):
             self.events.send_nowait(Incoming(method, frame.get("params"), frame.get("id")))  # unbounded
@@ -280,6 +297,8 @@ class AgentConnection:
             raise AgentExited(self.describe_exit())
         # Lone surrogates (from JSON escapes) become JSON escapes again, not a crash.
         data = (json.dumps(frame, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "backslashreplace")
+        if self.recorder is not None:
+            self.recorder.sent(frame)
         assert self.process.stdin is not None
         try:
             async with self._send_lock:
@@ -340,6 +359,8 @@ class AgentConnection:
         """End the agent: close stdin, then SIGTERM, then SIGKILL (its process group);
         whatever it left running in its process group is killed too."""
         if self.process.returncode is None:
+            if self.recorder is not None:
+                self.recorder.closing()
             if self.process.stdin is not None:
                 with anyio.move_on_after(0.5):
                     await self.process.stdin.aclose()
