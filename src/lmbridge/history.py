@@ -45,7 +45,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from lmbridge.wire import DataPart, Message, TextPart, ToolCallPart, ToolResultPart
+from lmbridge.wire import VSCODE_SKIP_TEXT, DataPart, Message, TextPart, ToolCallPart, ToolResultPart
 
 
 class HistoryError(Exception):
@@ -195,11 +195,15 @@ class Kind(enum.Enum):
 
 
 class Answer(enum.Enum):
-    """What a pending ``session/request_permission`` is answered with."""
+    """What a pending call is answered with: a ``session/request_permission``
+    (ALLOW, REJECT, CANCELLED) or an MCP ``tools/call`` for a VS Code tool
+    (RESULT, DECLINED, CANCELLED)."""
 
     ALLOW = "allow"  # the option of kind allow_once
     REJECT = "reject"  # the option of kind reject_once (none: cancelled)
-    CANCELLED = "cancelled"  # {"outcome": "cancelled"}
+    CANCELLED = "cancelled"  # {"outcome": "cancelled"}; for a tool: an error result, the chat was stopped
+    RESULT = "result"  # a VS Code tool's result, passed to the agent as the MCP result
+    DECLINED = "declined"  # a VS Code tool the user skipped: an error result saying so
 
 
 class Last(enum.Enum):
@@ -243,15 +247,31 @@ def answer_for(call_id: str, token: str, results: dict[str, ToolResultPart], new
     return Answer.REJECT
 
 
+def answer_for_tool(call_id: str, results: dict[str, ToolResultPart]) -> Answer:
+    """The answer a VS Code tool call gets (issue #4): its result, DECLINED when
+    VS Code's Skip text is all it holds, CANCELLED when it is absent (Stop).
+
+    New user content beside a result does not withhold it: the tool already ran."""
+    result = results.get(call_id)
+    if result is None:
+        return Answer.CANCELLED
+    if result.text() == VSCODE_SKIP_TEXT:
+        return Answer.DECLINED
+    return Answer.RESULT
+
+
 # ---------------------------------------------------------------- sessions
 
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """A permission surfaced as a ``symposium-agent-action`` tool call, awaiting its answer."""
+    """A call surfaced as a tool call part, awaiting its answer: a permission
+    (``symposium-agent-action``, with its approval ``token``) or, with ``tool``
+    set, an agent's call of a VS Code tool (no token)."""
 
     call_id: str
     token: str
+    tool: bool = False
 
 
 @dataclass
@@ -278,6 +298,7 @@ class Turn:
     session for it. ``cancel_first``: send ``session/cancel`` (after answering
     the pending permissions) before anything else. ``answers``: callId →
     Answer for every permission the previous response left pending.
+    ``results``: the VS Code tool results for the calls answered RESULT.
     ``context``: messages the agent has not seen that come before the prompt
     (the whole earlier conversation for a fresh session). ``prompt``: the
     trailing user messages to send as ``session/prompt``; empty for
@@ -289,6 +310,7 @@ class Turn:
     fresh: bool = False
     cancel_first: bool = False
     answers: dict[str, Answer] = field(default_factory=dict)
+    results: dict[str, ToolResultPart] = field(default_factory=dict)
     context: tuple[Message, ...] = ()
     prompt: tuple[Message, ...] = ()
 
@@ -429,14 +451,22 @@ class HistoryCore:
 
     def _continue(self, s: Session, kind: Kind, conv: Sequence[Message], start: int, now: float) -> Turn:
         tail = conv[start:]
-        if kind is Kind.TOOL_RESULTS:
-            results = {p.callId: p for m in tail for p in m.content if isinstance(p, ToolResultPart)}
-            answers = {p.call_id: answer_for(p.call_id, p.token, results, False) for p in s.pending}
-            context: tuple[Message, ...] = ()
-            prompt: tuple[Message, ...] = ()
-        else:
-            answers = {p.call_id: Answer.CANCELLED for p in s.pending}
-            # Results of the permissions just cancelled mean nothing to the agent.
+        results = {p.callId: p for m in tail for p in m.content if isinstance(p, ToolResultPart)}
+        answers = {
+            p.call_id: (
+                Answer.CANCELLED
+                if kind is Kind.STOPPED
+                else answer_for_tool(p.call_id, results)
+                if p.tool
+                else answer_for(p.call_id, p.token, results, kind is not Kind.TOOL_RESULTS)
+            )
+            for p in s.pending
+        }
+        context: tuple[Message, ...] = ()
+        prompt: tuple[Message, ...] = ()
+        if kind is not Kind.TOOL_RESULTS:
+            # Results of the calls just answered reach the agent through their
+            # answers; as prompt text they would mean nothing (or leak a token).
             context, prompt = split_prompt(_without_results(tail, set(answers)))
         if start < len(s.items):  # VS Code dropped the last response
             self._unindex(s, s.items[start:])
@@ -449,6 +479,7 @@ class HistoryCore:
             session_id=s.id,
             cancel_first=kind in (Kind.STOPPED, Kind.SOFT_CANCEL),
             answers=answers,
+            results={c: results[c] for c, a in answers.items() if a is Answer.RESULT},
             context=context,
             prompt=prompt,
         )

@@ -65,7 +65,9 @@ class HistoryActor:
         self.idle_timeout = idle_timeout
         self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
         self._tg: TaskGroup | None = None
-        self.hooks = SessionHooks(ended=self._ended, died=self._died)
+        self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=self._mcp_host)
+        self._mcp: Any = None  # mcp_bridge.McpHost, started when a session first offers VS Code tools
+        self._mcp_lock = anyio.Lock()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
@@ -111,6 +113,19 @@ class HistoryActor:
 
     async def _died(self, session_id: str) -> None:
         await self._send.send(_Died(session_id))
+
+    async def _mcp_host(self) -> Any:
+        """The daemon's MCP endpoints (one HTTP port, one Unix socket), started on
+        first use so the MCP SDK stays off the start-up path."""
+        async with self._mcp_lock:
+            if self._mcp is None:
+                from lmbridge.mcp_bridge import McpHost
+
+                host = McpHost()
+                assert self._tg is not None
+                await self._tg.start(host.run)
+                self._mcp = host
+            return self._mcp
 
     async def _ticker(self) -> None:
         period = max(0.05, min(self.idle_timeout / 4, 30.0))

@@ -209,7 +209,11 @@ class ToolBridge:
 
     def release_all(self, text: str) -> int:
         """Answer every call in flight with an error result (crash, eviction, shutdown)."""
-        n = sum(call.resolve(error_result(text)) for call in list(self.calls.values()))
+        n = 0
+        for call in list(self.calls.values()):
+            if call.resolve(error_result(text)):
+                log.info("tool call released", session=self.session_id, callId=call.call_id, reason=text)
+                n += 1
         return n
 
     def close(self) -> None:

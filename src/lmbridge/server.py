@@ -320,7 +320,7 @@ class Server:
         async def emit(part: dict[str, Any]) -> None:
             self.send_part(rid, part)
 
-        job = Job(turn=turn, history=tuple(p.messages), emit=emit)
+        job = Job(turn=turn, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools))
         job.actor = actor
         cancelled = rid not in self.inflight  # cancelled while we classified
         self.inflight[rid] = job if not cancelled else None

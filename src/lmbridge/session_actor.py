@@ -39,7 +39,7 @@ from lmbridge.history import Answer, Fingerprint, Last, Pending, Turn, conversat
 from lmbridge.log import get_logger
 from lmbridge.render import Part, TurnRenderer
 from lmbridge.transcript import prompt_blocks
-from lmbridge.wire import AGENT_ACTION_TOOL, AgentSpec, Message, ToolResultPart
+from lmbridge.wire import AGENT_ACTION_TOOL, AgentSpec, Message, ToolInfo, ToolResultPart
 
 log = get_logger("session")
 
@@ -75,6 +75,7 @@ class Job:
     cancelled: bool = False
     recorded: bool = False  # its end reported to the history actor
     actor: Any = None  # the SessionActor running it (for cancellation)
+    tools: tuple[ToolInfo, ...] = ()  # the request's options.tools
     # What this response emitted, for the history core's fingerprint.
     _text: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
     _shown: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))  # text + thinking
@@ -109,6 +110,20 @@ class Permission:
     options: list[dict[str, Any]]
     part: Part  # the symposium-agent-action tool call
     surfaced: bool = False
+
+
+@dataclass
+class ToolPending:
+    """An agent's MCP call of a VS Code tool, waiting for VS Code's result."""
+
+    call: Any  # mcp_bridge.ToolCall
+    part: Part  # the tool call VS Code runs
+    surfaced: bool = False
+
+
+@dataclass(frozen=True)
+class _ToolInvoked:
+    call: Any  # mcp_bridge.ToolCall
 
 
 @dataclass(frozen=True)
@@ -156,6 +171,7 @@ class SessionHooks:
 
     ended: Callable[[str, Fingerprint, Last, list[Pending]], Awaitable[None]]
     died: Callable[[str], Awaitable[None]]
+    mcp_host: Callable[[], Awaitable[Any]]  # the daemon's McpHost, started on first use
 
 
 class SessionActor:
@@ -174,6 +190,9 @@ class SessionActor:
         self.job: Job | None = None
         self.waiting: list[Job] = []  # jobs waiting for a cancelled prompt to drain
         self.permissions: dict[str, Permission] = {}
+        self.tool_calls: dict[str, ToolPending] = {}  # VS Code tool calls the agent waits on
+        self.bridge: Any = None  # mcp_bridge.ToolBridge, when the agent is offered VS Code tools
+        self.mcp_servers: list[dict[str, Any]] = []
         self.buffer: list[Part] = []  # parts produced while no request streams
         self.prompt_open = False
         self.prompt_result: _PromptDone | None = None  # a prompt that ended while no job streamed
@@ -274,6 +293,8 @@ class SessionActor:
                 await self._finish(msg.job, "tool_calls", Last.PENDING)
         elif isinstance(msg, _CancelJob):
             await self._on_cancel(msg.job)
+        elif isinstance(msg, _ToolInvoked):
+            await self._on_tool_invoked(msg.call)
         elif isinstance(msg, _AgentGone):
             await self._on_agent_gone()
 
@@ -283,14 +304,18 @@ class SessionActor:
         turn = job.turn
         if self.conn is None:
             try:
-                await self._start_agent()
+                await self._start_agent(job)
             except (AgentExited, AgentError, TimeoutError) as exc:
                 await self._fail(job, f"agent {self.spec.id!r} failed to start: {exc}")
                 return
+        elif self.bridge is not None:
+            await self.bridge.set_tools(self._offered(job))
         # Answer what the previous response left pending, each on its own; a
         # request cancelled before it got here approves nothing.
         for call_id, answer in turn.answers.items():
-            await self._answer(call_id, Answer.CANCELLED if job.cancelled else answer)
+            if job.cancelled and answer is not Answer.RESULT:
+                answer = Answer.CANCELLED
+            await self._answer(call_id, answer, turn.results.get(call_id))
         if turn.cancel_first:
             await self._cancel_turn()
         self.job = job
@@ -306,9 +331,9 @@ class SessionActor:
         for part in self.buffer:
             await job.send(part)
         self.buffer.clear()
-        unsurfaced = [p for p in self.permissions.values() if not p.surfaced]
-        for perm in unsurfaced:
-            await self._surface(perm)
+        unsurfaced = [p for p in (*self.permissions.values(), *self.tool_calls.values()) if not p.surfaced]
+        for pending in unsurfaced:
+            await self._surface(pending)
         if job.turn.prompt:
             if self.needs_context:
                 await self._start_prompt(*self._whole_conversation(job))
@@ -320,7 +345,33 @@ class SessionActor:
         elif not self.prompt_open and not unsurfaced:
             await self._finish(job, "end_turn", Last.DONE)
 
-    async def _start_agent(self) -> None:
+    def _offered(self, job: Job) -> list[ToolInfo]:
+        if not job.tools:
+            return []
+        from lmbridge.mcp_bridge import select_tools
+
+        return select_tools(job.tools, self.spec.tools.allow, self.spec.tools.deny)
+
+    async def _start_bridge(self, job: Job, http: bool) -> None:
+        """Offer the request's VS Code tools through the synthetic MCP server
+        (issue #4). Only a session whose first request carries tools gets one:
+        ``mcpServers`` are fixed at ``session/new``."""
+        tools = self._offered(job)
+        if not tools:
+            return
+        from lmbridge.mcp_bridge import ToolBridge
+
+        host = await self.hooks.mcp_host()
+        self.bridge = ToolBridge(self.id, self._on_mcp_call)
+        await host.add(self.bridge)
+        await self.bridge.set_tools(tools)
+        self.mcp_servers = [host.server_config(self.bridge, http)]
+
+    async def _on_mcp_call(self, call: Any) -> None:
+        # Runs in the MCP server's task: hand the call to the actor's loop.
+        self._send.send_nowait(_ToolInvoked(call))
+
+    async def _start_agent(self, job: Job) -> None:
         self.conn = await AgentConnection.spawn(self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self._send.clone())
         assert self._tg is not None
         self._tg.start_soon(self._serve_agent, self.conn)
@@ -335,12 +386,13 @@ class SessionActor:
             )
         caps = (init or {}).get("agentCapabilities") or {}
         self.images = bool((caps.get("promptCapabilities") or {}).get("image"))
+        await self._start_bridge(job, http=bool((caps.get("mcpCapabilities") or {}).get("http")))
         await self._new_acp_session()
 
     async def _new_acp_session(self) -> None:
         assert self.conn is not None
         with anyio.fail_after(START_TIMEOUT):
-            result = await self.conn.request("session/new", {"cwd": self.cwd or "/", "mcpServers": []})
+            result = await self.conn.request("session/new", {"cwd": self.cwd or "/", "mcpServers": self.mcp_servers})
         self.acp_session = str((result or {}).get("sessionId"))
         self.renderer = TurnRenderer(self.renderer.warn)
         log.info("acp session", session=self.id, agent=self.spec.id, acp_session=self.acp_session)
@@ -389,6 +441,7 @@ class SessionActor:
         if not job.recorded:
             job.recorded = True
             pending = [Pending(p.call_id, p.token) for p in self.permissions.values() if p.surfaced and p.call_id in job.call_ids]
+            pending += [Pending(c, "", tool=True) for c, t in self.tool_calls.items() if t.surfaced and c in job.call_ids]
             await self.hooks.ended(self.id, job.fingerprint(), last, pending)
         if not job.done.is_set():
             job.stop_reason = stop_reason
@@ -444,6 +497,13 @@ class SessionActor:
             for o in params.get("options") or []
             if isinstance(o, dict)
         ]
+        if self.bridge is not None and self.bridge.is_bridged(_tool_name(raw_call)):
+            # VS Code confirms its own tools when it runs them: the agent's own
+            # permission for exactly a bridged tool is granted here (issue #4).
+            outcome = choose_option(options, Answer.ALLOW)
+            log.info("bridged tool permission granted", session=self.id, tool=_tool_name(raw_call), outcome=outcome)
+            await self.conn.respond(msg.id, {"outcome": outcome})
+            return
         call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
         token = secrets.token_urlsafe(18)
         tool_input: dict[str, Any] = {
@@ -463,8 +523,21 @@ class SessionActor:
         if self.job is not None:
             await self._surface(perm)
 
-    async def _surface(self, perm: Permission) -> None:
-        """Emit a permission's tool call and (re)start the gather window."""
+    async def _on_tool_invoked(self, call: Any) -> None:
+        """The agent called a VS Code tool: it becomes a tool call part with
+        VS Code's tool name and the agent's arguments."""
+        from lmbridge.mcp_bridge import STOPPED_TEXT, error_result
+
+        if self.draining or self._closed:
+            call.resolve(error_result(STOPPED_TEXT))
+            return
+        part = {"type": "tool_call", "callId": call.call_id, "name": call.name, "input": call.arguments}
+        pending = self.tool_calls[call.call_id] = ToolPending(call, part)
+        if self.job is not None:
+            await self._surface(pending)
+
+    async def _surface(self, perm: Permission | ToolPending) -> None:
+        """Emit a pending call's tool call part and (re)start the gather window."""
         assert self.job is not None and self._tg is not None
         perm.surfaced = True
         await self.job.send(perm.part)
@@ -475,7 +548,18 @@ class SessionActor:
         await anyio.sleep(GATHER)
         await self._send.send(_Flush(job, generation))
 
-    async def _answer(self, call_id: str, answer: Answer) -> None:
+    async def _answer(self, call_id: str, answer: Answer, result: ToolResultPart | None = None) -> None:
+        tool = self.tool_calls.pop(call_id, None)
+        if tool is not None:
+            from lmbridge.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT, error_result, result_content, types
+
+            if answer is Answer.RESULT and result is not None:
+                mcp_result = types.CallToolResult(content=result_content(result))
+            else:
+                mcp_result = error_result(DECLINED_TEXT if answer is Answer.DECLINED else STOPPED_TEXT)
+            log.info("tool call answered", session=self.id, callId=call_id, answer=answer.value)
+            tool.call.resolve(mcp_result)
+            return
         perm = self.permissions.pop(call_id, None)
         if perm is None or self.conn is None:
             return
@@ -488,7 +572,7 @@ class SessionActor:
     async def _cancel_turn(self) -> None:
         """ACP cancellation: every pending permission answered cancelled,
         ``session/cancel`` sent, and the turn's late output dropped."""
-        for call_id in list(self.permissions):
+        for call_id in [*self.permissions, *self.tool_calls]:
             await self._answer(call_id, Answer.CANCELLED)
         self.buffer.clear()
         self.renderer.close()
@@ -556,7 +640,7 @@ class SessionActor:
             return
         for part in self.renderer.close():
             await job.send(part)
-        for call_id in [c for c, p in self.permissions.items()]:
+        for call_id in [*self.permissions, *self.tool_calls]:
             await self._answer(call_id, Answer.CANCELLED)  # the turn ended without them
         if done.error is not None:
             await self._fail(job, f"agent {self.spec.id!r}: {done.error}")
@@ -569,6 +653,7 @@ class SessionActor:
     async def _on_agent_gone(self) -> None:
         reason = self.conn.describe_exit() if self.conn else "agent gone"
         self.permissions.clear()
+        await self._close_bridge()
         jobs = ([self.job] if self.job else []) + self.waiting
         self.waiting = []
         for job in jobs:
@@ -578,6 +663,14 @@ class SessionActor:
         await self.hooks.died(self.id)
         self.close(reason)
 
+    async def _close_bridge(self) -> None:
+        """Every VS Code tool call still waiting gets an error result; the MCP
+        endpoint of this session goes away."""
+        self.tool_calls.clear()
+        if self.bridge is not None:
+            bridge, self.bridge = self.bridge, None
+            (await self.hooks.mcp_host()).remove(bridge.session_id)
+
     async def _shutdown(self, reason: str) -> None:
         self._closed = True
         for job in ([self.job] if self.job else []) + self.waiting:
@@ -585,6 +678,7 @@ class SessionActor:
                 job.error = f"session closed: {reason}"
                 job.done.set()
         self.job, self.waiting = None, []
+        await self._close_bridge()
         conn, self.conn = self.conn, None
         if conn is None:
             return
@@ -597,3 +691,12 @@ class SessionActor:
             except AgentExited:
                 pass
         await conn.close()
+
+
+def _tool_name(raw_call: dict[str, Any]) -> str | None:
+    """The tool an agent's permission is for: claude-agent-acp names it in
+    ``_meta.claudeCode.toolName``; others only in the title."""
+    meta = raw_call.get("_meta")
+    claude = meta.get("claudeCode") if isinstance(meta, dict) else None
+    name = claude.get("toolName") if isinstance(claude, dict) else None
+    return name if isinstance(name, str) else raw_call.get("title") if isinstance(raw_call.get("title"), str) else None

@@ -154,11 +154,21 @@ def _message_key(item: Any) -> tuple[str, ...]:
 # ---------------------------------------------------------------- requests
 
 
+class ToolFilter(_Wire):
+    """Which VS Code tools an agent is offered (glob patterns on the tool name):
+    those matching ``allow`` (all when empty) and no ``deny`` pattern."""
+
+    allow: list[str] = Field(default_factory=list)
+    deny: list[str] = Field(default_factory=list)
+
+
 class AgentSpec(_Wire):
     """How to start one agent: ``{"id", "name"?, "command", "args"?, "env"?}``.
 
     ``command`` is an executable (looked up on PATH), ``args`` its arguments,
     ``env`` added to the daemon's own environment. The model id is ``id``.
+    ``tools``: ``{"allow": [glob], "deny": [glob]}`` filters the VS Code tools
+    offered to it (Copilot passes up to 128, many duplicating the agent's own).
     """
 
     id: str = Field(min_length=1)
@@ -166,6 +176,7 @@ class AgentSpec(_Wire):
     command: str = Field(min_length=1)
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    tools: ToolFilter = Field(default_factory=lambda: ToolFilter())
 
 
 class ClientInfo(_Wire):

@@ -63,6 +63,16 @@ Steps (the first key decides):
                               the client with an unknown method)
   {"write_file": {"path", "content"}}
                               write a file (relative paths: against the session cwd)
+  {"mcp_connect": {...}}      start the session's first mcpServers entry (stdio only)
+                              and do the MCP handshake; {"secret": s} replaces the
+                              LMBRIDGE_MCP_SECRET it is given (to test a refusal:
+                              logs event mcp_refused instead)
+  {"mcp_list": true}          tools/list; logs event mcp_tools (names)
+  {"mcp_call": {"name", "arguments"}, "id": "m1"}
+                              tools/call, do not wait
+  {"mcp_await": ["m1", ...]}  wait for those calls' results. Each tools/call result is
+                              logged as event mcp_result (id, result) when it arrives;
+                              MCP notifications as event mcp_notification (method).
 
 A turn with no stop/error step ends with stopReason end_turn. A ``session/cancel`` for
 the turn's session aborts the remaining steps (including a pending await or sleep),
@@ -93,6 +103,61 @@ DEFAULT_OPTIONS = [
     {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
     {"optionId": "reject-always", "name": "Never allow", "kind": "reject_always"},
 ]
+
+
+class McpStdio:
+    """A minimal MCP client over a stdio server process (JSON lines)."""
+
+    def __init__(self, agent: "ScriptedAgent", command: str, args: list[str], env: dict[str, str]) -> None:
+        import subprocess
+
+        self.agent = agent
+        self.proc = subprocess.Popen([command, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ, **env})
+        self.next_id = 0
+        self.results: dict[int, Any] = {}
+        self.handles: dict[int, str] = {}  # tools/call request id → the scenario's handle
+        self.cond = threading.Condition()
+        self.closed = False
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            frame = json.loads(line)
+            if "id" in frame and "method" not in frame:
+                result = frame.get("result", frame.get("error"))
+                handle = self.handles.get(frame["id"])
+                if handle is not None:  # a tools/call: logged as it arrives, cancel or not
+                    self.agent.log_event("mcp_result", id=handle, result=result)
+                with self.cond:
+                    self.results[frame["id"]] = result
+                    self.cond.notify_all()
+            elif "method" in frame:
+                self.agent.log_event("mcp_notification", method=frame["method"])
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def send(self, frame: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(frame) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def send_request(self, method: str, params: Any) -> int:
+        self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        return self.next_id
+
+    def wait(self, rid: int, stop: Any = lambda: False) -> Any:
+        with self.cond:
+            while rid not in self.results:
+                if self.closed or stop():
+                    return None
+                self.cond.wait(0.05)
+            return self.results[rid]
+
+    def request(self, method: str, params: Any) -> Any:
+        return self.wait(self.send_request(method, params))
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -226,6 +291,19 @@ class Turn:
             raise TurnEnded
         elif kind == "send":
             a.send(value)
+        elif kind == "mcp_connect":
+            a.mcp_connect(sid, value if isinstance(value, dict) else {})
+        elif kind == "mcp_list":
+            names = [t["name"] for t in a.mcp.request("tools/list", {})["tools"]]
+            a.log_event("mcp_tools", names=names)
+        elif kind == "mcp_call":
+            handle = step.get("id", value["name"])
+            a.mcp.handles[a.mcp.next_id + 1] = handle
+            a.mcp_calls[handle] = a.mcp.send_request("tools/call", value)
+        elif kind == "mcp_await":
+            for handle in [value] if isinstance(value, str) else list(value):
+                if a.mcp.wait(a.mcp_calls[handle], lambda: cancellable and self.cancelled) is None:
+                    raise TurnCancelled
         elif kind == "write_file":
             path = Path(value["path"])
             if not path.is_absolute():
@@ -274,6 +352,9 @@ class ScriptedAgent:
         self.next_request_id = 0
         self.session_count = 0
         self.session_cwd: dict[str, str] = {}
+        self.session_mcp: dict[str, list[dict[str, Any]]] = {}
+        self.mcp: McpStdio | None = None  # type: ignore[assignment]
+        self.mcp_calls: dict[str, int] = {}
         self.prompt_count = 0
         self.turns: dict[str, list[Turn]] = {}
         # permission handle -> {"rpc_id", "options", "answered", "outcome", "kind"}
@@ -303,6 +384,19 @@ class ScriptedAgent:
         with self.log_lock:
             self.log_file.write(json.dumps(entry) + "\n")
             self.log_file.flush()
+
+    def mcp_connect(self, sid: str, opts: dict[str, Any]) -> None:
+        server = self.session_mcp[sid][0]
+        env = {e["name"]: e["value"] for e in server.get("env", [])}
+        if "secret" in opts:
+            env["LMBRIDGE_MCP_SECRET"] = opts["secret"]
+        self.mcp = McpStdio(self, server["command"], server.get("args", []), env)
+        init = self.mcp.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "scripted", "version": "0"}})
+        if init is None:
+            self.log_event("mcp_refused")
+            return
+        self.mcp.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        self.log_event("mcp_connected", server=init.get("serverInfo", {}).get("name"))
 
     def log_event(self, event: str, **fields: Any) -> None:
         self.log({"t": time.monotonic(), "event": event, **fields})
@@ -389,6 +483,7 @@ class ScriptedAgent:
                 self.session_count += 1
                 sid = f"s{self.session_count}"
                 self.session_cwd[sid] = params.get("cwd", ".")
+                self.session_mcp[sid] = params.get("mcpServers") or []
             self.log_event("session_new", sessionId=sid, cwd=params.get("cwd"), mcpServers=params.get("mcpServers"))
             self.reply(rid, {"sessionId": sid})
         elif method == "authenticate":
