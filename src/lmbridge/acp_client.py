@@ -379,5 +379,7 @@ class AgentConnection:
             os.killpg(self.process.pid, signal.SIGKILL)  # helpers that outlived the agent
         except (ProcessLookupError, PermissionError):
             pass
+        if self.recorder is not None and self.process.returncode is not None:
+            self.recorder.exited(self.process.returncode, self.stderr_tail)  # serve() may be cancelled first
         if not self.exit_reason:
             self.exit_reason = f"agent {self.name!r} was stopped"

@@ -202,6 +202,7 @@ class AgentLink:
     def __init__(self, recorder: Recorder, link: str) -> None:
         self.recorder = recorder
         self.link = link
+        self._exited = False
 
     def spawned(self, agent: str, command: str, args: Sequence[str], env: Mapping[str, str], cwd: str | None, error: str | None = None) -> None:
         """The daemon started (or failed to start) the agent: its id, command line, the
@@ -228,7 +229,10 @@ class AgentLink:
         self.recorder._entry(self.link, "out", event="close")
 
     def exited(self, code: int | None, stderr: Sequence[str]) -> None:
-        """The agent process ended: its exit code and the tail of its stderr."""
+        """The agent process ended: its exit code and the tail of its stderr (once)."""
+        if self._exited:
+            return
+        self._exited = True
         self.recorder._entry(self.link, "in", event="exit", code=code, stderr=list(stderr))
 
     def _redact_mcp(self, servers: list[Any]) -> None:
