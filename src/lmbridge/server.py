@@ -95,6 +95,7 @@ class Config:
 
     agents: list[AgentSpec] = field(default_factory=list)
     idle_timeout: float = 1800.0
+    recorder: Any = None  # lmbridge.record.Recorder (--record): every frame on every link
 
 
 class Server:
@@ -102,6 +103,7 @@ class Server:
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        self.recorder = config.recorder
         self.agents: dict[str, AgentSpec] = merge(config.agents)
         self.workspace: list[str] = []
         self.history: HistoryActor | None = None
@@ -154,7 +156,10 @@ class Server:
         if self._blocked or not self._pending or self._stdout is None:
             return
         batch, self._pending = self._pending, []
-        self._stdout.write(encode_batch(batch))
+        data = encode_batch(batch)
+        self._stdout.write(data)
+        if self.recorder is not None:
+            self.recorder.shim_out(data)
         if self._stdout.paused():
             self._blocked = True
             self._lagging.set()
@@ -166,8 +171,14 @@ class Server:
             self._stdout = stdout
             self._flush()
             tg.start_soon(self._writer)
+            if self.recorder is not None:
+                self.recorder.activate()  # agents spawned from here on record too
             async for line in lines:
+                if self.recorder is not None:
+                    self.recorder.shim_in(line)
                 tg.start_soon(self._dispatch, line)
+            if self.recorder is not None:
+                self.recorder.shim_eof()
             log.info("stdin closed: shutting down")
             await self._stop()
             # Requests read before EOF are still answered (their agents are gone,
