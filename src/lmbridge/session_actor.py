@@ -372,7 +372,7 @@ class SessionActor:
         self._send.send_nowait(_ToolInvoked(call))
 
     async def _start_agent(self, job: Job) -> None:
-        self.conn = await AgentConnection.spawn(self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self._send.clone())
+        self.conn = await AgentConnection.spawn(self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self._send.clone(), session=self.id)
         assert self._tg is not None
         self._tg.start_soon(self._serve_agent, self.conn)
         with anyio.fail_after(START_TIMEOUT):
