@@ -322,9 +322,12 @@ class McpHost:
         path: str = scope.get("path", "")
         parts = path.strip("/").split("/")
         secret = next((v.decode() for k, v in scope.get("headers", []) if k.decode().lower() == SECRET_HEADER), None)
-        bridge = self._authorized(parts[1], secret) if len(parts) == 2 and parts[0] == "mcp" else None
+        known = len(parts) == 2 and parts[0] == "mcp" and parts[1] in self.bridges
+        bridge = self._authorized(parts[1], secret) if known else None
         if bridge is None or bridge.http is None:
-            log.warning("mcp request refused", path=path, reason="no such session or wrong secret")
+            # A wrong secret for a live session is worth a warning; anything else
+            # (an MCP client retrying after its session closed, OAuth discovery) is not.
+            (log.warning if known else log.info)("mcp request refused", path=path, reason="wrong secret" if known else "no such session")
             body = b'{"error":"unauthorized"}'
             await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": body})

@@ -109,3 +109,102 @@ async def test_stop_does_not_run_and_the_next_request_is_answered_promptly(tmp_p
             # The cancelled tool_use reached the model as an error, never as a success.
             assert all(r["is_error"] for r in fake.tool_results())
             assert os.path.exists(tmp_path)
+
+
+# ---------------------------------------------------------------- VS Code tools (issue #4)
+
+VSCODE_TOOLS = {
+    "tools": [
+        {"name": "search_workspace", "description": "Search the workspace for text", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}},
+        {"name": "read_file", "description": "Read a workspace file", "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
+    ]
+}
+
+
+def two_vscode_tools() -> list[dict]:
+    return [
+        {"text": "Let me look."},
+        {"tool_use": {"name": "mcp__vscode__search_workspace", "input": {"q": "TODO"}}},
+        {"tool_use": {"name": "mcp__vscode__read_file", "input": {"path": "a.py"}}},
+    ]
+
+
+async def run_tools(client: DaemonClient, answer) -> tuple[list[dict], list[dict], object]:
+    """Drive a chat the way VS Code does while the agent calls VS Code tools:
+    after each response ending in tool calls, ``answer(part)`` gives the user
+    message with its result. claude-agent-acp runs MCP tools one after another,
+    so the two calls of one model turn arrive in two responses."""
+    from lmbridge.client import tool_result
+
+    history = [user("Find the TODOs and read a.py")]
+    seen: list[dict] = []
+    while True:
+        call = await client.chat("claude", history, timeout=TIMEOUT, options=VSCODE_TOOLS)
+        assert call.error is None, call.error
+        history.append(assistant(call.parts))
+        if call.result != {"stopReason": "tool_calls"}:
+            return history, seen, call
+        for part in tool_calls(call):
+            assert part["name"] in ("search_workspace", "read_file")
+            seen.append(part)
+            history.append(answer(part) if answer else tool_result(part["callId"], "x"))
+
+
+def mcp_results(fake: FakeAnthropic) -> dict[str, dict]:
+    by_id = {}
+    for request in fake.main_requests():
+        for message in request["messages"]:
+            for block in message["content"] if isinstance(message["content"], list) else []:
+                if block.get("type") == "tool_use":
+                    by_id[block["id"]] = block["name"]
+    return {by_id.get(r["tool_use_id"], r["tool_use_id"]): r for r in fake.tool_results()}
+
+
+async def test_two_vscode_tools_in_one_turn_both_results_return(tmp_path: Path) -> None:
+    from lmbridge.client import tool_result
+
+    answers = {"search_workspace": "a.py:3: # TODO fix", "read_file": "print('hello')"}
+    with FakeAnthropic([two_vscode_tools(), [{"text": "Found it all."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            with anyio.fail_after(TIMEOUT):
+                _, seen, last = await run_tools(client, lambda p: tool_result(p["callId"], answers[p["name"]]))
+            assert [(p["name"], p["input"]) for p in seen] == [("search_workspace", {"q": "TODO"}), ("read_file", {"path": "a.py"})]
+            assert last.result == {"stopReason": "end_turn"} and "Found it all." in text_of(last)
+            results = mcp_results(fake)
+            assert answers["search_workspace"] in results["mcp__vscode__search_workspace"]["text"]
+            assert answers["read_file"] in results["mcp__vscode__read_file"]["text"]
+            assert not any(r.get("is_error") for r in results.values())
+
+
+async def test_vscode_tools_one_skipped_one_allowed(tmp_path: Path) -> None:
+    from lmbridge.client import tool_result
+
+    with FakeAnthropic([two_vscode_tools(), [{"text": "Partly done."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            with anyio.fail_after(TIMEOUT):
+                _, seen, last = await run_tools(
+                    client, lambda p: skip(p) if p["name"] == "search_workspace" else tool_result(p["callId"], "print('hello')")
+                )
+            assert [p["name"] for p in seen] == ["search_workspace", "read_file"]
+            assert last.result == {"stopReason": "end_turn"}
+            results = mcp_results(fake)
+            assert results["mcp__vscode__search_workspace"]["is_error"] is True
+            assert "declined" in results["mcp__vscode__search_workspace"]["text"]
+            assert "print('hello')" in results["mcp__vscode__read_file"]["text"]
+            assert not results["mcp__vscode__read_file"].get("is_error")
+
+
+async def test_vscode_tools_stop_with_a_call_pending(tmp_path: Path) -> None:
+    with FakeAnthropic([two_vscode_tools()], done_text="OK, stopped.") as fake:
+        async with bridge(tmp_path, fake) as client:
+            with anyio.fail_after(TIMEOUT):
+                first = await client.chat("claude", [user("Find the TODOs and read a.py")], timeout=TIMEOUT, options=VSCODE_TOOLS)
+                assert first.result == {"stopReason": "tool_calls"} and tool_calls(first)
+                started = time.monotonic()
+                call = await client.chat("claude", [user("Find the TODOs and read a.py"), user("Stop that, just say OK.")], timeout=TIMEOUT, options=VSCODE_TOOLS)
+                elapsed = time.monotonic() - started
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, call.result
+            assert "OK, stopped." in text_of(call)
+            assert elapsed < 30
+            # Whatever reached the model for the calls was an error, never a success.
+            assert fake.tool_results() and all(r.get("is_error") for r in fake.tool_results())
