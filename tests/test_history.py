@@ -371,3 +371,103 @@ def test_thinking_shown_as_text_still_matches(replay):
     core.end(turn.session_id, Fingerprint(Fingerprint.of_text("The answer is 4.").text, (), shown), Last.DONE, [], 1)
     t = core.begin("m", [u("q"), a(replay), u("next")], 2)
     assert (t.kind, t.session_id) == (Kind.CONTINUATION, turn.session_id)
+
+
+# ---------------------------------------------------------------- VS Code tool calls (issue #4)
+
+
+def test_tool_calls_result_skip_absent():
+    core = HistoryCore()
+    pending = [Pending("t1", "", tool=True), Pending("t2", "", tool=True), Pending("t3", "", tool=True)]
+    _, hist = start(core, "go", a("", "t1", "t2", "t3"), last=Last.PENDING, pending=pending)
+    turn = core.begin("m", hist + [tr("t1", "found 3"), tr("t2", VSCODE_SKIP_TEXT)], 2)
+    assert turn.kind is Kind.TOOL_RESULTS
+    assert turn.answers == {"t1": Answer.RESULT, "t2": Answer.DECLINED, "t3": Answer.CANCELLED}
+    assert turn.results["t1"].text() == "found 3" and set(turn.results) == {"t1"}
+
+
+def test_tool_results_plus_new_content_still_delivers_results():
+    core = HistoryCore()
+    _, hist = start(core, "go", a("", "t1", "p1"), last=Last.PENDING, pending=[Pending("t1", "", tool=True), Pending("p1", "T")])
+    turn = core.begin("m", hist + [tr("t1", "data"), tr("p1", "T"), u("also do this")], 2)
+    assert turn.kind is Kind.SOFT_CANCEL and turn.cancel_first
+    assert turn.answers == {"t1": Answer.RESULT, "p1": Answer.CANCELLED}  # the tool ran; the action never
+    assert turn.prompt == (u("also do this"),)
+
+
+def test_tool_calls_stopped():
+    core = HistoryCore()
+    sid, hist = start(core, "go", a("", "t1"), last=Last.PENDING, pending=[Pending("t1", "", tool=True)])
+    turn = core.begin("m", [u("go"), u("stop it")], 2)
+    assert (turn.kind, turn.session_id) == (Kind.STOPPED, sid)
+    assert turn.answers == {"t1": Answer.CANCELLED} and turn.cancel_first
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "calls": st.integers(1, 3),
+                "outcomes": st.lists(st.sampled_from(["result", "skip", "absent"]), min_size=3, max_size=3),
+                "stop": st.booleans(),
+                "new_content": st.booleans(),
+                "evict": st.booleans(),
+            }
+        ),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_every_mcp_call_gets_exactly_one_result(steps):
+    """Over random interleavings of calls, results, skips, stops and evictions,
+    each MCP call is resolved exactly once, as the session actor applies Turns."""
+    from lmbridge.mcp_bridge import ToolCall, error_result
+
+    core = HistoryCore()
+    calls: dict[str, ToolCall] = {}
+    resolved: dict[str, int] = {}
+
+    def resolve(call_id: str, how: str) -> None:
+        # Every attempt counts: a second answer for one call is the bug looked for.
+        resolved[call_id] = resolved.get(call_id, 0) + 1
+        assert calls[call_id].resolve(error_result(how)), f"{call_id} answered twice"
+
+    turn = core.begin("m", [u("start")], 0)
+    sid, hist = turn.session_id, [u("start")]
+    n = 0
+    for i, step in enumerate(steps):
+        ids = []
+        for _ in range(step["calls"]):
+            n += 1
+            ids.append(f"t{n}")
+            calls[f"t{n}"] = ToolCall(f"t{n}", "tool", {})
+        answer = a(f"calling {i}", *ids)
+        core.end(sid, fp(answer), Last.PENDING, [Pending(c, "", tool=True) for c in ids], i)
+        if step["evict"]:
+            for c in core.forget(sid).pending:  # what eviction does: release them all
+                resolve(c.call_id, "closed")
+            turn = core.begin("m", [u(f"again {i}")], i + 0.5)
+            sid, hist = turn.session_id, [u(f"again {i}")]
+            continue
+        if step["stop"]:
+            req = hist + [u(f"stop {i}")]
+        else:
+            req = hist + [answer]
+            for c, how in zip(ids, step["outcomes"]):
+                if how != "absent":
+                    req.append(tr(c, VSCODE_SKIP_TEXT if how == "skip" else f"result of {c}"))
+            if step["new_content"] or req[-1].role != "user":
+                req.append(u(f"more {i}"))
+        turn = core.begin("m", req, i + 0.5)
+        assert set(turn.answers) == set(ids)
+        for c, ans in turn.answers.items():
+            resolve(c, ans.value)
+            if ans is Answer.RESULT:
+                assert c in turn.results and not step["stop"]
+        sid = turn.session_id
+        hist = list(turn.context) + list(turn.prompt) if turn.fresh else req
+    for s in list(core.sessions):
+        for c in core.forget(s).pending:
+            resolve(c.call_id, "closed")
+    assert resolved == {c: 1 for c in calls}
