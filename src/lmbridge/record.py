@@ -6,9 +6,10 @@ Format (docs/recording.md, version ``FORMAT``): a header line
     {"t": 0.0132, "link": "shim", "dir": "in", "frame": {...}}
     {"t": 0.4107, "link": "agent:s1", "dir": "out", "event": "spawn", "agent": "demo", ...}
 
-``t``: seconds since the recording started; ``link``: ``shim`` (shim ↔ daemon) or
-``agent:<session id>`` (daemon ↔ that session's agent); ``dir``: ``in`` or ``out``
-from the daemon's point of view.
+``t``: seconds since the recording started; ``link``: ``shim`` (shim ↔ daemon),
+``agent:<session id>`` (daemon ↔ that session's agent) or ``mcp:<session id>``
+(that agent ↔ the daemon's VS Code tools server, as the tools handlers see it);
+``dir``: ``in`` or ``out`` from the daemon's point of view.
 
 Hooks cost nothing when not recording: the server keeps ``config.recorder``
 (``None`` unless ``--record``), and an agent connection takes its link from
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextvars
 import datetime
+import itertools
 import json
 import os
 import re
@@ -184,6 +186,9 @@ class Recorder:
     def agent(self, session: str) -> AgentLink:
         return AgentLink(self, f"agent:{session}")
 
+    def mcp(self, session: str) -> McpLink:
+        return McpLink(self, f"mcp:{session}")
+
     # -- writing --------------------------------------------------------------
 
     def _entry(self, link: str, direction: str, **fields: Any) -> None:
@@ -247,6 +252,43 @@ class AgentLink:
                         secret = name.lower() == secret_name.lower()
                         kind = "mcp-secret" if secret else ("mcp-header" if key == "headers" else "mcp-env")
                         item["value"] = register(item["value"], kind, None if secret else name)
+
+
+class McpLink:
+    """The recorder's side of one session's VS Code tools server (``mcp:<session id>``):
+    each ``tools/list`` and ``tools/call`` the agent makes (in) and its result (out),
+    as JSON-RPC frames numbered per link, and ``tools/list_changed`` notifications (out)."""
+
+    def __init__(self, recorder: Recorder, link: str) -> None:
+        self.recorder = recorder
+        self.link = link
+        self._ids = itertools.count(1)
+
+    def handler(self, method: str, handle: Any) -> Any:
+        """``handle(ctx, params)`` (an MCP request handler), recorded."""
+
+        async def recorded(ctx: Any, params: Any) -> Any:
+            rid = next(self._ids)
+            self.recorder._entry(self.link, "in", frame={"jsonrpc": "2.0", "id": rid, "method": method, "params": _dump(params)})
+            try:
+                result = await handle(ctx, params)
+            except Exception as exc:
+                self.recorder._entry(self.link, "out", frame={"jsonrpc": "2.0", "id": rid, "error": {"message": str(exc)}})
+                raise
+            self.recorder._entry(self.link, "out", frame={"jsonrpc": "2.0", "id": rid, "result": _dump(result)})
+            return result
+
+        return recorded
+
+    def notified(self, method: str) -> None:
+        self.recorder._entry(self.link, "out", frame={"jsonrpc": "2.0", "method": method})
+
+
+def _dump(obj: Any) -> Any:
+    """An MCP (pydantic) object as its JSON shape."""
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return _copy(obj)
 
 
 def _spec(agent: Any) -> dict[str, Any]:
