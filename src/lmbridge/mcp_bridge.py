@@ -45,6 +45,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
 
+from lmbridge import record
 from lmbridge.log import get_logger
 from lmbridge.wire import AGENT_ACTION_TOOL, DataPart, TextPart, ToolInfo, ToolResultPart
 
@@ -137,12 +138,14 @@ class ToolBridge:
         self.calls: dict[str, ToolCall] = {}
         self.closed = False
         self._sessions: set[Any] = set()  # MCP sessions that listed tools (for list_changed)
+        recording = record.current()  # lmbridge serve --record
+        self.recorder = recording.mcp(session_id) if recording is not None else None
         self.server: Server[Any] = Server(
             "lmbridge-vscode-tools",
             version="1",
             instructions="Tools provided by VS Code. Each call is run by VS Code.",
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
+            on_list_tools=self.recorder.handler("tools/list", self._list_tools) if self.recorder else self._list_tools,
+            on_call_tool=self.recorder.handler("tools/call", self._call_tool) if self.recorder else self._call_tool,
         )
         self.http: StreamableHTTPSessionManager | None = None
 
@@ -159,6 +162,8 @@ class ToolBridge:
         ]:
             return False
         self.tools = new
+        if self.recorder is not None and self._sessions:
+            self.recorder.notified("notifications/tools/list_changed")
         for session in list(self._sessions):
             try:
                 await session.send_tool_list_changed()
