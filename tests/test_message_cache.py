@@ -75,3 +75,61 @@ def test_fingerprint_memo_follows_the_message_object() -> None:
     assert Fingerprint.of_message(b) == Fingerprint.of_text("three")
     copy = a.model_copy(update={"content": b.content})
     assert Fingerprint.of_message(copy) == Fingerprint.of_text("three")
+
+
+# ---------------------------------------------------------------- identity fast path
+
+from lmbridge.history import HistoryCore, Last, Pending  # noqa: E402
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["continue", "continue", "continue", "edit", "drop_last", "tool_result", "new_chat"]),
+        st.integers(min_value=0, max_value=50),
+        st.sampled_from([Last.DONE, Last.DONE, Last.PENDING, Last.CANCELLED]),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(deadline=None, max_examples=200)
+@given(ops)
+def test_matching_replayed_objects_decides_as_matching_fresh_copies(script: list[tuple[str, int, Last]]) -> None:
+    """The core given the same Message objects again (what the server's cache
+    hands it) decides exactly as a core given fresh, equal copies every time."""
+    same, fresh = HistoryCore(), HistoryCore()
+    history: list[Message] = []
+    counter = 0
+
+    def msg(role: str, text: str, calls: tuple[str, ...] = ()) -> Message:
+        content: list[dict[str, Any]] = [{"type": "text", "value": text}] if text else []
+        content += [{"type": "tool_call", "callId": c, "name": "symposium-agent-action", "input": {}} for c in calls]
+        return Message.model_validate({"role": role, "content": content})
+
+    for op, n, last in script:
+        counter += 1
+        if op == "new_chat" or not history:
+            history = [msg("user", f"hello {n}")]
+        elif op == "edit" and len(history) > 1:
+            cut = n % len(history)
+            history = history[:cut] + [msg("user", f"edited {counter}")]
+        elif op == "drop_last" and len(history) > 2:
+            history = history[:-2] + [msg("user", f"again {counter}")]
+        elif op == "tool_result":
+            calls = [p.callId for m in history[-1:] for p in m.content if getattr(p, "callId", None)]
+            history = history + [Message.model_validate({"role": "user", "content": [{"type": "tool_result", "callId": c, "content": [{"type": "text", "value": "T" if n % 2 else "skip"}]} for c in calls]})] if calls else history + [msg("user", f"more {counter}")]
+        else:
+            history = history + [msg("user", f"more {counter}")]
+        if history[-1].role != "user":
+            history.append(msg("user", f"tail {counter}"))
+        t1 = same.begin("m", list(history), counter)
+        t2 = fresh.begin("m", [m.model_copy(deep=True) for m in history], counter)
+        assert (t1.kind, t1.session_id, t1.answers, t1.cancel_first, t1.fresh) == (t2.kind, t2.session_id, t2.answers, t2.cancel_first, t2.fresh)
+        assert list(t1.context) == list(t2.context) and list(t1.prompt) == list(t2.prompt)
+        calls = (f"c{counter}",) if last is Last.PENDING else ()
+        answer = msg("assistant", f"answer {counter} {n}", calls)
+        pending = [Pending(c, "T") for c in calls]
+        for core, turn in ((same, t1), (fresh, t2)):
+            core.end(turn.session_id, Fingerprint.of_message(answer), last, pending, counter)
+        if n % 3:  # VS Code replays the answer (else: it dropped it)
+            history = history + [answer]

@@ -288,6 +288,10 @@ class Session:
     unacked: bool = False
     busy: bool = False
     last_active: float = 0.0
+    # The request messages items[:len(matched)] stand for (the same objects, which
+    # the server hands back when VS Code replays them): aligning a replayed prefix
+    # is then an identity check, so matching costs what is new, not the history.
+    matched: list[Message] = field(default_factory=list, repr=False)
 
 
 @dataclass(frozen=True)
@@ -406,7 +410,11 @@ class HistoryCore:
     def _aligned(s: Session, conv: Sequence[Message], upto: int) -> bool:
         if upto > len(conv):
             return False
-        for item, msg in zip(s.items[:upto], conv[:upto]):
+        known, same = s.matched, 0
+        limit = min(upto, len(known))
+        while same < limit and conv[same] is known[same]:
+            same += 1
+        for item, msg in zip(s.items[same:upto], conv[same:upto]):
             if not item.matches(msg, Fingerprint.of_message(msg) if msg.role == "assistant" else None):
                 return False
         return True
@@ -445,6 +453,7 @@ class HistoryCore:
         s = Session(id=f"s{self._counter}", model_id=model_id, busy=True, last_active=now)
         self.sessions[s.id] = s
         self._see(s, conv)
+        s.matched = list(conv)
         context, prompt = split_prompt(conv)
         kind = Kind.NEW_CHAT if len(conv) == 1 else Kind.DIVERGENCE
         return Turn(kind=kind, session_id=s.id, fresh=True, context=context, prompt=prompt)
@@ -472,6 +481,7 @@ class HistoryCore:
             self._unindex(s, s.items[start:])
             del s.items[start:]
         self._see(s, tail)
+        s.matched = list(conv)  # items and conv now correspond one to one
         s.last, s.pending, s.unacked = Last.DONE, (), False
         s.busy, s.last_active = True, now
         return Turn(
