@@ -331,15 +331,17 @@ class Turn:
         if self.answered:
             return
         self.answered = True
-        self.agent.send({"jsonrpc": "2.0", "id": self.request_id, "result": result})
+        # Logged before it is sent: a fast client may act on the answer (and the
+        # main thread log its next prompt) before this thread runs again.
         self.agent.log_event("prompt_answered", sessionId=self.session_id, **result)
+        self.agent.send({"jsonrpc": "2.0", "id": self.request_id, "result": result})
 
     def answer_error(self, error: dict[str, Any]) -> None:
         if self.answered:
             return
         self.answered = True
-        self.agent.send({"jsonrpc": "2.0", "id": self.request_id, "error": error})
         self.agent.log_event("prompt_answered", sessionId=self.session_id, error=error)
+        self.agent.send({"jsonrpc": "2.0", "id": self.request_id, "error": error})
 
 
 class ScriptedAgent:
