@@ -1,4 +1,4 @@
-"""The ``lmbridge`` command line: ``serve``, ``demo-agent``, ``console``, ``mcp-stdio``.
+"""The ``lmbridge`` command line: ``serve``, ``demo-agent``, ``console``, ``replay``, ``mcp-stdio``.
 
 Heavy modules are imported inside each command, so ``lmbridge serve`` starts
 fast (the shim waits for its ``initialize`` answer).
@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--idle-timeout", type=float, help="seconds before an unused session is evicted (default 1800)")
     serve.add_argument("--log-level", default=None, choices=LOG_LEVELS, help="default: $LMBRIDGE_LOG_LEVEL, else info")
     serve.add_argument("--log-json", action="store_true", help="log JSON lines on stderr")
+    serve.add_argument("--record", type=Path, metavar="FILE", help="write every frame on every link to FILE, secrets redacted (docs/recording.md)")
 
     sub.add_parser("demo-agent", help="run the built-in demo ACP agent on stdio")
 
@@ -53,6 +54,13 @@ def _parser() -> argparse.ArgumentParser:
     console.add_argument("--raw", action="store_true", help="show every frame both ways from the start (as /raw on)")
     console.add_argument("--timeout", type=float, metavar="SECONDS", help="limit for each request (default: none; 120 with --script)")
     console.add_argument("--history-file", type=Path, metavar="FILE", help="keep the prompt's line history in FILE")
+    console.add_argument("--record", type=Path, metavar="FILE", help="the daemon records the session to FILE (lmbridge serve --record)")
+
+    replay = sub.add_parser("replay", help="re-run recorded sessions through the daemon, agents played back (docs/replay.md)")
+    replay.add_argument("files", nargs="+", metavar="FILE", help="recordings (a directory: its *.jsonl files)")
+    replay.add_argument("--realtime", action="store_true", help="keep the recorded pacing (default: as fast as the daemon answers)")
+    replay.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="how long an expected output may be late, beyond the recorded gap (default 10)")
+    replay.add_argument("--log-level", default="error", choices=LOG_LEVELS, help="the daemon's log level on stderr (default error)")
     return parser
 
 
@@ -74,9 +82,22 @@ def main(argv: list[str] | None = None) -> int:
 
         return console_main(
             ConsoleOptions(
-                cmd=args.cmd, script=args.script, model=args.model, raw=args.raw, timeout=args.timeout, history_file=args.history_file
+                cmd=args.cmd,
+                script=args.script,
+                model=args.model,
+                raw=args.raw,
+                timeout=args.timeout,
+                history_file=args.history_file,
+                serve_args=["--record", str(args.record.resolve())] if args.record else [],
             )
         )
+    if args.command == "replay":
+        from lmbridge.log import configure
+        from lmbridge.replay import iter_files
+        from lmbridge.replay import main as replay_main
+
+        configure(args.log_level)
+        return replay_main(list(iter_files(args.files)), realtime=args.realtime, timeout=args.timeout)
     return 2
 
 
@@ -100,8 +121,19 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if args.idle_timeout is not None:
         config.idle_timeout = args.idle_timeout
+    if args.record is not None:
+        from lmbridge.record import Recorder
+
+        try:
+            config.recorder = Recorder.open(args.record, config.agents, config.idle_timeout)
+        except OSError as exc:
+            print(f"lmbridge serve: --record {args.record}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     try:
         anyio.run(run, config)
     except KeyboardInterrupt:
         return 130
+    finally:
+        if config.recorder is not None:
+            config.recorder.close()
     return 0
