@@ -41,6 +41,13 @@ test-python: $(STAMP) $(AGENT_STAMP)
 test-shim:
 	@if [ -f vscode-shim/package.json ]; then $(MAKE) -C vscode-shim test; else echo "vscode-shim: not built yet"; fi
 
+# Regenerate the replay corpus, tests/sessions/*.jsonl (docs/replay.md): short real sessions
+# with the demo agent, claude-agent-acp against the fake model server and a scripted agent,
+# each recorded by `lmbridge serve --record` and replayed once to check it.
+.PHONY: record-sessions
+record-sessions: $(STAMP) $(AGENT_STAMP)
+	$(PY) tests/sessions/record.py
+
 # What the bridge costs, against a direct ACP client (issue #6): figures in .bench/results.json.
 .PHONY: bench
 bench: $(STAMP)
