@@ -43,7 +43,7 @@ from lmbridge.wire import AGENT_ACTION_TOOL, AgentSpec, Message, ToolInfo, ToolR
 
 log = get_logger("session")
 
-GATHER = 0.05  # seconds: permissions this close together go out in one response
+GATHER = 0.1  # seconds: permissions and tool calls this close together go out in one response
 START_TIMEOUT = 60.0  # seconds for initialize + session/new
 # Seconds a cancelled prompt may take to end before its ACP session is abandoned
 # (LMBRIDGE_DRAIN_TIMEOUT overrides it: the tests use a short one).
