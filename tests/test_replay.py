@@ -233,3 +233,19 @@ def test_load_reports_the_line_of_a_broken_entry(tmp_path: Path) -> None:
     path.write_text(json.dumps({HEADER_KEY: 1}) + "\n" + '{"t": 0.1, "link": "shim"}\n')
     with pytest.raises(Exception, match=r"broken.jsonl:2"):
         load(path)
+
+
+async def test_an_agent_that_cannot_start_replays(tmp_path: Path) -> None:
+    """A spawn that failed is recorded with its error, and fails the same way in replay."""
+    path = tmp_path / "nostart.jsonl"
+    spec = {"id": "ghost", "command": str(tmp_path / "no-such-agent")}
+    env = {**os.environ, "LMBRIDGE_LOG_LEVEL": "warning"}
+    with anyio.fail_after(LIMIT):
+        async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", "--record", str(path)], env=env) as client:
+            await client.initialize(workspace=[str(tmp_path)], agents=[spec])
+            call = await client.chat("ghost", [user("hello?")])
+            assert call.error is not None and "failed to start" in call.error.message
+    spawns = [e for e in lines(path)[1:] if e.get("event") == "spawn"]
+    assert len(spawns) == 1 and "failed to start" in spawns[0]["error"], spawns
+    with anyio.fail_after(LIMIT):
+        await replay(path)
