@@ -249,3 +249,17 @@ async def test_an_agent_that_cannot_start_replays(tmp_path: Path) -> None:
     assert len(spawns) == 1 and "failed to start" in spawns[0]["error"], spawns
     with anyio.fail_after(LIMIT):
         await replay(path)
+
+
+def test_redactor_placeholders_are_stable_and_cover_options() -> None:
+    from lmbridge.record import Redactor
+
+    r = Redactor()
+    assert r.args(["--api-key", "sk-123456789", "-v", "--token=abcdefghijk", "--model", "x"]) == [
+        "--api-key", "<redacted:arg:api-key:1>", "-v", "--token=<redacted:arg:token:1>", "--model", "x"]
+    assert r.env({"HOME": "/home/someone", "ONE": "1"}) == {"HOME": "<redacted:env:HOME:1>", "ONE": "<redacted:env:ONE:1>"}
+    assert r.env({"HOME": "/home/someone"}) == {"HOME": "<redacted:env:HOME:1>"}  # same value, same placeholder
+    assert r.env({"HOME": "/home/other"}) == {"HOME": "<redacted:env:HOME:2>"}
+    # Long values are replaced inside any string; short ones ("1") only where they are values.
+    assert r.scrub({"text": "key sk-123456789 in /home/someone/x, 1 of 1"}) == {
+        "text": "key <redacted:arg:api-key:1> in <redacted:env:HOME:1>/x, 1 of 1"}

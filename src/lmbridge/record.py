@@ -45,6 +45,8 @@ MIN_SCRUB = 8  # registered values this long or longer are also replaced inside 
 PLACEHOLDER = re.compile(r"<redacted:[a-z-]+(?::[^<>:\s]+)?:\d+>")
 SECRET_HEADER = "x-lmbridge-secret"  # mcp_bridge.SECRET_HEADER (not imported: it loads the MCP SDK)
 SECRET_ENV = "LMBRIDGE_MCP_SECRET"
+# A command-line option whose value is a secret: --api-key X, --token=X, -p X, ...
+SECRET_OPTION = re.compile(r"^--?[\w-]*(?:key|token|secret|password|passwd|auth|credential)[\w-]*$", re.I)
 
 _current: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("lmbridge_recorder", default=None)
 
@@ -84,6 +86,40 @@ class Redactor:
         if not isinstance(env, Mapping):
             return env
         return {k: self.register(v, owner, str(k)) for k, v in env.items()}
+
+    def args(self, args: Any) -> Any:
+        """A command line with the values of secret-looking options (``SECRET_OPTION``:
+        ``--api-key X``, ``--token=X``) replaced by placeholders."""
+        if not isinstance(args, list):
+            return args
+        out: list[Any] = []
+        secret_next: str | None = None
+        for arg in args:
+            if secret_next is not None and isinstance(arg, str):
+                out.append(self.register(arg, "arg", secret_next))
+                secret_next = None
+                continue
+            secret_next = None
+            if isinstance(arg, str) and arg.startswith("-"):
+                option, eq, value = arg.partition("=")
+                if SECRET_OPTION.match(option):
+                    if eq:
+                        out.append(f"{option}={self.register(value, 'arg', option.lstrip('-'))}")
+                        continue
+                    secret_next = option.lstrip("-")
+            out.append(arg)
+        return out
+
+    def spec(self, spec: Any) -> Any:
+        """An AgentSpec (dict) with its env values and secret-looking options redacted."""
+        if not isinstance(spec, dict):
+            return spec
+        spec = dict(spec)
+        if isinstance(spec.get("env"), dict):
+            spec["env"] = self.env(spec["env"])
+        if isinstance(spec.get("args"), list):
+            spec["args"] = self.args(spec["args"])
+        return spec
 
     def scrub(self, obj: Any) -> Any:
         """``obj`` with every registered value (of ``MIN_SCRUB`` characters or more)
@@ -125,7 +161,7 @@ class Recorder:
             HEADER_KEY: FORMAT,
             "lmbridge": __version__,
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "config": {"agents": [{**s, "env": self.redactor.env(s.get("env"))} if s.get("env") else s for s in specs], "idleTimeout": idle_timeout},
+            "config": {"agents": [self.redactor.spec(s) for s in specs], "idleTimeout": idle_timeout},
             "host": {"cwd": os.getcwd(), "python": sys.executable, "tmp": tempfile.gettempdir()},
         }
         self._line(self.redactor.scrub(header))
@@ -158,9 +194,8 @@ class Recorder:
         if isinstance(frame, dict) and frame.get("method") == "initialize":
             params = frame.get("params")
             agents = params.get("agents") if isinstance(params, dict) else None
-            for agent in agents if isinstance(agents, list) else []:
-                if isinstance(agent, dict) and isinstance(agent.get("env"), dict):
-                    agent["env"] = self.redactor.env(agent["env"])
+            if isinstance(agents, list):
+                params["agents"] = [self.redactor.spec(a) for a in agents]
         self._entry("shim", "in", frame=frame)
 
     def shim_eof(self) -> None:
@@ -207,12 +242,15 @@ class AgentLink:
     def __init__(self, recorder: Recorder, link: str) -> None:
         self.recorder = recorder
         self.link = link
+        self.agent: str | None = None
         self._exited = False
 
     def spawned(self, agent: str, command: str, args: Sequence[str], env: Mapping[str, str], cwd: str | None, error: str | None = None) -> None:
         """The daemon started (or failed to start) the agent: its id, command line, the
         environment it added (values redacted), its cwd."""
-        fields: dict[str, Any] = {"agent": agent, "command": [command, *args], "env": self.recorder.redactor.env(dict(env)), "cwd": cwd}
+        redactor = self.recorder.redactor
+        self.agent = agent
+        fields: dict[str, Any] = {"agent": agent, "command": [command, *redactor.args(list(args))], "env": redactor.env(dict(env)), "cwd": cwd}
         if error is not None:
             fields["error"] = error
         self.recorder._entry(self.link, "out", event="spawn", **fields)
@@ -238,7 +276,7 @@ class AgentLink:
         if self._exited:
             return
         self._exited = True
-        self.recorder._entry(self.link, "in", event="exit", code=code, stderr=list(stderr))
+        self.recorder._entry(self.link, "in", event="exit", agent=self.agent, code=code, stderr=list(stderr))
 
     def _redact_mcp(self, servers: list[Any]) -> None:
         register = self.recorder.redactor.register
