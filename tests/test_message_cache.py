@@ -64,7 +64,7 @@ def test_cache_is_bounded() -> None:
     cache = MessageCache(limit=10)
     for i in range(100):
         cache.messages([{"role": "user", "content": [{"type": "text", "value": str(i)}]}])
-    assert len(cache._young) + len(cache._old) <= 21
+    assert sum(len(g) for gen in (cache._young, cache._old) for g in gen.values()) <= 22
 
 
 def test_fingerprint_memo_follows_the_message_object() -> None:
@@ -133,3 +133,12 @@ def test_matching_replayed_objects_decides_as_matching_fresh_copies(script: list
             core.end(turn.session_id, Fingerprint.of_message(answer), last, pending, counter)
         if n % 3:  # VS Code replays the answer (else: it dropped it)
             history = history + [answer]
+
+
+def test_a_text_never_hits_a_message_cached_by_its_json() -> None:
+    cache = MessageCache()
+    assert cache.messages([{"role": "user", "content": []}]) is not None
+    key = '{"content": [], "role": "user"}'
+    for role in ("", "user"):
+        got = cache.messages([{"role": role, "content": [{"type": "text", "value": key}]}])
+        assert got == fresh([{"role": role, "content": [{"type": "text", "value": key}]}])
