@@ -45,6 +45,8 @@ def main(argv: list[str]) -> int:
     if spy is not None:
         spy.send_signal(subprocess.signal.SIGINT)
         spy.wait()
+    d.stdin.close()  # type: ignore[union-attr]
+    d.proc.wait(timeout=120)  # the profiler writes its report at exit
     d.close()
     print(f"profile: {out}", file=sys.stderr)
     return 0

@@ -367,11 +367,20 @@ def bench_history_inproc(sizes: Sequence[int], reps: int) -> dict[int, dict[str,
     server's ``MessageCache`` and ``ChatResponseParams``, ``HistoryCore.begin``),
     plus, for reference, validating every message afresh (no cache)."""
     from lmbridge.history import Fingerprint, HistoryCore, Kind, Last
-    from lmbridge.wire import ChatResponseParams, MessageCache
+    from lmbridge.wire import ChatResponseParams
+
+    try:
+        from lmbridge.wire import MessageCache
+    except ImportError:  # a daemon from before the cache (for before/after figures)
+
+        class MessageCache:  # type: ignore[no-redef]
+            def messages(self, raw: Any) -> None:
+                return None
 
     def server_parse(raw: dict[str, Any], cache: MessageCache) -> ChatResponseParams:
         messages = cache.messages(raw["messages"])
-        assert messages is not None
+        if messages is None:
+            return ChatResponseParams.model_validate(raw)
         return ChatResponseParams.model_validate({**raw, "messages": []}).model_copy(update={"messages": messages})
 
     out: dict[int, dict[str, Any]] = {}
@@ -638,6 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         "sessions": 10 if q else 100,
     }
     t_start = time.monotonic()
+    load_before = os.getloadavg()
     figures: dict[str, Any] = {}
 
     def step(name: str, fn: Callable[[], Any]) -> None:
@@ -669,7 +679,13 @@ def main(argv: list[str] | None = None) -> int:
         "quick": q,
         "runs": runs,
         "config": cfg,
-        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": {
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            # other work on the machine moves every figure: the 1-minute load before and after
+            "loadavg_1min": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        },
         "git": _git_rev(),
         "seconds": round(time.monotonic() - t_start, 1),
         "figures": figures,
@@ -680,7 +696,8 @@ def main(argv: list[str] | None = None) -> int:
         print(table(result))
     else:
         print(json.dumps(figures, indent=2))
-    print(f"\n{'quick ' if q else ''}bench: {result['seconds']} s; results in {args.out}")
+    load = result["machine"]["loadavg_1min"]
+    print(f"\n{'quick ' if q else ''}bench: {result['seconds']} s on {os.cpu_count()} CPUs (load average {load[0]} before, {load[1]} after); results in {args.out}")
     return 0
 
 
