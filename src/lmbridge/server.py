@@ -456,6 +456,20 @@ def encode_batch(batch: list[Any]) -> bytes:
 # ---------------------------------------------------------------- stdio
 
 
+PIPE_SIZE = 1 << 20  # bytes; Linux's default limit for an unprivileged process
+
+
+def _widen_pipe(fd: int) -> None:
+    """Give a pipe 1 MiB of buffer instead of 64 KiB (Linux): a 2 MB chat request
+    crosses in 2 rounds between the processes instead of 35."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)  # Linux only (Python ≥ 3.10)
+    except (OSError, ImportError, AttributeError, ValueError):
+        pass  # not a pipe, not Linux, or over the limit: the default is fine
+
+
 async def stdin_lines() -> AsyncIterator[bytes]:
     """The daemon's stdin as lines. Pipes and terminals are read by the event
     loop; regular files (``lmbridge serve < frames.jsonl``) from a thread."""
@@ -463,6 +477,7 @@ async def stdin_lines() -> AsyncIterator[bytes]:
     reader = asyncio.StreamReader(limit=MAX_FRAME)
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+        _widen_pipe(sys.stdin.fileno())
     except ValueError:
         while line := await anyio.to_thread.run_sync(sys.stdin.buffer.readline):
             yield line
