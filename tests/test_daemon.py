@@ -13,7 +13,6 @@ prompts, permission outcomes, cancels, sessions, processes).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time

@@ -33,7 +33,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -127,20 +127,21 @@ class Redactor:
         pattern = self._pattern
         if pattern is None:
             return obj
-        return _walk(obj, lambda s: pattern.sub(lambda m: self.placeholders[m.group(0)], s) if len(s) >= MIN_SCRUB else s)
+        return walk_strings(obj, lambda s: pattern.sub(lambda m: self.placeholders[m.group(0)], s) if len(s) >= MIN_SCRUB else s)
 
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "_"
 
 
-def _walk(obj: Any, fn: Any) -> Any:
+def walk_strings(obj: Any, fn: Callable[[str], str]) -> Any:
+    """``obj`` (parsed JSON) with ``fn`` applied to every string in it."""
     if isinstance(obj, str):
         return fn(obj)
     if isinstance(obj, dict):
-        return {k: _walk(v, fn) for k, v in obj.items()}
+        return {k: walk_strings(v, fn) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_walk(v, fn) for v in obj]
+        return [walk_strings(v, fn) for v in obj]
     return obj
 
 

@@ -27,7 +27,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +37,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from lmbridge import __version__
-from lmbridge.record import FORMAT, HEADER_KEY, _dump
+from lmbridge.record import FORMAT, HEADER_KEY, _dump, walk_strings
 
 DEFAULT_TIMEOUT = 10.0  # seconds an expected output may take, beyond the recorded gap
 SHUTDOWN_TIMEOUT = 15.0  # seconds for the daemon to exit after the recording's last input
@@ -228,17 +228,7 @@ class Matcher:
         pattern = self._subst
         if pattern is None:
             return obj
-        return _walk(obj, lambda s: pattern.sub(lambda m: self.bound[m.group(0)], s))
-
-
-def _walk(obj: Any, fn: Callable[[str], str]) -> Any:
-    if isinstance(obj, str):
-        return fn(obj)
-    if isinstance(obj, dict):
-        return {k: _walk(v, fn) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_walk(v, fn) for v in obj]
-    return obj
+        return walk_strings(obj, lambda s: pattern.sub(lambda m: self.bound[m.group(0)], s))
 
 
 def _join(path: str, key: str) -> str:

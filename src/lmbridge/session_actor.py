@@ -31,7 +31,6 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from lmbridge import __version__
 from lmbridge.acp_client import AgentConnection, AgentError, AgentExited, Incoming
