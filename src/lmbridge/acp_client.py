@@ -33,6 +33,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from lmbridge import record
 from lmbridge.log import get_logger
+from lmbridge.wire import parse_json
 
 MAX_LINE = 64 * 1024 * 1024  # bytes; agents send MB-long lines (facts.md §3)
 READ_SIZE = 256 * 1024  # bytes asked of the agent's stdout per read
@@ -240,7 +241,7 @@ class AgentConnection:
         if not line.strip():
             return
         try:
-            frame = json.loads(line)
+            frame = parse_json(line)
         except ValueError:
             log.warning("agent stdout: not JSON, skipped", agent=self.name, line=line[:200].decode(errors="replace"))
             return

@@ -38,6 +38,7 @@ from lmbridge.wire import (
     ChatResponseParams,
     InitializeParams,
     MessageCache,
+    parse_json,
     TokenCountParams,
     dump,
 )
@@ -235,7 +236,7 @@ class Server:
         if not line.strip():
             return
         try:
-            request = json.loads(line)
+            request = parse_json(line)
         except ValueError as exc:
             self.send({"jsonrpc": "2.0", "error": {"code": -32700, "message": f"parse error: {exc}"}, "id": None})
             return

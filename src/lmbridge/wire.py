@@ -13,6 +13,7 @@ import json
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import from_json
 
 PROTOCOL_VERSION = 1
 
@@ -92,6 +93,17 @@ class Message(_Wire):
     role: Literal["user", "assistant", "system"]
     name: str | None = None
     content: list[InputPart] = Field(default_factory=list)
+
+
+def parse_json(data: bytes | str) -> Any:
+    """``json.loads``, 2–3× faster: pydantic-core's parser first; whatever it
+    refuses (lone surrogates, a BOM or other encodings, deep nesting, invalid
+    JSON) goes to ``json.loads``, whose value or error stands. Where both parse,
+    they agree (tests/test_json_parse.py)."""
+    try:
+        return from_json(data, cache_strings="keys")
+    except ValueError:
+        return json.loads(data)
 
 
 class MessageCache:

@@ -1,0 +1,73 @@
+"""``wire.parse_json`` (pydantic-core's parser, then ``json.loads`` for what it
+refuses) gives exactly ``json.loads``'s value, or its error."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmbridge.wire import parse_json
+
+values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def same(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    return a == b
+
+
+def outcome(parse: Any, data: bytes) -> tuple[str, Any]:
+    try:
+        return ("value", parse(data))
+    except ValueError as exc:
+        return ("error", str(exc))
+
+
+@settings(deadline=None, max_examples=400)
+@given(values, st.booleans())
+def test_serialised_values_parse_the_same(value: Any, ascii: bool) -> None:
+    data = json.dumps(value, ensure_ascii=ascii).encode("utf-8", "surrogatepass")
+    a, b = outcome(json.loads, data), outcome(parse_json, data)
+    assert a[0] == b[0] and (a[0] == "error" or same(a[1], b[1]))
+
+
+@settings(deadline=None, max_examples=400)
+@given(st.binary(max_size=40) | st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")))
+def test_arbitrary_bytes_parse_the_same_or_fail_the_same(data: bytes) -> None:
+    a, b = outcome(json.loads, data), outcome(parse_json, data)
+    assert a[0] == b[0]
+    if a[0] == "value":
+        assert same(a[1], b[1])
+    else:
+        assert a[1] == b[1]  # json's own message
+
+
+def test_what_the_fast_parser_refuses_goes_to_json() -> None:
+    for data in (b'"\\ud800"', b'\xef\xbb\xbf{"a":1}', b"[" * 300 + b"]" * 300):
+        assert same(parse_json(data), json.loads(data))
+
+
+@settings(deadline=None, max_examples=600)
+@given(values, st.integers(min_value=0), st.binary(min_size=1, max_size=2))
+def test_damaged_json_parses_the_same_or_fails_the_same(value: Any, where: int, junk: bytes) -> None:
+    data = json.dumps(value).encode()
+    at = where % (len(data) + 1)
+    for damaged in (data[:at] + junk + data[at:], data[:at] + junk + data[at + 1 :]):
+        a, b = outcome(json.loads, damaged), outcome(parse_json, damaged)
+        assert a[0] == b[0]
+        assert same(a[1], b[1]) if a[0] == "value" else a[1] == b[1]
