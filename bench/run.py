@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -301,13 +302,31 @@ def analyse(texts: list[tuple[int, str]], n: int) -> dict[str, Any]:
     }
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def bench_throughput(d: Peer, n: int, size: int, runs: int) -> dict[str, Any]:
     rows: dict[str, list[dict[str, Any]]] = {"daemon": [], "direct": []}
     frames: list[int] = []
+    daemon_cpu: list[float] = []  # µs of the daemon's CPU per chunk (less load-sensitive than rates)
+    client_cpu: list[float] = []  # µs of the bare client's CPU per chunk
     for _ in range(runs):
+        c0 = own_cpu_seconds()
         texts, f = direct_stream(n, size, 0)
+        client_cpu.append((own_cpu_seconds() - c0) / n * 1e6)
         rows["direct"].append(analyse(texts, n))
+        c0 = cpu_seconds(d.pid)
         texts, f = daemon_stream(d, n, size, 0)
+        daemon_cpu.append((cpu_seconds(d.pid) - c0) / n * 1e6)
         rows["daemon"].append(analyse(texts, n))
         frames.append(f)
     ratios = [a["chunks_per_s"] / b["chunks_per_s"] for a, b in zip(rows["daemon"], rows["direct"])]
@@ -320,6 +339,8 @@ def bench_throughput(d: Peer, n: int, size: int, runs: int) -> dict[str, Any]:
         }
     out["ratio"] = stats(ratios, 3)
     out["daemon_frames_out"] = stats(frames, 0)  # < chunks when the daemon coalesced text
+    out["daemon_cpu_us_per_chunk"] = stats(daemon_cpu, 1)
+    out["direct_client_cpu_us_per_chunk"] = stats(client_cpu, 1)  # this process: spawn, handshake, reading
     out["target"] = ">= 0.8x direct"
     out["met"] = out["ratio"]["median"] >= 0.8
     return out
@@ -589,6 +610,7 @@ def table(res: dict[str, Any]) -> str:
         rows.append((f"{name}: daemon MiB/s (direct)", f"{t['daemon']['mib_per_s']['median']:.1f} ({t['direct']['mib_per_s']['median']:.1f})", "", "", ""))
         rows.append((f"{name}: ratio daemon/direct", *spread(t["ratio"], "×", "{:.2f}"), "≥ 0.8×", ok(t["met"])))
         rows.append((f"{name}: frames out of the daemon", *spread(t["daemon_frames_out"], "", "{:,.0f}"), "", ""))
+        rows.append((f"{name}: CPU per chunk, daemon (bare client)", f"{t['daemon_cpu_us_per_chunk']['median']:.1f} ({t['direct_client_cpu_us_per_chunk']['median']:.1f}) µs", "", "", ""))
     lat = f["latency"]
     rows.append(("latency through daemon p50 / p99", f"{lat['daemon_p50_us']['median']:.0f} / {lat['daemon_p99_us']['median']:.0f} µs", "", "", ""))
     rows.append(("latency direct p50 / p99", f"{lat['direct_p50_us']['median']:.0f} / {lat['direct_p99_us']['median']:.0f} µs", "", "", ""))
