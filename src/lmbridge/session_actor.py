@@ -52,10 +52,6 @@ STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusa
 Emit = Callable[[Part], Awaitable[None]]
 
 
-class JobFailed(Exception):
-    """The request cannot be answered with parts: the message is for the user."""
-
-
 @dataclass(eq=False)
 class Job:
     """One ``provideLanguageModelChatResponse`` handed to a session actor.
