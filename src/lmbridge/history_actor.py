@@ -9,6 +9,7 @@ and, with them, every agent process.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Sequence
@@ -68,6 +69,7 @@ class HistoryActor:
         self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=self._mcp_host)
         self._mcp: Any = None  # mcp_bridge.McpHost, started when a session first offers VS Code tools
         self._mcp_lock = anyio.Lock()
+        self._dropped: list[SessionActor] = []  # actors whose garbage is not collected yet
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
@@ -152,6 +154,7 @@ class HistoryActor:
         elif isinstance(msg, _Died):
             self._drop(msg.session_id, "agent gone")
         elif isinstance(msg, _Tick):
+            self._collect_when_idle()
             for sid in self.core.idle(now, self.idle_timeout):
                 log.info("session evicted", session=sid, idle_seconds=self.idle_timeout)
                 self._drop(sid, "evicted after being idle")
@@ -165,10 +168,23 @@ class HistoryActor:
             self._tg.start_soon(actor.run)
         return actor
 
+    def _collect_when_idle(self) -> None:
+        """Once every dropped session actor has finished and no request runs, collect
+        the garbage they left (cycles: tasks, streams, processes). The daemon raises
+        the collector's threshold (``server.GC_THRESHOLDS``), so an idle daemon would
+        otherwise keep it."""
+        if not self._dropped or not all(a.finished.is_set() for a in self._dropped):
+            return
+        if any(s.busy for s in self.core.sessions.values()):
+            return
+        self._dropped.clear()
+        gc.collect()
+
     def _drop(self, session_id: str, reason: str) -> None:
         forgotten = self.core.forget(session_id)
         actor = self.actors.pop(session_id, None)
         if actor is not None:
             actor.close(reason)
+            self._dropped.append(actor)
         if forgotten is not None or actor is not None:
             log.info("session dropped", session=session_id, reason=reason)

@@ -550,7 +550,15 @@ async def stdout_writer() -> Stdout:
     )
 
 
+# Collect young objects after 50,000 net allocations, not 700: parsing a 2 MB chat
+# request makes ~20,000 objects that live until the request ends; with the default they
+# went through ~40 young and ~4 middle collections a request and set off a full one
+# every few requests (~20 ms). Measured at 5,000 messages: 16.0 → 12.4 ms end to end.
+GC_THRESHOLDS = (50_000, 20, 10)
+
+
 async def run(config: Config) -> None:
     """``lmbridge serve``: the daemon on this process's stdio until EOF."""
+    gc.set_threshold(*GC_THRESHOLDS)
     server = Server(config)
     await server.serve(stdin_lines(), await stdout_writer())
