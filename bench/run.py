@@ -575,16 +575,22 @@ def bench_memory(turns: int, sessions: int) -> dict[str, Any]:
         before = settle(d.pid)
         open_and_evict(sessions, "bench")
         after = settle(d.pid)
+        # A second round: growth that goes on round after round is a leak; the first
+        # round may raise the allocator's high-water mark once.
+        open_and_evict(sessions, "again")
+        again = settle(d.pid)
         out["sessions"] = sessions
         out["before_sessions_mib"] = before / 1024
         out["after_sessions_mib"] = after / 1024
+        out["after_sessions_again_mib"] = again / 1024
         out["sessions_growth_mib"] = (after - before) / 1024
+        out["sessions_growth_again_mib"] = (again - after) / 1024
         out["agents_left"] = len(children(d.pid))
     for k in list(out):
         if k.endswith("_mib"):
             out[k] = round(out[k], 1)
     out["target"] = "<= 80 MB idle; no growth beyond noise"
-    out["met"] = out["idle_mib"] * 1.048576 <= 80 and out["sessions_growth_mib"] <= 2.0
+    out["met"] = out["idle_mib"] * 1.048576 <= 80 and out["sessions_growth_again_mib"] <= 1.0
     return out
 
 
@@ -633,7 +639,7 @@ def table(res: dict[str, Any]) -> str:
     rows.append(("memory idle (daemon RSS, 2 s after initialize)", f"{m['idle_mib']:.1f} MiB", "", "≤ 80 MB", ok(m["idle_mib"] * 1.048576 <= 80)))
     rows.append(("memory after the first chat", f"{m['after_first_chat_mib']:.1f} MiB", "", "", ""))
     rows.append((f"memory after {m['conversation_turns']:,}-turn conversation", f"{m['after_conversation_mib']:.1f} MiB", "", "", ""))
-    rows.append((f"memory {m['sessions']} sessions opened+evicted: before → after", f"{m['before_sessions_mib']:.1f} → {m['after_sessions_mib']:.1f} MiB", f"{m['sessions_growth_mib']:+.1f}", "no growth", ok(m["sessions_growth_mib"] <= 2.0)))
+    rows.append((f"memory {m['sessions']} sessions opened+evicted, twice", f"{m['before_sessions_mib']:.1f} → {m['after_sessions_mib']:.1f} → {m['after_sessions_again_mib']:.1f} MiB", f"{m['sessions_growth_mib']:+.1f} / {m['sessions_growth_again_mib']:+.1f}", "no growth", ok(m["sessions_growth_again_mib"] <= 1.0)))
 
     widths = [max(len(r[i]) for r in rows + [("figure", "median", "spread", "target", "met")]) for i in range(5)]
     lines = []
