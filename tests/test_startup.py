@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("acp", "mcp", "jsonrpcserver", "jsonschema", "prompt_toolkit", "rich")
 
 PROBE = """
@@ -43,6 +45,7 @@ def test_initialize_is_answered_without_the_heavy_libraries() -> None:
     assert report["loaded"] == []
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # jsonrpcserver's importlib.resources.read_text
 def test_request_validation_agrees_with_jsonrpcserver_schema() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
