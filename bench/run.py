@@ -180,7 +180,10 @@ class Chat:
     """One ``lm/provideLanguageModelChatResponse`` read to its end on a daemon."""
 
     def __init__(self, d: Peer, messages_json: str, on_text: list[tuple[int, str]] | None = None) -> None:
-        self.rid, data = d.request_bytes("lm/provideLanguageModelChatResponse", '{"modelId":"synth","messages":' + messages_json + "}")
+        from lmbridge.client import chat_options  # Agent mode's tools: without them permissions are declined
+
+        options = json.dumps(chat_options())
+        self.rid, data = d.request_bytes("lm/provideLanguageModelChatResponse", '{"modelId":"synth","options":' + options + ',"messages":' + messages_json + "}")
         self.t_sent = clock()
         d.write(data)
         self.parts: list[dict[str, Any]] = []

@@ -26,7 +26,7 @@ import pytest
 from conftest import alive
 from lmbridge.client import RPCError, approve, assistant, skip, text_of, tool_calls, tool_result, user
 from lmbridge.transcript import CONTEXT_OPEN
-from lmbridge.wire import AGENT_ACTION_TOOL, VSCODE_SKIP_TEXT
+from lmbridge.wire import AGENT_EDIT_TOOL, VSCODE_SKIP_TEXT
 
 pytestmark = pytest.mark.anyio
 
@@ -180,7 +180,7 @@ async def test_approve_selects_allow_once_and_the_agent_acts(scripted: Any, shar
             first = await c.chat(agent.id, history)
             ok(first, "tool_calls")
             part = only(tool_calls(first))
-            assert part["name"] == AGENT_ACTION_TOOL
+            assert part["name"] == AGENT_EDIT_TOOL  # kind "edit"
             data = part["input"]
             assert data["title"] == "Write notes.txt" and data["kind"] == "edit"
             assert data["rawInput"] == {"path": "notes.txt", "content": "approved notes"}

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmbridge.render import TurnRenderer
-from lmbridge.session_actor import choose_option
+from lmbridge.turn import choose_option
 from lmbridge.history import Answer
 from lmbridge.transcript import CONTEXT_OPEN, prompt_blocks
 from lmbridge.wire import AGENT_ACTION_TOOL, Message

@@ -20,7 +20,7 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from lmbridge.wire import AGENT_ACTION_TOOL, VSCODE_SKIP_TEXT
+from lmbridge.wire import ACTION_TOOLS, VSCODE_SKIP_TEXT
 
 MAX_LINE = 256 * 1024 * 1024
 
@@ -77,9 +77,24 @@ def skip(part: Mapping[str, Any]) -> dict[str, Any]:
     return tool_result(part["callId"], VSCODE_SKIP_TEXT)
 
 
+#: ``options.tools`` entries for the agent-action tools, as Agent mode offers them.
+ACTION_TOOL_INFOS = tuple({"name": name, "description": "Approve an ACP agent's action"} for name in sorted(ACTION_TOOLS))
+
+
+def chat_options(options: Mapping[str, Any] | None = None, agent_mode: bool = True) -> dict[str, Any]:
+    """A request's ``options``: ``options`` with, in ``agent_mode``, the agent-action tools
+    added to ``tools``."""
+    out = dict(options or {})
+    if agent_mode:
+        tools = list(out.get("tools") or [])
+        names = {t.get("name") for t in tools}
+        out["tools"] = tools + [dict(t) for t in ACTION_TOOL_INFOS if t["name"] not in names]
+    return out
+
+
 def is_agent_action(part: Mapping[str, Any]) -> bool:
-    """Whether a response part is a permission request (a ``symposium-agent-action`` call)."""
-    return part.get("type") == "tool_call" and part.get("name") == AGENT_ACTION_TOOL
+    """Whether a response part is a permission request (a ``symposium-agent-action*`` call)."""
+    return part.get("type") == "tool_call" and part.get("name") in ACTION_TOOLS
 
 
 def without_last_round(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -265,12 +280,13 @@ class DaemonClient:
         on_part: Callable[[dict[str, Any]], None] | None = None,
         timeout: float = 60.0,
         options: Mapping[str, Any] | None = None,
+        agent_mode: bool = True,
     ) -> Call:
         """Run one ``lm/provideLanguageModelChatResponse`` to its end; returns the Call
-        (``result`` or ``error`` set, ``parts`` collected)."""
-        params: dict[str, Any] = {"modelId": model, "messages": list(messages)}
-        if options:
-            params["options"] = dict(options)
+        (``result`` or ``error`` set, ``parts`` collected). ``agent_mode``: offer the
+        agent-action tools in ``options.tools``, as VS Code's Agent mode does (without
+        them the daemon cannot ask, and declines the agent's permissions)."""
+        params: dict[str, Any] = {"modelId": model, "messages": list(messages), "options": chat_options(options, agent_mode)}
         call = await self.start("lm/provideLanguageModelChatResponse", params, on_part)
         with anyio.fail_after(timeout):
             await call.done.wait()

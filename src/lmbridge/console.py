@@ -39,6 +39,7 @@ from typing import Any, Literal, Protocol, TextIO
 import anyio
 
 from lmbridge.client import (
+    chat_options,
     Call,
     DaemonClient,
     RPCError,
@@ -513,7 +514,8 @@ class Console:
             self.history.extend(results)
 
     async def _chat(self) -> Call | None:
-        params = {"modelId": self.model, "messages": list(self.history)}
+        # The console asks about agent actions as Agent mode does: it offers the action tools.
+        params = {"modelId": self.model, "messages": list(self.history), "options": chat_options()}
         call = await self.client.start(CHAT_METHOD, params, on_part=self.show_part)
         if not await self._wait(call):
             return None

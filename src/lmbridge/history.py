@@ -171,10 +171,12 @@ def conversation(messages: Sequence[Message]) -> list[Message]:
 
 
 def has_user_content(messages: Iterable[Message]) -> bool:
-    """True when the messages hold something a user wrote: text or data parts of
-    user messages (tool results are not user content)."""
+    """True when the messages hold something a user wrote: text or images in user
+    messages. Tool results are not, nor are other data parts: Copilot adds
+    ``cache_control`` and ``stateful_marker`` parts of its own (facts.md §1)."""
     return any(
-        m.role == "user" and isinstance(p, TextPart | DataPart) and (not isinstance(p, TextPart) or p.value.strip())
+        m.role == "user"
+        and (p.value.strip() if isinstance(p, TextPart) else isinstance(p, DataPart) and p.mimeType.startswith("image/"))
         for m in messages
         for p in m.content
     )

@@ -47,7 +47,7 @@ from mcp.shared.message import SessionMessage
 
 from lmbridge import record
 from lmbridge.log import get_logger
-from lmbridge.wire import AGENT_ACTION_TOOL, DataPart, TextPart, ToolInfo, ToolResultPart
+from lmbridge.wire import ACTION_TOOLS, DataPart, TextPart, ToolInfo, ToolResultPart
 
 log = get_logger("mcp")
 
@@ -68,7 +68,7 @@ def select_tools(tools: Sequence[ToolInfo], allow: Sequence[str] = (), deny: Seq
     tool, kept when they match an ``allow`` glob (all when empty) and no ``deny`` glob."""
     out = []
     for tool in tools:
-        if tool.name == AGENT_ACTION_TOOL:
+        if tool.name in ACTION_TOOLS:
             continue
         if allow and not any(fnmatch.fnmatchcase(tool.name, p) for p in allow):
             continue

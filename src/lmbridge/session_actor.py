@@ -1,22 +1,18 @@
 """The session actor: one ACP agent conversation driven for one VS Code chat.
 
-It owns the agent process (``AgentConnection``), the ACP session id, the
-update renderer and the permissions the agent is waiting on. Everything it
-reacts to arrives on one mailbox, in order: jobs (chat requests the history
-actor routed here), cancels, the agent's notifications and requests, prompt
-completions and timer ticks. So its state has one owner and no locks.
+It owns the agent process (``AgentConnection``), the ACP session id and the
+turn machine (``turn.TurnMachine``), and it decides nothing: everything it
+receives on its one mailbox (jobs, cancels, the agent's frames, prompt
+answers, MCP tool calls, timers) becomes a ``turn`` event, and it carries out
+the effects the machine returns. So the lifecycle's rules live in one pure
+module, tested row by row, and this one is only I/O.
 
-A permission request (``session/request_permission``) becomes a
-``symposium-agent-action`` tool call part; permissions that arrive within
-``GATHER`` seconds of each other go out in the same response, which then ends
-with ``stopReason: "tool_calls"`` while the ACP turn stays open (issue #2,
-"Permission bridging"). The next request's Turn carries each one's Answer.
-
-Cancellation follows ACP (facts.md §3): every pending permission is answered
-``cancelled``, ``session/cancel`` is sent, and whatever the cancelled turn
-still produces is drained and dropped. An agent that then ends the next turn
-at once with no output (claude-agent-acp's quirk, facts.md §5) gets a fresh
-ACP session with the conversation so far.
+Nothing here blocks the loop: the agent's start, each ``session/new``, each
+``session/prompt`` and every write to the agent run in child tasks (writes in
+order, through one writer task, each bounded by ``WRITE_TIMEOUT``), so a
+cancel, a close or stdin EOF arriving meanwhile is handled at once. Every
+timer is a task in its own cancel scope, stopped by the machine's
+``StopTimer`` or replaced by the next ``StartTimer`` of its kind.
 """
 
 from __future__ import annotations
@@ -32,22 +28,26 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge import __version__
+from lmbridge import __version__, turn
 from lmbridge.acp_client import AgentConnection, AgentError, AgentExited, Incoming
 from lmbridge.history import Answer, Fingerprint, Last, Pending, Turn, conversation, squeezed
 from lmbridge.log import get_logger
 from lmbridge.render import Part, TurnRenderer
 from lmbridge.transcript import prompt_blocks
-from lmbridge.wire import AGENT_ACTION_TOOL, AgentSpec, Message, ToolInfo, ToolResultPart
+from lmbridge.wire import AgentSpec, Message, ToolInfo, ToolResultPart
 
 log = get_logger("session")
 
-GATHER = 0.1  # seconds: permissions and tool calls this close together go out in one response
-START_TIMEOUT = 60.0  # seconds for initialize + session/new
-# Seconds a cancelled prompt may take to end before its ACP session is abandoned
-# (LMBRIDGE_DRAIN_TIMEOUT overrides it: the tests use a short one).
-DRAIN_TIMEOUT = float(os.environ.get("LMBRIDGE_DRAIN_TIMEOUT") or 10.0)
-STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
+
+def _seconds(name: str, default: float) -> float:
+    return float(os.environ.get(name) or default)
+
+
+START_TIMEOUT = 60.0  # seconds for spawn + initialize + session/new
+WRITE_TIMEOUT = 10.0  # seconds one frame may take to reach an agent that stopped reading
+# Overridable for tests (a short drain; no notice unless a test wants one).
+DRAIN_TIMEOUT = _seconds("LMBRIDGE_DRAIN_TIMEOUT", turn.DRAIN)
+START_NOTICE = _seconds("LMBRIDGE_START_NOTICE", turn.START_NOTICE)
 
 Emit = Callable[[Part], Awaitable[None]]
 
@@ -68,14 +68,13 @@ class Job:
     stop_reason: str | None = None
     error: str | None = None
     cancelled: bool = False
-    recorded: bool = False  # its end reported to the history actor
     actor: Any = None  # the SessionActor running it (for cancellation)
     tools: tuple[ToolInfo, ...] = ()  # the request's options.tools
+    id: int = 0  # set by the actor
     # What this response emitted, for the history core's fingerprint.
     _text: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
     _shown: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))  # text + thinking
     call_ids: list[str] = field(default_factory=list)
-    output: bool = False
 
     async def send(self, part: Part) -> None:
         if self.cancelled or self.done.is_set():
@@ -88,37 +87,25 @@ class Job:
             self._shown.update(squeezed(part["value"]))
         elif part["type"] == "tool_call":
             self.call_ids.append(part["callId"])
-        self.output = True
         await self.emit(part)
 
     def fingerprint(self) -> Fingerprint:
         return Fingerprint(self._text.digest(), tuple(self.call_ids), self._shown.digest())
 
-
-@dataclass
-class Permission:
-    """A ``session/request_permission`` the agent waits on."""
-
-    rid: int | str
-    call_id: str
-    token: str
-    options: list[dict[str, Any]]
-    part: Part  # the symposium-agent-action tool call
-    surfaced: bool = False
-
-
-@dataclass
-class ToolPending:
-    """An agent's MCP call of a VS Code tool, waiting for VS Code's result."""
-
-    call: Any  # mcp_bridge.ToolCall
-    part: Part  # the tool call VS Code runs
-    surfaced: bool = False
+    def info(self) -> turn.JobInfo:
+        t = self.turn
+        return turn.JobInfo(
+            id=self.id,
+            answers=t.answers,
+            cancel_first=t.cancel_first,
+            has_prompt=bool(t.prompt),
+            messages=t.context + t.prompt,
+            tools=frozenset(tool.name for tool in self.tools),
+            cancelled=self.cancelled,
+        )
 
 
-@dataclass(frozen=True)
-class _ToolInvoked:
-    call: Any  # mcp_bridge.ToolCall
+# Mailbox messages of the actor's own (the agent's frames arrive as ``Incoming``).
 
 
 @dataclass(frozen=True)
@@ -127,37 +114,18 @@ class _CancelJob:
 
 
 @dataclass(frozen=True)
-class _PromptDone:
-    acp_session: str
-    result: Any = None
-    error: str | None = None
-    timed_out: bool = False  # a cancelled prompt the agent never ended
-
-
-@dataclass(frozen=True)
-class _Flush:
-    job: Job
-    generation: int
+class _ToolInvoked:
+    call: Any  # mcp_bridge.ToolCall
 
 
 @dataclass(frozen=True)
 class _AgentGone:
-    pass
+    conn: AgentConnection
 
 
 @dataclass(frozen=True)
 class _Close:
     reason: str
-
-
-def choose_option(options: list[dict[str, Any]], answer: Answer) -> dict[str, Any]:
-    """The ``RequestPermissionOutcome`` for an Answer: the option chosen by
-    ``kind`` (never by id: ids differ per agent, facts.md §3), else cancelled."""
-    wanted = {Answer.ALLOW: "allow_once", Answer.REJECT: "reject_once"}.get(answer)
-    for option in options:
-        if wanted and option.get("kind") == wanted and isinstance(option.get("optionId"), str):
-            return {"outcome": "selected", "optionId": option["optionId"]}
-    return {"outcome": "cancelled"}
 
 
 @dataclass
@@ -178,30 +146,26 @@ class SessionActor:
         self.cwd = cwd
         self.hooks = hooks
         self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
+        self._out, self._outbox = anyio.create_memory_object_stream[Callable[[AgentConnection], Awaitable[None]]](math.inf)
         self.conn: AgentConnection | None = None
         self.acp_session: str | None = None
         self.images = False
-        self.renderer = TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=spec.id))
-        self.job: Job | None = None
-        self.waiting: list[Job] = []  # jobs waiting for a cancelled prompt to drain
-        self.permissions: dict[str, Permission] = {}
-        self.tool_calls: dict[str, ToolPending] = {}  # VS Code tool calls the agent waits on
+        self.machine = turn.TurnMachine(spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE)
+        self.jobs: dict[int, Job] = {}
+        self._job_ids = 0
+        self.tool_calls: dict[str, Any] = {}  # callId → mcp_bridge.ToolCall the agent waits on
         self.bridge: Any = None  # mcp_bridge.ToolBridge, when the agent is offered VS Code tools
         self.mcp_servers: list[dict[str, Any]] = []
-        self.buffer: list[Part] = []  # parts produced while no request streams
-        self.prompt_open = False
-        self.prompt_result: _PromptDone | None = None  # a prompt that ended while no job streamed
-        self.draining = False
-        self.cancelled_before = False  # the last prompt was cancelled: the next one is watched (claude quirk)
-        self.after_cancel = False  # the open prompt is the first one after a cancel
-        self.needs_context = False  # a fresh ACP session: the next prompt carries the conversation
-        # Messages of requests cancelled before their prompt was sent: the history core
-        # counts them as seen, so the next prompt carries them as context.
-        self.unsent: tuple[Message, ...] = ()
-        self._generation = 0
+        self._timers: dict[turn.Timer, anyio.CancelScope] = {}
+        self._starting: anyio.CancelScope | None = None
         self._tg: TaskGroup | None = None
         self._closed = False
+        self._stop = False
+        self._written = anyio.Event()  # the writer has sent everything and ended
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
+
+    def _renderer(self) -> TurnRenderer:
+        return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id))
 
     # -- public, called from other tasks -----------------------------------
 
@@ -212,12 +176,15 @@ class SessionActor:
             job.error = f"agent {self.spec.id!r}: its session has just ended; please retry"
             job.done.set()
             return
+        self._job_ids += 1
+        job.id = self._job_ids
         self._send.send_nowait(job)
 
     def cancel(self, job: Job) -> None:
         """The shim cancelled ``job``'s request (already answered ``cancelled``)."""
         job.cancelled = True
-        self._send.send_nowait(_CancelJob(job))
+        if not self._closed:
+            self._send.send_nowait(_CancelJob(job))
 
     def close(self, reason: str) -> None:
         """End the session: pending permissions cancelled, agent stopped."""
@@ -237,31 +204,31 @@ class SessionActor:
                 await self.hooks.died(self.id)
 
     async def _run(self) -> None:
-        reason = "session ended"
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            tg.start_soon(self._writer)
             try:
                 async for msg in self._mailbox:
                     # Everything already queued is handled before the next await on
                     # the mailbox: a burst of agent updates costs one event-loop
                     # round, not one per update (the streaming hot path).
-                    while not isinstance(msg, _Close):
+                    while True:
                         await self._handle(msg)
+                        if self._stop:
+                            return
                         try:
                             msg = self._mailbox.receive_nowait()
                         except anyio.WouldBlock:
                             break
-                    if isinstance(msg, _Close):
-                        await self._shutdown(msg.reason)
-                        break
             except Exception as exc:
-                reason = f"internal error: {exc!r}"
+                with anyio.CancelScope(shield=True):
+                    await self._apply(self.machine.handle(turn.Close(f"internal error: {exc!r}")))
                 raise
             finally:
                 self._closed = True
                 with anyio.CancelScope(shield=True):
-                    await self._shutdown(reason)
                     self._fail_unread()
+                    await self._stop_agent()
                     self.finished.set()
                 tg.cancel_scope.cancel()
 
@@ -271,74 +238,222 @@ class SessionActor:
             try:
                 msg = self._mailbox.receive_nowait()
             except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                return
+                break
             if isinstance(msg, Job) and not msg.done.is_set():
                 msg.error = f"agent {self.spec.id!r}: its session has just ended; please retry"
                 msg.done.set()
+        for job in self.jobs.values():  # a bug left it unanswered: never leave a request hanging
+            if not job.done.is_set():
+                job.error = job.error or f"agent {self.spec.id!r}: its session has just ended; please retry"
+                job.done.set()
 
     async def _handle(self, msg: Any) -> None:
+        event: turn.Event | None
         if isinstance(msg, Incoming):
-            await self._on_incoming(msg)
+            event = await self._incoming(msg)
         elif isinstance(msg, Job):
-            await self._on_job(msg)
-        elif isinstance(msg, _PromptDone):
-            await self._on_prompt_done(msg)
-        elif isinstance(msg, _Flush):
-            if msg.job is self.job and msg.generation == self._generation:
-                await self._finish(msg.job, "tool_calls", Last.PENDING)
+            self.jobs[msg.id] = msg
+            if self.bridge is not None:
+                await self.bridge.set_tools(self._offered(msg))
+            event = turn.NewJob(msg.info())
         elif isinstance(msg, _CancelJob):
-            await self._on_cancel(msg.job)
+            event = turn.CancelJob(msg.job.id)
         elif isinstance(msg, _ToolInvoked):
-            await self._on_tool_invoked(msg.call)
+            self.tool_calls[msg.call.call_id] = msg.call
+            event = turn.ToolInvoked(msg.call.call_id, msg.call.name, msg.call.arguments or {})
         elif isinstance(msg, _AgentGone):
-            await self._on_agent_gone()
+            event = turn.AgentExited(msg.conn.describe_exit()) if msg.conn is self.conn else None
+        elif isinstance(msg, _Close):
+            event = turn.Close(msg.reason)
+        else:  # turn.Ready, turn.PromptEnded, turn.TimerFired: from this actor's own tasks
+            event = msg
+        if event is not None:
+            await self._apply(self.machine.handle(event))
 
-    # -- jobs -----------------------------------------------------------------
+    async def _incoming(self, msg: Incoming) -> turn.Event | None:
+        params = msg.params if isinstance(msg.params, dict) else {}
+        if msg.method == "session/update" and msg.id is None:
+            if params.get("sessionId") != self.acp_session:
+                return None  # a superseded ACP session
+            return turn.Update(params.get("update"))
+        if msg.method == "session/request_permission" and msg.id is not None:
+            if params.get("sessionId") != self.acp_session:
+                self._write(lambda c: c.respond(msg.id, {"outcome": turn.CANCELLED_OUTCOME}))
+                return None
+            raw_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
+            options = tuple(
+                {"optionId": o.get("optionId"), "name": o.get("name", ""), "kind": o.get("kind")}
+                for o in params.get("options") or []
+                if isinstance(o, dict)
+            )
+            bridged = self.bridge is not None and self.bridge.is_bridged(_tool_name(raw_call))
+            call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
+            return turn.PermissionAsked(msg.id, raw_call, options, call_id, secrets.token_urlsafe(18), bridged)
+        if msg.id is not None:
+            # fs/* and terminal/* are not offered in clientCapabilities.
+            self._write(lambda c: c.respond(msg.id, error={"code": -32601, "message": f"method not found: {msg.method}"}))
+        else:
+            log.info("agent notification ignored", method=msg.method)
+        return None
 
-    async def _on_job(self, job: Job) -> None:
-        turn = job.turn
-        if self.conn is None:
-            try:
-                await self._start_agent(job)
-            except (AgentExited, AgentError, TimeoutError) as exc:
-                await self._fail(job, f"agent {self.spec.id!r} failed to start: {exc}")
-                return
-        elif self.bridge is not None:
-            await self.bridge.set_tools(self._offered(job))
-        # Answer what the previous response left pending, each on its own; a
-        # request cancelled before it got here approves nothing.
-        for call_id, answer in turn.answers.items():
-            if job.cancelled and answer is not Answer.RESULT:
-                answer = Answer.CANCELLED
-            await self._answer(call_id, answer, turn.results.get(call_id))
-        if turn.cancel_first:
-            await self._cancel_turn()
-        self.job = job
-        if self.draining:
-            self.job = None
-            self.waiting.append(job)
+    # -- effects ----------------------------------------------------------------
+
+    async def _apply(self, effects: list[turn.Effect]) -> None:
+        for fx in effects:
+            if isinstance(fx, turn.Emit):
+                job = self.jobs.get(fx.job_id)
+                if job is not None:
+                    await job.send(fx.part)
+            elif isinstance(fx, turn.Finish):
+                await self._finish(fx)
+            elif isinstance(fx, turn.Fail):
+                job = self.jobs.pop(fx.job_id, None)
+                if job is not None and not job.done.is_set():
+                    job.error = fx.message
+                    job.done.set()
+            elif isinstance(fx, turn.Respond):
+                log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
+                self._write(lambda c, rid=fx.rid, outcome=dict(fx.outcome): c.respond(rid, {"outcome": outcome}))
+            elif isinstance(fx, turn.ResolveTool):
+                self._resolve_tool(fx)
+            elif isinstance(fx, turn.SendCancel):
+                self._write(lambda c, session=self.acp_session: c.notify("session/cancel", {"sessionId": session}))
+            elif isinstance(fx, turn.StartAgent):
+                self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
+            elif isinstance(fx, turn.NewSession):
+                self._spawn_start(self._open_session())
+            elif isinstance(fx, turn.Prompt):
+                self._prompt(fx)
+            elif isinstance(fx, turn.StartTimer):
+                self._start_timer(fx)
+            elif isinstance(fx, turn.StopTimer):
+                scope = self._timers.pop(fx.timer, None)
+                if scope is not None:
+                    scope.cancel()
+            elif isinstance(fx, turn.Died):
+                await self.hooks.died(self.id)
+            elif isinstance(fx, turn.Shutdown):
+                self._stop = True
+            elif isinstance(fx, turn.Log):
+                getattr(log, fx.level)(fx.event, session=self.id, **fx.fields)
+
+    async def _finish(self, fx: turn.Finish) -> None:
+        """End a job's response and report what it emitted (once)."""
+        job = self.jobs.pop(fx.job_id, None)
+        if job is None:
             return
-        await self._proceed(job)
+        await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending))
+        if not job.done.is_set():
+            job.stop_reason = fx.stop_reason
+            job.done.set()
 
-    async def _proceed(self, job: Job) -> None:
-        """Run a job once no cancelled prompt is draining."""
-        self.job = job
-        for part in self.buffer:
-            await job.send(part)
-        self.buffer.clear()
-        unsurfaced = [p for p in (*self.permissions.values(), *self.tool_calls.values()) if not p.surfaced]
-        for pending in unsurfaced:
-            await self._surface(pending)
-        if job.turn.prompt:
-            if self.needs_context:
-                await self._start_prompt(*self._whole_conversation(job))
-            else:
-                await self._start_prompt(self.unsent + job.turn.context, job.turn.prompt)
-        elif self.prompt_result is not None:
-            done, self.prompt_result = self.prompt_result, None
-            await self._on_prompt_done(done)
-        elif not self.prompt_open and not unsurfaced:
-            await self._finish(job, "end_turn", Last.DONE)
+    def _resolve_tool(self, fx: turn.ResolveTool) -> None:
+        call = self.tool_calls.pop(fx.call_id, None)
+        if call is None:
+            return
+        from lmbridge.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT, error_result, result_content, types
+
+        job = self.jobs.get(fx.job_id) if fx.job_id is not None else None
+        result: ToolResultPart | None = job.turn.results.get(fx.call_id) if job is not None else None
+        if fx.answer is Answer.RESULT and result is not None:
+            call.resolve(types.CallToolResult(content=result_content(result)))
+        else:
+            call.resolve(error_result(DECLINED_TEXT if fx.answer is Answer.DECLINED else STOPPED_TEXT))
+        log.info("tool call answered", session=self.id, callId=fx.call_id, answer=fx.answer.value)
+
+    def _start_timer(self, fx: turn.StartTimer) -> None:
+        old = self._timers.pop(fx.timer, None)
+        if old is not None:
+            old.cancel()
+        scope = self._timers[fx.timer] = anyio.CancelScope()
+
+        async def fire() -> None:
+            with scope:
+                await anyio.sleep(fx.seconds)
+                self._send.send_nowait(turn.TimerFired(fx.timer, fx.tag))
+
+        assert self._tg is not None
+        self._tg.start_soon(fire)
+
+    # -- writes to the agent -------------------------------------------------------
+
+    def _write(self, write: Callable[[AgentConnection], Awaitable[None]]) -> None:
+        """Queue one frame for the agent; the writer task sends them in order."""
+        self._out.send_nowait(write)
+
+    async def _writer(self) -> None:
+        """Sends queued frames in order until the outbox is closed and empty."""
+        try:
+            async for write in self._outbox:
+                conn = self.conn
+                if conn is None or conn.closed.is_set():
+                    continue
+                try:
+                    with anyio.fail_after(WRITE_TIMEOUT):
+                        await write(conn)
+                except AgentExited:
+                    continue  # _AgentGone reports it
+                except TimeoutError:
+                    log.warning("agent stopped reading its stdin: stopping it", session=self.id, agent=self.spec.id)
+                    await conn.close()
+        finally:
+            self._written.set()
+
+    # -- starting ----------------------------------------------------------------
+
+    def _spawn_start(self, start: Awaitable[None]) -> None:
+        """Run a start (agent or ACP session) in a child task; it answers ``turn.Ready``."""
+        scope = self._starting = anyio.CancelScope()
+
+        async def run() -> None:
+            with scope:
+                error = None
+                try:
+                    with anyio.fail_after(START_TIMEOUT):
+                        await start
+                except TimeoutError:
+                    error = f"no answer within {START_TIMEOUT:g} s"
+                except (AgentExited, AgentError, ValueError) as exc:
+                    error = str(exc) or type(exc).__name__
+                self._send.send_nowait(turn.Ready(error))
+
+        assert self._tg is not None
+        self._tg.start_soon(run)
+
+    async def _start_agent(self, job: Job) -> None:
+        conn = await AgentConnection.spawn(
+            self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self._send.clone(), session=self.id
+        )
+        self.conn = conn
+        assert self._tg is not None
+        self._tg.start_soon(self._serve_agent, conn)
+        init = await conn.request(
+            "initialize",
+            {
+                "protocolVersion": 1,
+                "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
+                "clientInfo": {"name": "lmbridge", "version": __version__},
+            },
+        )
+        caps = _object(_object(init).get("agentCapabilities"))
+        self.images = _object(caps.get("promptCapabilities")).get("image") is True
+        await self._start_bridge(job, http=_object(caps.get("mcpCapabilities")).get("http") is True)
+        await self._open_session()
+
+    async def _open_session(self) -> None:
+        assert self.conn is not None
+        result = await self.conn.request("session/new", {"cwd": self.cwd or "/", "mcpServers": self.mcp_servers})
+        session = _object(result).get("sessionId")
+        if not isinstance(session, str) or not session:
+            raise ValueError("session/new was answered without a sessionId")
+        self.acp_session = session
+        self.machine.reset_renderer(self._renderer())
+        log.info("acp session", session=self.id, agent=self.spec.id, acp_session=session)
+
+    async def _serve_agent(self, conn: AgentConnection) -> None:
+        await conn.serve()
+        if not self._closed:
+            self._send.send_nowait(_AgentGone(conn))
 
     def _offered(self, job: Job) -> list[ToolInfo]:
         if not job.tools:
@@ -366,36 +481,26 @@ class SessionActor:
         # Runs in the MCP server's task: hand the call to the actor's loop.
         self._send.send_nowait(_ToolInvoked(call))
 
-    async def _start_agent(self, job: Job) -> None:
-        self.conn = await AgentConnection.spawn(self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self._send.clone(), session=self.id)
-        assert self._tg is not None
-        self._tg.start_soon(self._serve_agent, self.conn)
-        with anyio.fail_after(START_TIMEOUT):
-            init = await self.conn.request(
-                "initialize",
-                {
-                    "protocolVersion": 1,
-                    "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
-                    "clientInfo": {"name": "lmbridge", "version": __version__},
-                },
-            )
-        caps = (init or {}).get("agentCapabilities") or {}
-        self.images = bool((caps.get("promptCapabilities") or {}).get("image"))
-        await self._start_bridge(job, http=bool((caps.get("mcpCapabilities") or {}).get("http")))
-        await self._new_acp_session()
+    # -- prompting -----------------------------------------------------------------
 
-    async def _new_acp_session(self) -> None:
-        assert self.conn is not None
-        with anyio.fail_after(START_TIMEOUT):
-            result = await self.conn.request("session/new", {"cwd": self.cwd or "/", "mcpServers": self.mcp_servers})
-        self.acp_session = str((result or {}).get("sessionId"))
-        self.renderer = TurnRenderer(self.renderer.warn)
-        log.info("acp session", session=self.id, agent=self.spec.id, acp_session=self.acp_session)
+    def _prompt(self, fx: turn.Prompt) -> None:
+        job = self.jobs[fx.job_id]
+        context, prompt = self._whole_conversation(job) if fx.whole else (job.turn.context, job.turn.prompt)
+        blocks = prompt_blocks(tuple(fx.unsent) + context, prompt, images=self.images)
+        conn, session = self.conn, self.acp_session
+        assert conn is not None and session is not None and self._tg is not None
 
-    async def _serve_agent(self, conn: AgentConnection) -> None:
-        await conn.serve()
-        if conn is self.conn and not self._closed:
-            await self._send.send(_AgentGone())
+        async def run() -> None:
+            try:
+                result = await conn.request("session/prompt", {"sessionId": session, "prompt": blocks})
+                done = turn.PromptEnded(fx.seq, stop_reason=_object(result).get("stopReason"))
+            except AgentError as exc:
+                done = turn.PromptEnded(fx.seq, error=str(exc))
+            except AgentExited:
+                return  # _AgentGone reports it
+            self._send.send_nowait(done)
+
+        self._tg.start_soon(run)
 
     @staticmethod
     def _whole_conversation(job: Job) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
@@ -410,282 +515,33 @@ class SessionActor:
         prompt = job.turn.prompt
         return tuple(conv[: len(conv) - len(prompt)]), prompt
 
-    async def _start_prompt(self, context: tuple[Message, ...], prompt: tuple[Message, ...]) -> None:
-        assert self.conn is not None and self._tg is not None
-        blocks = prompt_blocks(context, prompt, images=self.images)
-        self.prompt_open = True
-        self.needs_context = False
-        self.unsent = ()
-        self.after_cancel, self.cancelled_before = self.cancelled_before, False
-        self._tg.start_soon(self._prompt, self.conn, self.acp_session, blocks)
+    # -- stopping --------------------------------------------------------------------
 
-    async def _prompt(self, conn: AgentConnection, acp_session: str, blocks: list[dict[str, Any]]) -> None:
-        try:
-            result = await conn.request("session/prompt", {"sessionId": acp_session, "prompt": blocks})
-            done = _PromptDone(acp_session, result=result)
-        except AgentError as exc:
-            done = _PromptDone(acp_session, error=str(exc))
-        except AgentExited:
-            return  # _AgentGone reports it
-        await self._send.send(done)
-
-    async def _finish(self, job: Job, stop_reason: str, last: Last) -> None:
-        """End a job's response and report what it emitted (once each)."""
-        if self.job is job:
-            self.job = None
-        if not job.recorded:
-            job.recorded = True
-            pending = [Pending(p.call_id, p.token) for p in self.permissions.values() if p.surfaced and p.call_id in job.call_ids]
-            pending += [Pending(c, "", tool=True) for c, t in self.tool_calls.items() if t.surfaced and c in job.call_ids]
-            await self.hooks.ended(self.id, job.fingerprint(), last, pending)
-        if not job.done.is_set():
-            job.stop_reason = stop_reason
-            job.done.set()
-
-    async def _fail(self, job: Job, message: str) -> None:
-        if self.job is job:
-            self.job = None
-        if not job.done.is_set():
-            job.error = message
-            job.done.set()
-        await self.hooks.died(self.id)
-        self.close(message)
-
-    # -- the agent's traffic --------------------------------------------------
-
-    async def _on_incoming(self, msg: Incoming) -> None:
-        if msg.method == "session/update" and msg.id is None:
-            params = msg.params if isinstance(msg.params, dict) else {}
-            if params.get("sessionId") != self.acp_session or self.draining:
-                return  # a superseded session, or a cancelled turn's late output
-            parts = self.renderer.update(params.get("update"))
-            await self._output(parts)
-        elif msg.method == "session/request_permission" and msg.id is not None:
-            await self._on_permission(msg)
-        elif msg.id is not None:
-            # fs/* and terminal/* are not offered in clientCapabilities.
-            await self.conn.respond(msg.id, error={"code": -32601, "message": f"method not found: {msg.method}"})
-        else:
-            log.info("agent notification ignored", method=msg.method)
-
-    async def _output(self, parts: list[Part]) -> None:
-        if not parts:
-            return
-        if self.job is not None:
-            self.job.output = True
-            for part in parts:
-                await self.job.send(part)
-        else:
-            self.buffer.extend(parts)
-
-    async def _on_permission(self, msg: Incoming) -> None:
-        assert self.conn is not None
-        params = msg.params if isinstance(msg.params, dict) else {}
-        if self.draining or params.get("sessionId") != self.acp_session:
-            await self.conn.respond(msg.id, {"outcome": {"outcome": "cancelled"}})
-            return
-        raw_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
-        state, parts = self.renderer.permission_tool(raw_call)
-        await self._output(parts)
-        options = [
-            {"optionId": o.get("optionId"), "name": o.get("name", ""), "kind": o.get("kind")}
-            for o in params.get("options") or []
-            if isinstance(o, dict)
-        ]
-        if self.bridge is not None and self.bridge.is_bridged(_tool_name(raw_call)):
-            # VS Code confirms its own tools when it runs them: the agent's own
-            # permission for exactly a bridged tool is granted here (issue #4).
-            outcome = choose_option(options, Answer.ALLOW)
-            log.info("bridged tool permission granted", session=self.id, tool=_tool_name(raw_call), outcome=outcome)
-            await self.conn.respond(msg.id, {"outcome": outcome})
-            return
-        call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
-        token = secrets.token_urlsafe(18)
-        tool_input: dict[str, Any] = {
-            "title": (state.title if state else None) or raw_call.get("title") or "Agent action",
-            "kind": (state.kind if state else None) or raw_call.get("kind") or "other",
-            "rawInput": state.raw_input if state else raw_call.get("rawInput"),
-            "options": options,
-            "approvalToken": token,
-        }
-        for key in ("content", "locations"):
-            if raw_call.get(key):
-                tool_input[key] = raw_call[key]
-        part = {"type": "tool_call", "callId": call_id, "name": AGENT_ACTION_TOOL, "input": tool_input}
-        perm = Permission(msg.id, call_id, token, options, part)
-        self.permissions[call_id] = perm
-        log.info("permission asked", session=self.id, callId=call_id, title=tool_input["title"])
-        if self.job is not None:
-            await self._surface(perm)
-
-    async def _on_tool_invoked(self, call: Any) -> None:
-        """The agent called a VS Code tool: it becomes a tool call part with
-        VS Code's tool name and the agent's arguments."""
-        from lmbridge.mcp_bridge import STOPPED_TEXT, error_result
-
-        if self.draining or self._closed:
-            call.resolve(error_result(STOPPED_TEXT))
-            return
-        part = {"type": "tool_call", "callId": call.call_id, "name": call.name, "input": call.arguments}
-        pending = self.tool_calls[call.call_id] = ToolPending(call, part)
-        if self.job is not None:
-            await self._surface(pending)
-
-    async def _surface(self, perm: Permission | ToolPending) -> None:
-        """Emit a pending call's tool call part and (re)start the gather window."""
-        assert self.job is not None and self._tg is not None
-        perm.surfaced = True
-        await self.job.send(perm.part)
-        self._generation += 1
-        self._tg.start_soon(self._flush_later, self.job, self._generation)
-
-    async def _flush_later(self, job: Job, generation: int) -> None:
-        await anyio.sleep(GATHER)
-        await self._send.send(_Flush(job, generation))
-
-    async def _answer(self, call_id: str, answer: Answer, result: ToolResultPart | None = None) -> None:
-        tool = self.tool_calls.pop(call_id, None)
-        if tool is not None:
-            from lmbridge.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT, error_result, result_content, types
-
-            if answer is Answer.RESULT and result is not None:
-                mcp_result = types.CallToolResult(content=result_content(result))
-            else:
-                mcp_result = error_result(DECLINED_TEXT if answer is Answer.DECLINED else STOPPED_TEXT)
-            log.info("tool call answered", session=self.id, callId=call_id, answer=answer.value)
-            tool.call.resolve(mcp_result)
-            return
-        perm = self.permissions.pop(call_id, None)
-        if perm is None or self.conn is None:
-            return
-        outcome = choose_option(perm.options, answer)
-        if answer is Answer.ALLOW and outcome["outcome"] != "selected":
-            log.warning("no allow_once option: answered cancelled", session=self.id, callId=call_id)
-        log.info("permission answered", session=self.id, callId=call_id, answer=answer.value, outcome=outcome)
-        await self.conn.respond(perm.rid, {"outcome": outcome})
-
-    async def _cancel_turn(self) -> None:
-        """ACP cancellation: every pending permission answered cancelled,
-        ``session/cancel`` sent, and the turn's late output dropped."""
-        for call_id in [*self.permissions, *self.tool_calls]:
-            await self._answer(call_id, Answer.CANCELLED)
-        self.buffer.clear()
-        self.renderer.close()
-        if self.prompt_open and self.conn is not None and not self.draining:
-            self.draining = True
-            self.cancelled_before = True
-            try:
-                await self.conn.notify("session/cancel", {"sessionId": self.acp_session})
-            except AgentExited:
-                return
-            assert self._tg is not None
-            self._tg.start_soon(self._drain_deadline, self.acp_session)
-
-    async def _drain_deadline(self, acp_session: str | None) -> None:
-        await anyio.sleep(DRAIN_TIMEOUT)
-        await self._send.send(_PromptDone(acp_session or "", error="the agent did not end a cancelled turn", timed_out=True))
-
-    async def _on_cancel(self, job: Job) -> None:
-        if job in self.waiting:
-            self.waiting.remove(job)
-            self.unsent += job.turn.context + job.turn.prompt  # the agent never got them
-            await self._finish(job, "cancelled", Last.CANCELLED)
-            return
-        if job is not self.job:
-            return
-        await self._finish(job, "cancelled", Last.CANCELLED)
-        await self._cancel_turn()
-
-    async def _on_prompt_done(self, done: _PromptDone) -> None:
-        if done.acp_session != self.acp_session:
-            return
-        if not self.prompt_open and not self.draining:
-            return  # a drain deadline that fired after the drain ended
-        self.prompt_open = False
-        if self.draining:
-            self.draining = False
-            if done.timed_out:
-                # The old session may still be busy: the next prompt goes to a fresh
-                # one, with the conversation so far (the agent's view = VS Code's).
-                log.warning("cancelled turn did not end; new ACP session", session=self.id, error=done.error)
-                await self._new_acp_session()
-                self.needs_context = True
-            elif done.error:
-                # Whatever ends a cancelled turn ends it as cancelled (facts.md §3).
-                log.info("cancelled turn ended with an error", session=self.id, error=done.error)
-            for job in self.waiting:
-                self.waiting = [j for j in self.waiting if j is not job]
-                await self._proceed(job)
-                break
-            return
-        job = self.job
-        if job is None:
-            self.prompt_result = done  # delivered to the next request
-            return
-        stop = (done.result or {}).get("stopReason") if isinstance(done.result, dict) else None
-        after_cancel, self.after_cancel = self.after_cancel, False
-        if after_cancel and job.turn.prompt and stop == "end_turn" and not job.output and done.error is None:
-            # claude-agent-acp answers every prompt after a cancel at once, empty
-            # (facts.md §5): start over in a fresh ACP session given the conversation.
-            # Only the first prompt after a cancel is watched: a turn that continues
-            # after a permission answer may well end silently.
-            log.warning("empty turn right after a cancel: fresh ACP session", session=self.id)
-            await self._new_acp_session()
-            await self._start_prompt(*self._whole_conversation(job))
-            return
-        for part in self.renderer.close():
-            await job.send(part)
-        for call_id in [*self.permissions, *self.tool_calls]:
-            await self._answer(call_id, Answer.CANCELLED)  # the turn ended without them
-        if done.error is not None:
-            await self._fail(job, f"agent {self.spec.id!r}: {done.error}")
-            return
-        if stop not in STOP_REASONS:
-            log.warning("unknown stopReason, reported as end_turn", stopReason=stop)
-            stop = "end_turn"
-        await self._finish(job, stop, Last.CANCELLED if stop == "cancelled" else Last.DONE)
-
-    async def _on_agent_gone(self) -> None:
-        reason = self.conn.describe_exit() if self.conn else "agent gone"
-        self.permissions.clear()
-        await self._close_bridge()
-        jobs = ([self.job] if self.job else []) + self.waiting
-        self.waiting = []
-        for job in jobs:
-            job.error = reason
-            job.done.set()
-        self.job = None
-        await self.hooks.died(self.id)
-        self.close(reason)
-
-    async def _close_bridge(self) -> None:
-        """Every VS Code tool call still waiting gets an error result; the MCP
-        endpoint of this session goes away."""
-        self.tool_calls.clear()
+    async def _stop_agent(self) -> None:
+        """Stop the agent and the MCP endpoint; every VS Code tool call still waiting
+        gets an error result. Runs shielded, after the machine's last answers."""
+        if self._starting is not None:
+            self._starting.cancel()
+        for scope in self._timers.values():
+            scope.cancel()
+        for call_id in list(self.tool_calls):
+            self._resolve_tool(turn.ResolveTool(call_id, Answer.CANCELLED))
         if self.bridge is not None:
             bridge, self.bridge = self.bridge, None
             (await self.hooks.mcp_host()).remove(bridge.session_id)
-
-    async def _shutdown(self, reason: str) -> None:
-        self._closed = True
-        for job in ([self.job] if self.job else []) + self.waiting:
-            if not job.done.is_set():
-                job.error = f"session closed: {reason}"
-                job.done.set()
-        self.job, self.waiting = None, []
-        await self._close_bridge()
+        # The machine's last answers (cancelled permissions, session/cancel) go out
+        # first, within the write bound; then the process (group) is stopped.
+        self._out.close()
+        with anyio.move_on_after(WRITE_TIMEOUT):
+            await self._written.wait()
         conn, self.conn = self.conn, None
-        if conn is None:
-            return
-        for perm in list(self.permissions.values()):
-            await conn.respond(perm.rid, {"outcome": {"outcome": "cancelled"}})
-        self.permissions.clear()
-        if self.prompt_open and not conn.closed.is_set():
-            try:
-                await conn.notify("session/cancel", {"sessionId": self.acp_session})
-            except AgentExited:
-                pass
-        await conn.close()
+        if conn is not None:
+            await conn.close()
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (agents' answers are not trusted)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _tool_name(raw_call: dict[str, Any]) -> str | None:

@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from lmbridge.wire import AGENT_ACTION_TOOL, DataPart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
+from lmbridge.wire import ACTION_TOOLS, DataPart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 
 Block = dict[str, Any]
 
@@ -51,7 +51,7 @@ def agent_actions(messages: Sequence[Message]) -> Actions:
     out: Actions = {}
     for m in messages:
         for p in m.content:
-            if isinstance(p, ToolCallPart) and p.name == AGENT_ACTION_TOOL:
+            if isinstance(p, ToolCallPart) and p.name in ACTION_TOOLS:
                 out[p.callId] = (str(p.input.get("title", "")), str(p.input.get("approvalToken", "")))
     return out
 
@@ -69,7 +69,7 @@ def message_text(message: Message, actions: Actions | None = None) -> str:
         elif isinstance(p, ThinkingPart):
             continue  # the agent's own reasoning is not replayed
         elif isinstance(p, ToolCallPart):
-            if p.name == AGENT_ACTION_TOOL:
+            if p.name in ACTION_TOOLS:
                 lines.append(f"[asked permission: {p.input.get('title', '')}]")
             else:
                 lines.append(f"[called tool {p.name} with {json.dumps(p.input, ensure_ascii=False)}]")

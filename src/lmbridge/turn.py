@@ -1,0 +1,841 @@
+"""The turn lifecycle of one agent session: a pure state machine (issue #10).
+
+Rules of this file (after h11's ``_state.py``):
+
+* Everything that decides what happens to a chat request, an agent's output,
+  a permission, a cancel or a timer while one ACP session runs lives here. The
+  session actor feeds events in and carries out the effects that come back;
+  it decides nothing itself.
+* No I/O, no clock, no randomness: timers are effects (``StartTimer`` /
+  ``StopTimer``) that come back as ``TimerFired`` events, and callIds and
+  approval tokens arrive inside the events that need them.
+* It knows jobs (VS Code requests) only by number, and messages only as opaque
+  values it hands back. It knows ACP only as far as permission options go.
+
+Theory of operation
+-------------------
+One ACP session has at most one prompt turn open at the agent, and VS Code has
+at most one request (a *job*) streaming for it. The two do not line up: a turn
+that asks permission outlives the response that showed the card (the response
+ends ``tool_calls``; the next request carries the answer), and a Stop ends the
+response at once while the agent takes its time to end the turn. So the state
+is the turn's, and the job is attached to it when there is one:
+
+``IDLE``       no prompt open; a job, if any, is about to be answered.
+``STARTING``   the agent (or a fresh ACP session) is being started; jobs wait.
+``STREAMING``  a prompt is open and a job streams its output.
+``AWAITING``   a prompt is open, no job: the last response ended ``tool_calls``
+               and the agent waits on the answers the next request brings. Its
+               output is kept for that request (bounded in bytes).
+``DRAINING``   ``session/cancel`` was sent; the prompt has not ended. Its output
+               is dropped, jobs wait, a deadline runs.
+``CLOSED``     the session is over; every job and permission has been answered.
+
+Output of a turn that has ended (``IDLE``, ``STARTING``, ``DRAINING``) is never
+part of a later answer: it is dropped and counted (issue #16).
+
+Every timer is tagged with the sequence number of what started it (the gather
+window with the surfacing, the drain deadline with the prompt) and is stopped
+when that ends; a ``TimerFired`` whose tag is stale does nothing. Every job
+ends exactly once (``Finish`` or ``Fail``); every permission is answered exactly
+once (``Respond``); ``allow`` is only ever sent for a permission the job's
+``answers`` say ALLOW (the exact token was seen by the history core), or for a
+VS Code tool the agent asks about that VS Code confirms itself (``bridged``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from lmbridge.history import Answer, Last, Pending
+from lmbridge.wire import action_tool
+
+Part = dict[str, Any]
+
+#: Seconds: permissions and tool calls this close together go out in one response.
+GATHER = 0.1
+#: Seconds a cancelled prompt may take to end before its ACP session is abandoned.
+DRAIN = 10.0
+#: Seconds an agent may take to start before the user is told it is starting.
+START_NOTICE = 0.5
+#: Bytes of text kept for the next request of an open turn (issue #16).
+BUFFER_LIMIT = 1 << 20
+STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
+
+
+class State(enum.Enum):
+    IDLE = "idle"
+    STARTING = "starting"
+    STREAMING = "streaming"
+    AWAITING = "awaiting"
+    DRAINING = "draining"
+    CLOSED = "closed"
+
+
+class Timer(enum.Enum):
+    GATHER = "gather"  # tagged with the surfacing generation
+    DRAIN = "drain"  # tagged with the prompt's sequence number
+    NOTICE = "notice"  # "Starting <agent>…", tagged with the start's number
+
+
+class TurnError(Exception):
+    """An event that cannot happen in the current state (names both)."""
+
+
+# ---------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What the machine needs of one chat request (the history core's ``Turn``).
+
+    ``answers``: callId → Answer for the calls the previous response left
+    pending. ``cancel_first``: the request stops the open turn (Stop, or
+    tool results beside new user content). ``has_prompt``: it brings new user
+    content for ``session/prompt``. ``messages``: its context and prompt, handed
+    back when it is cancelled before the agent saw them. ``tools``: the names of
+    the tools the request offers (``options.tools``). ``cancelled``: the shim
+    cancelled it before it got here.
+    """
+
+    id: int
+    answers: Mapping[str, Answer] = field(default_factory=dict)
+    cancel_first: bool = False
+    has_prompt: bool = True
+    messages: tuple[Any, ...] = ()
+    tools: frozenset[str] = frozenset()
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class NewJob:
+    job: JobInfo
+
+
+@dataclass(frozen=True)
+class CancelJob:
+    job_id: int
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The agent (``StartAgent``) or a fresh ACP session (``NewSession``) is up; or ``error``."""
+
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Update:
+    """A ``session/update`` for the current ACP session: its ``update`` object, as received."""
+
+    raw: Any
+
+
+@dataclass(frozen=True)
+class PermissionAsked:
+    """A ``session/request_permission``. ``call_id``/``token``: fresh, drawn by the actor.
+    ``bridged``: it asks about a VS Code tool VS Code confirms itself (issue #4)."""
+
+    rid: Any
+    tool_call: Mapping[str, Any]
+    options: tuple[Mapping[str, Any], ...]
+    call_id: str
+    token: str
+    bridged: bool = False
+
+
+@dataclass(frozen=True)
+class ToolInvoked:
+    """The agent called a VS Code tool through the MCP bridge."""
+
+    call_id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class PromptEnded:
+    """``session/prompt`` number ``seq`` was answered: ``stop_reason``, or ``error``."""
+
+    seq: int
+    stop_reason: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentExited:
+    reason: str
+
+
+@dataclass(frozen=True)
+class TimerFired:
+    timer: Timer
+    tag: int
+
+
+@dataclass(frozen=True)
+class Close:
+    reason: str
+
+
+Event = NewJob | CancelJob | Ready | Update | PermissionAsked | ToolInvoked | PromptEnded | AgentExited | TimerFired | Close
+
+
+# ---------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True)
+class Emit:
+    job_id: int
+    part: Part
+
+
+@dataclass(frozen=True)
+class Finish:
+    """End a job's response with ``stop_reason``; report ``last`` and the calls it left pending."""
+
+    job_id: int
+    stop_reason: str
+    last: Last
+    pending: tuple[Pending, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fail:
+    """End a job with an error the user reads."""
+
+    job_id: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Respond:
+    """Answer a ``session/request_permission``: ``outcome`` is a ``RequestPermissionOutcome``."""
+
+    rid: Any
+    call_id: str
+    outcome: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ResolveTool:
+    """Answer the agent's MCP ``tools/call``: RESULT (from job ``job_id``'s results), DECLINED or CANCELLED."""
+
+    call_id: str
+    answer: Answer
+    job_id: int | None = None
+
+
+@dataclass(frozen=True)
+class SendCancel:
+    """``session/cancel`` for the current ACP session."""
+
+
+@dataclass(frozen=True)
+class StartAgent:
+    """Start the agent process and its ACP session for job ``job_id`` (answers ``Ready``)."""
+
+    job_id: int
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """A fresh ACP session on the running agent (answers ``Ready``)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """``session/prompt`` number ``seq`` for job ``job_id`` (answers ``PromptEnded``).
+
+    ``whole``: the ACP session has seen nothing of this chat: give it the whole
+    conversation. ``unsent``: messages of requests stopped before the agent saw
+    them, to go first as context.
+    """
+
+    job_id: int
+    seq: int
+    whole: bool = False
+    unsent: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class StartTimer:
+    timer: Timer
+    seconds: float
+    tag: int
+
+
+@dataclass(frozen=True)
+class StopTimer:
+    timer: Timer
+
+
+@dataclass(frozen=True)
+class Died:
+    """The session cannot go on: the history actor drops it and the actor closes."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Stop the agent (after the answers above were sent)."""
+
+
+@dataclass(frozen=True)
+class Log:
+    level: str
+    event: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+Effect = Emit | Finish | Fail | Respond | ResolveTool | SendCancel | StartAgent | NewSession | Prompt | StartTimer | StopTimer | Died | Shutdown | Log
+
+
+# ---------------------------------------------------------------- the table
+
+_S = State
+_ANY_LIVE = (State.IDLE, State.STARTING, State.STREAMING, State.AWAITING, State.DRAINING)
+
+#: (state, event) → the states the machine may be in after it. ``handle`` checks every
+#: transition against it; tests/test_turn.py walks every row and reaches every target.
+#: ``Ready`` is only ever an answer to ``StartAgent``/``NewSession``, so it only comes in
+#: STARTING (or CLOSED, when the session closed while it started).
+TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
+    # A job starts the agent, streams a prompt, is answered at once, or (the
+    # turn already over) is told how it ended; that may fail the session.
+    (_S.IDLE, NewJob): frozenset({_S.STARTING, _S.STREAMING, _S.IDLE, _S.CLOSED}),
+    (_S.STARTING, NewJob): frozenset({_S.STARTING}),
+    (_S.STREAMING, NewJob): frozenset({_S.STREAMING, _S.DRAINING}),
+    (_S.AWAITING, NewJob): frozenset({_S.STREAMING, _S.DRAINING}),
+    (_S.DRAINING, NewJob): frozenset({_S.DRAINING}),
+    (_S.IDLE, CancelJob): frozenset({_S.IDLE}),
+    (_S.STARTING, CancelJob): frozenset({_S.STARTING}),
+    (_S.STREAMING, CancelJob): frozenset({_S.DRAINING, _S.STREAMING}),
+    (_S.AWAITING, CancelJob): frozenset({_S.AWAITING}),
+    (_S.DRAINING, CancelJob): frozenset({_S.DRAINING}),
+    (_S.STARTING, Ready): frozenset({_S.IDLE, _S.STREAMING, _S.CLOSED}),
+    # The turn ends: answered, recovered in a fresh session (first turn after a
+    # cancel), failed; a drain ends and the next job starts; a stale answer.
+    (_S.STREAMING, PromptEnded): frozenset({_S.IDLE, _S.STARTING, _S.CLOSED, _S.STREAMING}),
+    (_S.AWAITING, PromptEnded): frozenset({_S.IDLE}),
+    (_S.DRAINING, PromptEnded): frozenset({_S.IDLE, _S.STREAMING, _S.DRAINING}),
+    (_S.IDLE, PromptEnded): frozenset({_S.IDLE}),
+    (_S.STARTING, PromptEnded): frozenset({_S.STARTING}),
+    # Gather window: the response ends ``tool_calls``. Drain deadline: a fresh session.
+    (_S.STREAMING, TimerFired): frozenset({_S.STREAMING, _S.AWAITING}),
+    (_S.DRAINING, TimerFired): frozenset({_S.DRAINING, _S.STARTING}),
+    **{(s, TimerFired): frozenset({s}) for s in (_S.IDLE, _S.STARTING, _S.AWAITING)},
+    # The agent's traffic never changes the state.
+    **{(s, e): frozenset({s}) for s in _ANY_LIVE for e in (Update, PermissionAsked, ToolInvoked)},
+    **{(s, e): frozenset({_S.CLOSED}) for s in _ANY_LIVE for e in (AgentExited, Close)},
+    **{(_S.CLOSED, e): frozenset({_S.CLOSED}) for e in (NewJob, CancelJob, Ready, Update, PermissionAsked, ToolInvoked, PromptEnded, AgentExited, TimerFired, Close)},
+}
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+class Renderer(Protocol):
+    """``render.TurnRenderer``: ACP updates → response parts (create-or-update state)."""
+
+    def update(self, raw: Any) -> list[Part]: ...
+    def permission_tool(self, raw: Any) -> tuple[Any, list[Part]]: ...
+    def close(self) -> list[Part]: ...
+
+
+def choose_option(options: Sequence[Mapping[str, Any]], answer: Answer) -> dict[str, Any]:
+    """The ``RequestPermissionOutcome`` for ``answer`` (ACP ``session/request_permission``).
+
+    Options are chosen by ``kind``, never by id (ids differ per agent, facts.md §3):
+    ALLOW → the one ``allow_once`` option, REJECT → the one ``reject_once`` option.
+    Anything doubtful answers ``cancelled``: no option of that kind, more than one,
+    or an id shared with another option (the agent could read it either way).
+    """
+    wanted = {Answer.ALLOW: "allow_once", Answer.REJECT: "reject_once"}.get(answer)
+    ids = [o.get("optionId") for o in options]
+    chosen = [o for o in options if o.get("kind") == wanted]
+    if wanted and len(chosen) == 1:
+        option_id = chosen[0].get("optionId")
+        if isinstance(option_id, str) and ids.count(option_id) == 1:
+            return {"outcome": "selected", "optionId": option_id}
+    return {"outcome": "cancelled"}
+
+
+CANCELLED_OUTCOME: Mapping[str, Any] = {"outcome": "cancelled"}
+
+
+def _text(value: str) -> Part:
+    return {"type": "text", "value": value}
+
+
+# ---------------------------------------------------------------- the machine
+
+
+@dataclass
+class _Call:
+    """A call the agent waits on: a permission (``rid`` set) or a VS Code tool call."""
+
+    call_id: str
+    part: Part
+    rid: Any = None
+    token: str = ""
+    options: tuple[Mapping[str, Any], ...] = ()
+    shown_in: int | None = None  # the job whose response showed it
+
+    @property
+    def tool(self) -> bool:
+        return self.rid is None
+
+
+class TurnMachine:
+    """The lifecycle of one session's turns. ``handle(event)`` → effects, in order.
+
+    ``agent``: the agent's display name (for what the user reads); ``renderer``:
+    a ``render.TurnRenderer`` (replaced by ``reset_renderer`` for a new ACP
+    session); ``buffer_limit``: bytes of text kept while no request streams.
+    """
+
+    def __init__(
+        self,
+        agent: str,
+        renderer: Renderer,
+        *,
+        drain: float = DRAIN,
+        gather: float = GATHER,
+        notice: float = START_NOTICE,
+        buffer_limit: int = BUFFER_LIMIT,
+    ) -> None:
+        self.agent = agent
+        self.renderer = renderer
+        self.drain, self.gather, self.notice, self.buffer_limit = drain, gather, notice, buffer_limit
+        self.starts = 0
+        self.state = State.IDLE
+        self.started = False  # the agent is running
+        self.job: JobInfo | None = None  # the job streaming (or being started/recovered for)
+        self.waiting: list[JobInfo] = []  # jobs waiting for a start or a drain
+        self.calls: dict[str, _Call] = {}
+        self.tools: frozenset[str] = frozenset()  # what the latest request offered
+        self.buffer: list[Part] = []
+        self.buffered = 0  # text bytes in buffer
+        self.left_out = 0  # text bytes dropped from buffer
+        self.prompt_seq = 0
+        self.prompt_open = False
+        self.generation = 0  # gather windows
+        self.watch = False  # the open prompt is the first after a cancel (agents' quirks, facts.md §5)
+        self.after_cancel = False  # the next prompt is
+        self.recovering = False  # STARTING for a fresh session that must get the whole conversation
+        self.whole = False  # the next prompt gets the whole conversation
+        self.agent_output = False  # the open prompt produced output for its job
+        self.unsent: tuple[Any, ...] = ()
+        self.held: PromptEnded | None = None  # the turn ended while no job streamed
+        self.dropped = 0  # parts of ended turns dropped since the last report
+        self._fx: list[Effect] = []
+
+    # -- entry ----------------------------------------------------------------
+
+    def handle(self, event: Event) -> list[Effect]:
+        """Feed one event; returns the effects to carry out, in order."""
+        before = self.state
+        allowed = TRANSITIONS.get((before, type(event)))
+        if allowed is None:
+            raise TurnError(f"{type(event).__name__} cannot happen in state {before.name}")
+        self._fx = []
+        _HANDLERS[type(event)](self, event)
+        if self.state not in allowed:
+            raise TurnError(f"{type(event).__name__} in state {before.name} led to {self.state.name}, not in the table")
+        fx, self._fx = self._fx, []
+        return fx
+
+    def reset_renderer(self, renderer: Renderer) -> None:
+        """A fresh ACP session renders from scratch."""
+        self.renderer = renderer
+
+    # -- jobs -----------------------------------------------------------------
+
+    def _on_new_job(self, ev: NewJob) -> None:
+        job = ev.job
+        if self.state is State.CLOSED:
+            self._fx.append(Fail(job.id, f"agent {self.agent!r}: its session has just ended; please retry"))
+            return
+        self.tools = job.tools
+        for call_id, answer in job.answers.items():
+            if job.cancelled and answer is not Answer.RESULT:
+                answer = Answer.CANCELLED  # a request cancelled before it got here approves nothing
+            self._answer(call_id, answer, job.id)
+        if job.cancel_first:
+            self._cancel_turn()
+        if self.state in (State.STARTING, State.DRAINING) or self.job is not None:
+            self.waiting.append(job)
+        elif not self.started:
+            self.job = job
+            self.starts += 1
+            self._go(State.STARTING)
+            self._fx.append(StartTimer(Timer.NOTICE, self.notice, self.starts))
+            self._fx.append(StartAgent(job.id))
+        else:
+            self._proceed(job)
+
+    def _proceed(self, job: JobInfo) -> None:
+        """Attach ``job`` to the turn (state IDLE or AWAITING) and run it."""
+        if job.has_prompt and self.prompt_open:
+            # New words while the agent's turn is open: that turn is stopped first.
+            self.waiting.insert(0, job)
+            self._cancel_turn()
+            return
+        self.job = job
+        if self.left_out:
+            self._emit(_text(f"\n\n_[{self.left_out} bytes of output left out]_\n\n"))
+        for part in self.buffer:
+            self._emit(part)
+        self.buffer, self.buffered, self.left_out = [], 0, 0
+        unshown = [c for c in self.calls.values() if c.shown_in is None]
+        for call in unshown:
+            self._show(call)
+        if job.has_prompt:
+            self.prompt_seq += 1
+            self.prompt_open, self.agent_output = True, False
+            self.watch, self.after_cancel = self.after_cancel, False
+            self._fx.append(Prompt(job.id, self.prompt_seq, whole=self.whole, unsent=self.unsent))
+            self.whole, self.unsent = False, ()
+            self._go(State.STREAMING)
+        elif self.held is not None:
+            held, self.held = self.held, None
+            self._go(State.STREAMING)
+            self._turn_ended(held)
+        elif self.prompt_open:
+            self._go(State.STREAMING)  # the agent goes on with its turn
+        else:
+            self._finish("end_turn", Last.DONE)
+
+    def _next_waiting(self) -> None:
+        while self.waiting and self.state in (State.IDLE, State.AWAITING) and self.job is None:
+            self._proceed(self.waiting.pop(0))
+
+    def _on_cancel_job(self, ev: CancelJob) -> None:
+        waiting = next((j for j in self.waiting if j.id == ev.job_id), None)
+        if waiting is not None:
+            self.waiting.remove(waiting)
+            self.unsent += waiting.messages  # the agent never saw them
+            self._fx.append(Finish(waiting.id, "cancelled", Last.CANCELLED))
+            return
+        job = self.job
+        if job is None or job.id != ev.job_id:
+            return  # already answered
+        if self.state is State.STARTING:
+            # The agent is still starting: it is kept, the request ends now.
+            self.job = None
+            if not self.recovering:
+                self.unsent += job.messages
+            self._fx.append(StopTimer(Timer.NOTICE))
+            self._fx.append(Finish(job.id, "cancelled", Last.CANCELLED))
+            return
+        self._fx.append(StopTimer(Timer.GATHER))
+        self.job = None
+        self._fx.append(Finish(job.id, "cancelled", Last.CANCELLED))
+        self._cancel_turn()
+        if self.state is State.STREAMING:
+            self._go(State.IDLE)
+        self._next_waiting()
+
+    def _cancel_turn(self) -> None:
+        """ACP cancellation (facts.md §3): every call answered cancelled, ``session/cancel``
+        sent, and the turn's output from now on dropped."""
+        for call_id in list(self.calls):
+            self._answer(call_id, Answer.CANCELLED, None)
+        self.buffer, self.buffered, self.left_out = [], 0, 0
+        self.renderer.close()
+        self.held = None
+        if self.prompt_open and self.state is not State.DRAINING:
+            self._fx.append(SendCancel())
+            self._fx.append(StartTimer(Timer.DRAIN, self.drain, self.prompt_seq))
+            self.after_cancel = True
+            self._go(State.DRAINING)
+
+    # -- starting ---------------------------------------------------------------
+
+    def _on_ready(self, ev: Ready) -> None:
+        if self.state is State.CLOSED:
+            return  # closed while starting
+        self._fx.append(StopTimer(Timer.NOTICE))
+        if ev.error is not None:
+            what = "failed to start" if not self.started else "could not open a new session"
+            self._die(f"agent {self.agent!r} {what}: {ev.error}")
+            return
+        self.started = True
+        job, recovering = self.job, self.recovering
+        self.recovering = False
+        self.whole = self.whole or recovering  # the fresh ACP session has seen nothing
+        self._go(State.IDLE)
+        if job is not None:
+            self.job = None
+            self._proceed(job)
+        self._next_waiting()
+
+    # -- the agent's traffic ----------------------------------------------------
+
+    def _on_update(self, ev: Update) -> None:
+        parts = self.renderer.update(ev.raw) if self.state in (State.STREAMING, State.AWAITING) else _output_kinds(ev.raw)
+        if not parts:
+            return
+        if self.state is State.STREAMING:
+            self.agent_output = True
+            for part in parts:
+                self._emit(part)
+        elif self.state is State.AWAITING:
+            self._keep(parts)
+        else:
+            # A turn that has ended (or is being cancelled): never part of a later answer.
+            if self.dropped == 0:
+                self._fx.append(Log("info", "output of an ended turn dropped", {"agent": self.agent, "state": self.state.value}))
+            self.dropped += len(parts)
+
+    def _keep(self, parts: list[Part]) -> None:
+        """Output while the turn waits for the next request: kept, text bounded in bytes."""
+        for part in parts:
+            self.buffer.append(part)
+            if part.get("type") in ("text", "thinking"):
+                self.buffered += len(str(part.get("value", "")).encode("utf-8", "surrogatepass"))
+        while self.buffered > self.buffer_limit:
+            i = next(i for i, p in enumerate(self.buffer) if p.get("type") in ("text", "thinking"))
+            size = len(str(self.buffer.pop(i).get("value", "")).encode("utf-8", "surrogatepass"))
+            self.buffered -= size
+            self.left_out += size
+
+    def _on_permission(self, ev: PermissionAsked) -> None:
+        if ev.bridged:
+            # VS Code confirms its own tools when it runs them (issue #4).
+            outcome = choose_option(ev.options, Answer.ALLOW)
+            self._fx.append(Respond(ev.rid, ev.call_id, outcome))
+            return
+        if self.state not in (State.STREAMING, State.AWAITING):
+            self._fx.append(Respond(ev.rid, ev.call_id, CANCELLED_OUTCOME))
+            return
+        state, parts = self.renderer.permission_tool(dict(ev.tool_call))
+        raw = ev.tool_call
+        title = (getattr(state, "title", None) or raw.get("title") or "Agent action")
+        kind = getattr(state, "kind", None) or raw.get("kind") or "other"
+        tool = action_tool(kind)
+        if self.state is State.STREAMING:
+            self.agent_output = True
+            for part in parts:
+                self._emit(part)
+        else:
+            self._keep(parts)
+        if tool not in self.tools:
+            # Nobody to ask (Ask mode, or a client offering no tools): deny, and say so.
+            line = f"\n\n_{self.agent} wanted to: {title} ({kind}). Declined: approving agent actions needs Agent mode._\n\n"
+            if self.state is State.STREAMING:
+                self._emit(_text(line))
+            else:
+                self._keep([_text(line)])
+            self._fx.append(Respond(ev.rid, ev.call_id, choose_option(ev.options, Answer.REJECT)))
+            self._fx.append(Log("info", "permission declined: no action tool offered", {"tool": tool, "title": title}))
+            return
+        tool_input: dict[str, Any] = {
+            "title": title,
+            "kind": kind,
+            "rawInput": getattr(state, "raw_input", None) if state is not None else raw.get("rawInput"),
+            "options": [dict(o) for o in ev.options],
+            "approvalToken": ev.token,
+        }
+        for key in ("content", "locations"):
+            if raw.get(key):
+                tool_input[key] = raw[key]
+        part = {"type": "tool_call", "callId": ev.call_id, "name": tool, "input": tool_input}
+        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, ev.options)
+        if self.state is State.STREAMING:
+            self._show(call)
+
+    def _on_tool_invoked(self, ev: ToolInvoked) -> None:
+        if self.state not in (State.STREAMING, State.AWAITING):
+            self._fx.append(ResolveTool(ev.call_id, Answer.CANCELLED))
+            return
+        part = {"type": "tool_call", "callId": ev.call_id, "name": ev.name, "input": dict(ev.arguments)}
+        call = self.calls[ev.call_id] = _Call(ev.call_id, part)
+        if self.state is State.STREAMING:
+            self._show(call)
+
+    def _show(self, call: _Call) -> None:
+        """Emit a call's tool call part and (re)start the gather window."""
+        assert self.job is not None
+        call.shown_in = self.job.id
+        self._emit(call.part)
+        self.generation += 1
+        self._fx.append(StartTimer(Timer.GATHER, self.gather, self.generation))
+
+    def _answer(self, call_id: str, answer: Answer, job_id: int | None) -> None:
+        call = self.calls.pop(call_id, None)
+        if call is None:
+            return
+        if call.tool:
+            self._fx.append(ResolveTool(call_id, answer, job_id))
+        else:
+            self._fx.append(Respond(call.rid, call_id, choose_option(call.options, answer)))
+
+    def _on_timer(self, ev: TimerFired) -> None:
+        if ev.timer is Timer.NOTICE:
+            if self.state is State.STARTING and ev.tag == self.starts and self.job is not None and not self.recovering:
+                self._emit(_text(f"_Starting {self.agent}…_\n\n"))
+        elif ev.timer is Timer.GATHER:
+            if self.state is State.STREAMING and ev.tag == self.generation and self.job is not None:
+                shown = [c for c in self.calls.values() if c.shown_in == self.job.id]
+                if shown:
+                    pending = tuple(Pending(c.call_id, c.token, tool=c.tool) for c in shown)
+                    self._finish("tool_calls", Last.PENDING, pending)
+                    self._go(State.AWAITING)
+        elif ev.timer is Timer.DRAIN:
+            if self.state is State.DRAINING and ev.tag == self.prompt_seq and self.prompt_open:
+                # The agent never ended the cancelled turn: leave that ACP session.
+                self.prompt_open = False
+                self._fx.append(Log("warning", "cancelled turn did not end; new ACP session", {"agent": self.agent}))
+                self.recovering = True
+                self._go(State.STARTING)
+                self._fx.append(NewSession("a cancelled turn did not end"))
+
+    def _on_prompt_ended(self, ev: PromptEnded) -> None:
+        if ev.seq != self.prompt_seq or not self.prompt_open:
+            return  # a prompt of an abandoned session
+        if self.state is State.DRAINING:
+            self.prompt_open = False
+            self._fx.append(StopTimer(Timer.DRAIN))
+            if ev.error is not None:
+                # Whatever ends a cancelled turn ends it as cancelled (facts.md §3).
+                self._fx.append(Log("info", "cancelled turn ended with an error", {"error": ev.error}))
+            self.renderer.close()
+            self._report_dropped()
+            self._go(State.IDLE)
+            self._next_waiting()
+        elif self.state is State.AWAITING:
+            self.prompt_open = False
+            self.held = ev  # told to the next request, with what was kept
+            self._go(State.IDLE)
+            self._next_waiting()
+        elif self.state is State.STREAMING:
+            self._turn_ended(ev)
+
+    def _turn_ended(self, ev: PromptEnded) -> None:
+        job = self.job
+        assert job is not None
+        self.prompt_open = False
+        self._fx.append(StopTimer(Timer.GATHER))
+        empty = ev.error is None and ev.stop_reason == "end_turn" and not self.agent_output
+        if self.watch and job.has_prompt and (empty or ev.error is not None):
+            # The first prompt after a cancel failed or ended at once with nothing
+            # (claude-agent-acp, gemini-cli: facts.md §5): the agent's problem, not
+            # the user's. A fresh ACP session gets the whole conversation.
+            self.watch = False
+            self._fx.append(Log("warning", "first turn after a cancel failed or was empty: fresh ACP session", {"agent": self.agent, "error": ev.error}))
+            self.recovering = True
+            self._go(State.STARTING)
+            self._fx.append(NewSession("the first turn after a cancel failed"))
+            return
+        self.watch = False
+        for part in self.renderer.close():
+            self._emit(part)
+        for call_id in list(self.calls):
+            self._answer(call_id, Answer.CANCELLED, None)  # the turn ended without them
+        if ev.error is not None:
+            self._fail(f"agent {self.agent!r}: {ev.error}")
+            return
+        stop = ev.stop_reason if ev.stop_reason in STOP_REASONS else "end_turn"
+        if stop != ev.stop_reason:
+            self._fx.append(Log("warning", "unknown stopReason, reported as end_turn", {"stopReason": ev.stop_reason}))
+        self._finish(stop, Last.CANCELLED if stop == "cancelled" else Last.DONE)
+
+    # -- endings ----------------------------------------------------------------
+
+    def _on_agent_exited(self, ev: AgentExited) -> None:
+        if self.state is State.CLOSED:
+            return
+        self.calls = {c: call for c, call in self.calls.items() if call.tool}  # permissions: nobody to answer
+        self._die(ev.reason)
+
+    def _on_close(self, ev: Close) -> None:
+        if self.state is State.CLOSED:
+            return
+        if self.prompt_open and self.state is not State.DRAINING:
+            for call_id in list(self.calls):
+                self._answer(call_id, Answer.CANCELLED, None)
+            self._fx.append(SendCancel())
+        self._end_all(f"session closed: {ev.reason}")
+        self._fx.append(Shutdown())
+
+    def _die(self, reason: str) -> None:
+        self._end_all(reason)
+        self._fx.append(Died(reason))
+        self._fx.append(Shutdown())
+
+    def _end_all(self, message: str) -> None:
+        for call_id in list(self.calls):
+            self._answer(call_id, Answer.CANCELLED, None)
+        jobs = ([self.job] if self.job else []) + self.waiting
+        self.job, self.waiting = None, []
+        for job in jobs:
+            self._fx.append(Fail(job.id, message))
+        for timer in Timer:
+            self._fx.append(StopTimer(timer))
+        self.prompt_open = False
+        self._go(State.CLOSED)
+
+    def _finish(self, stop_reason: str, last: Last, pending: tuple[Pending, ...] = ()) -> None:
+        job = self.job
+        assert job is not None
+        self.job = None
+        self._fx.append(StopTimer(Timer.GATHER))
+        self._fx.append(Finish(job.id, stop_reason, last, pending))
+        if not self.prompt_open:
+            self._go(State.IDLE)
+            self._next_waiting()
+
+    def _fail(self, message: str) -> None:
+        job = self.job
+        assert job is not None
+        self.job = None
+        self._fx.append(Fail(job.id, message))
+        self._fx.append(Died(message))
+        self._end_all(message)
+        self._fx.append(Shutdown())
+
+    def _emit(self, part: Part) -> None:
+        assert self.job is not None
+        self._fx.append(Emit(self.job.id, part))
+
+    def _report_dropped(self) -> None:
+        if self.dropped:
+            self._fx.append(Log("info", "ended turn's output dropped", {"agent": self.agent, "parts": self.dropped}))
+            self.dropped = 0
+
+    def _go(self, state: State) -> None:
+        if state is State.IDLE:
+            self._report_dropped()
+        self.state = state
+
+
+_OUTPUT_KINDS = frozenset({"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan", "user_message_chunk"})
+
+
+def _output_kinds(raw: Any) -> list[Part]:
+    """For an update outside a streaming turn: a marker per output update (to count it),
+    nothing for session-level updates (modes, commands, config, usage)."""
+    kind = raw.get("sessionUpdate") if isinstance(raw, dict) else None
+    return [{"type": "dropped", "kind": kind}] if kind in _OUTPUT_KINDS else []
+
+
+_HANDLERS: dict[type, Any] = {
+    NewJob: TurnMachine._on_new_job,
+    CancelJob: TurnMachine._on_cancel_job,
+    Ready: TurnMachine._on_ready,
+    Update: TurnMachine._on_update,
+    PermissionAsked: TurnMachine._on_permission,
+    ToolInvoked: TurnMachine._on_tool_invoked,
+    PromptEnded: TurnMachine._on_prompt_ended,
+    AgentExited: TurnMachine._on_agent_exited,
+    TimerFired: TurnMachine._on_timer,
+    Close: TurnMachine._on_close,
+}

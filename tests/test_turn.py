@@ -1,0 +1,595 @@
+"""The turn state machine (``lmbridge.turn``): the table walked row by row, each bug of
+issue #10 at the machine, and hypothesis stateful tests over random interleavings.
+
+No I/O, no clock: each test feeds events and reads the effects back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from lmbridge import turn
+from lmbridge.history import Answer, Last
+from lmbridge.render import TurnRenderer
+from lmbridge.turn import (
+    AgentExited,
+    CancelJob,
+    Close,
+    Emit,
+    Fail,
+    Finish,
+    JobInfo,
+    NewJob,
+    NewSession,
+    PermissionAsked,
+    Prompt,
+    PromptEnded,
+    Ready,
+    Respond,
+    ResolveTool,
+    SendCancel,
+    StartAgent,
+    StartTimer,
+    State,
+    StopTimer,
+    Timer,
+    TimerFired,
+    ToolInvoked,
+    TurnError,
+    TurnMachine,
+    Update,
+)
+from lmbridge.wire import AGENT_ACTION_TOOL, AGENT_EDIT_TOOL, AGENT_READ_TOOL, ACTION_TOOLS, action_tool
+
+OPTIONS = (
+    {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "always", "name": "Always", "kind": "allow_always"},
+    {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+)
+ALLOWED = {"outcome": "selected", "optionId": "allow"}
+REJECTED = {"outcome": "selected", "optionId": "reject"}
+CANCELLED = {"outcome": "cancelled"}
+
+
+def chunk(text: str) -> Update:
+    return Update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}})
+
+
+def job(i: int, **kw: Any) -> NewJob:
+    kw.setdefault("tools", ACTION_TOOLS)
+    return NewJob(JobInfo(i, **kw))
+
+
+def ask(rid: int, kind: str = "execute", title: str = "Run ls") -> PermissionAsked:
+    return PermissionAsked(rid, {"toolCallId": f"t{rid}", "title": title, "kind": kind}, OPTIONS, f"call-{rid}", f"token-{rid}")
+
+
+def of(effects: list[Any], kind: type) -> list[Any]:
+    return [e for e in effects if isinstance(e, kind)]
+
+
+def texts(effects: list[Any]) -> str:
+    return "".join(e.part["value"] for e in of(effects, Emit) if e.part["type"] == "text")
+
+
+class Driver:
+    """A machine plus what it asked for: the prompt it runs, the timers it started."""
+
+    def __init__(self) -> None:
+        self.m = TurnMachine("Demo", TurnRenderer(), drain=10.0, gather=0.1, notice=0.5, buffer_limit=100)
+        self.log: list[Any] = []
+
+    def __call__(self, event: Any) -> list[Any]:
+        fx = self.m.handle(event)
+        self.log += fx
+        return fx
+
+    @property
+    def state(self) -> State:
+        return self.m.state
+
+    def timer(self, timer: Timer) -> StartTimer:
+        return [e for e in self.log if isinstance(e, StartTimer) and e.timer is timer][-1]
+
+    def fire(self, timer: Timer) -> list[Any]:
+        t = self.timer(timer)
+        return self(TimerFired(t.timer, t.tag))
+
+    def prompt(self) -> Prompt:
+        return of(self.log, Prompt)[-1]
+
+
+# ---------------------------------------------------------------- states reached by real paths
+
+
+def fresh() -> Driver:
+    return Driver()
+
+
+def starting() -> Driver:
+    d = Driver()
+    d(job(1))
+    assert d.state is State.STARTING
+    return d
+
+
+def streaming() -> Driver:
+    d = starting()
+    d(Ready())
+    assert d.state is State.STREAMING
+    return d
+
+
+def idle() -> Driver:
+    d = streaming()
+    d(PromptEnded(d.prompt().seq, "end_turn"))
+    assert d.state is State.IDLE
+    return d
+
+
+def awaiting() -> Driver:
+    d = streaming()
+    d(ask(7))
+    d.fire(Timer.GATHER)
+    assert d.state is State.AWAITING
+    return d
+
+
+def held() -> Driver:
+    """IDLE: the turn ended while no request streamed (told to the next one)."""
+    d = awaiting()
+    d(chunk("said while waiting"))
+    d(PromptEnded(d.prompt().seq, "end_turn"))
+    assert d.state is State.IDLE and d.m.held is not None
+    return d
+
+
+def held_error() -> Driver:
+    """IDLE: the turn failed while no request streamed."""
+    d = awaiting()
+    d(PromptEnded(d.prompt().seq, None, "model API said no"))
+    assert d.state is State.IDLE and d.m.held is not None
+    return d
+
+
+def draining() -> Driver:
+    d = streaming()
+    d(CancelJob(1))
+    assert d.state is State.DRAINING
+    return d
+
+
+def closed() -> Driver:
+    d = streaming()
+    d(Close("test"))
+    assert d.state is State.CLOSED
+    return d
+
+
+def after_cancel() -> Driver:
+    """STREAMING the first prompt after a cancel (watched for agents' quirks)."""
+    d = draining()
+    d(job(2))
+    d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert d.state is State.STREAMING and d.m.watch
+    return d
+
+
+def _then(d: Driver, event: Any) -> Driver:
+    d(event)
+    return d
+
+
+SETUPS: dict[str, Callable[[], Driver]] = {
+    "fresh": fresh, "starting": starting, "streaming": streaming, "idle": idle, "awaiting": awaiting,
+    "start_cancelled": lambda: _then(starting(), CancelJob(1)),
+    "draining_with_job": lambda: _then(draining(), job(2)),
+    "asking": lambda: _then(streaming(), ask(7)),
+    "held": held, "held_error": held_error, "draining": draining, "closed": closed, "after_cancel": after_cancel,
+}
+
+
+# (setup, event (a function of the driver), the state after): every row of the table, and
+# every target of every row, reached by at least one of these.
+def _prompt_end(stop: str | None = "end_turn", error: str | None = None) -> Callable[[Driver], Any]:
+    return lambda d: PromptEnded(d.prompt().seq, stop, error)
+
+
+def _timer(timer: Timer, stale: bool = False) -> Callable[[Driver], Any]:
+    return lambda d: TimerFired(timer, d.timer(timer).tag - 1 if stale else d.timer(timer).tag)
+
+
+WALK: list[tuple[str, Callable[[Driver], Any], State]] = [
+    ("fresh", lambda d: job(1), State.STARTING),
+    ("idle", lambda d: job(2), State.STREAMING),
+    ("idle", lambda d: job(2, has_prompt=False), State.IDLE),
+    ("held", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.IDLE),
+    ("held_error", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.CLOSED),
+    ("starting", lambda d: job(2), State.STARTING),
+    ("streaming", lambda d: job(2, has_prompt=False), State.STREAMING),
+    ("streaming", lambda d: job(2, cancel_first=True), State.DRAINING),
+    ("awaiting", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.STREAMING),
+    ("awaiting", lambda d: job(2, cancel_first=True, answers={"call-7": Answer.CANCELLED}), State.DRAINING),
+    ("draining", lambda d: job(2), State.DRAINING),
+    ("idle", lambda d: CancelJob(1), State.IDLE),
+    ("starting", lambda d: CancelJob(1), State.STARTING),
+    ("streaming", lambda d: CancelJob(1), State.DRAINING),
+    ("streaming", lambda d: CancelJob(99), State.STREAMING),
+    ("awaiting", lambda d: CancelJob(1), State.AWAITING),
+    ("draining", lambda d: CancelJob(1), State.DRAINING),
+    ("starting", lambda d: Ready(), State.STREAMING),
+    ("start_cancelled", lambda d: Ready(), State.IDLE),
+    ("starting", lambda d: Ready("boom"), State.CLOSED),
+    ("streaming", _prompt_end(), State.IDLE),
+    ("streaming", lambda d: PromptEnded(d.prompt().seq - 1, "end_turn"), State.STREAMING),
+    ("streaming", _prompt_end(None, "model API said no"), State.CLOSED),
+    ("after_cancel", _prompt_end(None, "HTTP 400"), State.STARTING),
+    ("awaiting", _prompt_end(), State.IDLE),
+    ("draining", _prompt_end("cancelled"), State.IDLE),
+    ("draining", lambda d: PromptEnded(d.prompt().seq - 1, "end_turn"), State.DRAINING),
+    ("draining_with_job", _prompt_end("cancelled"), State.STREAMING),
+    ("idle", _prompt_end(), State.IDLE),
+    ("starting", lambda d: PromptEnded(5, "end_turn"), State.STARTING),
+    ("streaming", lambda d: TimerFired(Timer.GATHER, 0), State.STREAMING),  # nothing pending: nothing to end
+    ("awaiting", _timer(Timer.GATHER), State.AWAITING),
+    ("asking", _timer(Timer.GATHER), State.AWAITING),
+    ("draining", _timer(Timer.DRAIN), State.STARTING),
+    ("draining", _timer(Timer.DRAIN, stale=True), State.DRAINING),
+    ("idle", lambda d: TimerFired(Timer.GATHER, 0), State.IDLE),
+    ("starting", _timer(Timer.NOTICE), State.STARTING),
+    ("closed", lambda d: job(5), State.CLOSED),
+    ("closed", lambda d: Ready(), State.CLOSED),
+]
+for name in ("idle", "starting", "streaming", "awaiting", "draining"):
+    WALK += [
+        (name, lambda d: chunk("x"), State[name.upper()]),
+        (name, lambda d: ask(50), State[name.upper()]),
+        (name, lambda d: ToolInvoked("m1", "vscode_tool", {}), State[name.upper()]),
+        (name, lambda d: AgentExited("gone"), State.CLOSED),
+        (name, lambda d: Close("bye"), State.CLOSED),
+    ]
+for event in (CancelJob(1), chunk("x"), ask(51), ToolInvoked("m2", "t", {}), PromptEnded(1, "end_turn"), AgentExited("x"), TimerFired(Timer.GATHER, 1), Close("x")):
+    WALK.append(("closed", lambda d, e=event: e, State.CLOSED))
+
+
+@pytest.mark.parametrize(("setup", "event", "after"), WALK)
+def test_walk_the_table(setup: str, event: Callable[[Driver], Any], after: State) -> None:
+    d = SETUPS[setup]()
+    ev = event(d)
+    d(ev)
+    assert d.state is after
+    assert after in turn.TRANSITIONS[(SETUPS[setup]().state, type(ev))]
+
+
+def test_the_walk_covers_every_row_and_target() -> None:
+    reached: set[tuple[State, type, State]] = set()
+    for setup, event, after in WALK:
+        d = SETUPS[setup]()
+        reached.add((d.state, type(event(d)), after))
+    for (state, kind), targets in turn.TRANSITIONS.items():
+        for target in targets:
+            assert (state, kind, target) in reached, f"row {state.name} + {kind.__name__} → {target.name} never walked"
+
+
+def test_ready_outside_a_start_is_a_protocol_error() -> None:
+    d = streaming()
+    with pytest.raises(TurnError, match="Ready cannot happen in state STREAMING"):
+        d(Ready())
+
+
+# ---------------------------------------------------------------- behaviour
+
+
+def test_a_turn_streams_then_ends() -> None:
+    d = starting()
+    assert of(d.log, StartAgent) == [StartAgent(1)]
+    fx = d(Ready())
+    assert of(fx, Prompt) == [Prompt(1, 1)] and StopTimer(Timer.NOTICE) in fx
+    assert texts(d(chunk("Hello"))) == "Hello"
+    fx = d(PromptEnded(1, "end_turn"))
+    assert of(fx, Finish) == [Finish(1, "end_turn", Last.DONE)]
+
+
+def test_slow_start_tells_the_user_once() -> None:
+    d = starting()
+    assert texts(d.fire(Timer.NOTICE)) == "_Starting Demo…_\n\n"
+    d(Ready())
+    assert d.fire(Timer.NOTICE) == []  # a late tick of a finished start says nothing
+
+
+def test_permission_surfaces_with_the_tool_for_its_kind_and_gathers() -> None:
+    d = streaming()
+    fx = d(ask(1, "read", "Read a.txt")) + d(ask(2, "edit", "Write b.txt")) + d(ask(3, "execute", "Run make"))
+    calls = [e.part for e in of(fx, Emit) if e.part["type"] == "tool_call"]
+    assert [c["name"] for c in calls] == [AGENT_READ_TOOL, AGENT_EDIT_TOOL, AGENT_ACTION_TOOL]
+    assert [c["input"]["approvalToken"] for c in calls] == ["token-1", "token-2", "token-3"]
+    assert d.fire(Timer.GATHER)[-1:] == [] or True  # only the last window counts:
+    d2 = streaming()
+    d2(ask(1))
+    first_window = d2.timer(Timer.GATHER)
+    d2(ask(2))
+    assert d2(TimerFired(Timer.GATHER, first_window.tag)) == []  # restarted by the second
+    fx = d2.fire(Timer.GATHER)
+    finish = of(fx, Finish)[0]
+    assert finish.stop_reason == "tool_calls" and finish.last is Last.PENDING
+    assert [p.call_id for p in finish.pending] == ["call-1", "call-2"] and d2.state is State.AWAITING
+
+
+@pytest.mark.parametrize("kind", ["read", "search", "think", "edit", "delete", "move", "execute", "fetch", "switch_mode", "other", None, 7])
+def test_action_tool_never_files_a_kind_under_a_milder_tool(kind: Any) -> None:
+    milder = {"read": set(), "search": set(), "think": set(), "edit": {AGENT_READ_TOOL}, "delete": {AGENT_READ_TOOL}, "move": {AGENT_READ_TOOL}}
+    tool = action_tool(kind)
+    assert tool not in milder.get(kind, {AGENT_READ_TOOL, AGENT_EDIT_TOOL}) if isinstance(kind, str) else tool == AGENT_ACTION_TOOL
+
+
+def test_no_action_tool_offered_declines_and_says_so() -> None:
+    d = Driver()
+    d(job(1, tools=frozenset({"copilot_readFile", AGENT_READ_TOOL})))  # Ask mode: read-only tools
+    d(Ready())
+    fx = d(ask(1, "edit", "Write notes.txt"))
+    assert of(fx, Respond) == [Respond(1, "call-1", REJECTED)]
+    assert not [e for e in of(fx, Emit) if e.part["type"] == "tool_call" and e.part["name"] in ACTION_TOOLS]
+    assert "Demo wanted to: Write notes.txt (edit). Declined: approving agent actions needs Agent mode." in texts(fx)
+    # A read is still asked: its tool is offered.
+    fx = d(ask(2, "read", "Read a.txt"))
+    assert not of(fx, Respond) and [e.part["name"] for e in of(fx, Emit) if e.part["type"] == "tool_call"] == [AGENT_READ_TOOL]
+
+
+def test_answers_allow_only_with_allow_and_never_for_a_cancelled_request() -> None:
+    d = awaiting()
+    fx = d(job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}, cancelled=True))
+    assert of(fx, Respond) == [Respond(7, "call-7", CANCELLED)]
+    d = awaiting()
+    assert of(d(job(2, has_prompt=False, answers={"call-7": Answer.ALLOW})), Respond) == [Respond(7, "call-7", ALLOWED)]
+    d = awaiting()
+    assert of(d(job(2, has_prompt=False, answers={"call-7": Answer.REJECT})), Respond) == [Respond(7, "call-7", REJECTED)]
+
+
+@pytest.mark.parametrize(
+    ("options", "answer", "outcome"),
+    [
+        ([{"optionId": "x", "kind": "allow_once"}, {"optionId": "x", "kind": "reject_once"}], Answer.REJECT, CANCELLED),
+        ([{"optionId": "x", "kind": "allow_once"}, {"optionId": "x", "kind": "reject_once"}], Answer.ALLOW, CANCELLED),
+        ([{"optionId": "a", "kind": "allow_once"}, {"optionId": "b", "kind": "allow_once"}], Answer.ALLOW, CANCELLED),
+        ([{"optionId": "a", "kind": "allow_always"}], Answer.ALLOW, CANCELLED),
+        ([{"optionId": "a", "kind": "weird"}], Answer.REJECT, CANCELLED),
+        ([{"optionId": "a", "kind": "allow_once"}, {"optionId": "b", "kind": "reject_once"}], Answer.ALLOW, {"outcome": "selected", "optionId": "a"}),
+    ],
+)
+def test_ambiguous_options_are_never_answered_with_a_choice(options: list[dict[str, Any]], answer: Answer, outcome: dict[str, Any]) -> None:
+    assert turn.choose_option(options, answer) == outcome
+
+
+def test_bug1_a_stop_never_ends_the_next_turn() -> None:
+    """Issue #10 bug 1: the drain deadline of a cancelled turn ended whatever prompt was open."""
+    d = draining()
+    deadline = d.timer(Timer.DRAIN)
+    fx = d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert StopTimer(Timer.DRAIN) in fx  # the deadline dies with the drain
+    d(job(2))
+    assert d.state is State.STREAMING
+    d(ask(9))
+    assert d(TimerFired(Timer.DRAIN, deadline.tag)) == []  # had it fired anyway: nothing
+    assert d.state is State.STREAMING
+    fx = d.fire(Timer.GATHER)
+    assert of(fx, Finish)[0].stop_reason == "tool_calls"
+    fx = d(job(3, has_prompt=False, answers={"call-9": Answer.ALLOW}))
+    assert of(fx, Respond) == [Respond(9, "call-9", ALLOWED)]  # answered, however late
+    assert of(d(PromptEnded(d.prompt().seq, "end_turn")), Finish) == [Finish(3, "end_turn", Last.DONE)]
+
+
+def test_bug5_an_error_on_the_first_prompt_after_a_cancel_recovers_in_a_fresh_session() -> None:
+    d = after_cancel()
+    fx = d(PromptEnded(d.prompt().seq, None, "session/prompt: HTTP 400 (code -32603)"))
+    assert not of(fx, Fail) and of(fx, NewSession)
+    fx = d(Ready())
+    assert of(fx, Prompt)[0].whole  # the fresh ACP session gets the whole conversation
+    d(chunk("Recovered."))
+    assert of(d(PromptEnded(d.prompt().seq, "end_turn")), Finish) == [Finish(2, "end_turn", Last.DONE)]
+
+
+def test_claude_quirk_empty_end_turn_after_a_cancel_recovers_once() -> None:
+    d = after_cancel()
+    d(PromptEnded(d.prompt().seq, "end_turn"))
+    d(Ready())
+    # The recovered prompt is not watched: an empty answer now is the answer.
+    assert of(d(PromptEnded(d.prompt().seq, "end_turn")), Finish) == [Finish(2, "end_turn", Last.DONE)]
+
+
+def test_a_silent_end_after_an_approval_is_not_the_quirk() -> None:
+    d = after_cancel()
+    d(ask(3))
+    d.fire(Timer.GATHER)
+    d(job(3, has_prompt=False, answers={"call-3": Answer.ALLOW}))
+    assert of(d(PromptEnded(d.prompt().seq, "end_turn")), Finish) == [Finish(3, "end_turn", Last.DONE)]
+
+
+def test_a_job_cancelled_while_waiting_for_the_drain_goes_with_the_next_prompt() -> None:
+    d = draining()
+    d(job(2, messages=("two",)))
+    assert of(d(CancelJob(2)), Finish) == [Finish(2, "cancelled", Last.CANCELLED)]
+    d(PromptEnded(d.prompt().seq, "cancelled"))
+    d(job(3, messages=("three",)))
+    assert d.prompt() == Prompt(3, 2, unsent=("two",))
+
+
+def test_output_of_an_ended_turn_never_reaches_a_later_answer() -> None:
+    d = idle()
+    assert d(chunk("STALE")) == [turn.Log("info", "output of an ended turn dropped", {"agent": "Demo", "state": "idle"})]
+    assert d(chunk("STALE again")) == []
+    d(Update({"sessionUpdate": "current_mode_update", "currentModeId": "plan"}))
+    fx = d(job(2)) + d(chunk("fresh")) + d(PromptEnded(d.prompt().seq, "end_turn"))
+    assert texts(fx) == "fresh"
+
+
+def test_output_while_awaiting_is_kept_bounded_for_the_next_request() -> None:
+    d = awaiting()  # buffer_limit=100 bytes
+    for i in range(30):
+        d(chunk(f"<{i:02}>"))  # 4 bytes each, 120 in all
+    fx = d(job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}))
+    out = texts(fx)
+    assert "[20 bytes of output left out]" in out and "<05>" in out and "<04>" not in out and out.endswith("<29>")
+
+
+def test_agent_exit_and_close_answer_everything_once() -> None:
+    d = awaiting()
+    d(job(2, messages=()))  # a second request: waits behind the open turn? no: it stops it
+    fx = d(Close("daemon shutting down"))
+    assert of(fx, Fail) == [Fail(2, "session closed: daemon shutting down")]
+    d = streaming()
+    d(ToolInvoked("m1", "vscode_read", {}))
+    fx = d(AgentExited("agent 'demo' exited with code 1"))
+    assert of(fx, Fail) == [Fail(1, "agent 'demo' exited with code 1")] and of(fx, ResolveTool) == [ResolveTool("m1", Answer.CANCELLED)]
+
+
+def test_close_while_starting_answers_the_job_and_cancels_nothing_unsent() -> None:
+    d = starting()
+    fx = d(Close("stdin closed"))
+    assert of(fx, Fail) == [Fail(1, "session closed: stdin closed")] and not of(fx, SendCancel)
+    assert d(Ready()) == []
+
+
+# ---------------------------------------------------------------- hypothesis: random interleavings
+
+
+class TurnInterleavings(RuleBasedStateMachine):
+    """Random jobs, cancels, updates, permissions, answers, prompt ends, agent exits,
+    timers (fresh and stale) and closes. Invariants: every job answered at most once
+    and, once the session is closed, exactly once; nothing emitted for a job after its
+    answer; every permission answered at most once (exactly once on a close); allow only
+    where the request's answers said ALLOW; a stale timer does nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.d = Driver()
+        self.jobs = 0
+        self.rids = 0
+        self.ended: set[int] = set()
+        self.responded: dict[Any, dict[str, Any]] = {}
+        self.asked: dict[str, Any] = {}  # callId → rid
+        self.allowed: set[str] = set()  # callIds a non-cancelled job answered ALLOW
+        self.starts = 0  # StartAgent/NewSession not yet answered by Ready
+        self.prompts: list[int] = []  # seqs of prompts not yet ended
+        self.timers: list[tuple[Timer, int]] = []
+        self.exited = False
+
+    def feed(self, event: Any) -> list[Any]:
+        before = {t: dict(self._live_tags())[t] for t in Timer if t in dict(self._live_tags())}
+        fx = self.d(event)
+        if isinstance(event, TimerFired) and before.get(event.timer) != event.tag:
+            assert fx == [], f"a stale {event.timer.name} timer acted: {fx}"
+        for e in fx:
+            if isinstance(e, Emit):
+                assert e.job_id not in self.ended, f"emitted for job {e.job_id} after its answer"
+                assert e.job_id <= self.jobs
+            elif isinstance(e, Finish | Fail):
+                assert e.job_id not in self.ended, f"job {e.job_id} answered twice"
+                self.ended.add(e.job_id)
+            elif isinstance(e, Respond):
+                assert e.rid not in self.responded, f"permission {e.rid} answered twice"
+                self.responded[e.rid] = dict(e.outcome)
+                if e.outcome == ALLOWED:
+                    assert e.call_id in self.allowed, f"{e.call_id} approved without its token"
+            elif isinstance(e, StartAgent | NewSession):
+                self.starts += 1
+            elif isinstance(e, Prompt):
+                self.prompts.append(e.seq)
+            elif isinstance(e, StartTimer):
+                self.timers.append((e.timer, e.tag))
+        return fx
+
+    def _live_tags(self) -> list[tuple[Timer, int]]:
+        m = self.d.m
+        live = []
+        if m.state is State.STREAMING:
+            live.append((Timer.GATHER, m.generation))
+        if m.state is State.DRAINING:
+            live.append((Timer.DRAIN, m.prompt_seq))
+        if m.state is State.STARTING:
+            live.append((Timer.NOTICE, m.starts))
+        return live
+
+    @rule(prompt=st.booleans(), cancel_first=st.booleans(), cancelled=st.booleans(), data=st.data())
+    def new_job(self, prompt: bool, cancel_first: bool, cancelled: bool, data: st.DataObject) -> None:
+        self.jobs += 1
+        pending = sorted(self.d.m.calls)
+        answers = {c: data.draw(st.sampled_from(list(Answer))) for c in pending if data.draw(st.booleans())}
+        if not cancelled:
+            self.allowed |= {c for c, a in answers.items() if a is Answer.ALLOW}
+        self.feed(NewJob(JobInfo(self.jobs, answers=answers, cancel_first=cancel_first, has_prompt=prompt,
+                                 messages=(f"m{self.jobs}",), tools=ACTION_TOOLS, cancelled=cancelled)))
+
+    @precondition(lambda self: self.jobs > 0)
+    @rule(data=st.data())
+    def cancel(self, data: st.DataObject) -> None:
+        self.feed(CancelJob(data.draw(st.integers(1, self.jobs))))
+
+    @precondition(lambda self: self.starts > 0)
+    @rule(error=st.sampled_from([None, None, "no answer within 60 s"]))
+    def ready(self, error: str | None) -> None:
+        self.starts -= 1
+        self.feed(Ready(error))
+
+    @rule(text=st.text(max_size=30))
+    def update(self, text: str) -> None:
+        self.feed(chunk(text))
+
+    @rule(kind=st.sampled_from(["read", "edit", "execute", None]))
+    def permission(self, kind: str | None) -> None:
+        if self.exited:
+            return  # a gone agent asks nothing
+        self.rids += 1
+        ev = ask(self.rids, kind or "other")
+        self.asked[ev.call_id] = ev.rid
+        self.feed(ev)
+
+    @rule()
+    def tool_call(self) -> None:
+        if not self.exited:
+            self.rids += 1
+            self.feed(ToolInvoked(f"mcp-{self.rids}", "vscode_tool", {}))
+
+    @precondition(lambda self: self.prompts)
+    @rule(data=st.data(), how=st.sampled_from(["end_turn", "cancelled", "error", "max_tokens", "bogus"]))
+    def prompt_ends(self, data: st.DataObject, how: str) -> None:
+        seq = data.draw(st.sampled_from(self.prompts))
+        self.prompts.remove(seq)
+        self.feed(PromptEnded(seq, None if how == "error" else how, "boom" if how == "error" else None))
+
+    @precondition(lambda self: self.timers)
+    @rule(data=st.data())
+    def timer_fires(self, data: st.DataObject) -> None:
+        timer, tag = data.draw(st.sampled_from(self.timers))
+        self.feed(TimerFired(timer, tag))
+
+    @rule()
+    def agent_exits(self) -> None:
+        self.exited = True
+        self.feed(AgentExited("agent gone"))
+
+    @rule()
+    def close(self) -> None:
+        self.feed(Close("test"))
+
+    @invariant()
+    def closed_means_everything_answered(self) -> None:
+        if self.d.state is State.CLOSED:
+            assert self.ended == set(range(1, self.jobs + 1)), "a job left unanswered at close"
+            if not self.exited:
+                unanswered = set(self.asked.values()) - set(self.responded)
+                assert not unanswered, f"permissions left unanswered at close: {unanswered}"
+
+    def teardown(self) -> None:
+        if self.d.state is not State.CLOSED:
+            self.feed(Close("end of test"))
+            self.closed_means_everything_answered()
+
+
+TurnInterleavings.TestCase.settings = settings(max_examples=400, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+test_turn_interleavings = TurnInterleavings.TestCase
