@@ -156,6 +156,11 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+#: Tests compare answers' text exactly: the "Starting <agent>…" line (shown when an
+#: agent takes longer than 0.5 s to start) waits 60 s here, unless a test sets it.
+QUIET_START = {"LMBRIDGE_START_NOTICE": "60"}
+
+
 @pytest.fixture
 def daemon(tmp_path: Path) -> Callable[..., Any]:
     """``async with daemon(agents=[...], args=[...]) as client:`` → an initialized DaemonClient.
@@ -173,7 +178,7 @@ def daemon(tmp_path: Path) -> Callable[..., Any]:
         env: dict[str, str] | None = None,
     ) -> AsyncIterator[DaemonClient]:
         specs = [a.spec if isinstance(a, ScriptedAgent) else a for a in agents]
-        env = {**os.environ, "LMBRIDGE_LOG_LEVEL": "debug", **(env or {})}
+        env = {**os.environ, **QUIET_START, "LMBRIDGE_LOG_LEVEL": "debug", **(env or {})}
         with open(tmp_path / "daemon.stderr", "ab") as stderr:
             async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
                 if initialize:
@@ -204,7 +209,7 @@ class _Shared:
 @pytest.fixture(scope="module")
 async def _shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[_Shared]:
     where = tmp_path_factory.mktemp("shared-daemon")
-    env = {**os.environ, "LMBRIDGE_LOG_LEVEL": "debug"}
+    env = {**os.environ, **QUIET_START, "LMBRIDGE_LOG_LEVEL": "debug"}
     with open(where / "daemon.stderr", "ab") as stderr:
         async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve"], env=env, stderr=stderr) as client:
             shared = _Shared(client, where / "daemon.stderr", [])

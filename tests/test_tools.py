@@ -155,5 +155,7 @@ async def test_eviction_releases_pending_calls(scripted: Any, daemon: Any, tmp_p
             assert len(ids) == 2
             await anyio.sleep(1.5)  # evicted: its calls are answered, its agent stopped
     log = (tmp_path / "daemon.stderr").read_text()
-    released = [line for line in log.splitlines() if "tool call released" in line]
+    # Answered by the closing session (an error result saying the chat was stopped) or,
+    # were any left, released by the MCP endpoint as it goes away.
+    released = [line for line in log.splitlines() if "tool call released" in line or "tool call answered" in line]
     assert sorted(i for i in ids if any(i in line for line in released)) == sorted(ids)

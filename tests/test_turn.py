@@ -31,8 +31,8 @@ from lmbridge.turn import (
     Prompt,
     PromptEnded,
     Ready,
-    Respond,
     ResolveTool,
+    Respond,
     SendCancel,
     StartAgent,
     StartTimer,
@@ -45,7 +45,7 @@ from lmbridge.turn import (
     TurnMachine,
     Update,
 )
-from lmbridge.wire import AGENT_ACTION_TOOL, AGENT_EDIT_TOOL, AGENT_READ_TOOL, ACTION_TOOLS, action_tool
+from lmbridge.wire import ACTION_TOOLS, AGENT_ACTION_TOOL, AGENT_EDIT_TOOL, AGENT_READ_TOOL, action_tool
 
 OPTIONS = (
     {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
@@ -254,7 +254,10 @@ for name in ("idle", "starting", "streaming", "awaiting", "draining"):
         (name, lambda d: AgentExited("gone"), State.CLOSED),
         (name, lambda d: Close("bye"), State.CLOSED),
     ]
-for event in (CancelJob(1), chunk("x"), ask(51), ToolInvoked("m2", "t", {}), PromptEnded(1, "end_turn"), AgentExited("x"), TimerFired(Timer.GATHER, 1), Close("x")):
+CLOSED_EVENTS = (
+    CancelJob(1), chunk("x"), ask(51), ToolInvoked("m2", "t", {}), PromptEnded(1, "end_turn"), AgentExited("x"), TimerFired(Timer.GATHER, 1), Close("x"),
+)
+for event in CLOSED_EVENTS:
     WALK.append(("closed", lambda d, e=event: e, State.CLOSED))
 
 

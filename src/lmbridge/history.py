@@ -344,11 +344,17 @@ def _similar(a: frozenset[str], b: frozenset[str]) -> bool:
 
 
 def split_prompt(messages: Sequence[Message]) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
-    """(context, prompt): the trailing user messages are the prompt."""
+    """(context, prompt): the prompt is the last user turn, from the last user
+    message with user content on (tool results after it stay with it). Earlier
+    user turns with no answer after them were stopped by the user: they are
+    context (``transcript`` marks them so), never the request (issue #10, bug 6).
+    A tail of tool results alone is the prompt as it is."""
     cut = len(messages)
     while cut > 0 and messages[cut - 1].role == "user":
         cut -= 1
-    return tuple(messages[:cut]), tuple(messages[cut:])
+    tail = messages[cut:]
+    last = next((i for i in range(len(tail) - 1, -1, -1) if has_user_content(tail[i : i + 1])), 0)
+    return tuple(messages[: cut + last]), tuple(tail[last:])
 
 
 class HistoryCore:

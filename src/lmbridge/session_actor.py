@@ -21,7 +21,7 @@ import hashlib
 import math
 import os
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ from lmbridge.history import Answer, Fingerprint, Last, Pending, Turn, conversat
 from lmbridge.log import get_logger
 from lmbridge.render import Part, TurnRenderer
 from lmbridge.transcript import prompt_blocks
+from lmbridge.turn import JobInfo
 from lmbridge.wire import AgentSpec, Message, ToolInfo, ToolResultPart
 
 log = get_logger("session")
@@ -92,9 +93,9 @@ class Job:
     def fingerprint(self) -> Fingerprint:
         return Fingerprint(self._text.digest(), tuple(self.call_ids), self._shown.digest())
 
-    def info(self) -> turn.JobInfo:
+    def info(self) -> JobInfo:
         t = self.turn
-        return turn.JobInfo(
+        return JobInfo(
             id=self.id,
             answers=t.answers,
             cancel_first=t.cancel_first,
@@ -276,11 +277,12 @@ class SessionActor:
             if params.get("sessionId") != self.acp_session:
                 return None  # a superseded ACP session
             return turn.Update(params.get("update"))
-        if msg.method == "session/request_permission" and msg.id is not None:
+        rid = msg.id
+        if msg.method == "session/request_permission" and rid is not None:
             if params.get("sessionId") != self.acp_session:
-                self._write(lambda c: c.respond(msg.id, {"outcome": turn.CANCELLED_OUTCOME}))
+                self._respond(rid, {"outcome": turn.CANCELLED_OUTCOME})
                 return None
-            raw_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
+            raw_call: dict[str, Any] = params["toolCall"] if isinstance(params.get("toolCall"), dict) else {}
             options = tuple(
                 {"optionId": o.get("optionId"), "name": o.get("name", ""), "kind": o.get("kind")}
                 for o in params.get("options") or []
@@ -288,10 +290,10 @@ class SessionActor:
             )
             bridged = self.bridge is not None and self.bridge.is_bridged(_tool_name(raw_call))
             call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
-            return turn.PermissionAsked(msg.id, raw_call, options, call_id, secrets.token_urlsafe(18), bridged)
-        if msg.id is not None:
+            return turn.PermissionAsked(rid, raw_call, options, call_id, secrets.token_urlsafe(18), bridged)
+        if rid is not None:
             # fs/* and terminal/* are not offered in clientCapabilities.
-            self._write(lambda c: c.respond(msg.id, error={"code": -32601, "message": f"method not found: {msg.method}"}))
+            self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
         else:
             log.info("agent notification ignored", method=msg.method)
         return None
@@ -313,11 +315,11 @@ class SessionActor:
                     job.done.set()
             elif isinstance(fx, turn.Respond):
                 log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
-                self._write(lambda c, rid=fx.rid, outcome=dict(fx.outcome): c.respond(rid, {"outcome": outcome}))
+                self._respond(fx.rid, {"outcome": dict(fx.outcome)})
             elif isinstance(fx, turn.ResolveTool):
                 self._resolve_tool(fx)
             elif isinstance(fx, turn.SendCancel):
-                self._write(lambda c, session=self.acp_session: c.notify("session/cancel", {"sessionId": session}))
+                self._notify("session/cancel", {"sessionId": self.acp_session})
             elif isinstance(fx, turn.StartAgent):
                 self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
             elif isinstance(fx, turn.NewSession):
@@ -356,7 +358,8 @@ class SessionActor:
         job = self.jobs.get(fx.job_id) if fx.job_id is not None else None
         result: ToolResultPart | None = job.turn.results.get(fx.call_id) if job is not None else None
         if fx.answer is Answer.RESULT and result is not None:
-            call.resolve(types.CallToolResult(content=result_content(result)))
+            content: list[Any] = list(result_content(result))
+            call.resolve(types.CallToolResult(content=content))
         else:
             call.resolve(error_result(DECLINED_TEXT if fx.answer is Answer.DECLINED else STOPPED_TEXT))
         log.info("tool call answered", session=self.id, callId=fx.call_id, answer=fx.answer.value)
@@ -377,8 +380,20 @@ class SessionActor:
 
     # -- writes to the agent -------------------------------------------------------
 
-    def _write(self, write: Callable[[AgentConnection], Awaitable[None]]) -> None:
-        """Queue one frame for the agent; the writer task sends them in order."""
+    def _respond(self, rid: int | str, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
+        """Queue the answer to one of the agent's requests; the writer task sends frames in order."""
+
+        async def write(conn: AgentConnection) -> None:
+            await conn.respond(rid, result, error=error)
+
+        self._out.send_nowait(write)
+
+    def _notify(self, method: str, params: Any) -> None:
+        """Queue a notification for the agent."""
+
+        async def write(conn: AgentConnection) -> None:
+            await conn.notify(method, params)
+
         self._out.send_nowait(write)
 
     async def _writer(self) -> None:

@@ -87,12 +87,33 @@ def message_text(message: Message, actions: Actions | None = None) -> str:
     return "\n".join(lines)
 
 
+STOPPED_NOTE = "[stopped by the user before it was answered]"
+
+
+def _user_turn(message: Message) -> bool:
+    return message.role == "user" and any(
+        (p.value.strip() if isinstance(p, TextPart) else isinstance(p, DataPart) and p.mimeType.startswith("image/"))
+        for p in message.content
+    )
+
+
 def context_block(context: Sequence[Message]) -> Block | None:
-    """One text block holding the earlier conversation, or None when there is none."""
+    """One text block holding the earlier conversation, or None when there is none.
+
+    A user turn followed by another user turn (or by the prompt) with no answer
+    between them was stopped by the user: it is marked so (``STOPPED_NOTE``), so
+    the agent does not take it up again (issue #10, bug 6)."""
     if not context:
         return None
     actions = agent_actions(context)
-    turns = [f"## {m.role}\n{message_text(m, actions)}" for m in context]
+    turns = []
+    for i, m in enumerate(context):
+        text = message_text(m, actions)
+        following = context[i + 1 :]
+        nxt = next((n for n in following if n.role == "assistant" or _user_turn(n)), None)
+        if _user_turn(m) and (nxt is None or nxt.role == "user"):
+            text += f"\n{STOPPED_NOTE}"
+        turns.append(f"## {m.role}\n{text}")
     return {"type": "text", "text": CONTEXT_OPEN + "\n\n".join(turns) + "\n" + CONTEXT_CLOSE}
 
 

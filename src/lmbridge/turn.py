@@ -294,12 +294,15 @@ class Log:
     fields: Mapping[str, Any] = field(default_factory=dict)
 
 
-Effect = Emit | Finish | Fail | Respond | ResolveTool | SendCancel | StartAgent | NewSession | Prompt | StartTimer | StopTimer | Died | Shutdown | Log
+Effect = (
+    Emit | Finish | Fail | Respond | ResolveTool | SendCancel | StartAgent | NewSession | Prompt | StartTimer | StopTimer | Died | Shutdown | Log
+)
 
 
 # ---------------------------------------------------------------- the table
 
 _S = State
+_EVENT_TYPES = (NewJob, CancelJob, Ready, Update, PermissionAsked, ToolInvoked, PromptEnded, AgentExited, TimerFired, Close)
 _ANY_LIVE = (State.IDLE, State.STARTING, State.STREAMING, State.AWAITING, State.DRAINING)
 
 #: (state, event) → the states the machine may be in after it. ``handle`` checks every
@@ -334,7 +337,7 @@ TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
     # The agent's traffic never changes the state.
     **{(s, e): frozenset({s}) for s in _ANY_LIVE for e in (Update, PermissionAsked, ToolInvoked)},
     **{(s, e): frozenset({_S.CLOSED}) for s in _ANY_LIVE for e in (AgentExited, Close)},
-    **{(_S.CLOSED, e): frozenset({_S.CLOSED}) for e in (NewJob, CancelJob, Ready, Update, PermissionAsked, ToolInvoked, PromptEnded, AgentExited, TimerFired, Close)},
+    **{(_S.CLOSED, e): frozenset({_S.CLOSED}) for e in _EVENT_TYPES},
 }
 
 

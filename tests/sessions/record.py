@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lmbridge.client import Call, DaemonClient, approve, assistant, skip, tool_calls, tool_result, user, without_last_round  # noqa: E402
+from lmbridge.client import Call, DaemonClient, approve, chat_options, assistant, skip, tool_calls, tool_result, user, without_last_round  # noqa: E402
 from lmbridge.replay import Divergence, replay  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -135,7 +135,7 @@ async def demo_cancel(path: Path) -> None:
     async with recording(path, [demo_spec(scratch)], scratch=scratch) as run:
         history = [user("Tell me something slow.")]
         parts: list[dict[str, Any]] = []
-        call = await run.client.start("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": history}, parts.append)
+        call = await run.client.start("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": history, "options": chat_options()}, parts.append)
         with anyio.fail_after(TIMEOUT):
             while sum(1 for p in parts if p["type"] == "text" and "chunk" in p["value"]) < 3:
                 await anyio.sleep(0.01)

@@ -1,0 +1,170 @@
+"""Issue #10's bugs, each through the daemon as a subprocess with a scripted agent.
+
+Each of these failed before the turn lifecycle became ``lmbridge.turn``:
+1. a Stop poisoned the next turn (the cancelled turn's drain deadline ended it);
+2. a ``cache_control`` data part beside a tool result turned Allow into a cancel;
+3. an agent still starting kept the daemon (and itself) alive after stdin EOF;
+5. an error on the first prompt after a cancel reached the user;
+6. after a Stop, a fresh session got the stopped request as the new request.
+(4, the non-JSON flood, is in tests/test_framing.py.) Plus the no-tool decline and
+the start notice of issue #9.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from conftest import alive
+from test_daemon import LIMIT, eventually, ok, only, write_turn
+
+from lmbridge.client import approve, assistant, text_of, tool_calls, user
+from lmbridge.transcript import CONTEXT_OPEN, STOPPED_NOTE
+
+pytestmark = pytest.mark.anyio
+
+CHAT = "lm/provideLanguageModelChatResponse"
+
+
+async def stop_while_streaming(c: Any, agent: Any, text: str = "one") -> Any:
+    """A request that streams, stopped by the user; returns its Call."""
+    call = await c.start(CHAT, {"modelId": agent.id, "messages": [user(text)], "options": {}})
+    await eventually(lambda: call.parts, what="the first part")
+    await c.cancel(call)
+    with anyio.fail_after(2):
+        await call.done.wait()
+    assert call.result == {"stopReason": "cancelled"}
+    return call
+
+
+async def test_bug1_a_stop_does_not_end_the_next_turn_after_the_drain_deadline(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [
+        [{"text": "Streaming..."}, {"sleep": 30}],
+        [{"text": "Slow "}, {"sleep": 1.5}, {"text": "answer."}],  # outlives the old deadline
+    ]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], env={"LMBRIDGE_DRAIN_TIMEOUT": "0.5"}) as c:
+            first = await stop_while_streaming(c, agent)
+            second = await c.chat(agent.id, [user("one"), assistant(first.parts), user("two")])
+            ok(second)
+            assert text_of(second) == "Slow answer."
+    assert [e["sessionId"] for e in agent.events("session_new")] == ["s1"]  # no abandoned session
+
+
+async def test_bug1_a_permission_answered_after_the_old_deadline_still_reaches_the_agent(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    agent = scripted({"turns": [[{"text": "Streaming..."}, {"sleep": 30}], write_turn()]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], env={"LMBRIDGE_DRAIN_TIMEOUT": "0.5"}) as c:
+            first = await stop_while_streaming(c, agent)
+            history = [user("one"), assistant(first.parts), user("write my notes")]
+            second = await c.chat(agent.id, history)
+            ok(second, "tool_calls")
+            await anyio.sleep(1.0)  # the user reads the card past the cancelled turn's deadline
+            third = await c.chat(agent.id, [*history, assistant(second.parts), approve(only(tool_calls(second)))])
+            ok(third)
+            assert text_of(third).endswith("Wrote the file.")
+    assert (tmp_path / "notes.txt").read_text() == "approved notes"
+    assert [o["kind"] for o in agent.outcomes()] == ["allow_once"]
+
+
+@pytest.mark.parametrize("marker", ["cache_control", "stateful_marker"])
+async def test_bug2_copilot_data_parts_beside_an_allow_do_not_cancel_it(scripted: Any, shared: Any, tmp_path: Path, marker: str) -> None:
+    agent = scripted({"turns": [write_turn()]})
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            history = [user("please write my notes")]
+            first = await c.chat(agent.id, history)
+            ok(first, "tool_calls")
+            allow = approve(only(tool_calls(first)))
+            # As Copilot sends it (facts.md §1): a data part of its own in the result's message.
+            allow["content"].append({"type": "data", "mimeType": marker, "data": base64.b64encode(b'{"type":"ephemeral"}').decode()})
+            second = await c.chat(agent.id, [*history, assistant(first.parts), allow])
+            ok(second)
+    assert [o["kind"] for o in agent.outcomes()] == ["allow_once"]
+    assert (tmp_path / "notes.txt").exists()
+
+
+async def test_bug3_eof_while_an_agent_starts_answers_the_request_and_stops_the_agent(tmp_path: Path, daemon: Any) -> None:
+    pidfile = tmp_path / "agent.pid"
+    # An agent that never answers initialize and ignores stdin EOF.
+    script = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(3600)"
+    agent = {"id": "mute", "command": sys.executable, "args": ["-c", script]}
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.start(CHAT, {"modelId": "mute", "messages": [user("hello?")]})
+            await eventually(pidfile.exists, what="the agent started")
+            pid = int(pidfile.read_text())
+            started = time.monotonic()
+            code = await c.close(timeout=10)
+            took = time.monotonic() - started
+    assert call.done.is_set() and call.error is not None, "the request read before EOF was never answered"
+    assert code == 0 and took < 8, f"the daemon took {took:.1f} s to exit after EOF"
+    await eventually(lambda: not alive(pid), what="the agent to be gone")
+
+
+async def test_bug5_an_error_on_the_first_prompt_after_a_stop_is_absorbed(scripted: Any, shared: Any) -> None:
+    agent = scripted({"turns": [
+        [{"text": "Streaming..."}, {"sleep": 30}],
+        # gemini-cli after a Stop at a permission: the model API refuses its history (facts.md §5).
+        [{"error": {"code": -32603, "message": "Internal error", "data": {"message": "HTTP 400 function call without response"}}}],
+        [{"text": "Recovered answer."}],
+    ]})
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            first = await stop_while_streaming(c, agent)
+            second = await c.chat(agent.id, [user("one"), assistant(first.parts), user("two")])
+            ok(second)
+            assert text_of(second) == "Recovered answer."
+    prompts = agent.prompts()
+    assert [p["sessionId"] for p in prompts] == ["s1", "s1", "s2"] and len(agent.pids()) == 1
+    assert prompts[2]["blocks"][0]["text"].startswith(CONTEXT_OPEN) and prompts[2]["blocks"][-1]["text"] == "two"
+
+
+async def test_bug6_a_fresh_session_after_a_stop_gets_the_new_request_only(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    agent = scripted({"turns": [write_turn()]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(agent.id, [user("please write my notes")])
+            ok(first, "tool_calls")
+        agent.write({"turns": [[{"text": "Hi."}]]})
+        # Stop at the card, then VS Code is reloaded: a new daemon, the stopped turn's
+        # answer absent from the history, and a new message.
+        async with daemon([agent]) as c:
+            second = await c.chat(agent.id, [user("please write my notes"), user("never mind; say hi")])
+            ok(second)
+            assert text_of(second) == "Hi."
+    assert not (tmp_path / "notes.txt").exists()
+    prompt = agent.prompts()[-1]
+    assert prompt["blocks"][-1]["text"] == "never mind; say hi"
+    context = prompt["blocks"][0]["text"]
+    assert context.startswith(CONTEXT_OPEN)
+    assert f"please write my notes\n{STOPPED_NOTE}" in context
+    assert "never mind" not in context
+
+
+async def test_no_action_tool_offered_declines_the_permission_with_a_line(scripted: Any, shared: Any, tmp_path: Path) -> None:
+    agent = scripted({"turns": [write_turn()]})
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            # Ask mode: Copilot offers read-only tools, none of lmbridge's edit tool.
+            reply = await c.chat(agent.id, [user("please write my notes")], agent_mode=False,
+                                 options={"tools": [{"name": "symposium-agent-action-read"}, {"name": "copilot_readFile"}]})
+            ok(reply)
+    assert not tool_calls(reply)
+    assert "wanted to: Write notes.txt (edit). Declined: approving agent actions needs Agent mode." in text_of(reply)
+    assert text_of(reply).endswith("Not writing it; carrying on without the file.")
+    assert [o["kind"] for o in agent.outcomes()] == ["reject_once"] and not (tmp_path / "notes.txt").exists()
+
+
+async def test_a_slow_start_says_the_agent_is_starting(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"text": "Ready."}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([{**agent.spec, "name": "Scripted Agent"}], env={"LMBRIDGE_START_NOTICE": "0"}) as c:
+            reply = await c.chat(agent.id, [user("hello")])
+            ok(reply)
+    assert text_of(reply) == "_Starting Scripted Agent…_\n\nReady."
