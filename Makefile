@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 AGENT_DIR := tests/real_agent
 AGENT_STAMP := $(AGENT_DIR)/node_modules/.installed
 
-.PHONY: venv demo test test-python test-shim real-agent-deps vsix clean
+.PHONY: venv demo test lint test-python test-shim real-agent-deps vsix clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "lmbridge needs Python 3.11+")'
@@ -32,7 +32,12 @@ $(AGENT_STAMP): $(AGENT_DIR)/package.json $(AGENT_DIR)/package-lock.json
 
 real-agent-deps: $(AGENT_STAMP)
 
-test: test-python test-shim
+test: lint test-python test-shim
+
+# ruff (pyflakes, pycodestyle, isort, bugbear, pyupgrade) and mypy (strict on the pure modules).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
 
 # pytest exits 5 when it collects no tests; that is a failure here, not a pass.
 test-python: $(STAMP) $(AGENT_STAMP)

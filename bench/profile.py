@@ -9,11 +9,10 @@ streams 3 × 20,000 text chunks and 3 × 2,000 4 KiB chunks through it from
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 import sys
+from pathlib import Path
 
 from bench.run import OUT_DIR, Peer, analyse, daemon_stream, init_daemon
-
 
 PLAN = {"all": [(20_000, 32)] * 3 + [(2_000, 4096)] * 3, "text": [(20_000, 32)] * 5, "4k": [(2_000, 4096)] * 5}
 

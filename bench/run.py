@@ -633,7 +633,7 @@ def table(res: dict[str, Any]) -> str:
         rows.append((f"history {int(k):,} msgs ({ip['payload_bytes'] / 1e6:.2f} MB): in-process parse+begin", *spread(ip["total_ms"], " ms", "{:.2f}"), target, ok(h["met"]) if target else ""))
         rows.append(("    json.loads / messages (cached) / begin", f"{ip['json_loads_ms']['median']:.2f} / {ip['messages_ms']['median']:.2f} / {ip['begin_ms']['median']:.2f} ms", "", "", ""))
         rows.append(("    (no cache: loads+validate / validate_json)", f"{ip['uncached_validate_ms']['median']:.2f} / {ip['uncached_validate_json_ms']['median']:.2f} ms", "", "", ""))
-        rows.append((f"    end to end: request written → agent has prompt", *spread(ee["request_to_agent_ms"], " ms", "{:.2f}"), "", ""))
+        rows.append(("    end to end: request written → agent has prompt", *spread(ee["request_to_agent_ms"], " ms", "{:.2f}"), "", ""))
     p = f["permission"]
     rows.append(("permission round trip, daemon time", *spread(p["daemon_ms"], " ms", "{:.2f}"), "(reported)", ""))
     rows.append(("    ask → tool_call part / approval → agent answered", f"{p['ask_to_part_ms']['median']:.2f} / {p['approval_to_agent_ms']['median']:.2f} ms", "", "", ""))
@@ -642,7 +642,9 @@ def table(res: dict[str, Any]) -> str:
     rows.append(("memory idle (daemon RSS, 2 s after initialize)", f"{m['idle_mib']:.1f} MiB", "", "≤ 80 MB", ok(m["idle_mib"] * 1.048576 <= 80)))
     rows.append(("memory after the first chat", f"{m['after_first_chat_mib']:.1f} MiB", "", "", ""))
     rows.append((f"memory after {m['conversation_turns']:,}-turn conversation", f"{m['after_conversation_mib']:.1f} MiB", "", "", ""))
-    rows.append((f"memory {m['sessions']} sessions opened+evicted, twice", f"{m['before_sessions_mib']:.1f} → {m['after_sessions_mib']:.1f} → {m['after_sessions_again_mib']:.1f} MiB", f"{m['sessions_growth_mib']:+.1f} / {m['sessions_growth_again_mib']:+.1f}", "no growth", ok(m["sessions_growth_again_mib"] <= 1.0)))
+    mib = f"{m['before_sessions_mib']:.1f} → {m['after_sessions_mib']:.1f} → {m['after_sessions_again_mib']:.1f} MiB"
+    growth = f"{m['sessions_growth_mib']:+.1f} / {m['sessions_growth_again_mib']:+.1f}"
+    rows.append((f"memory {m['sessions']} sessions opened+evicted, twice", mib, growth, "no growth", ok(m["sessions_growth_again_mib"] <= 1.0)))
 
     widths = [max(len(r[i]) for r in rows + [("figure", "median", "spread", "target", "met")]) for i in range(5)]
     lines = []

@@ -41,8 +41,8 @@ def write(frame: dict) -> None:
 
 def chunk_head(session: str) -> bytes:
     return (
-        '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"%s",'
-        '"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"' % session
+        '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"' + session + '",'
+        '"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"'
     ).encode()
 
 
@@ -59,7 +59,7 @@ def stream(session: str, n: int, size: int, interval_us: int) -> None:
     interval = interval_us / 1e6
     clock = time.monotonic_ns
     write_, flush = OUT.write, OUT.flush
-    for i in range(n):
+    for _ in range(n):
         stamp = b"@%d;" % clock()
         body = FILL[: max(0, size - len(stamp))].encode()
         write_(head + stamp + body + CHUNK_TAIL)

@@ -22,8 +22,8 @@ from typing import Any
 
 import anyio
 import pytest
-
 from conftest import alive
+
 from lmbridge.client import RPCError, approve, assistant, skip, text_of, tool_calls, tool_result, user
 from lmbridge.transcript import CONTEXT_OPEN
 from lmbridge.wire import AGENT_EDIT_TOOL, VSCODE_SKIP_TEXT
@@ -234,7 +234,7 @@ async def test_skip_or_anything_but_the_token_rejects_and_the_turn_continues(scr
     assert not (tmp_path / "notes.txt").exists()
     logs = agent.logs()
     assert len(logs) == len(SKIP_ANSWERS)
-    for pid, entries in logs.items():
+    for entries in logs.values():
         outcome = only([e for e in entries if e.get("event") == "permission_outcome"])
         assert outcome["kind"] == "reject_once" and outcome["outcome"] == {"outcome": "selected", "optionId": "no-once"}
         assert len([e for e in entries if e.get("event") == "prompt"]) == 1

@@ -168,3 +168,38 @@ async def test_a_slow_start_says_the_agent_is_starting(scripted: Any, daemon: An
             reply = await c.chat(agent.id, [user("hello")])
             ok(reply)
     assert text_of(reply) == "_Starting Scripted Agent…_\n\nReady."
+
+
+async def test_bug4_an_agent_flooding_stdout_with_non_json_is_logged_bounded(tmp_path: Path, daemon: Any) -> None:
+    # `yes` never answers initialize and writes ~y lines as fast as the pipe takes them.
+    agent = {"id": "yes", "command": "yes", "args": []}
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.start(CHAT, {"modelId": "yes", "messages": [user("hello?")]})
+            await anyio.sleep(2.0)  # tens of thousands of lines
+            assert await c.request("lm/provideTokenCount", {"modelId": "yes", "text": "still here"}, timeout=2)  # responsive
+            code = await c.close(timeout=10)
+    assert call.done.is_set() and call.error is not None, "the request was never answered"
+    assert code == 0
+    log = (tmp_path / "daemon.stderr").read_text()
+    skipped = [line for line in log.splitlines() if "agent 'yes' stdout" in line]
+    assert 5 <= len(skipped) <= 10, f"{len(skipped)} log lines about skipped lines"
+    assert "Traceback" not in log and "Event loop is closed" not in log
+
+
+async def test_sigterm_ends_the_daemon_like_eof(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"text": "Streaming..."}, {"sleep": 30}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            call = await c.start(CHAT, {"modelId": agent.id, "messages": [user("stream please")], "options": {}})
+            await eventually(lambda: call.parts, what="the first part")
+            pids = agent.pids()
+            started = time.monotonic()
+            c.process.terminate()
+            with anyio.fail_after(8):
+                await call.done.wait()
+                code = await c.process.wait()
+            took = time.monotonic() - started
+    assert call.error is not None  # answered, not left hanging
+    assert code == 0 and took < 8
+    assert not [p for p in pids if alive(p)]

@@ -20,7 +20,11 @@ parts = st.one_of(
     st.fixed_dictionaries({"type": st.just("text"), "value": st.text(max_size=8)}),
     st.fixed_dictionaries({"type": st.just("thinking"), "value": st.text(max_size=8)}, optional={"id": st.text(max_size=3)}),
     st.fixed_dictionaries({"type": st.just("tool_call"), "callId": st.text(max_size=3), "name": st.text(max_size=3), "input": st.dictionaries(st.text(max_size=3), json_values, max_size=3)}),
-    st.fixed_dictionaries({"type": st.just("tool_result"), "callId": st.text(max_size=3), "content": st.lists(st.fixed_dictionaries({"type": st.just("text"), "value": st.text(max_size=5)}), max_size=2)}),
+    st.fixed_dictionaries({
+        "type": st.just("tool_result"),
+        "callId": st.text(max_size=3),
+        "content": st.lists(st.fixed_dictionaries({"type": st.just("text"), "value": st.text(max_size=5)}), max_size=2),
+    }),
     json_values,
 )
 messages = st.fixed_dictionaries(
@@ -117,7 +121,8 @@ def test_matching_replayed_objects_decides_as_matching_fresh_copies(script: list
             history = history[:-2] + [msg("user", f"again {counter}")]
         elif op == "tool_result":
             calls = [p.callId for m in history[-1:] for p in m.content if getattr(p, "callId", None)]
-            history = history + [Message.model_validate({"role": "user", "content": [{"type": "tool_result", "callId": c, "content": [{"type": "text", "value": "T" if n % 2 else "skip"}]} for c in calls]})] if calls else history + [msg("user", f"more {counter}")]
+            results = [{"type": "tool_result", "callId": c, "content": [{"type": "text", "value": "T" if n % 2 else "skip"}]} for c in calls]
+            history = history + [Message.model_validate({"role": "user", "content": results})] if calls else history + [msg("user", f"more {counter}")]
         else:
             history = history + [msg("user", f"more {counter}")]
         if history[-1].role != "user":

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lmbridge.render import TurnRenderer
-from lmbridge.turn import choose_option
 from lmbridge.history import Answer
+from lmbridge.render import TurnRenderer
 from lmbridge.transcript import CONTEXT_OPEN, prompt_blocks
+from lmbridge.turn import choose_option
 from lmbridge.wire import AGENT_ACTION_TOOL, Message
 
 

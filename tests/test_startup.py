@@ -53,7 +53,10 @@ def test_request_validation_agrees_with_jsonrpcserver_schema() -> None:
 
     from lmbridge.server import validate_request
 
-    values = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=3), st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+    values = st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=3),
+        st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+    )
     request = st.dictionaries(st.sampled_from(["jsonrpc", "method", "params", "id", "extra"]), st.one_of(values, st.just("2.0")), max_size=5)
     requests = st.one_of(request, st.lists(request, max_size=3), values)
 

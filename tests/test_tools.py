@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from lmbridge.client import assistant, skip, tool_calls, tool_result, user, text_of
+from lmbridge.client import assistant, skip, text_of, tool_calls, tool_result, user
 from lmbridge.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT
 from lmbridge.wire import AGENT_ACTION_TOOL
 

@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
 from lmbridge import record
+from lmbridge.framing import BadLines
 from lmbridge.log import get_logger
 from lmbridge.wire import parse_json
 
@@ -105,6 +107,7 @@ class AgentConnection:
         self.closed = anyio.Event()
         self.exit_reason: str | None = None
         self.recorder: record.AgentLink | None = None  # lmbridge serve --record
+        self.bad_lines = BadLines(f"agent {name!r} stdout", log.warning)
 
     @classmethod
     async def spawn(
@@ -176,6 +179,7 @@ class AgentConnection:
                 self.recorder.exited(code, self.stderr_tail)
             self.exit_reason = self.exit_reason or f"agent {self.name!r} exited with code {code}"
         finally:
+            self.bad_lines.close()
             self._fail_all()
             self.closed.set()
             log.info("agent ended", agent=self.name, reason=self.exit_reason)
@@ -242,11 +246,11 @@ class AgentConnection:
             return
         try:
             frame = parse_json(line)
-        except ValueError:
-            log.warning("agent stdout: not JSON, skipped", agent=self.name, line=line[:200].decode(errors="replace"))
+        except (ValueError, RecursionError):  # RecursionError: nested too deep for the decoder
+            self.bad_lines.bad(line, "not JSON", time.monotonic())
             return
         if not isinstance(frame, dict):
-            log.warning("agent stdout: not a JSON object, skipped", agent=self.name)
+            self.bad_lines.bad(line, "not a JSON object", time.monotonic())
             return
         self._route(frame)
 
@@ -257,7 +261,8 @@ class AgentConnection:
         if isinstance(method, str):
             self.events.send_nowait(Incoming(method, frame.get("params"), frame.get("id")))  # unbounded
             return
-        waiter = self._waiters.pop(frame.get("id"), None) if isinstance(frame.get("id"), int) else None
+        rid = frame.get("id")
+        waiter = self._waiters.pop(rid, None) if isinstance(rid, int) else None
         if waiter is None:
             log.warning("agent stdout: response to no request, skipped", agent=self.name, id=frame.get("id"))
             return

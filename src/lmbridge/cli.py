@@ -13,7 +13,6 @@ from pathlib import Path
 
 from lmbridge import __version__
 
-
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 
 

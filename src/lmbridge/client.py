@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
 import anyio
 from anyio.abc import Process
@@ -197,7 +197,7 @@ class DaemonClient:
 
     def _route(self, frame: dict[str, Any]) -> None:
         if frame.get("method") == "lm/responsePart":
-            call = self.calls.get((frame.get("params") or {}).get("requestId"))
+            call = self.calls.get((frame.get("params") or {}).get("requestId"))  # type: ignore[arg-type]
             if call is None:
                 self._unmatched(frame)
                 return
@@ -211,7 +211,7 @@ class DaemonClient:
         if "method" in frame:
             self.notifications.append(frame)
             return
-        call = self.calls.get(frame.get("id"))
+        call = self.calls.get(frame.get("id"))  # type: ignore[arg-type]
         if call is None or call.done.is_set():
             self._unmatched(frame)
             return

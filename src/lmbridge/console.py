@@ -39,12 +39,12 @@ from typing import Any, Literal, Protocol, TextIO
 import anyio
 
 from lmbridge.client import (
-    chat_options,
     Call,
     DaemonClient,
     RPCError,
     approve,
     assistant,
+    chat_options,
     is_agent_action,
     skip,
     tool_calls,
@@ -250,7 +250,7 @@ class ScriptInput:
         if step.kind == "answer":
             raise ConsoleError(f"{self.name}:{step.lineno}: '{step.text}' answers no permission prompt")
         self.printer.line(f"you> {step.text}", BOLD)
-        return Line(step.kind, step.text)  # type: ignore[arg-type]
+        return Line(step.kind, step.text)
 
     async def ask(self, question: str) -> Answer:
         self.printer.newline()

@@ -65,11 +65,10 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import anyio
+from typing import Any, Literal
 
 import acp
+import anyio
 from acp.schema import (
     AgentCapabilities,
     AllowedOutcome,
@@ -330,7 +329,7 @@ def _plan(steps: list[str], *, done: int) -> list[PlanEntry]:
     """Plan entries: the first ``done`` completed, the next in progress, the rest pending."""
     entries = []
     for index, step in enumerate(steps):
-        status = "completed" if index < done else "in_progress" if index == done else "pending"
+        status: Literal["pending", "in_progress", "completed"] = "completed" if index < done else "in_progress" if index == done else "pending"
         entries.append(acp.plan_entry(step, priority="medium", status=status))
     return entries
 
@@ -344,7 +343,7 @@ def _decoded_size(data: str) -> int:
 
 async def _serve(agent: DemoAgent) -> None:
     if _is_stream(sys.stdin) and _is_stream(sys.stdout):
-        await acp.run_agent(agent)
+        await acp.run_agent(agent)  # type: ignore[arg-type]  # the SDK's Agent protocol, structurally
         return
     # asyncio's pipe transports (what run_agent uses on POSIX) refuse regular files,
     # e.g. `lmbridge demo-agent < requests.jsonl > out.jsonl`. The SDK's thread-backed
@@ -354,7 +353,7 @@ async def _serve(agent: DemoAgent) -> None:
     from acp.stdio import _windows_stdio_streams
 
     reader, writer = await _windows_stdio_streams(asyncio.get_running_loop(), limit=DEFAULT_STDIO_BUFFER_LIMIT_BYTES)
-    await acp.run_agent(agent, writer, reader)
+    await acp.run_agent(agent, writer, reader)  # type: ignore[arg-type]
 
 
 def _is_stream(f: Any) -> bool:

@@ -107,7 +107,11 @@ class Fingerprint:
         calls = tuple(p.callId for p in message.content if isinstance(p, ToolCallPart))
         fp = cls.of_text(text, calls)
         key = id(message)
-        _MEMO[key] = (weakref.ref(message, lambda _, key=key: _MEMO.pop(key, None)), fp)
+
+        def forget(_: weakref.ref[Message], key: int = key) -> None:
+            _MEMO.pop(key, None)
+
+        _MEMO[key] = (weakref.ref(message, forget), fp)
         return fp
 
     @property

@@ -34,7 +34,8 @@ def configure(level: str = "info", json_logs: bool = False) -> None:
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
-    return structlog.get_logger(component=name)
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(component=name)
+    return logger
 
 
 # structlog's default prints to stdout, which carries protocol frames: never let it.

@@ -182,7 +182,7 @@ class ToolBridge:
             types.Tool(
                 name=t.name,
                 description=t.description or t.name,
-                input_schema=t.inputSchema if (t.inputSchema or {}).get("type") == "object" else {"type": "object", "properties": {}},
+                input_schema=t.inputSchema if t.inputSchema is not None and t.inputSchema.get("type") == "object" else {"type": "object", "properties": {}},
             )
             for t in self.tools.values()
         ]

@@ -161,7 +161,7 @@ class Recorder:
         header = {
             HEADER_KEY: FORMAT,
             "lmbridge": __version__,
-            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "config": {"agents": [self.redactor.spec(s) for s in specs], "idleTimeout": idle_timeout},
             "host": {"cwd": os.getcwd(), "python": sys.executable, "tmp": tempfile.gettempdir()},
         }
@@ -195,7 +195,7 @@ class Recorder:
         if isinstance(frame, dict) and frame.get("method") == "initialize":
             params = frame.get("params")
             agents = params.get("agents") if isinstance(params, dict) else None
-            if isinstance(agents, list):
+            if isinstance(params, dict) and isinstance(agents, list):
                 params["agents"] = [self.redactor.spec(a) for a in agents]
         self._entry("shim", "in", frame=frame)
 
@@ -332,5 +332,6 @@ def _dump(obj: Any) -> Any:
 
 def _spec(agent: Any) -> dict[str, Any]:
     if hasattr(agent, "model_dump"):
-        return agent.model_dump(exclude_none=True)
+        dumped: dict[str, Any] = agent.model_dump(exclude_none=True)
+        return dumped
     return dict(agent)

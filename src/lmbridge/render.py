@@ -26,9 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
 from acp import schema
+from pydantic import BaseModel, ValidationError
 
 Part = dict[str, Any]
 Warn = Callable[[str], None]
@@ -126,7 +125,7 @@ class ToolState:
     started: bool = False  # start rendered
     finished: bool = False  # final status rendered
 
-    def merge(self, call: BaseModel) -> None:
+    def merge(self, call: Any) -> None:  # a validated ToolCall / ToolCallUpdate
         for attr in ("title", "kind", "status"):
             value = getattr(call, attr, None)
             if value is not None:
@@ -147,7 +146,7 @@ def content_text(block: Any) -> str:
     """Markdown for one ACP content block shown in a chat response."""
     kind = getattr(block, "type", None)
     if kind == "text":
-        return block.text
+        return str(block.text)
     if kind == "resource_link":
         return f"[{block.name}]({block.uri})"
     if kind == "resource":
@@ -183,7 +182,7 @@ class TurnRenderer:
             text = _plain_text(raw)
             if text is not None:  # the hot path: no pydantic per chunk
                 return [{"type": _CHUNK_TYPES[kind], "value": text}] if text else []
-        update = validate(model, raw, self.warn)
+        update: Any = validate(model, raw, self.warn)
         if update is None:
             return []
         if kind == "agent_message_chunk":
@@ -200,13 +199,13 @@ class TurnRenderer:
         """Merge a ``session/request_permission``'s ``toolCall`` (a ToolCallUpdate)."""
         if not isinstance(raw, dict):
             return None, []
-        update = validate(schema.ToolCallUpdate, raw, self.warn)
+        update: Any = validate(schema.ToolCallUpdate, raw, self.warn)
         if update is None:
             return None, []
         parts = self.tool(update)
         return self.tools[update.tool_call_id], parts
 
-    def tool(self, update: BaseModel) -> list[Part]:
+    def tool(self, update: Any) -> list[Part]:  # a validated ToolCall / ToolCallUpdate
         """Parts for a tool call create-or-update: its start, then its end, once each."""
         state = self.tools.get(update.tool_call_id)
         if state is None:

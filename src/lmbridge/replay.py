@@ -193,7 +193,9 @@ class Matcher:
         tokens = list(BINDABLE.finditer(e))
         if not tokens:
             return e == a
-        pattern, pos, groups = [], 0, {}
+        pattern: list[str] = []
+        pos = 0
+        groups: dict[str, str] = {}
         for m in tokens:
             pattern.append(re.escape(e[pos : m.start()]))
             token = m.group(0)
@@ -256,7 +258,7 @@ def run_key(frame: Any) -> Any:
         return None
     params = frame.get("params")
     part = params.get("part") if isinstance(params, dict) else None
-    if not isinstance(part, dict) or part.get("type") not in MERGEABLE or not isinstance(part.get("value"), str):
+    if not isinstance(params, dict) or not isinstance(part, dict) or part.get("type") not in MERGEABLE or not isinstance(part.get("value"), str):
         return None
     rest = {k: v for k, v in part.items() if k != "value"}
     return (json.dumps(params.get("requestId")), json.dumps(rest, sort_keys=True))
@@ -394,7 +396,8 @@ def _connection_class() -> Any:
 
         async def close(self) -> None:
             if self.process.returncode is None:
-                await self.process.stdin.aclose()
+                if self.process.stdin is not None:
+                    await self.process.stdin.aclose()
                 with anyio.move_on_after(TERM_GRACE):
                     await self.process.wait()
                 if self.process.returncode is None:
@@ -580,6 +583,7 @@ class Player:
         frame = self.matcher.substitute(entry.data.get("frame") or {})
         method, rid, params = frame.get("method"), frame.get("id"), frame.get("params")
         if method == "tools/call":
+            parsed: Any
             handle, parsed = bridge._call_tool, mcp_types.CallToolRequestParams.model_validate(params)
         elif method == "tools/list":
             handle, parsed = bridge._list_tools, (mcp_types.PaginatedRequestParams.model_validate(params) if params is not None else None)

@@ -18,6 +18,7 @@ import asyncio
 import gc
 import json
 import os
+import signal
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,9 +39,9 @@ from lmbridge.wire import (
     ChatResponseParams,
     InitializeParams,
     MessageCache,
-    parse_json,
     TokenCountParams,
     dump,
+    parse_json,
 )
 
 if TYPE_CHECKING:
@@ -141,6 +142,7 @@ class Server:
         self._tg: anyio.abc.TaskGroup | None = None
         self._history_lock = anyio.Lock()
         self.shutting_down = False
+        self._reading = anyio.CancelScope()
         self.methods: Methods = {
             "initialize": self.initialize,
             "lm/provideLanguageModelChatInformation": self.chat_information,
@@ -192,13 +194,14 @@ class Server:
             tg.start_soon(self._writer)
             if self.recorder is not None:
                 self.recorder.activate()  # agents spawned from here on record too
-            async for line in lines:
-                if self.recorder is not None:
-                    self.recorder.shim_in(line)
-                tg.start_soon(self._dispatch, line)
+            with self._reading:  # cancelled by stop_reading (SIGTERM): as at EOF
+                async for line in lines:
+                    if self.recorder is not None:
+                        self.recorder.shim_in(line)
+                    tg.start_soon(self._dispatch, line)
             if self.recorder is not None:
                 self.recorder.shim_eof()
-            log.info("stdin closed: shutting down")
+            log.info("stdin closed: shutting down" if not self._reading.cancel_called else "stopped by a signal: shutting down")
             await self._stop()
             # Requests read before EOF are still answered (their agents are gone,
             # so chat requests end with an error at once).
@@ -207,6 +210,11 @@ class Server:
                     await anyio.sleep(0.01)
             await self._drain_out()
             tg.cancel_scope.cancel()
+
+    def stop_reading(self) -> None:
+        """Stop reading stdin and shut down as at EOF (what SIGTERM does): requests
+        already read are answered, every agent is stopped."""
+        self._reading.cancel()
 
     async def _writer(self) -> None:
         """Wait for the reader to catch up whenever a write left the pipe full,
@@ -561,4 +569,15 @@ async def run(config: Config) -> None:
     """``lmbridge serve``: the daemon on this process's stdio until EOF."""
     gc.set_threshold(*GC_THRESHOLDS)
     server = Server(config)
-    await server.serve(stdin_lines(), await stdout_writer())
+
+    async def on_signals(scope: anyio.CancelScope) -> None:
+        with scope, anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+            async for _ in signals:
+                server.stop_reading()  # SIGTERM ends the daemon like EOF: agents stopped, answers sent
+                return
+
+    watcher = anyio.CancelScope()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(on_signals, watcher)
+        await server.serve(stdin_lines(), await stdout_writer())
+        watcher.cancel()

@@ -353,7 +353,9 @@ class SessionActor:
         call = self.tool_calls.pop(fx.call_id, None)
         if call is None:
             return
-        from lmbridge.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT, error_result, result_content, types
+        from mcp import types
+
+        from lmbridge.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT, error_result, result_content
 
         job = self.jobs.get(fx.job_id) if fx.job_id is not None else None
         result: ToolResultPart | None = job.turn.results.get(fx.call_id) if job is not None else None

@@ -10,7 +10,7 @@ start-up path, so it imports nothing heavier than pydantic.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import from_json
@@ -86,7 +86,7 @@ class ToolCallPart(_Wire):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
-ToolResultContent = Annotated[Union[TextPart, DataPart], Field(discriminator="type")]
+ToolResultContent = Annotated[TextPart | DataPart, Field(discriminator="type")]
 
 
 class ToolResultPart(_Wire):
@@ -102,9 +102,9 @@ class ToolResultPart(_Wire):
 
 
 InputPart = Annotated[
-    Union[TextPart, ThinkingPart, ToolCallPart, ToolResultPart, DataPart], Field(discriminator="type")
+    TextPart | ThinkingPart | ToolCallPart | ToolResultPart | DataPart, Field(discriminator="type")
 ]
-ResponsePart = Annotated[Union[TextPart, ThinkingPart, ToolCallPart], Field(discriminator="type")]
+ResponsePart = Annotated[TextPart | ThinkingPart | ToolCallPart, Field(discriminator="type")]
 
 
 class Message(_Wire):

@@ -108,7 +108,7 @@ DEFAULT_OPTIONS = [
 class McpStdio:
     """A minimal MCP client over a stdio server process (JSON lines)."""
 
-    def __init__(self, agent: "ScriptedAgent", command: str, args: list[str], env: dict[str, str]) -> None:
+    def __init__(self, agent: ScriptedAgent, command: str, args: list[str], env: dict[str, str]) -> None:
         import subprocess
 
         self.agent = agent

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lmbridge.client import Call, DaemonClient, approve, chat_options, assistant, skip, tool_calls, tool_result, user, without_last_round  # noqa: E402
+from lmbridge.client import Call, DaemonClient, approve, assistant, chat_options, skip, tool_calls, tool_result, user, without_last_round  # noqa: E402
 from lmbridge.replay import Divergence, replay  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
