@@ -68,6 +68,18 @@ class Incoming:
     id: int | str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Response:
+    """The answer to a request sent with ``send_request``, delivered on the events
+    stream in arrival order: a session actor sees it after every update the agent
+    sent before it, and before every update sent after it (ACP: a prompt turn ends
+    with the ``session/prompt`` response; later updates belong to no turn)."""
+
+    id: int
+    result: Any = None
+    error: AgentError | None = None
+
+
 class _Waiter:
     __slots__ = ("event", "result", "error")
 
@@ -96,13 +108,14 @@ class AgentConnection:
     (an unbounded stream: the reader hands frames over without waiting).
     """
 
-    def __init__(self, name: str, process: Process, events: MemoryObjectSendStream[Incoming]) -> None:
+    def __init__(self, name: str, process: Process, events: MemoryObjectSendStream[Incoming | Response]) -> None:
         self.name = name
         self.process = process
         self.events = events
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         self._next_id = 0
         self._waiters: dict[int, _Waiter] = {}
+        self._routed: set[int] = set()  # requests answered on the events stream (send_request)
         self._send_lock = anyio.Lock()
         self.closed = anyio.Event()
         self.exit_reason: str | None = None
@@ -117,7 +130,7 @@ class AgentConnection:
         args: Sequence[str],
         env: Mapping[str, str],
         cwd: str | None,
-        events: MemoryObjectSendStream[Incoming],
+        events: MemoryObjectSendStream[Incoming | Response],
         session: str | None = None,
     ) -> AgentConnection:
         """Start the agent with the daemon's environment plus ``env``.
@@ -262,6 +275,12 @@ class AgentConnection:
             self.events.send_nowait(Incoming(method, frame.get("params"), frame.get("id")))  # unbounded
             return
         rid = frame.get("id")
+        if isinstance(rid, int) and rid in self._routed:
+            self._routed.discard(rid)
+            err = frame.get("error")
+            error = AgentError("request", err if isinstance(err, dict) else {"message": str(err)}) if "error" in frame else None
+            self.events.send_nowait(Response(rid, frame.get("result"), error))
+            return
         waiter = self._waiters.pop(rid, None) if isinstance(rid, int) else None
         if waiter is None:
             log.warning("agent stdout: response to no request, skipped", agent=self.name, id=frame.get("id"))
@@ -337,6 +356,17 @@ class AgentConnection:
         if waiter.error is not None:
             raise waiter.error
         return waiter.result
+
+    def new_id(self) -> int:
+        """A request id for ``send_request``."""
+        self._next_id += 1
+        return self._next_id
+
+    async def send_request(self, rid: int, method: str, params: Any) -> None:
+        """Send request ``rid`` (from ``new_id``); its answer comes as a ``Response`` on
+        the events stream, in order with the agent's notifications. Raises ``AgentExited``."""
+        self._routed.add(rid)
+        await self._write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
 
     async def notify(self, method: str, params: Any) -> None:
         """Send a notification (no answer expected)."""

@@ -29,7 +29,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge import __version__, turn
-from lmbridge.acp_client import AgentConnection, AgentError, AgentExited, Incoming
+from lmbridge.acp_client import AgentConnection, AgentError, AgentExited, Incoming, Response
 from lmbridge.history import Answer, Fingerprint, Last, Pending, Turn, conversation, squeezed
 from lmbridge.log import get_logger
 from lmbridge.render import Part, TurnRenderer
@@ -49,6 +49,8 @@ WRITE_TIMEOUT = 10.0  # seconds one frame may take to reach an agent that stoppe
 # Overridable for tests (a short drain; no notice unless a test wants one).
 DRAIN_TIMEOUT = _seconds("LMBRIDGE_DRAIN_TIMEOUT", turn.DRAIN)
 START_NOTICE = _seconds("LMBRIDGE_START_NOTICE", turn.START_NOTICE)
+# Bytes of text kept for the next request while a permission card waits (issue #16).
+PENDING_OUTPUT = int(os.environ.get("LMBRIDGE_PENDING_OUTPUT_BYTES") or turn.BUFFER_LIMIT)
 
 Emit = Callable[[Part], Awaitable[None]]
 
@@ -151,8 +153,11 @@ class SessionActor:
         self.conn: AgentConnection | None = None
         self.acp_session: str | None = None
         self.images = False
-        self.machine = turn.TurnMachine(spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE)
+        self.machine = turn.TurnMachine(
+            spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE, buffer_limit=PENDING_OUTPUT
+        )
         self.jobs: dict[int, Job] = {}
+        self._prompts: dict[int, int] = {}  # session/prompt request id → the machine's prompt number
         self._job_ids = 0
         self.tool_calls: dict[str, Any] = {}  # callId → mcp_bridge.ToolCall the agent waits on
         self.bridge: Any = None  # mcp_bridge.ToolBridge, when the agent is offered VS Code tools
@@ -252,6 +257,15 @@ class SessionActor:
         event: turn.Event | None
         if isinstance(msg, Incoming):
             event = await self._incoming(msg)
+        elif isinstance(msg, Response):
+            seq = self._prompts.pop(msg.id, None)
+            if seq is None:
+                return
+            if msg.error is not None:
+                msg.error.args = (f"session/prompt: {msg.error.args[0].split(': ', 1)[-1]}",)
+                event = turn.PromptEnded(seq, error=str(msg.error))
+            else:
+                event = turn.PromptEnded(seq, stop_reason=_object(msg.result).get("stopReason"))
         elif isinstance(msg, Job):
             self.jobs[msg.id] = msg
             if self.bridge is not None:
@@ -505,19 +519,15 @@ class SessionActor:
         context, prompt = self._whole_conversation(job) if fx.whole else (job.turn.context, job.turn.prompt)
         blocks = prompt_blocks(tuple(fx.unsent) + context, prompt, images=self.images)
         conn, session = self.conn, self.acp_session
-        assert conn is not None and session is not None and self._tg is not None
+        assert conn is not None and session is not None
+        # The answer comes on the mailbox in order with the agent's updates (acp_client.Response).
+        rid = conn.new_id()
+        self._prompts[rid] = fx.seq
 
-        async def run() -> None:
-            try:
-                result = await conn.request("session/prompt", {"sessionId": session, "prompt": blocks})
-                done = turn.PromptEnded(fx.seq, stop_reason=_object(result).get("stopReason"))
-            except AgentError as exc:
-                done = turn.PromptEnded(fx.seq, error=str(exc))
-            except AgentExited:
-                return  # _AgentGone reports it
-            self._send.send_nowait(done)
+        async def write(c: AgentConnection) -> None:
+            await c.send_request(rid, "session/prompt", {"sessionId": session, "prompt": blocks})
 
-        self._tg.start_soon(run)
+        self._out.send_nowait(write)
 
     @staticmethod
     def _whole_conversation(job: Job) -> tuple[tuple[Message, ...], tuple[Message, ...]]:

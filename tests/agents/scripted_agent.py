@@ -57,6 +57,11 @@ Steps (the first key decides):
   {"stderr": s}               a line on stderr
   {"crash": code}             exit at once with that code; the prompt is not answered
   {"stop": reason}            answer the prompt now with this stopReason, end the turn
+  {"answer": reason}          answer the prompt now with this stopReason, and go on with
+                              the steps: output for a turn that has ended (hostile)
+  {"chatter": {"mb", "chunk"?}}
+                              mb MiB of agent_message_chunk, chunk bytes of text each
+                              (default 64 KiB); then logs event chatter_done (hostile)
   {"error": {"code", "message", "data"}}
                               answer the prompt now with this JSON-RPC error
   {"send": {...}}             write this object as a frame, as is (e.g. a request to
@@ -286,6 +291,14 @@ class Turn:
         elif kind == "stop":
             self.answer({"stopReason": value})
             raise TurnEnded
+        elif kind == "answer":  # hostile: the prompt is answered, the steps go on
+            self.answer({"stopReason": value})
+        elif kind == "chatter":  # hostile: MBs of message chunks, one line per chunk
+            chunk = int(value.get("chunk", 65536))
+            total = int(value["mb"] * 2**20)
+            for _ in range(total // chunk):
+                a.update(sid, text_update("agent_message_chunk", "C" * chunk))
+            a.log_event("chatter_done", bytes=total // chunk * chunk)
         elif kind == "error":
             self.answer_error(value)
             raise TurnEnded
