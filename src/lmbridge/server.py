@@ -126,6 +126,7 @@ class Server:
         self.recorder = config.recorder
         self.agents: dict[str, AgentSpec] = merge(config.agents)
         self.workspace: list[str] = []
+        self.verbatim = False  # initialize's userTurns: Copilot's user turns forwarded as they are
         self.history: HistoryActor | None = None
         self.inflight: dict[Any, Job | None] = {}
         self._dispatching = 0  # request tasks running
@@ -286,6 +287,7 @@ class Server:
             message = f"invalid params: unsupported protocolVersion {p.protocolVersion}; this daemon speaks {PROTOCOL_VERSION}"
             return {"error": {"code": -32602, "message": message}}
         self.workspace = list(p.workspaceFolders)
+        self.verbatim = p.userTurns == "verbatim"
         if p.agents:
             self.agents = merge(self.config.agents, p.agents)
         log.info("initialized", client=p.clientInfo and p.clientInfo.name, agents=list(self.agents))
@@ -358,7 +360,7 @@ class Server:
         async def emit(part: dict[str, Any]) -> None:
             self.send_part(rid, part)
 
-        job = Job(turn=turn, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools))
+        job = Job(turn=turn, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.verbatim)
         job.actor = actor
         cancelled = rid not in self.inflight  # cancelled while we classified
         self.inflight[rid] = job if not cancelled else None

@@ -73,6 +73,7 @@ class Job:
     cancelled: bool = False
     actor: Any = None  # the SessionActor running it (for cancellation)
     tools: tuple[ToolInfo, ...] = ()  # the request's options.tools
+    verbatim: bool = False  # user turns as they came (initialize's userTurns)
     id: int = 0  # set by the actor
     # What this response emitted, for the history core's fingerprint.
     _text: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
@@ -153,6 +154,7 @@ class SessionActor:
         self.conn: AgentConnection | None = None
         self.acp_session: str | None = None
         self.images = False
+        self.embedded_context = False
         self.machine = turn.TurnMachine(
             spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE, buffer_limit=PENDING_OUTPUT
         )
@@ -467,7 +469,9 @@ class SessionActor:
             },
         )
         caps = _object(_object(init).get("agentCapabilities"))
-        self.images = _object(caps.get("promptCapabilities")).get("image") is True
+        prompt_caps = _object(caps.get("promptCapabilities"))
+        self.images = prompt_caps.get("image") is True
+        self.embedded_context = prompt_caps.get("embeddedContext") is True
         await self._start_bridge(job, http=_object(caps.get("mcpCapabilities")).get("http") is True)
         await self._open_session()
 
@@ -517,7 +521,9 @@ class SessionActor:
     def _prompt(self, fx: turn.Prompt) -> None:
         job = self.jobs[fx.job_id]
         context, prompt = self._whole_conversation(job) if fx.whole else (job.turn.context, job.turn.prompt)
-        blocks = prompt_blocks(tuple(fx.unsent) + context, prompt, images=self.images)
+        blocks = prompt_blocks(
+            tuple(fx.unsent) + context, prompt, images=self.images, embedded_context=self.embedded_context, verbatim=job.verbatim
+        )
         conn, session = self.conn, self.acp_session
         assert conn is not None and session is not None
         # The answer comes on the mailbox in order with the agent's updates (acp_client.Response).

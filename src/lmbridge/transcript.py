@@ -15,8 +15,10 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
+from pathlib import PurePosixPath as Path
 from typing import Any
 
+from lmbridge.user_turn import Attachment, UserTurn, parse_user_turn
 from lmbridge.wire import ACTION_TOOLS, DataPart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 
 Block = dict[str, Any]
@@ -56,16 +58,31 @@ def agent_actions(messages: Sequence[Message]) -> Actions:
     return out
 
 
-def message_text(message: Message, actions: Actions | None = None) -> str:
+def user_words(message: Message, verbatim: bool = False) -> UserTurn | None:
+    """The user's words in a user message's text parts (``user_turn``), or None when
+    it has no text. ``verbatim``: Copilot's markup is kept (the ``userTurns`` setting)."""
+    text = "".join(p.value for p in message.content if isinstance(p, TextPart))
+    if message.role != "user" or not text:
+        return None
+    return UserTurn(text) if verbatim else parse_user_turn(text)
+
+
+def message_text(message: Message, actions: Actions | None = None, verbatim: bool = False) -> str:
     """A message as readable text, for the context block.
 
     ``actions``: our permission tool calls (``agent_actions``); their results are
-    told as the user's answer, never as the approval token itself.
+    told as the user's answer, never as the approval token itself. A user turn is
+    the user's words (``user_words``) and the names of what they attached.
     """
     lines: list[str] = []
+    words = user_words(message, verbatim)
+    if words is not None:
+        lines.append(words.request)
+        lines += [f"[attached: {a.path}{_line_range(a)}]" for a in words.attachments if a.path]
     for p in message.content:
         if isinstance(p, TextPart):
-            lines.append(p.value)
+            if words is None:
+                lines.append(p.value)
         elif isinstance(p, ThinkingPart):
             continue  # the agent's own reasoning is not replayed
         elif isinstance(p, ToolCallPart):
@@ -97,7 +114,23 @@ def _user_turn(message: Message) -> bool:
     )
 
 
-def context_block(context: Sequence[Message]) -> Block | None:
+def _line_range(a: Attachment) -> str:
+    return f", lines {a.lines[0]}-{a.lines[1]}" if a.lines else ""
+
+
+def attachment_block(a: Attachment, embedded_context: bool) -> Block | None:
+    """An attachment as ACP content: a ``resource`` (EmbeddedResource with its text) when
+    the agent's ``promptCapabilities.embeddedContext`` allows and the text came along,
+    else a ``resource_link``. None for an attachment with no path."""
+    if not a.path:
+        return None
+    uri = a.path if "://" in a.path else Path(a.path).as_uri() if a.path.startswith("/") else f"file:{a.path}"
+    if embedded_context and a.text is not None:
+        return {"type": "resource", "resource": {"uri": uri + (f"#L{a.lines[0]}-{a.lines[1]}" if a.lines else ""), "text": a.text, "mimeType": "text/plain"}}
+    return {"type": "resource_link", "uri": uri, "name": Path(a.path).name or a.path}
+
+
+def context_block(context: Sequence[Message], verbatim: bool = False) -> Block | None:
     """One text block holding the earlier conversation, or None when there is none.
 
     A user turn followed by another user turn (or by the prompt) with no answer
@@ -108,7 +141,7 @@ def context_block(context: Sequence[Message]) -> Block | None:
     actions = agent_actions(context)
     turns = []
     for i, m in enumerate(context):
-        text = message_text(m, actions)
+        text = message_text(m, actions, verbatim)
         following = context[i + 1 :]
         nxt = next((n for n in following if n.role == "assistant" or _user_turn(n)), None)
         if _user_turn(m) and (nxt is None or nxt.role == "user"):
@@ -117,9 +150,15 @@ def context_block(context: Sequence[Message]) -> Block | None:
     return {"type": "text", "text": CONTEXT_OPEN + "\n\n".join(turns) + "\n" + CONTEXT_CLOSE}
 
 
-def prompt_blocks(context: Sequence[Message], prompt: Sequence[Message], *, images: bool) -> list[Block]:
-    """The ``session/prompt`` content for a turn.
+def prompt_blocks(
+    context: Sequence[Message], prompt: Sequence[Message], *, images: bool, embedded_context: bool = False, verbatim: bool = False
+) -> list[Block]:
+    """The ``session/prompt`` content for a turn (ACP ``ContentBlock``s, schema v1).
 
+    A Copilot-rendered user turn gives the user's words as a text block and each
+    attachment as a ``resource`` block (``embedded_context``: the agent's
+    ``promptCapabilities.embeddedContext``) or a ``resource_link``; the rest of
+    Copilot's scaffolding is dropped (issue #9), unless ``verbatim``.
     ``images``: whether the agent's ``promptCapabilities.image`` allows image
     blocks; otherwise an image becomes a short text note. Data parts that are
     not images (Copilot's ``cache_control``/``stateful_marker``, JSON) are
@@ -127,13 +166,18 @@ def prompt_blocks(context: Sequence[Message], prompt: Sequence[Message], *, imag
     """
     blocks: list[Block] = []
     actions = agent_actions([*context, *prompt])
-    head = context_block(context)
+    head = context_block(context, verbatim)
     if head is not None:
         blocks.append(head)
     for m in prompt:
+        words = user_words(m, verbatim)
+        if words is not None and words.rendered:
+            blocks.append({"type": "text", "text": words.request})
+            blocks += [b for b in (attachment_block(a, embedded_context) for a in words.attachments) if b is not None]
         for p in m.content:
             if isinstance(p, TextPart) and p.value:
-                blocks.append({"type": "text", "text": p.value})
+                if words is None or not words.rendered:
+                    blocks.append({"type": "text", "text": p.value})
             elif isinstance(p, DataPart) and p.mimeType.startswith("image/"):
                 if images:
                     blocks.append({"type": "image", "mimeType": p.mimeType, "data": p.data})

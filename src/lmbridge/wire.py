@@ -230,10 +230,15 @@ class ClientInfo(_Wire):
 
 
 class InitializeParams(_Wire):
+    """``initialize``. ``userTurns``: what the agent gets of a Copilot-rendered user
+    turn: ``"request"`` the user's words and attachments (``user_turn``), ``"verbatim"``
+    the text as it came (the shim's ``lmbridge.userTurns`` setting)."""
+
     protocolVersion: int
     clientInfo: ClientInfo | None = None
     workspaceFolders: list[str] = Field(default_factory=list)
     agents: list[AgentSpec] = Field(default_factory=list)
+    userTurns: Literal["request", "verbatim"] = "request"
 
 
 class ChatInformationParams(_Wire):

@@ -20,10 +20,11 @@ export interface Settings {
 	pythonPath: string;
 	logLevel: string;
 	thinking: ThinkingDisplay;
+	userTurns: 'request' | 'verbatim';
 }
 
 /** Settings whose change requires a fresh daemon (it reads them at start-up). */
-export const DAEMON_SETTINGS = ['agents', 'daemon', 'pythonPath', 'logLevel'].map(k => `${SECTION}.${k}`);
+export const DAEMON_SETTINGS = ['agents', 'daemon', 'pythonPath', 'logLevel', 'userTurns'].map(k => `${SECTION}.${k}`);
 
 export const DEFAULTS = {
 	daemonCommand: 'lmbridge',
@@ -118,6 +119,7 @@ export function readSettings(config: ConfigLike): Settings {
 		pythonPath: (config.get<string>('pythonPath') ?? '').trim(),
 		logLevel: LOG_LEVELS.includes(config.get<string>('logLevel') ?? '') ? config.get<string>('logLevel')! : DEFAULTS.logLevel,
 		thinking: thinking === 'text' || thinking === 'hidden' || thinking === 'auto' ? thinking : DEFAULTS.thinking,
+		userTurns: config.get<string>('userTurns') === 'verbatim' ? 'verbatim' : 'request',
 	};
 }
 

@@ -262,6 +262,7 @@ export function renderConfirmation(input: AgentActionInput): Confirmation {
 	return {
 		title,
 		message: sections.join('\n\n'),
-		invocationMessage: `Allowed: ${title}`,
+		// Shown while it runs and, after a Stop or a Skip, on the card's line: never "Allowed".
+		invocationMessage: `Agent action: ${title}`,
 	};
 }

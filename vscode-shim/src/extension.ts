@@ -7,7 +7,7 @@ import { AgentActionTool } from './tool';
 import { DAEMON_SETTINGS, launchSpec, readSettings, SECTION, Settings } from './config';
 import { DaemonClient, DaemonClientOptions } from './daemon';
 import { LmBridgeProvider } from './provider';
-import { AGENT_ACTION_TOOL, InitializeParams, PROTOCOL_VERSION } from './wire';
+import { AGENT_ACTION_TOOLS, InitializeParams, PROTOCOL_VERSION } from './wire';
 
 export const VENDOR = 'lmbridge';
 export const COMMANDS = {
@@ -42,6 +42,7 @@ export function initializeParams(version: string, current: Settings = settings()
 		protocolVersion: PROTOCOL_VERSION,
 		clientInfo: { name: 'lmbridge-vscode', version },
 		workspaceFolders: folders,
+		userTurns: current.userTurns,
 	};
 	if (current.agents.length > 0) {
 		params.agents = current.agents;
@@ -74,7 +75,7 @@ export function activate(context: vscode.ExtensionContext, overrides: Partial<Da
 		log,
 		provider,
 		vscode.lm.registerLanguageModelChatProvider(VENDOR, provider),
-		vscode.lm.registerTool(AGENT_ACTION_TOOL, tool),
+		...AGENT_ACTION_TOOLS.map(name => vscode.lm.registerTool(name, tool)),
 		vscode.commands.registerCommand(COMMANDS.manage, () =>
 			vscode.commands.executeCommand('workbench.action.openSettings', `@ext:${context.extension?.id ?? 'lmbridge.lmbridge'}`)),
 		vscode.commands.registerCommand(COMMANDS.showLogs, () => log.show()),

@@ -8,8 +8,14 @@
 
 export const PROTOCOL_VERSION = 1;
 
-/** The tool that carries an ACP agent's permission request (seed 002). */
+/** The tool that carries an ACP agent's permission request (seed 002): execute, fetch and other kinds. */
 export const AGENT_ACTION_TOOL = 'symposium-agent-action';
+/**
+ * One tool per class of ACP tool kind (docs/protocol.md, "Permission bridging"): VS Code's
+ * "Allow in this Session" approves one tool for the rest of the session, so approving a
+ * read never approves an edit or a command. The daemon picks the tool; all three behave alike.
+ */
+export const AGENT_ACTION_TOOLS = [AGENT_ACTION_TOOL, 'symposium-agent-action-read', 'symposium-agent-action-edit'] as const;
 
 // ---------------------------------------------------------------- methods
 
@@ -81,6 +87,8 @@ export interface InitializeParams {
 	clientInfo?: { name: string; version: string };
 	workspaceFolders?: string[];
 	agents?: AgentSpec[];
+	/** What the agent gets of a Copilot-rendered user turn: the user's words (default) or the text as it came. */
+	userTurns?: 'request' | 'verbatim';
 }
 export interface InitializeResult { protocolVersion: number; serverInfo: { name: string; version: string } }
 

@@ -111,7 +111,7 @@ describe('renderConfirmation: what the user sees, per kind of request', () => {
 			for (const text of row.excludes ?? []) {
 				assert.ok(!c.message.includes(text), `did not expect ${JSON.stringify(text)} in:\n${c.message}`);
 			}
-			assert.equal(c.invocationMessage, `Allowed: ${row.title}`);
+			assert.equal(c.invocationMessage, `Agent action: ${row.title}`);
 		});
 	}
 
@@ -210,7 +210,7 @@ describe('AgentActionTool', () => {
 		assert.ok(message instanceof MarkdownString);
 		assert.ok(message.value.includes('```sh\nnpm test\n```'));
 		assert.equal(message.isTrusted, false);
-		assert.equal(prepared.invocationMessage, 'Allowed: Run tests');
+		assert.equal(prepared.invocationMessage, 'Agent action: Run tests');
 	});
 
 	test('invoke returns exactly one text part equal to the approval token', async () => {

@@ -8,6 +8,7 @@ import { launchSpec, parseAgents, readSettings } from '../src/config';
 import { activate, COMMANDS, deactivate, LmBridgeApi, VENDOR } from '../src/extension';
 import { FAKE_DAEMON, isAlive, tempDir, waitFor } from './helpers';
 import { CancellationTokenSource, mock } from './vscode-mock';
+import { AGENT_ACTION_TOOLS } from '../src/wire';
 
 const manifest = JSON.parse(fs.readFileSync(path.resolve(__dirname, '../../package.json'), 'utf8'));
 
@@ -93,7 +94,7 @@ describe('package.json contributions', () => {
 		assert.deepEqual(contributed, Object.values(COMMANDS).sort());
 		assert.deepEqual(Object.keys(manifest.contributes.configuration.properties).sort(), [
 			'lmbridge.agents', 'lmbridge.daemon.args', 'lmbridge.daemon.command', 'lmbridge.daemon.env',
-			'lmbridge.logLevel', 'lmbridge.pythonPath', 'lmbridge.thinking',
+			'lmbridge.logLevel', 'lmbridge.pythonPath', 'lmbridge.thinking', 'lmbridge.userTurns',
 		]);
 	});
 });
@@ -133,7 +134,17 @@ describe('activate', () => {
 			clientInfo: { name: 'lmbridge-vscode', version: '0.1.0' },
 			workspaceFolders: [project, '/home/me/missing-folder'],
 			agents: [{ id: 'claude', name: 'Claude', command: 'claude-agent-acp' }],
+			userTurns: 'request',
 		});
+	});
+
+	test('the three agent-action tools are contributed so Agent mode offers them, and registered', () => {
+		const tools = manifest.contributes.languageModelTools as { name: string; canBeReferencedInPrompt: boolean; toolReferenceName: string }[];
+		assert.deepEqual(tools.map(t => t.name).sort(), [...AGENT_ACTION_TOOLS].sort());
+		// Agent mode offers a contributed tool to the model only with these two keys (facts.md §7).
+		assert.ok(tools.every(t => t.canBeReferencedInPrompt === true && t.toolReferenceName));
+		start();
+		assert.deepEqual([...mock.state.tools.keys()].sort(), [...AGENT_ACTION_TOOLS].sort());
 	});
 
 	test('a first workspace folder that does not exist does not stop the daemon from starting', async () => {

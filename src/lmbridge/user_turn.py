@@ -1,0 +1,143 @@
+"""The user's words in a Copilot-rendered user turn (issue #9). Pure: no I/O.
+
+Rules of this module:
+
+* It reads one user message's text and returns what the user wrote and what
+  they attached; everything else Copilot put around it is dropped.
+* When in doubt it returns the text as it is: the user's words are never lost.
+  A turn with no Copilot markup goes as it is.
+* It is never used to match sessions (history.py never compares user text).
+
+Theory of operation
+-------------------
+In Agent mode Copilot Chat wraps the current user turn in its own scaffolding
+(facts.md §7; VS Code 1.139.1 / Copilot Chat 0.67.0, ``AgentUserMessage`` in
+``extensions/copilot/dist/extension.js``): a sequence of top-level elements
+such as ``<environment_info>``, ``<workspace_info>``, ``<userMemory>``,
+``<sessionMemory>``, ``<repoMemory>``, ``<context>``, ``<reminderInstructions>``,
+``<attachments>`` (the files and selections the user attached, each an
+``<attachment id=… filePath=…>`` holding a fenced copy of the text), and last
+the user's words in ``<userRequest>`` (``<user_query>`` for some models). Some
+renderings put the request's plain text first as well. Earlier turns are
+replayed with less of it.
+
+So the text is read as a sequence of top-level elements and text runs. The
+request element is the *last* one: it runs to the last closing tag of its name,
+so a user who types ``<userRequest>`` or any other tag keeps every character.
+Without a request element, or when the sequence does not parse (an element
+never closed), the whole text is the request.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: Tags Copilot puts the user's words in (the name depends on the model family).
+REQUEST_TAGS = ("userRequest", "user_query")
+
+_OPEN = re.compile(r"<([A-Za-z_][\w.-]*)((?:\s+[\w.:-]+(?:=\"[^\"]*\"|='[^']*')?)*)\s*>")
+_ATTR = re.compile(r"([\w.:-]+)=(?:\"([^\"]*)\"|'([^']*)')")
+_FENCE = re.compile(r"\A\s*(`{3,}|~{3,})[^\n]*\n(.*?)\n?\1\s*\Z", re.S)
+_LINES = re.compile(r"(?:#|:|Lines? )L?(\d+)(?:[-–]L?(\d+))?$")
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file or selection the user attached: ``path`` (as Copilot wrote it, absolute
+    or workspace-relative), the attached ``text`` (fences removed; None when only the
+    file was named), and ``lines`` (first, last; 1-based) for a selection."""
+
+    path: str | None
+    text: str | None = None
+    lines: tuple[int, int] | None = None
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class UserTurn:
+    """What the user wrote (``request``) and attached. ``rendered``: Copilot's markup
+    was found and removed; False means ``request`` is the text as it came."""
+
+    request: str
+    attachments: tuple[Attachment, ...] = ()
+    rendered: bool = False
+
+
+def parse_user_turn(text: str) -> UserTurn:
+    """Split a Copilot-rendered user turn into the user's words and attachments.
+
+    Never raises; returns ``UserTurn(text)`` (verbatim) when the text has no request
+    element or does not parse as Copilot's element sequence.
+    """
+    elements = _top_level(text)
+    if elements is None:
+        return UserTurn(text)
+    requests = [e for e in elements if e[0] in REQUEST_TAGS]
+    if not requests:
+        return UserTurn(text)
+    request = requests[-1][2].strip("\n")
+    attachments: list[Attachment] = []
+    for name, _attrs, body in elements:
+        if name == "attachments":
+            attachments += _attachments(body)
+    return UserTurn(request, tuple(attachments), rendered=True)
+
+
+def _top_level(text: str) -> list[tuple[str, dict[str, str], str]] | None:
+    """The top-level elements of ``text`` as (name, attributes, body); text runs
+    between them are skipped. None when an element is not closed."""
+    out: list[tuple[str, dict[str, str], str]] = []
+    pos = 0
+    while True:
+        m = _OPEN.search(text, pos)
+        if m is None:
+            return out
+        name = m.group(1)
+        close = f"</{name}>"
+        if name in REQUEST_TAGS:
+            # The user's words: to the last closing tag, whatever they typed.
+            end = text.rfind(close)
+            if end < m.end():
+                return None
+            out.append((name, _attrs(m.group(2)), text[m.end() : end]))
+            pos = end + len(close)
+            continue
+        end = text.find(close, m.end())
+        if end < 0:
+            return None
+        out.append((name, _attrs(m.group(2)), text[m.end() : end]))
+        pos = end + len(close)
+
+
+def _attrs(raw: str) -> dict[str, str]:
+    return {m.group(1): m.group(2) if m.group(2) is not None else m.group(3) for m in _ATTR.finditer(raw)}
+
+
+def _attachments(body: str) -> list[Attachment]:
+    out = []
+    for name, attrs, inner in _top_level(body) or []:
+        if name != "attachment":
+            continue
+        path = attrs.get("filePath") or attrs.get("path")
+        content = _unfenced(inner)
+        lines = None
+        for key in ("id", "description"):
+            found = _LINES.search(attrs.get(key, ""))
+            if found:
+                first = int(found.group(1))
+                lines = (first, int(found.group(2) or first))
+                break
+        out.append(Attachment(path, content or None, lines, attrs.get("id")))
+    return out
+
+
+def _unfenced(text: str) -> str:
+    """The text of a fenced code block (Copilot's ``// filepath:`` line kept out), or
+    the text itself."""
+    m = _FENCE.match(text)
+    body = m.group(2) if m else text.strip("\n")
+    first, _, rest = body.partition("\n")
+    if m and re.match(r"\s*(//|#|<!--)\s*filepath:", first):
+        return rest
+    return body
