@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 AGENT_DIR := tests/real_agent
 AGENT_STAMP := $(AGENT_DIR)/node_modules/.installed
 
-.PHONY: venv demo test lint test-python test-shim real-agent-deps vsix clean
+.PHONY: venv demo test lint test-python test-shim chatview real-agent-deps vsix clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "lmbridge needs Python 3.11+")'
@@ -32,7 +32,14 @@ $(AGENT_STAMP): $(AGENT_DIR)/package.json $(AGENT_DIR)/package-lock.json
 
 real-agent-deps: $(AGENT_STAMP)
 
-test: lint test-python test-shim
+test: lint test-python test-shim chatview
+
+# VS Code's real Chat view as the acceptance test (docs/vscode-shim.md): code-server 4.139.1 on
+# Node 24 and a headless Chromium, installed into $$LMBRIDGE_TEST_CACHE (default
+# ~/.cache/lmbridge-test, reused), drive the packed extension and the demo agent as a user does.
+# Screenshots and, on failure, logs in .chatview/<time>/.
+chatview: $(STAMP) vsix
+	@eval "$$(tests/chatview/install.sh | sed 's/^/export /')" && "$$NODE24" tests/chatview/chatview.mjs
 
 # ruff (pyflakes, pycodestyle, isort, bugbear, pyupgrade) and mypy (strict on the pure modules).
 lint: $(STAMP)

@@ -141,3 +141,16 @@ def test_never_raises_and_no_markup_is_verbatim(text: Any) -> None:
     assert turn.rendered or turn.request == text
     if "<" not in text:
         assert turn == UserTurn(text)
+
+
+def test_copilots_global_context_message_is_no_turn() -> None:
+    """Agent mode sends its global context as a user message of its own before the first
+    turn (seen in the real Chat view): it is neither the request nor a stopped turn."""
+    from lmbridge.history import split_prompt
+
+    glob = Message.model_validate({"role": "user", "content": [{"type": "text", "value": SCAFFOLD}]})
+    turn = Message.model_validate({"role": "user", "content": [{"type": "text", "value": "<context>\nnow\n</context>\n<userRequest>\nhello there\n</userRequest>"}]})
+    assert parse_user_turn(SCAFFOLD) == UserTurn("", rendered=True)
+    context, prompt = split_prompt([glob, turn])
+    assert prompt == (turn,)
+    assert prompt_blocks(context, prompt, images=False) == [{"type": "text", "text": "hello there"}]

@@ -45,6 +45,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from lmbridge.user_turn import is_scaffolding
 from lmbridge.wire import VSCODE_SKIP_TEXT, DataPart, Message, TextPart, ToolCallPart, ToolResultPart
 
 
@@ -180,7 +181,11 @@ def has_user_content(messages: Iterable[Message]) -> bool:
     ``cache_control`` and ``stateful_marker`` parts of its own (facts.md §1)."""
     return any(
         m.role == "user"
-        and (p.value.strip() if isinstance(p, TextPart) else isinstance(p, DataPart) and p.mimeType.startswith("image/"))
+        and (
+            bool(p.value.strip()) and not is_scaffolding(p.value)
+            if isinstance(p, TextPart)
+            else isinstance(p, DataPart) and p.mimeType.startswith("image/")
+        )
         for m in messages
         for p in m.content
     )

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath as Path
 from typing import Any
 
+from lmbridge.history import has_user_content
 from lmbridge.user_turn import Attachment, UserTurn, parse_user_turn
 from lmbridge.wire import ACTION_TOOLS, DataPart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 
@@ -76,7 +77,7 @@ def message_text(message: Message, actions: Actions | None = None, verbatim: boo
     """
     lines: list[str] = []
     words = user_words(message, verbatim)
-    if words is not None:
+    if words is not None and words.request:
         lines.append(words.request)
         lines += [f"[attached: {a.path}{_line_range(a)}]" for a in words.attachments if a.path]
     for p in message.content:
@@ -108,10 +109,7 @@ STOPPED_NOTE = "[stopped by the user before it was answered]"
 
 
 def _user_turn(message: Message) -> bool:
-    return message.role == "user" and any(
-        (p.value.strip() if isinstance(p, TextPart) else isinstance(p, DataPart) and p.mimeType.startswith("image/"))
-        for p in message.content
-    )
+    return has_user_content((message,))
 
 
 def _line_range(a: Attachment) -> str:
@@ -142,11 +140,15 @@ def context_block(context: Sequence[Message], verbatim: bool = False) -> Block |
     turns = []
     for i, m in enumerate(context):
         text = message_text(m, actions, verbatim)
+        if not text.strip():
+            continue  # Copilot's global context message: nothing anyone said
         following = context[i + 1 :]
         nxt = next((n for n in following if n.role == "assistant" or _user_turn(n)), None)
         if _user_turn(m) and (nxt is None or nxt.role == "user"):
             text += f"\n{STOPPED_NOTE}"
         turns.append(f"## {m.role}\n{text}")
+    if not turns:
+        return None
     return {"type": "text", "text": CONTEXT_OPEN + "\n\n".join(turns) + "\n" + CONTEXT_CLOSE}
 
 
@@ -172,7 +174,8 @@ def prompt_blocks(
     for m in prompt:
         words = user_words(m, verbatim)
         if words is not None and words.rendered:
-            blocks.append({"type": "text", "text": words.request})
+            if words.request:
+                blocks.append({"type": "text", "text": words.request})
             blocks += [b for b in (attachment_block(a, embedded_context) for a in words.attachments) if b is not None]
         for p in m.content:
             if isinstance(p, TextPart) and p.value:

@@ -39,6 +39,7 @@ REQUEST_TAGS = ("userRequest", "user_query")
 _OPEN = re.compile(r"<([A-Za-z_][\w.-]*)((?:\s+[\w.:-]+(?:=\"[^\"]*\"|='[^']*')?)*)\s*>")
 _ATTR = re.compile(r"([\w.:-]+)=(?:\"([^\"]*)\"|'([^']*)')")
 _FENCE = re.compile(r"\A\s*(`{3,}|~{3,})[^\n]*\n(.*?)\n?\1\s*\Z", re.S)
+_OUTSIDE = re.compile(r"<([A-Za-z_][\w.-]*)(?:\s[^>]*)?>.*?</\1>", re.S)
 _LINES = re.compile(r"(?:#|:|Lines? )L?(\d+)(?:[-–]L?(\d+))?$")
 
 
@@ -75,13 +76,25 @@ def parse_user_turn(text: str) -> UserTurn:
         return UserTurn(text)
     requests = [e for e in elements if e[0] in REQUEST_TAGS]
     if not requests:
-        return UserTurn(text)
+        # Copilot's global context alone: nothing the user wrote.
+        return UserTurn("", rendered=True) if is_scaffolding(text) else UserTurn(text)
     request = requests[-1][2].strip("\n")
     attachments: list[Attachment] = []
     for name, _attrs, body in elements:
         if name == "attachments":
             attachments += _attachments(body)
     return UserTurn(request, tuple(attachments), rendered=True)
+
+
+def is_scaffolding(text: str) -> bool:
+    """True when ``text`` is Copilot's markup and nothing else: top-level elements, none of
+    them a request, and only whitespace between them. Copilot sends its global context
+    (``<environment_info>``, ``<workspace_info>``, memories) as a user message of its own
+    before the first turn: no user wrote it, so it is neither a turn nor the request."""
+    elements = _top_level(text)
+    if not elements or any(name in REQUEST_TAGS for name, _, _ in elements):
+        return False
+    return not _OUTSIDE.sub("", text).strip()
 
 
 def _top_level(text: str) -> list[tuple[str, dict[str, str], str]] | None:

@@ -1,0 +1,297 @@
+// The real Chat view as the acceptance test (issue #9): VS Code 1.139.1 (code-server 4.139.1,
+// GitHub Copilot Chat 0.67.0 built in) in headless Chromium, driven as a user drives it:
+// typing, clicking, reading what the page shows. Every wait is on the page (or the disk),
+// never a fixed sleep. Run by `make chatview` after tests/chatview/install.sh.
+//
+// Environment (from install.sh): NODE24, CODE_SERVER, BROWSER_MODULES. Optional:
+// CHATVIEW_OUT (the run folder; default .chatview/<time> in the repository).
+//
+// Steps (each leaves NN-name.png in the run folder):
+//   01 setup       chat enabled with "Chat: Manage Language Models", the lmbridge demo model picked, Agent mode
+//   02 stream      a turn streams text
+//   03 words       the agent received the user's words, not Copilot's scaffolding
+//   04 card        the agent's permission request is an inline card with the action's title and details
+//   05 allow-once  Allow Once → the action ran (the file is on disk) and the answer goes on
+//   06 skip        Skip → the action did not run and the agent finished its turn
+//   07 stop-card   Stop while a card is pending → the turn ends at once, nothing ran...
+//   08 after-stop  ...and the next message in the same chat is answered
+//   09 stop-stream Stop while text streams...
+//   10 after-stream-stop ...and the next message is answered
+// On failure: which step, its screenshot, the code-server and extension host logs kept.
+import { execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const require = createRequire(path.join(process.env.BROWSER_MODULES, '/'));
+const sparticuz = require('@sparticuz/chromium');
+const chromium = sparticuz.default ?? sparticuz;
+const { chromium: playwright } = require('playwright-core');
+
+const OUT = process.env.CHATVIEW_OUT || path.join(ROOT, '.chatview', new Date().toISOString().replace(/[:.]/g, '-'));
+const WAIT = 60_000; // ms: the longest any one thing the user waits for may take
+const started = Date.now();
+const dirs = { user: path.join(OUT, 'user-data'), ext: path.join(OUT, 'extensions'), ws: path.join(OUT, 'workspace') };
+for (const d of [path.join(dirs.user, 'User'), dirs.ext, dirs.ws]) fs.mkdirSync(d, { recursive: true });
+const notes = path.join(dirs.ws, 'notes.txt');
+const record = path.join(OUT, 'daemon-record.jsonl');
+
+let page;
+let current = 'setup';
+let shot = 0;
+const results = [];
+
+async function step(name, fn) {
+	current = name;
+	const t0 = Date.now();
+	await fn();
+	shot += 1;
+	const file = `${String(shot).padStart(2, '0')}-${name}.png`;
+	await page.screenshot({ path: path.join(OUT, file) });
+	results.push({ step: name, screenshot: file, ms: Date.now() - t0 });
+	console.log(`chatview: ✓ ${name} (${((Date.now() - t0) / 1000).toFixed(1)} s) ${file}`);
+}
+
+function check(condition, message) {
+	if (!condition) throw new Error(message);
+}
+
+async function freePort() {
+	return new Promise(resolve => {
+		const srv = net.createServer().listen(0, '127.0.0.1', () => { const { port } = srv.address(); srv.close(() => resolve(port)); });
+	});
+}
+
+async function waitForDisk(predicate, what) {
+	const deadline = Date.now() + WAIT;
+	while (!predicate()) {
+		if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+		await new Promise(r => setTimeout(r, 50)); // polling the disk: there is no event to wait on
+	}
+}
+
+// ---------------------------------------------------------------- the page
+
+const chatInput = () => page.locator('.interactive-input-part .monaco-editor').first();
+
+// The chat list is virtual: rows are absolutely placed and their DOM order is not the chat's.
+// The latest request or response is the row with the highest data-index.
+const LATEST = `(kind) => {
+	let best = null, index = -1;
+	for (const el of document.querySelectorAll('.interactive-item-container.interactive-' + kind)) {
+		const i = Number(el.closest('.monaco-list-row')?.getAttribute('data-index') ?? -1);
+		if (i > index) { index = i; best = el; }
+	}
+	return best;
+}`;
+const latestText = kind => page.evaluate(`(${LATEST})(${JSON.stringify(kind)})?.innerText ?? ''`);
+
+async function send(text) {
+	await chatInput().click();
+	await page.keyboard.type(text);
+	await page.keyboard.press('Enter');
+	// The list is virtual (old rows leave the DOM): wait for this request to be the last one shown.
+	await page.waitForFunction(`(${LATEST})('request')?.textContent?.includes(${JSON.stringify(text)})`, null, { timeout: WAIT });
+}
+
+async function responseText() {
+	return (await latestText('response')).replace(/\s+/g, ' ').trim();
+}
+
+async function waitForResponseText(pattern) {
+	await page.waitForFunction(`new RegExp(${JSON.stringify(pattern.source)}).test(((${LATEST})('response')?.textContent ?? '').replace(/\\s+/g, ' '))`, null, { timeout: WAIT });
+}
+
+async function waitForIdle() {
+	// The request is over when the response stops showing its progress.
+	await page.waitForFunction(`(() => {
+		const last = (${LATEST})('response');
+		return !!last && !last.classList.contains('chat-response-loading');
+	})()`, null, { timeout: WAIT });
+}
+
+// The inline confirmation card (a hidden copy sits in the tool carousel).
+// VS Code 1.139 shows pending confirmations in a carousel above the input: its header has the
+// title (our confirmation title), its body our message, its buttons Allow in this Session ▾ / Skip.
+const card = () => page.locator('[aria-label="Tool confirmation carousel"], .chat-confirmation-widget-container').filter({ visible: true }).first();
+
+async function waitForCard(title) {
+	await card().waitFor({ state: 'visible', timeout: WAIT });
+	const text = await card().innerText();
+	check(text.includes(title), `the card does not show the action's title ${JSON.stringify(title)}: ${JSON.stringify(text.slice(0, 300))}`);
+	return text;
+}
+
+async function stop() {
+	await page.locator('.interactive-input-part a[aria-label^="Cancel"], .interactive-input-part a[aria-label^="Stop"]').first().click();
+}
+
+async function runCommand(title) {
+	// The command exists once Copilot Chat has activated: until then the palette lacks it.
+	const deadline = Date.now() + WAIT;
+	for (;;) {
+		await page.keyboard.press('F1');
+		await page.keyboard.type(title);
+		const row = page.locator('.quick-input-list .monaco-list-row', { hasText: new RegExp(`^${title}`) }).first();
+		try {
+			await row.waitFor({ timeout: 3000 });
+			await row.click();
+			return;
+		} catch (err) {
+			if (Date.now() > deadline) throw err;
+			await page.keyboard.press('Escape');
+		}
+	}
+}
+
+async function dismissNotifications() {
+	// "Set BYOK utility models": harmless noise of an offline profile (facts.md §7), but it covers the chat.
+	const dismiss = page.locator('[aria-label="Dismiss notification"]');
+	await dismiss.first().waitFor({ timeout: 15_000 }).then(() => dismiss.first().click()).catch(() => {});
+}
+
+// ---------------------------------------------------------------- run
+
+const ports = { cs: await freePort() };
+fs.writeFileSync(path.join(dirs.user, 'User', 'settings.json'), JSON.stringify({
+	'lmbridge.daemon.command': path.join(ROOT, '.venv', 'bin', 'lmbridge'),
+	'lmbridge.daemon.args': ['serve', '--record', record],
+	'lmbridge.daemon.env': { LMBRIDGE_DEMO_SCRATCH: dirs.ws },
+	'lmbridge.logLevel': 'debug',
+	'workbench.startupEditor': 'none',
+	'security.workspace.trust.enabled': false,
+	'telemetry.telemetryLevel': 'off',
+	'extensions.autoUpdate': false,
+	'extensions.autoCheckUpdates': false,
+}, null, 1));
+const vsix = fs.readdirSync(path.join(ROOT, 'vscode-shim')).filter(f => f.endsWith('.vsix')).sort().pop();
+check(vsix, 'no vsix in vscode-shim/: run make vsix');
+execFileSync(process.env.NODE24, [process.env.CODE_SERVER, '--extensions-dir', dirs.ext, '--user-data-dir', dirs.user,
+	'--install-extension', path.join(ROOT, 'vscode-shim', vsix)], { stdio: ['ignore', 'ignore', 'inherit'] });
+const server = spawn(process.env.NODE24, [process.env.CODE_SERVER, '--auth', 'none', '--bind-addr', `127.0.0.1:${ports.cs}`,
+	'--extensions-dir', dirs.ext, '--user-data-dir', dirs.user, '--disable-telemetry', '--disable-update-check',
+	'--disable-workspace-trust', dirs.ws], {
+	// force-disable-user-env: VS Code would replace PATH with a login shell's (facts.md §2).
+	env: { ...process.env, EXTENSIONS_GALLERY: '{}', VSCODE_FORCE_DISABLE_USER_ENV: '1' },
+	stdio: ['ignore', fs.openSync(path.join(OUT, 'code-server.log'), 'w'), fs.openSync(path.join(OUT, 'code-server.err'), 'w')],
+	detached: true,
+});
+const browser = await playwright.launch({
+	executablePath: await chromium.executablePath(), headless: true,
+	args: [...chromium.args, '--no-sandbox', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
+});
+
+let failed = null;
+try {
+	page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+	for (let i = 0; ; i++) { // code-server answers once it listens
+		try { await page.goto(`http://127.0.0.1:${ports.cs}/?folder=${encodeURIComponent(dirs.ws)}`); break; } catch (e) { if (i > 200) throw e; await new Promise(r => setTimeout(r, 100)); }
+	}
+
+	await step('setup', async () => {
+		await page.locator('.interactive-input-part').first().waitFor({ timeout: WAIT });
+		await runCommand('Chat: Manage Language Models');
+		await page.getByText('lmbridge demo agent').first().waitFor({ timeout: WAIT });
+		await page.keyboard.press('Escape');
+		// The picker: the lmbridge demo model, and Agent mode.
+		const picker = page.locator('.interactive-input-part .chat-input-picker-item').filter({ hasText: /lmbridge|Auto|GPT|Claude|model/i }).first();
+		if (!(await picker.innerText()).includes('lmbridge')) {
+			await picker.click();
+			await page.getByText('lmbridge demo agent').last().click();
+		}
+		await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'lmbridge' }).first().waitFor({ timeout: WAIT });
+		await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'Agent' }).first().waitFor({ timeout: WAIT });
+		await dismissNotifications();
+	});
+
+	await step('stream', async () => {
+		await send('hello there');
+		await waitForResponseText(/You said: hello there/);
+		await waitForIdle();
+	});
+
+	await step('words', async () => {
+		const text = await responseText();
+		check(/Hello from the demo agent\. You said: hello there\.?( |$)/.test(text), `the agent did not get the user's words alone: ${JSON.stringify(text.slice(0, 400))}`);
+		check(!/environment_info|workspace_info|userRequest|reminderInstructions|conversation-so-far/.test(text), `Copilot's scaffolding reached the agent: ${JSON.stringify(text.slice(0, 400))}`);
+	});
+
+	await step('card', async () => {
+		await send('please write my notes');
+		const text = await waitForCard('Write notes.txt');
+		check(/edit/.test(text) && text.includes('notes.txt'), `the card lacks the action's details: ${JSON.stringify(text.slice(0, 300))}`);
+		check(!fs.existsSync(notes), 'the file was written before the user answered');
+	});
+
+	await step('allow-once', async () => {
+		await card().locator('a[aria-label="More Actions..."]').click();
+		const item = page.locator('.context-view .action-item', { hasText: /^Allow Once/ }).filter({ visible: true }).first();
+		await item.hover();
+		await page.keyboard.press('Enter'); // VS Code's menus act on the highlighted item
+		await waitForResponseText(/I wrote/);
+		await waitForIdle();
+		await waitForDisk(() => fs.existsSync(notes), 'notes.txt on disk');
+	});
+
+	await step('skip', async () => {
+		fs.rmSync(notes);
+		await send('write my notes again');
+		await waitForCard('Write notes.txt');
+		// Skip: its aria-label is VS Code's ("Proceed without running this tool"); a hidden copy sits in the list.
+		await card().locator('a[aria-label^="Proceed without running this tool"]').filter({ visible: true }).first().click();
+		await waitForResponseText(/permission was declined/);
+		await waitForIdle();
+		check(!fs.existsSync(notes), 'Skip: the file was written');
+	});
+
+	await step('stop-card', async () => {
+		await send('write the file once more');
+		await waitForCard('Write notes.txt');
+		const t0 = Date.now();
+		await stop();
+		await waitForIdle();
+		check(Date.now() - t0 < 5000, `the turn took ${Date.now() - t0} ms to end after Stop`);
+		check(!fs.existsSync(notes), 'Stop: the file was written');
+	});
+
+	await step('after-stop', async () => {
+		await send('are you still there');
+		await waitForResponseText(/You said: are you still there/);
+		await waitForIdle();
+		check(!fs.existsSync(notes), 'after Stop: the file was written');
+	});
+
+	await step('stop-stream', async () => {
+		await send('something slow please');
+		await waitForResponseText(/chunk 3 /);
+		await stop();
+		await waitForIdle();
+	});
+
+	await step('after-stream-stop', async () => {
+		await send('and now hello');
+		await waitForResponseText(/You said: and now hello/);
+		await waitForIdle();
+	});
+} catch (err) {
+	failed = err;
+	await page?.screenshot({ path: path.join(OUT, `FAILED-${current}.png`) }).catch(() => {});
+	const html = await page?.locator('.interactive-session').first().innerHTML().catch(() => '');
+	if (html) fs.writeFileSync(path.join(OUT, `FAILED-${current}.chat.html`), html);
+} finally {
+	await browser.close().catch(() => {});
+	try { process.kill(-server.pid, 'SIGTERM'); } catch { /* gone */ }
+}
+
+const seconds = ((Date.now() - started) / 1000).toFixed(1);
+fs.writeFileSync(path.join(OUT, 'result.json'), JSON.stringify({ ok: !failed, failedStep: failed ? current : null, error: failed ? String(failed.stack ?? failed) : null, seconds: Number(seconds), steps: results }, null, 1));
+if (failed) {
+	// The extension host's log (with the lmbridge output channel) stays beside the screenshots.
+	console.error(`chatview: ✗ step "${current}" failed: ${failed.message ?? failed}`);
+	console.error(`chatview: screenshots, code-server and extension host logs kept in ${OUT} (user-data/logs)`);
+	process.exit(1);
+}
+console.log(`chatview: all ${results.length} steps passed in ${seconds} s; screenshots in ${OUT}`);
