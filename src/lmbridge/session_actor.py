@@ -440,15 +440,17 @@ class SessionActor:
 
         async def run() -> None:
             with scope:
-                error = None
+                error, named = None, False
                 try:
                     with anyio.fail_after(START_TIMEOUT):
                         await start
                 except TimeoutError:
                     error = f"no answer within {START_TIMEOUT:g} s"
-                except (AgentExited, AgentError, ValueError) as exc:
+                except AgentExited as exc:  # its message names the agent and says why (exit code, stderr)
+                    error, named = str(exc) or "the agent exited", bool(str(exc))
+                except (AgentError, ValueError) as exc:
                     error = str(exc) or type(exc).__name__
-                self._send.send_nowait(turn.Ready(error))
+                self._send.send_nowait(turn.Ready(error, named))
 
         assert self._tg is not None
         self._tg.start_soon(run)

@@ -122,9 +122,11 @@ class CancelJob:
 
 @dataclass(frozen=True)
 class Ready:
-    """The agent (``StartAgent``) or a fresh ACP session (``NewSession``) is up; or ``error``."""
+    """The agent (``StartAgent``) or a fresh ACP session (``NewSession``) is up; or ``error``
+    (``named``: the error already names the agent and says what failed)."""
 
     error: str | None = None
+    named: bool = False
 
 
 @dataclass(frozen=True)
@@ -568,7 +570,7 @@ class TurnMachine:
         self._fx.append(StopTimer(Timer.NOTICE))
         if ev.error is not None:
             what = "failed to start" if not self.started else "could not open a new session"
-            self._die(f"agent {self.agent!r} {what}: {ev.error}")
+            self._die(ev.error if ev.named else f"agent {self.agent!r} {what}: {ev.error}")
             return
         self.started = True
         job, recovering = self.job, self.recovering

@@ -17,6 +17,7 @@
 //   08 after-stop  ...and the next message in the same chat is answered
 //   09 stop-stream Stop while text streams...
 //   10 after-stream-stop ...and the next message is answered
+//   11 fails-to-start an agent that cannot start: the user reads which and why
 // On failure: which step, its screenshot, the code-server and extension host logs kept.
 import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -147,6 +148,17 @@ async function runCommand(title) {
 	}
 }
 
+async function pickModel(name) {
+	const picker = page.locator('.interactive-input-part .model-picker-item [aria-label^="Models"]').first();
+	await picker.waitFor({ timeout: WAIT });
+	if ((await picker.getAttribute('aria-label')) === `Models, ${name}`) return;
+	await picker.click();
+	await page.getByPlaceholder('Search models').fill(name); // the picker lists favourites; search finds the rest
+	await page.getByText(name, { exact: true }).filter({ visible: true }).last().waitFor({ timeout: WAIT });
+	await page.keyboard.press('Enter');
+	await page.locator(`.interactive-input-part .model-picker-item [aria-label="Models, ${name}"]`).first().waitFor({ timeout: WAIT });
+}
+
 async function dismissNotifications() {
 	// "Set BYOK utility models": harmless noise of an offline profile (facts.md §7), but it covers the chat.
 	const dismiss = page.locator('[aria-label="Dismiss notification"]');
@@ -160,6 +172,10 @@ fs.writeFileSync(path.join(dirs.user, 'User', 'settings.json'), JSON.stringify({
 	'lmbridge.daemon.command': path.join(ROOT, '.venv', 'bin', 'lmbridge'),
 	'lmbridge.daemon.args': ['serve', '--record', record],
 	'lmbridge.daemon.env': { LMBRIDGE_DEMO_SCRATCH: dirs.ws },
+	'lmbridge.agents': [
+		{ id: 'demo', name: 'lmbridge demo agent', command: path.join(ROOT, '.venv', 'bin', 'lmbridge'), args: ['demo-agent'] },
+		{ id: 'broken', name: 'Broken agent', command: path.join(OUT, 'no-such-agent') },
+	],
 	'lmbridge.logLevel': 'debug',
 	'workbench.startupEditor': 'none',
 	'security.workspace.trust.enabled': false,
@@ -197,11 +213,7 @@ try {
 		await page.getByText('lmbridge demo agent').first().waitFor({ timeout: WAIT });
 		await page.keyboard.press('Escape');
 		// The picker: the lmbridge demo model, and Agent mode.
-		const picker = page.locator('.interactive-input-part .chat-input-picker-item').filter({ hasText: /lmbridge|Auto|GPT|Claude|model/i }).first();
-		if (!(await picker.innerText()).includes('lmbridge')) {
-			await picker.click();
-			await page.getByText('lmbridge demo agent').last().click();
-		}
+		await pickModel('lmbridge demo agent');
 		await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'lmbridge' }).first().waitFor({ timeout: WAIT });
 		await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'Agent' }).first().waitFor({ timeout: WAIT });
 		await dismissNotifications();
@@ -275,6 +287,14 @@ try {
 		await send('and now hello');
 		await waitForResponseText(/You said: and now hello/);
 		await waitForIdle();
+	});
+	await step('fails-to-start', async () => {
+		await pickModel('Broken agent');
+		await send('hello broken agent');
+		await waitForResponseText(/Broken agent|broken.*failed to start|no-such-agent/);
+		await waitForIdle();
+		const text = await responseText();
+		check(/failed to start/.test(text), `the user is not told the agent failed to start: ${JSON.stringify(text.slice(0, 300))}`);
 	});
 } catch (err) {
 	failed = err;

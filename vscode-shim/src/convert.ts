@@ -382,9 +382,17 @@ export function errorFromRpc(error: RpcError): Error {
 		return vscode.LanguageModelError.NotFound(message);
 	}
 	if (error.code === ErrorCode.MethodNotFound) {
-		return new Error(`${message} (the lmbridge daemon does not support this request: is it older than this extension?)`);
+		return userError(`${message} (the lmbridge daemon does not support this request: is it older than this extension?)`);
 	}
-	return new Error(message);
+	return userError(message);
+}
+
+/** An error for the user to read: the Chat view prints a provider's error with its stack
+ * (seen in VS Code 1.139's Chat view), and our call stack tells the user nothing. */
+function userError(message: string): Error {
+	const err = new Error(message);
+	err.stack = "";
+	return err;
 }
 
 // ---------------------------------------------------------------- tokens
