@@ -80,7 +80,10 @@ def test_plan_only_when_changed():
     assert "- [ ] a" in r.update(plan)[0]["value"]
     assert r.update(plan) == []
     done = {"sessionUpdate": "plan", "entries": [{"content": "a", "status": "completed", "priority": "high"}]}
-    assert "- [x] a" in r.update(done)[0]["value"]
+    # Only statuses changed: one line with what was just completed, not the plan again.
+    assert r.update(done) == [{"type": "text", "value": "\n\n_✓ a_\n\n"}]
+    grown = {"sessionUpdate": "plan", "entries": [*done["entries"], {"content": "b", "status": "pending", "priority": "low"}]}
+    assert "**Plan**\n- [x] a\n- [ ] b" in r.update(grown)[0]["value"]  # new entries: the plan in full
 
 
 def test_unknown_and_invalid_updates_are_skipped_not_fatal():

@@ -248,6 +248,9 @@ class DemoAgent:
         content = NOTES_HEADER + prompt_text
         call_id = f"write-{uuid.uuid4().hex[:12]}"
         start = acp.start_edit_tool_call(call_id, f"Write {name}", str(path), content)
+        if path.exists():  # the card then shows a diff against what is there, not a new file
+            before = path.read_text(encoding="utf-8", errors="replace")
+            start = start.model_copy(update={"content": [acp.tool_diff_content(str(path), content, before)]})
         await self._update(sid, start)
 
         response = await self._conn.request_permission(

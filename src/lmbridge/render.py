@@ -235,10 +235,16 @@ class TurnRenderer:
     # -- rendering ----------------------------------------------------------
 
     def _plan_parts(self, entries: list[Any]) -> list[Part]:
+        """A plan in full when it is new or its entries change; when only statuses change,
+        one line with the entries just completed (the whole plan again, every update, read
+        as the plan printed twice in the Chat view)."""
         key = tuple((e.content, getattr(e.status, "value", e.status)) for e in entries)
-        if key == self._plan:
+        previous, self._plan = self._plan, key
+        if key == previous:
             return []
-        self._plan = key
+        if previous is not None and [c for c, _ in key] == [c for c, _ in previous]:
+            done = [c for (c, status), (_, before) in zip(key, previous) if status == "completed" and before != "completed"]
+            return [text_part("\n\n_" + " · ".join(f"✓ {c}" for c in done) + "_\n\n")] if done else []
         lines = [f"- [{'x' if status == 'completed' else ' '}] {content}" for content, status in key]
         return [text_part("\n\n**Plan**\n" + "\n".join(lines) + "\n\n")]
 
