@@ -132,15 +132,15 @@ class AgentConnection:
         cwd: str | None,
         events: MemoryObjectSendStream[Incoming | Response],
         session: str | None = None,
+        recorder: record.Recorder | None = None,
     ) -> AgentConnection:
         """Start the agent with the daemon's environment plus ``env``.
 
         Raises ``AgentExited`` when the command cannot be started. The caller
         runs ``serve()`` in its task group and ``close()`` when done. ``session``
-        names the link in a recording (``agent:<session>``).
+        names the link in ``recorder``'s recording (``agent:<session>``; ``lmbridge serve --record``).
         """
-        recording = record.current()
-        link = recording.agent(session or name) if recording is not None else None
+        link = recorder.agent(session or name) if recorder is not None else None
         exe = shutil.which(command, path=env.get("PATH", os.environ.get("PATH"))) or command
         full_env = {**os.environ, **env}
         try:

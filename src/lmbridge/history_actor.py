@@ -60,8 +60,10 @@ class HistoryActor:
     session may sit unused before it is evicted (its agent stopped, its pending
     permissions answered ``cancelled``)."""
 
-    def __init__(self, idle_timeout: float = 1800.0) -> None:
+    def __init__(self, idle_timeout: float = 1800.0, launcher: Any = None, recorder: Any = None) -> None:
         self.core = HistoryCore()
+        self.launcher = launcher  # how agents start (server.Config.launcher); None: for real
+        self.recorder = recorder  # record.Recorder, with --record
         self.actors: dict[str, SessionActor] = {}
         self.idle_timeout = idle_timeout
         self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
@@ -162,7 +164,7 @@ class HistoryActor:
     def _actor(self, turn: Turn, msg: _Begin) -> SessionActor:
         actor = self.actors.get(turn.session_id)
         if actor is None:
-            actor = SessionActor(turn.session_id, msg.spec, msg.cwd, self.hooks)
+            actor = SessionActor(turn.session_id, msg.spec, msg.cwd, self.hooks, launcher=self.launcher, recorder=self.recorder)
             self.actors[turn.session_id] = actor
             assert self._tg is not None
             self._tg.start_soon(actor.run)

@@ -130,7 +130,7 @@ class ToolBridge:
     ``release(call_id, result)`` answers it.
     """
 
-    def __init__(self, session_id: str, on_call: Callable[[ToolCall], Awaitable[None]]) -> None:
+    def __init__(self, session_id: str, on_call: Callable[[ToolCall], Awaitable[None]], recorder: record.Recorder | None = None) -> None:
         self.session_id = session_id
         self.secret = secrets.token_urlsafe(32)
         self.on_call = on_call
@@ -138,8 +138,7 @@ class ToolBridge:
         self.calls: dict[str, ToolCall] = {}
         self.closed = False
         self._sessions: set[Any] = set()  # MCP sessions that listed tools (for list_changed)
-        recording = record.current()  # lmbridge serve --record
-        self.recorder = recording.mcp(session_id) if recording is not None else None
+        self.recorder = recorder.mcp(session_id) if recorder is not None else None  # lmbridge serve --record
         self.server: Server[Any] = Server(
             "lmbridge-vscode-tools",
             version="1",

@@ -24,7 +24,6 @@ Stdlib only: ``acp_client`` imports this module.
 
 from __future__ import annotations
 
-import contextvars
 import datetime
 import itertools
 import json
@@ -47,14 +46,6 @@ SECRET_HEADER = "x-lmbridge-secret"  # mcp_bridge.SECRET_HEADER (not imported: i
 SECRET_ENV = "LMBRIDGE_MCP_SECRET"
 # A command-line option whose value is a secret: --api-key X, --token=X, -p X, ...
 SECRET_OPTION = re.compile(r"^--?[\w-]*(?:key|token|secret|password|passwd|auth|credential)[\w-]*$", re.I)
-
-_current: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("lmbridge_recorder", default=None)
-
-
-def current() -> Recorder | None:
-    """The recorder of the daemon this task belongs to (set by ``Recorder.activate``)."""
-    return _current.get()
-
 
 class Redactor:
     """Secret values → stable placeholders, numbered per kind in order of first sight."""
@@ -172,10 +163,6 @@ class Recorder:
         # Lone surrogates (JSON escapes in frames) are written back as JSON escapes.
         out = open(path, "w", encoding="utf-8", errors="backslashreplace", buffering=1)  # noqa: SIM115
         return cls(out, agents, idle_timeout)
-
-    def activate(self) -> None:
-        """Agent connections spawned from this task (and the tasks it starts) record too."""
-        _current.set(self)
 
     def close(self) -> None:
         if not self.out.closed:

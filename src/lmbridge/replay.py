@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -424,30 +423,6 @@ class _McpContext:
     session: _McpSession
 
 
-_player: ContextVar[Player | None] = ContextVar("lmbridge_replay_player", default=None)
-_installed = False
-
-
-def _install() -> None:
-    """Route ``AgentConnection.spawn`` to the player of the replay this task belongs to
-    (anything else spawns for real)."""
-    global _installed
-    if _installed:
-        return
-    from lmbridge.acp_client import AgentConnection
-
-    original = AgentConnection.spawn.__func__  # type: ignore[attr-defined]
-
-    async def spawn(cls: Any, name: str, command: str, args: Sequence[str], env: Any, cwd: str | None, events: Any, session: str | None = None) -> Any:
-        player = _player.get()
-        if player is None:
-            return await original(cls, name, command, args, env, cwd, events, session=session)
-        return player.spawn(name, command, args, env, cwd, events, session)
-
-    AgentConnection.spawn = classmethod(spawn)  # type: ignore[method-assign,assignment]
-    _installed = True
-
-
 # ---------------------------------------------------------------- the player
 
 
@@ -494,49 +469,45 @@ class Player:
         from lmbridge.server import Config, Server, Stdout
         from lmbridge.wire import AgentSpec
 
-        _install()
         config = self.recording.header.get("config") or {}
         agents = [AgentSpec.model_validate(a) for a in config.get("agents") or []]
-        server = self.server = Server(Config(agents=agents, idle_timeout=float(config.get("idleTimeout") or 1800.0)))
+        # Agents are played back: the server starts them through this player (its launcher).
+        server = self.server = Server(Config(agents=agents, idle_timeout=float(config.get("idleTimeout") or 1800.0), launcher=self.spawn))
         started = time.monotonic()
-        token = _player.set(self)
         served = anyio.Event()
         failure: Divergence | None = None
-        try:
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
 
-                async def serve() -> None:
-                    try:
-                        await server.serve(self._lines(), Stdout(write=self._stdout))
-                    finally:
-                        served.set()
-
-                tg.start_soon(serve)
+            async def serve() -> None:
                 try:
-                    for entry, marks, gap in self.steps:
-                        await self._wait(marks, self.timeout + gap, entry)
-                        if self.realtime:
-                            delay = started + entry.t - time.monotonic()
-                            if delay > 0:
-                                await anyio.sleep(delay)
-                        self._feed(entry)
-                        await _settle()
-                        self._check()
-                    final = {link: stream.mark() for link, stream in self.expected.items()}
-                    await self._wait(final, self.timeout, None)
-                    with anyio.move_on_after(SHUTDOWN_TIMEOUT):
-                        await served.wait()
-                    self._check(final=True)
-                    if not served.is_set():
-                        raise Divergence(f"DIVERGENCE in {self.recording.path}: the daemon did not exit within {SHUTDOWN_TIMEOUT:.0f} s of the recording's end")
-                except Divergence as exc:
-                    failure = exc
+                    await server.serve(self._lines(), Stdout(write=self._stdout))
                 finally:
-                    self._lines_send.close()
-                    tg.cancel_scope.cancel()
-        finally:
-            _player.reset(token)
+                    served.set()
+
+            tg.start_soon(serve)
+            try:
+                for entry, marks, gap in self.steps:
+                    await self._wait(marks, self.timeout + gap, entry)
+                    if self.realtime:
+                        delay = started + entry.t - time.monotonic()
+                        if delay > 0:
+                            await anyio.sleep(delay)
+                    self._feed(entry)
+                    await _settle()
+                    self._check()
+                final = {link: stream.mark() for link, stream in self.expected.items()}
+                await self._wait(final, self.timeout, None)
+                with anyio.move_on_after(SHUTDOWN_TIMEOUT):
+                    await served.wait()
+                self._check(final=True)
+                if not served.is_set():
+                    raise Divergence(f"DIVERGENCE in {self.recording.path}: the daemon did not exit within {SHUTDOWN_TIMEOUT:.0f} s of the recording's end")
+            except Divergence as exc:
+                failure = exc
+            finally:
+                self._lines_send.close()
+                tg.cancel_scope.cancel()
         if failure is not None:
             raise failure
         entries = self.recording.entries
@@ -612,7 +583,10 @@ class Player:
                     frame = {"raw": line.decode("utf-8", "replace")}
                 self.output("shim", frame)
 
-    def spawn(self, name: str, command: str, args: Sequence[str], env: Any, cwd: str | None, events: Any, session: str | None) -> Any:
+    async def spawn(
+        self, name: str, command: str, args: Sequence[str], env: Any, cwd: str | None, events: Any, session: str | None = None, recorder: Any = None
+    ) -> Any:
+        """The daemon's launcher (``server.Config.launcher``): a played-back agent for this recording."""
         from lmbridge.acp_client import AgentExited
 
         link = f"agent:{session or name}"

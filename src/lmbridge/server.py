@@ -116,6 +116,9 @@ class Config:
     agents: list[AgentSpec] = field(default_factory=list)
     idle_timeout: float = 1800.0
     recorder: Any = None  # lmbridge.record.Recorder (--record): every frame on every link
+    # How agents are started: AgentConnection.spawn's signature (None: that). Replay passes
+    # its player's, which plays recorded agents back.
+    launcher: Any = None
 
 
 class Server:
@@ -193,8 +196,6 @@ class Server:
             self._stdout = stdout
             self._flush()
             tg.start_soon(self._writer)
-            if self.recorder is not None:
-                self.recorder.activate()  # agents spawned from here on record too
             with self._reading:  # cancelled by stop_reading (SIGTERM): as at EOF
                 async for line in lines:
                     if self.recorder is not None:
@@ -385,7 +386,7 @@ class Server:
                 # objects) lives as long as the daemon: out of the garbage
                 # collector's way, or each full collection walks it (tens of ms).
                 gc.freeze()
-                self.history = HistoryActor(self.config.idle_timeout)
+                self.history = HistoryActor(self.config.idle_timeout, launcher=self.config.launcher, recorder=self.recorder)
                 assert self._tg is not None
                 await self._tg.start(self.history.run)
             return self.history

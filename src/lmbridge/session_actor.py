@@ -144,8 +144,14 @@ class SessionHooks:
 class SessionActor:
     """Drives one agent for one history session. Run ``run()`` in a task group."""
 
-    def __init__(self, session_id: str, spec: AgentSpec, cwd: str | None, hooks: SessionHooks) -> None:
+    def __init__(
+        self, session_id: str, spec: AgentSpec, cwd: str | None, hooks: SessionHooks, *, launcher: Any = None, recorder: Any = None
+    ) -> None:
         self.id = session_id
+        # How the agent starts (``AgentConnection.spawn``'s signature; replay passes its player's)
+        # and the recorder of ``serve --record``: both passed in, nothing global.
+        self.launcher = launcher or AgentConnection.spawn
+        self.recorder = recorder
         self.spec = spec
         self.cwd = cwd
         self.hooks = hooks
@@ -456,8 +462,8 @@ class SessionActor:
         self._tg.start_soon(run)
 
     async def _start_agent(self, job: Job) -> None:
-        conn = await AgentConnection.spawn(
-            self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self._send.clone(), session=self.id
+        conn = await self.launcher(
+            self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self._send.clone(), session=self.id, recorder=self.recorder
         )
         self.conn = conn
         assert self._tg is not None
@@ -509,7 +515,7 @@ class SessionActor:
         from lmbridge.mcp_bridge import ToolBridge
 
         host = await self.hooks.mcp_host()
-        self.bridge = ToolBridge(self.id, self._on_mcp_call)
+        self.bridge = ToolBridge(self.id, self._on_mcp_call, self.recorder)
         await host.add(self.bridge)
         await self.bridge.set_tools(tools)
         self.mcp_servers = [host.server_config(self.bridge, http)]
