@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_daemon import eventually
 
 from lmbridge.framing import EVERY, FIRST, BadLines
 
@@ -37,3 +40,19 @@ def test_every_line_is_counted_once_and_reports_stay_bounded(times: list[float])
     assert counted == len(times)
     span = (times[-1] - times[0]) if times else 0
     assert len(seen) <= FIRST + span / EVERY + 2
+
+
+@pytest.mark.anyio
+async def test_the_shim_link_survives_deep_nesting_and_ids_json_rpc_does_not_allow(daemon: Any) -> None:
+    """A line nested 1,000 deep was a RecursionError that ended the daemon; an object id
+    on a known method was an unhashable-type crash (issue #14's first two frames)."""
+    with anyio.fail_after(20):
+        async with daemon() as c:
+            await c.send_raw("[" * 1000 + "]" * 1000 + "\n")
+            await c.send_raw('{"jsonrpc":"2.0","id":{},"method":"lm/provideTokenCount","params":{"text":"x"}}\n')
+            await c.send_raw('{"jsonrpc":"2.0","id":[1],"method":"lm/provideTokenCount","params":{"text":"x"}}\n')
+            await eventually(lambda: len(c.unmatched) >= 3, what="three errors")
+            assert [f["error"]["code"] for f in c.unmatched] == [-32700, -32600, -32600]
+            assert all(f["id"] is None for f in c.unmatched)
+            models = await c.request("lm/provideLanguageModelChatInformation", {}, timeout=5)  # still serving
+            assert [m["id"] for m in models["models"]] == ["demo"]

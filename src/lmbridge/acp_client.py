@@ -32,12 +32,12 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from lmbridge import record
+from lmbridge import framing, record
 from lmbridge.framing import BadLines
 from lmbridge.log import get_logger
 from lmbridge.wire import parse_json
 
-MAX_LINE = 64 * 1024 * 1024  # bytes; agents send MB-long lines (facts.md §3)
+MAX_LINE = framing.MAX_LINE  # bytes; agents send MB-long lines (facts.md §3)
 READ_SIZE = 256 * 1024  # bytes asked of the agent's stdout per read
 STDERR_TAIL = 20  # lines kept for error messages
 TERM_GRACE = 2.0  # seconds between closing stdin / SIGTERM / SIGKILL

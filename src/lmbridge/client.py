@@ -20,9 +20,8 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from lmbridge.framing import MAX_LINE
 from lmbridge.wire import ACTION_TOOLS, VSCODE_SKIP_TEXT
-
-MAX_LINE = 256 * 1024 * 1024
 
 
 class RPCError(Exception):

@@ -1,7 +1,8 @@
 """Newline-delimited JSON framing: the policy for lines that are not frames.
 
 Every link lmbridge speaks is one JSON object per line (the shim's stdio,
-each agent's stdio: ACP v1, facts.md §3). A peer may write lines that are not
+each agent's stdio: ACP v1, facts.md §3), with one limit, ``MAX_LINE``. A
+peer may write lines that are not
 frames: an agent that prints banners or progress on stdout, or floods it
 (``yes`` as the agent command writes ~20,000 lines a second). Such a line is
 dropped; what is logged about it is bounded: the first ``FIRST`` lines each
@@ -15,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+#: Bytes in one line, on every link (a 10 MB chat request is fine; a longer line is skipped).
+MAX_LINE = 256 * 1024 * 1024
 #: Lines logged one by one before only counts are.
 FIRST = 5
 #: Seconds between two summaries of dropped lines.

@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from pydantic import ValidationError
 
 from lmbridge import __version__
 from lmbridge.agents import merge, model_info
+from lmbridge.framing import MAX_LINE, BadLines
 from lmbridge.log import get_logger
 from lmbridge.wire import (
     PROTOCOL_VERSION,
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
 
 log = get_logger("server")
 
-MAX_FRAME = 256 * 1024 * 1024  # bytes in one stdin line
+MAX_FRAME = MAX_LINE  # bytes in one stdin line (framing.MAX_LINE: the same on every link)
 UNKNOWN_MODEL = -32602  # with data {"kind": "unknown_model"}
 AGENT_FAILED = -32000  # the agent could not start, crashed, or answered with an error
 
@@ -129,6 +131,7 @@ class Server:
         self.recorder = config.recorder
         self.agents: dict[str, AgentSpec] = merge(config.agents)
         self.workspace: list[str] = []
+        self.bad_lines = BadLines("shim stdin", log.warning)  # -32700 each; logged bounded
         self.verbatim = False  # initialize's userTurns: Copilot's user turns forwarded as they are
         self.history: HistoryActor | None = None
         self.inflight: dict[Any, Job | None] = {}
@@ -247,10 +250,16 @@ class Server:
             return
         try:
             request = parse_json(line)
-        except ValueError as exc:
-            self.send({"jsonrpc": "2.0", "error": {"code": -32700, "message": f"parse error: {exc}"}, "id": None})
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to decode
+            self.bad_lines.bad(line, "not JSON", time.monotonic())
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            self.send({"jsonrpc": "2.0", "error": {"code": -32700, "message": f"parse error: {reason}"[:500]}, "id": None})
             return
         rid = request.get("id") if isinstance(request, dict) else None
+        if not (rid is None or isinstance(rid, str) or (isinstance(rid, int | float) and not isinstance(rid, bool))):
+            # JSON-RPC 2.0 ids are strings, numbers or null: an object or array id cannot be answered by it.
+            self.send({"jsonrpc": "2.0", "error": {"code": -32600, "message": "invalid request: id must be a string, a number or null"}, "id": None})
+            return
         method = request.get("method") if isinstance(request, dict) else None
         if isinstance(method, str) and method not in self.methods and "id" in request:
             error = {"code": -32601, "message": f"method not found: {method}"}
