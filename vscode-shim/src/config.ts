@@ -98,6 +98,16 @@ export function parseAgents(raw: unknown): { agents: AgentSpec[]; problems: stri
 		if (Object.keys(env).length > 0) {
 			agent.env = env;
 		}
+		if (e.tools !== undefined) {
+			const t = (e.tools ?? {}) as Record<string, unknown>;
+			const allow = stringArray(t.allow);
+			const deny = stringArray(t.deny);
+			if ((t.allow !== undefined && !allow) || (t.deny !== undefined && !deny)) {
+				problems.push(`lmbridge.agents[${index}].tools: allow and deny must be arrays of glob patterns (ignored)`);
+			} else if (allow || deny) {
+				agent.tools = { ...(allow ? { allow } : {}), ...(deny ? { deny } : {}) };
+			}
+		}
 		agents.push(agent);
 	});
 	return { agents, problems };

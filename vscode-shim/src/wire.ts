@@ -64,6 +64,8 @@ export interface AgentSpec {
 	command: string;
 	args?: string[];
 	env?: Record<string, string>;
+	/** Which VS Code tools the agent is offered, as glob patterns on their names (docs/tools.md). */
+	tools?: { allow?: string[]; deny?: string[] };
 }
 
 export interface ModelInfo {

@@ -63,6 +63,10 @@ describe('parseAgents', () => {
 		['missing command', [{ id: 'x' }], [], ['lmbridge.agents[0] needs both "id" and "command"']],
 		['duplicate id', [{ id: 'a', command: 'x' }, { id: 'a', command: 'y' }], [{ id: 'a', command: 'x' }], ['lmbridge.agents[1]: the id "a" is used twice']],
 		['bad args ignored', [{ id: 'a', command: 'x', args: 'nope' }], [{ id: 'a', command: 'x' }], ['lmbridge.agents[0].args must be an array of strings (ignored)']],
+		['tools filters reach the daemon', [{ id: 'a', command: 'x', tools: { allow: ['search_*'], deny: ['copilot_*'] } }],
+			[{ id: 'a', command: 'x', tools: { allow: ['search_*'], deny: ['copilot_*'] } }], []],
+		['bad tools filters ignored', [{ id: 'a', command: 'x', tools: { allow: 'search_*' } }], [{ id: 'a', command: 'x' }],
+			['lmbridge.agents[0].tools: allow and deny must be arrays of glob patterns (ignored)']],
 		['not an array', { id: 'a' }, [], ['lmbridge.agents must be an array']],
 		['not an object', ['a'], [], ['lmbridge.agents[0] is not an object']],
 	];
