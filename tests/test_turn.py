@@ -596,3 +596,46 @@ class TurnInterleavings(RuleBasedStateMachine):
 
 TurnInterleavings.TestCase.settings = settings(max_examples=400, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 test_turn_interleavings = TurnInterleavings.TestCase
+
+
+# ---------------------------------------------------------------- issue #16: each update kind in each state
+
+UPDATES = {
+    "agent_message_chunk": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "T"}},
+    "agent_thought_chunk": {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "T"}},
+    "user_message_chunk": {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "T"}},
+    "tool_call": {"sessionUpdate": "tool_call", "toolCallId": "x1", "title": "Run T", "status": "in_progress"},
+    "tool_call_update": {"sessionUpdate": "tool_call_update", "toolCallId": "x2", "title": "Run T", "status": "completed"},
+    "plan": {"sessionUpdate": "plan", "entries": [{"content": "T", "priority": "high", "status": "pending"}]},
+    "available_commands_update": {"sessionUpdate": "available_commands_update", "availableCommands": []},
+    "current_mode_update": {"sessionUpdate": "current_mode_update", "currentModeId": "plan"},
+    "config_option_update": {"sessionUpdate": "config_option_update", "configOptions": []},
+    "session_info_update": {"sessionUpdate": "session_info_update", "title": "T"},
+    "usage_update": {"sessionUpdate": "usage_update", "used": 1, "size": 10},
+}
+SESSION_LEVEL = {"available_commands_update", "current_mode_update", "config_option_update", "session_info_update", "usage_update"}
+OUTPUT = {"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan"}
+
+
+@pytest.mark.parametrize("kind", sorted(UPDATES))
+@pytest.mark.parametrize("setup", ["fresh", "starting", "streaming", "awaiting", "idle", "draining", "closed"])
+def test_each_update_kind_in_each_state(setup: str, kind: str) -> None:
+    """Output reaches only the request streaming for its turn (STREAMING), or waits for the
+    next request of the same open turn (AWAITING); a turn that has ended, is starting, is
+    being cancelled or is closed shows none of it, ever; session-level updates are never
+    output. Nothing changes the state."""
+    d = SETUPS[setup]()
+    before, kept = d.state, len(d.m.buffer)
+    fx = d(Update(UPDATES[kind]))
+    emitted = [e.part for e in of(fx, Emit)]
+    assert d.state is before
+    if kind in OUTPUT and before is State.STREAMING:
+        assert emitted, f"{kind} while streaming was not shown"
+    else:
+        assert not emitted, f"{kind} in {before.name} was shown: {emitted}"
+    grew = len(d.m.buffer) > kept
+    assert grew == (kind in OUTPUT and before is State.AWAITING)
+    if before is State.AWAITING and kind in OUTPUT:  # and it reaches the next request of that turn
+        waiting = list(d.m.buffer)
+        fx = d(job(9, has_prompt=False, answers={"call-7": Answer.ALLOW}))
+        assert [e.part for e in of(fx, Emit)][: len(waiting)] == waiting and not d.m.buffer
