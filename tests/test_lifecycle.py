@@ -140,6 +140,8 @@ async def test_bug6_a_fresh_session_after_a_stop_gets_the_new_request_only(scrip
             assert text_of(second) == "Hi."
     assert not (tmp_path / "notes.txt").exists()
     prompt = agent.prompts()[-1]
+    # Two blocks: the context (the stopped turn, marked) and the new request alone.
+    assert [b["type"] for b in prompt["blocks"]] == ["text", "text"]
     assert prompt["blocks"][-1]["text"] == "never mind; say hi"
     context = prompt["blocks"][0]["text"]
     assert context.startswith(CONTEXT_OPEN)
