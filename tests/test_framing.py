@@ -56,3 +56,34 @@ async def test_the_shim_link_survives_deep_nesting_and_ids_json_rpc_does_not_all
             assert all(f["id"] is None for f in c.unmatched)
             models = await c.request("lm/provideLanguageModelChatInformation", {}, timeout=5)  # still serving
             assert [m["id"] for m in models["models"]] == ["demo"]
+
+
+@pytest.mark.anyio
+async def test_a_bad_method_with_a_readable_id_is_answered_with_that_id(daemon: Any) -> None:
+    with anyio.fail_after(20):
+        async with daemon() as c:
+            await c.send_raw('{"jsonrpc":"2.0","id":7,"method":123}\n')
+            await eventually(lambda: c.unmatched, what="the error")
+            assert c.unmatched[0]["id"] == 7 and c.unmatched[0]["error"]["code"] == -32600
+
+
+@pytest.mark.anyio
+async def test_agent_frames_the_daemon_cannot_use_are_dropped_and_the_turn_goes_on(scripted: Any, daemon: Any, tmp_path: Any) -> None:
+    """A sessionUpdate that is a list (it was a TypeError that ended the session), a line
+    nested 1,000 deep, a 100 KB stderr line; then the agent's error with its reason in
+    data.message (codex-acp's way): the user reads the reason, clipped."""
+    from lmbridge.client import text_of, user
+
+    agent = scripted({"turns": [[
+        {"update": {"sessionUpdate": ["not", "a", "kind"]}},
+        {"stdout_raw": "[" * 1000 + "]" * 1000},
+        {"stderr": "E" * 100_000},
+        {"text": "still here"},
+    ], [{"error": {"code": -32603, "message": "Internal error", "data": {"message": "model API: 429 rate limited " + "x" * 10_000}}}]]})
+    with anyio.fail_after(20):
+        async with daemon([agent]) as c:
+            first = await c.chat(agent.id, [user("one")])
+            assert first.error is None and text_of(first) == "still here"
+            second = await c.chat(agent.id, [user("one"), {"role": "assistant", "content": [{"type": "text", "value": "still here"}]}, user("two")])
+    assert second.error is not None and "model API: 429 rate limited" in second.error.message
+    assert len(second.error.message) < 4_000, len(second.error.message)

@@ -33,13 +33,14 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
 from lmbridge import framing, record
-from lmbridge.framing import BadLines
+from lmbridge.framing import BadLines, clip
 from lmbridge.log import get_logger
 from lmbridge.wire import parse_json
 
 MAX_LINE = framing.MAX_LINE  # bytes; agents send MB-long lines (facts.md §3)
 READ_SIZE = 256 * 1024  # bytes asked of the agent's stdout per read
 STDERR_TAIL = 20  # lines kept for error messages
+STDERR_LINE = 2000  # characters kept of each (an agent's 64 MiB stderr line made a 25 MB error)
 TERM_GRACE = 2.0  # seconds between closing stdin / SIGTERM / SIGKILL
 STDERR_GRACE = 0.5  # seconds to read the rest of stderr once stdout has ended
 
@@ -52,7 +53,11 @@ class AgentError(Exception):
     def __init__(self, method: str, error: Mapping[str, Any]) -> None:
         self.code = error.get("code")
         self.data = error.get("data")
-        super().__init__(f"{method}: {error.get('message', 'error')} (code {self.code})")
+        # The reason is often in data.message (codex-acp puts the model API's message there,
+        # facts.md §5): "Internal error" alone says nothing.
+        reason = self.data.get("message") if isinstance(self.data, dict) else self.data if isinstance(self.data, str) else None
+        detail = f": {clip(reason, 2000)}" if isinstance(reason, str) and reason.strip() else ""
+        super().__init__(f"{method}: {clip(str(error.get('message', 'error')), 500)} (code {self.code}){detail}")
 
 
 class AgentExited(Exception):
@@ -306,13 +311,13 @@ class AgentConnection:
                 # The last line had no newline: keep what the reader buffered.
                 rest = reader.buffer.decode(errors="replace").strip()
                 if rest:
-                    self.stderr_tail.append(rest)
+                    self.stderr_tail.append(clip(rest, STDERR_LINE))
                 done.set()
                 return
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 done.set()
                 return
-            text = line.decode(errors="replace").rstrip()
+            text = clip(line.decode(errors="replace").rstrip(), STDERR_LINE)
             if text:
                 self.stderr_tail.append(text)
                 log.debug("agent stderr", agent=self.name, line=text)

@@ -29,6 +29,8 @@ from typing import Any
 from acp import schema
 from pydantic import BaseModel, ValidationError
 
+from lmbridge.framing import clip
+
 Part = dict[str, Any]
 Warn = Callable[[str], None]
 
@@ -175,8 +177,8 @@ class TurnRenderer:
         kind = raw.get("sessionUpdate")
         model = UPDATE_MODELS.get(kind) if isinstance(kind, str) else None
         if model is None:
-            if kind not in IGNORED_KINDS:
-                self.warn(f"session/update: unknown kind {kind!r} skipped")
+            if not isinstance(kind, str) or kind not in IGNORED_KINDS:  # a list would not even hash
+                self.warn(f"session/update: unknown kind {clip(repr(kind), 200)} skipped")
             return []
         if kind in _CHUNK_TYPES:
             text = _plain_text(raw)

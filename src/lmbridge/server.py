@@ -261,6 +261,10 @@ class Server:
             self.send({"jsonrpc": "2.0", "error": {"code": -32600, "message": "invalid request: id must be a string, a number or null"}, "id": None})
             return
         method = request.get("method") if isinstance(request, dict) else None
+        if isinstance(request, dict) and "id" in request and not isinstance(method, str):
+            # Not a request, but its id is readable: the error carries it, so the caller is not left waiting.
+            self.send({"jsonrpc": "2.0", "error": {"code": -32600, "message": "invalid request: method must be a string"}, "id": rid})
+            return
         if isinstance(method, str) and method not in self.methods and "id" in request:
             error = {"code": -32601, "message": f"method not found: {method}"}
             self.send({"jsonrpc": "2.0", "error": error, "id": rid})
