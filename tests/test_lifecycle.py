@@ -205,3 +205,45 @@ async def test_sigterm_ends_the_daemon_like_eof(scripted: Any, daemon: Any) -> N
     assert call.error is not None  # answered, not left hanging
     assert code == 0 and took < 8
     assert not [p for p in pids if alive(p)]
+
+
+def children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (the daemon's agents run as its children)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+            out.append(int(stat.parent.name))
+    return out
+
+
+async def test_agent_processes_stay_under_the_cap_and_an_evicted_chat_continues(scripted: Any, daemon: Any) -> None:
+    """Issue #14 (the cap): new chats close the least recently used idle session of the
+    agent; the closed chat, when it comes back, continues in a fresh session told the
+    conversation; when every session is busy the new chat is told so. The demo agent
+    answers each chat differently ("You said: ..."), so each chat is told apart."""
+    with anyio.fail_after(LIMIT * 2):
+        async with daemon([], args=["--max-agent-processes", "2"]) as c:
+            first = await c.chat("demo", [user("chat 0")])
+            ok(first)
+            most = 0
+            for i in range(1, 6):
+                ok(await c.chat("demo", [user(f"chat {i}")]))
+                most = max(most, len(children(c.process.pid)))
+            assert most <= 2, f"{most} agent processes alive with a cap of 2"
+            again = await c.chat("demo", [user("chat 0"), assistant(first.parts), user("and more")])
+            ok(again)
+            # A fresh session, told the conversation (the demo agent echoes all it got): "chat 0" is context.
+            assert "You said:" in text_of(again) and "chat 0" in text_of(again) and "and more" in text_of(again)
+            assert len(children(c.process.pid)) <= 2
+            # Two busy chats: a third cannot be served now, and is told so.
+            busy = [await c.start(CHAT, {"modelId": "demo", "messages": [user(f"something slow {i}")]}) for i in range(2)]
+            for call in busy:
+                await eventually(lambda call=call: call.parts, what="the busy chats streaming")
+            third = await c.chat("demo", [user("one more")])
+            assert third.error is not None and "busy with other chats" in third.error.message
+            for call in busy:
+                await c.cancel(call)

@@ -27,6 +27,10 @@ from lmbridge.wire import AgentSpec, Message
 log = get_logger("history")
 
 
+class AtCapacity(Exception):
+    """Every agent process an agent may have is busy with another chat (``max_processes``)."""
+
+
 @dataclass
 class _Begin:
     spec: AgentSpec
@@ -60,9 +64,10 @@ class HistoryActor:
     session may sit unused before it is evicted (its agent stopped, its pending
     permissions answered ``cancelled``)."""
 
-    def __init__(self, idle_timeout: float = 1800.0, launcher: Any = None, recorder: Any = None) -> None:
+    def __init__(self, idle_timeout: float = 1800.0, launcher: Any = None, recorder: Any = None, max_processes: int = 4) -> None:
         self.core = HistoryCore()
         self.launcher = launcher  # how agents start (server.Config.launcher); None: for real
+        self.max_processes = max_processes  # live agent processes per agent (one per session)
         self.recorder = recorder  # record.Recorder, with --record
         self.actors: dict[str, SessionActor] = {}
         self.idle_timeout = idle_timeout
@@ -144,7 +149,9 @@ class HistoryActor:
         if isinstance(msg, _Begin):
             try:
                 turn = self.core.begin(msg.spec.id, msg.messages, now)
-            except HistoryError as exc:
+                if turn.session_id not in self.actors:
+                    self._make_room(msg.spec, turn.session_id)
+            except (HistoryError, AtCapacity) as exc:
                 msg.error = exc
             else:
                 msg.result = (turn, self._actor(turn, msg))
@@ -169,6 +176,23 @@ class HistoryActor:
             assert self._tg is not None
             self._tg.start_soon(actor.run)
         return actor
+
+    def _make_room(self, spec: AgentSpec, new: str) -> None:
+        """Keep this agent's live processes under ``max_processes``: the least recently used
+        idle sessions are closed (their chats continue, if they come back, in a fresh
+        session told the conversation). Raises ``AtCapacity`` when every one is busy."""
+        live = [sid for sid, actor in self.actors.items() if actor.spec.id == spec.id and sid in self.core.sessions]
+        idle = sorted((sid for sid in live if not self.core.sessions[sid].busy), key=lambda sid: self.core.sessions[sid].last_active)
+        while len(live) >= self.max_processes:
+            if not idle:
+                self.core.forget(new)
+                raise AtCapacity(
+                    f"agent {spec.id!r}: all {self.max_processes} of its sessions are busy with other chats "
+                    "(lmbridge serve --max-agent-processes); try again when one has answered"
+                )
+            sid = idle.pop(0)
+            live.remove(sid)
+            self._drop(sid, f"closed to stay within {self.max_processes} agent processes")
 
     def _collect_when_idle(self) -> None:
         """Once every dropped session actor has finished and no request runs, collect

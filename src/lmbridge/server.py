@@ -121,6 +121,7 @@ class Config:
     # How agents are started: AgentConnection.spawn's signature (None: that). Replay passes
     # its player's, which plays recorded agents back.
     launcher: Any = None
+    max_processes: int = 4  # live agent processes per agent (--max-agent-processes)
 
 
 class Server:
@@ -360,6 +361,7 @@ class Server:
         if self.shutting_down:
             return Error(AGENT_FAILED, "the daemon is shutting down")
         from lmbridge.history import HistoryError
+        from lmbridge.history_actor import AtCapacity
         from lmbridge.session_actor import Job
 
         rid = ctx.id
@@ -370,6 +372,9 @@ class Server:
         except HistoryError as exc:
             self.inflight.pop(rid, None)
             return invalid_params(f"messages: {exc}")
+        except AtCapacity as exc:
+            self.inflight.pop(rid, None)
+            return Error(AGENT_FAILED, str(exc))
 
         async def emit(part: dict[str, Any]) -> None:
             self.send_part(rid, part)
@@ -399,7 +404,9 @@ class Server:
                 # objects) lives as long as the daemon: out of the garbage
                 # collector's way, or each full collection walks it (tens of ms).
                 gc.freeze()
-                self.history = HistoryActor(self.config.idle_timeout, launcher=self.config.launcher, recorder=self.recorder)
+                self.history = HistoryActor(
+                    self.config.idle_timeout, launcher=self.config.launcher, recorder=self.recorder, max_processes=self.config.max_processes
+                )
                 assert self._tg is not None
                 await self._tg.start(self.history.run)
             return self.history
