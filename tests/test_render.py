@@ -153,3 +153,13 @@ def test_prompt_blocks_with_context_and_images():
     assert len(blocks) == 3  # cache_control dropped
     no_images = prompt_blocks((), prompt, images=False)
     assert no_images[1] == {"type": "text", "text": "[image omitted: image/png, 5 bytes]"}
+
+
+def test_a_huge_diff_is_summarised_not_computed():
+    r = TurnRenderer()
+    old = "\n".join(f"line {i}" for i in range(30_000))
+    new = "\n".join(f"line {i}!" for i in range(30_000))
+    call = {"sessionUpdate": "tool_call", "toolCallId": "d", "title": "Rewrite big.txt", "kind": "edit", "status": "completed",
+            "content": [{"type": "diff", "path": "/w/big.txt", "oldText": old, "newText": new}]}
+    text = "".join(p["value"] for p in r.update(call))
+    assert "/w/big.txt: 30000 → 30000 lines (too long to show as a diff)" in text and "```diff" not in text

@@ -269,6 +269,10 @@ def render_end(state: ToolState) -> str:
     return head + ("\n\n" + "\n\n".join(previews) if previews else "") + "\n\n"
 
 
+#: Lines (old + new) a diff preview is computed for; past it a summary line.
+DIFF_LINES = 4000
+
+
 def _clip(lines: list[str]) -> str:
     if len(lines) > PREVIEW_LINES:
         lines = lines[:PREVIEW_LINES] + [f"… ({len(lines) - PREVIEW_LINES} more lines)"]
@@ -280,6 +284,10 @@ def _preview(item: Any) -> str:
     if kind == "diff":
         old = (item.old_text or "").splitlines()
         new = (item.new_text or "").splitlines()
+        if len(old) + len(new) > DIFF_LINES:
+            # difflib is quadratic at worst and runs on the event loop: 60,000 lines held
+            # every chat for 11 s (issue #14). Past the bound, say what changed instead.
+            return f"_{item.path}: {len(old)} → {len(new)} lines (too long to show as a diff)_"
         diff = list(difflib.unified_diff(old, new, item.path, item.path, lineterm="", n=1))
         return f"```diff\n{_clip(diff)}\n```"
     if kind == "content":
