@@ -309,19 +309,32 @@ def test_slow_start_tells_the_user_once() -> None:
 def test_permission_surfaces_with_the_tool_for_its_kind_and_gathers() -> None:
     d = streaming()
     fx = d(ask(1, "read", "Read a.txt")) + d(ask(2, "edit", "Write b.txt")) + d(ask(3, "execute", "Run make"))
+    assert not [e for e in of(fx, Emit) if e.part["type"] == "tool_call"]  # they wait for the window to close
+    fx = d.fire(Timer.GATHER)
     calls = [e.part for e in of(fx, Emit) if e.part["type"] == "tool_call"]
     assert [c["name"] for c in calls] == [AGENT_READ_TOOL, AGENT_EDIT_TOOL, AGENT_ACTION_TOOL]
     assert [c["input"]["approvalToken"] for c in calls] == ["token-1", "token-2", "token-3"]
-    assert d.fire(Timer.GATHER)[-1:] == [] or True  # only the last window counts:
+    assert of(fx, Finish)[0].stop_reason == "tool_calls"
+    # Only the last window counts: a second permission restarts it.
     d2 = streaming()
     d2(ask(1))
     first_window = d2.timer(Timer.GATHER)
     d2(ask(2))
-    assert d2(TimerFired(Timer.GATHER, first_window.tag)) == []  # restarted by the second
+    assert d2(TimerFired(Timer.GATHER, first_window.tag)) == []
     fx = d2.fire(Timer.GATHER)
     finish = of(fx, Finish)[0]
     assert finish.stop_reason == "tool_calls" and finish.last is Last.PENDING
     assert [p.call_id for p in finish.pending] == ["call-1", "call-2"] and d2.state is State.AWAITING
+
+
+def test_a_permission_the_agent_drops_by_ending_its_turn_is_never_a_card() -> None:
+    """Issue #14, "a dead permission card": asked, then the turn ends within the window."""
+    d = streaming()
+    d(ask(1, "edit", "Write notes.txt"))
+    fx = d(PromptEnded(d.prompt().seq, "end_turn"))
+    assert not [e for e in of(fx, Emit) if e.part["type"] == "tool_call"]
+    assert of(fx, Respond) == [Respond(1, "call-1", CANCELLED)]
+    assert of(fx, Finish) == [Finish(1, "end_turn", Last.DONE)]
 
 
 @pytest.mark.parametrize("kind", ["read", "search", "think", "edit", "delete", "move", "execute", "fetch", "switch_mode", "other", None, 7])
@@ -340,7 +353,7 @@ def test_no_action_tool_offered_declines_and_says_so() -> None:
     assert not [e for e in of(fx, Emit) if e.part["type"] == "tool_call" and e.part["name"] in ACTION_TOOLS]
     assert "Demo wanted to: Write notes.txt (edit). Declined: approving agent actions needs Agent mode." in texts(fx)
     # A read is still asked: its tool is offered.
-    fx = d(ask(2, "read", "Read a.txt"))
+    fx = d(ask(2, "read", "Read a.txt")) + d.fire(Timer.GATHER)
     assert not of(fx, Respond) and [e.part["name"] for e in of(fx, Emit) if e.part["type"] == "tool_call"] == [AGENT_READ_TOOL]
 
 

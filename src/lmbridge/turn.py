@@ -667,10 +667,12 @@ class TurnMachine:
             self._show(call)
 
     def _show(self, call: _Call) -> None:
-        """Emit a call's tool call part and (re)start the gather window."""
+        """Give a call to the streaming job and (re)start the gather window. Its tool call
+        part goes out when the window closes, with the response's end (``tool_calls``): a
+        permission the agent drops by ending its turn meanwhile never becomes a card that
+        nobody waits on (issue #14, "a dead permission card")."""
         assert self.job is not None
         call.shown_in = self.job.id
-        self._emit(call.part)
         self.generation += 1
         self._fx.append(StartTimer(Timer.GATHER, self.gather, self.generation))
 
@@ -691,6 +693,8 @@ class TurnMachine:
             if self.state is State.STREAMING and ev.tag == self.generation and self.job is not None:
                 shown = [c for c in self.calls.values() if c.shown_in == self.job.id]
                 if shown:
+                    for call in shown:
+                        self._emit(call.part)
                     pending = tuple(Pending(c.call_id, c.token, tool=c.tool) for c in shown)
                     self._finish("tool_calls", Last.PENDING, pending)
                     self._go(State.AWAITING)
