@@ -1,5 +1,6 @@
 """``wire.parse_json`` (pydantic-core's parser, then ``json.loads`` for what it
-refuses) gives exactly ``json.loads``'s value, or its error."""
+refuses) gives exactly the value, or the error, of ``json.loads`` held to RFC 8259
+(``NaN``, ``Infinity`` and ``-Infinity``, which Python's parser takes, are errors)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmbridge.wire import parse_json
+
+
+def _reject(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_loads(data: bytes) -> Any:
+    """The reference: ``json.loads`` without Python's non-JSON constants."""
+    return json.loads(data, parse_constant=_reject)
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
@@ -42,14 +52,14 @@ def outcome(parse: Any, data: bytes) -> tuple[str, Any]:
 @given(values, st.booleans())
 def test_serialised_values_parse_the_same(value: Any, ascii: bool) -> None:
     data = json.dumps(value, ensure_ascii=ascii).encode("utf-8", "surrogatepass")
-    a, b = outcome(json.loads, data), outcome(parse_json, data)
+    a, b = outcome(strict_loads, data), outcome(parse_json, data)
     assert a[0] == b[0] and (a[0] == "error" or same(a[1], b[1]))
 
 
 @settings(deadline=None, max_examples=400)
 @given(st.binary(max_size=40) | st.text(max_size=40).map(lambda t: t.encode("utf-8", "surrogatepass")))
 def test_arbitrary_bytes_parse_the_same_or_fail_the_same(data: bytes) -> None:
-    a, b = outcome(json.loads, data), outcome(parse_json, data)
+    a, b = outcome(strict_loads, data), outcome(parse_json, data)
     assert a[0] == b[0]
     if a[0] == "value":
         assert same(a[1], b[1])
@@ -59,7 +69,7 @@ def test_arbitrary_bytes_parse_the_same_or_fail_the_same(data: bytes) -> None:
 
 def test_what_the_fast_parser_refuses_goes_to_json() -> None:
     for data in (b'"\\ud800"', b'\xef\xbb\xbf{"a":1}', b"[" * 300 + b"]" * 300):
-        assert same(parse_json(data), json.loads(data))
+        assert same(parse_json(data), strict_loads(data))
 
 
 @settings(deadline=None, max_examples=600)
@@ -68,6 +78,16 @@ def test_damaged_json_parses_the_same_or_fails_the_same(value: Any, where: int, 
     data = json.dumps(value).encode()
     at = where % (len(data) + 1)
     for damaged in (data[:at] + junk + data[at:], data[:at] + junk + data[at + 1 :]):
-        a, b = outcome(json.loads, damaged), outcome(parse_json, damaged)
+        a, b = outcome(strict_loads, damaged), outcome(parse_json, damaged)
         assert a[0] == b[0]
         assert same(a[1], b[1]) if a[0] == "value" else a[1] == b[1]
+
+
+def test_nan_and_infinity_are_not_json() -> None:
+    for data in (b'{"id": NaN}', b"[Infinity]", b"-Infinity"):
+        try:
+            parse_json(data)
+        except ValueError as exc:
+            assert "is not JSON" in str(exc)
+        else:
+            raise AssertionError(f"{data!r} parsed")

@@ -280,13 +280,13 @@ class AgentConnection:
             self.events.send_nowait(Incoming(method, frame.get("params"), frame.get("id")))  # unbounded
             return
         rid = frame.get("id")
-        if isinstance(rid, int) and rid in self._routed:
+        if type(rid) is int and rid in self._routed:  # not bool: true == 1 in Python
             self._routed.discard(rid)
             err = frame.get("error")
             error = AgentError("request", err if isinstance(err, dict) else {"message": str(err)}) if "error" in frame else None
             self.events.send_nowait(Response(rid, frame.get("result"), error))
             return
-        waiter = self._waiters.pop(rid, None) if isinstance(rid, int) else None
+        waiter = self._waiters.pop(rid, None) if type(rid) is int else None
         if waiter is None:
             log.warning("agent stdout: response to no request, skipped", agent=self.name, id=frame.get("id"))
             return

@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from lmbridge import __version__
 from lmbridge.agents import merge, model_info
-from lmbridge.framing import MAX_LINE, BadLines
+from lmbridge.framing import MAX_LINE, BadLines, clip
 from lmbridge.log import get_logger
 from lmbridge.wire import (
     PROTOCOL_VERSION,
@@ -43,6 +43,7 @@ from lmbridge.wire import (
     MessageCache,
     TokenCountParams,
     dump,
+    finite,
     parse_json,
 )
 
@@ -104,11 +105,16 @@ def invalid_params(message: str) -> Result:
     return Error(-32602, f"invalid params: {message}")
 
 
-@dataclass
+@dataclass(eq=False)
 class _Context:
-    """Passed by jsonrpcserver as the first argument of every method."""
+    """One request being handled (passed by jsonrpcserver as every method's first
+    argument). ``answered``: a ``$/cancelRequest`` answered it already, so the
+    method's own answer is dropped; ``job``: a chat's, once it has one."""
 
     id: Any
+    chat: bool = False
+    answered: bool = False
+    job: Job | None = None
 
 
 @dataclass
@@ -135,9 +141,8 @@ class Server:
         self.bad_lines = BadLines("shim stdin", log.warning)  # -32700 each; logged bounded
         self.verbatim = False  # initialize's userTurns: Copilot's user turns forwarded as they are
         self.history: HistoryActor | None = None
-        self.inflight: dict[Any, Job | None] = {}
+        self.inflight: dict[Any, _Context] = {}  # requests being handled, by id (not null)
         self._dispatching = 0  # request tasks running
-        self.answered: set[Any] = set()  # ids answered early by $/cancelRequest
         self.message_cache = MessageCache()  # chat histories come again with every request
         # stdout: encoded frames (bytes) and response parts ((request id, part))
         # not written yet, in order; written by a callback soon after they are
@@ -243,6 +248,8 @@ class Server:
         self._dispatching += 1
         try:
             await self._dispatch_line(line)
+        except Exception as exc:  # a bug here must not end the daemon (and every chat with it)
+            log.exception("frame dispatch failed", error=clip(repr(exc), 500))
         finally:
             self._dispatching -= 1
 
@@ -254,34 +261,75 @@ class Server:
         except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to decode
             self.bad_lines.bad(line, "not JSON", time.monotonic())
             reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            self.send({"jsonrpc": "2.0", "error": {"code": -32700, "message": f"parse error: {reason}"[:500]}, "id": None})
+            self._error(None, -32700, f"parse error: {reason}"[:500])
             return
-        rid = request.get("id") if isinstance(request, dict) else None
-        if not (rid is None or isinstance(rid, str) or (isinstance(rid, int | float) and not isinstance(rid, bool))):
+        if isinstance(request, list):
+            # A batch: each element is handled as if it came on its own line, and
+            # answered in its own frame (the daemon never writes arrays).
+            if not request:
+                self._error(None, -32600, "invalid request: empty batch")
+            for element in request:
+                self._dispatching += 1
+                assert self._tg is not None
+                self._tg.start_soon(self._dispatch_one_counted, element)
+            return
+        await self._dispatch_one(request)
+
+    async def _dispatch_one_counted(self, request: Any) -> None:
+        try:
+            await self._dispatch_one(request)
+        except Exception as exc:
+            log.exception("frame dispatch failed", error=clip(repr(exc), 500))
+        finally:
+            self._dispatching -= 1
+
+    def _error(self, rid: Any, code: int, message: str) -> None:
+        self.send({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": rid})
+
+    async def _dispatch_one(self, request: Any) -> None:
+        """One request or notification (any JSON value): answered exactly once if it has
+        a usable id, never if it is a notification."""
+        if not isinstance(request, dict):
+            self._error(None, -32600, "invalid request: not a JSON object")
+            return
+        rid = request.get("id")
+        if not (rid is None or isinstance(rid, str) or (isinstance(rid, int | float) and not isinstance(rid, bool) and finite(rid))):
             # JSON-RPC 2.0 ids are strings, numbers or null: an object or array id cannot be answered by it.
-            self.send({"jsonrpc": "2.0", "error": {"code": -32600, "message": "invalid request: id must be a string, a number or null"}, "id": None})
+            self._error(None, -32600, "invalid request: id must be a string, a finite number or null")
             return
-        method = request.get("method") if isinstance(request, dict) else None
-        if isinstance(request, dict) and "id" in request and not isinstance(method, str):
+        method = request.get("method")
+        if "id" in request and not isinstance(method, str):
             # Not a request, but its id is readable: the error carries it, so the caller is not left waiting.
-            self.send({"jsonrpc": "2.0", "error": {"code": -32600, "message": "invalid request: method must be a string"}, "id": rid})
+            self._error(rid, -32600, "invalid request: method must be a string")
             return
         if isinstance(method, str) and method not in self.methods and "id" in request:
-            error = {"code": -32601, "message": f"method not found: {method}"}
-            self.send({"jsonrpc": "2.0", "error": error, "id": rid})
+            self._error(rid, -32601, f"method not found: {clip(method, 200)}")
+            return
+        if not _valid_one(request):
+            # Not a JSON-RPC 2.0 request (a "jsonrpc" other than "2.0", params neither object
+            # nor array): answered by its id when it has one (jsonrpcserver would say null).
+            self._error(rid if "id" in request else None, -32600, "invalid request: not a JSON-RPC 2.0 request object")
+            return
+        if rid is not None and rid in self.inflight:
+            # Ids identify requests in flight (JSON-RPC 2.0 §4): a second one would make its answer ambiguous.
+            self._error(rid, -32600, "invalid request: a request with this id is still in flight")
             return
         if method == "initialize" and _plain_request(request):
             # The first frame the shim sends, answered before jsonrpcserver is loaded.
             self.send({"jsonrpc": "2.0", **self._initialize(request.get("params", {})), "id": rid})
             asyncio.get_running_loop().call_soon(_warm_up)  # after the answer is written
             return
-        response = await _rpc().async_dispatch(
-            "", self.methods, context=_Context(rid), deserializer=lambda _: request, validator=validate_request
-        )
-        if rid is not None and rid in self.answered:
-            self.answered.discard(rid)  # a cancelled request: answered by $/cancelRequest
-            return
-        if response:
+        ctx = _Context(rid)
+        if rid is not None and "id" in request:
+            self.inflight[rid] = ctx
+        try:
+            response = await _rpc().async_dispatch(
+                "", self.methods, context=ctx, deserializer=lambda _: request, validator=validate_request
+            )
+        finally:
+            if self.inflight.get(rid) is ctx:
+                del self.inflight[rid]
+        if response and not ctx.answered:  # answered: a cancelled chat, answered by $/cancelRequest
             self._queue((response + "\n").encode())
 
     # -- methods ------------------------------------------------------------
@@ -332,12 +380,14 @@ class Server:
             p = CancelParams.model_validate(params)
         except ValidationError as exc:
             return _invalid(exc)
-        if p.id not in self.inflight:
-            return Success(None)
-        job = self.inflight.pop(p.id)
-        self.answered.add(p.id)
+        target = self.inflight.get(p.id)
+        if target is None or not target.chat or target.answered:
+            return Success(None)  # done already, or not a chat: nothing to stop
+        target.answered = True
+        del self.inflight[p.id]
         # Answer now, before anything else queued for stdout after this point.
         self.send({"jsonrpc": "2.0", "result": {"stopReason": "cancelled"}, "id": p.id})
+        job = target.job
         if job is not None:
             job.cancelled = True
             if job.actor is not None:
@@ -365,15 +415,13 @@ class Server:
         from lmbridge.session_actor import Job
 
         rid = ctx.id
-        self.inflight[rid] = None
+        ctx.chat = True  # $/cancelRequest may answer it from now on
         history = await self._history()
         try:
             turn, actor = await history.begin(spec, p.messages, self.workspace[0] if self.workspace else os.getcwd())
         except HistoryError as exc:
-            self.inflight.pop(rid, None)
             return invalid_params(f"messages: {exc}")
         except AtCapacity as exc:
-            self.inflight.pop(rid, None)
             return Error(AGENT_FAILED, str(exc))
 
         async def emit(part: dict[str, Any]) -> None:
@@ -381,16 +429,14 @@ class Server:
 
         job = Job(turn=turn, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.verbatim)
         job.actor = actor
-        cancelled = rid not in self.inflight  # cancelled while we classified
-        self.inflight[rid] = job if not cancelled else None
-        job.cancelled = cancelled
+        ctx.job = job
+        job.cancelled = ctx.answered  # cancelled while we classified
         await actor.submit(job)
-        if cancelled:
+        if job.cancelled:
             actor.cancel(job)
         await job.done.wait()
-        self.inflight.pop(rid, None)
         if job.cancelled:
-            return Success({"stopReason": "cancelled"})  # already sent; _dispatch drops this copy
+            return Success({"stopReason": "cancelled"})  # already sent; _dispatch_one drops this copy
         if job.error is not None:
             return Error(AGENT_FAILED, job.error)
         return Success({"stopReason": job.stop_reason})

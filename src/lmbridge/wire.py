@@ -119,11 +119,23 @@ def parse_json(data: bytes | str) -> Any:
     """``json.loads``, 2–3× faster: pydantic-core's parser first; whatever it
     refuses (lone surrogates, a BOM or other encodings, deep nesting, invalid
     JSON) goes to ``json.loads``, whose value or error stands. Where both parse,
-    they agree (tests/test_json_parse.py)."""
+    they agree (tests/test_json_parse.py). ``NaN`` and ``Infinity`` are not JSON
+    (RFC 8259 §6) and raise ``ValueError`` (Python's own parser takes them; a value
+    echoed back would make a frame the peer cannot parse). A number too large for a
+    float (``1e400``) still parses, to ``inf``: see ``finite``."""
     try:
-        return from_json(data, cache_strings="keys")
+        return from_json(data, cache_strings="keys", allow_inf_nan=False)
     except ValueError:
-        return json.loads(data)
+        return json.loads(data, parse_constant=_not_json)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def finite(number: float) -> bool:
+    """Whether a parsed number can be written back as JSON (``1e400`` parses to ``inf``)."""
+    return number - number == 0
 
 
 class MessageCache:

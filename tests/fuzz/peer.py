@@ -1,0 +1,221 @@
+"""The daemon as a subprocess, fed raw lines, with every frame it writes checked.
+
+``FuzzDaemon`` is plain threads and blocking pipes (no event loop), so a hypothesis
+test can keep one daemon across examples and the soak run can write as fast as the
+pipe takes it. A reader thread checks each frame as it arrives (``Ledger``):
+
+* stdout holds JSON objects only;
+* every id in ``expected_ids`` of a line sent is answered exactly once, and nothing is
+  answered that was not asked (``violations``);
+* no ``lm/responsePart`` comes for a request that is not in flight.
+
+Answers are timed from the write of their line: ``latency_max`` (seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.fuzz.frames import expected_ids
+
+
+def _key(rid: Any) -> tuple[str, Any]:
+    return ("s", rid) if isinstance(rid, str) else ("n", rid)
+
+
+class Ledger:
+    """What was asked and what was answered, by id. Thread-safe."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self.expected: Counter[tuple[str, Any]] = Counter()  # answers still owed, by id
+        self.sent_at: dict[tuple[str, Any], float] = {}
+        self.parts: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+        self.violations: list[str] = []
+        self.frames_in = 0
+        self.answers = 0
+        self.null_answers = 0  # errors with "id": null (unreadable requests)
+        self.latency_max = 0.0
+        self.on_answer: Callable[[Any, dict[str, Any], list[dict[str, Any]]], None] | None = None
+
+    def asked(self, ids: Sequence[Any]) -> None:
+        now = time.monotonic()
+        with self.lock:
+            for rid in ids:
+                key = _key(rid)
+                self.expected[key] += 1
+                self.sent_at.setdefault(key, now)
+
+    def owed(self) -> int:
+        with self.lock:
+            return sum(self.expected.values())
+
+    def wait_settled(self, timeout: float) -> bool:
+        """Wait until every request asked so far has its answer."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while sum(self.expected.values()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.lock.wait(min(left, 0.5))
+            return True
+
+    def violation(self, text: str) -> None:
+        with self.lock:
+            if len(self.violations) < 100:
+                self.violations.append(text)
+
+    def frame(self, line: bytes) -> None:
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            self.violation(f"stdout line that is not JSON: {line[:200]!r}")
+            return
+        if not isinstance(frame, dict):
+            self.violation(f"stdout frame that is not an object: {line[:200]!r}")
+            return
+        with self.lock:
+            self.frames_in += 1
+            if frame.get("method") == "lm/responsePart":
+                params = frame.get("params") or {}
+                key = _key(params.get("requestId"))
+                if not self.expected.get(key):
+                    self.violations.append(f"a part for no request in flight: {line[:200]!r}")
+                else:
+                    self.parts.setdefault(key, []).append(params.get("part"))
+                return
+            if "method" in frame:
+                return  # a notification (none are defined today)
+            if "id" not in frame or ("result" in frame) == ("error" in frame):
+                self.violations.append(f"not a JSON-RPC response: {line[:200]!r}")
+                return
+            rid = frame["id"]
+            if rid is None:
+                self.null_answers += 1
+                return
+            key = _key(rid)
+            if not self.expected.get(key):
+                self.violations.append(f"an answer nobody was owed (twice, or never asked): {line[:300]!r}")
+                return
+            self.expected[key] -= 1
+            self.answers += 1
+            parts = self.parts.pop(key, []) if not self.expected[key] else list(self.parts.get(key, []))
+            sent = self.sent_at.pop(key, None) if not self.expected[key] else self.sent_at.get(key)
+            if not self.expected[key]:
+                del self.expected[key]
+            if sent is not None:
+                self.latency_max = max(self.latency_max, time.monotonic() - sent)
+            self.lock.notify_all()
+        if self.on_answer is not None:
+            self.on_answer(rid, frame, parts)
+
+
+class FuzzDaemon:
+    """``lmbridge serve`` with raw stdin, checked stdout (``ledger``), stderr to a file."""
+
+    def __init__(self, args: Sequence[str], stderr: Path, env: dict[str, str] | None = None) -> None:
+        self.stderr_path = stderr
+        self._stderr = stderr.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "lmbridge", "serve", *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+            env={**os.environ, **(env or {})}, bufsize=0,
+        )
+        self.ledger = Ledger()
+        self.frames_out = 0
+        self._reader = threading.Thread(target=self._read, name="fuzz-stdout", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        stream = self.proc.stdout
+        buffered = b""
+        while chunk := stream.read(1 << 20):
+            buffered += chunk
+            *lines, buffered = buffered.split(b"\n")
+            for line in lines:
+                self.ledger.frame(line)
+        if buffered:
+            self.ledger.violation(f"stdout ended inside a line: {buffered[:200]!r}")
+
+    def send(self, line: bytes) -> None:
+        """Write one line (a newline is added), owing an answer for each id it carries."""
+        assert self.proc.stdin is not None
+        self.ledger.asked(expected_ids(line))
+        self.proc.stdin.write(line + b"\n")
+        self.frames_out += 1
+
+    def request(self, method: str, params: Any, rid: Any, timeout: float = 30.0) -> None:
+        """Send a request and wait until it is answered (raises ``TimeoutError``)."""
+        self.send(json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}).encode())
+        if not self.ledger.wait_settled(timeout):
+            raise TimeoutError(f"{method} ({rid!r}) not answered within {timeout} s")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def rss(self) -> int:
+        """The daemon's resident set size in bytes (0 once it has exited)."""
+        return rss(self.proc.pid)
+
+    def agents(self) -> list[int]:
+        """The daemon's descendant processes (its agents, and theirs)."""
+        return descendants(self.proc.pid)
+
+    def close(self, timeout: float = 15.0) -> int:
+        """Close stdin; the exit code (the daemon is killed after ``timeout`` s)."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = -9
+        self._reader.join(5)
+        self._stderr.close()
+        return code
+
+
+def rss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below ``root`` (read from /proc; zombies left out)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] in ("Z", "X"):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
