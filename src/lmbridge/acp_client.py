@@ -35,12 +35,13 @@ from anyio.streams.memory import MemoryObjectSendStream
 from lmbridge import framing, record
 from lmbridge.framing import BadLines, clip
 from lmbridge.log import get_logger
-from lmbridge.wire import parse_json
+from lmbridge.wire import parse_json, usable_id
 
 MAX_LINE = framing.MAX_LINE  # bytes; agents send MB-long lines (facts.md §3)
 READ_SIZE = 256 * 1024  # bytes asked of the agent's stdout per read
 STDERR_TAIL = 20  # lines kept for error messages
 STDERR_LINE = 2000  # characters kept of each (an agent's 64 MiB stderr line made a 25 MB error)
+STDERR_ERROR = 2000  # characters of that tail quoted in an error the user reads
 TERM_GRACE = 2.0  # seconds between closing stdin / SIGTERM / SIGKILL
 STDERR_GRACE = 0.5  # seconds to read the rest of stderr once stdout has ended
 
@@ -205,6 +206,8 @@ class AgentConnection:
     def describe_exit(self) -> str:
         """A readable reason the agent is gone, with the tail of its stderr."""
         tail = "\n".join(self.stderr_tail)
+        if len(tail) > STDERR_ERROR:  # the last words matter most
+            tail = f"[{len(tail) - STDERR_ERROR} characters before]…{tail[-STDERR_ERROR:]}"
         reason = self.exit_reason or f"agent {self.name!r} is gone"
         return f"{reason}" + (f"; stderr:\n{tail}" if tail else "")
 
@@ -276,6 +279,11 @@ class AgentConnection:
         if self.recorder is not None:
             self.recorder.received(frame)
         method = frame.get("method")
+        if isinstance(method, str) and "id" in frame and not usable_id(frame["id"]):
+            # A request JSON-RPC cannot answer by its id (an object, a list, a bool, null):
+            # nothing is done for it, so nothing is approved by mistake either.
+            self.bad_lines.bad(json.dumps(frame)[:framing.EXCERPT].encode(), "a request whose id cannot be answered", time.monotonic())
+            return
         if isinstance(method, str):
             self.events.send_nowait(Incoming(method, frame.get("params"), frame.get("id")))  # unbounded
             return

@@ -10,6 +10,9 @@ import sys
 
 import structlog
 
+#: Characters of one logged value: a peer's text may be megabytes (a 100 KB permission title).
+VALUE_LIMIT = 2000
+
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
@@ -25,12 +28,28 @@ def configure(level: str = "info", json_logs: bool = False) -> None:
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="%H:%M:%S.%f", utc=False),
+            clip_values,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+
+
+def clip_values(logger: object, method: str, event: dict[str, object]) -> dict[str, object]:
+    """structlog processor: every value past ``VALUE_LIMIT`` characters (as text) clipped."""
+    from lmbridge.framing import clip
+
+    for key, value in event.items():
+        if isinstance(value, str):
+            if len(value) > VALUE_LIMIT:
+                event[key] = clip(value, VALUE_LIMIT)
+        elif not isinstance(value, int | float | bool | type(None)):
+            text = repr(value)
+            if len(text) > VALUE_LIMIT:
+                event[key] = clip(text, VALUE_LIMIT)
+    return event
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

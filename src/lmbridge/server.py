@@ -43,8 +43,8 @@ from lmbridge.wire import (
     MessageCache,
     TokenCountParams,
     dump,
-    finite,
     parse_json,
+    usable_id,
 )
 
 if TYPE_CHECKING:
@@ -293,7 +293,7 @@ class Server:
             self._error(None, -32600, "invalid request: not a JSON object")
             return
         rid = request.get("id")
-        if not (rid is None or isinstance(rid, str) or (isinstance(rid, int | float) and not isinstance(rid, bool) and finite(rid))):
+        if not (rid is None or usable_id(rid)):
             # JSON-RPC 2.0 ids are strings, numbers or null: an object or array id cannot be answered by it.
             self._error(None, -32600, "invalid request: id must be a string, a finite number or null")
             return

@@ -44,9 +44,9 @@ def _seconds(name: str, default: float) -> float:
     return float(os.environ.get(name) or default)
 
 
-START_TIMEOUT = 60.0  # seconds for spawn + initialize + session/new
-WRITE_TIMEOUT = 10.0  # seconds one frame may take to reach an agent that stopped reading
-# Overridable for tests (a short drain; no notice unless a test wants one).
+# Overridable for tests (a short drain; no notice unless a test wants one; short bounds).
+START_TIMEOUT = _seconds("LMBRIDGE_START_TIMEOUT", 60.0)  # seconds for spawn + initialize + session/new
+WRITE_TIMEOUT = _seconds("LMBRIDGE_WRITE_TIMEOUT", 10.0)  # seconds one frame may take to reach an agent that stopped reading
 DRAIN_TIMEOUT = _seconds("LMBRIDGE_DRAIN_TIMEOUT", turn.DRAIN)
 START_NOTICE = _seconds("LMBRIDGE_START_NOTICE", turn.START_NOTICE)
 # Bytes of text kept for the next request while a permission card waits (issue #16).
@@ -158,6 +158,7 @@ class SessionActor:
         self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
         self._out, self._outbox = anyio.create_memory_object_stream[Callable[[AgentConnection], Awaitable[None]]](math.inf)
         self.conn: AgentConnection | None = None
+        self._step = "the start"  # what a start waits on, for the timeout's message
         self.acp_session: str | None = None
         self.images = False
         self.embedded_context = False
@@ -434,6 +435,7 @@ class SessionActor:
                     continue  # _AgentGone reports it
                 except TimeoutError:
                     log.warning("agent stopped reading its stdin: stopping it", session=self.id, agent=self.spec.id)
+                    conn.exit_reason = f"agent {self.spec.id!r} stopped reading its stdin (one frame waited {WRITE_TIMEOUT:g} s) and was stopped"
                     await conn.close()
         finally:
             self._written.set()
@@ -451,7 +453,7 @@ class SessionActor:
                     with anyio.fail_after(START_TIMEOUT):
                         await start
                 except TimeoutError:
-                    error = f"no answer within {START_TIMEOUT:g} s"
+                    error = f"no answer to {self._step} within {START_TIMEOUT:g} s"
                 except AgentExited as exc:  # its message names the agent and says why (exit code, stderr)
                     error, named = str(exc) or "the agent exited", bool(str(exc))
                 except (AgentError, ValueError) as exc:
@@ -462,12 +464,14 @@ class SessionActor:
         self._tg.start_soon(run)
 
     async def _start_agent(self, job: Job) -> None:
+        self._step = "the start of its process"
         conn = await self.launcher(
             self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self._send.clone(), session=self.id, recorder=self.recorder
         )
         self.conn = conn
         assert self._tg is not None
         self._tg.start_soon(self._serve_agent, conn)
+        self._step = "initialize"
         init = await conn.request(
             "initialize",
             {
@@ -476,7 +480,9 @@ class SessionActor:
                 "clientInfo": {"name": "lmbridge", "version": __version__},
             },
         )
-        caps = _object(_object(init).get("agentCapabilities"))
+        if not isinstance(init, dict):  # wrong-typed capabilities inside are read as none
+            raise ValueError(f"initialize was answered with a JSON {type(init).__name__}, not an object: not an ACP agent?")
+        caps = _object(init.get("agentCapabilities"))
         prompt_caps = _object(caps.get("promptCapabilities"))
         self.images = prompt_caps.get("image") is True
         self.embedded_context = prompt_caps.get("embeddedContext") is True
@@ -485,6 +491,7 @@ class SessionActor:
 
     async def _open_session(self) -> None:
         assert self.conn is not None
+        self._step = "session/new"
         result = await self.conn.request("session/new", {"cwd": self.cwd or "/", "mcpServers": self.mcp_servers})
         session = _object(result).get("sessionId")
         if not isinstance(session, str) or not session:

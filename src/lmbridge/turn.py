@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from lmbridge.framing import clip
 from lmbridge.history import Answer, Last, Pending
 from lmbridge.wire import action_tool
 
@@ -63,6 +64,8 @@ DRAIN = 10.0
 START_NOTICE = 0.5
 #: Bytes of text kept for the next request of an open turn (issue #16).
 BUFFER_LIMIT = 1 << 20
+#: Characters of a permission's title on its card and in the log (an agent sent 100 KB).
+TITLE_LIMIT = 500
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
 
 
@@ -623,7 +626,7 @@ class TurnMachine:
             return
         state, parts = self.renderer.permission_tool(dict(ev.tool_call))
         raw = ev.tool_call
-        title = (getattr(state, "title", None) or raw.get("title") or "Agent action")
+        title = clip(str(getattr(state, "title", None) or raw.get("title") or "Agent action"), TITLE_LIMIT)
         kind = getattr(state, "kind", None) or raw.get("kind") or "other"
         tool = action_tool(kind)
         if self.state is State.STREAMING:

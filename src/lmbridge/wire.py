@@ -133,9 +133,15 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def finite(number: float) -> bool:
-    """Whether a parsed number can be written back as JSON (``1e400`` parses to ``inf``)."""
-    return number - number == 0
+def usable_id(rid: object) -> bool:
+    """Whether a request can be answered by this id: JSON-RPC 2.0 ids are strings or
+    numbers (null only in an error about a request whose id could not be read), and a
+    number must be finite to be written back (``1e400`` parses to ``inf``)."""
+    if isinstance(rid, str):
+        return True
+    if isinstance(rid, bool) or not isinstance(rid, int | float):
+        return False
+    return rid - rid == 0
 
 
 class MessageCache:

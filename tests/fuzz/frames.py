@@ -70,7 +70,7 @@ def answerable(rid: Any) -> bool:
         return True
     if isinstance(rid, bool) or not isinstance(rid, int | float):
         return False
-    return not (isinstance(rid, float) and not math.isfinite(rid))
+    return not isinstance(rid, float) or math.isfinite(rid)
 
 
 def expected_ids(line: bytes) -> list[Any]:

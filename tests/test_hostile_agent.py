@@ -1,0 +1,228 @@
+"""A hostile ACP agent (tests/agents/hostile_agent.py) through the real daemon: one test per
+way an agent has broken it (issue #14), and a seeded random mix.
+
+Invariants, whatever the agent does: the chat request is answered exactly once, within a
+bound; an error names the agent, says what happened, quotes the agent's own reason and is
+clipped; each of the agent's requests with a usable id is answered exactly once; nothing
+is approved without the user's token; the daemon stays responsive, exits cleanly at EOF,
+and no agent process outlives it (``daemon`` fixture).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from lmbridge.client import Call, DaemonClient, approve, assistant, is_agent_action, skip, text_of, tool_calls, user
+from lmbridge.wire import usable_id as answerable
+from tests.conftest import ROOT, alive
+from tests.fuzz.peer import descendants, rss
+
+pytestmark = pytest.mark.anyio
+HOSTILE = ROOT / "tests" / "agents" / "hostile_agent.py"
+ERROR_LIMIT = 8 * 1024  # characters of an error the user reads
+BOUND = 20.0  # seconds within which every chat here is answered
+
+
+class Hostile:
+    def __init__(self, where: Path, mode: str, *extra: str) -> None:
+        self.id = f"hostile-{mode}"
+        self.log = where / f"{mode}-{{pid}}.jsonl"
+        self.where, self.mode = where, mode
+        self.spec = {"id": self.id, "command": sys.executable, "args": [str(HOSTILE), mode, "--log", str(self.log), *extra]}
+
+    def entries(self) -> list[dict[str, Any]]:
+        out = []
+        for path in self.where.glob(f"{self.mode}-*.jsonl"):
+            out += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return out
+
+    def check_requests_answered_once(self) -> list[dict[str, Any]]:
+        """Each request it sent with a usable id was answered exactly once; returns the answers."""
+        entries = self.entries()
+        sent = Counter(json.dumps(e["sent"]) for e in entries if "sent" in e and answerable(e["sent"]))
+        answers = [e for e in entries if "answer" in e]
+        got = Counter(json.dumps(e["answer"]) for e in answers)
+        assert {k: got[k] for k in sent} == {k: 1 for k in sent}, f"answers by id: {dict(got)} for requests {dict(sent)}"
+        return answers
+
+
+@pytest.fixture
+def hostile(tmp_path: Path) -> Callable[..., Hostile]:
+    return lambda mode, *extra: Hostile(tmp_path, mode, *extra)
+
+
+@asynccontextmanager
+async def bridge(daemon: Any, agent: Hostile, **env: str) -> AsyncIterator[DaemonClient]:
+    async with daemon(agents=[agent.spec], env=env) as client:
+        yield client
+        # Responsive after whatever the agent did.
+        assert (await client.request("lm/provideTokenCount", {"modelId": agent.id, "text": "abcd"}, timeout=5))["count"] == 1
+        pids = descendants(client.process.pid)
+    assert not [p for p in pids if alive(p)], "an agent process outlived the daemon"
+
+
+async def chat(client: DaemonClient, agent: Hostile, history: list[dict[str, Any]]) -> Call:
+    call = await client.chat(agent.id, history, timeout=BOUND)
+    if call.error is not None:
+        message = call.error.message
+        assert len(message) <= ERROR_LIMIT, f"an error of {len(message)} characters"
+        assert agent.id in message, f"the error does not name the agent: {message[:300]}"
+    return call
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [
+        ("init-not-object", "initialize"),
+        ("new-not-object", "session/new"),
+        ("new-bad-session", "session/new"),
+    ],
+)
+async def test_a_malformed_start_is_an_error_naming_the_step_and_the_next_chat_too(daemon: Any, hostile: Any, mode: str, says: str) -> None:
+    agent = hostile(mode)
+    async with bridge(daemon, agent) as client:
+        for _ in range(2):  # the job is not lost, and the agent is not stuck for later chats
+            call = await chat(client, agent, [user("hi")])
+            assert call.error is not None and says in call.error.message, call.error
+
+
+async def test_wrong_typed_capabilities_are_read_as_none(daemon: Any, hostile: Any) -> None:
+    agent = hostile("init-bad-caps")
+    async with bridge(daemon, agent) as client:
+        call = await chat(client, agent, [user("hi")])
+        assert call.error is None and text_of(call) == "ok"
+
+
+async def test_an_agent_that_never_answers_initialize(daemon: Any, hostile: Any) -> None:
+    agent = hostile("silent-init")
+    async with bridge(daemon, agent, LMBRIDGE_START_TIMEOUT="3", LMBRIDGE_START_NOTICE="0.2") as client:
+        with anyio.fail_after(10):
+            call = await chat(client, agent, [user("hi")])
+        assert "Starting" in text_of(call)  # said at once, not after the timeout
+        assert call.error is not None and "initialize" in call.error.message and "3 s" in call.error.message, call.error
+
+
+async def test_an_agent_that_stops_reading_its_stdin(daemon: Any, hostile: Any) -> None:
+    agent = hostile("deaf")
+    async with bridge(daemon, agent, LMBRIDGE_WRITE_TIMEOUT="2") as client:
+        with anyio.fail_after(15):
+            call = await chat(client, agent, [user("x" * 2_000_000)])
+        assert call.error is not None and "stopped reading" in call.error.message, call.error
+
+
+async def test_a_frozen_agent_waits_for_stop_and_the_daemon_still_exits(daemon: Any, hostile: Any) -> None:
+    """A turn with no output is not an error (the agent may be thinking): it lasts until
+    the user stops it. After the drain (1 s here) the next chat gets a fresh ACP session;
+    the agent is frozen there too, and Stop ends that as well; at EOF the agent is killed."""
+    agent = hostile("frozen")
+    async with bridge(daemon, agent, LMBRIDGE_DRAIN_TIMEOUT="1") as client:
+        history = [user("hi")]
+        for _ in range(2):
+            call = await client.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": history})
+            with anyio.move_on_after(1.5):
+                await call.done.wait()
+            assert not call.done.is_set()
+            await client.cancel(call)
+            with anyio.fail_after(2):
+                await call.done.wait()
+            assert call.result == {"stopReason": "cancelled"} and call.error is None
+            history = [*history, assistant([]), user("again")]
+    prompts = [e for e in agent.entries() if e.get("event") == "prompt"]
+    assert len({p["sessionId"] for p in prompts}) == 2, "the second chat did not get a fresh ACP session"
+
+
+@pytest.mark.parametrize("mode", ["update-list", "deep", "huge-diff", "bad-ids"])
+async def test_frames_the_daemon_cannot_use_are_dropped_and_the_turn_goes_on(daemon: Any, hostile: Any, mode: str) -> None:
+    agent = hostile(mode)
+    async with bridge(daemon, agent) as client:
+        call = await chat(client, agent, [user("hi")])
+        assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
+        assert "survived" in text_of(call)
+    answers = agent.check_requests_answered_once()
+    if mode == "bad-ids":  # the requests with usable ids were of an unknown method
+        assert sorted(json.dumps(a["answer"]) for a in answers) == sorted(json.dumps(i) for i in ("s", -7, 1.5))
+        assert all(a["error"]["code"] == -32601 for a in answers), answers
+
+
+@pytest.mark.parametrize(("mode", "answer"), [("shared-option-id", "skip"), ("shared-option-id", "allow"), ("unknown-kinds", "allow")])
+async def test_ambiguous_options_are_answered_cancelled(daemon: Any, hostile: Any, mode: str, answer: str) -> None:
+    agent = hostile(mode)
+    async with bridge(daemon, agent) as client:
+        history = [user("hi")]
+        call = await chat(client, agent, history)
+        (card,) = tool_calls(call)
+        history += [assistant(call.parts), (approve if answer == "allow" else skip)(card)]
+        await chat(client, agent, history)
+    (reply,) = agent.check_requests_answered_once()
+    assert reply["result"] == {"outcome": {"outcome": "cancelled"}}
+
+
+async def test_a_permission_asked_as_the_turn_ends_is_no_card(daemon: Any, hostile: Any) -> None:
+    agent = hostile("permission-at-end")
+    async with bridge(daemon, agent) as client:
+        call = await chat(client, agent, [user("hi")])
+        assert call.result == {"stopReason": "end_turn"} and not tool_calls(call)
+    (reply,) = agent.check_requests_answered_once()
+    assert reply["result"] == {"outcome": {"outcome": "cancelled"}}
+
+
+async def test_the_agents_own_reason_is_quoted(daemon: Any, hostile: Any) -> None:
+    agent = hostile("error-data")
+    async with bridge(daemon, agent) as client:
+        call = await chat(client, agent, [user("hi")])
+        assert call.error is not None and "quota exceeded (429)" in call.error.message, call.error
+
+
+async def test_long_stderr_lines_are_clipped_in_the_error_and_in_memory(daemon: Any, hostile: Any) -> None:
+    agent = hostile("long-stderr")
+    async with bridge(daemon, agent) as client:
+        call = await chat(client, agent, [user("hi")])
+        assert call.error is not None and "code 3" in call.error.message, call.error
+        assert rss(client.process.pid) < 200 * 2**20
+
+
+async def test_a_huge_title_is_clipped_on_the_card_and_in_the_log(daemon: Any, hostile: Any, tmp_path: Path) -> None:
+    agent = hostile("huge-title")
+    async with bridge(daemon, agent) as client:
+        history = [user("hi")]
+        call = await chat(client, agent, history)
+        (card,) = tool_calls(call)
+        assert len(json.dumps(card)) < 20_000
+        await chat(client, agent, history + [assistant(call.parts), skip(card)])
+    longest = max(len(line) for line in (tmp_path / "daemon.stderr").read_text().splitlines())
+    assert longest < 20_000, f"a log line of {longest} characters"
+
+
+async def test_an_agent_that_ignores_eof_and_sigterm_is_killed(daemon: Any, hostile: Any) -> None:
+    agent = hostile("ignore-signals")
+    async with bridge(daemon, agent) as client:
+        call = await chat(client, agent, [user("hi")])
+        assert text_of(call) == "ok"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_a_seeded_mix_of_hostile_frames(daemon: Any, hostile: Any, seed: int) -> None:
+    agent = hostile("mix", "--seed", str(seed), "--frames", "300")
+    async with bridge(daemon, agent) as client:
+        history = [user("hi")]
+        for _ in range(20):  # each card answered Skip, until the turn ends
+            call = await chat(client, agent, history)
+            cards = [p for p in tool_calls(call) if is_agent_action(p)]
+            if call.error is not None or not cards:
+                break
+            history += [assistant(call.parts), *(skip(card) for card in cards)]
+        assert call.error is None or agent.id in call.error.message
+    answers = agent.check_requests_answered_once()
+    approved = [a for a in answers if isinstance(a.get("result"), dict) and (a["result"].get("outcome") or {}).get("outcome") == "selected"
+                and a["result"]["outcome"].get("optionId") in ("allow", "x", "y", "go")]
+    assert not approved, f"approved without the user's token: {approved}"
+    assert any(e.get("event") == "mix_done" for e in agent.entries())
