@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
 
@@ -37,7 +39,7 @@ def configure(level: str = "info", json_logs: bool = False) -> None:
     )
 
 
-def clip_values(logger: object, method: str, event: dict[str, object]) -> dict[str, object]:
+def clip_values(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """structlog processor: every value past ``VALUE_LIMIT`` characters (as text) clipped."""
     from lmbridge.framing import clip
 
