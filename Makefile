@@ -65,6 +65,12 @@ record-sessions: $(STAMP) $(AGENT_STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
+# The soak run of issue #14 (docs/reliability.md): 1,000,000 generated stdin frames, 100,000
+# hostile agent frames, 1,000 new chats under the process cap; figures in .fuzz/results.json.
+.PHONY: fuzz
+fuzz: $(STAMP)
+	$(PY) -m tests.fuzz.soak
+
 vsix:
 	$(MAKE) -C vscode-shim vsix
 

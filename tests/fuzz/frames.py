@@ -107,16 +107,20 @@ class FuzzState:
     agents: list[dict[str, Any]]
     workspace: str
     max_text: int = 200_000  # characters in the largest generated string
+    max_deep: int = 50_000  # levels of the deepest nesting
+    chat_share: float = 1.0  # of the frames that would be chats, the share that are (spawns are slow)
     next_id: int = 1
     recent: deque[Any] = field(default_factory=lambda: deque(maxlen=64))  # ids sent lately
     chats: deque[Chat] = field(default_factory=lambda: deque(maxlen=32))
     asked: dict[Any, list[Any]] = field(default_factory=dict)  # chat request id -> its messages
+    chats_answered: int = 0
 
     def answered(self, rid: Any, frame: dict[str, Any], parts: list[dict[str, Any]]) -> None:
         """A request was answered (the driver calls this): a chat's answer can be continued."""
         messages = self.asked.pop(rid, None) if isinstance(rid, str | int | float) else None
         if messages is not None and "result" in frame:
             self.chats.append(Chat(messages, parts))
+            self.chats_answered += 1
 
     def fresh_id(self, c: Chooser) -> Any:
         self.next_id += 1
@@ -237,6 +241,8 @@ def chat_params(c: Chooser, state: FuzzState) -> dict[str, Any]:
 
 
 def chat(c: Chooser, state: FuzzState) -> bytes:
+    if state.chat_share < 1.0 and c.integer(0, 999) >= state.chat_share * 1000:
+        return encode(request("lm/provideTokenCount", {"modelId": state.models[0], "text": "instead of a chat"}, state.fresh_id(c)))
     rid = state.fresh_id(c)
     params = chat_params(c, state)
     if answerable(rid):
@@ -331,7 +337,7 @@ def frame(c: Chooser, state: FuzzState) -> bytes:
         return b"[" + b",".join(frame(c, state) if c.integer(0, 3) else b"7" for _ in range(n)) + b"]"
     if kind < 67:  # nested too deep to decode, in a request whose id is readable only by a deeper parser
         rid = state.fresh_id(c)
-        return f'{{"jsonrpc":"2.0","id":{json.dumps(rid)},"method":"lm/provideTokenCount","params":{{"text":{deep(c.integer(5_000, 50_000))}}}}}'.encode()
+        return f'{{"jsonrpc":"2.0","id":{json.dumps(rid)},"method":"lm/provideTokenCount","params":{{"text":{deep(c.integer(5_000, max(5_000, state.max_deep)))}}}}}'.encode()
     if kind < 70:  # deep but decodable
         return encode(request("lm/provideTokenCount", {"modelId": state.models[0], "text": json.loads(deep(c.integer(1, 60)))}, state.fresh_id(c)))
     if kind < 74:  # not UTF-8, or not JSON's idea of a number

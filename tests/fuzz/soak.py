@@ -1,0 +1,276 @@
+"""``make fuzz``: the soak run of issue #14 (docs/reliability.md has the figures).
+
+Three parts, each against a fresh ``lmbridge serve`` (``--max-agent-processes 4``):
+
+1. **stdin**: ``--frames`` (default 1,000,000) generated frames (tests/fuzz/frames.py,
+   seeded; about one in a hundred would-be chats is sent, each spawning or reusing a
+   scripted agent), written as fast as the daemon reads them.
+2. **agent link**: chats with the hostile agent's ``mix`` mode (tests/agents/hostile_agent.py)
+   until ``--agent-frames`` (default 100,000) hostile frames were sent, every permission
+   card answered Skip.
+3. **cap**: ``--chats`` (default 1,000) new chats one after another; the most agent
+   processes alive at once is sampled after each.
+
+Invariants counted as violations: the daemon exiting, a request with a usable id not
+answered exactly once (or not within 60 s of the end), a frame on stdout that is not a
+JSON-RPC object, an agent request not answered exactly once, an approval without the
+user's token, more agent processes than the cap, an agent process outliving the daemon,
+an error that does not name the agent or is longer than 8 KB.
+
+Prints, and writes to ``.fuzz/results.json``: frames/s, the daemon's RSS at start, peak and
+end, the most agent processes seen, and the violations. Exit status 1 if any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import QUIET_START, SCRIPTED_AGENT, alive
+from tests.fuzz.frames import FuzzState, RandomChooser, answerable, frame
+from tests.fuzz.peer import FuzzDaemon, descendants
+
+ROOT = Path(__file__).resolve().parents[2]
+HOSTILE = ROOT / "tests" / "agents" / "hostile_agent.py"
+CAP = 4
+MiB = 2**20
+
+
+class Sampler:
+    """The daemon's RSS and its live agent processes, sampled every ``every`` seconds."""
+
+    def __init__(self, daemon: FuzzDaemon, every: float = 0.25) -> None:
+        self.daemon, self.every = daemon, every
+        self.rss_start = daemon.rss()
+        self.rss_peak = self.rss_start
+        self.agents_peak = 0
+        self.pids: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def sample(self) -> None:
+        self.rss_peak = max(self.rss_peak, self.daemon.rss())
+        agents = agent_processes(self.daemon.proc.pid)
+        self.pids.update(agents)
+        self.agents_peak = max(self.agents_peak, len(agents))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.sample()
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+        return {"rss_start_mib": round(self.rss_start / MiB, 1), "rss_peak_mib": round(self.rss_peak / MiB, 1),
+                "rss_end_mib": round(self.daemon.rss() / MiB, 1), "agent_processes_max": self.agents_peak}
+
+
+def agent_processes(daemon_pid: int) -> list[int]:
+    """The daemon's children (each an agent; what an agent starts is its own business)."""
+    return [pid for pid in descendants(daemon_pid) if _parent(pid) == daemon_pid]
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def scripted(where: Path, name: str, scenario: dict[str, Any]) -> dict[str, Any]:
+    path = where / f"{name}.json"
+    path.write_text(json.dumps(scenario))
+    return {"id": name, "command": sys.executable, "args": [str(SCRIPTED_AGENT), str(path)]}
+
+
+def start(where: Path, name: str, agents: list[dict[str, Any]], env: dict[str, str] | None = None) -> FuzzDaemon:
+    daemon = FuzzDaemon(["--max-agent-processes", str(CAP), "--log-level", "warning"], where / f"{name}.stderr",
+                        env={**QUIET_START, "LMBRIDGE_DRAIN_TIMEOUT": "2", **(env or {})})
+    daemon.request("initialize", {"protocolVersion": 1, "workspaceFolders": [str(where)], "agents": agents}, "init")
+    return daemon
+
+
+def finish(daemon: FuzzDaemon, sampler: Sampler, violations: list[str], what: str) -> dict[str, Any]:
+    if not daemon.ledger.wait_settled(60):
+        violations.append(f"{what}: {daemon.ledger.owed()} requests unanswered 60 s after the last frame")
+    if not daemon.alive():
+        violations.append(f"{what}: the daemon exited (code {daemon.proc.returncode})")
+    figures = sampler.stop()
+    code = daemon.close()
+    if code != 0:
+        violations.append(f"{what}: the daemon exited with {code} at EOF")
+    time.sleep(0.5)
+    if left := [p for p in sampler.pids if alive(p)]:
+        violations.append(f"{what}: {len(left)} agent processes outlived the daemon")
+    if figures["agent_processes_max"] > CAP * 2:
+        violations.append(f"{what}: {figures['agent_processes_max']} agent processes (cap {CAP} per agent)")
+    violations += [f"{what}: {v}" for v in daemon.ledger.violations]
+    return figures
+
+
+def stdin_part(where: Path, frames: int, seed: int) -> dict[str, Any]:
+    agents = [
+        scripted(where, "soak-ok", {"default_turn": [{"text": "ok"}]}),
+        scripted(where, "soak-ask", {"default_turn": [{"ask": {"toolCall": {"toolCallId": "t", "title": "touch x", "kind": "execute"}}, "id": "p"}, {"text": "done"}]}),
+    ]
+    daemon = start(where, "stdin", agents)
+    sampler = Sampler(daemon)
+    state = FuzzState(models=[a["id"] for a in agents], agents=agents, workspace=str(where), max_text=2_000, max_deep=6_000, chat_share=0.01)
+    daemon.ledger.on_answer = state.answered
+    c = RandomChooser(random.Random(seed))
+    violations: list[str] = []
+    began = time.monotonic()
+    sent_bytes = 0
+    for n in range(frames):
+        line = frame(c, state)
+        sent_bytes += len(line) + 1
+        daemon.send(line)
+        if n % 100_000 == 0 and n:
+            print(f"  stdin: {n} frames, {n / (time.monotonic() - began):.0f}/s, RSS {daemon.rss() / MiB:.0f} MiB", flush=True)
+        if not daemon.alive():
+            violations.append(f"stdin: the daemon exited after frame {n}: {line[:200]!r}")
+            break
+    written = time.monotonic() - began
+    settled = daemon.ledger.wait_settled(60)
+    elapsed = time.monotonic() - began
+    ledger = daemon.ledger
+    figures = finish(daemon, sampler, violations, "stdin")
+    return {"frames": daemon.frames_out, "bytes": sent_bytes, "seconds": round(elapsed, 1), "frames_per_s": round(daemon.frames_out / written),
+            "answers": ledger.answers, "null_id_errors": ledger.null_answers, "chats_answered": state.chats_answered,
+            "latency_max_s": round(ledger.latency_max, 2), "settled": settled, **figures, "violations": violations}
+
+
+def agent_part(where: Path, agent_frames: int, seed: int) -> dict[str, Any]:
+    per_prompt = 1_000
+    logs = where / "hostile"
+    logs.mkdir()
+    agent = {"id": "hostile-mix", "command": sys.executable,
+             "args": [str(HOSTILE), "mix", "--seed", str(seed), "--frames", str(per_prompt), "--log", str(logs / "h-{pid}.jsonl")]}
+    daemon = start(where, "agent", [agent])
+    sampler = Sampler(daemon)
+    violations: list[str] = []
+    began = time.monotonic()
+    chats = 0
+    rid = 0
+    while chats * per_prompt < agent_frames:
+        chats += 1
+        history: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "value": f"chat {chats}"}]}]
+        for _ in range(50):
+            rid += 1
+            parts = chat_once(daemon, agent["id"], history, rid, violations)
+            if parts is None:
+                break
+            cards = [p for p in parts if p.get("type") == "tool_call" and str(p.get("name", "")).startswith("symposium-agent-action")]
+            if not cards:
+                break
+            history += [{"role": "assistant", "content": [p for p in parts if p.get("type") in ("text", "tool_call")]},
+                        *({"role": "user", "content": [{"type": "tool_result", "callId": card["callId"], "content": [
+                            {"type": "text", "value": "The user chose to skip the tool call, they want to proceed without running it"}]}]} for card in cards)]
+        if not daemon.alive():
+            violations.append(f"agent: the daemon exited during chat {chats}")
+            break
+    elapsed = time.monotonic() - began
+    figures = finish(daemon, sampler, violations, "agent")
+    entries: list[dict[str, Any]] = []
+    requests = answers = per_process_bad = 0
+    for path in logs.glob("*.jsonl"):  # ids are per process (h1, h2, ...): checked per process
+        own = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        entries += own
+        sent = Counter(json.dumps(e["sent"]) for e in own if "sent" in e and answerable(e["sent"]))
+        got = Counter(json.dumps(e["answer"]) for e in own if "answer" in e)
+        requests, answers = requests + sum(sent.values()), answers + sum(got.values())
+        per_process_bad += sum(1 for k in sent.keys() | got.keys() if got[k] != sent[k])
+    if per_process_bad:
+        violations.append(f"agent: {per_process_bad} agent request ids not answered exactly once")
+    approved = [e for e in entries if "answer" in e and isinstance(e.get("result"), dict)
+                and (e["result"].get("outcome") or {}).get("outcome") == "selected"
+                and str(e["result"]["outcome"].get("optionId")) in ("allow", "x", "y")]
+    if approved:
+        violations.append(f"agent: {len(approved)} approvals without the user's token")
+    frames_sent = sum(e.get("frames", 0) for e in entries if e.get("event") == "mix_done")
+    return {"agent_frames": frames_sent, "chats": chats, "seconds": round(elapsed, 1), "frames_per_s": round(frames_sent / elapsed),
+            "agent_requests": requests, "agent_answers": answers, **figures, "violations": violations}
+
+
+def chat_once(daemon: FuzzDaemon, model: str, history: list[dict[str, Any]], rid: int, violations: list[str]) -> list[dict[str, Any]] | None:
+    """One chat request, waited for; its parts, or None after an error (checked)."""
+    done = threading.Event()
+    answer: dict[str, Any] = {}
+
+    def on_answer(got: Any, frame: dict[str, Any], parts: list[dict[str, Any]]) -> None:
+        if got == f"c{rid}":
+            answer.update(frame=frame, parts=parts)
+            done.set()
+
+    daemon.ledger.on_answer = on_answer
+    tools = [{"name": n, "description": "x"} for n in ("symposium-agent-action", "symposium-agent-action-read", "symposium-agent-action-edit")]
+    daemon.send(json.dumps({"jsonrpc": "2.0", "id": f"c{rid}", "method": "lm/provideLanguageModelChatResponse",
+                            "params": {"modelId": model, "messages": history, "options": {"tools": tools}}}).encode())
+    if not done.wait(120):
+        violations.append(f"chat c{rid} not answered within 120 s")
+        return None
+    frame = answer["frame"]
+    if "error" in frame:
+        message = str(frame["error"].get("message", ""))
+        if model not in message or len(message) > 8192:
+            violations.append(f"an error that does not name the agent or is too long ({len(message)}): {message[:200]}")
+        return None
+    return list(answer["parts"])
+
+
+def cap_part(where: Path, chats: int) -> dict[str, Any]:
+    agents = [scripted(where, "cap-ok", {"default_turn": [{"text": "ok"}]})]
+    daemon = start(where, "cap", agents)
+    sampler = Sampler(daemon, every=0.05)
+    violations: list[str] = []
+    began = time.monotonic()
+    errors = 0
+    for n in range(chats):
+        parts = chat_once(daemon, "cap-ok", [{"role": "user", "content": [{"type": "text", "value": f"new chat {n}"}]}], n, violations)
+        errors += parts is None
+        sampler.sample()
+        if sampler.agents_peak > CAP:
+            violations.append(f"cap: {sampler.agents_peak} agent processes after chat {n} (cap {CAP})")
+            break
+    elapsed = time.monotonic() - began
+    figures = finish(daemon, sampler, violations, "cap")
+    return {"chats": chats, "errors": errors, "seconds": round(elapsed, 1), **figures, "violations": violations}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, default=1_000_000)
+    parser.add_argument("--agent-frames", type=int, default=100_000)
+    parser.add_argument("--chats", type=int, default=1_000)
+    parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--out", default=str(ROOT / ".fuzz" / "results.json"))
+    args = parser.parse_args()
+    results: dict[str, Any] = {"seed": args.seed}
+    with tempfile.TemporaryDirectory(prefix="lmbridge-fuzz-") as tmp:
+        where = Path(tmp)
+        for name, run in (("stdin", lambda: stdin_part(where, args.frames, args.seed)),
+                          ("agent", lambda: agent_part(where, args.agent_frames, args.seed)),
+                          ("cap", lambda: cap_part(where, args.chats))):
+            print(f"{name}…", flush=True)
+            results[name] = run()
+            print(json.dumps(results[name], indent=1), flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    total = sum(len(results[k]["violations"]) for k in ("stdin", "agent", "cap"))
+    print(f"violations: {total}  (figures in {out})")
+    return 1 if total else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
