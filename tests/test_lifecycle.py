@@ -220,13 +220,16 @@ def children(pid: int) -> list[int]:
     return out
 
 
-async def test_agent_processes_stay_under_the_cap_and_an_evicted_chat_continues(scripted: Any, daemon: Any) -> None:
+@pytest.mark.parametrize("how", ["option", "env"])
+async def test_agent_processes_stay_under_the_cap_and_an_evicted_chat_continues(scripted: Any, daemon: Any, how: str) -> None:
     """Issue #14 (the cap): new chats close the least recently used idle session of the
     agent; the closed chat, when it comes back, continues in a fresh session told the
     conversation; when every session is busy the new chat is told so. The demo agent
-    answers each chat differently ("You said: ..."), so each chat is told apart."""
+    answers each chat differently ("You said: ..."), so each chat is told apart. The cap
+    comes as ``--max-agent-processes`` or as the shim passes it, ``$LMBRIDGE_MAX_AGENT_PROCESSES``."""
+    args, env = (["--max-agent-processes", "2"], {}) if how == "option" else ([], {"LMBRIDGE_MAX_AGENT_PROCESSES": "2"})
     with anyio.fail_after(LIMIT * 2):
-        async with daemon([], args=["--max-agent-processes", "2"]) as c:
+        async with daemon([], args=args, env=env) as c:
             first = await c.chat("demo", [user("chat 0")])
             ok(first)
             most = 0

@@ -35,7 +35,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--agent", action="append", default=[], metavar="ID=COMMAND", help="offer an ACP agent as model ID (repeatable; COMMAND split shell-style)")
     serve.add_argument("--config", type=Path, help="JSON config file with agents and idleTimeout")
     serve.add_argument("--idle-timeout", type=float, help="seconds before an unused session is evicted (default 1800)")
-    serve.add_argument("--max-agent-processes", type=int, metavar="N", help="live agent processes (one per chat) per agent; the least recently used idle one is closed for a new chat (default 4)")
+    serve.add_argument(
+        "--max-agent-processes",
+        type=int,
+        metavar="N",
+        help="live agent processes (one per chat) per agent; the least recently used idle one is closed for a new chat "
+        "(default: $LMBRIDGE_MAX_AGENT_PROCESSES, else 4)",
+    )
     serve.add_argument("--log-level", default=None, choices=LOG_LEVELS, help="default: $LMBRIDGE_LOG_LEVEL, else info")
     serve.add_argument("--log-json", action="store_true", help="log JSON lines on stderr")
     serve.add_argument("--record", type=Path, metavar="FILE", help="write every frame on every link to FILE, secrets redacted (docs/recording.md)")
@@ -121,6 +127,12 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if args.idle_timeout is not None:
         config.idle_timeout = args.idle_timeout
+    if args.max_agent_processes is None and os.environ.get("LMBRIDGE_MAX_AGENT_PROCESSES"):
+        try:
+            args.max_agent_processes = int(os.environ["LMBRIDGE_MAX_AGENT_PROCESSES"])
+        except ValueError:
+            print("lmbridge serve: $LMBRIDGE_MAX_AGENT_PROCESSES must be a whole number", file=sys.stderr)
+            return 2
     if args.max_agent_processes is not None:
         if args.max_agent_processes < 1:
             print("lmbridge serve: --max-agent-processes must be at least 1", file=sys.stderr)

@@ -76,7 +76,8 @@ class HistoryActor:
         self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=self._mcp_host)
         self._mcp: Any = None  # mcp_bridge.McpHost, started when a session first offers VS Code tools
         self._mcp_lock = anyio.Lock()
-        self._dropped: list[SessionActor] = []  # actors whose garbage is not collected yet
+        self._dropped: list[SessionActor] = []  # actors closed but not finished yet
+        self._garbage = False  # actors finished since the last collection
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
@@ -171,7 +172,10 @@ class HistoryActor:
     def _actor(self, turn: Turn, msg: _Begin) -> SessionActor:
         actor = self.actors.get(turn.session_id)
         if actor is None:
-            actor = SessionActor(turn.session_id, msg.spec, msg.cwd, self.hooks, launcher=self.launcher, recorder=self.recorder)
+            closing = [a.finished for a in self._dropped if a.spec.id == msg.spec.id and not a.finished.is_set()]
+            actor = SessionActor(
+                turn.session_id, msg.spec, msg.cwd, self.hooks, launcher=self.launcher, recorder=self.recorder, after=closing
+            )
             self.actors[turn.session_id] = actor
             assert self._tg is not None
             self._tg.start_soon(actor.run)
@@ -195,15 +199,16 @@ class HistoryActor:
             self._drop(sid, f"closed to stay within {self.max_processes} agent processes")
 
     def _collect_when_idle(self) -> None:
-        """Once every dropped session actor has finished and no request runs, collect
-        the garbage they left (cycles: tasks, streams, processes). The daemon raises
-        the collector's threshold (``server.GC_THRESHOLDS``), so an idle daemon would
-        otherwise keep it."""
-        if not self._dropped or not all(a.finished.is_set() for a in self._dropped):
+        """Once dropped session actors have finished and no request runs, collect the
+        garbage they left (cycles: tasks, streams, processes). The daemon raises the
+        collector's threshold (``server.GC_THRESHOLDS``), so an idle daemon would
+        otherwise keep it. Finished actors are let go at every tick, busy or not."""
+        still = [a for a in self._dropped if not a.finished.is_set()]
+        self._garbage |= len(still) < len(self._dropped)
+        self._dropped = still
+        if not self._garbage or any(s.busy for s in self.core.sessions.values()):
             return
-        if any(s.busy for s in self.core.sessions.values()):
-            return
-        self._dropped.clear()
+        self._garbage = False
         gc.collect()
 
     def _drop(self, session_id: str, reason: str) -> None:
@@ -211,6 +216,8 @@ class HistoryActor:
         actor = self.actors.pop(session_id, None)
         if actor is not None:
             actor.close(reason)
-            self._dropped.append(actor)
+            still = [a for a in self._dropped if not a.finished.is_set()]
+            self._garbage |= len(still) < len(self._dropped)
+            self._dropped = [*still, actor]
         if forgotten is not None or actor is not None:
             log.info("session dropped", session=session_id, reason=reason)

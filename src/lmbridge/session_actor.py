@@ -21,7 +21,7 @@ import hashlib
 import math
 import os
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,9 +145,20 @@ class SessionActor:
     """Drives one agent for one history session. Run ``run()`` in a task group."""
 
     def __init__(
-        self, session_id: str, spec: AgentSpec, cwd: str | None, hooks: SessionHooks, *, launcher: Any = None, recorder: Any = None
+        self,
+        session_id: str,
+        spec: AgentSpec,
+        cwd: str | None,
+        hooks: SessionHooks,
+        *,
+        launcher: Any = None,
+        recorder: Any = None,
+        after: Sequence[anyio.Event] = (),
     ) -> None:
         self.id = session_id
+        # Sessions closed to make room for this one (the process cap): their agents are
+        # gone before this one's starts, so the cap holds for processes, not just sessions.
+        self.after = tuple(after)
         # How the agent starts (``AgentConnection.spawn``'s signature; replay passes its player's)
         # and the recorder of ``serve --record``: both passed in, nothing global.
         self.launcher = launcher or AgentConnection.spawn
@@ -464,6 +475,9 @@ class SessionActor:
         self._tg.start_soon(run)
 
     async def _start_agent(self, job: Job) -> None:
+        self._step = "the sessions closed to make room for it"
+        for finished in self.after:
+            await finished.wait()
         self._step = "the start of its process"
         conn = await self.launcher(
             self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self._send.clone(), session=self.id, recorder=self.recorder

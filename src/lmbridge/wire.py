@@ -151,10 +151,13 @@ class MessageCache:
     a long chat would be validated again and again: with this cache each
     message is validated once and later requests reuse the (frozen, shared)
     Message objects, and with them their fingerprint memo. Bounded: two
-    generations of at most ``limit`` messages or ``max_chars`` characters each.
+    generations of at most ``limit`` messages or ``max_chars`` characters of keys
+    each. The validated objects take several times their JSON's size (a 20,000-message,
+    32 MiB bound let an agent's tool-call-heavy chats hold 180 MB more of the daemon's
+    RSS; issue #14's soak run): 8 MiB a generation still holds a 5,000-message chat.
     """
 
-    def __init__(self, limit: int = 20_000, max_chars: int = 32 * 2**20) -> None:
+    def __init__(self, limit: int = 10_000, max_chars: int = 8 * 2**20) -> None:
         self.limit = limit
         self.max_chars = max_chars
         # A generation: messages of one text part by role, then text; others (under

@@ -210,8 +210,8 @@ def mix(sid: str, rng: random.Random, frames: int) -> str:
                          "content": [{"type": "diff", "path": "f", "oldText": "a\n" * rng.randrange(1, 3000), "newText": "b\n" * rng.randrange(1, 3000)}]})
         elif k == 18:
             sys.stderr.write("warn " + "w" * rng.randrange(1, 100_000) + "\n")
-        else:
-            send({"jsonrpc": "2.0", "id": rng.choice([{}, [], True, 1.25]), "method": "session/request_permission", "params": {}})
+        else:  # a request with an id of any type (answered exactly once if it is usable)
+            ask("session/request_permission", {}, rid=rng.choice([{}, [], True, 1.25 + n]))
     for key in pending:
         wait(key, 120)
     log(event="mix_done", frames=frames)

@@ -39,6 +39,7 @@ class Ledger:
         self.lock = threading.Condition()
         self.expected: Counter[tuple[str, Any]] = Counter()  # answers still owed, by id
         self.sent_at: dict[tuple[str, Any], float] = {}
+        self.lines: dict[tuple[str, Any], bytes] = {}  # the start of each line still owed an answer
         self.parts: dict[tuple[str, Any], list[dict[str, Any]]] = {}
         self.violations: list[str] = []
         self.frames_in = 0
@@ -47,13 +48,19 @@ class Ledger:
         self.latency_max = 0.0
         self.on_answer: Callable[[Any, dict[str, Any], list[dict[str, Any]]], None] | None = None
 
-    def asked(self, ids: Sequence[Any]) -> None:
+    def asked(self, ids: Sequence[Any], line: bytes = b"") -> None:
         now = time.monotonic()
         with self.lock:
             for rid in ids:
                 key = _key(rid)
                 self.expected[key] += 1
                 self.sent_at.setdefault(key, now)
+                self.lines[key] = line[:3000]
+
+    def unanswered(self) -> list[bytes]:
+        """The start of the lines still owed an answer."""
+        with self.lock:
+            return [self.lines.get(key, b"?") for key in self.expected]
 
     def owed(self) -> int:
         with self.lock:
@@ -113,6 +120,7 @@ class Ledger:
             sent = self.sent_at.pop(key, None) if not self.expected[key] else self.sent_at.get(key)
             if not self.expected[key]:
                 del self.expected[key]
+                self.lines.pop(key, None)
             if sent is not None:
                 self.latency_max = max(self.latency_max, time.monotonic() - sent)
             self.lock.notify_all()
@@ -151,7 +159,7 @@ class FuzzDaemon:
     def send(self, line: bytes) -> None:
         """Write one line (a newline is added), owing an answer for each id it carries."""
         assert self.proc.stdin is not None
-        self.ledger.asked(expected_ids(line))
+        self.ledger.asked(expected_ids(line), line)
         self.proc.stdin.write(line + b"\n")
         self.frames_out += 1
 

@@ -102,7 +102,7 @@ def start(where: Path, name: str, agents: list[dict[str, Any]], env: dict[str, s
 
 def finish(daemon: FuzzDaemon, sampler: Sampler, violations: list[str], what: str) -> dict[str, Any]:
     if not daemon.ledger.wait_settled(60):
-        violations.append(f"{what}: {daemon.ledger.owed()} requests unanswered 60 s after the last frame")
+        violations.append(f"{what}: {daemon.ledger.owed()} requests unanswered 60 s after the last frame, e.g. {daemon.ledger.unanswered()[:2]}")
     if not daemon.alive():
         violations.append(f"{what}: the daemon exited (code {daemon.proc.returncode})")
     figures = sampler.stop()
@@ -253,6 +253,7 @@ def main() -> int:
     parser.add_argument("--agent-frames", type=int, default=100_000)
     parser.add_argument("--chats", type=int, default=1_000)
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--only", choices=["stdin", "agent", "cap"], action="append", help="run only these parts")
     parser.add_argument("--out", default=str(ROOT / ".fuzz" / "results.json"))
     args = parser.parse_args()
     results: dict[str, Any] = {"seed": args.seed}
@@ -261,13 +262,15 @@ def main() -> int:
         for name, run in (("stdin", lambda: stdin_part(where, args.frames, args.seed)),
                           ("agent", lambda: agent_part(where, args.agent_frames, args.seed)),
                           ("cap", lambda: cap_part(where, args.chats))):
+            if args.only and name not in args.only:
+                continue
             print(f"{name}…", flush=True)
             results[name] = run()
             print(json.dumps(results[name], indent=1), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
-    total = sum(len(results[k]["violations"]) for k in ("stdin", "agent", "cap"))
+    total = sum(len(results[k]["violations"]) for k in ("stdin", "agent", "cap") if k in results)
     print(f"violations: {total}  (figures in {out})")
     return 1 if total else 0
 

@@ -21,16 +21,19 @@ export interface Settings {
 	logLevel: string;
 	thinking: ThinkingDisplay;
 	userTurns: 'request' | 'verbatim';
+	/** Live agent processes per agent (the daemon's --max-agent-processes). */
+	maxAgentProcesses: number;
 }
 
 /** Settings whose change requires a fresh daemon (it reads them at start-up). */
-export const DAEMON_SETTINGS = ['agents', 'daemon', 'pythonPath', 'logLevel', 'userTurns'].map(k => `${SECTION}.${k}`);
+export const DAEMON_SETTINGS = ['agents', 'daemon', 'pythonPath', 'logLevel', 'userTurns', 'maxAgentProcesses'].map(k => `${SECTION}.${k}`);
 
 export const DEFAULTS = {
 	daemonCommand: 'lmbridge',
 	daemonArgs: ['serve'],
 	logLevel: 'info',
 	thinking: 'auto' as ThinkingDisplay,
+	maxAgentProcesses: 4,
 };
 
 /** The levels `lmbridge serve --log-level` accepts (it exits on any other). */
@@ -130,16 +133,22 @@ export function readSettings(config: ConfigLike): Settings {
 		logLevel: LOG_LEVELS.includes(config.get<string>('logLevel') ?? '') ? config.get<string>('logLevel')! : DEFAULTS.logLevel,
 		thinking: thinking === 'text' || thinking === 'hidden' || thinking === 'auto' ? thinking : DEFAULTS.thinking,
 		userTurns: config.get<string>('userTurns') === 'verbatim' ? 'verbatim' : 'request',
+		maxAgentProcesses: positiveInteger(config.get('maxAgentProcesses')) ?? DEFAULTS.maxAgentProcesses,
 	};
+}
+
+function positiveInteger(value: unknown): number | undefined {
+	return typeof value === 'number' && Number.isInteger(value) && value >= 1 ? value : undefined;
 }
 
 /**
  * How to start the daemon: `<pythonPath> -m lmbridge <args>` when a Python path is set,
  * else `<daemon.command> <args>` (default `lmbridge serve`, found on PATH).
- * The log level reaches the daemon as LMBRIDGE_LOG_LEVEL.
+ * The log level reaches the daemon as LMBRIDGE_LOG_LEVEL, the process cap as
+ * LMBRIDGE_MAX_AGENT_PROCESSES.
  */
 export function launchSpec(settings: Settings, cwd?: string): LaunchSpec {
-	const env = { ...settings.daemonEnv, LMBRIDGE_LOG_LEVEL: settings.logLevel };
+	const env = { ...settings.daemonEnv, LMBRIDGE_LOG_LEVEL: settings.logLevel, LMBRIDGE_MAX_AGENT_PROCESSES: String(settings.maxAgentProcesses) };
 	if (settings.pythonPath) {
 		return { command: expandHome(settings.pythonPath), args: ['-m', 'lmbridge', ...settings.daemonArgs], env, cwd };
 	}

@@ -24,20 +24,24 @@ afterEach(async () => {
 describe('readSettings and launchSpec', () => {
 	test('defaults: `lmbridge serve` on PATH, info, thinking auto', () => {
 		const s = readSettings(config({}));
-		assert.deepEqual(launchSpec(s), { command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info' }, cwd: undefined });
+		assert.deepEqual(launchSpec(s), { command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4' }, cwd: undefined });
 		assert.equal(s.thinking, 'auto');
 	});
 	const rows: Array<[string, Record<string, unknown>, { command: string; args: string[]; env: Record<string, string> }]> = [
 		['a daemon command and args', { 'daemon.command': '/opt/lmbridge/bin/lmbridge', 'daemon.args': ['serve', '--idle-timeout', '60'] },
-			{ command: '/opt/lmbridge/bin/lmbridge', args: ['serve', '--idle-timeout', '60'], env: { LMBRIDGE_LOG_LEVEL: 'info' } }],
+			{ command: '/opt/lmbridge/bin/lmbridge', args: ['serve', '--idle-timeout', '60'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4' } }],
 		['a python path wins over the command', { pythonPath: '/venv/bin/python', 'daemon.command': 'ignored' },
-			{ command: '/venv/bin/python', args: ['-m', 'lmbridge', 'serve'], env: { LMBRIDGE_LOG_LEVEL: 'info' } }],
+			{ command: '/venv/bin/python', args: ['-m', 'lmbridge', 'serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4' } }],
 		['env and log level', { 'daemon.env': { A: 'b', N: 1 }, logLevel: 'debug' },
-			{ command: 'lmbridge', args: ['serve'], env: { A: 'b', N: '1', LMBRIDGE_LOG_LEVEL: 'debug' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { A: 'b', N: '1', LMBRIDGE_LOG_LEVEL: 'debug', LMBRIDGE_MAX_AGENT_PROCESSES: '4' } }],
 		['a log level the daemon would refuse falls back to info', { logLevel: 'trace' },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4' } }],
+		['a process cap', { maxAgentProcesses: 2 },
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '2' } }],
+		['a cap the daemon would refuse falls back to 4', { maxAgentProcesses: 0 },
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4' } }],
 		['blank command: the default', { 'daemon.command': '  ' },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4' } }],
 	];
 	for (const [name, values, expected] of rows) {
 		test(name, () => {
@@ -98,7 +102,7 @@ describe('package.json contributions', () => {
 		assert.deepEqual(contributed, Object.values(COMMANDS).sort());
 		assert.deepEqual(Object.keys(manifest.contributes.configuration.properties).sort(), [
 			'lmbridge.agents', 'lmbridge.daemon.args', 'lmbridge.daemon.command', 'lmbridge.daemon.env',
-			'lmbridge.logLevel', 'lmbridge.pythonPath', 'lmbridge.thinking', 'lmbridge.userTurns',
+			'lmbridge.logLevel', 'lmbridge.maxAgentProcesses', 'lmbridge.pythonPath', 'lmbridge.thinking', 'lmbridge.userTurns',
 		]);
 	});
 });
