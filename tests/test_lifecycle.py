@@ -250,3 +250,24 @@ async def test_agent_processes_stay_under_the_cap_and_an_evicted_chat_continues(
             assert third.error is not None and "busy with other chats" in third.error.message
             for call in busy:
                 await c.cancel(call)
+
+
+@pytest.mark.parametrize("offered", [True, False])
+async def test_a_session_closed_for_the_cap_gets_session_close_where_offered(scripted: Any, daemon: Any, offered: bool) -> None:
+    """Issue #14: the least recently used idle session closed to make room is closed on the
+    agent's side too (ACP ``session/close``) when the agent offers it, then its process stops."""
+    caps = {"agentCapabilities": {"sessionCapabilities": {"close": {}}}} if offered else {}
+    agent = scripted({"initialize": caps})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], args=["--max-agent-processes", "1"]) as c:
+            ok(await c.chat(agent.id, [user("first chat")]))
+            ok(await c.chat(agent.id, [user("second chat")]))  # the first chat's session is closed
+            first_pid = agent.pids()[0]
+            await eventually(lambda: not alive(first_pid), what="the first chat's agent stopped")
+    closes = [f for f in agent.frames("session/close") if f["pid"] == first_pid]
+    if offered:
+        (close,) = closes
+        (opened,) = [e for e in agent.events("session_new") if e["pid"] == first_pid]
+        assert close["params"] == {"sessionId": opened["sessionId"]}
+    else:
+        assert not closes

@@ -46,6 +46,7 @@ def _seconds(name: str, default: float) -> float:
 
 # Overridable for tests (a short drain; no notice unless a test wants one; short bounds).
 START_TIMEOUT = _seconds("LMBRIDGE_START_TIMEOUT", 60.0)  # seconds for spawn + initialize + session/new
+CLOSE_TIMEOUT = 2.0  # seconds an agent may take to answer session/close before it is stopped
 WRITE_TIMEOUT = _seconds("LMBRIDGE_WRITE_TIMEOUT", 10.0)  # seconds one frame may take to reach an agent that stopped reading
 DRAIN_TIMEOUT = _seconds("LMBRIDGE_DRAIN_TIMEOUT", turn.DRAIN)
 START_NOTICE = _seconds("LMBRIDGE_START_NOTICE", turn.START_NOTICE)
@@ -172,6 +173,7 @@ class SessionActor:
         self._step = "the start"  # what a start waits on, for the timeout's message
         self.acp_session: str | None = None
         self.images = False
+        self.closes_sessions = False  # agentCapabilities.sessionCapabilities.close offered
         self.embedded_context = False
         self.machine = turn.TurnMachine(
             spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE, buffer_limit=PENDING_OUTPUT
@@ -497,6 +499,7 @@ class SessionActor:
         if not isinstance(init, dict):  # wrong-typed capabilities inside are read as none
             raise ValueError(f"initialize was answered with a JSON {type(init).__name__}, not an object: not an ACP agent?")
         caps = _object(init.get("agentCapabilities"))
+        self.closes_sessions = isinstance(_object(caps.get("sessionCapabilities")).get("close"), dict)
         prompt_caps = _object(caps.get("promptCapabilities"))
         self.images = prompt_caps.get("image") is True
         self.embedded_context = prompt_caps.get("embeddedContext") is True
@@ -598,6 +601,14 @@ class SessionActor:
             await self._written.wait()
         conn, self.conn = self.conn, None
         if conn is not None:
+            if self.closes_sessions and self.acp_session is not None and not conn.closed.is_set():
+                # The agent frees what the session holds (ACP session/close, where offered);
+                # bounded, as any write: the process is stopped after it either way.
+                with anyio.move_on_after(CLOSE_TIMEOUT):
+                    try:
+                        await conn.request("session/close", {"sessionId": self.acp_session})
+                    except (AgentError, AgentExited) as exc:
+                        log.info("session/close refused", session=self.id, agent=self.spec.id, error=str(exc))
             await conn.close()
 
 
