@@ -22,6 +22,7 @@ import itertools
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -32,6 +33,10 @@ from typing import Any
 import pytest
 
 from lmbridge.client import DaemonClient
+
+# No test writes the session index into the user's state folder (issue #11): every daemon
+# a test starts without its own XDG_STATE_HOME gets this run's scratch one.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="lmbridge-test-state-")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTED_AGENT = ROOT / "tests" / "agents" / "scripted_agent.py"
@@ -178,7 +183,7 @@ def daemon(tmp_path: Path) -> Callable[..., Any]:
         env: dict[str, str] | None = None,
     ) -> AsyncIterator[DaemonClient]:
         specs = [a.spec if isinstance(a, ScriptedAgent) else a for a in agents]
-        env = {**os.environ, **QUIET_START, "LMBRIDGE_LOG_LEVEL": "debug", **(env or {})}
+        env = {**os.environ, **QUIET_START, "LMBRIDGE_LOG_LEVEL": "debug", "XDG_STATE_HOME": str(tmp_path / "state"), **(env or {})}
         with open(tmp_path / "daemon.stderr", "ab") as stderr:
             async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
                 if initialize:
@@ -209,7 +214,7 @@ class _Shared:
 @pytest.fixture(scope="module")
 async def _shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[_Shared]:
     where = tmp_path_factory.mktemp("shared-daemon")
-    env = {**os.environ, **QUIET_START, "LMBRIDGE_LOG_LEVEL": "debug"}
+    env = {**os.environ, **QUIET_START, "LMBRIDGE_LOG_LEVEL": "debug", "XDG_STATE_HOME": str(where / "state")}
     with open(where / "daemon.stderr", "ab") as stderr:
         async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve"], env=env, stderr=stderr) as client:
             shared = _Shared(client, where / "daemon.stderr", [])

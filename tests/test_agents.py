@@ -356,7 +356,7 @@ async def test_scripted_permission_branch_raw_line_and_crash(tmp_path: Path) -> 
         caps = init["agentCapabilities"]
         assert caps["promptCapabilities"] == {"image": True, "audio": False, "embeddedContext": False}
         assert caps["mcpCapabilities"] == {"http": True} and caps["loadSession"] is False
-        unknown = await peer.call("session/load", {"sessionId": sid})
+        unknown = await peer.call("session/fork", {"sessionId": sid})
         assert unknown["error"]["code"] == -32601
 
         pending = await peer.send("session/prompt", prompt(sid, "go"))
@@ -384,7 +384,7 @@ async def test_scripted_permission_branch_raw_line_and_crash(tmp_path: Path) -> 
     assert [e["method"] for e in entries if "method" in e] == [
         "initialize",
         "session/new",
-        "session/load",
+        "session/fork",
         "session/prompt",
         "session/prompt",
     ]

@@ -216,10 +216,10 @@ SKIP_ANSWERS = {
 
 
 async def test_skip_or_anything_but_the_token_rejects_and_the_turn_continues(scripted: Any, shared: Any, tmp_path: Path) -> None:
-    agent = scripted({"turns": [write_turn(options=ODD_OPTIONS)]})
+    agent = scripted({"turns": [write_turn(options=ODD_OPTIONS)], "turns_per_session": True})
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
-            for name, answer in SKIP_ANSWERS.items():  # one chat (and one agent process) each
+            for name, answer in SKIP_ANSWERS.items():  # one chat (one ACP session on the agent's process) each
                 history = [user(f"please write my notes ({name})")]
                 first = await c.chat(agent.id, history)
                 ok(first, "tool_calls")
@@ -232,13 +232,14 @@ async def test_skip_or_anything_but_the_token_rejects_and_the_turn_continues(scr
                 assert "Not writing it; carrying on without the file." in text_of(second), name
                 assert "✗" in text_of(second)
     assert not (tmp_path / "notes.txt").exists()
-    logs = agent.logs()
-    assert len(logs) == len(SKIP_ANSWERS)
-    for entries in logs.values():
-        outcome = only([e for e in entries if e.get("event") == "permission_outcome"])
+    assert len(agent.pids()) == 1
+    prompts = agent.events("prompt")
+    assert len(prompts) == len(SKIP_ANSWERS) == len({p["sessionId"] for p in prompts})  # one prompt a chat
+    outcomes = agent.outcomes()
+    assert len(outcomes) == len(SKIP_ANSWERS)
+    for outcome in outcomes:
         assert outcome["kind"] == "reject_once" and outcome["outcome"] == {"outcome": "selected", "optionId": "no-once"}
-        assert len([e for e in entries if e.get("event") == "prompt"]) == 1
-        assert not [e for e in entries if e.get("event") == "cancel"]
+    assert not agent.events("cancel")
 
 
 async def test_reject_without_a_reject_once_option_is_cancelled(scripted: Any, shared: Any) -> None:
@@ -508,7 +509,7 @@ async def test_chats_whose_turns_were_all_stopped_are_found_by_their_user_turns(
         return [{"text": "I need permission."}, {"permission": {}, "id": handle}, {"await": handle}]
 
     # Same answers everywhere: only the (re-rendered) user turns tell the two chats apart.
-    agent = scripted({"turns": [asking("p1"), asking("p2"), [{"text": "Finally an answer."}]]})
+    agent = scripted({"turns": [asking("p1"), asking("p2"), [{"text": "Finally an answer."}]], "turns_per_session": True})
     chats = {
         "A": ["please fix the login bug", "the one in auth.py", "just answer"],
         "B": ["write a haiku about rain", "make it about snow", "just answer"],
@@ -522,11 +523,9 @@ async def test_chats_whose_turns_were_all_stopped_are_found_by_their_user_turns(
                     history = [user(t) for t in texts[:turn]] + [user(f"<context>date {turn}</context>\n{texts[turn]}")]
                     call = await c.chat(agent.id, history)
                     ok(call, "tool_calls" if turn < 2 else "end_turn")
-    pids = agent.pids()
-    assert len(pids) == 2
-    for pid, (name, texts) in zip(pids, chats.items()):
-        prompts = [p for p in agent.prompts() if p["pid"] == pid]
-        assert [p["sessionId"] for p in prompts] == ["s1"] * 3, name
+    assert len(agent.pids()) == 1  # one process, a session a chat
+    for sid, (name, texts) in zip(["s1", "s2"], chats.items()):
+        prompts = [p for p in agent.prompts() if p["sessionId"] == sid]
         assert [p["text"].split("\n")[-1] for p in prompts] == texts, name  # only the new turn each time
     outcomes = agent.outcomes()
     assert len(outcomes) == 4 and {o["kind"] for o in outcomes} == {"cancelled"}
@@ -535,7 +534,7 @@ async def test_chats_whose_turns_were_all_stopped_are_found_by_their_user_turns(
 
 async def test_two_concurrent_chats_never_cross(scripted: Any, shared: Any) -> None:
     # Both chats get the same first answer: only their user turns tell them apart.
-    agent = scripted({"turns": [[{"sleep": 0.2}, {"text": "Same answer."}], [{"text": "Second answer."}]]})
+    agent = scripted({"turns": [[{"sleep": 0.2}, {"text": "Same answer."}], [{"text": "Second answer."}]], "turns_per_session": True})
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
             chats = {"A": [user("alpha: tell me about apples")], "B": [user("beta: tell me about bananas")]}
@@ -558,16 +557,16 @@ async def test_two_concurrent_chats_never_cross(scripted: Any, shared: Any) -> N
                 ok(calls[name])
                 assert text_of(calls[name]) == "Second answer."
     prompts = agent.prompts()
-    assert len(prompts) == 4 and len(agent.pids()) == 2
-    first_of = {p["text"][0].upper(): p["pid"] for p in prompts if ":" in p["text"]}
+    assert len(prompts) == 4 and len(agent.pids()) == 1  # one agent process, multiplexed
+    first_of = {p["text"][0].upper(): p["sessionId"] for p in prompts if ":" in p["text"]}
     for name in ("A", "B"):
         follow = only([p for p in prompts if p["text"] == f"{name} follow-up question"])
-        assert follow["pid"] == first_of[name], f"chat {name}'s second request went to another agent"
+        assert follow["sessionId"] == first_of[name], f"chat {name}'s second request went to another session"
     assert first_of["A"] != first_of["B"]
 
 
 async def test_identical_new_chats_get_their_own_sessions(scripted: Any, shared: Any) -> None:
-    agent = scripted({"turns": [[{"sleep": 0.2}, {"text": "Same answer."}], [{"text": "Second answer."}]]})
+    agent = scripted({"turns": [[{"sleep": 0.2}, {"text": "Same answer."}], [{"text": "Second answer."}]], "turns_per_session": True})
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
             calls: list[Any] = []
@@ -587,10 +586,10 @@ async def test_identical_new_chats_get_their_own_sessions(scripted: Any, shared:
             for call in calls:
                 ok(call)
     prompts = agent.prompts()
-    assert len(agent.pids()) == 2
+    assert len(agent.pids()) == 1
     follow_ups = [p for p in prompts if p["text"] == "follow-up"]
-    # Each request went to an agent that had seen "hello", and not both to the same one.
-    assert len(follow_ups) == 2 and {p["pid"] for p in follow_ups} == set(agent.pids())
+    # Each request went to a session that had seen "hello", and not both to the same one.
+    assert len(follow_ups) == 2 and {p["sessionId"] for p in follow_ups} == {"s1", "s2"}
 
 
 async def test_rerendered_system_prompt_and_user_context_still_match(scripted: Any, shared: Any) -> None:
@@ -629,14 +628,13 @@ async def test_rerendered_system_prompt_and_user_context_still_match(scripted: A
 
 
 async def test_edited_earlier_turn_starts_a_fresh_session_with_the_conversation(scripted: Any, shared: Any) -> None:
-    agent = scripted({"turns": [[{"text": "First answer."}], [{"text": "Second answer."}]]})
+    agent = scripted({"turns": [[{"text": "First answer."}], [{"text": "Second answer."}],
+                                [{"text": "Answer to the edited question."}], [{"text": "Later answer."}]]})  # fmt: skip
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
             first = await c.chat(agent.id, [user("question one")])
             history = [user("question one"), assistant(first.parts), user("question two")]
             ok(await c.chat(agent.id, history))
-            (old_pid,) = agent.pids()
-            agent.write({"turns": [[{"text": "Answer to the edited question."}], [{"text": "Later answer."}]]})
             # The user edited "question two": VS Code sends the conversation up to the edit.
             edited = [user("question one"), assistant(first.parts), user("question two, edited")]
             third = await c.chat(agent.id, edited)
@@ -645,10 +643,9 @@ async def test_edited_earlier_turn_starts_a_fresh_session_with_the_conversation(
             fourth = await c.chat(agent.id, [*edited, assistant(third.parts), user("question three")])
             ok(fourth)
             assert text_of(fourth) == "Later answer."
-    pids = agent.pids()
-    assert len(pids) == 2 and pids[0] == old_pid
-    old = [p for p in agent.prompts() if p["pid"] == old_pid]
-    new = [p for p in agent.prompts() if p["pid"] == pids[1]]
+    assert len(agent.pids()) == 1
+    old = [p for p in agent.prompts() if p["sessionId"] == "s1"]
+    new = [p for p in agent.prompts() if p["sessionId"] == "s2"]
     assert [p["text"] for p in old] == ["question one", "question two"]  # nothing re-sent to the old session
     context, *rest = new[0]["blocks"]
     assert context["text"].startswith(CONTEXT_OPEN)
@@ -667,10 +664,9 @@ async def test_assistant_turn_the_daemon_never_emitted_diverges(scripted: Any, s
             other = {"role": "assistant", "content": [{"type": "text", "value": "An answer from another model."}]}
             second = await c.chat(agent.id, [user("question one"), other, user("question two")])
             ok(second)
-    pids = agent.pids()
-    assert len(pids) == 2
-    old = [p for p in agent.prompts() if p["pid"] == pids[0]]
-    new = only([p for p in agent.prompts() if p["pid"] == pids[1]])
+    assert len(agent.pids()) == 1
+    old = [p for p in agent.prompts() if p["sessionId"] == "s1"]
+    new = only([p for p in agent.prompts() if p["sessionId"] == "s2"])
     assert [p["text"] for p in old] == ["question one"]
     assert new["blocks"][0]["text"].startswith(CONTEXT_OPEN)
     assert "An answer from another model." in new["blocks"][0]["text"]
@@ -936,13 +932,11 @@ async def test_prompt_error_names_the_agent(scripted: Any, shared: Any) -> None:
 
 
 async def test_stop_reasons_pass_through(scripted: Any, shared: Any) -> None:
-    agent = scripted({"turns": [[{"text": "a"}, {"stop": "max_tokens"}]]})
+    agent = scripted({"turns": [[{"text": "a"}, {"stop": reason}] for reason in ("max_tokens", "refusal", "something_new")]})
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
             ok(await c.chat(agent.id, [user("one")]), "max_tokens")
-            agent.write({"turns": [[{"text": "a"}, {"stop": "refusal"}]]})
             ok(await c.chat(agent.id, [user("two")]), "refusal")
-            agent.write({"turns": [[{"text": "a"}, {"stop": "something_new"}]]})
             ok(await c.chat(agent.id, [user("three")]), "end_turn")
 
 
@@ -1172,17 +1166,16 @@ async def test_ten_megabyte_lines_both_ways(scripted: Any, shared: Any) -> None:
 
 
 async def test_shutdown_then_eof_stops_every_agent(scripted: Any, daemon: Any) -> None:
-    # Two chats, so two agent processes: one waits on a permission, one streams.
-    agent = scripted({"turns": [[{"permission": {}, "id": "p1"}, {"await": "p1"}]]})
+    # Two chats on the agent's one process: one waits on a permission, one streams.
+    agent = scripted({"turns": [[{"permission": {}, "id": "p1"}, {"await": "p1"}], [{"text": "working"}, {"sleep": 60}]]})
     with anyio.fail_after(LIMIT):
         async with daemon([agent]) as c:
             first = await c.chat(agent.id, [user("chat one")])
             ok(first, "tool_calls")
-            agent.write({"turns": [[{"text": "working"}, {"sleep": 60}]]})
             streaming = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("chat two")]})
             await eventually(lambda: streaming.parts, what="the second chat streaming")
             pids = agent.pids()
-            assert len(pids) == 2 and all(alive(p) for p in pids)
+            assert len(pids) == 1 and all(alive(p) for p in pids) and len(agent.events("session_new")) == 2
             started = time.monotonic()
             assert await c.request("shutdown", None, timeout=5) is None
             with anyio.fail_after(2):
@@ -1198,15 +1191,14 @@ async def test_shutdown_then_eof_stops_every_agent(scripted: Any, daemon: Any) -
 
 
 async def test_eof_without_shutdown_stops_every_agent(scripted: Any, daemon: Any) -> None:
-    agent = scripted({"turns": [[{"permission": {}, "id": "p1"}, {"await": "p1"}]]})
+    agent = scripted({"turns": [[{"permission": {}, "id": "p1"}, {"await": "p1"}], [{"text": "working"}, {"sleep": 60}]]})
     with anyio.fail_after(LIMIT):
         async with daemon([agent]) as c:
             ok(await c.chat(agent.id, [user("chat one")]), "tool_calls")
-            agent.write({"turns": [[{"text": "working"}, {"sleep": 60}]]})
             streaming = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("chat two")]})
             await eventually(lambda: streaming.parts, what="the second chat streaming")
             pids = agent.pids()
-            assert len(pids) == 2
+            assert len(pids) == 1 and len(agent.events("session_new")) == 2
             started = time.monotonic()
             code = await c.close(timeout=5)
             elapsed = time.monotonic() - started

@@ -254,20 +254,23 @@ async def test_agent_processes_stay_under_the_cap_and_an_evicted_chat_continues(
 
 @pytest.mark.parametrize("offered", [True, False])
 async def test_a_session_closed_for_the_cap_gets_session_close_where_offered(scripted: Any, daemon: Any, offered: bool) -> None:
-    """Issue #14: the least recently used idle session closed to make room is closed on the
-    agent's side too (ACP ``session/close``) when the agent offers it, then its process stops."""
+    """Issues #14, #11: the least recently used idle session closed to make room is closed
+    on the agent's side (ACP ``session/close``) when the agent offers it, before the new
+    chat's session opens; the agent's one process serves both chats."""
     caps = {"agentCapabilities": {"sessionCapabilities": {"close": {}}}} if offered else {}
     agent = scripted({"initialize": caps})
     with anyio.fail_after(LIMIT):
         async with daemon([agent], args=["--max-agent-processes", "1"]) as c:
             ok(await c.chat(agent.id, [user("first chat")]))
             ok(await c.chat(agent.id, [user("second chat")]))  # the first chat's session is closed
-            first_pid = agent.pids()[0]
-            await eventually(lambda: not alive(first_pid), what="the first chat's agent stopped")
-    closes = [f for f in agent.frames("session/close") if f["pid"] == first_pid]
-    if offered:
-        (close,) = closes
-        (opened,) = [e for e in agent.events("session_new") if e["pid"] == first_pid]
-        assert close["params"] == {"sessionId": opened["sessionId"]}
-    else:
-        assert not closes
+            first, second = (e["sessionId"] for e in agent.events("session_new"))
+            assert len(agent.pids()) == 1
+            closes = agent.frames("session/close")
+            if offered:
+                (close,) = await eventually(lambda: agent.frames("session/close"), what="session/close")
+                assert close["params"] == {"sessionId": first}
+                (opened,) = [f for f in agent.frames("session/new")][1:]
+                assert close["t"] < opened["t"], "the closed session was closed before the new one opened"
+            else:
+                assert not closes
+            assert first != second

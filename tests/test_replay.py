@@ -88,7 +88,7 @@ def test_an_altered_shim_frame_fails_and_the_report_names_it(tmp_path: Path) -> 
 
 def test_an_altered_agent_frame_fails_and_the_report_names_it(tmp_path: Path) -> None:
     def pick(e: dict[str, Any]) -> bool:
-        return e["link"] == "agent:s1" and e["dir"] == "out" and (e.get("frame") or {}).get("method") == "session/prompt"
+        return e["link"] == "agent:p1" and e["dir"] == "out" and (e.get("frame") or {}).get("method") == "session/prompt"
 
     def change(e: dict[str, Any]) -> None:
         e["frame"]["params"]["prompt"][0]["text"] = "Something else entirely."
@@ -96,7 +96,7 @@ def test_an_altered_agent_frame_fails_and_the_report_names_it(tmp_path: Path) ->
     path, line = altered(tmp_path, pick, change)
     done = run_replay(str(path))
     assert done.returncode == 1, done.stdout + done.stderr
-    assert f"recorded at line {line}" in done.stdout and "link agent:s1 (daemon → agent)" in done.stdout, done.stdout
+    assert f"recorded at line {line}" in done.stdout and "link agent:p1 (daemon → agent)" in done.stdout, done.stdout
     assert "at params.prompt[0].text:" in done.stdout and "Something else entirely." in done.stdout, done.stdout
 
 
@@ -105,7 +105,7 @@ async def test_altered_agent_output_shows_in_the_text_stream(tmp_path: Path) -> 
     report points into the request's text stream."""
 
     def pick(e: dict[str, Any]) -> bool:
-        return e["link"] == "agent:s1" and e["dir"] == "in" and "I wrote" in json.dumps(e)
+        return e["link"] == "agent:p1" and e["dir"] == "in" and "I wrote" in json.dumps(e)
 
     def change(e: dict[str, Any]) -> None:
         content = e["frame"]["params"]["update"]["content"]
@@ -204,9 +204,9 @@ async def test_a_recording_holds_no_secret(tmp_path: Path) -> None:
     assert entries[0][HEADER_KEY] == 1
     assert "<redacted:env:API_KEY:1>" in text and "<redacted:approval-token:1>" in text
     links = {(e["link"], e["dir"]) for e in entries[1:]}
-    assert links == {("shim", "in"), ("shim", "out"), ("agent:s1", "in"), ("agent:s1", "out")}
+    assert links == {("shim", "in"), ("shim", "out"), ("agent:p1", "in"), ("agent:p1", "out")}
     events = [(e["link"], e["event"]) for e in entries[1:] if "event" in e]
-    assert events == [("agent:s1", "spawn"), ("shim", "eof"), ("agent:s1", "close"), ("agent:s1", "exit")], events
+    assert events == [("agent:p1", "spawn"), ("shim", "eof"), ("agent:p1", "close"), ("agent:p1", "exit")], events
     assert all(isinstance(e["t"], float) for e in entries[1:])
     with anyio.fail_after(LIMIT):
         await replay(path)

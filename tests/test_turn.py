@@ -181,6 +181,16 @@ def after_cancel() -> Driver:
     return d
 
 
+def awaiting_with_job() -> Driver:
+    """AWAITING (job 1 ended tool_calls) while job 2, sent as job 1 still streamed, waits."""
+    d = streaming()
+    d(job(2))
+    d(ask(7))
+    d(TimerFired(Timer.GATHER, d.timer(Timer.GATHER).tag))
+    assert d.state is State.AWAITING and [j.id for j in d.m.waiting] == [2]
+    return d
+
+
 def _then(d: Driver, event: Any) -> Driver:
     d(event)
     return d
@@ -191,7 +201,7 @@ SETUPS: dict[str, Callable[[], Driver]] = {
     "start_cancelled": lambda: _then(starting(), CancelJob(1)),
     "draining_with_job": lambda: _then(draining(), job(2)),
     "asking": lambda: _then(streaming(), ask(7)),
-    "held": held, "held_error": held_error, "draining": draining, "closed": closed, "after_cancel": after_cancel,
+    "held": held, "held_error": held_error, "awaiting_with_job": awaiting_with_job, "draining": draining, "closed": closed, "after_cancel": after_cancel,
 }
 
 
@@ -231,6 +241,7 @@ WALK: list[tuple[str, Callable[[Driver], Any], State]] = [
     ("streaming", _prompt_end(None, "model API said no"), State.CLOSED),
     ("after_cancel", _prompt_end(None, "HTTP 400"), State.STARTING),
     ("awaiting", _prompt_end(), State.IDLE),
+    ("awaiting_with_job", _prompt_end(), State.STREAMING),
     ("draining", _prompt_end("cancelled"), State.IDLE),
     ("draining", lambda d: PromptEnded(d.prompt().seq - 1, "end_turn"), State.DRAINING),
     ("draining_with_job", _prompt_end("cancelled"), State.STREAMING),
@@ -400,14 +411,28 @@ def test_bug1_a_stop_never_ends_the_next_turn() -> None:
     assert of(d(PromptEnded(d.prompt().seq, "end_turn")), Finish) == [Finish(3, "end_turn", Last.DONE)]
 
 
-def test_bug5_an_error_on_the_first_prompt_after_a_cancel_recovers_in_a_fresh_session() -> None:
+@pytest.mark.parametrize("lost", [True, False], ids=["fresh_session", "resumed_session"])
+def test_bug5_an_error_on_the_first_prompt_after_a_cancel_recovers_in_a_new_or_resumed_session(lost: bool) -> None:
     d = after_cancel()
     fx = d(PromptEnded(d.prompt().seq, None, "session/prompt: HTTP 400 (code -32603)"))
     assert not of(fx, Fail) and of(fx, NewSession)
-    fx = d(Ready())
-    assert of(fx, Prompt)[0].whole  # the fresh ACP session gets the whole conversation
+    fx = d(Ready(lost=lost))
+    # A fresh ACP session gets the whole conversation; a resumed one (session/resume or
+    # session/load, issue #11) still holds it, and gets the job's own prompt again.
+    assert of(fx, Prompt)[0].whole is lost
     d(chunk("Recovered."))
     assert of(d(PromptEnded(d.prompt().seq, "end_turn")), Finish) == [Finish(2, "end_turn", Last.DONE)]
+
+
+def test_a_request_that_stops_the_turn_another_still_streams_ends_that_response() -> None:
+    """Found by the interleavings test: the shim's $/cancelRequest for job 1 may come after
+    job 3, which stops job 1's turn. Job 1 ends at once, cancelled, and is never left
+    attached to a turn that has ended (it hung until its cancel came)."""
+    d = streaming()
+    fx = d(job(3, has_prompt=False, cancel_first=True))
+    assert of(fx, Finish) == [Finish(1, "cancelled", Last.CANCELLED)] and of(fx, SendCancel)
+    d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert d.state is State.IDLE and d.m.job is None
 
 
 def test_claude_quirk_empty_end_turn_after_a_cancel_recovers_once() -> None:
@@ -547,10 +572,10 @@ class TurnInterleavings(RuleBasedStateMachine):
         self.feed(CancelJob(data.draw(st.integers(1, self.jobs))))
 
     @precondition(lambda self: self.starts > 0)
-    @rule(error=st.sampled_from([None, None, "no answer within 60 s"]))
-    def ready(self, error: str | None) -> None:
+    @rule(error=st.sampled_from([None, None, "no answer within 60 s"]), lost=st.booleans())
+    def ready(self, error: str | None, lost: bool) -> None:
         self.starts -= 1
-        self.feed(Ready(error))
+        self.feed(Ready(error, lost=lost))
 
     @rule(text=st.text(max_size=30))
     def update(self, text: str) -> None:

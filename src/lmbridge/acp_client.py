@@ -25,12 +25,11 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
-from anyio.streams.memory import MemoryObjectSendStream
 
 from lmbridge import framing, record
 from lmbridge.framing import BadLines, clip
@@ -86,6 +85,13 @@ class Response:
     error: AgentError | None = None
 
 
+class EventSink(Protocol):
+    """Where a connection hands the agent's frames, in order, without waiting: a memory
+    object stream, or ``agent_pool.AgentProcess``, which routes them by sessionId."""
+
+    def send_nowait(self, item: Incoming | Response, /) -> None: ...
+
+
 class _Waiter:
     __slots__ = ("event", "result", "error")
 
@@ -114,7 +120,7 @@ class AgentConnection:
     (an unbounded stream: the reader hands frames over without waiting).
     """
 
-    def __init__(self, name: str, process: Process, events: MemoryObjectSendStream[Incoming | Response]) -> None:
+    def __init__(self, name: str, process: Process, events: EventSink) -> None:
         self.name = name
         self.process = process
         self.events = events
@@ -136,7 +142,7 @@ class AgentConnection:
         args: Sequence[str],
         env: Mapping[str, str],
         cwd: str | None,
-        events: MemoryObjectSendStream[Incoming | Response],
+        events: EventSink,
         session: str | None = None,
         recorder: record.Recorder | None = None,
     ) -> AgentConnection:
@@ -428,6 +434,10 @@ class AgentConnection:
             os.killpg(self.process.pid, signal.SIGKILL)  # helpers that outlived the agent
         except (ProcessLookupError, PermissionError):
             pass
+        if self.process.returncode is not None:
+            # Its pipes and transport closed now, not when collected after the loop ends.
+            with anyio.move_on_after(STDERR_GRACE):
+                await self.process.aclose()
         if self.recorder is not None and self.process.returncode is not None:
             self.recorder.exited(self.process.returncode, self.stderr_tail)  # serve() may be cancelled first
         if not self.exit_reason:

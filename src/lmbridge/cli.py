@@ -39,12 +39,26 @@ def _parser() -> argparse.ArgumentParser:
         "--max-agent-processes",
         type=int,
         metavar="N",
-        help="live agent processes (one per chat) per agent; the least recently used idle one is closed for a new chat "
+        help="live ACP sessions per agent (they share one agent process; claude-agent-acp runs a child process for each); "
+        "the least recently used idle one is closed for a new chat "
         "(default: $LMBRIDGE_MAX_AGENT_PROCESSES, else 4)",
     )
+    serve.add_argument(
+        "--state-dir", type=Path, metavar="DIR",
+        help="where the session index lives (default $XDG_STATE_HOME/lmbridge, else ~/.local/state/lmbridge)",
+    )  # fmt: skip
+    serve.add_argument("--no-state", action="store_true", help="persist nothing: chats continue in a fresh agent session after a restart")
     serve.add_argument("--log-level", default=None, choices=LOG_LEVELS, help="default: $LMBRIDGE_LOG_LEVEL, else info")
     serve.add_argument("--log-json", action="store_true", help="log JSON lines on stderr")
-    serve.add_argument("--record", type=Path, metavar="FILE", help="write every frame on every link to FILE, secrets redacted (docs/recording.md)")
+    serve.add_argument(
+        "--record", type=Path, metavar="FILE",
+        help="write every frame on every link to FILE, secrets redacted (docs/recording.md); implies --no-state",
+    )  # fmt: skip
+
+    sessions = sub.add_parser("sessions", help="list (or clear) the session index: which agent session each chat continues")
+    sessions.add_argument("--state-dir", type=Path, metavar="DIR", help="as lmbridge serve's")
+    sessions.add_argument("--clear", action="store_true", help="forget every session (chats then continue in a fresh agent session)")
+    sessions.add_argument("--json", action="store_true", help="print the entries as JSON")
 
     sub.add_parser("demo-agent", help="run the built-in demo ACP agent on stdio")
 
@@ -78,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         from lmbridge.mcp_stdio import main as relay_main
 
         return relay_main(args.socket, args.session)
+    if args.command == "sessions":
+        return _sessions(args)
     if args.command == "demo-agent":
         from lmbridge.demo_agent import main as demo_agent_main
 
@@ -138,6 +154,10 @@ def _serve(args: argparse.Namespace) -> int:
             print("lmbridge serve: --max-agent-processes must be at least 1", file=sys.stderr)
             return 2
         config.max_processes = args.max_agent_processes
+    if not args.no_state and args.record is None:  # a recording replays without an index
+        from lmbridge.session_index import SessionIndex
+
+        config.index = SessionIndex(args.state_dir)
     if args.record is not None:
         from lmbridge.record import Recorder
 
@@ -153,4 +173,31 @@ def _serve(args: argparse.Namespace) -> int:
     finally:
         if config.recorder is not None:
             config.recorder.close()
+    return 0
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    """``lmbridge sessions``: the session index, one line a chat (or ``--json``)."""
+    import json
+    import time
+
+    from lmbridge.session_index import SessionIndex
+
+    index = SessionIndex(args.state_dir)
+    if args.clear:
+        n = index.clear()
+        print(f"{n} session{'s' if n != 1 else ''} forgotten ({index.path})")
+        return 0
+    entries = index.load()
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return 0
+    if not entries:
+        print(f"no sessions ({index.path})")
+        return 0
+    print(f"{len(entries)} session{'s' if len(entries) != 1 else ''} ({index.path}):")
+    for e in reversed(entries):
+        saved = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(e.get("saved") or 0)))
+        turns = sum(1 for item in e.get("items") or [] if isinstance(item, list) and item[:1] == ["a"])
+        print(f"  {saved}  {e.get('agent')!s:<12} {turns:>3} answers  {e.get('resume')}  {e.get('cwd') or ''}")
     return 0

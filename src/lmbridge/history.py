@@ -29,9 +29,15 @@ ended waiting on permissions, and whether new user content follows, decide the
 ``Kind`` (see ``CLASSIFICATION`` below, walked row by row by the tests).
 
 A request that holds a single user turn is always a new chat. A request that
-matches no session (another model answered, the daemon restarted, the session
-was evicted, the history was edited) is a divergence: a fresh agent session
-gets the conversation so far as context, so its view equals VS Code's.
+matches no session (another model answered, the history was edited) is a
+divergence: a fresh agent session gets the conversation so far as context, so
+its view equals VS Code's.
+
+A session whose agent session ended but can be taken up again (evicted, its
+agent restarted, or restored from the index a previous daemon persisted) is
+*dormant* (issue #11): matched like any other, and the turn that wakes it
+carries ``resume``, the opaque token (the agent's ACP sessionId) the actors use
+to continue the agent's own session, with its own memory of the chat.
 
 Approval needs the exact per-call token in the tool result (facts.md §1: Skip
 produces a tool result too). Anything else, or any doubt, denies.
@@ -131,6 +137,8 @@ class Fingerprint:
 
 
 _EMPTY = _digest("")
+#: Dormant sessions kept (each is a few hundred bytes a turn); the oldest go first.
+MAX_DORMANT = 256
 # id(message) → (a weak reference to it, its fingerprint); entries die with their message.
 _MEMO: dict[int, tuple[weakref.ref[Message], Fingerprint]] = {}
 
@@ -299,6 +307,11 @@ class Session:
     unacked: bool = False
     busy: bool = False
     last_active: float = 0.0
+    # The agent's own session for this chat (its ACP sessionId), opaque here: set when it
+    # can be taken up again (session/resume, session/load). ``dormant``: no agent session
+    # runs for it now; the next turn takes ``resume`` up again.
+    resume: str | None = None
+    dormant: bool = False
     # The request messages items[:len(matched)] stand for (the same objects, which
     # the server hands back when VS Code replays them): aligning a replayed prefix
     # is then an identity check, so matching costs what is new, not the history.
@@ -310,7 +323,8 @@ class Turn:
     """What the session actor must do for one request (the core's decision).
 
     ``session_id``: the session that runs it; ``fresh``: start a new agent
-    session for it. ``cancel_first``: send ``session/cancel`` (after answering
+    session for it; ``resume``: take the agent's own session up again (a
+    dormant session woke up; ``context`` and ``prompt`` are what it has not seen). ``cancel_first``: send ``session/cancel`` (after answering
     the pending permissions) before anything else. ``answers``: callId →
     Answer for every permission the previous response left pending.
     ``results``: the VS Code tool results for the calls answered RESULT.
@@ -323,6 +337,7 @@ class Turn:
     kind: Kind
     session_id: str
     fresh: bool = False
+    resume: str | None = None
     cancel_first: bool = False
     answers: dict[str, Answer] = field(default_factory=dict)
     results: dict[str, ToolResultPart] = field(default_factory=dict)
@@ -501,9 +516,12 @@ class HistoryCore:
         s.matched = list(conv)  # items and conv now correspond one to one
         s.last, s.pending, s.unacked = Last.DONE, (), False
         s.busy, s.last_active = True, now
+        resume = s.resume if s.dormant else None
+        s.dormant = False
         return Turn(
             kind=kind,
             session_id=s.id,
+            resume=resume,
             cancel_first=kind in (Kind.STOPPED, Kind.SOFT_CANCEL),
             answers=answers,
             results={c: results[c] for c, a in answers.items() if a is Answer.RESULT},
@@ -546,8 +564,78 @@ class HistoryCore:
         return s
 
     def idle(self, now: float, max_idle: float) -> list[str]:
-        """Ids of sessions not busy and inactive for more than ``max_idle`` seconds."""
-        return [s.id for s in self.sessions.values() if not s.busy and now - s.last_active > max_idle]
+        """Ids of live sessions not busy and inactive for more than ``max_idle`` seconds."""
+        return [s.id for s in self.sessions.values() if not s.busy and not s.dormant and now - s.last_active > max_idle]
+
+    def sleep(self, session_id: str) -> bool:
+        """The session's agent session ended (evicted, agent gone): keep the session
+        dormant when its agent session can be taken up again (``resume`` set), else
+        forget it. Returns True when it sleeps.
+
+        A turn still waiting on permissions ended with the agent session: it is
+        ``CANCELLED`` now (its permissions can no longer be answered; their tool
+        results stay out of the next prompt). At most ``MAX_DORMANT`` sessions
+        sleep; the least recently active beyond that are forgotten."""
+        s = self.sessions.get(session_id)
+        if s is None:
+            return False
+        if s.resume is None:
+            self.forget(session_id)
+            return False
+        s.dormant, s.busy = True, False
+        if s.last is Last.PENDING:
+            s.last = Last.CANCELLED
+        dormant = sorted((d for d in self.sessions.values() if d.dormant), key=lambda d: d.last_active)
+        for old in dormant[: max(0, len(dormant) - MAX_DORMANT)]:
+            self.forget(old.id)
+        return session_id in self.sessions
+
+    def export(self, session_id: str) -> dict[str, object] | None:
+        """What a later daemon needs to wake the session (``restore``), as JSON data:
+        fingerprints (digests) and callIds only: no user text, no approval tokens.
+        None when the session cannot be taken up again."""
+        s = self.sessions.get(session_id)
+        if s is None or s.resume is None:
+            return None
+        items: list[list[object]] = []
+        for item in s.items:
+            fp = item.fingerprint
+            if fp is not None:
+                items.append(["a", fp.text.hex(), fp.shown.hex() if fp.shown else "", list(fp.call_ids)])
+            else:
+                items.append(["u", list(item.result_ids)])
+        last = Last.CANCELLED if s.last is Last.PENDING else s.last
+        return {"model": s.model_id, "resume": s.resume, "items": items, "last": last.value,
+                "pending": [[p.call_id, p.tool] for p in s.pending], "unacked": s.unacked}  # fmt: skip
+
+    def restore(self, data: dict[str, object], now: float) -> str:
+        """A dormant session from ``export``'s data (a previous daemon's). Returns its id.
+        Raises ``HistoryError`` (``ValueError``s inside) when the data is not ``export``'s."""
+        try:
+            model, resume = data["model"], data["resume"]
+            if not isinstance(model, str) or not isinstance(resume, str):
+                raise ValueError("model and resume must be strings")
+            items: list[Item] = []
+            for raw in data["items"]:  # type: ignore[attr-defined]
+                if raw[0] == "a":
+                    fp = Fingerprint(bytes.fromhex(raw[1]), tuple(str(c) for c in raw[3]), bytes.fromhex(raw[2]) if raw[2] else None)
+                    items.append(Item("assistant", fingerprint=fp))
+                elif raw[0] == "u":
+                    items.append(Item("user", result_ids=tuple(str(c) for c in raw[1])))
+                else:
+                    raise ValueError(f"unknown item {raw[0]!r}")
+            pending = tuple(Pending(str(c), "", bool(tool)) for c, tool in data.get("pending") or [])  # type: ignore[attr-defined]
+            last = Last(data.get("last", "done"))
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise HistoryError(f"not a session index entry: {exc}") from None
+        self._counter += 1
+        s = Session(id=f"s{self._counter}", model_id=model, items=items, last=last, pending=pending,
+                    unacked=bool(data.get("unacked")), last_active=now, resume=resume, dormant=True)  # fmt: skip
+        self.sessions[s.id] = s
+        for item in items:
+            if item.fingerprint is not None:
+                self._index(s, item.fingerprint)
+        return s.id
 
     def _get(self, session_id: str) -> Session:
         try:

@@ -1,7 +1,10 @@
 """The history actor: the one owner of ``HistoryCore`` and of the session actors.
 
 Chat requests ask it for a ``Turn`` (``begin``); session actors report each
-response's end and their agent's death; a ticker evicts idle sessions. All of
+response's end, the ACP session they opened and their agent's death; a ticker
+evicts idle sessions. A session whose agent session can be taken up again
+sleeps instead of being forgotten (``HistoryCore.sleep``), and is persisted in
+the session index (``session_index``) so that a later daemon wakes it too. All of
 it goes through one mailbox, so the core's state changes in one task, in
 order. Session actors run in this actor's task group: closing it closes them
 and, with them, every agent process.
@@ -19,12 +22,15 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from lmbridge.agent_pool import AgentPool
 from lmbridge.history import Fingerprint, HistoryCore, HistoryError, Last, Pending, Turn
 from lmbridge.log import get_logger
 from lmbridge.session_actor import SessionActor, SessionHooks
 from lmbridge.wire import AgentSpec, Message
 
 log = get_logger("history")
+
+SAVE_PERIOD = 1.0  # seconds between writes of the session index while it changes
 
 
 class AtCapacity(Exception):
@@ -50,6 +56,13 @@ class _Ended:
 
 
 @dataclass(frozen=True)
+class _Opened:
+    session_id: str
+    acp_session: str
+    resumable: bool
+
+
+@dataclass(frozen=True)
 class _Died:
     session_id: str
 
@@ -64,16 +77,22 @@ class HistoryActor:
     session may sit unused before it is evicted (its agent stopped, its pending
     permissions answered ``cancelled``)."""
 
-    def __init__(self, idle_timeout: float = 1800.0, launcher: Any = None, recorder: Any = None, max_processes: int = 4) -> None:
+    def __init__(
+        self, idle_timeout: float = 1800.0, launcher: Any = None, recorder: Any = None, max_processes: int = 4, index: Any = None
+    ) -> None:
         self.core = HistoryCore()
-        self.launcher = launcher  # how agents start (server.Config.launcher); None: for real
-        self.max_processes = max_processes  # live agent processes per agent (one per session)
+        self.index = index  # session_index.SessionIndex, or None: nothing persisted
+        self.cwds: dict[str, str | None] = {}  # session id → the cwd its agent session runs in
+        self._dirty = False  # the index is behind the core
+        # One process per agent, shared by its chats (issue #11); it exits once idle.
+        self.pool = AgentPool(idle_timeout, launcher=launcher, recorder=recorder)
+        self.max_processes = max_processes  # live ACP sessions per agent (claude runs a process for each)
         self.recorder = recorder  # record.Recorder, with --record
         self.actors: dict[str, SessionActor] = {}
         self.idle_timeout = idle_timeout
         self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
         self._tg: TaskGroup | None = None
-        self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=self._mcp_host)
+        self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=self._mcp_host, opened=self._opened)
         self._mcp: Any = None  # mcp_bridge.McpHost, started when a session first offers VS Code tools
         self._mcp_lock = anyio.Lock()
         self._dropped: list[SessionActor] = []  # actors closed but not finished yet
@@ -82,6 +101,10 @@ class HistoryActor:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            await tg.start(self.pool.run)
+            if self.index is not None:
+                await self._restore()
+                tg.start_soon(self._saver)
             tg.start_soon(self._ticker)
             task_status.started()
             try:
@@ -107,11 +130,14 @@ class HistoryActor:
 
     async def aclose(self, reason: str, timeout: float = 5.0) -> None:
         """Close every session and wait (up to ``timeout`` seconds) for their agents to stop."""
-        actors = list(self.actors.values())
+        actors = list(self.actors.values()) + self._dropped
         self.close_all(reason)
         with anyio.move_on_after(timeout):
             for actor in actors:
                 await actor.finished.wait()
+        await self.pool.aclose()
+        with anyio.CancelScope(shield=True):
+            await self._save()
 
     def close_all(self, reason: str) -> None:
         """Close every session actor (their agents stop with them)."""
@@ -120,6 +146,53 @@ class HistoryActor:
 
     async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[Pending]) -> None:
         await self._send.send(_Ended(session_id, fingerprint, last, pending))
+
+    def _opened(self, session_id: str, acp_session: str, resumable: bool) -> None:
+        self._send.send_nowait(_Opened(session_id, acp_session, resumable))
+
+    # -- the session index ------------------------------------------------------
+
+    async def _restore(self) -> None:
+        """Wake-able sessions of a previous daemon, dormant (``HistoryCore.restore``)."""
+        from lmbridge.history import HistoryError
+
+        entries = await anyio.to_thread.run_sync(self.index.load)
+        now, restored = time.monotonic(), 0
+        for entry in entries:
+            try:
+                sid = self.core.restore(entry, now)
+            except HistoryError as exc:
+                log.warning("session index entry ignored", error=str(exc))
+                continue
+            cwd = entry.get("cwd")
+            self.cwds[sid] = cwd if isinstance(cwd, str) else None
+            restored += 1
+        if restored:
+            log.info("sessions restored from the index", count=restored, path=str(self.index.path))
+
+    def _entries(self) -> list[dict[str, Any]]:
+        from lmbridge.session_index import entry
+
+        out = []
+        for sid, s in self.core.sessions.items():
+            data = self.core.export(sid)
+            if data is not None:
+                out.append(entry(data, s.model_id, self.cwds.get(sid)))
+        return out
+
+    async def _save(self) -> None:
+        if self.index is None or not self._dirty:
+            return
+        self._dirty = False
+        try:
+            await anyio.to_thread.run_sync(self.index.save, self._entries())
+        except OSError as exc:
+            log.warning("session index not saved", path=str(self.index.path), error=str(exc))
+
+    async def _saver(self) -> None:
+        while True:
+            await anyio.sleep(SAVE_PERIOD)
+            await self._save()
 
     async def _died(self, session_id: str) -> None:
         await self._send.send(_Died(session_id))
@@ -161,6 +234,12 @@ class HistoryActor:
         elif isinstance(msg, _Ended):
             if msg.session_id in self.core.sessions:
                 self.core.end(msg.session_id, msg.fingerprint, msg.last, msg.pending, now)
+                self._dirty = True
+        elif isinstance(msg, _Opened):
+            s = self.core.sessions.get(msg.session_id)
+            if s is not None:
+                s.resume = msg.acp_session if msg.resumable else None
+                self._dirty = True
         elif isinstance(msg, _Died):
             self._drop(msg.session_id, "agent gone")
         elif isinstance(msg, _Tick):
@@ -174,8 +253,9 @@ class HistoryActor:
         if actor is None:
             closing = [a.finished for a in self._dropped if a.spec.id == msg.spec.id and not a.finished.is_set()]
             actor = SessionActor(
-                turn.session_id, msg.spec, msg.cwd, self.hooks, launcher=self.launcher, recorder=self.recorder, after=closing
+                turn.session_id, msg.spec, msg.cwd, self.hooks, pool=self.pool, recorder=self.recorder, after=closing, resume=turn.resume
             )
+            self.cwds[turn.session_id] = msg.cwd
             self.actors[turn.session_id] = actor
             assert self._tg is not None
             self._tg.start_soon(actor.run)
@@ -212,12 +292,18 @@ class HistoryActor:
         gc.collect()
 
     def _drop(self, session_id: str, reason: str) -> None:
-        forgotten = self.core.forget(session_id)
+        """End the session's actor; the session sleeps if its agent session can be taken
+        up again (``HistoryCore.sleep``), else it is forgotten."""
+        known = session_id in self.core.sessions
+        asleep = self.core.sleep(session_id)
+        self._dirty = True
+        if not asleep:
+            self.cwds.pop(session_id, None)
         actor = self.actors.pop(session_id, None)
         if actor is not None:
             actor.close(reason)
             still = [a for a in self._dropped if not a.finished.is_set()]
             self._garbage |= len(still) < len(self._dropped)
             self._dropped = [*still, actor]
-        if forgotten is not None or actor is not None:
-            log.info("session dropped", session=session_id, reason=reason)
+        if known or actor is not None:
+            log.info("session dropped" if not asleep else "session asleep", session=session_id, reason=reason)

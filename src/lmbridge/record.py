@@ -4,10 +4,10 @@ Format (docs/recording.md, version ``FORMAT``): a header line
 ``{"lmbridge-recording": 1, ...}``, then one line per frame or event::
 
     {"t": 0.0132, "link": "shim", "dir": "in", "frame": {...}}
-    {"t": 0.4107, "link": "agent:s1", "dir": "out", "event": "spawn", "agent": "demo", ...}
+    {"t": 0.4107, "link": "agent:p1", "dir": "out", "event": "spawn", "agent": "demo", ...}
 
 ``t``: seconds since the recording started; ``link``: ``shim`` (shim ↔ daemon),
-``agent:<session id>`` (daemon ↔ that session's agent) or ``mcp:<session id>``
+``agent:p<n>`` (daemon ↔ its n-th agent process, shared by that agent's sessions) or ``mcp:<session id>``
 (that agent ↔ the daemon's VS Code tools server, as the tools handlers see it);
 ``dir``: ``in`` or ``out`` from the daemon's point of view.
 
@@ -225,7 +225,7 @@ class Recorder:
 
 
 class AgentLink:
-    """The recorder's side of one agent connection (``agent:<session id>``)."""
+    """The recorder's side of one agent connection (``agent:p<n>``)."""
 
     def __init__(self, recorder: Recorder, link: str) -> None:
         self.recorder = recorder

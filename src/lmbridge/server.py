@@ -127,7 +127,8 @@ class Config:
     # How agents are started: AgentConnection.spawn's signature (None: that). Replay passes
     # its player's, which plays recorded agents back.
     launcher: Any = None
-    max_processes: int = 4  # live agent processes per agent (--max-agent-processes)
+    max_processes: int = 4  # live ACP sessions per agent (--max-agent-processes)
+    index: Any = None  # session_index.SessionIndex (lmbridge serve: the state folder's); None: nothing persisted
 
 
 class Server:
@@ -451,7 +452,11 @@ class Server:
                 # collector's way, or each full collection walks it (tens of ms).
                 gc.freeze()
                 self.history = HistoryActor(
-                    self.config.idle_timeout, launcher=self.config.launcher, recorder=self.recorder, max_processes=self.config.max_processes
+                    self.config.idle_timeout,
+                    launcher=self.config.launcher,
+                    recorder=self.recorder,
+                    max_processes=self.config.max_processes,
+                    index=self.config.index,
                 )
                 assert self._tg is not None
                 await self._tg.start(self.history.run)

@@ -1,7 +1,8 @@
 """The session actor: one ACP agent conversation driven for one VS Code chat.
 
-It owns the agent process (``AgentConnection``), the ACP session id and the
-turn machine (``turn.TurnMachine``), and it decides nothing: everything it
+It owns the chat's ACP session on its agent's shared process
+(``agent_pool.AgentProcess``: one process per agent, sessions multiplexed by
+sessionId, issue #11) and the turn machine (``turn.TurnMachine``), and it decides nothing: everything it
 receives on its one mailbox (jobs, cancels, the agent's frames, prompt
 answers, MCP tool calls, timers) becomes a ``turn`` event, and it carries out
 the effects the machine returns. So the lifecycle's rules live in one pure
@@ -28,8 +29,9 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge import __version__, turn
+from lmbridge import turn
 from lmbridge.acp_client import AgentConnection, AgentError, AgentExited, Incoming, Response
+from lmbridge.agent_pool import AgentGone, AgentPool, AgentProcess
 from lmbridge.history import Answer, Fingerprint, Last, Pending, Turn, conversation, squeezed
 from lmbridge.log import get_logger
 from lmbridge.render import Part, TurnRenderer
@@ -124,11 +126,6 @@ class _ToolInvoked:
 
 
 @dataclass(frozen=True)
-class _AgentGone:
-    conn: AgentConnection
-
-
-@dataclass(frozen=True)
 class _Close:
     reason: str
 
@@ -140,10 +137,19 @@ class SessionHooks:
     ended: Callable[[str, Fingerprint, Last, list[Pending]], Awaitable[None]]
     died: Callable[[str], Awaitable[None]]
     mcp_host: Callable[[], Awaitable[Any]]  # the daemon's McpHost, started on first use
+    # The chat's ACP sessionId, and whether the agent can take it up again
+    # (session/resume or session/load): for recovery after eviction, a crash, a restart.
+    opened: Callable[[str, str, bool], None] = lambda session_id, acp_session, resumable: None
 
 
 class SessionActor:
-    """Drives one agent for one history session. Run ``run()`` in a task group."""
+    """Drives one ACP session for one history session. Run ``run()`` in a task group.
+
+    ``resume``: the ACP sessionId the chat had (a dormant session: evicted, its agent
+    restarted, or a daemon restarted): taken up again with ``session/resume`` or
+    ``session/load`` where the agent offers them, else a fresh session is told the
+    conversation (``turn.Ready.lost``).
+    """
 
     def __init__(
         self,
@@ -152,17 +158,18 @@ class SessionActor:
         cwd: str | None,
         hooks: SessionHooks,
         *,
-        launcher: Any = None,
+        pool: AgentPool | None = None,
         recorder: Any = None,
         after: Sequence[anyio.Event] = (),
+        resume: str | None = None,
     ) -> None:
         self.id = session_id
-        # Sessions closed to make room for this one (the process cap): their agents are
-        # gone before this one's starts, so the cap holds for processes, not just sessions.
+        # Sessions closed to make room for this one (the session cap): they are closed
+        # at the agent before this one opens, so the cap holds at the agent too.
         self.after = tuple(after)
-        # How the agent starts (``AgentConnection.spawn``'s signature; replay passes its player's)
-        # and the recorder of ``serve --record``: both passed in, nothing global.
-        self.launcher = launcher or AgentConnection.spawn
+        self.pool = pool or AgentPool()
+        self.process: AgentProcess = self.pool.process(spec, cwd)
+        self.resume = resume
         self.recorder = recorder
         self.spec = spec
         self.cwd = cwd
@@ -172,9 +179,7 @@ class SessionActor:
         self.conn: AgentConnection | None = None
         self._step = "the start"  # what a start waits on, for the timeout's message
         self.acp_session: str | None = None
-        self.images = False
-        self.closes_sessions = False  # agentCapabilities.sessionCapabilities.close offered
-        self.embedded_context = False
+        self._opened: tuple[str, bool] | None = None  # (sessionId, lost) of a start, taken at Ready
         self.machine = turn.TurnMachine(
             spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE, buffer_limit=PENDING_OUTPUT
         )
@@ -298,8 +303,18 @@ class SessionActor:
         elif isinstance(msg, _ToolInvoked):
             self.tool_calls[msg.call.call_id] = msg.call
             event = turn.ToolInvoked(msg.call.call_id, msg.call.name, msg.call.arguments or {})
-        elif isinstance(msg, _AgentGone):
+        elif isinstance(msg, AgentGone):
             event = turn.AgentExited(msg.conn.describe_exit()) if msg.conn is self.conn else None
+        elif isinstance(msg, turn.Ready):
+            # The session a start opened is this actor's from here on: updates queued
+            # before (session/load's replay of the history) were not for the user.
+            event = msg
+            if self._opened is not None:
+                sid, lost = self._opened
+                self._opened = None
+                self.acp_session = sid
+                self.machine.reset_renderer(self._renderer())
+                event = turn.Ready(msg.error, msg.named, lost)
         elif isinstance(msg, _Close):
             event = turn.Close(msg.reason)
         else:  # turn.Ready, turn.PromptEnded, turn.TimerFired: from this actor's own tasks
@@ -359,7 +374,7 @@ class SessionActor:
             elif isinstance(fx, turn.StartAgent):
                 self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
             elif isinstance(fx, turn.NewSession):
-                self._spawn_start(self._open_session())
+                self._spawn_start(self._recover_session())
             elif isinstance(fx, turn.Prompt):
                 self._prompt(fx)
             elif isinstance(fx, turn.StartTimer):
@@ -480,47 +495,70 @@ class SessionActor:
         self._step = "the sessions closed to make room for it"
         for finished in self.after:
             await finished.wait()
-        self._step = "the start of its process"
-        conn = await self.launcher(
-            self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self._send.clone(), session=self.id, recorder=self.recorder
-        )
-        self.conn = conn
-        assert self._tg is not None
-        self._tg.start_soon(self._serve_agent, conn)
-        self._step = "initialize"
-        init = await conn.request(
-            "initialize",
-            {
-                "protocolVersion": 1,
-                "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
-                "clientInfo": {"name": "lmbridge", "version": __version__},
-            },
-        )
-        if not isinstance(init, dict):  # wrong-typed capabilities inside are read as none
-            raise ValueError(f"initialize was answered with a JSON {type(init).__name__}, not an object: not an ACP agent?")
-        caps = _object(init.get("agentCapabilities"))
-        self.closes_sessions = isinstance(_object(caps.get("sessionCapabilities")).get("close"), dict)
-        prompt_caps = _object(caps.get("promptCapabilities"))
-        self.images = prompt_caps.get("image") is True
-        self.embedded_context = prompt_caps.get("embeddedContext") is True
-        await self._start_bridge(job, http=_object(caps.get("mcpCapabilities")).get("http") is True)
-        await self._open_session()
+        self.conn = await self.process.connect(self, self._send, self._set_step)
+        await self._start_bridge(job, http=self.process.caps.mcp_http)
+        if self.resume is not None:
+            await self._take_up(self.resume)
+        else:
+            await self._open_session(lost=False)  # the job's context is the whole conversation
 
-    async def _open_session(self) -> None:
+    def _set_step(self, step: str) -> None:
+        self._step = step
+
+    async def _open_session(self, lost: bool) -> None:
+        """``session/new``; ``lost``: the chat's earlier turns the agent held are gone with
+        the session it replaces (the next prompt must tell them)."""
         assert self.conn is not None
         self._step = "session/new"
         result = await self.conn.request("session/new", {"cwd": self.cwd or "/", "mcpServers": self.mcp_servers})
         session = _object(result).get("sessionId")
         if not isinstance(session, str) or not session:
             raise ValueError("session/new was answered without a sessionId")
-        self.acp_session = session
-        self.machine.reset_renderer(self._renderer())
-        log.info("acp session", session=self.id, agent=self.spec.id, acp_session=session)
+        self.process.open(session, self._send)
+        self._opened = (session, lost)
+        self.hooks.opened(self.id, session, self.process.caps.resume or self.process.caps.load)
+        log.info("acp session", session=self.id, agent=self.spec.id, acp_session=session, how="new")
 
-    async def _serve_agent(self, conn: AgentConnection) -> None:
-        await conn.serve()
-        if not self._closed:
-            self._send.send_nowait(_AgentGone(conn))
+    async def _take_up(self, previous: str) -> None:
+        """Continue ACP session ``previous`` with the agent's own memory of it (issue #11 §2):
+        ``session/resume`` where offered, else ``session/load`` (the history it replays is
+        not shown), else, or when both are refused, a fresh session told the conversation."""
+        assert self.conn is not None
+        caps = self.process.caps
+        params = {"sessionId": previous, "cwd": self.cwd or "/", "mcpServers": self.mcp_servers}
+        for method, offered in (("session/resume", caps.resume), ("session/load", caps.load)):
+            if not offered:
+                continue
+            self._step = method
+            self.process.open(previous, self._send)
+            try:
+                await self.conn.request(method, params)
+            except AgentError as exc:
+                self.process.sessions.pop(previous, None)
+                log.warning("agent refused to take up its session", session=self.id, agent=self.spec.id, method=method, error=str(exc))
+                continue
+            self._opened = (previous, False)
+            self.hooks.opened(self.id, previous, True)
+            log.info("acp session", session=self.id, agent=self.spec.id, acp_session=previous, how=method)
+            return
+        await self._open_session(lost=True)
+
+    async def _recover_session(self) -> None:
+        """The session cannot simply continue (the stale turn after a cancel, facts.md §5):
+        closed where the agent offers it, then taken up again (``_take_up``)."""
+        assert self.conn is not None
+        old = self.acp_session
+        if old is not None and self.process.caps.close:
+            self._step = "session/close"
+            with anyio.move_on_after(CLOSE_TIMEOUT):
+                try:
+                    await self.conn.request("session/close", {"sessionId": old})
+                except AgentError as exc:
+                    log.info("session/close refused", session=self.id, agent=self.spec.id, error=str(exc))
+        if old is None:
+            await self._open_session(lost=True)
+        else:
+            await self._take_up(old)
 
     def _offered(self, job: Job) -> list[ToolInfo]:
         if not job.tools:
@@ -554,13 +592,14 @@ class SessionActor:
         job = self.jobs[fx.job_id]
         context, prompt = self._whole_conversation(job) if fx.whole else (job.turn.context, job.turn.prompt)
         blocks = prompt_blocks(
-            tuple(fx.unsent) + context, prompt, images=self.images, embedded_context=self.embedded_context, verbatim=job.verbatim
+            tuple(fx.unsent) + context, prompt, images=self.process.caps.images, embedded_context=self.process.caps.embedded_context, verbatim=job.verbatim
         )
         conn, session = self.conn, self.acp_session
         assert conn is not None and session is not None
         # The answer comes on the mailbox in order with the agent's updates (acp_client.Response).
         rid = conn.new_id()
         self._prompts[rid] = fx.seq
+        self.process.expect(rid, self._send)
 
         async def write(c: AgentConnection) -> None:
             await c.send_request(rid, "session/prompt", {"sessionId": session, "prompt": blocks})
@@ -583,8 +622,9 @@ class SessionActor:
     # -- stopping --------------------------------------------------------------------
 
     async def _stop_agent(self) -> None:
-        """Stop the agent and the MCP endpoint; every VS Code tool call still waiting
-        gets an error result. Runs shielded, after the machine's last answers."""
+        """Leave the agent: the ACP session closed where offered, the MCP endpoint removed,
+        every VS Code tool call still waiting given an error result. The process is the
+        pool's (it exits once idle). Runs shielded, after the machine's last answers."""
         if self._starting is not None:
             self._starting.cancel()
         for scope in self._timers.values():
@@ -595,21 +635,21 @@ class SessionActor:
             bridge, self.bridge = self.bridge, None
             (await self.hooks.mcp_host()).remove(bridge.session_id)
         # The machine's last answers (cancelled permissions, session/cancel) go out
-        # first, within the write bound; then the process (group) is stopped.
+        # first, within the write bound; then the session is closed.
         self._out.close()
         with anyio.move_on_after(WRITE_TIMEOUT):
             await self._written.wait()
         conn, self.conn = self.conn, None
-        if conn is not None:
-            if self.closes_sessions and self.acp_session is not None and not conn.closed.is_set():
-                # The agent frees what the session holds (ACP session/close, where offered);
-                # bounded, as any write: the process is stopped after it either way.
-                with anyio.move_on_after(CLOSE_TIMEOUT):
-                    try:
-                        await conn.request("session/close", {"sessionId": self.acp_session})
-                    except (AgentError, AgentExited) as exc:
-                        log.info("session/close refused", session=self.id, agent=self.spec.id, error=str(exc))
-            await conn.close()
+        session, self.acp_session = self.acp_session, None
+        if conn is not None and session is not None and self.process.caps.close and not conn.closed.is_set():
+            # The agent frees what the session holds (ACP session/close, where offered);
+            # bounded, as any write. The process lives on for the agent's other chats.
+            with anyio.move_on_after(CLOSE_TIMEOUT):
+                try:
+                    await conn.request("session/close", {"sessionId": session})
+                except (AgentError, AgentExited) as exc:
+                    log.info("session/close refused", session=self.id, agent=self.spec.id, error=str(exc))
+        self.process.detach(self, (session,) if session is not None else ())
 
 
 def _object(value: Any) -> dict[str, Any]:

@@ -126,10 +126,14 @@ class CancelJob:
 @dataclass(frozen=True)
 class Ready:
     """The agent (``StartAgent``) or a fresh ACP session (``NewSession``) is up; or ``error``
-    (``named``: the error already names the agent and says what failed)."""
+    (``named``: the error already names the agent and says what failed). ``lost``: the
+    session that is up has not seen the chat's earlier turns the agent held (a new
+    session replaced one that could not be resumed or loaded): the next prompt tells
+    the whole conversation. A session resumed or loaded has not lost them (issue #11)."""
 
     error: str | None = None
     named: bool = False
+    lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -331,7 +335,8 @@ TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
     # The turn ends: answered, recovered in a fresh session (first turn after a
     # cancel), failed; a drain ends and the next job starts; a stale answer.
     (_S.STREAMING, PromptEnded): frozenset({_S.IDLE, _S.STARTING, _S.CLOSED, _S.STREAMING}),
-    (_S.AWAITING, PromptEnded): frozenset({_S.IDLE}),
+    # ... kept for the next request, or answering one that came while the turn streamed.
+    (_S.AWAITING, PromptEnded): frozenset({_S.IDLE, _S.STREAMING}),
     (_S.DRAINING, PromptEnded): frozenset({_S.IDLE, _S.STREAMING, _S.DRAINING}),
     (_S.IDLE, PromptEnded): frozenset({_S.IDLE}),
     (_S.STARTING, PromptEnded): frozenset({_S.STARTING}),
@@ -437,7 +442,7 @@ class TurnMachine:
         self.generation = 0  # gather windows
         self.watch = False  # the open prompt is the first after a cancel (agents' quirks, facts.md §5)
         self.after_cancel = False  # the next prompt is
-        self.recovering = False  # STARTING for a fresh session that must get the whole conversation
+        self.recovering = False  # STARTING to recover the session after a cancel (no user waits on a start)
         self.whole = False  # the next prompt gets the whole conversation
         self.agent_output = False  # the open prompt produced output for its job
         self.unsent: tuple[Any, ...] = ()
@@ -477,6 +482,12 @@ class TurnMachine:
                 answer = Answer.CANCELLED  # a request cancelled before it got here approves nothing
             self._answer(call_id, answer, job.id)
         if job.cancel_first:
+            if self.job is not None and self.state is State.STREAMING and self.prompt_open:
+                # This request stops the turn another request still streams (its
+                # $/cancelRequest may come after): that response ends here, cancelled.
+                stopped, self.job = self.job, None
+                self._fx.append(StopTimer(Timer.GATHER))
+                self._fx.append(Finish(stopped.id, "cancelled", Last.CANCELLED))
             self._cancel_turn()
         if self.state in (State.STARTING, State.DRAINING) or self.job is not None:
             self.waiting.append(job)
@@ -576,9 +587,9 @@ class TurnMachine:
             self._die(ev.error if ev.named else f"agent {self.agent!r} {what}: {ev.error}")
             return
         self.started = True
-        job, recovering = self.job, self.recovering
+        job = self.job
         self.recovering = False
-        self.whole = self.whole or recovering  # the fresh ACP session has seen nothing
+        self.whole = self.whole or ev.lost  # the ACP session has seen none of the chat
         self._go(State.IDLE)
         if job is not None:
             self.job = None
@@ -705,7 +716,7 @@ class TurnMachine:
             if self.state is State.DRAINING and ev.tag == self.prompt_seq and self.prompt_open:
                 # The agent never ended the cancelled turn: leave that ACP session.
                 self.prompt_open = False
-                self._fx.append(Log("warning", "cancelled turn did not end; new ACP session", {"agent": self.agent}))
+                self._fx.append(Log("warning", "cancelled turn did not end; the session is taken up again", {"agent": self.agent}))
                 self.recovering = True
                 self._go(State.STARTING)
                 self._fx.append(NewSession("a cancelled turn did not end"))
@@ -742,7 +753,7 @@ class TurnMachine:
             # (claude-agent-acp, gemini-cli: facts.md §5): the agent's problem, not
             # the user's. A fresh ACP session gets the whole conversation.
             self.watch = False
-            self._fx.append(Log("warning", "first turn after a cancel failed or was empty: fresh ACP session", {"agent": self.agent, "error": ev.error}))
+            self._fx.append(Log("warning", "first turn after a cancel failed or was empty: the session is taken up again", {"agent": self.agent, "error": ev.error}))
             self.recovering = True
             self._go(State.STARTING)
             self._fx.append(NewSession("the first turn after a cancel failed"))

@@ -26,6 +26,8 @@ Scenario JSON (all keys optional)::
     {
       "initialize": {...},       deep-merged into the initialize result
       "turns": [[step, ...], ...],   turns[i] runs for the i-th session/prompt received
+      "turns_per_session": false,    true: i counts the prompts of the prompt's session
+                                     (one process serves every chat of an agent)
       "default_turn": [step, ...],   when turns run out (default [{"text": "ok"}])
       "on_cancel": "cancelled" | "end_turn" | "error" | "never",
       "after_cancel": [step, ...]    run after a cancel, before answering the prompt
@@ -86,8 +88,11 @@ stopReason, an end_turn stopReason, a JSON-RPC error (-32603), or ("never") no a
 at all. Permissions answered ``cancelled`` count as answered.
 
 Also: initialize (protocolVersion 1, loadSession false, promptCapabilities all false
-unless overridden), session/new (sessionId "s1", "s2", ...), authenticate (result
-null), anything else -> -32601 (notifications other than session/cancel are ignored).
+unless overridden), session/new (sessionId "s1", "s2", ...), session/resume and
+session/load of any sessionId (logged ``session_resume``/``session_load``; "refuse":
+[methods] makes them fail -32002; session/load replays "replay", a list of updates,
+first), session/close (logged ``session_close``; its turns are cancelled), authenticate
+(result null), anything else -> -32601 (notifications other than session/cancel are ignored).
 Requests to the client use ids 0, 1, 2, ... The process exits 0 when stdin closes.
 """
 
@@ -268,13 +273,13 @@ class Turn:
             a.request_permission(sid, step.get("id"), value)
         elif kind == "await":
             ids = [value] if isinstance(value, str) else list(value)
-            self.wait_for(lambda: all(a.permission_answered(i) for i in ids), cancellable)
+            self.wait_for(lambda: all(a.permission_answered(sid, i) for i in ids), cancellable)
         elif kind == "ask":
             handle = a.request_permission(sid, step.get("id"), value)
-            self.wait_for(lambda: a.permission_answered(handle), cancellable)
+            self.wait_for(lambda: a.permission_answered(sid, handle), cancellable)
         elif kind == "branch":
-            self.wait_for(lambda: a.permission_answered(value), cancellable)
-            cls = a.permission_class(value)
+            self.wait_for(lambda: a.permission_answered(sid, value), cancellable)
+            cls = a.permission_class(sid, value)
             chosen = step.get(cls)
             if chosen is None and cls == "other":
                 chosen = step.get("reject")
@@ -371,10 +376,11 @@ class ScriptedAgent:
         self.mcp: McpStdio | None = None  # type: ignore[assignment]
         self.mcp_calls: dict[str, int] = {}
         self.prompt_count = 0
+        self.session_prompts: dict[str, int] = {}
         self.turns: dict[str, list[Turn]] = {}
-        # permission handle -> {"rpc_id", "options", "answered", "outcome", "kind"}
-        self.permissions: dict[str, dict[str, Any]] = {}
-        self.permission_by_rpc_id: dict[int, str] = {}
+        # (sessionId, permission handle) -> {"rpc_id", "options", "answered", "outcome", "kind"}
+        self.permissions: dict[tuple[str, str], dict[str, Any]] = {}
+        self.permission_by_rpc_id: dict[int, tuple[str, str]] = {}
 
     # -- output ------------------------------------------------------------------
 
@@ -437,17 +443,17 @@ class ScriptedAgent:
             default_call = {"toolCallId": f"call-{handle}", "title": "Scripted action", "status": "pending"}
             params.setdefault("toolCall", default_call)
             params.setdefault("options", DEFAULT_OPTIONS)
-            self.permissions[handle] = {"rpc_id": rpc_id, "options": params["options"], "answered": False}
-            self.permission_by_rpc_id[rpc_id] = handle
+            self.permissions[(session_id, handle)] = {"rpc_id": rpc_id, "options": params["options"], "answered": False}
+            self.permission_by_rpc_id[rpc_id] = (session_id, handle)
         self.send({"jsonrpc": "2.0", "id": rpc_id, "method": "session/request_permission", "params": params})
         return handle
 
-    def permission_answered(self, handle: str) -> bool:
-        entry = self.permissions.get(handle)
+    def permission_answered(self, session_id: str, handle: str) -> bool:
+        entry = self.permissions.get((session_id, handle))
         return bool(entry and entry["answered"])
 
-    def permission_class(self, handle: str) -> str:
-        kind = self.permissions[handle].get("kind", "")
+    def permission_class(self, session_id: str, handle: str) -> str:
+        kind = self.permissions[(session_id, handle)].get("kind", "")
         if kind.startswith("allow"):
             return "allow"
         if kind.startswith("reject"):
@@ -458,10 +464,11 @@ class ScriptedAgent:
 
     def on_response(self, frame: dict[str, Any]) -> None:
         with self.cond:
-            handle = self.permission_by_rpc_id.get(frame.get("id"))  # type: ignore[arg-type]
-            if handle is None:
+            key = self.permission_by_rpc_id.get(frame.get("id"))  # type: ignore[arg-type]
+            if key is None:
                 return
-            entry = self.permissions[handle]
+            handle = key[1]
+            entry = self.permissions[key]
             outcome = (frame.get("result") or {}).get("outcome") if isinstance(frame.get("result"), dict) else None
             if "error" in frame:
                 kind = "error"
@@ -496,17 +503,49 @@ class ScriptedAgent:
         elif method == "session/new":
             with self.cond:
                 self.session_count += 1
+                while f"s{self.session_count}" in self.session_cwd:  # a resumed session holds it
+                    self.session_count += 1
                 sid = f"s{self.session_count}"
                 self.session_cwd[sid] = params.get("cwd", ".")
                 self.session_mcp[sid] = params.get("mcpServers") or []
             self.log_event("session_new", sessionId=sid, cwd=params.get("cwd"), mcpServers=params.get("mcpServers"))
             self.reply(rid, {"sessionId": sid})
+        elif method in ("session/resume", "session/load"):
+            self.take_up(rid, method, params)
+        elif method == "session/close":
+            sid = params.get("sessionId")
+            with self.cond:
+                known = self.session_cwd.pop(sid, None) is not None
+                for turn in self.turns.get(sid, []):
+                    turn.cancelled = True
+                self.cond.notify_all()
+            self.log_event("session_close", sessionId=sid, known=known)
+            self.reply(rid, {})
         elif method == "authenticate":
             self.reply(rid, None)
         elif method == "session/prompt":
             self.start_turn(rid, params)
         else:
             self.reply_error(rid, -32601, "Method not found", {"method": method})
+
+    def take_up(self, rid: Any, method: str, params: dict[str, Any]) -> None:
+        """session/resume, session/load: any sessionId is taken (a session of an earlier
+        process, as an agent that keeps sessions on disk does), unless the scenario's
+        ``refuse`` lists the method. session/load first replays ``replay`` (default: one
+        user and one agent message chunk) as updates."""
+        sid = params.get("sessionId")
+        if method in self.scenario.get("refuse", []) or not isinstance(sid, str):
+            self.log_event("session_refused", method=method, sessionId=sid)
+            self.reply_error(rid, -32002, "Resource not found", {"sessionId": sid})
+            return
+        with self.cond:
+            self.session_cwd[sid] = params.get("cwd", ".")
+            self.session_mcp[sid] = params.get("mcpServers") or []
+        if method == "session/load":
+            for update in self.scenario.get("replay", [text_update("user_message_chunk", "REPLAYED-USER"), text_update("agent_message_chunk", "REPLAYED-AGENT")]):
+                self.update(sid, update)
+        self.log_event(method.replace("/", "_"), sessionId=sid, cwd=params.get("cwd"), mcpServers=params.get("mcpServers"))
+        self.reply(rid, {})
 
     def reply(self, rid: Any, result: Any) -> None:
         self.send({"jsonrpc": "2.0", "id": rid, "result": result})
@@ -520,7 +559,11 @@ class ScriptedAgent:
             self.reply_error(rid, -32602, "Invalid params", {"details": f"unknown session {sid!r}"})
             return
         with self.cond:
-            index = self.prompt_count
+            if self.scenario.get("turns_per_session"):
+                index = self.session_prompts.get(sid, 0)
+                self.session_prompts[sid] = index + 1
+            else:
+                index = self.prompt_count
             self.prompt_count += 1
             turns = self.scenario.get("turns", [])
             steps = turns[index] if index < len(turns) else self.scenario.get("default_turn", [{"text": "ok"}])

@@ -1,9 +1,10 @@
 """Generated stdin frames for the daemon: what a broken or hostile extension host could send.
 
-One generator serves two drivers through ``Chooser``: hypothesis (``DataChooser``: every
-choice is a draw, so a failing example shrinks) in ``tests/test_fuzz_stdin.py``, and a
-seeded ``random.Random`` (``RandomChooser``: ~10 µs a frame) in the soak run
-(``tests/fuzz/soak.py``, ``make fuzz``).
+Choices go through ``Chooser``; ``RandomChooser`` draws them from a seeded
+``random.Random`` (~10 µs a frame): hypothesis draws the seed in
+``tests/test_fuzz_stdin.py``, the soak run (``tests/fuzz/soak.py``, ``make fuzz``) takes
+one on its command line. Hypothesis does not draw each choice: what a frame continues
+depends on the daemon's answers, so the same draws could lead to different frames.
 
 What is expected back is not the generator's business: ``expected_ids`` reads each line
 as JSON-RPC 2.0 does (RFC 8259 JSON, ids that are strings or finite numbers), so a frame
@@ -40,21 +41,6 @@ class RandomChooser:
 
     def pick(self, options: Sequence[T]) -> T:
         return options[self.rng.randrange(len(options))]
-
-
-class DataChooser:
-    """Choices drawn from hypothesis's ``st.data()``."""
-
-    def __init__(self, data: Any) -> None:
-        from hypothesis import strategies as st
-
-        self.data, self.st = data, st
-
-    def integer(self, lo: int, hi: int) -> int:
-        return int(self.data.draw(self.st.integers(lo, hi)))
-
-    def pick(self, options: Sequence[T]) -> T:
-        return options[self.data.draw(self.st.integers(0, len(options) - 1))]
 
 
 # ---------------------------------------------------------------- the oracle

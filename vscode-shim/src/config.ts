@@ -21,12 +21,16 @@ export interface Settings {
 	logLevel: string;
 	thinking: ThinkingDisplay;
 	userTurns: 'request' | 'verbatim';
-	/** Live agent processes per agent (the daemon's --max-agent-processes). */
+	/** Live ACP sessions per agent (the daemon's --max-agent-processes). */
 	maxAgentProcesses: number;
+	/** Start the agents used last right after start-up (the daemon's $LMBRIDGE_PREWARM). */
+	prewarm: boolean;
+	/** Keep one ACP session ready per running agent (the daemon's $LMBRIDGE_SPARE_SESSION). */
+	spareSession: boolean;
 }
 
 /** Settings whose change requires a fresh daemon (it reads them at start-up). */
-export const DAEMON_SETTINGS = ['agents', 'daemon', 'pythonPath', 'logLevel', 'userTurns', 'maxAgentProcesses'].map(k => `${SECTION}.${k}`);
+export const DAEMON_SETTINGS = ['agents', 'daemon', 'pythonPath', 'logLevel', 'userTurns', 'maxAgentProcesses', 'prewarm', 'spareSession'].map(k => `${SECTION}.${k}`);
 
 export const DEFAULTS = {
 	daemonCommand: 'lmbridge',
@@ -34,6 +38,8 @@ export const DEFAULTS = {
 	logLevel: 'info',
 	thinking: 'auto' as ThinkingDisplay,
 	maxAgentProcesses: 4,
+	prewarm: true,
+	spareSession: false,
 };
 
 /** The levels `lmbridge serve --log-level` accepts (it exits on any other). */
@@ -134,6 +140,8 @@ export function readSettings(config: ConfigLike): Settings {
 		thinking: thinking === 'text' || thinking === 'hidden' || thinking === 'auto' ? thinking : DEFAULTS.thinking,
 		userTurns: config.get<string>('userTurns') === 'verbatim' ? 'verbatim' : 'request',
 		maxAgentProcesses: positiveInteger(config.get('maxAgentProcesses')) ?? DEFAULTS.maxAgentProcesses,
+		prewarm: typeof config.get('prewarm') === 'boolean' ? config.get<boolean>('prewarm')! : DEFAULTS.prewarm,
+		spareSession: typeof config.get('spareSession') === 'boolean' ? config.get<boolean>('spareSession')! : DEFAULTS.spareSession,
 	};
 }
 
@@ -144,11 +152,18 @@ function positiveInteger(value: unknown): number | undefined {
 /**
  * How to start the daemon: `<pythonPath> -m lmbridge <args>` when a Python path is set,
  * else `<daemon.command> <args>` (default `lmbridge serve`, found on PATH).
- * The log level reaches the daemon as LMBRIDGE_LOG_LEVEL, the process cap as
- * LMBRIDGE_MAX_AGENT_PROCESSES.
+ * The log level reaches the daemon as LMBRIDGE_LOG_LEVEL, the session cap as
+ * LMBRIDGE_MAX_AGENT_PROCESSES, pre-warming as LMBRIDGE_PREWARM, the spare session as
+ * LMBRIDGE_SPARE_SESSION ("1" or "0").
  */
 export function launchSpec(settings: Settings, cwd?: string): LaunchSpec {
-	const env = { ...settings.daemonEnv, LMBRIDGE_LOG_LEVEL: settings.logLevel, LMBRIDGE_MAX_AGENT_PROCESSES: String(settings.maxAgentProcesses) };
+	const env = {
+		...settings.daemonEnv,
+		LMBRIDGE_LOG_LEVEL: settings.logLevel,
+		LMBRIDGE_MAX_AGENT_PROCESSES: String(settings.maxAgentProcesses),
+		LMBRIDGE_PREWARM: settings.prewarm ? '1' : '0',
+		LMBRIDGE_SPARE_SESSION: settings.spareSession ? '1' : '0',
+	};
 	if (settings.pythonPath) {
 		return { command: expandHome(settings.pythonPath), args: ['-m', 'lmbridge', ...settings.daemonArgs], env, cwd };
 	}

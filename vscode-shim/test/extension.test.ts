@@ -24,24 +24,28 @@ afterEach(async () => {
 describe('readSettings and launchSpec', () => {
 	test('defaults: `lmbridge serve` on PATH, info, thinking auto', () => {
 		const s = readSettings(config({}));
-		assert.deepEqual(launchSpec(s), { command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4' }, cwd: undefined });
+		assert.deepEqual(launchSpec(s), { command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0' }, cwd: undefined });
 		assert.equal(s.thinking, 'auto');
 	});
 	const rows: Array<[string, Record<string, unknown>, { command: string; args: string[]; env: Record<string, string> }]> = [
 		['a daemon command and args', { 'daemon.command': '/opt/lmbridge/bin/lmbridge', 'daemon.args': ['serve', '--idle-timeout', '60'] },
-			{ command: '/opt/lmbridge/bin/lmbridge', args: ['serve', '--idle-timeout', '60'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4' } }],
+			{ command: '/opt/lmbridge/bin/lmbridge', args: ['serve', '--idle-timeout', '60'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0' } }],
 		['a python path wins over the command', { pythonPath: '/venv/bin/python', 'daemon.command': 'ignored' },
-			{ command: '/venv/bin/python', args: ['-m', 'lmbridge', 'serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4' } }],
+			{ command: '/venv/bin/python', args: ['-m', 'lmbridge', 'serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0' } }],
 		['env and log level', { 'daemon.env': { A: 'b', N: 1 }, logLevel: 'debug' },
-			{ command: 'lmbridge', args: ['serve'], env: { A: 'b', N: '1', LMBRIDGE_LOG_LEVEL: 'debug', LMBRIDGE_MAX_AGENT_PROCESSES: '4' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { A: 'b', N: '1', LMBRIDGE_LOG_LEVEL: 'debug', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0' } }],
 		['a log level the daemon would refuse falls back to info', { logLevel: 'trace' },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0' } }],
 		['a process cap', { maxAgentProcesses: 2 },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '2' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '2', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0' } }],
+		['no pre-warming, a spare session', { prewarm: false, spareSession: true },
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '0', LMBRIDGE_SPARE_SESSION: '1' } }],
+		['not booleans: the defaults', { prewarm: 'no', spareSession: 1 },
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0' } }],
 		['a cap the daemon would refuse falls back to 4', { maxAgentProcesses: 0 },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0' } }],
 		['blank command: the default', { 'daemon.command': '  ' },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0' } }],
 	];
 	for (const [name, values, expected] of rows) {
 		test(name, () => {
@@ -102,7 +106,7 @@ describe('package.json contributions', () => {
 		assert.deepEqual(contributed, Object.values(COMMANDS).sort());
 		assert.deepEqual(Object.keys(manifest.contributes.configuration.properties).sort(), [
 			'lmbridge.agents', 'lmbridge.daemon.args', 'lmbridge.daemon.command', 'lmbridge.daemon.env',
-			'lmbridge.logLevel', 'lmbridge.maxAgentProcesses', 'lmbridge.pythonPath', 'lmbridge.thinking', 'lmbridge.userTurns',
+			'lmbridge.logLevel', 'lmbridge.maxAgentProcesses', 'lmbridge.prewarm', 'lmbridge.pythonPath', 'lmbridge.spareSession', 'lmbridge.thinking', 'lmbridge.userTurns',
 		]);
 	});
 });

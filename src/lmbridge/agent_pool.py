@@ -1,0 +1,292 @@
+"""The agent pool: one agent process per configured agent, shared by its chats (issue #11 §1).
+
+A chat's session actor no longer starts an agent of its own: it asks the pool
+for the agent's ``AgentProcess`` and opens its ACP session on it. One process
+per distinct (agent id, command, arguments, environment, cwd), started on first
+use, ``initialize``d once; its sessions are multiplexed by ``sessionId``.
+
+The process is the ``events`` sink of its ``AgentConnection``: each frame the
+agent sends is routed, in arrival order and without a task switch, to the
+mailbox of the session actor that owns it: ``session/update`` and the agent's
+requests by ``params.sessionId``, the answer to a ``session/prompt`` by its
+request id. A frame for no open session is answered here (a permission
+``cancelled``, anything else method-not-found) or dropped, so two chats never
+see each other's traffic and nothing is approved for a session nobody shows.
+
+When the process exits, every actor using it gets ``AgentGone``; the next start
+spawns a new one. A process nobody has used for ``idle`` seconds exits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from lmbridge import __version__
+from lmbridge.acp_client import AgentConnection, Incoming, Response
+from lmbridge.log import get_logger
+from lmbridge.wire import AgentSpec
+
+log = get_logger("pool")
+
+#: The ``outcome`` of a permission nobody can show (ACP ``RequestPermissionOutcome``).
+CANCELLED_OUTCOME = {"outcome": "cancelled"}
+#: Seconds an answer to a frame for no session may take to reach the agent.
+ORPHAN_WRITE_TIMEOUT = 10.0
+
+Sink = Any  # a session actor's mailbox (anyio MemoryObjectSendStream): ``send_nowait(item)``
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (agents' answers are not trusted)."""
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an agent offered in its ``initialize`` answer (ACP ``AgentCapabilities``),
+    read defensively: a wrong-typed field is read as not offered."""
+
+    images: bool = False  # promptCapabilities.image
+    embedded_context: bool = False  # promptCapabilities.embeddedContext
+    mcp_http: bool = False  # mcpCapabilities.http
+    load: bool = False  # loadSession: session/load
+    resume: bool = False  # sessionCapabilities.resume: session/resume
+    close: bool = False  # sessionCapabilities.close: session/close
+    auth_methods: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, init: dict[str, Any]) -> Capabilities:
+        caps = _object(init.get("agentCapabilities"))
+        prompt = _object(caps.get("promptCapabilities"))
+        sessions = _object(caps.get("sessionCapabilities"))
+        methods = init.get("authMethods")
+        return cls(
+            images=prompt.get("image") is True,
+            embedded_context=prompt.get("embeddedContext") is True,
+            mcp_http=_object(caps.get("mcpCapabilities")).get("http") is True,
+            load=caps.get("loadSession") is True,
+            resume=isinstance(sessions.get("resume"), dict),
+            close=isinstance(sessions.get("close"), dict),
+            auth_methods=tuple(m for m in methods if isinstance(m, dict)) if isinstance(methods, list) else (),
+        )
+
+
+@dataclass(frozen=True)
+class AgentGone:
+    """Mailbox message: the process behind ``conn`` has ended (``conn.describe_exit()`` says why)."""
+
+    conn: AgentConnection
+
+
+def process_key(spec: AgentSpec, cwd: str | None) -> tuple[Any, ...]:
+    """What makes two chats share a process: the same agent started the same way."""
+    return (spec.id, spec.command, tuple(spec.args), tuple(sorted(spec.env.items())), cwd)
+
+
+class AgentProcess:
+    """One running (or startable) agent process and the ACP sessions open on it."""
+
+    def __init__(self, pool: AgentPool, spec: AgentSpec, cwd: str | None) -> None:
+        self.pool = pool
+        self.spec = spec
+        self.cwd = cwd
+        self.conn: AgentConnection | None = None  # set once initialized
+        self._starting: AgentConnection | None = None  # spawned, initialize not answered yet
+        self.caps = Capabilities()
+        self.init: dict[str, Any] = {}  # the initialize answer
+        self.users: dict[object, Sink] = {}  # session actor → its mailbox
+        self.sessions: dict[str, Sink] = {}  # ACP sessionId → the mailbox of the actor that owns it
+        self.responses: dict[int, Sink] = {}  # session/prompt request id → the mailbox of the actor that sent it
+        self._lock = anyio.Lock()
+        self._idle: anyio.CancelScope | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.conn is not None and not self.conn.closed.is_set()
+
+    # -- used by session actors -------------------------------------------------
+
+    async def connect(self, user: object, mailbox: Sink, step: Callable[[str], None] = lambda _: None) -> AgentConnection:
+        """The running connection, after starting the process (spawn + ``initialize``) if
+        none runs. ``user`` is attached (it gets ``AgentGone``) until ``detach``.
+
+        ``step`` is told what is being waited on (for a start timeout's message).
+        Raises ``AgentExited`` (could not start, or exited while starting),
+        ``AgentError`` (``initialize`` refused), ``ValueError`` (not an ACP answer).
+        """
+        self.attach(user, mailbox)
+        async with self._lock:
+            if self.running:
+                assert self.conn is not None
+                return self.conn
+            step("the start of its process")
+            pool = self.pool
+            pool.started += 1
+            conn = await pool.launcher(
+                self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self,
+                session=f"p{pool.started}", recorder=pool.recorder,
+            )  # fmt: skip
+            self._starting = conn
+            assert pool.tg is not None
+            pool.tg.start_soon(self._serve, conn)
+            step("initialize")
+            try:
+                init = await conn.request(
+                    "initialize",
+                    {
+                        "protocolVersion": 1,
+                        "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
+                        "clientInfo": {"name": "lmbridge", "version": __version__},
+                    },
+                )
+                if not isinstance(init, dict):
+                    raise ValueError(f"initialize was answered with a JSON {type(init).__name__}, not an object: not an ACP agent?")
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await conn.close()
+                raise
+            finally:
+                self._starting = None
+            self.init, self.caps, self.conn = init, Capabilities.of(init), conn
+            return conn
+
+    def attach(self, user: object, mailbox: Sink) -> None:
+        self.users[user] = mailbox
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+    def open(self, session_id: str, mailbox: Sink) -> None:
+        """Route the frames of ACP session ``session_id`` to ``mailbox`` from now on."""
+        self.sessions[session_id] = mailbox
+
+    def expect(self, rid: int, mailbox: Sink) -> None:
+        """Route the answer to request ``rid`` (sent with ``send_request``) to ``mailbox``."""
+        self.responses[rid] = mailbox
+
+    def detach(self, user: object, session_ids: tuple[str, ...] = ()) -> None:
+        """``user`` no longer uses the process; its sessions' frames go nowhere from now
+        on. With no user left the process exits after the pool's ``idle`` seconds."""
+        mailbox = self.users.pop(user, None)
+        for sid in session_ids:
+            if self.sessions.get(sid) is mailbox:
+                del self.sessions[sid]
+        self.responses = {rid: box for rid, box in self.responses.items() if box is not mailbox}
+        if not self.users and self.running:
+            self._reap_later()
+
+    # -- the connection's events sink ---------------------------------------------
+
+    def send_nowait(self, item: Incoming | Response) -> None:
+        """Route one frame from the agent (called by its connection's reader)."""
+        if isinstance(item, Response):
+            box = self.responses.pop(item.id, None)
+            if box is not None:
+                box.send_nowait(item)
+            return
+        params = _object(item.params)
+        sid = params.get("sessionId")
+        box = self.sessions.get(sid) if isinstance(sid, str) else None
+        if box is not None:
+            box.send_nowait(item)
+            return
+        if item.id is None:
+            log.debug("agent notification for no open session dropped", agent=self.spec.id, method=item.method, sessionId=sid)
+            return
+        # A request nobody can show: answered here, and never approved.
+        if item.method == "session/request_permission":
+            self._answer(item.id, {"outcome": CANCELLED_OUTCOME})
+        else:
+            self._answer(item.id, error={"code": -32601, "message": f"method not found: {item.method}"})
+
+    def _answer(self, rid: int | str, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
+        conn, tg = self.conn or self._starting, self.pool.tg
+        if conn is None or tg is None:
+            return
+
+        async def write() -> None:
+            with anyio.move_on_after(ORPHAN_WRITE_TIMEOUT):
+                await conn.respond(rid, result, error=error)
+
+        tg.start_soon(write)
+
+    # -- lifetime -------------------------------------------------------------------
+
+    async def _serve(self, conn: AgentConnection) -> None:
+        try:
+            await conn.serve()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await conn.close()  # whatever it left running in its process group goes too
+            if self.conn is conn:
+                self.sessions.clear()
+                self.responses.clear()
+            gone = AgentGone(conn)
+            for box in list(self.users.values()):
+                try:
+                    box.send_nowait(gone)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    pass
+
+    def _reap_later(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        scope = self._idle = anyio.CancelScope()
+        conn = self.conn
+        idle = 0.0 if self.pool.closing else self.pool.idle
+
+        async def reap() -> None:
+            with scope:
+                await anyio.sleep(idle)
+                if not self.users and self.conn is conn and conn is not None:
+                    log.info("agent process idle: stopping it", agent=self.spec.id, idle_seconds=idle)
+                    await conn.close()
+
+        assert self.pool.tg is not None
+        self.pool.tg.start_soon(reap)
+
+
+class AgentPool:
+    """Every agent process of the daemon. ``run()`` it in a task group; ``idle``: seconds a
+    process with no session left lives on; ``launcher``: ``AgentConnection.spawn``'s
+    signature (replay passes its player's)."""
+
+    def __init__(self, idle: float = 1800.0, launcher: Any = None, recorder: Any = None) -> None:
+        self.idle = idle
+        self.launcher = launcher or AgentConnection.spawn
+        self.recorder = recorder
+        self.processes: dict[tuple[Any, ...], AgentProcess] = {}
+        self.started = 0  # processes started (names them in a recording: agent:p1, ...)
+        self.closing = False
+        self.tg: TaskGroup | None = None
+
+    def process(self, spec: AgentSpec, cwd: str | None) -> AgentProcess:
+        """The process chats of ``spec`` in ``cwd`` share (not started until ``connect``)."""
+        key = process_key(spec, cwd)
+        proc = self.processes.get(key)
+        if proc is None:
+            proc = self.processes[key] = AgentProcess(self, spec, cwd)
+        return proc
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            self.tg = tg
+            task_status.started()
+            await anyio.sleep(math.inf)
+
+    async def aclose(self, timeout: float = 5.0) -> None:
+        """Stop every process (their users are gone or going): bounded by ``timeout`` seconds."""
+        self.closing = True
+        with anyio.move_on_after(timeout, shield=True):
+            async with anyio.create_task_group() as tg:
+                for proc in self.processes.values():
+                    if proc.conn is not None:
+                        tg.start_soon(proc.conn.close)
+        if self.tg is not None:
+            self.tg.cancel_scope.cancel()

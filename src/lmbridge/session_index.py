@@ -1,0 +1,103 @@
+"""The persisted session index: which agent session each chat had (issue #11 §2).
+
+So that a new daemon (VS Code reloaded) continues the agent's own session
+rather than telling a fresh one the conversation. One JSON file,
+``$XDG_STATE_HOME/lmbridge/sessions.json`` (default
+``~/.local/state/lmbridge``)::
+
+    {"program": "lmbridge", "version": 1,
+     "sessions": [{"agent": "claude", "cwd": "/work", "saved": 1764000000.0,
+                   "model": "claude", "resume": "<ACP sessionId>",
+                   "items": [["u", []], ["a", "<text digest>", "<shown digest>", ["<callId>"]], ...],
+                   "last": "done", "pending": [], "unacked": true}, ...]}
+
+An entry is ``HistoryCore.export``'s data plus where the session ran: what the
+daemon emitted (digests and callIds, as the history core matches on), never
+user text or approval tokens. At most ``MAX_ENTRIES`` (the most recent),
+written atomically (a temporary file renamed over it) with mode 0600. A file
+that is corrupt, foreign or of another version is ignored with a warning and
+replaced at the next save.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from lmbridge.log import get_logger
+
+log = get_logger("index")
+
+PROGRAM = "lmbridge"
+VERSION = 1
+MAX_ENTRIES = 200  # sessions kept (the most recently saved)
+FILE = "sessions.json"
+
+
+def state_dir() -> Path:
+    """``$XDG_STATE_HOME/lmbridge``, default ``~/.local/state/lmbridge`` (XDG Base Directory)."""
+    base = os.environ.get("XDG_STATE_HOME") or ""
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state"
+    return root / "lmbridge"
+
+
+class SessionIndex:
+    """The index file in ``directory`` (``state_dir()`` by default)."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.path = (directory or state_dir()) / FILE
+
+    def load(self) -> list[dict[str, Any]]:
+        """The entries, newest last; ``[]`` for a missing, corrupt or foreign file (logged)."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            log.warning("session index unreadable: ignored", path=str(self.path), error=str(exc))
+            return []
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            log.warning("session index corrupt: ignored", path=str(self.path), error=str(exc)[:200])
+            return []
+        if not isinstance(data, dict) or data.get("program") != PROGRAM or data.get("version") != VERSION:
+            log.warning("session index of another program or version: ignored", path=str(self.path))
+            return []
+        sessions = data.get("sessions")
+        if not isinstance(sessions, list):
+            log.warning("session index without a session list: ignored", path=str(self.path))
+            return []
+        return [e for e in sessions if isinstance(e, dict)]
+
+    def save(self, entries: list[dict[str, Any]]) -> None:
+        """Replace the file with ``entries`` (the newest ``MAX_ENTRIES``), atomically, mode 0600.
+        Raises ``OSError`` when the directory cannot be written."""
+        entries = sorted(entries, key=lambda e: e.get("saved", 0))[-MAX_ENTRIES:]
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        data = json.dumps({"program": PROGRAM, "version": VERSION, "sessions": entries}, separators=(",", ":"))
+        fd, tmp = tempfile.mkstemp(prefix=".sessions-", dir=self.path.parent)  # mode 0600
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def clear(self) -> int:
+        """Remove every entry; returns how many there were."""
+        n = len(self.load())
+        self.path.unlink(missing_ok=True)
+        return n
+
+
+def entry(exported: dict[str, Any], agent: str, cwd: str | None) -> dict[str, Any]:
+    """An index entry: ``HistoryCore.export``'s data, the agent and cwd it ran with, and when."""
+    return {**exported, "agent": agent, "cwd": cwd, "saved": time.time()}

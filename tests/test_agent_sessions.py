@@ -1,0 +1,165 @@
+"""Issue #11 through the daemon with scripted agents: one process per agent, and a chat
+that keeps its agent session (the agent's own memory) wherever it cannot simply continue.
+
+Recovery order, per what the agent offers in ``initialize``: ``session/resume``
+(``sessionCapabilities.resume``), else ``session/load`` (``loadSession``; the history it
+replays is not shown), else a fresh session told the conversation. Each case below runs
+for the three combinations: the stale turn after a Stop, a daemon restart with the same
+state folder, an eviction, a crash of the shared process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from test_daemon import LIMIT, eventually, ok
+from test_lifecycle import CHAT, stop_while_streaming
+
+from lmbridge.client import assistant, text_of, user
+from lmbridge.transcript import CONTEXT_OPEN
+
+pytestmark = pytest.mark.anyio
+
+CAPS = {
+    "resume": {"agentCapabilities": {"sessionCapabilities": {"resume": {}, "close": {}}}},
+    "load": {"agentCapabilities": {"loadSession": True}},
+    "neither": {},
+}
+#: The ACP method each combination takes a session up with (None: a fresh session).
+TAKE_UP = {"resume": "session/resume", "load": "session/load", "neither": None}
+
+
+def taken_up(agent: Any) -> list[dict[str, Any]]:
+    return agent.frames("session/resume") + agent.frames("session/load")
+
+
+def assert_recovered(agent: Any, caps: str, prompt: dict[str, Any], old: str, new_text: str) -> None:
+    """``prompt`` went to the chat's own session, taken up as ``caps`` allows, and holds
+    only what that session has not seen; or, with neither offered, to a fresh session
+    told the conversation."""
+    method = TAKE_UP[caps]
+    if method is None:
+        assert not taken_up(agent)
+        assert len(agent.events("session_new")) == 2  # a fresh session for the rest of the chat
+        assert prompt["blocks"][0]["text"].startswith(CONTEXT_OPEN) and prompt["blocks"][-1]["text"] == new_text
+    else:
+        (frame,) = taken_up(agent)
+        assert frame["method"] == method and frame["params"]["sessionId"] == old
+        assert prompt["sessionId"] == old
+        assert [b["text"] for b in prompt["blocks"]] == [new_text]  # the agent remembers the rest
+
+
+@pytest.mark.parametrize("caps", list(CAPS))
+async def test_the_stale_turn_after_a_stop_keeps_the_agent_session(scripted: Any, shared: Any, caps: str) -> None:
+    agent = scripted({"initialize": CAPS[caps], "turns": [
+        [{"text": "Streaming..."}, {"sleep": 30}],
+        # claude-agent-acp after a cancel: the next prompt ends at once, empty (facts.md §5).
+        [{"stop": "end_turn"}],
+        [{"text": "Recovered answer."}],
+    ]})  # fmt: skip
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            first = await stop_while_streaming(c, agent)
+            second = await c.chat(agent.id, [user("one"), assistant(first.parts), user("two")])
+            ok(second)
+            assert text_of(second) == "Recovered answer."  # not REPLAYED-*: session/load's replay is not shown
+    prompts = agent.prompts()
+    assert len(prompts) == 3 and len(agent.pids()) == 1
+    assert_recovered(agent, caps, prompts[2], "s1", "two")
+    if caps == "resume":
+        (close,) = agent.frames("session/close")
+        assert close["params"] == {"sessionId": "s1"} and close["t"] < taken_up(agent)[0]["t"]
+
+
+@pytest.mark.parametrize("caps", list(CAPS))
+async def test_a_restarted_daemon_continues_the_agent_session(scripted: Any, daemon: Any, tmp_path: Path, caps: str) -> None:
+    """VS Code reloaded: a new daemon with the same state folder, a new agent process."""
+    agent = scripted({"initialize": CAPS[caps], "turns": [[{"text": "First answer."}]]})
+    secret = "my-private-question-text"
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(agent.id, [user(secret)])
+            ok(first)
+        index = tmp_path / "state" / "lmbridge" / "sessions.json"
+        if caps != "neither":
+            assert stat.S_IMODE(os.stat(index).st_mode) == 0o600
+            data = index.read_text()
+            assert secret not in data and "First answer" not in data  # digests and ids only
+            assert [e["resume"] for e in json.loads(data)["sessions"]] == ["s1"]
+        agent.write({"initialize": CAPS[caps], "turns": [[{"text": "Second answer."}]]})  # for the new process
+        async with daemon([agent]) as c:
+            second = await c.chat(agent.id, [user(secret), assistant(first.parts), user("and then?")])
+            ok(second)
+            assert text_of(second) == "Second answer."
+    assert len(agent.pids()) == 2
+    assert_recovered(agent, caps, agent.prompts()[-1], "s1", "and then?")
+
+
+@pytest.mark.parametrize("caps", ["resume", "neither"])
+async def test_an_evicted_chat_continues_the_agent_session(scripted: Any, daemon: Any, caps: str) -> None:
+    agent = scripted({"initialize": CAPS[caps], "default_turn": [{"text": "An answer."}]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], args=["--idle-timeout", "0.3"]) as c:
+            first = await c.chat(agent.id, [user("question one")])
+            ok(first)
+            if caps == "resume":
+                await eventually(lambda: agent.frames("session/close"), what="the evicted session closed")
+            else:
+                await anyio.sleep(1.0)
+            second = await c.chat(agent.id, [user("question one"), assistant(first.parts), user("question two")])
+            ok(second)
+    assert_recovered(agent, caps, agent.prompts()[-1], "s1", "question two")
+
+
+async def test_a_crash_of_the_shared_process_recovers_every_chat(scripted: Any, daemon: Any) -> None:
+    """Two chats on one process; it crashes in one chat's turn: that request gets an error
+    naming the agent; the next request of each chat restarts it and resumes its session."""
+    agent = scripted({"initialize": CAPS["resume"], "turns": [
+        [{"text": "Answer A."}], [{"text": "Answer B."}],
+        [{"text": "Working..."}, {"stderr": "fatal: out of cheese"}, {"crash": 3}],
+    ]})  # fmt: skip
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            a = [user("chat A")]
+            b = [user("chat B")]
+            first_a = await c.chat(agent.id, a)
+            first_b = await c.chat(agent.id, b)
+            a += [assistant(first_a.parts), user("A crashes now")]
+            b += [assistant(first_b.parts)]
+            crashed = await c.chat(agent.id, a)
+            assert crashed.error is not None
+            assert agent.id in crashed.error.message and "out of cheese" in crashed.error.message
+            agent.write({"initialize": CAPS["resume"], "default_turn": [{"text": "After the restart."}]})
+            for history, new in ((a, "A again"), (b, "B again")):
+                again = await c.chat(agent.id, [*history, user(new)])
+                ok(again)
+                assert text_of(again) == "After the restart."
+    assert len(agent.pids()) == 2  # the crashed process and the one that replaced it
+    resumed = {f["params"]["sessionId"] for f in agent.frames("session/resume")}
+    assert resumed == {"s1", "s2"}
+    after = [p for p in agent.prompts() if p["pid"] == agent.pids()[1]]
+    assert {p["sessionId"]: p["blocks"][-1]["text"] for p in after} == {"s1": "A again", "s2": "B again"}
+
+
+async def test_a_cancel_in_one_chat_leaves_the_other_streaming(scripted: Any, shared: Any) -> None:
+    agent = scripted({"turns_per_session": True, "turns": [[{"text": "Part one. "}, {"sleep": 0.6}, {"text": "Part two."}]]})
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            a = await c.start(CHAT, {"modelId": agent.id, "messages": [user("chat A")], "options": {}})
+            b = await c.start(CHAT, {"modelId": agent.id, "messages": [user("chat B")], "options": {}})
+            await eventually(lambda: a.parts and b.parts, what="both chats streaming")
+            await c.cancel(a)
+            with anyio.fail_after(5):
+                await b.done.wait()
+    assert a.result == {"stopReason": "cancelled"}
+    ok(b)
+    assert text_of(b) == "Part one. Part two."
+    (cancel,) = agent.frames("session/cancel")
+    a_session = next(p["sessionId"] for p in agent.prompts() if p["text"] == "chat A")
+    assert cancel["params"] == {"sessionId": a_session} and len(agent.pids()) == 1
