@@ -65,6 +65,12 @@ record-sessions: $(STAMP) $(AGENT_STAMP)
 bench: $(STAMP)
 	$(PY) -m bench
 
+# New chats and the agents' memory, lmbridge against a direct ACP client (issue #11): both with
+# claude-agent-acp and the fake model server; figures in .bench/sessions.json.
+.PHONY: bench-sessions
+bench-sessions: $(STAMP) $(AGENT_STAMP)
+	$(PY) -m bench.sessions
+
 # The soak run of issue #14 (docs/reliability.md): 1,000,000 generated stdin frames, 100,000
 # hostile agent frames, 1,000 new chats under the process cap; figures in .fuzz/results.json.
 .PHONY: fuzz

@@ -163,3 +163,43 @@ async def test_a_cancel_in_one_chat_leaves_the_other_streaming(scripted: Any, sh
     (cancel,) = agent.frames("session/cancel")
     a_session = next(p["sessionId"] for p in agent.prompts() if p["text"] == "chat A")
     assert cancel["params"] == {"sessionId": a_session} and len(agent.pids()) == 1
+
+
+@pytest.mark.parametrize("prewarm", [True, False])
+async def test_the_agent_used_last_starts_right_after_initialize(scripted: Any, daemon: Any, prewarm: bool) -> None:
+    """Pre-warming (issue #11 §1): a new daemon starts the agents used last (remembered in
+    the state folder) before any chat; ``LMBRIDGE_PREWARM=0`` (the shim's ``lmbridge.prewarm``) turns it off."""
+    agent = scripted({})
+    env = {} if prewarm else {"LMBRIDGE_PREWARM": "0"}
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], env=env) as c:
+            ok(await c.chat(agent.id, [user("hello")]))
+        async with daemon([agent], env=env):
+            if prewarm:
+                await eventually(lambda: len(agent.pids()) == 2 and agent.frames("initialize")[1:], what="the agent pre-warmed")
+            else:
+                await anyio.sleep(1.0)
+                assert len(agent.pids()) == 1
+    assert len(agent.events("session_new")) == 1  # pre-warming opens no session (no spare asked)
+
+
+async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, daemon: Any) -> None:
+    """``--spare-session``: after a chat opens its session, one more is opened ahead, with its
+    own tools endpoint; the next new chat takes it (no session/new while it waits), and
+    its VS Code tools appear on that endpoint."""
+    agent = scripted({"turns": [[{"text": "first"}], [{"mcp_connect": {}}, {"mcp_list": True}, {"text": "listed"}]]})
+    tools = {"tools": [{"name": "search_workspace", "description": "Search", "inputSchema": {"type": "object"}}], "toolMode": "auto"}
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], args=["--spare-session"]) as c:
+            ok(await c.chat(agent.id, [user("first chat")]))
+            await eventually(lambda: len(agent.events("session_new")) == 2, what="the spare session")
+            spare = agent.events("session_new")[1]
+            assert spare["mcpServers"] and spare["mcpServers"][0]["name"]
+            second = await c.chat(agent.id, [user("second chat")], options=tools)
+            ok(second)
+            assert text_of(second) == "listed"
+    prompts = agent.prompts()
+    assert prompts[1]["sessionId"] == spare["sessionId"]
+    new_before_prompt = [e for e in agent.events("session_new") if e["t"] < agent.frames("session/prompt")[1]["t"]]
+    assert len(new_before_prompt) == 2  # nothing opened for the second chat while it waited
+    assert [e["names"] for e in agent.events("mcp_tools")][-1] == ["search_workspace"]

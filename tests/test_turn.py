@@ -21,6 +21,8 @@ from lmbridge.turn import (
     AgentExited,
     CancelJob,
     Close,
+    Detach,
+    Died,
     Emit,
     Fail,
     Finish,
@@ -246,6 +248,7 @@ WALK: list[tuple[str, Callable[[Driver], Any], State]] = [
     ("draining", lambda d: PromptEnded(d.prompt().seq - 1, "end_turn"), State.DRAINING),
     ("draining_with_job", _prompt_end("cancelled"), State.STREAMING),
     ("idle", _prompt_end(), State.IDLE),
+    ("held", lambda d: AgentExited("gone"), State.CLOSED),  # a held answer dies with it
     ("starting", lambda d: PromptEnded(5, "end_turn"), State.STARTING),
     ("streaming", lambda d: TimerFired(Timer.GATHER, 0), State.STREAMING),  # nothing pending: nothing to end
     ("awaiting", _timer(Timer.GATHER), State.AWAITING),
@@ -262,7 +265,7 @@ for name in ("idle", "starting", "streaming", "awaiting", "draining"):
         (name, lambda d: chunk("x"), State[name.upper()]),
         (name, lambda d: ask(50), State[name.upper()]),
         (name, lambda d: ToolInvoked("m1", "vscode_tool", {}), State[name.upper()]),
-        (name, lambda d: AgentExited("gone"), State.CLOSED),
+        (name, lambda d: AgentExited("gone"), State.IDLE if name == "idle" else State.CLOSED),
         (name, lambda d: Close("bye"), State.CLOSED),
     ]
 CLOSED_EVENTS = (
@@ -433,6 +436,19 @@ def test_a_request_that_stops_the_turn_another_still_streams_ends_that_response(
     assert of(fx, Finish) == [Finish(1, "cancelled", Last.CANCELLED)] and of(fx, SendCancel)
     d(PromptEnded(d.prompt().seq, "cancelled"))
     assert d.state is State.IDLE and d.m.job is None
+
+
+@pytest.mark.parametrize("lost", [False, True], ids=["resumed", "fresh"])
+def test_an_agent_gone_between_turns_is_started_again_by_the_next_job(lost: bool) -> None:
+    """Issue #11: a crash of the shared process while a chat sat idle fails nothing; its
+    next request starts the agent again (the actor takes its ACP session up again)."""
+    d = idle()
+    fx = d(AgentExited("agent 'a' exited with code -9"))
+    assert d.state is State.IDLE and of(fx, Detach) and not of(fx, Fail) and not of(fx, Died)
+    fx = d(job(2))
+    assert d.state is State.STARTING and of(fx, StartAgent)
+    fx = d(Ready(lost=lost))
+    assert of(fx, Prompt)[0].whole is lost  # a fresh session is told the conversation
 
 
 def test_claude_quirk_empty_end_turn_after_a_cancel_recovers_once() -> None:

@@ -209,6 +209,12 @@ class AgentConnection:
             self.closed.set()
             log.info("agent ended", agent=self.name, reason=self.exit_reason)
 
+    @property
+    def alive(self) -> bool:
+        """Not ended: ``serve()`` still runs and the process has not exited (its exit is
+        known as soon as it is reaped, before ``serve()`` has read its last words)."""
+        return not self.closed.is_set() and self.process.returncode is None
+
     def describe_exit(self) -> str:
         """A readable reason the agent is gone, with the tail of its stderr."""
         tail = "\n".join(self.stderr_tail)

@@ -15,6 +15,10 @@ see each other's traffic and nothing is approved for a session nobody shows.
 
 When the process exits, every actor using it gets ``AgentGone``; the next start
 spawns a new one. A process nobody has used for ``idle`` seconds exits.
+
+With ``spares`` on, each running process keeps one spare ACP session ready (opened
+with its own VS Code tools endpoint, which lists no tools until a chat adopts it), so a
+new chat does not wait for ``session/new``; the chat that takes it asks for the next.
 """
 
 from __future__ import annotations
@@ -78,6 +82,16 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class Spare:
+    """An ACP session opened ahead for the next new chat, with its MCP endpoint (``mcp_bridge.ToolBridge``)."""
+
+    session_id: str
+    bridge: Any
+    mcp_servers: list[dict[str, Any]]
+    host: Any  # the mcp_bridge.McpHost the bridge is registered with
+
+
+@dataclass(frozen=True)
 class AgentGone:
     """Mailbox message: the process behind ``conn`` has ended (``conn.describe_exit()`` says why)."""
 
@@ -105,10 +119,12 @@ class AgentProcess:
         self.responses: dict[int, Sink] = {}  # session/prompt request id → the mailbox of the actor that sent it
         self._lock = anyio.Lock()
         self._idle: anyio.CancelScope | None = None
+        self.spare: Spare | None = None
+        self._preparing = False
 
     @property
     def running(self) -> bool:
-        return self.conn is not None and not self.conn.closed.is_set()
+        return self.conn is not None and self.conn.alive
 
     # -- used by session actors -------------------------------------------------
 
@@ -181,6 +197,56 @@ class AgentProcess:
         if not self.users and self.running:
             self._reap_later()
 
+    # -- the spare session ------------------------------------------------------------
+
+    def take_spare(self) -> Spare | None:
+        """The spare session, if one is ready (the next is prepared at once)."""
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            self.want_spare()
+        return spare
+
+    def want_spare(self) -> None:
+        """Prepare a spare session in the background, if spares are on and none is ready."""
+        if self.pool.spares and self.running and self.spare is None and not self._preparing and self.pool.tg is not None:
+            self._preparing = True
+            self.pool.tg.start_soon(self._prepare_spare)
+
+    async def _prepare_spare(self) -> None:
+        from lmbridge.mcp_bridge import ToolBridge, error_result
+
+        async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
+            call.resolve(error_result("no chat is using this session yet"))
+
+        conn, host, bridge = self.conn, None, None
+        try:
+            assert conn is not None and self.pool.mcp_host is not None
+            host = await self.pool.mcp_host()
+            self.pool.spares_made += 1
+            bridge = ToolBridge(f"spare{self.pool.spares_made}", unclaimed, self.pool.recorder)
+            await host.add(bridge)
+            servers = [host.server_config(bridge, self.caps.mcp_http)]
+            with anyio.fail_after(self.pool.start_timeout):
+                result = await conn.request("session/new", {"cwd": self.cwd or "/", "mcpServers": servers})
+            sid = _object(result).get("sessionId")
+            if not isinstance(sid, str) or not sid:
+                raise ValueError("session/new was answered without a sessionId")
+            if conn is not self.conn or not self.running:
+                raise ValueError("the agent process ended")
+            self.spare, bridge = Spare(sid, bridge, servers, host), None
+            log.info("spare session ready", agent=self.spec.id, acp_session=sid)
+        except Exception as exc:
+            log.info("no spare session", agent=self.spec.id, error=str(exc) or type(exc).__name__)
+        finally:
+            self._preparing = False
+            if bridge is not None and host is not None:
+                host.remove(bridge.session_id)
+
+    def _drop_spare(self) -> None:
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            spare.host.remove(spare.bridge.session_id)
+
     # -- the connection's events sink ---------------------------------------------
 
     def send_nowait(self, item: Incoming | Response) -> None:
@@ -227,6 +293,7 @@ class AgentProcess:
             if self.conn is conn:
                 self.sessions.clear()
                 self.responses.clear()
+                self._drop_spare()
             gone = AgentGone(conn)
             for box in list(self.users.values()):
                 try:
@@ -257,10 +324,16 @@ class AgentPool:
     process with no session left lives on; ``launcher``: ``AgentConnection.spawn``'s
     signature (replay passes its player's)."""
 
-    def __init__(self, idle: float = 1800.0, launcher: Any = None, recorder: Any = None) -> None:
+    def __init__(
+        self, idle: float = 1800.0, launcher: Any = None, recorder: Any = None, *, spares: bool = False, mcp_host: Any = None
+    ) -> None:
         self.idle = idle
         self.launcher = launcher or AgentConnection.spawn
         self.recorder = recorder
+        self.spares = spares  # keep a spare ACP session per running process
+        self.mcp_host = mcp_host  # async () -> mcp_bridge.McpHost (the spare sessions' tools endpoints)
+        self.spares_made = 0
+        self.start_timeout = 60.0  # seconds a spare's session/new may take
         self.processes: dict[tuple[Any, ...], AgentProcess] = {}
         self.started = 0  # processes started (names them in a recording: agent:p1, ...)
         self.closing = False
@@ -283,6 +356,8 @@ class AgentPool:
     async def aclose(self, timeout: float = 5.0) -> None:
         """Stop every process (their users are gone or going): bounded by ``timeout`` seconds."""
         self.closing = True
+        for proc in self.processes.values():
+            proc._drop_spare()
         with anyio.move_on_after(timeout, shield=True):
             async with anyio.create_task_group() as tg:
                 for proc in self.processes.values():

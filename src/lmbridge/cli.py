@@ -48,6 +48,15 @@ def _parser() -> argparse.ArgumentParser:
         help="where the session index lives (default $XDG_STATE_HOME/lmbridge, else ~/.local/state/lmbridge)",
     )  # fmt: skip
     serve.add_argument("--no-state", action="store_true", help="persist nothing: chats continue in a fresh agent session after a restart")
+    serve.add_argument(
+        "--no-prewarm", action="store_true",
+        help="do not start the agents used last right after initialize (default: $LMBRIDGE_PREWARM, else on)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--spare-session", action="store_true",
+        help="keep one ACP session ready per running agent, so a new chat does not wait for session/new "
+        "(default: $LMBRIDGE_SPARE_SESSION, else off)",
+    )  # fmt: skip
     serve.add_argument("--log-level", default=None, choices=LOG_LEVELS, help="default: $LMBRIDGE_LOG_LEVEL, else info")
     serve.add_argument("--log-json", action="store_true", help="log JSON lines on stderr")
     serve.add_argument(
@@ -123,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def _flag(name: str, default: bool) -> bool:
+    """An on/off environment variable: "1"/"true"/"yes"/"on" or "0"/"false"/"no"/"off"."""
+    value = os.environ.get(name, "").strip().lower()
+    return True if value in ("1", "true", "yes", "on") else False if value in ("0", "false", "no", "off") else default
+
+
 def _serve(args: argparse.Namespace) -> int:
     import anyio
 
@@ -158,6 +173,9 @@ def _serve(args: argparse.Namespace) -> int:
         from lmbridge.session_index import SessionIndex
 
         config.index = SessionIndex(args.state_dir)
+    # A recording replays without pre-warming or spare sessions (they start on their own).
+    config.prewarm = not args.no_prewarm and _flag("LMBRIDGE_PREWARM", True) and args.record is None
+    config.spare_session = (args.spare_session or _flag("LMBRIDGE_SPARE_SESSION", False)) and args.record is None
     if args.record is not None:
         from lmbridge.record import Recorder
 

@@ -78,14 +78,21 @@ class HistoryActor:
     permissions answered ``cancelled``)."""
 
     def __init__(
-        self, idle_timeout: float = 1800.0, launcher: Any = None, recorder: Any = None, max_processes: int = 4, index: Any = None
+        self,
+        idle_timeout: float = 1800.0,
+        launcher: Any = None,
+        recorder: Any = None,
+        max_processes: int = 4,
+        index: Any = None,
+        spares: bool = False,
     ) -> None:
         self.core = HistoryCore()
         self.index = index  # session_index.SessionIndex, or None: nothing persisted
         self.cwds: dict[str, str | None] = {}  # session id → the cwd its agent session runs in
         self._dirty = False  # the index is behind the core
         # One process per agent, shared by its chats (issue #11); it exits once idle.
-        self.pool = AgentPool(idle_timeout, launcher=launcher, recorder=recorder)
+        self.pool = AgentPool(idle_timeout, launcher=launcher, recorder=recorder, spares=spares, mcp_host=self._mcp_host)
+        self.recent: list[str] = []  # agents used last, most recent first (pre-warmed at start-up)
         self.max_processes = max_processes  # live ACP sessions per agent (claude runs a process for each)
         self.recorder = recorder  # record.Recorder, with --record
         self.actors: dict[str, SessionActor] = {}
@@ -147,6 +154,27 @@ class HistoryActor:
     async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[Pending]) -> None:
         await self._send.send(_Ended(session_id, fingerprint, last, pending))
 
+    def prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
+        """Start ``spec``'s agent process now (spawn + ``initialize``, and a spare session
+        where those are on), so the first chat does not wait for it (issue #11 §1)."""
+        assert self._tg is not None
+        self._tg.start_soon(self._prewarm, spec, cwd)
+
+    async def _prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
+        from lmbridge.session_actor import START_TIMEOUT
+
+        proc, me = self.pool.process(spec, cwd), object()
+        sink = anyio.create_memory_object_stream[Any](math.inf)[0]  # AgentGone, if it dies: nobody to tell
+        try:
+            with anyio.fail_after(START_TIMEOUT):
+                await proc.connect(me, sink)
+            log.info("agent pre-warmed", agent=spec.id)
+            proc.want_spare()
+        except Exception as exc:  # the first chat will say what is wrong, with the agent's name
+            log.warning("pre-warming failed", agent=spec.id, error=str(exc) or type(exc).__name__)
+        finally:
+            proc.detach(me)
+
     def _opened(self, session_id: str, acp_session: str, resumable: bool) -> None:
         self._send.send_nowait(_Opened(session_id, acp_session, resumable))
 
@@ -157,6 +185,7 @@ class HistoryActor:
         from lmbridge.history import HistoryError
 
         entries = await anyio.to_thread.run_sync(self.index.load)
+        self.recent = await anyio.to_thread.run_sync(self.index.recent)
         now, restored = time.monotonic(), 0
         for entry in entries:
             try:
@@ -186,6 +215,7 @@ class HistoryActor:
         self._dirty = False
         try:
             await anyio.to_thread.run_sync(self.index.save, self._entries())
+            await anyio.to_thread.run_sync(self.index.save_recent, self.recent)
         except OSError as exc:
             log.warning("session index not saved", path=str(self.index.path), error=str(exc))
 
@@ -257,6 +287,9 @@ class HistoryActor:
             )
             self.cwds[turn.session_id] = msg.cwd
             self.actors[turn.session_id] = actor
+            if self.recent[:1] != [msg.spec.id]:
+                self.recent = [msg.spec.id, *(a for a in self.recent if a != msg.spec.id)][:3]
+                self._dirty = True
             assert self._tg is not None
             self._tg.start_soon(actor.run)
         return actor

@@ -129,6 +129,8 @@ class Config:
     launcher: Any = None
     max_processes: int = 4  # live ACP sessions per agent (--max-agent-processes)
     index: Any = None  # session_index.SessionIndex (lmbridge serve: the state folder's); None: nothing persisted
+    prewarm: bool = False  # start the agents used last after initialize (needs ``index``)
+    spare_session: bool = False  # keep a spare ACP session per running agent process
 
 
 class Server:
@@ -319,6 +321,8 @@ class Server:
             # The first frame the shim sends, answered before jsonrpcserver is loaded.
             self.send({"jsonrpc": "2.0", **self._initialize(request.get("params", {})), "id": rid})
             asyncio.get_running_loop().call_soon(_warm_up)  # after the answer is written
+            if self.config.prewarm and self.config.index is not None and self._tg is not None:
+                self._tg.start_soon(self._prewarm)
             return
         ctx = _Context(rid)
         if rid is not None and "id" in request:
@@ -442,6 +446,15 @@ class Server:
             return Error(AGENT_FAILED, job.error)
         return Success({"stopReason": job.stop_reason})
 
+    async def _prewarm(self) -> None:
+        """The agents used last (the index's), started ahead of the first chat."""
+        history = await self._history()
+        cwd = self.workspace[0] if self.workspace else os.getcwd()
+        for agent_id in history.recent:
+            spec = self.agents.get(agent_id)
+            if spec is not None and not self.shutting_down:
+                history.prewarm(spec, cwd)
+
     async def _history(self) -> HistoryActor:
         async with self._history_lock:
             if self.history is None:
@@ -457,6 +470,7 @@ class Server:
                     recorder=self.recorder,
                     max_processes=self.config.max_processes,
                     index=self.config.index,
+                    spares=self.config.spare_session,
                 )
                 assert self._tg is not None
                 await self._tg.start(self.history.run)

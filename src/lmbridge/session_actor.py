@@ -294,6 +294,8 @@ class SessionActor:
             else:
                 event = turn.PromptEnded(seq, stop_reason=_object(msg.result).get("stopReason"))
         elif isinstance(msg, Job):
+            if self.conn is not None and not self.conn.alive:
+                await self._handle(AgentGone(self.conn))  # it died just before this job came: that first
             self.jobs[msg.id] = msg
             if self.bridge is not None:
                 await self.bridge.set_tools(self._offered(msg))
@@ -385,6 +387,9 @@ class SessionActor:
                     scope.cancel()
             elif isinstance(fx, turn.Died):
                 await self.hooks.died(self.id)
+            elif isinstance(fx, turn.Detach):
+                # The next StartAgent restarts the process and takes this session up again.
+                self.resume, self.acp_session, self.conn = self.acp_session, None, None
             elif isinstance(fx, turn.Shutdown):
                 self._stop = True
             elif isinstance(fx, turn.Log):
@@ -496,6 +501,17 @@ class SessionActor:
         for finished in self.after:
             await finished.wait()
         self.conn = await self.process.connect(self, self._send, self._set_step)
+        spare = self.process.take_spare() if self.resume is None else None
+        if spare is not None:
+            # Opened ahead (agent_pool.Spare): this chat's from now on, its tools endpoint too.
+            self.bridge, self.mcp_servers = spare.bridge, spare.mcp_servers
+            self.bridge.on_call = self._on_mcp_call
+            await self.bridge.set_tools(self._offered(job))
+            self.process.open(spare.session_id, self._send)
+            self._opened = (spare.session_id, False)
+            self.hooks.opened(self.id, spare.session_id, self.process.caps.resume or self.process.caps.load)
+            log.info("acp session", session=self.id, agent=self.spec.id, acp_session=spare.session_id, how="spare")
+            return
         await self._start_bridge(job, http=self.process.caps.mcp_http)
         if self.resume is not None:
             await self._take_up(self.resume)
@@ -518,6 +534,7 @@ class SessionActor:
         self._opened = (session, lost)
         self.hooks.opened(self.id, session, self.process.caps.resume or self.process.caps.load)
         log.info("acp session", session=self.id, agent=self.spec.id, acp_session=session, how="new")
+        self.process.want_spare()  # the next new chat need not wait for session/new
 
     async def _take_up(self, previous: str) -> None:
         """Continue ACP session ``previous`` with the agent's own memory of it (issue #11 §2):

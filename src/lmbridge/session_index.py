@@ -36,6 +36,8 @@ PROGRAM = "lmbridge"
 VERSION = 1
 MAX_ENTRIES = 200  # sessions kept (the most recently saved)
 FILE = "sessions.json"
+RECENT_FILE = "agents.json"  # {"program", "version", "recent": [agent ids, most recent first]}
+MAX_RECENT = 3  # agents pre-warmed at start-up
 
 
 def state_dir() -> Path:
@@ -78,18 +80,40 @@ class SessionIndex:
         """Replace the file with ``entries`` (the newest ``MAX_ENTRIES``), atomically, mode 0600.
         Raises ``OSError`` when the directory cannot be written."""
         entries = sorted(entries, key=lambda e: e.get("saved", 0))[-MAX_ENTRIES:]
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        data = json.dumps({"program": PROGRAM, "version": VERSION, "sessions": entries}, separators=(",", ":"))
-        fd, tmp = tempfile.mkstemp(prefix=".sessions-", dir=self.path.parent)  # mode 0600
+        self._write(self.path, {"program": PROGRAM, "version": VERSION, "sessions": entries})
+
+    @staticmethod
+    def _write(path: Path, value: Any) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        data = json.dumps(value, separators=(",", ":"))
+        fd, tmp = tempfile.mkstemp(prefix=".lmbridge-", dir=path.parent)  # mode 0600
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+    def recent(self) -> list[str]:
+        """The agents used last, most recent first (``[]`` when unknown or unreadable)."""
+        try:
+            data = json.loads((self.path.parent / RECENT_FILE).read_bytes())
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            log.warning("recent agents unreadable: ignored", error=str(exc)[:200])
+            return []
+        if not isinstance(data, dict) or data.get("program") != PROGRAM or data.get("version") != VERSION:
+            return []
+        recent = data.get("recent")
+        return [a for a in recent if isinstance(a, str)][:MAX_RECENT] if isinstance(recent, list) else []
+
+    def save_recent(self, agents: list[str]) -> None:
+        """Remember the agents used last (at most ``MAX_RECENT``), as ``save`` writes. Raises ``OSError``."""
+        self._write(self.path.parent / RECENT_FILE, {"program": PROGRAM, "version": VERSION, "recent": agents[:MAX_RECENT]})
 
     def clear(self) -> int:
         """Remove every entry; returns how many there were."""

@@ -292,6 +292,13 @@ class Died:
 
 
 @dataclass(frozen=True)
+class Detach:
+    """The agent went away between turns (nothing was streaming or waiting): the session
+    lives on, and the next job starts the agent again and takes its ACP session up
+    (issue #11: a crash of a shared process recovers every chat)."""
+
+
+@dataclass(frozen=True)
 class Shutdown:
     """Stop the agent (after the answers above were sent)."""
 
@@ -304,7 +311,8 @@ class Log:
 
 
 Effect = (
-    Emit | Finish | Fail | Respond | ResolveTool | SendCancel | StartAgent | NewSession | Prompt | StartTimer | StopTimer | Died | Shutdown | Log
+    Emit | Finish | Fail | Respond | ResolveTool | SendCancel | StartAgent | NewSession | Prompt | StartTimer | StopTimer | Died | Detach | Shutdown
+    | Log
 )
 
 
@@ -347,6 +355,8 @@ TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
     # The agent's traffic never changes the state.
     **{(s, e): frozenset({s}) for s in _ANY_LIVE for e in (Update, PermissionAsked, ToolInvoked)},
     **{(s, e): frozenset({_S.CLOSED}) for s in _ANY_LIVE for e in (AgentExited, Close)},
+    # ... but an agent gone between turns is started again by the next job.
+    (_S.IDLE, AgentExited): frozenset({_S.CLOSED, _S.IDLE}),
     **{(_S.CLOSED, e): frozenset({_S.CLOSED}) for e in _EVENT_TYPES},
 }
 
@@ -775,6 +785,16 @@ class TurnMachine:
 
     def _on_agent_exited(self, ev: AgentExited) -> None:
         if self.state is State.CLOSED:
+            return
+        idle = self.job is None and not self.waiting and not self.prompt_open and self.held is None and not self.buffer
+        if self.state is State.IDLE and idle and self.started:
+            # Nothing was streaming, nothing waits on it: no request fails; the next starts it again.
+            for call_id in list(self.calls):
+                self._answer(call_id, Answer.CANCELLED, None)
+            self.started, self.held, self.after_cancel = False, None, False
+            self.buffer, self.buffered, self.left_out = [], 0, 0
+            self._fx.append(Log("warning", "agent gone between turns: the next request starts it again", {"agent": self.agent, "reason": ev.reason}))
+            self._fx.append(Detach())
             return
         self.calls = {c: call for c, call in self.calls.items() if call.tool}  # permissions: nobody to answer
         self._die(ev.reason)

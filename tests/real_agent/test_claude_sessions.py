@@ -169,7 +169,9 @@ async def test_a_crash_of_the_shared_process_recovers_every_chat(tmp_path: Path)
                 other = await client.chat("claude", [user("a second chat")], timeout=TIMEOUT)
                 (pid,) = agent_processes(client)
                 os.killpg(pid, signal.SIGKILL)  # the agent and its Claude Code children
-                while pid in agent_processes(client):
+                # As a user would, the next message comes once the daemon has seen the crash
+                # (a request sent in the few ms before it reaps the process fails with the crash).
+                while "agent ended" not in log_of(tmp_path):
                     await anyio.sleep(0.1)
                 call = await client.chat("claude", [*history, user("Still there?")], timeout=TIMEOUT)
                 assert call.error is None and "Recovered." in text_of(call), call.error

@@ -117,6 +117,11 @@ export function parseAgents(raw: unknown): { agents: AgentSpec[]; problems: stri
 				agent.tools = { ...(allow ? { allow } : {}), ...(deny ? { deny } : {}) };
 			}
 		}
+		if (typeof e.mode === 'string' && e.mode.trim()) {
+			agent.mode = e.mode.trim();
+		} else if (e.mode !== undefined) {
+			problems.push(`lmbridge.agents[${index}].mode must be a string, one of the agent's modes (ignored)`);
+		}
 		agents.push(agent);
 	});
 	return { agents, problems };

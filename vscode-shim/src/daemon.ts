@@ -83,6 +83,8 @@ export interface DaemonClientOptions {
 	stop?: Partial<StopPolicy>;
 	initializeTimeoutMs?: number;
 	now?(): number;
+	/** The daemon sent `lm/modelsChanged`: VS Code should ask for the models again. */
+	onModelsChanged?(): void;
 }
 
 export interface RequestOptions {
@@ -470,6 +472,10 @@ export class DaemonClient {
 	}
 
 	private onNotification(method: string, params: unknown): void {
+		if (method === Method.modelsChanged) {
+			this.options.onModelsChanged?.();
+			return;
+		}
 		if (method !== Method.responsePart) {
 			this.log.debug(`daemon notification ignored: ${method}`);
 			return;

@@ -61,14 +61,16 @@ export function activate(context: vscode.ExtensionContext, overrides: Partial<Da
 	};
 	reportAgentProblems(settings());
 
+	let provider!: LmBridgeProvider; // set below; the daemon only notifies once it runs
 	const daemon = new DaemonClient({
 		launch: () => launchSpec(settings(), daemonCwd()),
 		initializeParams: () => initializeParams(version),
 		log,
+		onModelsChanged: () => provider.modelsChanged(),
 		...overrides,
 	});
 	active = daemon;
-	const provider = new LmBridgeProvider(daemon, log, () => settings());
+	provider = new LmBridgeProvider(daemon, log, () => settings());
 	const tool = new AgentActionTool();
 
 	context.subscriptions.push(

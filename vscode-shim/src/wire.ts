@@ -27,6 +27,8 @@ export const Method = {
 	shutdown: 'shutdown',
 	/** Notification daemon → shim while a chat response runs. */
 	responsePart: 'lm/responsePart',
+	/** Notification daemon → shim: the models changed (an agent's own models were learnt). */
+	modelsChanged: 'lm/modelsChanged',
 	/** Notification shim → daemon. */
 	cancelRequest: '$/cancelRequest',
 } as const;
@@ -66,6 +68,8 @@ export interface AgentSpec {
 	env?: Record<string, string>;
 	/** Which VS Code tools the agent is offered, as glob patterns on their names (docs/tools.md). */
 	tools?: { allow?: string[]; deny?: string[] };
+	/** The agent's mode (its `configOptions` option of category `mode`, e.g. claude's `acceptEdits`), set on each session. */
+	mode?: string;
 }
 
 export interface ModelInfo {

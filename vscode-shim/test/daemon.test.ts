@@ -36,6 +36,13 @@ describe('DaemonClient: start', () => {
 		assert.ok(typeof init.id === 'number' && typeof info.id === 'number' && info.id > init.id, 'numeric ids, increasing');
 	});
 
+	test('lm/modelsChanged reaches onModelsChanged; other notifications are ignored', async () => {
+		let changed = 0;
+		const { client } = track(fakeClient({ onModelsChanged: () => { changed += 1; } }));
+		await client.request('lm/provideLanguageModelChatResponse', chat('script:[{"notify":"lm/modelsChanged"},{"notify":"lm/somethingElse"}]'));
+		assert.equal(changed, 1);
+	});
+
 	test('one process serves concurrent and later requests', async () => {
 		const { client, frames } = track(fakeClient());
 		const [a, b] = await Promise.all([

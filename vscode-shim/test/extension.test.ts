@@ -75,6 +75,9 @@ describe('parseAgents', () => {
 			[{ id: 'a', command: 'x', tools: { allow: ['search_*'], deny: ['copilot_*'] } }], []],
 		['bad tools filters ignored', [{ id: 'a', command: 'x', tools: { allow: 'search_*' } }], [{ id: 'a', command: 'x' }],
 			['lmbridge.agents[0].tools: allow and deny must be arrays of glob patterns (ignored)']],
+		['a mode reaches the daemon', [{ id: 'claude', command: 'x', mode: ' acceptEdits ' }], [{ id: 'claude', command: 'x', mode: 'acceptEdits' }], []],
+		['a mode that is not a string is ignored', [{ id: 'a', command: 'x', mode: 3 }], [{ id: 'a', command: 'x' }],
+			['lmbridge.agents[0].mode must be a string, one of the agent\'s modes (ignored)']],
 		['not an array', { id: 'a' }, [], ['lmbridge.agents must be an array']],
 		['not an object', ['a'], [], ['lmbridge.agents[0] is not an object']],
 	];

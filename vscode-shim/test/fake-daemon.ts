@@ -13,6 +13,7 @@
  *     {"hang": true}                    never answer
  *     {"ignoreCancel": true}            keep going after $/cancelRequest (a misbehaving daemon)
  *     {"stderr": text}                  write a line to stderr
+ *     {"notify": method}                send a notification with this method (no params)
  *   anything else: one text part "echo: <text>", then end_turn.
  * Start-up behaviour comes from FAKE_DAEMON_MODE: normal | exit-at-start | bad-protocol |
  * no-initialize | ignore-eof | ignore-sigterm. Every frame received is appended to the
@@ -23,7 +24,8 @@ import * as readline from 'readline';
 
 type Step =
 	| { part: unknown } | { sleep: number } | { result: unknown } | { error: { code: number; message: string; data?: unknown } }
-	| { exit: number } | { answerAndExit: number } | { hang: true } | { ignoreCancel: true } | { stderr: string };
+	| { exit: number } | { answerAndExit: number } | { hang: true } | { ignoreCancel: true } | { stderr: string }
+	| { notify: string };
 
 const mode = process.env.FAKE_DAEMON_MODE ?? 'normal';
 const record = process.env.FAKE_DAEMON_RECORD;
@@ -88,6 +90,8 @@ async function chat(id: number | string, params: { modelId: string; messages: ne
 			ignoreCancel = true;
 		} else if ('part' in step) {
 			send({ jsonrpc: '2.0', method: 'lm/responsePart', params: { requestId: id, part: step.part } });
+		} else if ('notify' in step) {
+			send({ jsonrpc: '2.0', method: step.notify, params: {} });
 		} else if ('sleep' in step) {
 			await sleep(step.sleep);
 		} else if ('result' in step) {

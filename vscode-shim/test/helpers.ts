@@ -27,6 +27,7 @@ export function fakeClient(options: {
 	initializeTimeoutMs?: number;
 	initializeParams?: DaemonClientOptions['initializeParams'];
 	command?: string;
+	onModelsChanged?: DaemonClientOptions['onModelsChanged'];
 } = {}): FakeClient {
 	const log = new MockLogOutputChannel('lmbridge');
 	const record = path.join(tempDir(), 'frames.jsonl');
@@ -44,6 +45,7 @@ export function fakeClient(options: {
 		restart: options.restart,
 		stop: options.stop,
 		initializeTimeoutMs: options.initializeTimeoutMs,
+		onModelsChanged: options.onModelsChanged,
 	});
 	return {
 		client, log,
