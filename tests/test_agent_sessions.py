@@ -180,7 +180,9 @@ async def test_the_agent_used_last_starts_right_after_initialize(scripted: Any, 
             else:
                 await anyio.sleep(1.0)
                 assert len(agent.pids()) == 1
-    assert len(agent.events("session_new")) == 1  # pre-warming opens no session (no spare asked)
+    # Pre-warming opens no session: no spare asked, and the agent's options (none) are known
+    # from the first daemon's session, so no probe either.
+    assert len(agent.events("session_new")) == 1
 
 
 async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, daemon: Any) -> None:
@@ -203,3 +205,62 @@ async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, dae
     new_before_prompt = [e for e in agent.events("session_new") if e["t"] < agent.frames("session/prompt")[1]["t"]]
     assert len(new_before_prompt) == 2  # nothing opened for the second chat while it waited
     assert [e["names"] for e in agent.events("mcp_tools")][-1] == ["search_workspace"]
+
+
+# ---------------------------------------------------------------- the agent's models and modes (§3)
+
+CONFIG = [  # claude-agent-acp 0.23.1's, trimmed (facts.md §5)
+    {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "default",
+     "options": [{"value": "default", "name": "Default"}, {"value": "plan", "name": "Plan Mode"}]},
+    {"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "default",
+     "options": [{"value": "default", "name": "Default (recommended)"}, {"value": "opus[1m]", "name": "Opus (1M context)"},
+                 {"value": "haiku", "name": "Haiku"}]},
+]  # fmt: skip
+
+
+def models_changed(c: Any) -> int:
+    return len([f for f in c.notifications if f.get("method") == "lm/modelsChanged"])
+
+
+async def test_the_agents_own_models_are_learnt_listed_and_set_before_the_prompt(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"config_options": CONFIG, "default_turn": [{"text": "ok"}]})
+    spec = {**agent.spec, "name": "Scripted", "mode": "plan"}
+    with anyio.fail_after(LIMIT):
+        async with daemon([spec]) as c:
+            listed = await c.request("lm/provideLanguageModelChatInformation", {})
+            assert [m["id"] for m in listed["models"]] == [agent.id]  # nothing learnt yet
+            first = await c.chat(agent.id, [user("hello")])
+            ok(first)
+            await eventually(lambda: models_changed(c), what="lm/modelsChanged")
+            listed = await c.request("lm/provideLanguageModelChatInformation", {})
+            models = {m["id"]: m["name"] for m in listed["models"]}
+            assert models == {agent.id: "Scripted", f"{agent.id}/default": "Scripted · Default (recommended)",
+                              f"{agent.id}/opus[1m]": "Scripted · Opus (1M context)", f"{agent.id}/haiku": "Scripted · Haiku"}  # fmt: skip
+            # The same chat switched to Opus: same session, the option set before the prompt.
+            history = [user("hello"), assistant(first.parts), user("now with opus")]
+            ok(await c.chat(f"{agent.id}/opus[1m]", history))
+            bad = await c.chat(f"{agent.id}/gpt-9", [user("x")])
+            assert bad.error is not None and "unknown model" in bad.error.message
+    sets = [(e["configId"], e["value"], e["sessionId"]) for e in agent.events("set_config_option")]
+    assert sets == [("mode", "plan", "s1"), ("model", "opus[1m]", "s1")]  # the mode once, then the model
+    prompts = agent.prompts()
+    assert [p["sessionId"] for p in prompts] == ["s1", "s1"]
+    model_set = agent.events("set_config_option")[1]
+    assert model_set["t"] < agent.frames("session/prompt")[1]["t"]
+    assert models_changed(c) == 1  # learnt once; the same options again change nothing
+
+
+async def test_pre_warming_probes_the_models_of_an_agent_it_does_not_know(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    """No chat yet and no cached options: a probe session, closed at once, fills the picker."""
+    agent = scripted({"config_options": CONFIG, "initialize": CAPS["resume"]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            ok(await c.chat(agent.id, [user("hello")]))
+        (tmp_path / "state" / "lmbridge" / "models.json").unlink()
+        async with daemon([agent]) as c:
+            await eventually(lambda: models_changed(c), what="lm/modelsChanged after the probe")
+            listed = await c.request("lm/provideLanguageModelChatInformation", {})
+            assert f"{agent.id}/haiku" in [m["id"] for m in listed["models"]]
+    probe = agent.events("session_new")[-1]
+    assert [f["params"]["sessionId"] for f in agent.frames("session/close")][-1] == probe["sessionId"]
+    assert len(agent.prompts()) == 1  # the probe was never prompted

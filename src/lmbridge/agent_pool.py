@@ -89,6 +89,7 @@ class Spare:
     bridge: Any
     mcp_servers: list[dict[str, Any]]
     host: Any  # the mcp_bridge.McpHost the bridge is registered with
+    config_options: Any = None  # its session/new answer's configOptions
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,7 @@ class AgentProcess:
                 raise ValueError("session/new was answered without a sessionId")
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
-            self.spare, bridge = Spare(sid, bridge, servers, host), None
+            self.spare, bridge = Spare(sid, bridge, servers, host, _object(result).get("configOptions")), None
             log.info("spare session ready", agent=self.spec.id, acp_session=sid)
         except Exception as exc:
             log.info("no spare session", agent=self.spec.id, error=str(exc) or type(exc).__name__)

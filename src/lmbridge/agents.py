@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from lmbridge import __version__
+from lmbridge.agent_models import Choice, model_id
 from lmbridge.wire import AgentSpec, Capabilities, ModelInfo
 
 MAX_INPUT_TOKENS = 200_000
@@ -69,11 +70,13 @@ def merge(*sources: Iterable[AgentSpec]) -> dict[str, AgentSpec]:
     return out or {"demo": demo_agent()}
 
 
-def model_info(spec: AgentSpec) -> ModelInfo:
-    """The ``LanguageModelChatInformation`` VS Code shows for an agent."""
+def model_info(spec: AgentSpec, choice: Choice | None = None) -> ModelInfo:
+    """The ``LanguageModelChatInformation`` VS Code shows for an agent, or for one of its
+    own models (``choice``, a value of its ``model`` config option: agent_models)."""
+    name = spec.name or spec.id
     return ModelInfo(
-        id=spec.id,
-        name=spec.name or spec.id,
+        id=spec.id if choice is None else model_id(spec.id, choice.value),
+        name=name if choice is None else f"{name} · {choice.name}",
         family="acp",
         version=__version__,
         maxInputTokens=MAX_INPUT_TOKENS,

@@ -60,6 +60,13 @@ class _Opened:
     session_id: str
     acp_session: str
     resumable: bool
+    config_options: Any = None
+
+
+@dataclass(frozen=True)
+class _Learnt:
+    agent_id: str
+    config_options: Any
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,7 @@ class HistoryActor:
         max_processes: int = 4,
         index: Any = None,
         spares: bool = False,
+        models_changed: Any = None,
     ) -> None:
         self.core = HistoryCore()
         self.index = index  # session_index.SessionIndex, or None: nothing persisted
@@ -93,6 +101,10 @@ class HistoryActor:
         # One process per agent, shared by its chats (issue #11); it exits once idle.
         self.pool = AgentPool(idle_timeout, launcher=launcher, recorder=recorder, spares=spares, mcp_host=self._mcp_host)
         self.recent: list[str] = []  # agents used last, most recent first (pre-warmed at start-up)
+        # Agent id → its configOptions as last learnt (agent_models.to_json): its own models in
+        # the picker. ``models_changed()`` is called when they change (the server tells the shim).
+        self.options: dict[str, Any] = {}
+        self.models_changed = models_changed or (lambda: None)
         self.max_processes = max_processes  # live ACP sessions per agent (claude runs a process for each)
         self.recorder = recorder  # record.Recorder, with --record
         self.actors: dict[str, SessionActor] = {}
@@ -167,16 +179,37 @@ class HistoryActor:
         sink = anyio.create_memory_object_stream[Any](math.inf)[0]  # AgentGone, if it dies: nobody to tell
         try:
             with anyio.fail_after(START_TIMEOUT):
-                await proc.connect(me, sink)
-            log.info("agent pre-warmed", agent=spec.id)
-            proc.want_spare()
+                conn = await proc.connect(me, sink)
+                log.info("agent pre-warmed", agent=spec.id)
+                proc.want_spare()
+                if spec.id not in self.options:  # a probe session, closed at once: its models for the picker
+                    probe = await conn.request("session/new", {"cwd": cwd or "/", "mcpServers": []})
+                    self._send.send_nowait(_Learnt(spec.id, (probe.get("configOptions") if isinstance(probe, dict) else None) or []))
+                    sid = probe.get("sessionId") if isinstance(probe, dict) else None
+                    if proc.caps.close and isinstance(sid, str):
+                        await conn.request("session/close", {"sessionId": sid})
         except Exception as exc:  # the first chat will say what is wrong, with the agent's name
             log.warning("pre-warming failed", agent=spec.id, error=str(exc) or type(exc).__name__)
         finally:
             proc.detach(me)
 
-    def _opened(self, session_id: str, acp_session: str, resumable: bool) -> None:
-        self._send.send_nowait(_Opened(session_id, acp_session, resumable))
+    def _opened(self, session_id: str, acp_session: str, resumable: bool, config_options: Any = None) -> None:
+        self._send.send_nowait(_Opened(session_id, acp_session, resumable, config_options))
+
+    def _learn(self, agent_id: str, config_options: Any) -> None:
+        """An agent's configOptions (in the actor's task): its models, cached and shown."""
+        from lmbridge.agent_models import select_options, to_json
+
+        if not isinstance(config_options, list):
+            return
+        learnt = to_json(select_options(config_options))
+        old = self.options.get(agent_id)
+        if old != learnt:
+            self.options = {**self.options, agent_id: learnt}  # replaced whole: the server reads it
+            self._dirty = True
+            log.info("agent options learnt", agent=agent_id, options=[o["id"] for o in learnt])
+            if old or learnt:  # "none" learnt for the first time changes no model list
+                self.models_changed()
 
     # -- the session index ------------------------------------------------------
 
@@ -186,6 +219,7 @@ class HistoryActor:
 
         entries = await anyio.to_thread.run_sync(self.index.load)
         self.recent = await anyio.to_thread.run_sync(self.index.recent)
+        self.options = await anyio.to_thread.run_sync(self.index.models)
         now, restored = time.monotonic(), 0
         for entry in entries:
             try:
@@ -216,6 +250,7 @@ class HistoryActor:
         try:
             await anyio.to_thread.run_sync(self.index.save, self._entries())
             await anyio.to_thread.run_sync(self.index.save_recent, self.recent)
+            await anyio.to_thread.run_sync(self.index.save_models, dict(self.options))
         except OSError as exc:
             log.warning("session index not saved", path=str(self.index.path), error=str(exc))
 
@@ -270,6 +305,9 @@ class HistoryActor:
             if s is not None:
                 s.resume = msg.acp_session if msg.resumable else None
                 self._dirty = True
+                self._learn(s.model_id, msg.config_options)
+        elif isinstance(msg, _Learnt):
+            self._learn(msg.agent_id, msg.config_options)
         elif isinstance(msg, _Died):
             self._drop(msg.session_id, "agent gone")
         elif isinstance(msg, _Tick):

@@ -30,6 +30,7 @@ import anyio
 from pydantic import ValidationError
 
 from lmbridge import __version__
+from lmbridge.agent_models import of_category, select_options, split_model_id
 from lmbridge.agents import merge, model_info
 from lmbridge.framing import MAX_LINE, BadLines, clip
 from lmbridge.log import get_logger
@@ -144,6 +145,7 @@ class Server:
         self.bad_lines = BadLines("shim stdin", log.warning)  # -32700 each; logged bounded
         self.verbatim = False  # initialize's userTurns: Copilot's user turns forwarded as they are
         self.history: HistoryActor | None = None
+        self._cached_options: dict[str, Any] | None = None  # the state folder's agent options, read once
         self.inflight: dict[Any, _Context] = {}  # requests being handled, by id (not null)
         self._dispatching = 0  # request tasks running
         self.message_cache = MessageCache()  # chat histories come again with every request
@@ -366,7 +368,12 @@ class Server:
             ChatInformationParams.model_validate(params)
         except ValidationError as exc:
             return _invalid(exc)
-        return Success({"models": [dump(model_info(s)) for s in self.agents.values()]})
+        models, options = [], self._options()
+        for spec in self.agents.values():
+            models.append(dump(model_info(spec)))
+            own = of_category(select_options(options.get(spec.id)), "model")
+            models += [dump(model_info(spec, choice)) for choice in (own.choices if own else ())]
+        return Success({"models": models})
 
     async def token_count(self, ctx: _Context, **params: Any) -> Result:
         try:
@@ -409,7 +416,10 @@ class Server:
                 p = ChatResponseParams.model_validate({**params, "messages": []}).model_copy(update={"messages": messages})
         except ValidationError as exc:
             return _invalid(exc)
-        spec = self.agents.get(p.modelId)
+        found = split_model_id(p.modelId, self.agents)
+        spec = self.agents.get(found[0]) if found is not None else None
+        if found is not None and found[1] is not None and not _offers(self._options().get(found[0]), found[1]):
+            spec = None  # not one of the agent's own models (as last learnt)
         if spec is None:
             known = ", ".join(self.agents) or "none"
             return Error(UNKNOWN_MODEL, f"unknown model {p.modelId!r} (known: {known})", {"kind": "unknown_model"})
@@ -432,7 +442,7 @@ class Server:
         async def emit(part: dict[str, Any]) -> None:
             self.send_part(rid, part)
 
-        job = Job(turn=turn, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.verbatim)
+        job = Job(turn=turn, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.verbatim, model=found[1] if found else None)
         job.actor = actor
         ctx.job = job
         job.cancelled = ctx.answered  # cancelled while we classified
@@ -445,6 +455,18 @@ class Server:
         if job.error is not None:
             return Error(AGENT_FAILED, job.error)
         return Success({"stopReason": job.stop_reason})
+
+    def _models_changed(self) -> None:
+        """An agent's own models changed: the shim asks for the list again (``lm/modelsChanged``)."""
+        self.send({"jsonrpc": "2.0", "method": "lm/modelsChanged", "params": {}})
+
+    def _options(self) -> dict[str, Any]:
+        """Agent id → configOptions: the history actor's, or the state folder's before it runs."""
+        if self.history is not None:
+            return self.history.options
+        if self._cached_options is None:
+            self._cached_options = self.config.index.models() if self.config.index is not None else {}
+        return self._cached_options
 
     async def _prewarm(self) -> None:
         """The agents used last (the index's), started ahead of the first chat."""
@@ -471,6 +493,7 @@ class Server:
                     max_processes=self.config.max_processes,
                     index=self.config.index,
                     spares=self.config.spare_session,
+                    models_changed=self._models_changed,
                 )
                 assert self._tg is not None
                 await self._tg.start(self.history.run)
@@ -481,6 +504,12 @@ class Server:
         self.shutting_down = True
         if self.history is not None:
             await self.history.aclose("daemon shutting down")
+
+
+def _offers(config_options: Any, value: str) -> bool:
+    """Whether ``value`` is one of the agent's own models (its ``model`` config option)."""
+    own = of_category(select_options(config_options), "model")
+    return own is not None and any(c.value == value for c in own.choices)
 
 
 _REQUEST_KEYS = frozenset({"jsonrpc", "method", "params", "id"})

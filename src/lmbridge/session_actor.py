@@ -77,6 +77,7 @@ class Job:
     actor: Any = None  # the SessionActor running it (for cancellation)
     tools: tuple[ToolInfo, ...] = ()  # the request's options.tools
     verbatim: bool = False  # user turns as they came (initialize's userTurns)
+    model: str | None = None  # one of the agent's own models (a value of its "model" config option)
     id: int = 0  # set by the actor
     # What this response emitted, for the history core's fingerprint.
     _text: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
@@ -137,9 +138,10 @@ class SessionHooks:
     ended: Callable[[str, Fingerprint, Last, list[Pending]], Awaitable[None]]
     died: Callable[[str], Awaitable[None]]
     mcp_host: Callable[[], Awaitable[Any]]  # the daemon's McpHost, started on first use
-    # The chat's ACP sessionId, and whether the agent can take it up again
-    # (session/resume or session/load): for recovery after eviction, a crash, a restart.
-    opened: Callable[[str, str, bool], None] = lambda session_id, acp_session, resumable: None
+    # The chat's ACP sessionId, whether the agent can take it up again (session/resume or
+    # session/load: for recovery after eviction, a crash, a restart), and the session's
+    # configOptions as the agent answered them (its models and modes, agent_models).
+    opened: Callable[[str, str, bool, Any], None] = lambda session_id, acp_session, resumable, config_options: None
 
 
 class SessionActor:
@@ -180,6 +182,9 @@ class SessionActor:
         self._step = "the start"  # what a start waits on, for the timeout's message
         self.acp_session: str | None = None
         self._opened: tuple[str, bool] | None = None  # (sessionId, lost) of a start, taken at Ready
+        self.config_values: dict[str, str] = {}  # the session's config options: id → current value
+        self.model_option: str | None = None  # the id of its option of category "model"
+        self.mode_option: str | None = None  # ... and of category "mode"
         self.machine = turn.TurnMachine(
             spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE, buffer_limit=PENDING_OUTPUT
         )
@@ -509,7 +514,7 @@ class SessionActor:
             await self.bridge.set_tools(self._offered(job))
             self.process.open(spare.session_id, self._send)
             self._opened = (spare.session_id, False)
-            self.hooks.opened(self.id, spare.session_id, self.process.caps.resume or self.process.caps.load)
+            self._learn(spare.session_id, spare.config_options or [])
             log.info("acp session", session=self.id, agent=self.spec.id, acp_session=spare.session_id, how="spare")
             return
         await self._start_bridge(job, http=self.process.caps.mcp_http)
@@ -532,7 +537,7 @@ class SessionActor:
             raise ValueError("session/new was answered without a sessionId")
         self.process.open(session, self._send)
         self._opened = (session, lost)
-        self.hooks.opened(self.id, session, self.process.caps.resume or self.process.caps.load)
+        self._learn(session, _object(result).get("configOptions") or [])  # none in a session/new answer: none at all
         log.info("acp session", session=self.id, agent=self.spec.id, acp_session=session, how="new")
         self.process.want_spare()  # the next new chat need not wait for session/new
 
@@ -549,16 +554,57 @@ class SessionActor:
             self._step = method
             self.process.open(previous, self._send)
             try:
-                await self.conn.request(method, params)
+                result = await self.conn.request(method, params)
             except AgentError as exc:
                 self.process.sessions.pop(previous, None)
                 log.warning("agent refused to take up its session", session=self.id, agent=self.spec.id, method=method, error=str(exc))
                 continue
             self._opened = (previous, False)
-            self.hooks.opened(self.id, previous, True)
+            self._learn(previous, _object(result).get("configOptions"), resumable=True)
             log.info("acp session", session=self.id, agent=self.spec.id, acp_session=previous, how=method)
             return
         await self._open_session(lost=True)
+
+    def _learn(self, session: str, config_options: Any, resumable: bool | None = None) -> None:
+        """What a session/new, resume or load answer says: the session's config options (the
+        agent's models and modes, agent_models), told to the history actor with the sessionId."""
+        from lmbridge.agent_models import of_category, select_options
+
+        options = select_options(config_options)
+        raw = config_options if isinstance(config_options, list) else []
+        self.config_values = {o["id"]: o["currentValue"] for o in raw if isinstance(o, dict) and isinstance(o.get("id"), str) and isinstance(o.get("currentValue"), str)}
+        model, mode = of_category(options, "model"), of_category(options, "mode")
+        self.model_option, self.mode_option = (model.id if model else None), (mode.id if mode else None)
+        caps = self.process.caps
+        self.hooks.opened(self.id, session, caps.resume or caps.load if resumable is None else resumable, config_options)
+
+    def _wanted(self, job: Job) -> dict[str, str]:
+        """The config options to set before ``job``'s prompt: the model VS Code chose, the agent's mode."""
+        wanted = {}
+        if job.model is not None and self.model_option is not None:
+            wanted[self.model_option] = job.model
+        if self.spec.mode and self.mode_option is not None:
+            wanted[self.mode_option] = self.spec.mode
+        return {k: v for k, v in wanted.items() if self.config_values.get(k) != v}
+
+    async def _configure_then(self, conn: AgentConnection, session: str, changes: dict[str, str], write: Any) -> None:
+        """``session/set_config_option`` for each change (bounded), then the prompt is queued."""
+        try:
+            for config_id, value in changes.items():
+                try:
+                    with anyio.fail_after(WRITE_TIMEOUT):
+                        result = await conn.request("session/set_config_option", {"sessionId": session, "configId": config_id, "value": value})
+                    self.config_values[config_id] = value
+                    log.info("config option set", session=self.id, configId=config_id, value=value)
+                    if isinstance(_object(result).get("configOptions"), list):
+                        self._learn(session, _object(result)["configOptions"])
+                except (AgentError, AgentExited, TimeoutError) as exc:
+                    log.warning("config option not set", session=self.id, configId=config_id, value=value, error=str(exc) or type(exc).__name__)
+        finally:
+            try:
+                self._out.send_nowait(write)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
 
     async def _recover_session(self) -> None:
         """The session cannot simply continue (the stale turn after a cancel, facts.md §5):
@@ -621,7 +667,12 @@ class SessionActor:
         async def write(c: AgentConnection) -> None:
             await c.send_request(rid, "session/prompt", {"sessionId": session, "prompt": blocks})
 
-        self._out.send_nowait(write)
+        changes = self._wanted(job)
+        if changes:  # the model VS Code chose, the agent's mode: set before the prompt
+            assert self._tg is not None
+            self._tg.start_soon(self._configure_then, conn, session, changes, write)
+        else:
+            self._out.send_nowait(write)
 
     @staticmethod
     def _whole_conversation(job: Job) -> tuple[tuple[Message, ...], tuple[Message, ...]]:

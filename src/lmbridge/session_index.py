@@ -38,6 +38,7 @@ MAX_ENTRIES = 200  # sessions kept (the most recently saved)
 FILE = "sessions.json"
 RECENT_FILE = "agents.json"  # {"program", "version", "recent": [agent ids, most recent first]}
 MAX_RECENT = 3  # agents pre-warmed at start-up
+MODELS_FILE = "models.json"  # {"program", "version", "agents": {agent id: configOptions}}
 
 
 def state_dir() -> Path:
@@ -114,6 +115,24 @@ class SessionIndex:
     def save_recent(self, agents: list[str]) -> None:
         """Remember the agents used last (at most ``MAX_RECENT``), as ``save`` writes. Raises ``OSError``."""
         self._write(self.path.parent / RECENT_FILE, {"program": PROGRAM, "version": VERSION, "recent": agents[:MAX_RECENT]})
+
+    def models(self) -> dict[str, Any]:
+        """Agent id → its ``configOptions`` as last learnt (``agent_models.to_json``); ``{}`` if unknown."""
+        try:
+            data = json.loads((self.path.parent / MODELS_FILE).read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("agent models cache unreadable: ignored", error=str(exc)[:200])
+            return {}
+        if not isinstance(data, dict) or data.get("program") != PROGRAM or data.get("version") != VERSION:
+            return {}
+        agents = data.get("agents")
+        return {k: v for k, v in agents.items() if isinstance(v, list)} if isinstance(agents, dict) else {}
+
+    def save_models(self, agents: dict[str, Any]) -> None:
+        """Cache the agents' ``configOptions`` (``models``'s shape), as ``save`` writes. Raises ``OSError``."""
+        self._write(self.path.parent / MODELS_FILE, {"program": PROGRAM, "version": VERSION, "agents": agents})
 
     def clear(self) -> int:
         """Remove every entry; returns how many there were."""

@@ -235,6 +235,7 @@ class AgentSpec(_Wire):
     ``env`` added to the daemon's own environment. The model id is ``id``.
     ``tools``: ``{"allow": [glob], "deny": [glob]}`` filters the VS Code tools
     offered to it (Copilot passes up to 128, many duplicating the agent's own).
+    ``mode``: the value of its ``mode`` config option set on each session (agent_models).
     """
 
     id: str = Field(min_length=1)
@@ -243,6 +244,7 @@ class AgentSpec(_Wire):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     tools: ToolFilter = Field(default_factory=lambda: ToolFilter())
+    mode: str | None = None  # a value of the agent's configOptions option of category "mode"
 
 
 class ClientInfo(_Wire):

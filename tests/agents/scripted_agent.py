@@ -31,6 +31,8 @@ Scenario JSON (all keys optional)::
       "default_turn": [step, ...],   when turns run out (default [{"text": "ok"}])
       "on_cancel": "cancelled" | "end_turn" | "error" | "never",
       "after_cancel": [step, ...]    run after a cancel, before answering the prompt
+      "config_options": [...]        configOptions in the session/new, resume and load answers;
+                                     session/set_config_option sets one (logged set_config_option)
     }
 
 Steps (the first key decides):
@@ -377,6 +379,7 @@ class ScriptedAgent:
         self.mcp_calls: dict[str, int] = {}
         self.prompt_count = 0
         self.session_prompts: dict[str, int] = {}
+        self.config_values: dict[str, dict[str, Any]] = {}  # sessionId → configId → value set
         self.turns: dict[str, list[Turn]] = {}
         # (sessionId, permission handle) -> {"rpc_id", "options", "answered", "outcome", "kind"}
         self.permissions: dict[tuple[str, str], dict[str, Any]] = {}
@@ -509,7 +512,7 @@ class ScriptedAgent:
                 self.session_cwd[sid] = params.get("cwd", ".")
                 self.session_mcp[sid] = params.get("mcpServers") or []
             self.log_event("session_new", sessionId=sid, cwd=params.get("cwd"), mcpServers=params.get("mcpServers"))
-            self.reply(rid, {"sessionId": sid})
+            self.reply(rid, {"sessionId": sid, **self.config_answer(sid)})
         elif method in ("session/resume", "session/load"):
             self.take_up(rid, method, params)
         elif method == "session/close":
@@ -521,6 +524,11 @@ class ScriptedAgent:
                 self.cond.notify_all()
             self.log_event("session_close", sessionId=sid, known=known)
             self.reply(rid, {})
+        elif method == "session/set_config_option" and "config_options" in self.scenario:
+            sid, config_id, value = params.get("sessionId"), params.get("configId"), params.get("value")
+            self.config_values.setdefault(sid, {})[config_id] = value
+            self.log_event("set_config_option", sessionId=sid, configId=config_id, value=value)
+            self.reply(rid, self.config_answer(sid))
         elif method == "authenticate":
             self.reply(rid, None)
         elif method == "session/prompt":
@@ -545,7 +553,14 @@ class ScriptedAgent:
             for update in self.scenario.get("replay", [text_update("user_message_chunk", "REPLAYED-USER"), text_update("agent_message_chunk", "REPLAYED-AGENT")]):
                 self.update(sid, update)
         self.log_event(method.replace("/", "_"), sessionId=sid, cwd=params.get("cwd"), mcpServers=params.get("mcpServers"))
-        self.reply(rid, {})
+        self.reply(rid, self.config_answer(sid))
+
+    def config_answer(self, sid: str) -> dict[str, Any]:
+        """``{"configOptions": [...]}`` with this session's current values (scenario "config_options")."""
+        if "config_options" not in self.scenario:
+            return {}
+        values = self.config_values.get(sid, {})
+        return {"configOptions": [{**o, "currentValue": values.get(o["id"], o.get("currentValue"))} for o in self.scenario["config_options"]]}
 
     def reply(self, rid: Any, result: Any) -> None:
         self.send({"jsonrpc": "2.0", "id": rid, "result": result})

@@ -185,3 +185,25 @@ async def test_a_crash_of_the_shared_process_recovers_every_chat(tmp_path: Path)
     # written it to disk yet: resume and load are then refused ("Resource not found"), and
     # it continues in a fresh session told the conversation (seen; either way it goes on).
     assert log.count("how=session/resume") == 2 or "agent refused to take up its session" in log
+
+
+async def test_claudes_own_models_are_in_the_picker_and_reach_the_model_api(tmp_path: Path) -> None:
+    """§3: claude's configOptions models listed as "Claude Code · …"; a chat on one gets
+    session/set_config_option first, and the model API sees that model."""
+    with FakeAnthropic([], done_text="Hi.") as fake:
+        async with bridge(tmp_path, fake) as client:
+            with anyio.fail_after(TIMEOUT):
+                first = await client.chat("claude", [user("hello")], timeout=TIMEOUT)
+                assert first.error is None
+                while not [n for n in client.notifications if n.get("method") == "lm/modelsChanged"]:
+                    await anyio.sleep(0.05)
+                listed = await client.request("lm/provideLanguageModelChatInformation", {})
+                names = {m["id"]: m["name"] for m in listed["models"]}
+                assert names["claude/opus[1m]"] == "Claude Code · Opus (1M context)" or names["claude/opus[1m]"].startswith("Claude Code · Opus")
+                assert "claude/haiku" in names
+                before = fake.main_requests()[-1]["model"]
+                call = await client.chat("claude/haiku", [user("hello"), assistant(first.parts), user("again, quickly")], timeout=TIMEOUT)
+                assert call.error is None
+            after = fake.main_requests()[-1]["model"]
+    assert "haiku" in after and "haiku" not in before, (before, after)
+    assert "configId=model" in log_of(tmp_path) and "how=new" in log_of(tmp_path)
