@@ -2,7 +2,7 @@
 (issue #11 §4). Both drive claude-agent-acp 0.23.1 against the fake Anthropic API
 (``tests/fakes/fake_anthropic.py``), on this machine.
 
-Usage: ``python -m bench.sessions [--chats N] [--runs R] [--daemon-src DIR] [--out PATH]``
+Usage: ``python -m bench.sessions [--chats N] [--runs R] [--gap S] [--spare-session] [--daemon-src DIR] [--out PATH]``
 
 - **direct**: one agent process started and ``initialize``d once; each new chat is a
   ``session/new`` and one ``session/prompt``. This is the client the issue measures against.
@@ -16,7 +16,7 @@ Usage: ``python -m bench.sessions [--chats N] [--runs R] [--daemon-src DIR] [--o
 
 Figures, each the median of R runs:
 - the time to answer a new chat, from the request to its answer: the 1st chat, then the
-  2nd…Nth chats;
+  2nd…Nth chats, ``--gap`` seconds apart (a user typing; default 0: back to back);
 - the agents' RSS after N chats: the processes under the client (the agent adapter and
   its Claude Code children), plus, for lmbridge, the daemon's own RSS. Sampled 1 s after
   the last chat.
@@ -94,7 +94,7 @@ class _Sink:
             self.event.set()
 
 
-async def direct(fake: FakeAnthropic, home: Path, chats: int) -> dict[str, Any]:
+async def direct(fake: FakeAnthropic, home: Path, chats: int, gap: float) -> dict[str, Any]:
     """The direct ACP client: one process, a session per chat."""
     node, entry = claude_agent_command()
     env = claude_agent_env(home, fake.url)  # on top of this process's environment (IS_SANDBOX unset in main)
@@ -107,6 +107,7 @@ async def direct(fake: FakeAnthropic, home: Path, chats: int) -> dict[str, Any]:
         await conn.request("initialize", {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}})
         for i in range(chats):
             if i:
+                await anyio.sleep(gap)
                 t0 = time.perf_counter()
             session = (await conn.request("session/new", {"cwd": str(home.parent), "mcpServers": []}))["sessionId"]
             await conn.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": f"hello {i}"}]})
@@ -118,7 +119,9 @@ async def direct(fake: FakeAnthropic, home: Path, chats: int) -> dict[str, Any]:
     return {"times": times, "agents_rss_mib": agents / 1024, "agent_processes": count}
 
 
-async def bridged(fake: FakeAnthropic, home: Path, state: Path, chats: int, daemon_src: str | None, args: Sequence[str], prewarmed: bool) -> dict[str, Any]:
+async def bridged(
+    fake: FakeAnthropic, home: Path, state: Path, chats: int, gap: float, daemon_src: str | None, args: Sequence[str], prewarmed: bool
+) -> dict[str, Any]:
     node, entry = claude_agent_command()
     spec = {"id": "claude", "name": "Claude Code", "command": node, "args": [entry], "env": claude_agent_env(home, fake.url)}
     env = agent_environ({"LMBRIDGE_LOG_LEVEL": "warning", "XDG_STATE_HOME": str(state)})
@@ -134,6 +137,8 @@ async def bridged(fake: FakeAnthropic, home: Path, state: Path, chats: int, daem
                     await anyio.sleep(0.05)
                 await anyio.sleep(3.0)  # its initialize (and spare session) answered
             for i in range(chats):
+                if i:
+                    await anyio.sleep(gap)
                 t0 = time.perf_counter()
                 call = await client.chat("claude", [user(f"hello {i}")], timeout=120)
                 assert call.error is None, call.error
@@ -154,20 +159,20 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-async def main_async(chats: int, runs: int, daemon_src: str | None, spare: bool) -> dict[str, Any]:
+async def main_async(chats: int, runs: int, gap: float, daemon_src: str | None, spare: bool) -> dict[str, Any]:
     results: dict[str, list[dict[str, Any]]] = {"direct": [], "lmbridge_cold": [], "lmbridge_prewarmed": []}
     extra = ["--spare-session"] if spare else []
     with FakeAnthropic([], done_text="Hello.") as fake:
         for _ in range(runs):
             with tempfile.TemporaryDirectory(prefix="bench-sessions-") as tmp:
                 base = Path(tmp)
-                results["direct"].append(await direct(fake, base / "direct" / "home", chats))
+                results["direct"].append(await direct(fake, base / "direct" / "home", chats, gap))
                 state = base / "state"
                 state.mkdir()
                 home = base / "bridged" / "home"
-                results["lmbridge_cold"].append(await bridged(fake, home, state, chats, daemon_src, extra, prewarmed=False))
+                results["lmbridge_cold"].append(await bridged(fake, home, state, chats, gap, daemon_src, extra, prewarmed=False))
                 if daemon_src is None:
-                    results["lmbridge_prewarmed"].append(await bridged(fake, home, state, chats, daemon_src, extra, prewarmed=True))
+                    results["lmbridge_prewarmed"].append(await bridged(fake, home, state, chats, gap, daemon_src, extra, prewarmed=True))
     return {k: summarise(v) for k, v in results.items() if v}
 
 
@@ -175,13 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chats", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--gap", type=float, default=0.0, help="seconds between new chats (default 0: back to back)")
     parser.add_argument("--daemon-src", help="run lmbridge serve from this src folder (a checkout from before)")
     parser.add_argument("--spare-session", action="store_true", help="lmbridge serve --spare-session")
     parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "sessions.json")
     args = parser.parse_args(argv)
     os.environ.pop("IS_SANDBOX", None)  # this machine sets it; claude's session/new then fails as root (facts.md §5)
-    figures = anyio.run(main_async, args.chats, args.runs, args.daemon_src, args.spare_session)
-    figures["_setup"] = {"chats": args.chats, "runs": args.runs, "daemon_src": args.daemon_src, "spare_session": args.spare_session}
+    figures = anyio.run(main_async, args.chats, args.runs, args.gap, args.daemon_src, args.spare_session)
+    figures["_setup"] = {"chats": args.chats, "runs": args.runs, "gap_s": args.gap, "daemon_src": args.daemon_src, "spare_session": args.spare_session}
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
     direct_next = figures["direct"]["next_s"]

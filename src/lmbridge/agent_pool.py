@@ -122,6 +122,7 @@ class AgentProcess:
         self._idle: anyio.CancelScope | None = None
         self.spare: Spare | None = None
         self._preparing = False
+        self._spare_done = anyio.Event()  # set when the spare being opened is ready (or failed)
 
     @property
     def running(self) -> bool:
@@ -200,8 +201,11 @@ class AgentProcess:
 
     # -- the spare session ------------------------------------------------------------
 
-    def take_spare(self) -> Spare | None:
-        """The spare session, if one is ready (the next is prepared at once)."""
+    async def take_spare(self) -> Spare | None:
+        """The spare session: the one ready, or the one being opened (waited for: it is
+        further along than a session/new started now); the next is prepared at once."""
+        if self.spare is None and self._preparing:
+            await self._spare_done.wait()
         spare, self.spare = self.spare, None
         if spare is not None:
             self.want_spare()
@@ -210,7 +214,7 @@ class AgentProcess:
     def want_spare(self) -> None:
         """Prepare a spare session in the background, if spares are on and none is ready."""
         if self.pool.spares and self.running and self.spare is None and not self._preparing and self.pool.tg is not None:
-            self._preparing = True
+            self._preparing, self._spare_done = True, anyio.Event()
             self.pool.tg.start_soon(self._prepare_spare)
 
     async def _prepare_spare(self) -> None:
@@ -240,6 +244,7 @@ class AgentProcess:
             log.info("no spare session", agent=self.spec.id, error=str(exc) or type(exc).__name__)
         finally:
             self._preparing = False
+            self._spare_done.set()
             if bridge is not None and host is not None:
                 host.remove(bridge.session_id)
 

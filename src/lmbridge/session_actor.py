@@ -506,7 +506,7 @@ class SessionActor:
         for finished in self.after:
             await finished.wait()
         self.conn = await self.process.connect(self, self._send, self._set_step)
-        spare = self.process.take_spare() if self.resume is None else None
+        spare = await self.process.take_spare() if self.resume is None else None
         if spare is not None:
             # Opened ahead (agent_pool.Spare): this chat's from now on, its tools endpoint too.
             self.bridge, self.mcp_servers = spare.bridge, spare.mcp_servers

@@ -1,0 +1,26 @@
+"""``make bench-sessions`` runs (bench/sessions.py): two chats, one run, every figure produced."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.real_agent
+
+
+def test_bench_sessions_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "sessions.json"
+    done = subprocess.run([sys.executable, "-m", "bench.sessions", "--chats", "2", "--runs", "1", "--spare-session", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    for name in ("direct", "lmbridge_cold", "lmbridge_prewarmed"):
+        f = figures[name]
+        assert f["first_s"] > 0 and f["next_s"] > 0 and f["agents_rss_mib"] > 50 and f["agent_processes"] >= 2, (name, f)
+    assert figures["lmbridge_cold"]["daemon_rss_mib"] > 10
+    assert "× direct" in done.stdout
