@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import alive
 from test_daemon import LIMIT, eventually, ok
 from test_lifecycle import CHAT, stop_while_streaming
 
@@ -110,8 +111,9 @@ async def test_an_evicted_chat_continues_the_agent_session(scripted: Any, daemon
             ok(first)
             if caps == "resume":
                 await eventually(lambda: agent.frames("session/close"), what="the evicted session closed")
-            else:
-                await anyio.sleep(1.0)
+            # With no session left, the process itself exits after the idle timeout.
+            (pid,) = agent.pids()
+            await eventually(lambda: not alive(pid), what="the idle agent process stopped")
             second = await c.chat(agent.id, [user("question one"), assistant(first.parts), user("question two")])
             ok(second)
     assert_recovered(agent, caps, agent.prompts()[-1], "s1", "question two")

@@ -574,6 +574,8 @@ class Console:
                 self.out.line(f"model: {self.model} (listed: {listing})")
             else:
                 if arg not in {m["id"] for m in self.models}:
+                    await self._list_models()  # an agent's own models are listed once the daemon has learnt them
+                if arg not in {m["id"] for m in self.models}:
                     self.out.line(f"warning: {arg!r} is not among the listed models; the daemon will say so", YELLOW)
                 self.model = arg
                 self.out.line(f"model: {arg}")

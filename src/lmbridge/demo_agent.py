@@ -29,7 +29,8 @@ contains "write" or "file"      ``tool_call`` "Write notes.txt" (kind edit, pend
                                 ms apart) and each answer is handled on its own.
 contains "slow"                 40 message chunks "chunk N " 50 ms apart.
 anything else                   "Hello from the demo agent. You said: <prompt>" in
-                                several ``agent_message_chunk`` pieces.
+                                several ``agent_message_chunk`` pieces; in capitals
+                                when the session's ``model`` option is ``loud``.
 image blocks                    "I received an image of N bytes." before the above.
 ==============================  ==========================================================
 
@@ -39,8 +40,10 @@ written to.
 
 ACP methods implemented: ``initialize`` (protocol version 1, agentInfo
 ``lmbridge-demo``, image prompts accepted, no ``session/load``), ``authenticate``
-(accepts anything: no auth methods are advertised), ``session/new``,
-``session/prompt`` and the ``session/cancel`` notification. Sent to the client:
+(accepts anything: no auth methods are advertised), ``session/new`` (with one config
+option of category ``model``: ``plain`` or ``loud``, so VS Code's picker shows the
+agent's own models), ``session/set_config_option``, ``session/prompt`` and the
+``session/cancel`` notification. Sent to the client:
 ``session/update`` (agent_thought_chunk, plan, agent_message_chunk, tool_call,
 tool_call_update) and ``session/request_permission``. Anything else is answered with
 JSON-RPC -32601 by the SDK.
@@ -82,6 +85,10 @@ from acp.schema import (
     PromptCapabilities,
     PromptResponse,
     ResourceContentBlock,
+    SessionConfigOptionBoolean,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
+    SetSessionConfigOptionResponse,
     TextContentBlock,
     ToolCallLocation,
     ToolCallUpdate,
@@ -124,6 +131,7 @@ class _Session:
     scratch: Path
     # The running turn's cancel scope; session/cancel cancels it. None between turns.
     turn: anyio.CancelScope | None = None
+    model: str = "plain"  # its config option of category model: "plain" or "loud"
 
 
 class DemoAgent:
@@ -168,7 +176,16 @@ class DemoAgent:
         scratch = Path(env_scratch) if env_scratch else Path(tempfile.gettempdir()) / "lmbridge-demo" / session_id
         self._sessions[session_id] = _Session(session_id=session_id, cwd=cwd, scratch=scratch)
         log.info("session/new: %s cwd=%s scratch=%s", session_id, cwd, scratch)
-        return NewSessionResponse(session_id=session_id)
+        return NewSessionResponse(session_id=session_id, config_options=_config_options("plain"))
+
+    async def set_config_option(self, config_id: str, session_id: str, value: str | bool, **_: Any) -> SetSessionConfigOptionResponse:
+        """``session/set_config_option``: the ``model`` option, ``plain`` or ``loud``."""
+        session = self._sessions.get(session_id)
+        if session is None or config_id != "model" or value not in MODELS:
+            raise acp.RequestError.invalid_params({"sessionId": session_id, "configId": config_id, "value": value})
+        session.model = str(value)
+        log.info("session/set_config_option %s: model=%s", session_id, value)
+        return SetSessionConfigOptionResponse(config_options=_config_options(session.model))
 
     async def prompt(self, session_id: str, prompt: list[Any], **_: Any) -> PromptResponse:
         """Run one turn; its stopReason is ``cancelled`` if the client cancelled it."""
@@ -233,7 +250,8 @@ class DemoAgent:
                 await self._update(sid, acp.update_agent_message_text(f"chunk {n} "))
                 await anyio.sleep(SLOW_DELAY)
         else:
-            await self._say(sid, f"Hello from the demo agent. You said: {text}")
+            reply = f"Hello from the demo agent. You said: {text}"
+            await self._say(sid, reply.upper() if session.model == "loud" else reply)
 
         await self._update(sid, acp.update_plan(_plan(steps, done=len(steps))))
 
@@ -326,6 +344,18 @@ class DemoAgent:
         for i in range(0, len(words), 3):
             await self._update(session_id, acp.update_agent_message_text("".join(words[i : i + 3])))
             await anyio.sleep(CHUNK_DELAY)
+
+
+MODELS = {"plain": "Plain", "loud": "Loud"}  # the demo's "models": how it answers
+
+
+def _config_options(current: str) -> list[SessionConfigOptionSelect | SessionConfigOptionBoolean]:
+    return [
+        SessionConfigOptionSelect(
+            id="model", name="Model", category="model", type="select", current_value=current,
+            options=[SessionConfigSelectOption(value=v, name=n) for v, n in MODELS.items()],
+        )  # fmt: skip
+    ]
 
 
 def _plan(steps: list[str], *, done: int) -> list[PlanEntry]:

@@ -288,6 +288,15 @@ try {
 		await waitForResponseText(/You said: and now hello/);
 		await waitForIdle();
 	});
+	await step('agent-models', async () => {
+		// The demo agent's own models (its configOptions, issue #11 §3) in VS Code's picker, learnt
+		// from its sessions; the same chat on "Loud": the option is set on its session.
+		await pickModel('lmbridge demo agent · Loud');
+		await send('which model now');
+		await waitForResponseText(/YOU SAID: WHICH MODEL NOW/);
+		await waitForIdle();
+	});
+
 	await step('fails-to-start', async () => {
 		await pickModel('Broken agent');
 		await send('hello broken agent');
