@@ -161,6 +161,19 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+def children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (the daemon's agents run as its children)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+            out.append(int(stat.parent.name))
+    return out
+
+
 #: Tests compare answers' text exactly: the "Starting <agent>…" line (shown when an
 #: agent takes longer than 0.5 s to start) waits 60 s here, unless a test sets it.
 QUIET_START = {"LMBRIDGE_START_NOTICE": "60"}

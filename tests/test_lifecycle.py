@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 import pytest
-from conftest import alive
+from conftest import alive, children
 from test_daemon import LIMIT, eventually, ok, only, write_turn
 
 from lmbridge.client import approve, assistant, text_of, tool_calls, user
@@ -205,19 +205,6 @@ async def test_sigterm_ends_the_daemon_like_eof(scripted: Any, daemon: Any) -> N
     assert call.error is not None  # answered, not left hanging
     assert code == 0 and took < 8
     assert not [p for p in pids if alive(p)]
-
-
-def children(pid: int) -> list[int]:
-    """Live child processes of ``pid`` (the daemon's agents run as its children)."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
-            out.append(int(stat.parent.name))
-    return out
 
 
 @pytest.mark.parametrize("how", ["option", "env"])

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 REAL_AGENT_DIR = Path(__file__).resolve().parent
 AGENT_PACKAGE = "@zed-industries/claude-agent-acp"
@@ -104,3 +107,20 @@ def agent_environ(extra: Mapping[str, str] | None = None, base: Mapping[str, str
 def claude_agent_launch(home: Path, base_url: str) -> tuple[list[str], dict[str, str]]:
     """``(argv, full environment)`` to start claude-agent-acp against ``base_url``."""
     return claude_agent_command(), agent_environ(claude_agent_env(home, base_url))
+
+
+@asynccontextmanager
+async def claude_bridge(tmp_path: Path, base_url: str, *args: str) -> AsyncIterator[Any]:
+    """``lmbridge serve *args`` (an initialized ``lmbridge.client.DaemonClient``) with claude as
+    model ``claude`` against ``base_url``. Its state folder, claude's HOME and its stderr
+    (``daemon.stderr``) live in ``tmp_path``: a second bridge on the same ``tmp_path`` is VS
+    Code reloaded. The daemon passes its environment on to agents: IS_SANDBOX is not in it."""
+    from lmbridge.client import DaemonClient
+
+    node, entry = claude_agent_command()
+    spec = {"id": "claude", "name": "Claude Code", "command": node, "args": [entry], "env": claude_agent_env(tmp_path / "home", base_url)}
+    env = agent_environ({"LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(tmp_path / "state")})
+    with open(tmp_path / "daemon.stderr", "ab") as stderr:
+        async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
+            await client.initialize(workspace=[str(tmp_path)], agents=[spec])
+            yield client

@@ -11,9 +11,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -25,25 +24,14 @@ if str(ROOT) not in sys.path:
 from lmbridge.client import DaemonClient, approve, assistant, skip, text_of, tool_calls, user  # noqa: E402
 from lmbridge.wire import AGENT_ACTION_TOOL  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
-from tests.real_agent.claude import agent_environ, claude_agent_command, claude_agent_env  # noqa: E402
+from tests.real_agent.claude import claude_bridge  # noqa: E402
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.anyio]
 TIMEOUT = 90  # seconds per test body
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@asynccontextmanager
-async def bridge(tmp_path: Path, fake: FakeAnthropic) -> AsyncIterator[DaemonClient]:
-    node, entry = claude_agent_command()
-    spec = {"id": "claude", "name": "Claude Code", "command": node, "args": [entry], "env": claude_agent_env(tmp_path / "home", fake.url)}
-    # The daemon passes its own environment on to agents: IS_SANDBOX must not be in it.
-    async with DaemonClient.spawn(env=agent_environ({"LMBRIDGE_LOG_LEVEL": "info"})) as client:
-        await client.initialize(workspace=[str(tmp_path)], agents=[spec])
-        yield client
+def bridge(tmp_path: Path, fake: FakeAnthropic) -> Any:
+    return claude_bridge(tmp_path, fake.url)
 
 
 def bash(command: str) -> dict:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,29 +24,16 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lmbridge.client import DaemonClient, approve, assistant, text_of, tool_calls, user  # noqa: E402
+from tests.conftest import children  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
-from tests.real_agent.claude import agent_environ, claude_agent_command, claude_agent_env  # noqa: E402
+from tests.real_agent.claude import claude_bridge  # noqa: E402
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.anyio]
 TIMEOUT = 120  # seconds per test body
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@asynccontextmanager
-async def bridge(tmp_path: Path, fake: FakeAnthropic, *args: str) -> AsyncIterator[DaemonClient]:
-    """The daemon with claude; its state folder and claude's HOME live in ``tmp_path``, so a
-    second bridge on the same ``tmp_path`` is VS Code reloaded."""
-    node, entry = claude_agent_command()
-    spec = {"id": "claude", "name": "Claude Code", "command": node, "args": [entry], "env": claude_agent_env(tmp_path / "home", fake.url)}
-    env = agent_environ({"LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(tmp_path / "state")})
-    with open(tmp_path / "daemon.stderr", "ab") as stderr:
-        async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
-            await client.initialize(workspace=[str(tmp_path)], agents=[spec])
-            yield client
+def bridge(tmp_path: Path, fake: FakeAnthropic, *args: str) -> Any:
+    return claude_bridge(tmp_path, fake.url, *args)
 
 
 def bash(command: str) -> dict:
@@ -81,15 +66,7 @@ async def first_turn(client: DaemonClient, marker: Path) -> list[dict]:
 
 def agent_processes(client: DaemonClient) -> list[int]:
     """The daemon's direct children: its agent processes."""
-    out = []
-    for path in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = path.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == client.process.pid and fields[0] not in ("Z", "X"):
-            out.append(int(path.parent.name))
-    return out
+    return children(client.process.pid)
 
 
 def log_of(tmp_path: Path) -> str:
