@@ -266,3 +266,19 @@ async def test_pre_warming_probes_the_models_of_an_agent_it_does_not_know(script
     probe = agent.events("session_new")[-1]
     assert [f["params"]["sessionId"] for f in agent.frames("session/close")][-1] == probe["sessionId"]
     assert len(agent.prompts()) == 1  # the probe was never prompted
+
+
+async def test_the_index_keeps_when_each_chat_was_last_used(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    """A restored entry nobody used keeps its time; the chat used now gets a new one (the
+    newest 200 are kept, so the oldest must be the least recently used)."""
+    from lmbridge.session_index import SessionIndex, entry
+
+    agent = scripted({"initialize": CAPS["resume"]})
+    index = SessionIndex(tmp_path / "state" / "lmbridge")
+    old = entry({"model": agent.id, "resume": "old-session", "items": [["u", []], ["a", "00" * 16, "", []]], "last": "done"}, agent.id, "/elsewhere", 1000.0)
+    index.save([old])
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], env={"LMBRIDGE_PREWARM": "0"}) as c:
+            ok(await c.chat(agent.id, [user("hello")]))
+    saved = {e["resume"]: e["saved"] for e in index.load()}
+    assert saved["old-session"] == 1000.0 and saved["s1"] > 1000.0

@@ -97,6 +97,7 @@ class HistoryActor:
         self.core = HistoryCore()
         self.index = index  # session_index.SessionIndex, or None: nothing persisted
         self.cwds: dict[str, str | None] = {}  # session id → the cwd its agent session runs in
+        self.active_at: dict[str, float] = {}  # session id → wall-clock time it was last used (the index's "saved")
         self._dirty = False  # the index is behind the core
         # One process per agent, shared by its chats (issue #11); it exits once idle.
         self.pool = AgentPool(idle_timeout, launcher=launcher, recorder=recorder, spares=spares, mcp_host=self._mcp_host)
@@ -227,8 +228,9 @@ class HistoryActor:
             except HistoryError as exc:
                 log.warning("session index entry ignored", error=str(exc))
                 continue
-            cwd = entry.get("cwd")
+            cwd, saved = entry.get("cwd"), entry.get("saved")
             self.cwds[sid] = cwd if isinstance(cwd, str) else None
+            self.active_at[sid] = float(saved) if isinstance(saved, int | float) else 0.0
             restored += 1
         if restored:
             log.info("sessions restored from the index", count=restored, path=str(self.index.path))
@@ -240,7 +242,7 @@ class HistoryActor:
         for sid, s in self.core.sessions.items():
             data = self.core.export(sid)
             if data is not None:
-                out.append(entry(data, s.model_id, self.cwds.get(sid)))
+                out.append(entry(data, s.model_id, self.cwds.get(sid), self.active_at.get(sid)))
         return out
 
     async def _save(self) -> None:
@@ -299,6 +301,7 @@ class HistoryActor:
         elif isinstance(msg, _Ended):
             if msg.session_id in self.core.sessions:
                 self.core.end(msg.session_id, msg.fingerprint, msg.last, msg.pending, now)
+                self.active_at[msg.session_id] = time.time()
                 self._dirty = True
         elif isinstance(msg, _Opened):
             s = self.core.sessions.get(msg.session_id)
@@ -370,6 +373,7 @@ class HistoryActor:
         self._dirty = True
         if not asleep:
             self.cwds.pop(session_id, None)
+            self.active_at.pop(session_id, None)
         actor = self.actors.pop(session_id, None)
         if actor is not None:
             actor.close(reason)

@@ -141,6 +141,8 @@ class SessionIndex:
         return n
 
 
-def entry(exported: dict[str, Any], agent: str, cwd: str | None) -> dict[str, Any]:
-    """An index entry: ``HistoryCore.export``'s data, the agent and cwd it ran with, and when."""
-    return {**exported, "agent": agent, "cwd": cwd, "saved": time.time()}
+def entry(exported: dict[str, Any], agent: str, cwd: str | None, saved: float | None = None) -> dict[str, Any]:
+    """An index entry: ``HistoryCore.export``'s data, the agent and cwd it ran with, and
+    ``saved``: when the chat was last used (seconds since the epoch; default now). The
+    most recently used ``MAX_ENTRIES`` are kept."""
+    return {**exported, "agent": agent, "cwd": cwd, "saved": time.time() if saved is None else saved}
