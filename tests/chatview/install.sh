@@ -10,6 +10,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${LMBRIDGE_TEST_CACHE:-$HOME/.cache/lmbridge-test}
 mkdir -p "$CACHE"
 log() { echo "chatview install: $*" >&2; }
+# stdout is for the three variables at the end (the Makefile evals it): everything the
+# installs print (npm's "added N packages" goes to stdout) goes to stderr.
+exec 3>&1 1>&2
 
 # Node 24: code-server 4.139 requires it (facts.md §2). The npm package carries node and its headers.
 N24=$CACHE/node-$NODE_VERSION
@@ -48,6 +51,6 @@ if [ ! -f "$BR/.installed" ] || ! cmp -s "$HERE/package-lock.json" "$BR/package-
   (cd "$BR" && npm ci --no-audit --no-fund --loglevel=error)
   touch "$BR/.installed"
 fi
-echo "NODE24=$NODE_DIR/bin/node"
-echo "CODE_SERVER=$CS/node_modules/code-server/out/node/entry.js"
-echo "BROWSER_MODULES=$BR/node_modules"
+echo "NODE24=$NODE_DIR/bin/node" >&3
+echo "CODE_SERVER=$CS/node_modules/code-server/out/node/entry.js" >&3
+echo "BROWSER_MODULES=$BR/node_modules" >&3
