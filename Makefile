@@ -1,12 +1,11 @@
 # lmbridge: the two README commands are `make demo` and `make test`.
-# Everything they need is installed here, into ./.venv and tests/real_agent/node_modules.
+# Everything they need is installed here: into ./.venv, and the heavy test installs (the real
+# agents, code-server, Chromium) into $$LMBRIDGE_TEST_CACHE (default ~/.cache/lmbridge-test).
 
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-AGENT_DIR := tests/real_agent
-AGENT_STAMP := $(AGENT_DIR)/node_modules/.installed
 
 .PHONY: venv demo test lint test-python test-shim chatview real-agent-deps vsix clean
 
@@ -25,12 +24,11 @@ demo: $(STAMP)
 	@scratch=$$(mktemp -d) && LMBRIDGE_DEMO_SCRATCH=$$scratch $(VENV)/bin/lmbridge console --script examples/demo.console; \
 	  status=$$?; rm -rf "$$scratch"; exit $$status
 
-# claude-agent-acp (a real ACP agent) for the real-agent tests, pinned by its lock file.
-$(AGENT_STAMP): $(AGENT_DIR)/package.json $(AGENT_DIR)/package-lock.json
-	cd $(AGENT_DIR) && npm ci --no-audit --no-fund --loglevel=error
-	@touch $@
-
-real-agent-deps: $(AGENT_STAMP)
+# The real ACP agents for the real-agent tests (claude-agent-acp, gemini-cli, codex-acp pinned
+# by tests/real_agent/package-lock.json; fast-agent by fast-agent-requirements.txt), into the
+# test cache; a no-op when the cache already holds them.
+real-agent-deps:
+	tests/real_agent/install.sh
 
 test: lint test-python test-shim chatview
 
@@ -47,7 +45,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # pytest exits 5 when it collects no tests; that is a failure here, not a pass.
-test-python: $(STAMP) $(AGENT_STAMP)
+test-python: $(STAMP) real-agent-deps
 	$(PY) -m pytest -q
 
 test-shim:
@@ -57,7 +55,7 @@ test-shim:
 # with the demo agent, claude-agent-acp against the fake model server and a scripted agent,
 # each recorded by `lmbridge serve --record` and replayed once to check it.
 .PHONY: record-sessions
-record-sessions: $(STAMP) $(AGENT_STAMP)
+record-sessions: $(STAMP) real-agent-deps
 	$(PY) tests/sessions/record.py
 
 # What the bridge costs, against a direct ACP client (issue #6): figures in .bench/results.json.
@@ -68,7 +66,7 @@ bench: $(STAMP)
 # New chats and the agents' memory, lmbridge against a direct ACP client (issue #11): both with
 # claude-agent-acp and the fake model server; figures in .bench/sessions.json.
 .PHONY: bench-sessions
-bench-sessions: $(STAMP) $(AGENT_STAMP)
+bench-sessions: $(STAMP) real-agent-deps
 	$(PY) -m bench.sessions
 
 # The soak run of issue #14 (docs/reliability.md): 1,000,000 generated stdin frames, 100,000
@@ -81,4 +79,4 @@ vsix:
 	$(MAKE) -C vscode-shim vsix
 
 clean:
-	rm -rf $(VENV) $(AGENT_DIR)/node_modules .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -2,11 +2,11 @@
 
 Recipe (checked with claude-agent-acp 0.23.1, Node 20)::
 
-    cd tests/real_agent && npm ci --no-audit --no-fund --loglevel=error   # `make real-agent-deps`
+    make real-agent-deps   # tests/real_agent/install.sh: into the test cache (cache.py)
     env -u IS_SANDBOX \\
         ANTHROPIC_BASE_URL=http://127.0.0.1:PORT ANTHROPIC_API_KEY=x HOME=<scratch> \\
         DISABLE_TELEMETRY=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 ... \\
-        node tests/real_agent/node_modules/@zed-industries/claude-agent-acp/dist/index.js
+        node ~/.cache/lmbridge-test/agents/node_modules/@zed-industries/claude-agent-acp/dist/index.js
 
 with a fake Messages API (``tests/fakes/fake_anthropic.py``) listening on PORT.
 
@@ -26,10 +26,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-REAL_AGENT_DIR = Path(__file__).resolve().parent
+from tests.real_agent.cache import missing, npm_package
+
 AGENT_PACKAGE = "@zed-industries/claude-agent-acp"
 AGENT_VERSION = "0.23.1"
-AGENT_ENTRY = REAL_AGENT_DIR / "node_modules" / "@zed-industries" / "claude-agent-acp" / "dist" / "index.js"
+AGENT_ENTRY = npm_package(AGENT_PACKAGE) / "dist" / "index.js"
 
 # Variables that must never reach the agent (see module docstring).
 REMOVED_ENV_VARS = ("IS_SANDBOX",)
@@ -49,10 +50,7 @@ def node_executable() -> str:
 def claude_agent_command() -> list[str]:
     """argv that starts claude-agent-acp speaking ACP on its stdio."""
     if not AGENT_ENTRY.is_file():
-        raise RealAgentNotInstalled(
-            f"{AGENT_PACKAGE} is not installed ({AGENT_ENTRY} missing): run `make real-agent-deps` "
-            f"(or `cd {REAL_AGENT_DIR} && npm ci --no-audit --no-fund --loglevel=error`)"
-        )
+        raise RealAgentNotInstalled(missing(AGENT_ENTRY, AGENT_PACKAGE))
     return [node_executable(), str(AGENT_ENTRY)]
 
 
