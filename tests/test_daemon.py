@@ -1118,7 +1118,8 @@ INVALID = {
     "bad-toolMode": ("lm/provideLanguageModelChatResponse", {"modelId": "demo", "messages": [{"role": "user", "content": []}], "options": {"toolMode": "sometimes"}}, "toolMode"),
     "count-without-text": ("lm/provideTokenCount", {"modelId": "demo"}, "text"),
     "protocol-2": ("initialize", {"protocolVersion": 2}, "protocolVersion"),
-    "agent-without-command": ("initialize", {"protocolVersion": 1, "agents": [{"id": "x"}]}, "command"),
+    # An agent without a command names a preset, or is left out with a reason: tests/test_auth.py.
+    "agent-with-empty-command": ("initialize", {"protocolVersion": 1, "agents": [{"id": "x", "command": ""}]}, "command"),
     "positional-params": ("lm/provideLanguageModelChatResponse", ["demo", []], "params"),
     "count-of-a-number": ("lm/provideTokenCount", {"modelId": "demo", "text": 5}, "text"),
 }

@@ -263,3 +263,19 @@ def test_redactor_placeholders_are_stable_and_cover_options() -> None:
     # Long values are replaced inside any string; short ones ("1") only where they are values.
     assert r.scrub({"text": "key sk-123456789 in /home/someone/x, 1 of 1"}) == {
         "text": "key <redacted:arg:api-key:1> in <redacted:env:HOME:1>/x, 1 of 1"}
+
+
+def test_a_start_notice_in_a_recording_is_not_expected(tmp_path: Path) -> None:
+    """"Starting <agent>…" shows when the recorded agent started slowly: a wall-clock
+    artefact, dropped when a recording is loaded (replay shows none)."""
+    from lmbridge.replay import load
+    from lmbridge.turn import is_start_notice, start_notice
+
+    assert is_start_notice(start_notice("Claude Code")) and not is_start_notice("_Starting X…_\n\nmore text")
+    path = tmp_path / "rec.jsonl"
+    part = {"jsonrpc": "2.0", "method": "lm/responsePart", "params": {"requestId": 2, "part": {"type": "text", "value": start_notice("demo")}}}
+    other = {"jsonrpc": "2.0", "method": "lm/responsePart", "params": {"requestId": 2, "part": {"type": "text", "value": "Hello"}}}
+    header = json.loads(next(iter(SESSIONS.glob("demo-approve.jsonl"))).read_text().splitlines()[0])
+    lines = [header, {"t": 0.1, "link": "shim", "dir": "out", "frame": part}, {"t": 0.2, "link": "shim", "dir": "out", "frame": other}]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    assert [e.data["frame"] for e in load(path).entries] == [other]

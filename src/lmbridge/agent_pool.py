@@ -123,6 +123,7 @@ class AgentProcess:
         self.spare: Spare | None = None
         self._preparing = False
         self._spare_done = anyio.Event()  # set when the spare being opened is ready (or failed)
+        self.stale = False  # said it needs a login: restarted once nobody uses it (retire)
 
     @property
     def running(self) -> bool:
@@ -159,7 +160,8 @@ class AgentProcess:
                     "initialize",
                     {
                         "protocolVersion": 1,
-                        "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False},
+                        # auth.terminal: agents list the login they run in a terminal (auth.py)
+                        "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False, "auth": {"terminal": True}},
                         "clientInfo": {"name": "lmbridge", "version": __version__},
                     },
                 )
@@ -171,7 +173,8 @@ class AgentProcess:
                 raise
             finally:
                 self._starting = None
-            self.init, self.caps, self.conn = init, Capabilities.of(init), conn
+            self.init, self.caps, self.conn, self.stale = init, Capabilities.of(init), conn, False
+            pool.on_ready(self.spec.id, self.caps)
             return conn
 
     def attach(self, user: object, mailbox: Sink) -> None:
@@ -198,6 +201,11 @@ class AgentProcess:
         self.responses = {rid: box for rid, box in self.responses.items() if box is not mailbox}
         if not self.users and self.running:
             self._reap_later()
+
+    def retire(self) -> None:
+        """The agent said it needs a login: once no chat uses it, the process exits (not
+        after the idle timeout), so the next request starts one that sees the login."""
+        self.stale = True
 
     # -- the spare session ------------------------------------------------------------
 
@@ -312,13 +320,18 @@ class AgentProcess:
             self._idle.cancel()
         scope = self._idle = anyio.CancelScope()
         conn = self.conn
-        idle = 0.0 if self.pool.closing else self.pool.idle
+        idle = 0.0 if self.pool.closing or self.stale else self.pool.idle
 
         async def reap() -> None:
             with scope:
                 await anyio.sleep(idle)
                 if not self.users and self.conn is conn and conn is not None:
                     log.info("agent process idle: stopping it", agent=self.spec.id, idle_seconds=idle)
+                    # A chat arriving while it stops starts a new process, not this one.
+                    self.conn = None
+                    self.sessions.clear()
+                    self.responses.clear()
+                    self._drop_spare()
                     await conn.close()
 
         assert self.pool.tg is not None
@@ -331,9 +344,11 @@ class AgentPool:
     signature (replay passes its player's)."""
 
     def __init__(
-        self, idle: float = 1800.0, launcher: Any = None, recorder: Any = None, *, spares: bool = False, mcp_host: Any = None
+        self, idle: float = 1800.0, launcher: Any = None, recorder: Any = None, *, spares: bool = False, mcp_host: Any = None,
+        on_ready: Callable[[str, Capabilities], None] = lambda agent_id, caps: None,
     ) -> None:
         self.idle = idle
+        self.on_ready = on_ready  # told each process's capabilities once it is initialized
         self.launcher = launcher or AgentConnection.spawn
         self.recorder = recorder
         self.spares = spares  # keep a spare ACP session per running process

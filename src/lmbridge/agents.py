@@ -7,9 +7,13 @@ is configured), a config file, ``lmbridge serve --agent ID=COMMAND``, and
 
 Config file (JSON)::
 
-    {"agents": [{"id": "claude", "name": "Claude Code", "command": "npx",
-                 "args": ["@zed-industries/claude-agent-acp"], "env": {}}],
+    {"agents": [{"id": "claude"},
+                {"id": "mine", "name": "My agent", "command": "my-agent", "args": ["--acp"], "env": {}}],
      "idleTimeout": 1800}
+
+An entry with no ``command`` names a **preset** (``PRESETS``: claude, codex, gemini,
+fast-agent, issue #12 §3): a known command with pinned package versions, a display name
+and the sign-in hint; any field the entry gives wins over the preset's.
 """
 
 from __future__ import annotations
@@ -24,10 +28,80 @@ from pydantic import ValidationError
 
 from lmbridge import __version__
 from lmbridge.agent_models import Choice, model_id
-from lmbridge.wire import AgentSpec, Capabilities, ModelInfo
+from lmbridge.auth import Hint
+from lmbridge.wire import AgentEntry, AgentSpec, Capabilities, ModelInfo
 
 MAX_INPUT_TOKENS = 200_000
 MAX_OUTPUT_TOKENS = 64_000
+
+
+class Preset:
+    """A known agent: ``spec`` (its command, pinned), what it needs installed, how it signs in."""
+
+    def __init__(self, spec: AgentSpec, description: str, requires: str, hint: Hint) -> None:
+        self.spec, self.description, self.requires, self.hint = spec, description, requires, hint
+
+    def info(self) -> dict[str, object]:
+        """The ``agents/presets`` entry (docs/protocol.md)."""
+        return {
+            "id": self.spec.id, "name": self.spec.name, "description": self.description, "requires": self.requires,
+            "command": self.spec.command, "args": list(self.spec.args),
+        }  # fmt: skip
+
+
+#: The agents users have, by id (docs/agents.md has what each does on the wire). Versions
+#: are the ones the real-agent tests run (tests/real_agent/package.json and
+#: fast-agent-requirements.txt): a preset starts what was tested.
+PRESETS: dict[str, Preset] = {
+    p.spec.id: p
+    for p in (
+        Preset(
+            AgentSpec(id="claude", name="Claude Code", command="npx", args=["-y", "@zed-industries/claude-agent-acp@0.23.1"]),
+            "Anthropic's Claude Code through claude-agent-acp",
+            "Node.js 18+ (npx)",
+            Hint(env=("ANTHROPIC_API_KEY",)),
+        ),
+        Preset(
+            AgentSpec(id="codex", name="Codex", command="npx", args=["-y", "@zed-industries/codex-acp@0.16.0"]),
+            "OpenAI's Codex through codex-acp",
+            "Node.js 18+ (npx)",
+            Hint(login=("npx", "-y", "@openai/codex", "login")),
+        ),
+        Preset(
+            AgentSpec(id="gemini", name="Gemini CLI", command="npx", args=["-y", "@google/gemini-cli@0.61.0", "--acp"]),
+            "Google's Gemini CLI in its ACP mode",
+            "Node.js 20+ (npx)",
+            Hint(env=("GEMINI_API_KEY",), login=("npx", "-y", "@google/gemini-cli@0.61.0")),
+        ),
+        Preset(
+            AgentSpec(id="fast-agent", name="fast-agent", command="uvx", args=["--python", "3.13", "--from", "fast-agent-mcp==0.10.48", "fast-agent-acp"]),
+            "fast-agent (fast-agent-mcp), any model it supports",
+            "uv (uvx), which fetches Python 3.13",
+            Hint(env=("OPENAI_API_KEY", "ANTHROPIC_API_KEY"), note="fast-agent also reads keys from fast-agent.secrets.yaml."),
+        ),
+    )
+}
+
+
+def resolve(entry: AgentSpec) -> AgentSpec:
+    """``entry`` (an ``AgentEntry`` may leave ``command`` out) with what it leaves out taken
+    from the preset of its id; an entry with a command and no preset is used as it is.
+
+    Raises ``ValueError`` when it has no ``command`` and names no preset.
+    """
+    preset = PRESETS.get(entry.id)
+    given = {k: v for k, v in entry.model_dump(exclude_unset=True).items() if v is not None}
+    if preset is not None:
+        return AgentSpec.model_validate({**preset.spec.model_dump(), **given})
+    if not entry.command:
+        raise ValueError(f"agent {entry.id!r} has no command and is no preset (presets: {', '.join(PRESETS)})")
+    return entry if type(entry) is AgentSpec else AgentSpec.model_validate(given)
+
+
+def auth_hint(spec: AgentSpec) -> Hint | None:
+    """The preset's sign-in hint for an agent of a preset's id, started the preset's way."""
+    preset = PRESETS.get(spec.id)
+    return preset.hint if preset is not None and preset.spec.command == spec.command else None
 
 
 def demo_agent() -> AgentSpec:
@@ -36,14 +110,16 @@ def demo_agent() -> AgentSpec:
 
 
 def parse_agent_option(value: str) -> AgentSpec:
-    """``ID=COMMAND`` (COMMAND split shell-style) → AgentSpec.
+    """``ID=COMMAND`` (COMMAND split shell-style), or a preset's ``ID`` alone → AgentSpec.
 
     Raises ``ValueError`` naming what is wrong.
     """
     ident, sep, command = value.partition("=")
+    if not sep and ident.strip() in PRESETS:
+        return PRESETS[ident.strip()].spec
     words = shlex.split(command) if sep else []
     if not ident.strip() or not words:
-        raise ValueError(f"--agent expects ID=COMMAND, got {value!r}")
+        raise ValueError(f"--agent expects ID=COMMAND or a preset's ID ({', '.join(PRESETS)}), got {value!r}")
     return AgentSpec(id=ident.strip(), command=words[0], args=words[1:])
 
 
@@ -54,25 +130,33 @@ def load_config(path: Path) -> tuple[list[AgentSpec], float | None]:
     """
     try:
         data = json.loads(path.read_text())
-        agents = [AgentSpec.model_validate(a) for a in data.get("agents", [])]
+        agents = [resolve(AgentEntry.model_validate(a)) for a in data.get("agents", [])]
         idle = data.get("idleTimeout")
         return agents, (float(idle) if idle is not None else None)
     except (OSError, ValueError, ValidationError, AttributeError, TypeError) as exc:
         raise ValueError(f"config file {path}: {exc}") from exc
 
 
-def merge(*sources: Iterable[AgentSpec]) -> dict[str, AgentSpec]:
-    """Agents by id, later sources winning; the demo agent when there are none."""
+def merge(*sources: Iterable[AgentSpec], problems: list[str] | None = None) -> dict[str, AgentSpec]:
+    """Agents by id, later sources winning, presets resolved (``resolve``); the demo agent
+    when there are none. An entry that cannot be resolved is left out, its reason appended
+    to ``problems`` (or ``ValueError`` raised when no list is given)."""
     out: dict[str, AgentSpec] = {}
     for source in sources:
         for spec in source:
-            out[spec.id] = spec
+            try:
+                out[spec.id] = resolve(spec)
+            except ValueError as exc:
+                if problems is None:
+                    raise
+                problems.append(str(exc))
     return out or {"demo": demo_agent()}
 
 
-def model_info(spec: AgentSpec, choice: Choice | None = None) -> ModelInfo:
+def model_info(spec: AgentSpec, choice: Choice | None = None, images: bool = False) -> ModelInfo:
     """The ``LanguageModelChatInformation`` VS Code shows for an agent, or for one of its
-    own models (``choice``, a value of its ``model`` config option: agent_models)."""
+    own models (``choice``, a value of its ``model`` config option: agent_models).
+    ``images``: the agent's ``promptCapabilities.image`` as last seen (``imageInput``)."""
     name = spec.name or spec.id
     return ModelInfo(
         id=spec.id if choice is None else model_id(spec.id, choice.value),
@@ -81,7 +165,7 @@ def model_info(spec: AgentSpec, choice: Choice | None = None) -> ModelInfo:
         version=__version__,
         maxInputTokens=MAX_INPUT_TOKENS,
         maxOutputTokens=MAX_OUTPUT_TOKENS,
-        capabilities=Capabilities(toolCalling=True, imageInput=False),
+        capabilities=Capabilities(toolCalling=True, imageInput=images),
         tooltip=f"ACP agent: {shlex.join([spec.command, *spec.args])}",
         detail="ACP agent",
     )

@@ -32,7 +32,10 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the daemon on stdio (what VS Code spawns)")
-    serve.add_argument("--agent", action="append", default=[], metavar="ID=COMMAND", help="offer an ACP agent as model ID (repeatable; COMMAND split shell-style)")
+    serve.add_argument("--agent", action="append", default=[], metavar="ID=COMMAND", help=(
+        "offer an ACP agent as model ID (repeatable; COMMAND split shell-style); "
+        "a preset's ID alone (claude, codex, gemini, fast-agent) starts its pinned command"
+    ))
     serve.add_argument("--config", type=Path, help="JSON config file with agents and idleTimeout")
     serve.add_argument("--idle-timeout", type=float, help="seconds before an unused session is evicted (default 1800)")
     serve.add_argument(

@@ -70,6 +70,12 @@ class _Learnt:
 
 
 @dataclass(frozen=True)
+class _Images:
+    agent_id: str
+    images: bool  # its promptCapabilities.image
+
+
+@dataclass(frozen=True)
 class _Died:
     session_id: str
 
@@ -93,18 +99,24 @@ class HistoryActor:
         index: Any = None,
         spares: bool = False,
         models_changed: Any = None,
+        start_notice: float | None = None,
     ) -> None:
+        self.start_notice = start_notice  # SessionActor's notice (None: its default)
         self.core = HistoryCore()
         self.index = index  # session_index.SessionIndex, or None: nothing persisted
         self.cwds: dict[str, str | None] = {}  # session id → the cwd its agent session runs in
         self.active_at: dict[str, float] = {}  # session id → wall-clock time it was last used (the index's "saved")
         self._dirty = False  # the index is behind the core
         # One process per agent, shared by its chats (issue #11); it exits once idle.
-        self.pool = AgentPool(idle_timeout, launcher=launcher, recorder=recorder, spares=spares, mcp_host=self._mcp_host)
+        self.pool = AgentPool(
+            idle_timeout, launcher=launcher, recorder=recorder, spares=spares, mcp_host=self._mcp_host,
+            on_ready=lambda agent_id, caps: self._send.send_nowait(_Images(agent_id, caps.images)),
+        )  # fmt: skip
         self.recent: list[str] = []  # agents used last, most recent first (pre-warmed at start-up)
         # Agent id → its configOptions as last learnt (agent_models.to_json): its own models in
         # the picker. ``models_changed()`` is called when they change (the server tells the shim).
         self.options: dict[str, Any] = {}
+        self.images: dict[str, bool] = {}  # agent id → its promptCapabilities.image, as last seen (imageInput)
         self.models_changed = models_changed or (lambda: None)
         self.max_processes = max_processes  # live ACP sessions per agent (claude runs a process for each)
         self.recorder = recorder  # record.Recorder, with --record
@@ -221,6 +233,7 @@ class HistoryActor:
         entries = await anyio.to_thread.run_sync(self.index.load)
         self.recent = await anyio.to_thread.run_sync(self.index.recent)
         self.options = await anyio.to_thread.run_sync(self.index.models)
+        self.images = await anyio.to_thread.run_sync(self.index.images)
         now, restored = time.monotonic(), 0
         for entry in entries:
             try:
@@ -252,7 +265,7 @@ class HistoryActor:
         try:
             await anyio.to_thread.run_sync(self.index.save, self._entries())
             await anyio.to_thread.run_sync(self.index.save_recent, self.recent)
-            await anyio.to_thread.run_sync(self.index.save_models, dict(self.options))
+            await anyio.to_thread.run_sync(self.index.save_models, dict(self.options), dict(self.images))
         except OSError as exc:
             log.warning("session index not saved", path=str(self.index.path), error=str(exc))
 
@@ -311,6 +324,11 @@ class HistoryActor:
                 self._learn(s.model_id, msg.config_options)
         elif isinstance(msg, _Learnt):
             self._learn(msg.agent_id, msg.config_options)
+        elif isinstance(msg, _Images):
+            if self.images.get(msg.agent_id, False) != msg.images:
+                self.images = {**self.images, msg.agent_id: msg.images}  # replaced whole: the server reads it
+                self._dirty = True
+                self.models_changed()
         elif isinstance(msg, _Died):
             self._drop(msg.session_id, "agent gone")
         elif isinstance(msg, _Tick):
@@ -324,7 +342,8 @@ class HistoryActor:
         if actor is None:
             closing = [a.finished for a in self._dropped if a.spec.id == msg.spec.id and not a.finished.is_set()]
             actor = SessionActor(
-                turn.session_id, msg.spec, msg.cwd, self.hooks, pool=self.pool, recorder=self.recorder, after=closing, resume=turn.resume
+                turn.session_id, msg.spec, msg.cwd, self.hooks, pool=self.pool, recorder=self.recorder, after=closing, resume=turn.resume,
+                notice=self.start_notice,
             )
             self.cwds[turn.session_id] = msg.cwd
             self.actors[turn.session_id] = actor

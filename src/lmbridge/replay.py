@@ -116,8 +116,19 @@ def load(path: str | Path) -> Recording:
             raise RecordingError(f"{path}:{number}: not a recording entry: {exc}") from exc
         if entry.dir not in ("in", "out") or not (entry.link == "shim" or entry.link.startswith(("agent:", "mcp:"))):
             raise RecordingError(f"{path}:{number}: bad link/dir {entry.link!r}/{entry.dir!r}")
+        if entry.link == "shim" and entry.dir == "out" and _is_notice(entry.data):
+            continue  # "Starting <agent>…" says how fast the agent started then; replay shows none
         entries.append(entry)
     return Recording(path, header, entries)
+
+
+def _is_notice(data: dict[str, Any]) -> bool:
+    from lmbridge.turn import is_start_notice
+
+    frame = data.get("frame")
+    params = frame.get("params") if isinstance(frame, dict) and frame.get("method") == "lm/responsePart" else None
+    part = params.get("part") if isinstance(params, dict) else None
+    return isinstance(part, dict) and part.get("type") == "text" and is_start_notice(part.get("value"))
 
 
 # ---------------------------------------------------------------- normalising and binding
@@ -472,7 +483,7 @@ class Player:
         config = self.recording.header.get("config") or {}
         agents = [AgentSpec.model_validate(a) for a in config.get("agents") or []]
         # Agents are played back: the server starts them through this player (its launcher).
-        server = self.server = Server(Config(agents=agents, idle_timeout=float(config.get("idleTimeout") or 1800.0), launcher=self.spawn))
+        server = self.server = Server(Config(agents=agents, idle_timeout=float(config.get("idleTimeout") or 1800.0), launcher=self.spawn, start_notice=math.inf))
         started = time.monotonic()
         served = anyio.Event()
         failure: Divergence | None = None

@@ -132,6 +132,9 @@ class Config:
     index: Any = None  # session_index.SessionIndex (lmbridge serve: the state folder's); None: nothing persisted
     prewarm: bool = False  # start the agents used last after initialize (needs ``index``)
     spare_session: bool = False  # keep a spare ACP session per running agent process
+    # Seconds before "Starting <agent>…" is shown (None: LMBRIDGE_START_NOTICE or 0.5 s). Replay
+    # passes infinity: a wall-clock notice is not part of a recording.
+    start_notice: float | None = None
 
 
 class Server:
@@ -146,6 +149,7 @@ class Server:
         self.verbatim = False  # initialize's userTurns: Copilot's user turns forwarded as they are
         self.history: HistoryActor | None = None
         self._cached_options: dict[str, Any] | None = None  # the state folder's agent options, read once
+        self._cached_images: dict[str, bool] | None = None  # ... and which agents take images
         self.inflight: dict[Any, _Context] = {}  # requests being handled, by id (not null)
         self._dispatching = 0  # request tasks running
         self.message_cache = MessageCache()  # chat histories come again with every request
@@ -166,6 +170,7 @@ class Server:
             "lm/provideLanguageModelChatInformation": self.chat_information,
             "lm/provideLanguageModelChatResponse": self.chat_response,
             "lm/provideTokenCount": self.token_count,
+            "agents/presets": self.presets,
             "shutdown": self.shutdown,
             "$/cancelRequest": self.cancel_request,
         }
@@ -358,22 +363,35 @@ class Server:
             return {"error": {"code": -32602, "message": message}}
         self.workspace = list(p.workspaceFolders)
         self.verbatim = p.userTurns == "verbatim"
+        problems: list[str] = []
         if p.agents:
-            self.agents = merge(self.config.agents, p.agents)
+            self.agents = merge(self.config.agents, p.agents, problems=problems)
+        for problem in problems:
+            log.warning("agent left out", problem=problem)
         log.info("initialized", client=p.clientInfo and p.clientInfo.name, agents=list(self.agents))
-        return {"result": {"protocolVersion": PROTOCOL_VERSION, "serverInfo": {"name": "lmbridge", "version": __version__}}}
+        result: dict[str, Any] = {"protocolVersion": PROTOCOL_VERSION, "serverInfo": {"name": "lmbridge", "version": __version__}}
+        if problems:
+            result["agentProblems"] = problems
+        return {"result": result}
 
     async def chat_information(self, ctx: _Context, **params: Any) -> Result:
         try:
             ChatInformationParams.model_validate(params)
         except ValidationError as exc:
             return _invalid(exc)
-        models, options = [], self._options()
+        models, options, images = [], self._options(), self._images()
         for spec in self.agents.values():
-            models.append(dump(model_info(spec)))
+            takes_images = images.get(spec.id, False)
+            models.append(dump(model_info(spec, images=takes_images)))
             own = of_category(select_options(options.get(spec.id)), "model")
-            models += [dump(model_info(spec, choice)) for choice in (own.choices if own else ())]
+            models += [dump(model_info(spec, choice, takes_images)) for choice in (own.choices if own else ())]
         return Success({"models": models})
+
+    async def presets(self, ctx: _Context, **params: Any) -> Result:
+        """``agents/presets``: the known agents an ``{"id": ...}`` entry can name (agents.PRESETS)."""
+        from lmbridge.agents import PRESETS
+
+        return Success({"presets": [p.info() for p in PRESETS.values()]})
 
     async def token_count(self, ctx: _Context, **params: Any) -> Result:
         try:
@@ -453,7 +471,7 @@ class Server:
         if job.cancelled:
             return Success({"stopReason": "cancelled"})  # already sent; _dispatch_one drops this copy
         if job.error is not None:
-            return Error(AGENT_FAILED, job.error)
+            return Error(AGENT_FAILED, job.error, job.error_data) if job.error_data else Error(AGENT_FAILED, job.error)
         return Success({"stopReason": job.stop_reason})
 
     def _models_changed(self) -> None:
@@ -467,6 +485,14 @@ class Server:
         if self._cached_options is None:
             self._cached_options = self.config.index.models() if self.config.index is not None else {}
         return self._cached_options
+
+    def _images(self) -> dict[str, bool]:
+        """Agent id → whether it takes images: the history actor's, or the state folder's before it runs."""
+        if self.history is not None:
+            return self.history.images
+        if self._cached_images is None:
+            self._cached_images = self.config.index.images() if self.config.index is not None else {}
+        return self._cached_images
 
     async def _prewarm(self) -> None:
         """The agents used last (the index's), started ahead of the first chat."""
@@ -494,6 +520,7 @@ class Server:
                     index=self.config.index,
                     spares=self.config.spare_session,
                     models_changed=self._models_changed,
+                    start_notice=self.config.start_notice,
                 )
                 assert self._tg is not None
                 await self._tg.start(self.history.run)

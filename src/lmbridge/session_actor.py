@@ -29,9 +29,10 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge import turn
+from lmbridge import auth, turn
 from lmbridge.acp_client import AgentConnection, AgentError, AgentExited, Incoming, Response
 from lmbridge.agent_pool import AgentGone, AgentPool, AgentProcess
+from lmbridge.agents import auth_hint
 from lmbridge.history import Answer, Fingerprint, Last, Pending, Turn, conversation, squeezed
 from lmbridge.log import get_logger
 from lmbridge.render import Part, TurnRenderer
@@ -73,6 +74,7 @@ class Job:
     done: anyio.Event = field(default_factory=anyio.Event)
     stop_reason: str | None = None
     error: str | None = None
+    error_data: dict[str, Any] | None = None  # the error's data: auth.problem's when the agent needs a login
     cancelled: bool = False
     actor: Any = None  # the SessionActor running it (for cancellation)
     tools: tuple[ToolInfo, ...] = ()  # the request's options.tools
@@ -164,6 +166,7 @@ class SessionActor:
         recorder: Any = None,
         after: Sequence[anyio.Event] = (),
         resume: str | None = None,
+        notice: float | None = None,
     ) -> None:
         self.id = session_id
         # Sessions closed to make room for this one (the session cap): they are closed
@@ -180,13 +183,14 @@ class SessionActor:
         self._out, self._outbox = anyio.create_memory_object_stream[Callable[[AgentConnection], Awaitable[None]]](math.inf)
         self.conn: AgentConnection | None = None
         self._step = "the start"  # what a start waits on, for the timeout's message
+        self._auth: dict[str, Any] | None = None  # auth.problem's data once the agent said it needs a login
         self.acp_session: str | None = None
         self._opened: tuple[str, bool] | None = None  # (sessionId, lost) of a start, taken at Ready
         self.config_values: dict[str, str] = {}  # the session's config options: id → current value
         self.model_option: str | None = None  # the id of its option of category "model"
         self.mode_option: str | None = None  # ... and of category "mode"
         self.machine = turn.TurnMachine(
-            spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE, buffer_limit=PENDING_OUTPUT
+            spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE if notice is None else notice, buffer_limit=PENDING_OUTPUT
         )
         self.jobs: dict[int, Job] = {}
         self._prompts: dict[int, int] = {}  # session/prompt request id → the machine's prompt number
@@ -295,7 +299,7 @@ class SessionActor:
                 return
             if msg.error is not None:
                 msg.error.args = (f"session/prompt: {msg.error.args[0].split(': ', 1)[-1]}",)
-                event = turn.PromptEnded(seq, error=str(msg.error))
+                event = turn.PromptEnded(seq, error=self._auth_problem(msg.error) or str(msg.error))
             else:
                 event = turn.PromptEnded(seq, stop_reason=_object(msg.result).get("stopReason"))
         elif isinstance(msg, Job):
@@ -369,7 +373,7 @@ class SessionActor:
             elif isinstance(fx, turn.Fail):
                 job = self.jobs.pop(fx.job_id, None)
                 if job is not None and not job.done.is_set():
-                    job.error = fx.message
+                    job.error, job.error_data = fx.message, self._auth
                     job.done.set()
             elif isinstance(fx, turn.Respond):
                 log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
@@ -494,7 +498,10 @@ class SessionActor:
                     error = f"no answer to {self._step} within {START_TIMEOUT:g} s"
                 except AgentExited as exc:  # its message names the agent and says why (exit code, stderr)
                     error, named = str(exc) or "the agent exited", bool(str(exc))
-                except (AgentError, ValueError) as exc:
+                except AgentError as exc:
+                    problem = self._auth_problem(exc)
+                    error, named = problem or str(exc), problem is not None
+                except ValueError as exc:
                     error = str(exc) or type(exc).__name__
                 self._send.send_nowait(turn.Ready(error, named))
 
@@ -523,6 +530,22 @@ class SessionActor:
         else:
             await self._open_session(lost=False)  # the job's context is the whole conversation
 
+    def _auth_problem(self, exc: AgentError) -> str | None:
+        """The message for an agent's error that says it needs a login (auth.problem), its
+        data kept for the chat's error; None for any other error. The process is
+        restarted once its chats let go of it, so a login made meanwhile is seen."""
+        if not auth.is_auth_error(exc.code):
+            return None
+        reason = exc.data.get("message") if isinstance(exc.data, dict) else None
+        reason = reason if isinstance(reason, str) else str(exc).split(": ", 1)[-1].rsplit(" (code", 1)[0]
+        message, self._auth = auth.problem(
+            self.spec.id, self.spec.name or self.spec.id, reason, auth.methods(self.process.caps.auth_methods),
+            [self.spec.command, *self.spec.args], auth_hint(self.spec),
+        )  # fmt: skip
+        self.process.retire()
+        log.warning("agent needs a login", session=self.id, agent=self.spec.id, reason=reason)
+        return message
+
     def _set_step(self, step: str) -> None:
         self._step = step
 
@@ -531,7 +554,20 @@ class SessionActor:
         the session it replaces (the next prompt must tell them)."""
         assert self.conn is not None
         self._step = "session/new"
-        result = await self.conn.request("session/new", {"cwd": self.cwd or "/", "mcpServers": self.mcp_servers})
+        params = {"cwd": self.cwd or "/", "mcpServers": self.mcp_servers}
+        try:
+            result = await self.conn.request("session/new", params)
+        except AgentError as exc:
+            # Needs a login: where a method needs nobody (its key is in the agent's
+            # environment), authenticate with it and try once more (issue #12 §2).
+            method = auth.automatic(auth.methods(self.process.caps.auth_methods), {**os.environ, **self.spec.env})
+            if not auth.is_auth_error(exc.code) or method is None:
+                raise
+            self._step = "authenticate"
+            log.info("authenticating", session=self.id, agent=self.spec.id, method=method.id)
+            await self.conn.request("authenticate", {"methodId": method.id})
+            self._step = "session/new"
+            result = await self.conn.request("session/new", params)
         session = _object(result).get("sessionId")
         if not isinstance(session, str) or not session:
             raise ValueError("session/new was answered without a sessionId")

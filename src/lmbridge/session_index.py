@@ -38,7 +38,7 @@ MAX_ENTRIES = 200  # sessions kept (the most recently saved)
 FILE = "sessions.json"
 RECENT_FILE = "agents.json"  # {"program", "version", "recent": [agent ids, most recent first]}
 MAX_RECENT = 3  # agents pre-warmed at start-up
-MODELS_FILE = "models.json"  # {"program", "version", "agents": {agent id: configOptions}}
+MODELS_FILE = "models.json"  # {"program", "version", "agents": {agent id: configOptions}, "images": {agent id: bool}}
 
 
 def state_dir() -> Path:
@@ -130,9 +130,19 @@ class SessionIndex:
         agents = data.get("agents")
         return {k: v for k, v in agents.items() if isinstance(v, list)} if isinstance(agents, dict) else {}
 
-    def save_models(self, agents: dict[str, Any]) -> None:
-        """Cache the agents' ``configOptions`` (``models``'s shape), as ``save`` writes. Raises ``OSError``."""
-        self._write(self.path.parent / MODELS_FILE, {"program": PROGRAM, "version": VERSION, "agents": agents})
+    def images(self) -> dict[str, bool]:
+        """Agent id → whether it takes images (its ``promptCapabilities.image``) as last seen; ``{}`` if unknown."""
+        try:
+            data = json.loads((self.path.parent / MODELS_FILE).read_bytes())
+        except (OSError, ValueError):
+            return {}  # models() says why
+        images = data.get("images") if isinstance(data, dict) and data.get("program") == PROGRAM and data.get("version") == VERSION else None
+        return {k: v for k, v in images.items() if isinstance(v, bool)} if isinstance(images, dict) else {}
+
+    def save_models(self, agents: dict[str, Any], images: dict[str, bool] | None = None) -> None:
+        """Cache the agents' ``configOptions`` (``models``'s shape) and image capability
+        (``images``'s), as ``save`` writes. Raises ``OSError``."""
+        self._write(self.path.parent / MODELS_FILE, {"program": PROGRAM, "version": VERSION, "agents": agents, "images": images or {}})
 
     def clear(self) -> int:
         """Remove every entry; returns how many there were."""

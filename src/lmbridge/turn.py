@@ -393,6 +393,16 @@ def choose_option(options: Sequence[Mapping[str, Any]], answer: Answer) -> dict[
 CANCELLED_OUTCOME: Mapping[str, Any] = {"outcome": "cancelled"}
 
 
+def start_notice(agent: str) -> str:
+    """The text part shown when ``agent`` takes longer than ``notice`` seconds to start."""
+    return f"_Starting {agent}…_\n\n"
+
+
+def is_start_notice(text: object) -> bool:
+    """Whether ``text`` is a ``start_notice`` (a wall-clock artefact: replay skips it)."""
+    return isinstance(text, str) and text.startswith("_Starting ") and text.endswith("…_\n\n") and "\n" not in text[:-2]
+
+
 def _text(value: str) -> Part:
     return {"type": "text", "value": value}
 
@@ -712,7 +722,7 @@ class TurnMachine:
     def _on_timer(self, ev: TimerFired) -> None:
         if ev.timer is Timer.NOTICE:
             if self.state is State.STARTING and ev.tag == self.starts and self.job is not None and not self.recovering:
-                self._emit(_text(f"_Starting {self.agent}…_\n\n"))
+                self._emit(_text(start_notice(self.agent)))
         elif ev.timer is Timer.GATHER:
             if self.state is State.STREAMING and ev.tag == self.generation and self.job is not None:
                 shown = [c for c in self.calls.values() if c.shown_in == self.job.id]

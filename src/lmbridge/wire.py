@@ -247,6 +247,14 @@ class AgentSpec(_Wire):
     mode: str | None = None  # a value of the agent's configOptions option of category "mode"
 
 
+class AgentEntry(AgentSpec):
+    """An agent as configured (``initialize.agents``, a config file): an ``AgentSpec`` whose
+    ``command`` may be left out to name a preset (``agents.PRESETS``: ``{"id": "claude"}``);
+    ``agents.resolve`` makes it an ``AgentSpec``."""
+
+    command: str | None = Field(default=None, min_length=1)  # type: ignore[assignment]
+
+
 class ClientInfo(_Wire):
     name: str
     version: str | None = None
@@ -260,7 +268,7 @@ class InitializeParams(_Wire):
     protocolVersion: int
     clientInfo: ClientInfo | None = None
     workspaceFolders: list[str] = Field(default_factory=list)
-    agents: list[AgentSpec] = Field(default_factory=list)
+    agents: list[AgentEntry] = Field(default_factory=list)
     userTurns: Literal["request", "verbatim"] = "request"
 
 

@@ -33,6 +33,12 @@ Scenario JSON (all keys optional)::
       "after_cancel": [step, ...]    run after a cancel, before answering the prompt
       "config_options": [...]        configOptions in the session/new, resume and load answers;
                                      session/set_config_option sets one (logged set_config_option)
+      "auth_required": {"message": s, "at": "new" | "prompt", "login_file": path}
+                                     until signed in, session/new ("new", the default) or every
+                                     session/prompt ("prompt") fails -32000 with message s
+                                     (logged auth_refused). Signed in: an authenticate call
+                                     (logged authenticate, methodId), or login_file existing
+                                     when the process started (a login made in a terminal)
     }
 
 Steps (the first key decides):
@@ -384,6 +390,8 @@ class ScriptedAgent:
         # (sessionId, permission handle) -> {"rpc_id", "options", "answered", "outcome", "kind"}
         self.permissions: dict[tuple[str, str], dict[str, Any]] = {}
         self.permission_by_rpc_id: dict[int, tuple[str, str]] = {}
+        login_file = (scenario.get("auth_required") or {}).get("login_file")
+        self.signed_in = bool(login_file) and os.path.exists(login_file)  # a login made before it started
 
     # -- output ------------------------------------------------------------------
 
@@ -503,6 +511,8 @@ class ScriptedAgent:
                 "agentInfo": {"name": "scripted-agent", "version": "0"},
             }
             self.reply(rid, deep_merge(result, self.scenario.get("initialize", {})))
+        elif method == "session/new" and self.needs_login("new"):
+            self.reply_error(rid, -32000, self.scenario["auth_required"].get("message", "Authentication required"), None)
         elif method == "session/new":
             with self.cond:
                 self.session_count += 1
@@ -530,11 +540,23 @@ class ScriptedAgent:
             self.log_event("set_config_option", sessionId=sid, configId=config_id, value=value)
             self.reply(rid, self.config_answer(sid))
         elif method == "authenticate":
+            self.signed_in = True
+            self.log_event("authenticate", methodId=params.get("methodId"))
             self.reply(rid, None)
+        elif method == "session/prompt" and self.needs_login("prompt"):
+            self.reply_error(rid, -32000, self.scenario["auth_required"].get("message", "Authentication required"), None)
         elif method == "session/prompt":
             self.start_turn(rid, params)
         else:
             self.reply_error(rid, -32601, "Method not found", {"method": method})
+
+    def needs_login(self, at: str) -> bool:
+        """Whether ``at`` ("new", "prompt") fails for want of a login (scenario ``auth_required``)."""
+        auth = self.scenario.get("auth_required")
+        if not auth or self.signed_in or auth.get("at", "new") != at:
+            return False
+        self.log_event("auth_refused", at=at)
+        return True
 
     def take_up(self, rid: Any, method: str, params: dict[str, Any]) -> None:
         """session/resume, session/load: any sessionId is taken (a session of an earlier

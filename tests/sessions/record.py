@@ -58,6 +58,9 @@ def venv_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.setdefault("LMBRIDGE_LOG_LEVEL", "warning")
     env.setdefault("LMBRIDGE_DEMO_LOG_LEVEL", "WARNING")  # its stderr tail is recorded at its exit
+    # "Starting <agent>…" depends on how fast the agent started on the recording machine:
+    # never in a recording (replay never shows it either), so replays do not depend on load.
+    env["LMBRIDGE_START_NOTICE"] = "1e9"
     env.update(extra or {})
     return env
 
