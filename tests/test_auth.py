@@ -203,7 +203,7 @@ async def test_a_login_needed_at_the_prompt_is_the_same_error(scripted: Any, dae
     async with daemon(agents=[agent]) as client:
         call = await client.chat(agent.id, [user("hi")], timeout=TIMEOUT)
     assert call.error is not None and call.error.data["reason"] == "auth_required"
-    assert "needs you to sign in (Authentication required)" in call.error.message and "--cli`" in call.error.message
+    assert call.error.message.startswith(f"{agent.id} needs you to sign in (Authentication required): ") and "--cli`" in call.error.message
 
 
 async def test_image_input_follows_the_agents_prompt_capabilities(scripted: Any, daemon: Any) -> None:

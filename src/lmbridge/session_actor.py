@@ -299,7 +299,8 @@ class SessionActor:
                 return
             if msg.error is not None:
                 msg.error.args = (f"session/prompt: {msg.error.args[0].split(': ', 1)[-1]}",)
-                event = turn.PromptEnded(seq, error=self._auth_problem(msg.error) or str(msg.error))
+                problem = self._auth_problem(msg.error)
+                event = turn.PromptEnded(seq, error=problem or str(msg.error), named=problem is not None)
             else:
                 event = turn.PromptEnded(seq, stop_reason=_object(msg.result).get("stopReason"))
         elif isinstance(msg, Job):

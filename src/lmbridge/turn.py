@@ -167,11 +167,13 @@ class ToolInvoked:
 
 @dataclass(frozen=True)
 class PromptEnded:
-    """``session/prompt`` number ``seq`` was answered: ``stop_reason``, or ``error``."""
+    """``session/prompt`` number ``seq`` was answered: ``stop_reason``, or ``error``
+    (``named``: the error's text names the agent already, as a sign-in problem's does)."""
 
     seq: int
     stop_reason: Any = None
     error: str | None = None
+    named: bool = False
 
 
 @dataclass(frozen=True)
@@ -784,7 +786,7 @@ class TurnMachine:
         for call_id in list(self.calls):
             self._answer(call_id, Answer.CANCELLED, None)  # the turn ended without them
         if ev.error is not None:
-            self._fail(f"agent {self.agent!r}: {ev.error}")
+            self._fail(ev.error if ev.named else f"agent {self.agent!r}: {ev.error}")
             return
         stop = ev.stop_reason if ev.stop_reason in STOP_REASONS else "end_turn"
         if stop != ev.stop_reason:
