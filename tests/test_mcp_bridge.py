@@ -106,6 +106,32 @@ async def test_http_with_secret_lists_and_calls_tools():
         tg.cancel_scope.cancel()
 
 
+async def test_http_url_with_mcp_appended_is_the_same_endpoint():
+    """fast-agent 0.10.48 appends /mcp to an HTTP MCP URL whose path does not end in
+    /mcp; the endpoint answers there too, with the same secret check."""
+    host = McpHost()
+    async with anyio.create_task_group() as tg:
+        await tg.start(host.run)
+        bridge = ToolBridge("s1", Harness().on_call)
+        await host.add(bridge)
+        await bridge.set_tools(TOOLS)
+        url = host.server_config(bridge, http=True)["url"] + "/mcp"
+        async with httpx2.AsyncClient(headers={SECRET_HEADER: bridge.secret}) as http:
+            async with streamable_http_client(url, http_client=http) as streams:
+                async with ClientSession(streams[0], streams[1]) as session:
+                    await session.initialize()
+                    listed = await session.list_tools()
+                    assert [t.name for t in listed.tools] == ["search_workspace", "read_file"]
+        async with httpx2.AsyncClient() as http:
+            body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+            r = await http.post(url, json=body, headers={"accept": "application/json, text/event-stream"})
+            assert r.status_code == 401
+            r = await http.post(url + "/mcp", json=body, headers={"accept": "application/json, text/event-stream", SECRET_HEADER: bridge.secret})
+            assert r.status_code == 401
+        host.remove("s1")
+        tg.cancel_scope.cancel()
+
+
 async def test_http_without_or_with_a_wrong_secret_is_refused():
     host = McpHost()
     async with anyio.create_task_group() as tg:

@@ -11,7 +11,8 @@ Transports, both reachable only with the session's secret (``secrets``, 32
 bytes):
 
 * streamable HTTP on 127.0.0.1 (``McpHost``'s one uvicorn server; path
-  ``/mcp/<session>``, header ``X-Lmbridge-Secret``) when the agent advertises
+  ``/mcp/<session>``, or ``/mcp/<session>/mcp`` as fast-agent rewrites it; header
+  ``X-Lmbridge-Secret``) when the agent advertises
   ``mcpCapabilities.http``;
 * otherwise stdio: the agent spawns ``lmbridge mcp-stdio`` (``mcp_stdio.py``),
   which relays its stdio to ``McpHost``'s Unix socket after sending the
@@ -325,6 +326,10 @@ class McpHost:
             return
         path: str = scope.get("path", "")
         parts = path.strip("/").split("/")
+        if len(parts) == 3 and parts[2] == "mcp":
+            # fast-agent (0.10.48) appends /mcp to an HTTP MCP URL whose path does not
+            # end in /mcp: /mcp/<session>/mcp is the same endpoint.
+            parts = parts[:2]
         secret = next((v.decode() for k, v in scope.get("headers", []) if k.decode().lower() == SECRET_HEADER), None)
         known = len(parts) == 2 and parts[0] == "mcp" and parts[1] in self.bridges
         bridge = self._authorized(parts[1], secret) if known else None
