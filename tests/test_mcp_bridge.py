@@ -44,6 +44,15 @@ def test_select_tools_filters_own_tool_and_globs():
     assert [t.name for t in select_tools(tools, deny=["copilot_*"])] == ["search_workspace", "read_file"]
 
 
+async def test_is_bridged_names_exactly_a_bridged_tool():
+    bridge = ToolBridge("s1", Harness().on_call)
+    await bridge.set_tools(TOOLS)
+    assert bridge.is_bridged("mcp__vscode__search_workspace")  # claude-agent-acp
+    assert bridge.is_bridged("vscode/search_workspace")  # fast-agent's title
+    for other in ("vscode/run_command", "shell/search_workspace", "mcp__shell__search_workspace", "search_workspace", "vscode/", "", None):
+        assert not bridge.is_bridged(other), other
+
+
 def test_result_content_text_image_json():
     part = ToolResultPart.model_validate(
         {

@@ -64,6 +64,12 @@ def qualified(tool: str) -> str:
     return f"mcp__{SERVER_NAME}__{tool}"
 
 
+def qualified_names(tool: str) -> tuple[str, ...]:
+    """The names agents give a bridged tool in a permission request: claude-agent-acp's
+    ``mcp__<server>__<tool>``, fast-agent's title ``<server>/<tool>``."""
+    return qualified(tool), f"{SERVER_NAME}/{tool}"
+
+
 def select_tools(tools: Sequence[ToolInfo], allow: Sequence[str] = (), deny: Sequence[str] = ()) -> list[ToolInfo]:
     """The tools offered to an agent: ``options.tools`` minus lmbridge's own
     tool, kept when they match an ``allow`` glob (all when empty) and no ``deny`` glob."""
@@ -174,7 +180,7 @@ class ToolBridge:
 
     def is_bridged(self, title_or_name: str | None) -> bool:
         """Whether an agent's permission request names exactly a bridged tool."""
-        return bool(title_or_name) and any(title_or_name == qualified(t) for t in self.tools)
+        return bool(title_or_name) and any(title_or_name in qualified_names(t) for t in self.tools)
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         self._sessions.add(ctx.session)

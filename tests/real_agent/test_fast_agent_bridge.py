@@ -1,0 +1,257 @@
+"""The real agent through the real daemon: fast-agent (fast-agent-mcp 0.10.48,
+``fast-agent-acp``) driven by ``lmbridge serve`` over the wire protocol exactly as the
+VS Code shim drives it, every request shaped as Copilot's Agent mode sends it
+(``copilot.py``), against the fake OpenAI Chat Completions API.
+
+fast-agent asks permission for MCP tools: its ``shell`` server's ``run_command``
+(``tests/fakes/shell_mcp.py``) is the action the user approves, skips or stops; the
+VS Code tools reach it through lmbridge's ``vscode`` MCP server.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from lmbridge.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
+from lmbridge.wire import AGENT_ACTION_TOOL  # noqa: E402
+from tests.fakes.fake_openai_chat import FakeOpenAIChat, message_text  # noqa: E402
+from tests.real_agent import copilot  # noqa: E402
+from tests.real_agent.fast_agent import fast_agent_bridge, is_installed  # noqa: E402
+
+pytestmark = [
+    pytest.mark.real_agent,
+    pytest.mark.anyio,
+    pytest.mark.skipif(not is_installed(), reason="fast-agent is not installed: run `make real-agent-deps`"),
+]
+MODEL = "fast-agent"
+TIMEOUT = 60  # seconds per test body
+SCAFFOLDING = ("<userRequest>", "<environment_info>", "<workspace_info>", "<reminderInstructions>", "<context>")
+
+
+def bridge(tmp_path: Path, fake: FakeOpenAIChat) -> Any:
+    return fast_agent_bridge(tmp_path, fake.url)
+
+
+def run_command(command: str, call_id: str | None = None) -> dict[str, Any]:
+    call: dict[str, Any] = {"name": "shell__run_command", "arguments": {"command": command}}
+    if call_id:
+        call["id"] = call_id
+    return {"tool_call": call}
+
+
+async def send(client: DaemonClient, messages: Sequence[dict], extra_tools: Sequence[dict] = (), on_part: Callable[[dict], None] | None = None) -> Call:
+    return await client.chat(MODEL, messages, on_part=on_part, timeout=TIMEOUT, options=copilot.options(extra_tools))
+
+
+async def ask_to_run(client: DaemonClient, conv: copilot.Conversation, marker: Path, text: str = "Please create the marker file") -> dict:
+    """The first request: the agent asks to run a command; returns the permission part."""
+    call = await send(client, conv.ask(text))
+    assert call.error is None, call.error
+    assert call.result == {"stopReason": "tool_calls"}, call.result
+    (perm,) = tool_calls(call)
+    assert perm["name"] == AGENT_ACTION_TOOL
+    assert perm["input"]["kind"] == "execute" and perm["input"]["title"] == "shell/run_command"
+    assert str(marker) in perm["input"]["rawInput"]["command"]
+    assert {o["kind"] for o in perm["input"]["options"]} == {"allow_once", "allow_always", "reject_once", "reject_always"}
+    assert not marker.exists()  # nothing runs before the user answers
+    conv.answered(call)
+    return perm
+
+
+def user_texts(fake: FakeOpenAIChat, index: int) -> list[str]:
+    return fake.user_texts(index)
+
+
+async def test_plain_chat_the_model_gets_the_users_words(tmp_path: Path) -> None:
+    with FakeOpenAIChat([[{"text": "Two plus two is four."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = copilot.Conversation(tmp_path / "workspace")
+            with anyio.fail_after(TIMEOUT):
+                call = await send(client, conv.ask("What is two plus two?"))
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, (call.error, call.result)
+            assert "Two plus two is four." in text_of(call)
+            (request,) = fake.completions()
+            assert request["stream"] is True
+            (said,) = user_texts(fake, 0)
+            assert "What is two plus two?" in said
+            assert not any(tag in said for tag in SCAFFOLDING), said
+            # Copilot's system prompt is not forwarded: the system message is fast-agent's own.
+            system = [message_text(m) for m in request["messages"] if m.get("role") == "system"]
+            assert not any("GitHub Copilot" in s for s in system)
+
+
+async def test_approve_runs_the_command_and_the_model_gets_its_output(tmp_path: Path) -> None:
+    marker = tmp_path / "workspace" / "ran.txt"
+    script = [[{"text": "I'll create it."}, run_command(f"echo hi > {marker}; echo out-ok")], [{"text": "Created the file."}]]
+    with FakeOpenAIChat(script) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = copilot.Conversation(tmp_path / "workspace")
+            with anyio.fail_after(TIMEOUT):
+                perm = await ask_to_run(client, conv, marker)
+                call = await send(client, conv.result(approve(perm)))
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, (call.error, call.result)
+            assert marker.read_text() == "hi\n"
+            assert "Created the file." in text_of(call)
+            (result,) = fake.tool_messages()
+            assert result["text"] == "out-ok\n"
+
+
+async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path) -> None:
+    marker = tmp_path / "workspace" / "ran.txt"
+    script = [[run_command(f"touch {marker}")], [{"text": "Understood, I did not run it."}]]
+    with FakeOpenAIChat(script) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = copilot.Conversation(tmp_path / "workspace")
+            with anyio.fail_after(TIMEOUT):
+                perm = await ask_to_run(client, conv, marker)
+                call = await send(client, conv.result(skip(perm)))
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, (call.error, call.result)
+            assert not marker.exists()
+            assert "I did not run it." in text_of(call)
+            (result,) = fake.tool_messages()
+            assert "declined permission" in result["text"]
+
+
+async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path) -> None:
+    marker = tmp_path / "workspace" / "ran.txt"
+    with FakeOpenAIChat([[run_command(f"touch {marker}")]], done_text="Fine, moving on.") as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = copilot.Conversation(tmp_path / "workspace")
+            with anyio.fail_after(TIMEOUT):
+                await ask_to_run(client, conv, marker)
+                conv.stopped()  # Stop at the confirmation: VS Code drops the round
+                started = time.monotonic()
+                call = await send(client, conv.ask("Never mind, just say hi."))
+                elapsed = time.monotonic() - started
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, (call.error, call.result)
+            assert "Fine, moving on." in text_of(call)
+            assert elapsed < 15, f"took {elapsed:.1f} s"
+            assert not marker.exists()
+            # The model's last request holds the new message, and never a successful run.
+            assert "Never mind, just say hi." in user_texts(fake, -1)[-1]
+            assert all("declined" in m["text"] or "cancel" in m["text"].lower() for m in fake.tool_messages())
+            log = (tmp_path / "daemon.stderr").read_text(errors="replace")
+            print("recovery:", [line for line in log.splitlines() if "resum" in line or "fresh" in line or "load" in line][-5:])
+
+
+async def test_a_second_turn_keeps_the_context(tmp_path: Path) -> None:
+    script = [[{"text": "Nice to meet you, Ada."}], [{"text": "Your name is Ada."}]]
+    with FakeOpenAIChat(script) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = copilot.Conversation(tmp_path / "workspace")
+            with anyio.fail_after(TIMEOUT):
+                first = await send(client, conv.ask("My name is Ada."))
+                assert first.result == {"stopReason": "end_turn"}, (first.error, first.result)
+                conv.answered(first)
+                second = await send(client, conv.ask("What is my name?"))
+            assert second.error is None and second.result == {"stopReason": "end_turn"}
+            assert "Your name is Ada." in text_of(second)
+            messages = fake.completions()[1]["messages"]
+            turns = [(m["role"], message_text(m)) for m in messages if m["role"] in ("user", "assistant")]
+            # The agent's own memory of turn 1, and the new turn alone (no context re-sent).
+            assert turns == [("user", "My name is Ada."), ("assistant", "Nice to meet you, Ada."), ("user", "What is my name?")], turns
+
+
+async def test_two_actions_in_one_turn(tmp_path: Path) -> None:
+    first, second = tmp_path / "workspace" / "one.txt", tmp_path / "workspace" / "two.txt"
+    script = [
+        [{"text": "Two files."}, run_command(f"touch {first}; echo made-one"), run_command(f"touch {second}; echo made-two")],
+        [{"text": "Both done."}],
+    ]
+    with FakeOpenAIChat(script) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = copilot.Conversation(tmp_path / "workspace")
+            with anyio.fail_after(TIMEOUT):
+                call = await send(client, conv.ask("Create both files"))
+                assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, call.result)
+                perms = tool_calls(call)
+                # fast-agent runs a response's tool calls in parallel: both asked at once, one response.
+                assert len(perms) == 2 and {p["name"] for p in perms} == {AGENT_ACTION_TOOL}
+                assert len({p["callId"] for p in perms}) == 2
+                assert not first.exists() and not second.exists()
+                conv.answered(call)
+                for perm in perms:
+                    conv.result(approve(perm))
+                done = await send(client, conv.messages)
+            assert done.error is None and done.result == {"stopReason": "end_turn"}, (done.error, done.result)
+            assert first.exists() and second.exists()
+            assert "Both done." in text_of(done)
+            assert sorted(m["text"] for m in fake.tool_messages()) == ["made-one\n", "made-two\n"]
+
+
+async def test_cancel_mid_stream_then_the_next_message(tmp_path: Path) -> None:
+    script = [[{"text": "Streaming the first part. "}, {"sleep": 8}, {"text": "SECRET-TAIL never shown."}], [{"text": "A fresh answer."}]]
+    with FakeOpenAIChat(script) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = copilot.Conversation(tmp_path / "workspace")
+            with anyio.fail_after(TIMEOUT):
+                first_text = anyio.Event()
+                streamed: list[str] = []
+
+                def on_part(part: dict) -> None:
+                    streamed.append(part.get("value", "") if part["type"] == "text" else "")
+                    if "the first part." in "".join(streamed):
+                        first_text.set()
+
+                call = await client.start(
+                    "lm/provideLanguageModelChatResponse",
+                    {"modelId": MODEL, "messages": conv.ask("Tell me a long story"), "options": copilot.options()},
+                    on_part=on_part,
+                )
+                await first_text.wait()
+                await client.cancel(call)  # Stop while the text streams
+                await call.done.wait()
+                assert call.result == {"stopReason": "cancelled"}, (call.error, call.result)
+                assert "Streaming the first part." in text_of(call)
+                conv.stopped()
+                started = time.monotonic()
+                nxt = await send(client, conv.ask("Just say something short."))
+                elapsed = time.monotonic() - started
+            assert nxt.error is None and nxt.result == {"stopReason": "end_turn"}, (nxt.error, nxt.result)
+            assert text_of(nxt).strip() == "A fresh answer.", text_of(nxt)
+            assert "SECRET" not in text_of(nxt) and "first part" not in text_of(nxt)
+            assert elapsed < 15, f"took {elapsed:.1f} s"
+            assert "Just say something short." in user_texts(fake, -1)[-1]
+            assert not fake.snapshot()[0].finished  # the stopped stream was cut off by the agent
+
+
+SEARCH_TOOL = {
+    "name": "search_workspace",
+    "description": "Search the workspace for text",
+    "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+}
+
+
+async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
+    script = [
+        [{"text": "Let me search."}, {"tool_call": {"name": "vscode__search_workspace", "arguments": {"q": "TODO"}}}],
+        [{"text": "Found one TODO."}],
+    ]
+    with FakeOpenAIChat(script) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = copilot.Conversation(tmp_path / "workspace")
+            with anyio.fail_after(TIMEOUT):
+                call = await send(client, conv.ask("Find the TODOs"), extra_tools=[SEARCH_TOOL])
+                assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, call.result)
+                # VS Code confirms and runs its own tool: no agent-action card for it.
+                (part,) = tool_calls(call)
+                assert (part["name"], part["input"]) == ("search_workspace", {"q": "TODO"})
+                conv.answered(call)
+                done = await send(client, conv.result(tool_result(part["callId"], "a.py:3: # TODO fix")), extra_tools=[SEARCH_TOOL])
+            assert done.error is None and done.result == {"stopReason": "end_turn"}, (done.error, done.result)
+            assert "Found one TODO." in text_of(done)
+            tools = {t["function"]["name"] for t in fake.completions()[0]["tools"]}
+            assert "vscode__search_workspace" in tools and "shell__run_command" in tools
+            (result,) = fake.tool_messages()
+            assert "a.py:3: # TODO fix" in result["text"]
