@@ -17,7 +17,9 @@ Each *reply* answers one ``POST /v1/chat/completions`` and is a list of blocks:
   arguments in pieces; the id ``call_fake_<n>`` is generated unless given);
 * ``{"sleep": seconds}``: pause the stream at that point (to cancel mid-stream);
 * ``{"finish_reason": "length"}``: override the finish reason (default ``tool_calls``
-  when the reply has a tool call, else ``stop``).
+  when the reply has a tool call, else ``stop``);
+* ``{"empty_stream": True}``: a streamed answer with no chunk at all (only ``[DONE]``):
+  fast-agent then asks again without streaming, which the next reply answers.
 
 A reply may also be a callable ``f(body) -> list[block]``. When the script is exhausted
 every further request is answered ``"Done."``. ``stream: false`` gets one
@@ -205,7 +207,7 @@ class FakeOpenAIChat:
                 b["tool_call"] = tc
             elif "finish_reason" in b:
                 finish = b["finish_reason"]
-            elif not ("text" in b or "sleep" in b):
+            elif not ("text" in b or "sleep" in b or "empty_stream" in b):
                 raise ValueError(f"unknown fake reply block: {b!r}")
         if finish is None:
             finish = "tool_calls" if any("tool_call" in b for b in blocks) else "stop"
@@ -298,6 +300,12 @@ class _Handler(BaseHTTPRequestHandler):
 
         out_tokens = 0
         try:
+            if any("empty_stream" in b for b in blocks):
+                self._data("[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                self.close_connection = True
+                return True
             self._data(chunk({"role": "assistant", "content": ""}))
             tool_index = 0
             for b in blocks:

@@ -140,9 +140,13 @@ async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path) -> Non
             assert not marker.exists()
             # The model's last request holds the new message, and never a successful run.
             assert "Never mind, just say hi." in user_texts(fake, -1)[-1]
-            assert all("declined" in m["text"] or "cancel" in m["text"].lower() for m in fake.tool_messages())
+            # fast-agent pairs the stopped call with "Permission request cancelled" or, when
+            # session/cancel wins the race, "**The user interrupted this tool call**".
+            (result,) = fake.tool_messages()
+            assert result["text"] in ("Permission request cancelled", "**The user interrupted this tool call**"), result
+            # The same ACP session answered: a cancel leaves fast-agent working, no recovery needed.
             log = (tmp_path / "daemon.stderr").read_text(errors="replace")
-            print("recovery:", [line for line in log.splitlines() if "resum" in line or "fresh" in line or "load" in line][-5:])
+            assert log.count("acp session ") == 1 and "how=new" in log, log
 
 
 async def test_a_second_turn_keeps_the_context(tmp_path: Path) -> None:
@@ -223,6 +227,9 @@ async def test_cancel_mid_stream_then_the_next_message(tmp_path: Path) -> None:
             assert "SECRET" not in text_of(nxt) and "first part" not in text_of(nxt)
             assert elapsed < 15, f"took {elapsed:.1f} s"
             assert "Just say something short." in user_texts(fake, -1)[-1]
+            # fast-agent keeps the stopped answer as an empty assistant message: the model
+            # never sees the part that streamed either.
+            assert "first part" not in str(fake.completions()[-1]["messages"])
             assert not fake.snapshot()[0].finished  # the stopped stream was cut off by the agent
 
 
@@ -255,3 +262,40 @@ async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
             assert "vscode__search_workspace" in tools and "shell__run_command" in tools
             (result,) = fake.tool_messages()
             assert "a.py:3: # TODO fix" in result["text"]
+
+
+async def test_two_actions_with_the_placeholder_id_pending(tmp_path: Path) -> None:
+    """When the model's answer does not stream (fast-agent falls back to a non-streamed
+    request after an empty stream), fast-agent announces no tool_call first and asks both
+    permissions with the placeholder toolCallId "pending" (facts.md §3): each is still its
+    own card, and each answer reaches its own call."""
+    allowed, skipped = tmp_path / "workspace" / "allowed.txt", tmp_path / "workspace" / "skipped.txt"
+    script = [
+        [{"empty_stream": True}],
+        [run_command(f"touch {allowed}; echo made-allowed"), run_command(f"touch {skipped}; echo made-skipped")],
+        [{"text": "One of two."}],
+    ]
+    with FakeOpenAIChat(script) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = copilot.Conversation(tmp_path / "workspace")
+            with anyio.fail_after(TIMEOUT):
+                call = await send(client, conv.ask("Create both files"))
+                assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, call.result)
+                perms = tool_calls(call)
+                assert len(perms) == 2 and len({p["callId"] for p in perms}) == 2
+                by_file = {("allowed" if str(allowed) in p["input"]["rawInput"]["command"] else "skipped"): p for p in perms}
+                assert set(by_file) == {"allowed", "skipped"}
+                conv.answered(call)
+                conv.result(approve(by_file["allowed"]))
+                conv.result(skip(by_file["skipped"]))
+                done = await send(client, conv.messages)
+            assert done.error is None and done.result == {"stopReason": "end_turn"}, (done.error, done.result)
+            assert allowed.exists() and not skipped.exists()
+            assert "One of two." in text_of(done)
+            # The placeholder is no tool call of its own: no note that it "ended without a
+            # result"; the allowed call is shown under its real id, started and completed.
+            assert "without a result" not in text_of(call) + text_of(done), text_of(done)
+            assert "✓ **shell/run_command** (execute) completed" in text_of(done)
+            assert [r.body.get("stream") for r in fake.snapshot() if r.reply is not None] == [True, False, True]
+            texts = sorted(m["text"] for m in fake.tool_messages())
+            assert texts == ["The user has declined permission to use this tool: shell__run_command", "made-allowed\n"], texts
