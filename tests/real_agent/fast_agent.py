@@ -68,12 +68,14 @@ def fast_agent_command(config: Path, home: Path, *extra: str) -> list[str]:
 
 def write_config(folder: Path, base_url: str) -> Path:
     """``fastagent.config.yaml`` in ``folder``: the fake as the generic provider, the
-    ``shell`` MCP server, logs quiet. JSON is YAML, so it is written as JSON."""
+    ``shell`` MCP server, its log in ``folder/fast-agent.log.jsonl``. JSON is YAML, so
+    it is written as JSON."""
     folder.mkdir(parents=True, exist_ok=True)
     config = {
         "default_model": MODEL,
         "generic": {"api_key": "x", "base_url": base_url.rstrip("/") + "/v1"},
-        "logger": {"type": "none", "level": "error", "progress_display": False, "show_chat": False, "show_tools": False},
+        # Its log (warnings and errors, JSON lines) beside the config: a failed request's reason.
+        "logger": {"type": "file", "level": "warning", "path": str(folder / "fast-agent.log.jsonl"), "progress_display": False, "show_chat": False, "show_tools": False},
         "mcp": {"servers": {"shell": {"command": sys.executable, "args": [str(SHELL_MCP)]}}},
     }
     path = folder / "fastagent.config.yaml"

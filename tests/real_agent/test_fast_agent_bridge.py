@@ -240,11 +240,20 @@ SEARCH_TOOL = {
 }
 
 
+def vscode_tool(tools: list[dict], name: str) -> str:
+    """The name fast-agent gives the model for VS Code tool ``name``: ``<server>__<name>``,
+    the server being ``vscode-<session>`` (one name per session: fast-agent keeps one MCP
+    registry for all its sessions)."""
+    (full,) = [t["function"]["name"] for t in tools if t["function"]["name"].endswith(f"__{name}") and t["function"]["name"].startswith("vscode")]
+    return full
+
+
+def call_vscode_tool(name: str, arguments: dict, text: str = "Let me search.") -> Callable[[dict], list[dict]]:
+    return lambda body: [{"text": text}, {"tool_call": {"name": vscode_tool(body["tools"], name), "arguments": arguments}}]
+
+
 async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
-    script = [
-        [{"text": "Let me search."}, {"tool_call": {"name": "vscode__search_workspace", "arguments": {"q": "TODO"}}}],
-        [{"text": "Found one TODO."}],
-    ]
+    script = [call_vscode_tool("search_workspace", {"q": "TODO"}), [{"text": "Found one TODO."}]]
     with FakeOpenAIChat(script) as fake:
         async with bridge(tmp_path, fake) as client:
             conv = copilot.Conversation(tmp_path / "workspace")
@@ -259,7 +268,7 @@ async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
             assert done.error is None and done.result == {"stopReason": "end_turn"}, (done.error, done.result)
             assert "Found one TODO." in text_of(done)
             tools = {t["function"]["name"] for t in fake.completions()[0]["tools"]}
-            assert "vscode__search_workspace" in tools and "shell__run_command" in tools
+            assert "vscode-s1__search_workspace" in tools and "shell__run_command" in tools
             (result,) = fake.tool_messages()
             assert "a.py:3: # TODO fix" in result["text"]
 
@@ -299,3 +308,100 @@ async def test_two_actions_with_the_placeholder_id_pending(tmp_path: Path) -> No
             assert [r.body.get("stream") for r in fake.snapshot() if r.reply is not None] == [True, False, True]
             texts = sorted(m["text"] for m in fake.tool_messages())
             assert texts == ["The user has declined permission to use this tool: shell__run_command", "made-allowed\n"], texts
+
+
+# ---------------------------------------------------------------- sessions kept (docs/sessions.md)
+
+
+def remembers_first_turn(body: dict[str, Any], command: str) -> bool:
+    """The model request holds the first turn's run_command call and its output."""
+    ids = [c["id"] for m in body["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or [] if command in c["function"]["arguments"]]
+    outputs = [message_text(m) for m in body["messages"] if m["role"] == "tool" and m.get("tool_call_id") in ids]
+    return bool(ids) and outputs == ["out-ok\n"]
+
+
+async def approved_first_turn(client: DaemonClient, conv: copilot.Conversation, marker: Path) -> None:
+    perm = await ask_to_run(client, conv, marker)
+    done = await send(client, conv.result(approve(perm)))
+    assert done.error is None and done.result == {"stopReason": "end_turn"}, (done.error, done.result)
+    assert marker.exists()
+    conv.answered(done)
+
+
+def first_turn_script(marker: Path) -> list:
+    return [[{"text": "Creating it."}, run_command(f"touch {marker}; echo out-ok")], [{"text": "Created."}]]
+
+
+async def test_after_a_daemon_restart_the_agent_still_holds_the_first_turn(tmp_path: Path) -> None:
+    marker = tmp_path / "workspace" / "one.txt"
+    with FakeOpenAIChat(first_turn_script(marker), done_text="Still here.") as fake:
+        conv = copilot.Conversation(tmp_path / "workspace")
+        with anyio.fail_after(TIMEOUT):
+            async with bridge(tmp_path, fake) as client:
+                await approved_first_turn(client, conv, marker)
+            async with bridge(tmp_path, fake) as client:  # VS Code reloaded: a new daemon
+                call = await send(client, conv.ask("And now?"))
+        assert call.error is None and "Still here." in text_of(call), (call.error, text_of(call))
+        last = fake.completions()[-1]
+        assert remembers_first_turn(last, f"touch {marker}")
+        # Continued, not told: the new user turn alone, no transcript of the conversation.
+        assert last["messages"][-1] == {"role": "user", "content": "And now?"}, last["messages"][-1]
+    assert (tmp_path / "daemon.stderr").read_text(errors="replace").count("how=session/resume") == 1
+
+
+async def test_after_an_eviction_the_agent_still_holds_the_first_turn(tmp_path: Path) -> None:
+    marker = tmp_path / "workspace" / "one.txt"
+    with FakeOpenAIChat(first_turn_script(marker), done_text="Back again.") as fake:
+        conv = copilot.Conversation(tmp_path / "workspace")
+        async with fast_agent_bridge(tmp_path, fake.url, "--idle-timeout", "2") as client:
+            with anyio.fail_after(TIMEOUT):
+                await approved_first_turn(client, conv, marker)
+                while "session asleep" not in (tmp_path / "daemon.stderr").read_text(errors="replace"):
+                    await anyio.sleep(0.2)
+                call = await send(client, conv.ask("Still there?"))
+            assert call.error is None and "Back again." in text_of(call), (call.error, text_of(call))
+            assert remembers_first_turn(fake.completions()[-1], f"touch {marker}")
+    assert "how=session/resume" in (tmp_path / "daemon.stderr").read_text(errors="replace")
+
+
+async def test_two_chats_share_one_process_each_with_the_vscode_tools(tmp_path: Path) -> None:
+    """Two chats of one VS Code window: one fast-agent process, an ACP session each, each
+    offered the VS Code tools by its own MCP endpoint."""
+    with FakeOpenAIChat([[{"text": "Apples are red."}], [{"text": "Bananas are yellow."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            with anyio.fail_after(TIMEOUT):
+                one = await send(client, copilot.Conversation(tmp_path / "workspace").ask("Apples?"), extra_tools=[SEARCH_TOOL])
+                two = await send(client, copilot.Conversation(tmp_path / "workspace").ask("Bananas?"), extra_tools=[SEARCH_TOOL])
+            assert one.error is None and "Apples are red." in text_of(one), (one.error, text_of(one))
+            assert two.error is None and "Bananas are yellow." in text_of(two), (two.error, text_of(two))
+            # Each session's VS Code tools server has its own name (a second "vscode" with
+            # another URL and secret is refused by fast-agent: one registry per process).
+            names = [vscode_tool(body["tools"], "search_workspace") for body in fake.completions()]
+            assert names == ["vscode-s1__search_workspace", "vscode-s2__search_workspace"], names
+    log = (tmp_path / "daemon.stderr").read_text(errors="replace")
+    assert log.count("agent started") == 1 and log.count("how=new") == 2
+
+
+async def test_a_vscode_tool_after_an_eviction(tmp_path: Path) -> None:
+    """The chat's tools endpoint closes at an eviction and opens again, same URL and
+    secret, when the chat wakes: fast-agent's resumed session calls it again."""
+    script = [[{"text": "Hello."}], call_vscode_tool("search_workspace", {"q": "TODO"}), [{"text": "Found it after waking."}]]
+    with FakeOpenAIChat(script) as fake:
+        async with fast_agent_bridge(tmp_path, fake.url, "--idle-timeout", "2") as client:
+            conv = copilot.Conversation(tmp_path / "workspace")
+            with anyio.fail_after(TIMEOUT):
+                first = await send(client, conv.ask("Hi"), extra_tools=[SEARCH_TOOL])
+                assert first.result == {"stopReason": "end_turn"}, (first.error, first.result)
+                conv.answered(first)
+                while "session asleep" not in (tmp_path / "daemon.stderr").read_text(errors="replace"):
+                    await anyio.sleep(0.2)
+                call = await send(client, conv.ask("Find the TODOs"), extra_tools=[SEARCH_TOOL])
+                assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, call.result)
+                (part,) = tool_calls(call)
+                assert part["name"] == "search_workspace"
+                conv.answered(call)
+                done = await send(client, conv.result(tool_result(part["callId"], "b.py:9: # TODO later")), extra_tools=[SEARCH_TOOL])
+            assert done.error is None and "Found it after waking." in text_of(done), (done.error, text_of(done))
+            (result,) = fake.tool_messages()
+            assert "b.py:9: # TODO later" in result["text"]
+    assert "how=session/resume" in (tmp_path / "daemon.stderr").read_text(errors="replace")
