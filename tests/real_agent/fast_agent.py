@@ -59,11 +59,14 @@ def is_installed() -> bool:
     return AGENT_ENTRY.is_file()
 
 
-def fast_agent_command(config: Path, home: Path, *extra: str) -> list[str]:
-    """argv that starts fast-agent speaking ACP on its stdio with ``config``."""
+def fast_agent_command(config: Path, home: Path, *extra: str, model: str = MODEL, shell: bool = False) -> list[str]:
+    """argv that starts fast-agent speaking ACP on its stdio with ``config``. ``shell``:
+    its own local shell (``--shell``), which runs commands without asking; else
+    ``--no-shell``, which also keeps skills from turning it on."""
     if not AGENT_ENTRY.is_file():
         raise RealAgentNotInstalled(missing(AGENT_ENTRY, f"fast-agent-mcp {FAST_AGENT_VERSION}"))
-    return [str(AGENT_ENTRY), "--config-path", str(config), "--home", str(home), "--model", MODEL, "--servers", "shell", "--no-shell", *extra]
+    shell_flag = "--shell" if shell else "--no-shell"
+    return [str(AGENT_ENTRY), "--config-path", str(config), "--home", str(home), "--model", model, "--servers", "shell", shell_flag, *extra]
 
 
 def write_config(folder: Path, base_url: str) -> Path:
@@ -99,22 +102,24 @@ def agent_environ(extra: Mapping[str, str] | None = None, base: Mapping[str, str
     return env
 
 
-def fast_agent_launch(scratch: Path, base_url: str, *extra: str) -> tuple[list[str], dict[str, str]]:
+def fast_agent_launch(scratch: Path, base_url: str, *extra: str, model: str = MODEL, shell: bool = False) -> tuple[list[str], dict[str, str]]:
     """``(argv, extra environment)`` to start fast-agent against ``base_url``, its files in ``scratch``."""
     config = write_config(scratch / "fast-agent", base_url)
-    argv = fast_agent_command(config, scratch / "fast-agent" / "home", *extra)
+    argv = fast_agent_command(config, scratch / "fast-agent" / "home", *extra, model=model, shell=shell)
     return argv, fast_agent_env(scratch / "home")
 
 
 @asynccontextmanager
-async def fast_agent_bridge(tmp_path: Path, base_url: str, *args: str, agent_args: tuple[str, ...] = ()) -> AsyncIterator[Any]:
+async def fast_agent_bridge(
+    tmp_path: Path, base_url: str, *args: str, agent_args: tuple[str, ...] = (), model: str = MODEL, shell: bool = False
+) -> AsyncIterator[Any]:
     """``lmbridge serve *args`` (an initialized ``lmbridge.client.DaemonClient``) with
     fast-agent as model ``fast-agent`` against ``base_url``. Its state folder, fast-agent's
     config, home and HOME, and the daemon's stderr (``daemon.stderr``) live in
     ``tmp_path``; the workspace (every session's cwd) is ``tmp_path / "workspace"``."""
     from lmbridge.client import DaemonClient
 
-    argv, agent_env = fast_agent_launch(tmp_path, base_url, *agent_args)
+    argv, agent_env = fast_agent_launch(tmp_path, base_url, *agent_args, model=model, shell=shell)
     spec = {"id": "fast-agent", "name": "fast-agent", "command": argv[0], "args": argv[1:], "env": agent_env}
     env = agent_environ({"LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(tmp_path / "state")})
     workspace = tmp_path / "workspace"

@@ -89,6 +89,8 @@ async def test_plain_chat_the_model_gets_the_users_words(tmp_path: Path) -> None
             # Copilot's system prompt is not forwarded: the system message is fast-agent's own.
             system = [message_text(m) for m in request["messages"] if m.get("role") == "system"]
             assert not any("GitHub Copilot" in s for s in system)
+            # fast-agent keeps its sessions in --home: nothing of it in the workspace.
+            assert list((tmp_path / "workspace").iterdir()) == []
 
 
 async def test_approve_runs_the_command_and_the_model_gets_its_output(tmp_path: Path) -> None:
@@ -405,3 +407,34 @@ async def test_a_vscode_tool_after_an_eviction(tmp_path: Path) -> None:
             (result,) = fake.tool_messages()
             assert "b.py:9: # TODO later" in result["text"]
     assert "how=session/resume" in (tmp_path / "daemon.stderr").read_text(errors="replace")
+
+
+async def test_without_an_api_key_the_user_reads_why(tmp_path: Path) -> None:
+    """``openai.<model>`` with no OPENAI_API_KEY: session/new works, the prompt fails
+    -32000 "Authentication required" with the reason in data.message."""
+    with FakeOpenAIChat() as fake:
+        async with fast_agent_bridge(tmp_path, fake.url, model="openai.gpt-4.1-mini") as client:
+            with anyio.fail_after(TIMEOUT):
+                call = await send(client, copilot.Conversation(tmp_path / "workspace").ask("Hello?"))
+        assert call.error is not None and call.result is None
+        assert call.error.message == (
+            "agent 'fast-agent': session/prompt: Authentication required (code -32000): OpenAI API key not configured"
+        ), call.error.message
+        assert fake.completions() == []
+
+
+async def test_its_own_shell_runs_commands_without_asking(tmp_path: Path) -> None:
+    """With ``--shell`` fast-agent's local shell (``bash``) runs what the model asks and
+    never sends session/request_permission (it asks only for MCP tools, and for ACP
+    terminals, which lmbridge does not offer): no card, the command has run. A preset
+    must not pass --shell; --no-shell keeps skills from turning it on."""
+    marker = tmp_path / "workspace" / "shell-ran.txt"
+    script = [[{"tool_call": {"name": "bash", "arguments": {"command": f"touch {marker}; echo did"}}}], [{"text": "Ran it."}]]
+    with FakeOpenAIChat(script) as fake:
+        async with fast_agent_bridge(tmp_path, fake.url, shell=True) as client:
+            with anyio.fail_after(TIMEOUT):
+                call = await send(client, copilot.Conversation(tmp_path / "workspace").ask("Create it"))
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, (call.error, call.result)
+            assert tool_calls(call) == [] and marker.exists()
+            assert "Ran it." in text_of(call)
+            assert {"bash", "shell__run_command"} <= {t["function"]["name"] for t in fake.completions()[0]["tools"]}
