@@ -438,3 +438,27 @@ async def test_its_own_shell_runs_commands_without_asking(tmp_path: Path) -> Non
             assert tool_calls(call) == [] and marker.exists()
             assert "Ran it." in text_of(call)
             assert {"bash", "shell__run_command"} <= {t["function"]["name"] for t in fake.completions()[0]["tools"]}
+
+
+# A 1x1 PNG.
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
+
+@pytest.mark.parametrize(("model", "vision"), [("generic.gpt-4o", True), ("generic.fake-model", False)])
+async def test_an_image_reaches_the_model_if_fast_agent_knows_it_sees(tmp_path: Path, model: str, vision: bool) -> None:
+    """fast-agent offers promptCapabilities.image whatever the model: an image the user
+    attached goes as an ACP image block; it reaches the model as an image_url part when
+    fast-agent's model database says the model takes images (gpt-4o), and is dropped
+    silently otherwise (a model it does not know)."""
+    with FakeOpenAIChat([[{"text": "A single pixel."}]]) as fake:
+        async with fast_agent_bridge(tmp_path, fake.url, model=model) as client:
+            messages = copilot.Conversation(tmp_path / "workspace").ask("What is in this image?")
+            messages[-1]["content"].insert(1, {"type": "data", "mimeType": "image/png", "data": PNG})
+            with anyio.fail_after(TIMEOUT):
+                call = await send(client, messages)
+            assert call.error is None and "A single pixel." in text_of(call), (call.error, text_of(call))
+            (said,) = [m for m in fake.completions()[0]["messages"] if m["role"] == "user"]
+            parts = said["content"] if isinstance(said["content"], list) else [{"type": "text", "text": said["content"]}]
+            assert any(p.get("type") == "text" and "What is in this image?" in p["text"] for p in parts), parts
+            images = [p["image_url"]["url"] for p in parts if p.get("type") == "image_url"]
+            assert images == ([f"data:image/png;base64,{PNG}"] if vision else []), parts
