@@ -27,13 +27,10 @@ from lmbridge.client import Call, DaemonClient, approve, skip, text_of, tool_cal
 from lmbridge.wire import AGENT_ACTION_TOOL  # noqa: E402
 from tests.fakes.fake_openai_chat import FakeOpenAIChat, message_text  # noqa: E402
 from tests.real_agent import copilot  # noqa: E402
-from tests.real_agent.fast_agent import fast_agent_bridge, is_installed  # noqa: E402
+from tests.real_agent.fast_agent import fast_agent_bridge  # noqa: E402
 
-pytestmark = [
-    pytest.mark.real_agent,
-    pytest.mark.anyio,
-    pytest.mark.skipif(not is_installed(), reason="fast-agent is not installed: run `make real-agent-deps`"),
-]
+# Not installed: the launcher fails the test saying so (cache.missing: `make real-agent-deps`).
+pytestmark = [pytest.mark.real_agent, pytest.mark.anyio]
 MODEL = "fast-agent"
 TIMEOUT = 60  # seconds per test body
 SCAFFOLDING = ("<userRequest>", "<environment_info>", "<workspace_info>", "<reminderInstructions>", "<context>")
