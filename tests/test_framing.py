@@ -87,3 +87,16 @@ async def test_agent_frames_the_daemon_cannot_use_are_dropped_and_the_turn_goes_
             second = await c.chat(agent.id, [user("one"), {"role": "assistant", "content": [{"type": "text", "value": "still here"}]}, user("two")])
     assert second.error is not None and "model API: 429 rate limited" in second.error.message
     assert len(second.error.message) < 4_000, len(second.error.message)
+
+
+def test_an_agents_error_names_its_reason() -> None:
+    """The reason of an agent's JSON-RPC error: data.message (codex-acp), data.details
+    (fast-agent), or data itself when it is a string."""
+    from lmbridge.acp_client import AgentError
+
+    fast = AgentError("session/new", {"code": -32603, "message": "Internal error", "data": {"details": "Runtime MCP server 'vscode' is already registered with different settings"}})
+    assert str(fast) == "session/new: Internal error (code -32603): Runtime MCP server 'vscode' is already registered with different settings"
+    codex = AgentError("session/prompt", {"code": -32603, "message": "Internal error", "data": {"message": "429", "details": "more"}})
+    assert str(codex).endswith(": 429")
+    assert str(AgentError("x", {"code": 1, "message": "m", "data": "why"})).endswith("(code 1): why")
+    assert str(AgentError("x", {"code": 1, "message": "m", "data": {"details": 3}})) == "x: m (code 1)"

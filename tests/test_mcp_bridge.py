@@ -14,6 +14,7 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from lmbridge.agent_pool import Capabilities
 from lmbridge.mcp_bridge import (
     SECRET_HEADER,
     McpHost,
@@ -21,6 +22,7 @@ from lmbridge.mcp_bridge import (
     ToolCall,
     result_content,
     select_tools,
+    server_name,
 )
 from lmbridge.wire import AGENT_ACTION_TOOL, ToolInfo, ToolResultPart
 
@@ -42,6 +44,51 @@ def test_select_tools_filters_own_tool_and_globs():
     assert [t.name for t in select_tools(tools)] == ["search_workspace", "read_file", "copilot_runTests"]
     assert [t.name for t in select_tools(tools, allow=["*_file", "search_*"])] == ["search_workspace", "read_file"]
     assert [t.name for t in select_tools(tools, deny=["copilot_*"])] == ["search_workspace", "read_file"]
+
+
+async def test_is_bridged_names_exactly_a_bridged_tool():
+    bridge = ToolBridge("s1", Harness().on_call)
+    await bridge.set_tools(TOOLS)
+    assert bridge.is_bridged("mcp__vscode__search_workspace")  # claude-agent-acp
+    assert bridge.is_bridged("vscode/search_workspace")  # fast-agent's title
+    for other in ("vscode/run_command", "shell/search_workspace", "mcp__shell__search_workspace", "search_workspace", "vscode/", "", None):
+        assert not bridge.is_bridged(other), other
+    # A server named per session (fast-agent) is bridged under its own name only.
+    own = ToolBridge("s2", Harness().on_call, name=server_name("s2", per_session=True))
+    await own.set_tools(TOOLS)
+    assert own.name == "vscode-s2" and own.is_bridged("vscode-s2/search_workspace")
+    assert not own.is_bridged("vscode/search_workspace") and not own.is_bridged("vscode-s1/search_workspace")
+
+
+def test_agents_with_one_mcp_registry_per_process():
+    fast = {"protocolVersion": 1, "agentCapabilities": {}, "agentInfo": {"name": "fast-agent-acp", "version": "0.10.48"}}
+    assert Capabilities.of(fast).shared_mcp_registry
+    for other in ({"agentInfo": {"name": "claude-agent-acp"}}, {"agentInfo": "fast-agent-acp"}, {}):
+        assert not Capabilities.of(other).shared_mcp_registry
+    assert server_name("s1") == "vscode" and server_name("s1", per_session=True) == "vscode-s1"
+
+
+async def test_a_session_keeps_its_secret_and_name_when_its_endpoint_opens_again():
+    """An eviction closes a session's endpoint; when the chat wakes, the endpoint opens
+    with the same URL and secret (fast-agent refuses a known server with new settings)."""
+    host = McpHost()
+    async with anyio.create_task_group() as tg:
+        await tg.start(host.run)
+        first = ToolBridge("s1", Harness().on_call, name=server_name("s1", per_session=True))
+        await host.add(first)
+        config = host.server_config(first, http=True)
+        assert config["name"] == "vscode-s1"
+        other = ToolBridge("s2", Harness().on_call)
+        await host.add(other)
+        assert other.secret != first.secret and host.server_config(other, http=True)["name"] == "vscode"
+        host.remove("s1")
+        again = ToolBridge("s1", Harness().on_call, name=server_name("s1", per_session=True))
+        await host.add(again)
+        assert host.server_config(again, http=True) == config
+        assert host.server_config(again, http=False)["env"] == [{"name": "LMBRIDGE_MCP_SECRET", "value": first.secret}]
+        host.remove("s1")
+        host.remove("s2")
+        tg.cancel_scope.cancel()
 
 
 def test_result_content_text_image_json():
@@ -102,6 +149,32 @@ async def test_http_with_secret_lists_and_calls_tools():
                     assert h.calls[0].name == "search_workspace" and h.calls[0].arguments == {"q": "foo"}
                     unknown = await session.call_tool("not_offered", {})
                     assert unknown.is_error
+        host.remove("s1")
+        tg.cancel_scope.cancel()
+
+
+async def test_http_url_with_mcp_appended_is_the_same_endpoint():
+    """fast-agent 0.10.48 appends /mcp to an HTTP MCP URL whose path does not end in
+    /mcp; the endpoint answers there too, with the same secret check."""
+    host = McpHost()
+    async with anyio.create_task_group() as tg:
+        await tg.start(host.run)
+        bridge = ToolBridge("s1", Harness().on_call)
+        await host.add(bridge)
+        await bridge.set_tools(TOOLS)
+        url = host.server_config(bridge, http=True)["url"] + "/mcp"
+        async with httpx2.AsyncClient(headers={SECRET_HEADER: bridge.secret}) as http:
+            async with streamable_http_client(url, http_client=http) as streams:
+                async with ClientSession(streams[0], streams[1]) as session:
+                    await session.initialize()
+                    listed = await session.list_tools()
+                    assert [t.name for t in listed.tools] == ["search_workspace", "read_file"]
+        async with httpx2.AsyncClient() as http:
+            body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+            r = await http.post(url, json=body, headers={"accept": "application/json, text/event-stream"})
+            assert r.status_code == 401
+            r = await http.post(url + "/mcp", json=body, headers={"accept": "application/json, text/event-stream", SECRET_HEADER: bridge.secret})
+            assert r.status_code == 401
         host.remove("s1")
         tg.cancel_scope.cancel()
 

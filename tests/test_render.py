@@ -74,6 +74,25 @@ def test_open_tool_calls_are_closed_at_turn_end():
     assert r.close() == []
 
 
+def test_placeholder_tool_call_id_of_a_permission_names_no_tool_call():
+    """fast-agent asks permissions with toolCallId "pending" when its model answer did
+    not stream, one for each call: each keeps its own title and input, none is rendered
+    as a tool call or closed at the turn's end; the call it allows comes under its own id."""
+    r = TurnRenderer()
+    one, parts = r.permission_tool({"toolCallId": "pending", "title": "shell/run_command", "kind": "execute", "status": "pending", "rawInput": {"command": "echo one"}})
+    assert parts == [] and one is not None and one.raw_input == {"command": "echo one"}
+    two, parts = r.permission_tool({"toolCallId": "pending", "title": "other/read_thing", "kind": "read", "rawInput": {"path": "a"}})
+    assert parts == [] and two is not None and (two.title, two.kind, two.raw_input) == ("other/read_thing", "read", {"path": "a"})
+    assert one.raw_input == {"command": "echo one"} and one.title == "shell/run_command"
+    start = r.update({"sessionUpdate": "tool_call", "toolCallId": "19900b10", "title": "shell/run_command", "kind": "execute", "status": "pending"})
+    assert len(start) == 1 and "shell/run_command" in start[0]["value"]
+    assert r.close() == [{"type": "text", "value": "\n\n_shell/run_command: ended without a result._\n\n"}]
+    assert r.close() == []
+    # Any other id is a tool call, created or updated by the permission (codex, claude).
+    _, parts = r.permission_tool({"toolCallId": "call_1", "title": "Run ls", "kind": "execute"})
+    assert len(parts) == 1 and "Run ls" in parts[0]["value"]
+
+
 def test_plan_only_when_changed():
     r = TurnRenderer()
     plan = {"sessionUpdate": "plan", "entries": [{"content": "a", "status": "pending", "priority": "high"}]}

@@ -63,6 +63,10 @@ class Capabilities:
     resume: bool = False  # sessionCapabilities.resume: session/resume
     close: bool = False  # sessionCapabilities.close: session/close
     auth_methods: tuple[dict[str, Any], ...] = ()
+    # One registry of MCP servers for all the process's sessions (fast-agent 0.10.48,
+    # agentInfo.name "fast-agent-acp"): each session's VS Code tools server needs its
+    # own name (mcp_bridge.server_name), or a second chat's session/new is refused.
+    shared_mcp_registry: bool = False
 
     @classmethod
     def of(cls, init: dict[str, Any]) -> Capabilities:
@@ -78,6 +82,7 @@ class Capabilities:
             resume=isinstance(sessions.get("resume"), dict),
             close=isinstance(sessions.get("close"), dict),
             auth_methods=tuple(m for m in methods if isinstance(m, dict)) if isinstance(methods, list) else (),
+            shared_mcp_registry=_object(init.get("agentInfo")).get("name") == "fast-agent-acp",
         )
 
 
@@ -226,7 +231,7 @@ class AgentProcess:
             self.pool.tg.start_soon(self._prepare_spare)
 
     async def _prepare_spare(self) -> None:
-        from lmbridge.mcp_bridge import ToolBridge, error_result
+        from lmbridge.mcp_bridge import ToolBridge, error_result, server_name
 
         async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
             call.resolve(error_result("no chat is using this session yet"))
@@ -236,7 +241,8 @@ class AgentProcess:
             assert conn is not None and self.pool.mcp_host is not None
             host = await self.pool.mcp_host()
             self.pool.spares_made += 1
-            bridge = ToolBridge(f"spare{self.pool.spares_made}", unclaimed, self.pool.recorder)
+            bridge_id = f"spare{self.pool.spares_made}"
+            bridge = ToolBridge(bridge_id, unclaimed, self.pool.recorder, server_name(bridge_id, self.caps.shared_mcp_registry))
             await host.add(bridge)
             servers = [host.server_config(bridge, self.caps.mcp_http)]
             with anyio.fail_after(self.pool.start_timeout):

@@ -11,7 +11,8 @@ Transports, both reachable only with the session's secret (``secrets``, 32
 bytes):
 
 * streamable HTTP on 127.0.0.1 (``McpHost``'s one uvicorn server; path
-  ``/mcp/<session>``, header ``X-Lmbridge-Secret``) when the agent advertises
+  ``/mcp/<session>``, or ``/mcp/<session>/mcp`` as fast-agent rewrites it; header
+  ``X-Lmbridge-Secret``) when the agent advertises
   ``mcpCapabilities.http``;
 * otherwise stdio: the agent spawns ``lmbridge mcp-stdio`` (``mcp_stdio.py``),
   which relays its stdio to ``McpHost``'s Unix socket after sending the
@@ -58,9 +59,22 @@ STOPPED_TEXT = "Tool execution was skipped: the user stopped the chat before it 
 CLOSED_TEXT = "Tool execution was cancelled: the session ended before VS Code answered."
 
 
-def qualified(tool: str) -> str:
+def qualified(tool: str, server: str = SERVER_NAME) -> str:
     """How claude-agent-acp names a bridged tool (``mcp__<server>__<tool>``)."""
-    return f"mcp__{SERVER_NAME}__{tool}"
+    return f"mcp__{server}__{tool}"
+
+
+def qualified_names(tool: str, server: str = SERVER_NAME) -> tuple[str, ...]:
+    """The names agents give a bridged tool in a permission request: claude-agent-acp's
+    ``mcp__<server>__<tool>``, fast-agent's title ``<server>/<tool>``."""
+    return qualified(tool, server), f"{server}/{tool}"
+
+
+def server_name(session_id: str, per_session: bool = False) -> str:
+    """The MCP server's name in ``session/new``: ``vscode``, or ``vscode-<session>`` for an
+    agent that keeps one registry of MCP servers for all its sessions and refuses a second
+    ``vscode`` with another URL or secret (fast-agent: ``Capabilities.shared_mcp_registry``)."""
+    return f"{SERVER_NAME}-{session_id}" if per_session else SERVER_NAME
 
 
 def select_tools(tools: Sequence[ToolInfo], allow: Sequence[str] = (), deny: Sequence[str] = ()) -> list[ToolInfo]:
@@ -130,9 +144,12 @@ class ToolBridge:
     ``release(call_id, result)`` answers it.
     """
 
-    def __init__(self, session_id: str, on_call: Callable[[ToolCall], Awaitable[None]], recorder: record.Recorder | None = None) -> None:
+    def __init__(
+        self, session_id: str, on_call: Callable[[ToolCall], Awaitable[None]], recorder: record.Recorder | None = None, name: str = SERVER_NAME
+    ) -> None:
         self.session_id = session_id
-        self.secret = secrets.token_urlsafe(32)
+        self.name = name  # the MCP server's name in session/new (server_name)
+        self.secret = secrets.token_urlsafe(32)  # McpHost.add keeps one per session id
         self.on_call = on_call
         self.tools: dict[str, ToolInfo] = {}
         self.calls: dict[str, ToolCall] = {}
@@ -173,7 +190,7 @@ class ToolBridge:
 
     def is_bridged(self, title_or_name: str | None) -> bool:
         """Whether an agent's permission request names exactly a bridged tool."""
-        return bool(title_or_name) and any(title_or_name == qualified(t) for t in self.tools)
+        return bool(title_or_name) and any(title_or_name in qualified_names(t, self.name) for t in self.tools)
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         self._sessions.add(ctx.session)
@@ -231,6 +248,10 @@ class McpHost:
 
     def __init__(self) -> None:
         self.bridges: dict[str, ToolBridge] = {}
+        # One secret per session id for the daemon's life: a session's endpoint, closed
+        # at an eviction and opened again when the chat wakes, has the same URL and secret,
+        # so an agent that remembers the server (fast-agent) takes it up unchanged.
+        self._secrets: dict[str, str] = {}
         self.port: int | None = None
         self.socket_path: str | None = None
         self.ready = anyio.Event()
@@ -270,6 +291,7 @@ class McpHost:
     async def add(self, bridge: ToolBridge) -> None:
         """Register a bridge and start its HTTP session manager."""
         assert self._tg is not None
+        bridge.secret = self._secrets.setdefault(bridge.session_id, bridge.secret)
         bridge.http = StreamableHTTPSessionManager(
             app=bridge.server,
             security_settings=TransportSecuritySettings(
@@ -301,12 +323,12 @@ class McpHost:
         if http:
             return {
                 "type": "http",
-                "name": SERVER_NAME,
+                "name": bridge.name,
                 "url": f"http://127.0.0.1:{self.port}/mcp/{bridge.session_id}",
                 "headers": [{"name": SECRET_HEADER, "value": bridge.secret}],
             }
         return {
-            "name": SERVER_NAME,
+            "name": bridge.name,
             "command": sys.executable,
             "args": ["-m", "lmbridge", "mcp-stdio", "--socket", str(self.socket_path), "--session", bridge.session_id],
             "env": [{"name": "LMBRIDGE_MCP_SECRET", "value": bridge.secret}],
@@ -325,6 +347,10 @@ class McpHost:
             return
         path: str = scope.get("path", "")
         parts = path.strip("/").split("/")
+        if len(parts) == 3 and parts[2] == "mcp":
+            # fast-agent (0.10.48) appends /mcp to an HTTP MCP URL whose path does not
+            # end in /mcp: /mcp/<session>/mcp is the same endpoint.
+            parts = parts[:2]
         secret = next((v.decode() for k, v in scope.get("headers", []) if k.decode().lower() == SECRET_HEADER), None)
         known = len(parts) == 2 and parts[0] == "mcp" and parts[1] in self.bridges
         bridge = self._authorized(parts[1], secret) if known else None

@@ -57,6 +57,10 @@ IGNORED_KINDS = frozenset(
     }
 )
 _ICONS = {"completed": "✓", "failed": "✗"}
+# fast-agent's toolCallId for a permission asked before it announced the call (its model
+# answer did not stream; facts.md §3): it names no tool call. Several permissions share
+# it, and the call, once allowed, is announced under its own id.
+PLACEHOLDER_TOOL_CALL_IDS = frozenset({"pending"})
 
 
 def _noop(_: str) -> None:
@@ -204,6 +208,12 @@ class TurnRenderer:
         update: Any = validate(schema.ToolCallUpdate, raw, self.warn)
         if update is None:
             return None, []
+        if update.tool_call_id in PLACEHOLDER_TOOL_CALL_IDS:
+            # Not merged into another permission's call, not rendered (the card shows it),
+            # never closed as "ended without a result".
+            state = ToolState(update.tool_call_id)
+            state.merge(update)
+            return state, []
         parts = self.tool(update)
         return self.tools[update.tool_call_id], parts
 
