@@ -88,7 +88,7 @@ def test_problem_for_claude_runs_its_own_command_in_a_terminal() -> None:
 
 def test_problem_with_nothing_known_lists_the_agents_own_ways() -> None:
     message, data = auth.problem("x", "X", "", auth.methods(GEMINI), ["x-agent"])
-    assert "X needs you to sign in (authentication required): sign in as it asks: Log in with Google (Log in with your Google account)" in message
+    assert "X needs you to sign in (authentication required): one of: Log in with Google (Log in with your Google account); Gemini API key" in message
     assert data["login"] is None and data["env"] == []
 
 

@@ -74,7 +74,11 @@ PRESETS: dict[str, Preset] = {
             Hint(env=("GEMINI_API_KEY",), login=("npx", "-y", "@google/gemini-cli@0.61.0")),
         ),
         Preset(
-            AgentSpec(id="fast-agent", name="fast-agent", command="uvx", args=["--python", "3.13", "--from", "fast-agent-mcp==0.10.48", "fast-agent-acp"]),
+            # --no-shell: its own shell runs commands without asking (docs/agents.md); --home
+            # (expanded by fast-agent): its state out of the workspace.
+            AgentSpec(id="fast-agent", name="fast-agent", command="uvx", args=[
+                "--python", "3.13", "--from", "fast-agent-mcp==0.10.48", "fast-agent-acp", "--no-shell", "--home", "~/.fast-agent",
+            ]),  # fmt: skip
             "fast-agent (fast-agent-mcp), any model it supports",
             "uv (uvx), which fetches Python 3.13",
             Hint(env=("OPENAI_API_KEY", "ANTHROPIC_API_KEY"), note="fast-agent also reads keys from fast-agent.secrets.yaml."),

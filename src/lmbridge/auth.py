@@ -122,7 +122,8 @@ def problem(
         ways.append(f"sign in by running `{' '.join([login['command'], *login['args']])}` in a terminal")
     interactive = [m for m in offered if m.type not in ("env_var", "terminal")]
     if not ways and interactive:
-        ways.append("sign in as it asks: " + "; ".join(f"{m.name}" + (f" ({m.description})" if m.description else "") for m in interactive))
+        listed = "; ".join(f"{m.name}" + (f" ({m.description})" if m.description else "") for m in interactive)
+        ways.append(listed if len(interactive) == 1 else f"one of: {listed}")
     todo = ", or ".join(ways) if ways else "configure its credentials"
     said = reason.strip().rstrip(".") or "authentication required"
     message = f"{agent_name} needs you to sign in ({said}): {todo}. Then send your message again."

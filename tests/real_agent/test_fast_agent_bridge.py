@@ -408,15 +408,19 @@ async def test_a_vscode_tool_after_an_eviction(tmp_path: Path) -> None:
 
 async def test_without_an_api_key_the_user_reads_why(tmp_path: Path) -> None:
     """``openai.<model>`` with no OPENAI_API_KEY: session/new works, the prompt fails
-    -32000 "Authentication required" with the reason in data.message."""
+    -32000 "Authentication required" with the reason in data.message: one actionable error
+    (auth.py) naming fast-agent and its own way to sign in."""
     with FakeOpenAIChat() as fake:
         async with fast_agent_bridge(tmp_path, fake.url, model="openai.gpt-4.1-mini") as client:
             with anyio.fail_after(TIMEOUT):
                 call = await send(client, copilot.Conversation(tmp_path / "workspace").ask("Hello?"))
         assert call.error is not None and call.result is None
         assert call.error.message == (
-            "agent 'fast-agent': session/prompt: Authentication required (code -32000): OpenAI API key not configured"
+            "fast-agent needs you to sign in (OpenAI API key not configured): Configure fast-agent (Set provider keys in "
+            "fast-agent.secrets.yaml or env vars. See docs: [Configuration Reference](https://fast-agent.ai/ref/config_file/)). "
+            "Then send your message again."
         ), call.error.message
+        assert call.error.data["reason"] == "auth_required" and call.error.data["login"] is None
         assert fake.completions() == []
 
 
