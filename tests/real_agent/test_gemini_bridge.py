@@ -1,0 +1,245 @@
+"""The real gemini-cli 0.61.0 through the real daemon, driven over the wire protocol with
+Copilot-shaped requests (tests/real_agent/copilot.py: Copilot's system prompt, its global
+context, scaffolded user turns, cache_control parts, Agent mode's 40-odd tools), against
+the fake Gemini API (tests/fakes/fake_gemini.py).
+
+Each test asserts on real effects: a file on disk, what the fake model received (its
+``contents``: the user's words, earlier turns, ``functionResponse`` parts).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from lmbridge.client import Call, DaemonClient, approve, is_agent_action, skip, text_of, tool_calls, tool_result  # noqa: E402
+from lmbridge.wire import ACTION_TOOLS  # noqa: E402
+from tests.fakes.fake_gemini import FakeGemini, texts  # noqa: E402
+from tests.real_agent.copilot import Conversation, options  # noqa: E402
+from tests.real_agent.gemini import gemini_bridge, is_installed  # noqa: E402
+
+pytestmark = [
+    pytest.mark.real_agent,
+    pytest.mark.anyio,
+    pytest.mark.skipif(not is_installed(), reason="gemini-cli is not installed: make real-agent-deps"),
+]
+TIMEOUT = 60  # seconds per test body
+MODEL = "gemini"
+SHELL = "run_shell_command"  # gemini-cli's shell tool: {"command": ...}
+
+
+def shell(command: str) -> dict[str, Any]:
+    return {"call": {"name": SHELL, "args": {"command": command}}}
+
+
+def all_texts(fake: FakeGemini) -> str:
+    """Every text the model was sent, in every request."""
+    return "\n".join(t for body in fake.main_requests() for t in texts(body))
+
+
+async def send(client: DaemonClient, messages: list[dict[str, Any]], **kw: Any) -> Call:
+    call = await client.chat(MODEL, messages, timeout=TIMEOUT, options=options(kw.pop("extra_tools", ())), **kw)
+    assert call.error is None, call.error
+    return call
+
+
+async def ask_for_shell(client: DaemonClient, chat: Conversation, request: str, command: str) -> dict[str, Any]:
+    """The first request: the agent asks to run ``command``; returns the permission part."""
+    call = await send(client, chat.ask(request))
+    assert call.result == {"stopReason": "tool_calls"}, (call.result, call.parts)
+    (perm,) = tool_calls(call)
+    assert perm["name"] in ACTION_TOOLS and is_agent_action(perm)
+    assert perm["input"]["kind"] == "execute"
+    assert command in perm["input"]["title"]
+    assert {o["kind"] for o in perm["input"]["options"]} >= {"allow_once", "reject_once"}
+    chat.answered(call)
+    return perm
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+async def test_plain_chat(tmp_path: Path, workspace: Path) -> None:
+    with FakeGemini([[{"text": "Hello from the fake Gemini."}]]) as fake:
+        async with gemini_bridge(tmp_path, fake.url) as client:
+            chat = Conversation(workspace)
+            with anyio.fail_after(TIMEOUT):
+                call = await send(client, chat.ask("Say hello to me, please."))
+            assert call.result == {"stopReason": "end_turn"}
+            assert "Hello from the fake Gemini." in text_of(call)
+            (body,) = fake.main_requests()
+            sent = "\n".join(texts(body, "user"))
+            assert "Say hello to me, please." in sent
+            # Copilot's scaffolding of the turn stays with VS Code.
+            for wrapper in ("<userRequest>", "<reminderInstructions>", "cache_control"):
+                assert wrapper not in sent, wrapper
+
+
+async def test_approve_runs_the_command(tmp_path: Path, workspace: Path) -> None:
+    marker = workspace / "approved.txt"
+    command = f"touch {marker} && echo made-it-4711"
+    with FakeGemini([[{"text": "I'll create it."}, shell(command)], [{"text": "Created the file."}]]) as fake:
+        async with gemini_bridge(tmp_path, fake.url) as client:
+            chat = Conversation(workspace)
+            with anyio.fail_after(TIMEOUT):
+                perm = await ask_for_shell(client, chat, f"Please create {marker.name}", command)
+                assert not marker.exists()  # nothing runs before the user answers
+                call = await send(client, chat.result(approve(perm)))
+            assert call.result == {"stopReason": "end_turn"}, call.result
+            assert marker.exists()
+            assert "Created the file." in text_of(call)
+            (response,) = fake.function_responses()
+            assert response["name"] == SHELL
+            assert "made-it-4711" in json.dumps(response["response"])
+
+
+async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path, workspace: Path) -> None:
+    marker = workspace / "skipped.txt"
+    command = f"touch {marker}"
+    with FakeGemini([[shell(command)], [{"text": "Understood, I did not run it."}]]) as fake:
+        async with gemini_bridge(tmp_path, fake.url) as client:
+            chat = Conversation(workspace)
+            with anyio.fail_after(TIMEOUT):
+                perm = await ask_for_shell(client, chat, f"Please create {marker.name}", command)
+                call = await send(client, chat.result(skip(perm)))
+            assert call.result == {"stopReason": "end_turn"}, call.result
+            assert not marker.exists()
+            assert "I did not run it." in text_of(call)
+            (response,) = fake.function_responses()
+            assert response["name"] == SHELL and "error" in response["response"]
+
+
+async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path, workspace: Path) -> None:
+    marker = workspace / "stopped.txt"
+    command = f"touch {marker}"
+    with FakeGemini([[shell(command)]], done_text="Fine, moving on.") as fake:
+        async with gemini_bridge(tmp_path, fake.url) as client:
+            chat = Conversation(workspace)
+            with anyio.fail_after(TIMEOUT):
+                await ask_for_shell(client, chat, f"Please create {marker.name}", command)
+                chat.stopped()  # Stop at the confirmation: VS Code drops the round
+                started = time.monotonic()
+                call = await send(client, chat.ask("Never mind, just say hi."))
+                elapsed = time.monotonic() - started
+            assert call.result == {"stopReason": "end_turn"}, (call.result, call.parts)
+            assert "Fine, moving on." in text_of(call)
+            assert not marker.exists()
+            assert elapsed < 20, f"took {elapsed:.1f} s"
+            last = fake.main_requests()[-1]
+            assert "Never mind, just say hi." in "\n".join(texts(last, "user"))
+
+
+async def test_second_turn_keeps_the_context(tmp_path: Path, workspace: Path) -> None:
+    with FakeGemini([[{"text": "Noted: teal."}], [{"text": "It is teal."}]]) as fake:
+        async with gemini_bridge(tmp_path, fake.url) as client:
+            chat = Conversation(workspace)
+            with anyio.fail_after(TIMEOUT):
+                first = await send(client, chat.ask("My favourite colour is teal."))
+                chat.answered(first)
+                second = await send(client, chat.ask("What is my favourite colour?"))
+            assert second.result == {"stopReason": "end_turn"} and "It is teal." in text_of(second)
+            first_body, second_body = fake.main_requests()
+            user_texts = "\n".join(texts(second_body, "user"))
+            assert "My favourite colour is teal." in user_texts and "What is my favourite colour?" in user_texts
+            assert "Noted: teal." in "\n".join(texts(second_body, "model"))
+            # The session continued: the first turn is in the agent's memory, not re-sent.
+            assert user_texts.count("My favourite colour is teal.") == 1
+            assert second_body["contents"][: len(first_body["contents"])] == first_body["contents"]
+
+
+async def test_two_actions_in_one_turn(tmp_path: Path, workspace: Path) -> None:
+    one, two = workspace / "one.txt", workspace / "two.txt"
+    with FakeGemini([[shell(f"touch {one}"), shell(f"touch {two}")], [{"text": "Both made."}]]) as fake:
+        async with gemini_bridge(tmp_path, fake.url) as client:
+            chat = Conversation(workspace)
+            with anyio.fail_after(TIMEOUT):
+                first = await ask_for_shell(client, chat, "Create one.txt and two.txt", f"touch {one}")
+                # gemini asks one at a time: the second permission comes once the first ran.
+                call = await send(client, chat.result(approve(first)))
+                assert call.result == {"stopReason": "tool_calls"}, call.result
+                assert one.exists() and not two.exists()
+                (second,) = tool_calls(call)
+                assert is_agent_action(second) and f"touch {two}" in second["input"]["title"]
+                chat.answered(call)
+                call = await send(client, chat.result(approve(second)))
+            assert call.result == {"stopReason": "end_turn"}, call.result
+            assert one.exists() and two.exists()
+            assert "Both made." in text_of(call)
+            responses = fake.function_responses()
+            assert [r["name"] for r in responses] == [SHELL, SHELL]
+            # Both answers went back to the model together, in the turn after its calls.
+            last = fake.main_requests()[-1]["contents"]
+            assert sum("functionResponse" in p for p in last[-1]["parts"]) == 2
+
+
+async def test_cancel_mid_stream_then_the_next_message(tmp_path: Path, workspace: Path) -> None:
+    script = [[{"text": "Partial answer STOPPED-8812 "}, {"sleep": 15}, {"text": "never seen"}], [{"text": "A fresh answer."}]]
+    with FakeGemini(script) as fake:
+        async with gemini_bridge(tmp_path, fake.url) as client:
+            chat = Conversation(workspace)
+            with anyio.fail_after(TIMEOUT):
+                streaming, shown = anyio.Event(), []
+
+                def on_part(part: dict[str, Any]) -> None:
+                    shown.append(part.get("value", "") if part.get("type") == "text" else "")
+                    if "STOPPED-8812" in "".join(shown):  # the model's text (not "Starting Gemini CLI…")
+                        streaming.set()
+
+                call = await client.start(
+                    "lm/provideLanguageModelChatResponse",
+                    {"modelId": MODEL, "messages": chat.ask("Tell me a long story."), "options": options()},
+                    on_part=on_part,
+                )
+                await streaming.wait()
+                await client.cancel(call)
+                await call.done.wait()
+                chat.stopped()  # Stop while streaming: the response is dropped, the turn stays
+                started = time.monotonic()
+                nxt = await send(client, chat.ask("Just answer briefly instead."))
+                elapsed = time.monotonic() - started
+            assert "STOPPED-8812" in text_of(call)
+            assert call.error is not None or call.result == {"stopReason": "cancelled"}, (call.result, call.error)
+            assert nxt.result == {"stopReason": "end_turn"} and "A fresh answer." in text_of(nxt), nxt.parts
+            assert "never seen" not in text_of(nxt)
+            assert elapsed < 20, f"took {elapsed:.1f} s"
+            last = fake.main_requests()[-1]
+            assert "Just answer briefly instead." in "\n".join(texts(last, "user"))
+            assert "STOPPED-8812" not in json.dumps(last["contents"])
+
+
+async def test_vscode_tool_through_the_mcp_server(tmp_path: Path, workspace: Path) -> None:
+    # A tool Agent mode offers (captured schema); gemini names MCP tools mcp_<server>_<tool>.
+    found = "src/app.py:3: # TODO tidy this"
+    script = [[{"call": {"name": "mcp_vscode_grep_search", "args": {"query": "TODO", "isRegexp": False}}}], [{"text": "Found one TODO."}]]
+    with FakeGemini(script) as fake:
+        async with gemini_bridge(tmp_path, fake.url) as client:
+            chat = Conversation(workspace)
+            seen: list[dict[str, Any]] = []
+            with anyio.fail_after(TIMEOUT):
+                call = await send(client, chat.ask("Find the TODOs."))
+                while call.result == {"stopReason": "tool_calls"}:
+                    chat.answered(call)
+                    for part in tool_calls(call):
+                        seen.append(part)
+                        assert not is_agent_action(part), f"VS Code's own tool was put to the user twice: {part}"
+                        chat.result(tool_result(part["callId"], found))
+                    call = await send(client, chat.messages)
+            assert [(p["name"], p["input"]) for p in seen] == [("grep_search", {"query": "TODO", "isRegexp": False})]
+            assert call.result == {"stopReason": "end_turn"} and "Found one TODO." in text_of(call)
+            (response,) = fake.function_responses()
+            assert response["name"] == "mcp_vscode_grep_search"
+            assert found in json.dumps(response["response"])
