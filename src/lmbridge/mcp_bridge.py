@@ -29,6 +29,7 @@ import fnmatch
 import hmac
 import json
 import os
+import re
 import secrets
 import socket
 import sys
@@ -61,6 +62,14 @@ CLOSED_TEXT = "Tool execution was cancelled: the session ended before VS Code an
 def qualified(tool: str) -> str:
     """How claude-agent-acp names a bridged tool (``mcp__<server>__<tool>``)."""
     return f"mcp__{SERVER_NAME}__{tool}"
+
+
+def gemini_qualified(tool: str) -> str:
+    """How gemini-cli names a bridged tool: the function ``mcp_<server>_<tool>``, other
+    characters than ``[A-Za-z0-9_.:-]`` made ``_``, cut to 63 characters as it cuts them
+    (gemini-cli 0.61.0 ``generateValidName``)."""
+    name = re.sub(r"[^A-Za-z0-9_\-.:]", "_", f"mcp_{SERVER_NAME}_{tool}")
+    return name if len(name) <= 63 else f"{name[:30]}...{name[-30:]}"
 
 
 def select_tools(tools: Sequence[ToolInfo], allow: Sequence[str] = (), deny: Sequence[str] = ()) -> list[ToolInfo]:
@@ -173,7 +182,7 @@ class ToolBridge:
 
     def is_bridged(self, title_or_name: str | None) -> bool:
         """Whether an agent's permission request names exactly a bridged tool."""
-        return bool(title_or_name) and any(title_or_name == qualified(t) for t in self.tools)
+        return bool(title_or_name) and any(title_or_name in (qualified(t), gemini_qualified(t)) for t in self.tools)
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         self._sessions.add(ctx.session)
