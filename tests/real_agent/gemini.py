@@ -95,18 +95,18 @@ def gemini_environ(home: Path, base_url: str, **kw: Any) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def gemini_bridge(tmp_path: Path, base_url: str, *args: str) -> AsyncIterator[Any]:
+async def gemini_bridge(tmp_path: Path, base_url: str, *args: str, api_key: str | None = "x") -> AsyncIterator[Any]:
     """``lmbridge serve *args`` (an initialized ``lmbridge.client.DaemonClient``) with
     gemini-cli as model ``gemini`` against ``base_url``. Its state folder, gemini's HOME
     and the daemon's stderr (``daemon.stderr``) live in ``tmp_path``; the workspace (the
-    agent's cwd) is ``tmp_path / "ws"``."""
+    agent's cwd) is ``tmp_path / "ws"``. ``api_key=None``: gemini-cli gets no key."""
     from lmbridge.client import DaemonClient
 
     argv = gemini_agent_command()
     home = tmp_path / "home"
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
-    spec = {"id": "gemini", "name": "Gemini CLI", "command": argv[0], "args": argv[1:], "env": gemini_agent_env(home, base_url)}
+    spec = {"id": "gemini", "name": "Gemini CLI", "command": argv[0], "args": argv[1:], "env": gemini_agent_env(home, base_url, api_key=api_key)}
     env = agent_environ({"LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(tmp_path / "state")})
     for name in list(env):
         if name.startswith(("GEMINI_", "GOOGLE_")):

@@ -25,8 +25,9 @@ if str(ROOT) not in sys.path:
 from lmbridge.client import Call, DaemonClient, approve, is_agent_action, skip, text_of, tool_calls, tool_result  # noqa: E402
 from lmbridge.wire import ACTION_TOOLS  # noqa: E402
 from tests.fakes.fake_gemini import FakeGemini, texts  # noqa: E402
+from tests.real_agent.acp_probe import AcpProbe, AgentError, initialize_params, text_prompt  # noqa: E402
 from tests.real_agent.copilot import Conversation, options  # noqa: E402
-from tests.real_agent.gemini import gemini_bridge, is_installed  # noqa: E402
+from tests.real_agent.gemini import gemini_agent_command, gemini_bridge, gemini_environ, is_installed  # noqa: E402
 
 pytestmark = [
     pytest.mark.real_agent,
@@ -139,8 +140,23 @@ async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path, worksp
             assert "Fine, moving on." in text_of(call)
             assert not marker.exists()
             assert elapsed < 20, f"took {elapsed:.1f} s"
-            last = fake.main_requests()[-1]
-            assert "Never mind, just say hi." in "\n".join(texts(last, "user"))
+            last = "\n".join(texts(fake.main_requests()[-1], "user"))
+            assert "Never mind, just say hi." in last
+            if fake.refused():
+                # Mostly: gemini-cli saw the session/cancel before it answered the function
+                # call ("canceled by the user"), kept the call without a response, and the
+                # first prompt after the cancel was refused (HTTP 400, as the real API does).
+                # Its session/load is broken in 0.61.0 (test_session_load_takes_a_session_up),
+                # so lmbridge went on in a fresh session told the conversation.
+                assert len(fake.refused()) == 1
+                assert "<conversation-so-far>" in last and f"Please create {marker.name}" in last
+            else:
+                # Sometimes (about 1 in 8 here) gemini-cli had already gone on to send the
+                # cancelled call's error ("canceled by the user") when the session/cancel
+                # landed: it aborted that request and rolled the whole stopped turn back out of
+                # its history. The session continued, without the stopped turn.
+                assert len(fake.main_requests()) == 2 and not fake.function_responses()
+                assert "<conversation-so-far>" not in last and f"Please create {marker.name}" not in last
 
 
 async def test_second_turn_keeps_the_context(tmp_path: Path, workspace: Path) -> None:
@@ -243,3 +259,46 @@ async def test_vscode_tool_through_the_mcp_server(tmp_path: Path, workspace: Pat
             (response,) = fake.function_responses()
             assert response["name"] == "mcp_vscode_grep_search"
             assert found in json.dumps(response["response"])
+
+
+async def test_no_api_key_is_reported(tmp_path: Path, workspace: Path) -> None:
+    """Not configured, gemini-cli refuses session/new (-32000 "Gemini API key is missing or
+    not configured."): the user reads that, with the agent's name."""
+    with FakeGemini() as fake:
+        async with gemini_bridge(tmp_path, fake.url, api_key=None) as client:
+            with anyio.fail_after(TIMEOUT):
+                call = await client.chat(MODEL, Conversation(workspace).ask("Hello?"), timeout=TIMEOUT, options=options())
+            assert call.error is not None
+            assert "API key is missing" in str(call.error.message) + json.dumps(call.error.data), call.error
+            assert not fake.main_requests()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="gemini-cli 0.61.0 advertises loadSession, but session/load first re-initialises the session's "
+    "chat recording (header + its session context only), then finds nothing resumable in it and answers "
+    "-32603 'No previous sessions found for this project.': lmbridge falls back to a fresh session told "
+    "the conversation (docs/sessions.md)",
+)
+async def test_session_load_takes_a_session_up(tmp_path: Path, workspace: Path) -> None:
+    """Straight ACP, no daemon: a session ended by a process exit is loaded by a new process
+    of the same HOME and its next model request holds the first turn."""
+    with FakeGemini([[{"text": "Noted: teal."}]]) as fake:
+        env = gemini_environ(tmp_path / "home", fake.url)
+        with anyio.fail_after(TIMEOUT):
+            async with AcpProbe.spawn(gemini_agent_command(), env=env, cwd=workspace) as probe:
+                await probe.request("initialize", initialize_params())
+                session = (await probe.request("session/new", {"cwd": str(workspace), "mcpServers": []}))["sessionId"]
+                await probe.request("session/prompt", text_prompt(session, "My favourite colour is teal."))
+            async with AcpProbe.spawn(gemini_agent_command(), env=env, cwd=workspace) as probe:
+                await probe.request("initialize", initialize_params())
+                try:
+                    await probe.request("session/load", {"sessionId": session, "cwd": str(workspace), "mcpServers": []})
+                except AgentError as exc:
+                    refused: AgentError | None = exc
+                else:
+                    refused = None
+                    await probe.request("session/prompt", text_prompt(session, "What is my favourite colour?"))
+        assert refused is None, refused
+        assert "My favourite colour is teal." in "\n".join(texts(fake.main_requests()[-1], "user"))
