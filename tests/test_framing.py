@@ -87,3 +87,12 @@ async def test_agent_frames_the_daemon_cannot_use_are_dropped_and_the_turn_goes_
             second = await c.chat(agent.id, [user("one"), {"role": "assistant", "content": [{"type": "text", "value": "still here"}]}, user("two")])
     assert second.error is not None and "model API: 429 rate limited" in second.error.message
     assert len(second.error.message) < 4_000, len(second.error.message)
+
+
+def test_agent_error_reason_in_data_details() -> None:
+    """The ACP TypeScript SDK's internal errors carry the reason in data.details
+    (gemini-cli 0.61.0's session/load): it is part of the message."""
+    from lmbridge.acp_client import AgentError
+
+    error = {"code": -32603, "message": "Internal error", "data": {"details": "No previous sessions found for this project."}}
+    assert str(AgentError("session/load", error)) == "session/load: Internal error (code -32603): No previous sessions found for this project."
