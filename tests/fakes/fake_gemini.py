@@ -20,6 +20,8 @@ Each *reply* answers one ``streamGenerateContent`` request and is a list of bloc
 * ``{"call": {"name": ..., "args": {...}}}``: a ``functionCall`` part (gemini-cli's shell
   tool is ``run_shell_command {"command": ...}``; an MCP tool ``t`` of server ``s`` is
   ``mcp_s_t``);
+* ``{"thought": "..."}``: a thought summary part (``{"text": ..., "thought": true}``; gemini-cli
+  shows ``**Subject**`` at its start as the subject);
 * ``{"sleep": seconds}``: pause the stream there (to cancel mid-stream).
 
 A reply may also be a callable ``f(body) -> list[block]``. When the script is exhausted,
@@ -332,6 +334,8 @@ class _Handler(BaseHTTPRequestHandler):
             for block in blocks:
                 if "sleep" in block:
                     time.sleep(float(block["sleep"]))
+                elif "thought" in block:
+                    self._data(_chunk(model, [{"text": str(block["thought"]), "thought": True}], None, None))
                 elif "text" in block:
                     text = str(block["text"])
                     for i in range(0, len(text), n) or [0]:

@@ -75,13 +75,17 @@ def workspace(tmp_path: Path) -> Path:
 
 
 async def test_plain_chat(tmp_path: Path, workspace: Path) -> None:
-    with FakeGemini([[{"text": "Hello from the fake Gemini."}]]) as fake:
+    reply = [{"thought": "**Greeting**\nThe user wants a hello."}, {"text": "Hello from the fake Gemini."}]
+    with FakeGemini([reply]) as fake:
         async with gemini_bridge(tmp_path, fake.url) as client:
             chat = Conversation(workspace)
             with anyio.fail_after(TIMEOUT):
                 call = await send(client, chat.ask("Say hello to me, please."))
             assert call.result == {"stopReason": "end_turn"}
             assert "Hello from the fake Gemini." in text_of(call)
+            # The model's thought summary comes as agent_thought_chunk: a thinking part.
+            thinking = "".join(p["value"] for p in call.parts if p["type"] == "thinking")
+            assert "The user wants a hello." in thinking and "wants a hello" not in text_of(call)
             (body,) = fake.main_requests()
             sent = "\n".join(texts(body, "user"))
             assert "Say hello to me, please." in sent
@@ -237,6 +241,33 @@ async def test_cancel_mid_stream_then_the_next_message(tmp_path: Path, workspace
             assert "STOPPED-8812" not in json.dumps(last["contents"])
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="gemini-cli 0.61.0 rolls a cancelled turn out of its history, the user's request with it, while "
+    "VS Code keeps that request (unanswered) in the chat; lmbridge sends only the new turn to a session that "
+    "continues, so the agent no longer knows what was asked before the Stop",
+)
+async def test_stopped_request_is_remembered_after_a_cancel_mid_stream(tmp_path: Path, workspace: Path) -> None:
+    script = [[{"text": "Once upon a time "}, {"sleep": 15}, {"text": "never seen"}], [{"text": "A shorter one."}]]
+    with FakeGemini(script) as fake:
+        async with gemini_bridge(tmp_path, fake.url) as client:
+            chat = Conversation(workspace)
+            with anyio.fail_after(TIMEOUT):
+                streaming = anyio.Event()
+                call = await client.start(
+                    "lm/provideLanguageModelChatResponse",
+                    {"modelId": MODEL, "messages": chat.ask("Tell me a story about cats."), "options": options()},
+                    on_part=lambda part: streaming.set() if "Once" in str(part.get("value")) else None,
+                )
+                await streaming.wait()
+                await client.cancel(call)
+                await call.done.wait()
+                chat.stopped()
+                await send(client, chat.ask("Make it shorter."))
+            assert "Tell me a story about cats." in json.dumps(fake.main_requests()[-1]["contents"])
+
+
 async def test_vscode_tool_through_the_mcp_server(tmp_path: Path, workspace: Path) -> None:
     # A tool Agent mode offers (captured schema); gemini names MCP tools mcp_<server>_<tool>.
     found = "src/app.py:3: # TODO tidy this"
@@ -360,6 +391,7 @@ async def test_attached_file_reaches_the_model(tmp_path: Path, workspace: Path) 
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
     reason="gemini-cli 0.61.0 drops a prompt's image and audio blocks when the prompt also holds a resource "
     "or a file resource_link: its #resolvePrompt rebuilds the prompt from the text parts and the resources' contents",
 )
