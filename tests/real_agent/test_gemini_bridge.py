@@ -241,6 +241,25 @@ async def test_cancel_mid_stream_then_the_next_message(tmp_path: Path, workspace
             assert "STOPPED-8812" not in json.dumps(last["contents"])
 
 
+async def test_after_a_daemon_restart_the_chat_goes_on(tmp_path: Path, workspace: Path) -> None:
+    """VS Code reloaded: a new daemon, same state folder and agent HOME. The session index
+    offers gemini's session for session/load (loadSession is advertised); gemini-cli 0.61.0
+    refuses it (test_session_load_takes_a_session_up), so the chat goes on in a fresh
+    session told the conversation."""
+    with FakeGemini([[{"text": "Noted: teal."}], [{"text": "It is teal."}]]) as fake:
+        chat = Conversation(workspace)
+        with anyio.fail_after(TIMEOUT):
+            async with gemini_bridge(tmp_path, fake.url) as client:
+                chat.answered(await send(client, chat.ask("My favourite colour is teal.")))
+            async with gemini_bridge(tmp_path, fake.url) as client:
+                call = await send(client, chat.ask("What is my favourite colour?"))
+        assert call.result == {"stopReason": "end_turn"} and "It is teal." in text_of(call)
+        last = "\n".join(texts(fake.main_requests()[-1], "user"))
+        assert "<conversation-so-far>" in last and "My favourite colour is teal." in last and "Noted: teal." in last
+    log = (tmp_path / "daemon.stderr").read_text(errors="replace")
+    assert "No previous sessions found for this project." in log and log.count("how=new") == 2
+
+
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
