@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["FakeGemini", "RecordedRequest", "check_function_pairing", "DONE_TEXT", "PAIRING_ERROR"]
+__all__ = ["FakeGemini", "RecordedRequest", "check_function_pairing", "function_declarations", "texts", "DONE_TEXT", "PAIRING_ERROR"]
 
 DONE_TEXT = "Done."
 PAIRING_ERROR = (

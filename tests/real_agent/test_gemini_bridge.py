@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 
 from lmbridge.client import Call, DaemonClient, approve, is_agent_action, skip, text_of, tool_calls, tool_result  # noqa: E402
 from lmbridge.wire import ACTION_TOOLS  # noqa: E402
-from tests.fakes.fake_gemini import FakeGemini, texts  # noqa: E402
+from tests.fakes.fake_gemini import FakeGemini, function_declarations, texts  # noqa: E402
 from tests.real_agent.acp_probe import AcpProbe, AgentError, initialize_params, text_prompt  # noqa: E402
 from tests.real_agent.copilot import Conversation, options  # noqa: E402
 from tests.real_agent.gemini import gemini_agent_command, gemini_bridge, gemini_environ, is_installed  # noqa: E402
@@ -284,7 +284,9 @@ async def test_stopped_request_is_remembered_after_a_cancel_mid_stream(tmp_path:
                 await call.done.wait()
                 chat.stopped()
                 await send(client, chat.ask("Make it shorter."))
-            assert "Tell me a story about cats." in json.dumps(fake.main_requests()[-1]["contents"])
+        last = fake.main_requests()[-1]
+    assert "Make it shorter." in "\n".join(texts(last, "user"))
+    assert "Tell me a story about cats." in json.dumps(last["contents"])
 
 
 async def test_vscode_tool_through_the_mcp_server(tmp_path: Path, workspace: Path) -> None:
@@ -304,6 +306,10 @@ async def test_vscode_tool_through_the_mcp_server(tmp_path: Path, workspace: Pat
                         assert not is_agent_action(part), f"VS Code's own tool was put to the user twice: {part}"
                         chat.result(tool_result(part["callId"], found))
                     call = await send(client, chat.messages)
+            # Agent mode's tools were offered to the model as gemini's MCP functions, lmbridge's own not.
+            offered = function_declarations(fake.main_requests()[0])
+            assert {"mcp_vscode_grep_search", "mcp_vscode_read_file", SHELL} <= set(offered)
+            assert not [name for name in offered if "symposium" in name]
             assert [(p["name"], p["input"]) for p in seen] == [("grep_search", {"query": "TODO", "isRegexp": False})]
             assert call.result == {"stopReason": "end_turn"} and "Found one TODO." in text_of(call)
             (response,) = fake.function_responses()
