@@ -43,13 +43,9 @@ def shell(command: str) -> dict[str, Any]:
     return {"call": {"name": SHELL, "args": {"command": command}}}
 
 
-def all_texts(fake: FakeGemini) -> str:
-    """Every text the model was sent, in every request."""
-    return "\n".join(t for body in fake.main_requests() for t in texts(body))
-
-
-async def send(client: DaemonClient, messages: list[dict[str, Any]], **kw: Any) -> Call:
-    call = await client.chat(MODEL, messages, timeout=TIMEOUT, options=options(kw.pop("extra_tools", ())), **kw)
+async def send(client: DaemonClient, messages: list[dict[str, Any]]) -> Call:
+    """One request as Agent mode sends it (its tools in ``options``), run to its end."""
+    call = await client.chat(MODEL, messages, timeout=TIMEOUT, options=options())
     assert call.error is None, call.error
     return call
 
