@@ -420,3 +420,45 @@ async def test_image_with_an_attached_file_reaches_the_model(tmp_path: Path, wor
     body = await pasted(tmp_path, workspace, attach=True, image=True)
     assert "buy oat milk 5521" in "\n".join(texts(body, "user"))
     assert IMAGE_PART in user_parts(body)
+
+
+GREP = {"call": {"name": "mcp_vscode_grep_search", "args": {"query": "TODO", "isRegexp": False}}}
+
+
+async def test_vscode_tool_skipped(tmp_path: Path, workspace: Path) -> None:
+    """Skip at VS Code's own confirmation: the MCP call gets an error result, the model hears it."""
+    with FakeGemini([[GREP], [{"text": "Skipped then."}]]) as fake:
+        async with gemini_bridge(tmp_path, fake.url) as client:
+            chat = Conversation(workspace)
+            with anyio.fail_after(TIMEOUT):
+                call = await send(client, chat.ask("Find the TODOs."))
+                assert call.result == {"stopReason": "tool_calls"}, call.parts
+                (part,) = tool_calls(call)
+                assert part["name"] == "grep_search" and not is_agent_action(part)
+                chat.answered(call)
+                call = await send(client, chat.result(skip(part)))
+            assert call.result == {"stopReason": "end_turn"} and "Skipped then." in text_of(call)
+            (response,) = fake.function_responses()
+            assert response["name"] == "mcp_vscode_grep_search"
+            assert "declined" in json.dumps(response["response"])
+
+
+async def test_vscode_tool_stopped_then_the_next_message(tmp_path: Path, workspace: Path) -> None:
+    """Stop while VS Code runs its tool: the MCP call gets an error, the turn is cancelled,
+    and the next message is answered (gemini keeps that call unanswered too: recovered)."""
+    with FakeGemini([[GREP]], done_text="OK, stopped.") as fake:
+        async with gemini_bridge(tmp_path, fake.url) as client:
+            chat = Conversation(workspace)
+            with anyio.fail_after(TIMEOUT):
+                call = await send(client, chat.ask("Find the TODOs."))
+                assert call.result == {"stopReason": "tool_calls"} and tool_calls(call)
+                chat.answered(call)
+                chat.stopped()
+                started = time.monotonic()
+                call = await send(client, chat.ask("Stop that, just say OK."))
+                elapsed = time.monotonic() - started
+            assert call.result == {"stopReason": "end_turn"} and "OK, stopped." in text_of(call)
+            assert elapsed < 20, f"took {elapsed:.1f} s"
+            assert "Stop that, just say OK." in "\n".join(texts(fake.main_requests()[-1], "user"))
+            # Whatever reached the model for the call was an error, never a result.
+            assert all("error" in json.dumps(r["response"]).lower() for r in fake.function_responses())
