@@ -100,3 +100,12 @@ def test_an_agents_error_names_its_reason() -> None:
     assert str(codex).endswith(": 429")
     assert str(AgentError("x", {"code": 1, "message": "m", "data": "why"})).endswith("(code 1): why")
     assert str(AgentError("x", {"code": 1, "message": "m", "data": {"details": 3}})) == "x: m (code 1)"
+
+
+def test_agent_error_reason_in_data_details() -> None:
+    """The ACP TypeScript SDK's internal errors carry the reason in data.details
+    (gemini-cli 0.61.0's session/load): it is part of the message."""
+    from lmbridge.acp_client import AgentError
+
+    error = {"code": -32603, "message": "Internal error", "data": {"details": "No previous sessions found for this project."}}
+    assert str(AgentError("session/load", error)) == "session/load: Internal error (code -32603): No previous sessions found for this project."

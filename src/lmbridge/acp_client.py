@@ -54,9 +54,9 @@ class AgentError(Exception):
         self.code = error.get("code")
         self.data = error.get("data")
         # The reason is often in data.message (codex-acp puts the model API's message there,
-        # facts.md §5) or data.details (fast-agent): "Internal error" alone says nothing.
-        data = self.data if isinstance(self.data, dict) else {}
-        reason = data.get("message") or data.get("details") if data else self.data if isinstance(self.data, str) else None
+        # facts.md §5) or data.details (fast-agent; the ACP TypeScript SDK's internal errors:
+        # gemini-cli's session/load): "Internal error" alone says nothing.
+        reason = (self.data.get("message") or self.data.get("details")) if isinstance(self.data, dict) else self.data if isinstance(self.data, str) else None
         detail = f": {clip(reason, 2000)}" if isinstance(reason, str) and reason.strip() else ""
         super().__init__(f"{method}: {clip(str(error.get('message', 'error')), 500)} (code {self.code}){detail}")
 

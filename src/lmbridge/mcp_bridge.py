@@ -30,6 +30,7 @@ import fnmatch
 import hmac
 import json
 import os
+import re
 import secrets
 import socket
 import sys
@@ -66,8 +67,9 @@ def qualified(tool: str, server: str = SERVER_NAME) -> str:
 
 def qualified_names(tool: str, server: str = SERVER_NAME) -> tuple[str, ...]:
     """The names agents give a bridged tool in a permission request: claude-agent-acp's
-    ``mcp__<server>__<tool>``, fast-agent's title ``<server>/<tool>``."""
-    return qualified(tool, server), f"{server}/{tool}"
+    ``mcp__<server>__<tool>``, fast-agent's title ``<server>/<tool>``, gemini-cli's
+    function name (``gemini_qualified``, read from its toolCallId)."""
+    return qualified(tool, server), f"{server}/{tool}", gemini_qualified(tool, server)
 
 
 def server_name(session_id: str, per_session: bool = False) -> str:
@@ -75,6 +77,14 @@ def server_name(session_id: str, per_session: bool = False) -> str:
     agent that keeps one registry of MCP servers for all its sessions and refuses a second
     ``vscode`` with another URL or secret (fast-agent: ``Capabilities.shared_mcp_registry``)."""
     return f"{SERVER_NAME}-{session_id}" if per_session else SERVER_NAME
+
+
+def gemini_qualified(tool: str, server: str = SERVER_NAME) -> str:
+    """How gemini-cli names a bridged tool: the function ``mcp_<server>_<tool>``, other
+    characters than ``[A-Za-z0-9_.:-]`` made ``_``, cut to 63 characters as it cuts them
+    (gemini-cli 0.61.0 ``generateValidName``)."""
+    name = re.sub(r"[^A-Za-z0-9_\-.:]", "_", f"mcp_{server}_{tool}")
+    return name if len(name) <= 63 else f"{name[:30]}...{name[-30:]}"
 
 
 def select_tools(tools: Sequence[ToolInfo], allow: Sequence[str] = (), deny: Sequence[str] = ()) -> list[ToolInfo]:

@@ -764,8 +764,15 @@ def _object(value: Any) -> dict[str, Any]:
 
 def _tool_name(raw_call: dict[str, Any]) -> str | None:
     """The tool an agent's permission is for: claude-agent-acp names it in
-    ``_meta.claudeCode.toolName``; others only in the title."""
+    ``_meta.claudeCode.toolName``; gemini-cli in the ``toolCallId``, always
+    ``<function>__<id>`` (an MCP tool's function is ``mcp_<server>_<tool>``; its title
+    is the tool's display name, or an argument ``command``); others only in the title."""
     meta = raw_call.get("_meta")
     claude = meta.get("claudeCode") if isinstance(meta, dict) else None
     name = claude.get("toolName") if isinstance(claude, dict) else None
-    return name if isinstance(name, str) else raw_call.get("title") if isinstance(raw_call.get("title"), str) else None
+    if isinstance(name, str):
+        return name
+    call_id = raw_call.get("toolCallId")
+    if isinstance(call_id, str) and call_id.startswith("mcp_") and "__" in call_id:
+        return call_id.split("__", 1)[0]
+    return raw_call.get("title") if isinstance(raw_call.get("title"), str) else None

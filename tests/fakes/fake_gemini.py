@@ -1,0 +1,374 @@
+"""A scripted fake of the Gemini API (``generativelanguage.googleapis.com``), for driving
+the real gemini-cli offline.
+
+gemini-cli 0.61.0 (``GOOGLE_GEMINI_BASE_URL=<fake.url>``, ``GEMINI_API_KEY=x``) calls only
+``POST /v1beta/models/<model>:streamGenerateContent?alt=sse``. This server answers it from
+a script::
+
+    with FakeGemini(replies=[
+        [{"text": "I'll create it."}, {"call": {"name": "run_shell_command", "args": {"command": "touch x"}}}],
+        [{"text": "Created."}],
+    ]) as fake:
+        env = gemini_agent_env(home, fake.url)
+        ...
+        (response,) = fake.function_responses()
+        assert "touch x" in json.dumps(fake.main_requests()[-1])
+
+Each *reply* answers one ``streamGenerateContent`` request and is a list of blocks:
+
+* ``{"text": "..."}``: text, streamed as a few chunks (``chunk_size`` characters each);
+* ``{"call": {"name": ..., "args": {...}}}``: a ``functionCall`` part (gemini-cli's shell
+  tool is ``run_shell_command {"command": ...}``; an MCP tool ``t`` of server ``s`` is
+  ``mcp_s_t``);
+* ``{"thought": "..."}``: a thought summary part (``{"text": ..., "thought": true}``; gemini-cli
+  shows ``**Subject**`` at its start as the subject);
+* ``{"sleep": seconds}``: pause the stream there (to cancel mid-stream).
+
+A reply may also be a callable ``f(body) -> list[block]``. When the script is exhausted,
+every further request is answered ``done_text`` ("Done.").
+
+``strict`` (default on) makes the fake refuse what the real API refuses: a model turn
+with function calls that is not followed by a user turn holding exactly as many function
+responses. The real API answers HTTP 400 INVALID_ARGUMENT; so does the fake (and does not
+consume the script). That is what gemini-cli sends after a cancel at a permission
+(facts.md §5).
+
+Every request, answered or refused, is recorded (thread-safe) in
+:attr:`FakeGemini.requests`; unknown paths are logged there too (kind ``"other"``) and
+answered 404, ``:countTokens`` with an estimate and ``:generateContent`` with the next
+reply as one JSON response.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["FakeGemini", "RecordedRequest", "check_function_pairing", "function_declarations", "texts", "DONE_TEXT", "PAIRING_ERROR"]
+
+DONE_TEXT = "Done."
+PAIRING_ERROR = (
+    "Please ensure that the number of function response parts is equal to the number of "
+    "function call parts of the function call turn."
+)
+
+Block = dict[str, Any]
+Reply = list[Block] | Callable[[dict[str, Any]], list[Block]]
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any  # parsed JSON (dict) or raw text, or None
+    kind: str  # "stream" | "generate" | "count_tokens" | "refused" | "other"
+    model: str = ""
+    time: float = field(default_factory=time.monotonic)
+    reply: list[Block] | None = None
+
+
+def check_function_pairing(body: Any) -> str | None:
+    """What the real API would refuse in ``contents`` (``None``: nothing)."""
+    contents = body.get("contents") if isinstance(body, dict) else None
+    if not isinstance(contents, list):
+        return None
+    for index, content in enumerate(contents):
+        parts = content.get("parts") if isinstance(content, dict) else None
+        calls = [p for p in parts or [] if isinstance(p, dict) and "functionCall" in p]
+        if not calls or content.get("role") != "model":
+            continue
+        after = contents[index + 1] if index + 1 < len(contents) else None
+        after_parts = after.get("parts") if isinstance(after, dict) else None
+        responses = [p for p in after_parts or [] if isinstance(p, dict) and "functionResponse" in p]
+        if after is None:
+            continue  # the last turn: nothing was asked of it yet
+        if len(responses) != len(calls):
+            return PAIRING_ERROR
+    return None
+
+
+class FakeGemini:
+    """Fake Gemini API on ``127.0.0.1`` (random port) in a background thread, a thread per request."""
+
+    def __init__(
+        self,
+        replies: Iterable[Reply] = (),
+        *,
+        done_text: str = DONE_TEXT,
+        chunk_size: int = 12,
+        strict: bool = True,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self._script: list[Reply] = list(replies)
+        self.done_text = done_text
+        self.chunk_size = max(1, chunk_size)
+        self.strict = strict
+        self._host = host
+        self._lock = threading.Condition()
+        self.requests: list[RecordedRequest] = []
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> FakeGemini:
+        if self._server is not None:
+            return self
+        fake = self
+
+        class Handler(_Handler):
+            owner = fake
+
+        self._server = ThreadingHTTPServer((self._host, 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-gemini", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> FakeGemini:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "FakeGemini not started"
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        """Base URL for ``GOOGLE_GEMINI_BASE_URL`` (no trailing slash, no ``/v1beta``)."""
+        return f"http://{self._host}:{self.port}"
+
+    # ------------------------------------------------------------------ script
+    def add_replies(self, *replies: Reply) -> None:
+        with self._lock:
+            self._script.extend(replies)
+
+    @property
+    def remaining(self) -> int:
+        with self._lock:
+            return len(self._script)
+
+    def _next_reply(self, body: dict[str, Any]) -> list[Block]:
+        with self._lock:
+            reply = self._script.pop(0) if self._script else None
+        if reply is None:
+            return [{"text": self.done_text}]
+        if callable(reply):
+            reply = reply(body)
+        return [dict(b) for b in reply]
+
+    def _record(self, rec: RecordedRequest) -> None:
+        with self._lock:
+            self.requests.append(rec)
+            self._lock.notify_all()
+
+    # ------------------------------------------------------------------ queries
+    def snapshot(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self.requests)
+
+    def main_requests(self) -> list[dict[str, Any]]:
+        """Bodies of the answered ``streamGenerateContent``/``generateContent`` requests, in order."""
+        return [r.body for r in self.snapshot() if r.kind in ("stream", "generate")]
+
+    def refused(self) -> list[RecordedRequest]:
+        """The requests answered 400 (see ``strict``)."""
+        return [r for r in self.snapshot() if r.kind == "refused"]
+
+    def other(self) -> list[RecordedRequest]:
+        return [r for r in self.snapshot() if r.kind == "other"]
+
+    def function_responses(self) -> list[dict[str, Any]]:
+        """Every distinct ``functionResponse`` the model was sent (first sighting per
+        (id, name)), as sent: ``{"id"?, "name", "response": {...}}``."""
+        seen: dict[tuple[str, str], dict[str, Any]] = {}
+        for body in self.main_requests():
+            for content in body.get("contents") or []:
+                for part in content.get("parts") or []:
+                    response = part.get("functionResponse") if isinstance(part, dict) else None
+                    if isinstance(response, dict):
+                        seen.setdefault((str(response.get("id")), str(response.get("name"))), response)
+        return list(seen.values())
+
+    def wait_for(self, predicate: Callable[[list[RecordedRequest]], bool], timeout: float = 10.0) -> bool:
+        """Block (thread) until ``predicate(requests)`` holds; returns False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not predicate(list(self.requests)):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(left)
+            return True
+
+
+def texts(body: dict[str, Any], role: str | None = None) -> list[str]:
+    """The text parts of a request's ``contents`` (of one ``role``: ``user``/``model``)."""
+    out = []
+    for content in body.get("contents") or []:
+        if role is not None and content.get("role") != role:
+            continue
+        for part in content.get("parts") or []:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                out.append(part["text"])
+    return out
+
+
+def function_declarations(body: dict[str, Any]) -> list[str]:
+    """The names of the functions a request offers the model."""
+    names = []
+    for tool in body.get("tools") or []:
+        for decl in tool.get("functionDeclarations") or [] if isinstance(tool, dict) else []:
+            if isinstance(decl, dict):
+                names.append(str(decl.get("name")))
+    return names
+
+
+def _usage(body: Any, out_tokens: int) -> dict[str, int]:
+    try:
+        prompt = max(1, len(json.dumps(body)) // 4)
+    except (TypeError, ValueError):
+        prompt = 1
+    return {"promptTokenCount": prompt, "candidatesTokenCount": out_tokens, "totalTokenCount": prompt + out_tokens}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: FakeGemini
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-gemini/1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+        pass
+
+    def _read_body(self) -> Any:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode("utf-8", "replace")
+
+    def _send_json(self, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json; charset=UTF-8")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _error(self, status: int, message: str, code: str) -> None:
+        self._send_json(status, {"error": {"code": status, "message": message, "status": code}})
+
+    def _route(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        body = self._read_body() if self.command in ("POST", "PUT", "PATCH") else None
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        fake = self.owner
+        model, _, action = path.rpartition("/")[2].partition(":")
+        is_model_call = self.command == "POST" and "/models/" in path and isinstance(body, dict)
+        if is_model_call and action in ("streamGenerateContent", "generateContent"):
+            problem = check_function_pairing(body) if fake.strict else None
+            if problem is not None:
+                fake._record(RecordedRequest(self.command, self.path, headers, body, "refused", model))
+                self._error(400, problem, "INVALID_ARGUMENT")
+                return
+            blocks = fake._next_reply(body)
+            kind = "stream" if action == "streamGenerateContent" else "generate"
+            fake._record(RecordedRequest(self.command, self.path, headers, body, kind, model, reply=blocks))
+            if kind == "stream":
+                self._stream(model, blocks, body)
+            else:
+                time.sleep(sum(float(b["sleep"]) for b in blocks if "sleep" in b))
+                parts = [p for p in (_part(b) for b in blocks) if p is not None]
+                self._send_json(200, _chunk(model, parts, "STOP", _usage(body, 1)))
+            return
+        if is_model_call and action == "countTokens":
+            fake._record(RecordedRequest(self.command, self.path, headers, body, "count_tokens", model))
+            self._send_json(200, {"totalTokens": _usage(body, 0)["promptTokenCount"]})
+            return
+        fake._record(RecordedRequest(self.command, self.path, headers, body, "other", model))
+        self._error(404, f"fake-gemini: no route for {self.command} {path}", "NOT_FOUND")
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _route
+
+    # -------------------------------------------------------------- SSE
+    def _data(self, obj: dict[str, Any]) -> None:
+        chunk = f"data: {json.dumps(obj)}\r\n\r\n".encode()
+        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        self.wfile.flush()
+
+    def _stream(self, model: str, blocks: list[Block], body: Any) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        n = self.owner.chunk_size
+        out_tokens = 0
+        pending: list[dict[str, Any]] = []  # function calls go out in the last chunk, as the API does
+        try:
+            for block in blocks:
+                if "sleep" in block:
+                    time.sleep(float(block["sleep"]))
+                elif "thought" in block:
+                    self._data(_chunk(model, [{"text": str(block["thought"]), "thought": True}], None, None))
+                elif "text" in block:
+                    text = str(block["text"])
+                    for i in range(0, len(text), n) or [0]:
+                        self._data(_chunk(model, [{"text": text[i : i + n]}], None, None))
+                    out_tokens += max(1, len(text) // 4)
+                else:
+                    part = _part(block)
+                    if part is None:
+                        raise ValueError(f"unknown fake reply block: {block!r}")
+                    pending.append(part)
+                    out_tokens += max(1, len(json.dumps(part)) // 4)
+            self._data(_chunk(model, pending, "STOP", _usage(body, max(1, out_tokens))))
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client aborted the stream (the agent was cancelled)
+        self.close_connection = True
+
+
+def _part(block: Block) -> dict[str, Any] | None:
+    if "text" in block:
+        return {"text": str(block["text"])}
+    if "call" in block:
+        call = block["call"]
+        return {"functionCall": {"name": call["name"], "args": dict(call.get("args") or {})}}
+    return None
+
+
+def _chunk(model: str, parts: list[dict[str, Any]], finish: str | None, usage: dict[str, int] | None) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    out: dict[str, Any] = {"candidates": [candidate], "modelVersion": model, "responseId": uuid.uuid4().hex[:22]}
+    if usage is not None:
+        out["usageMetadata"] = usage
+    return out
