@@ -1,0 +1,390 @@
+"""The real agent through the real daemon: codex-acp 0.16.0 (codex core 0.137.0), driven
+by ``lmbridge serve`` over the wire protocol exactly as the VS Code shim drives it, with
+Copilot-shaped requests (tests/real_agent/copilot.py: system prompt, global context,
+scaffolded turns, cache_control parts, Agent mode's tools), against the fake OpenAI
+Responses API (tests/fakes/fake_openai_responses.py).
+
+Each test asserts on real effects: a file the command made (or did not), and what the
+fake model received (the user's words, ``function_call_output`` items, earlier turns).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from lmbridge.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
+from lmbridge.wire import AGENT_ACTION_TOOL  # noqa: E402
+from tests.fakes.fake_openai_responses import FakeResponses, exec_command, input_texts  # noqa: E402
+from tests.real_agent.acp_probe import AcpProbe, AgentError, initialize_params  # noqa: E402
+from tests.real_agent.codex import codex_agent_launch, codex_bridge, is_installed  # noqa: E402
+from tests.real_agent.copilot import Conversation, options  # noqa: E402
+
+pytestmark = [
+    pytest.mark.real_agent,
+    pytest.mark.anyio,
+    pytest.mark.skipif(not is_installed(), reason="codex-acp (linux-x64) is not installed: make real-agent-deps"),
+]
+TIMEOUT = 60  # seconds per test body
+MODEL = "codex"
+# Copilot's scaffolding around the user's words: none of it may reach the model.
+SCAFFOLDING = ("<userRequest>", "<reminderInstructions>", "<environment_info>", "<workspace_info>", "<context>")
+
+
+def bridge(tmp_path: Path, fake: FakeResponses, *args: str, env_key: bool = True) -> Any:
+    return codex_bridge(tmp_path, fake.url, *args, env_key=env_key)
+
+
+def workspace(tmp_path: Path) -> Path:
+    return tmp_path / "work"
+
+
+def log_of(tmp_path: Path) -> str:
+    return (tmp_path / "daemon.stderr").read_text(errors="replace")
+
+
+def user_words(body: dict[str, Any]) -> list[str]:
+    """The user messages the model got, without codex's own (AGENTS.md, environment)."""
+    return [t for t in input_texts(body, "user") if not t.lstrip().startswith(("<environment_context>", "# AGENTS.md", "<user_instructions>"))]
+
+
+async def chat(client: DaemonClient, messages: list[dict[str, Any]], extra_tools: list[dict[str, Any]] | None = None, **kw: Any) -> Call:
+    return await client.chat(MODEL, messages, timeout=TIMEOUT, options=options(extra_tools or []), **kw)
+
+
+async def ask_for_command(client: DaemonClient, conv: Conversation, text: str, marker: Path) -> dict[str, Any]:
+    """Ask for something that makes codex want to run a command; returns the permission's
+    tool call part (the response ended ``tool_calls``, nothing ran yet)."""
+    call = await chat(client, conv.ask(text))
+    assert call.error is None, call.error
+    assert call.result == {"stopReason": "tool_calls"}, (call.result, text_of(call))
+    (perm,) = tool_calls(call)
+    assert perm["name"] == AGENT_ACTION_TOOL
+    assert perm["input"]["kind"] == "execute" and str(marker) in json.dumps(perm["input"]["rawInput"])
+    assert {o["kind"] for o in perm["input"]["options"]} >= {"allow_once", "reject_once"}
+    assert not marker.exists()  # nothing runs before the user answers
+    conv.answered(call)
+    return perm
+
+
+# ---------------------------------------------------------------- chat
+
+
+async def test_plain_chat_the_model_gets_the_users_words(tmp_path: Path) -> None:
+    with FakeResponses([[{"text": "Four, as always."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                call = await chat(client, conv.ask("What is 2 + 2?"))
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
+            assert text_of(call) == "Four, as always."
+            (request,) = fake.responses_requests()
+            assert user_words(request) == ["What is 2 + 2?"]
+            sent = json.dumps(request["input"])
+            assert not any(marker in sent for marker in SCAFFOLDING), "Copilot's scaffolding reached the model"
+            assert "You are an expert AI programming assistant" not in sent  # Copilot's system prompt
+
+
+async def test_a_second_turn_keeps_the_context(tmp_path: Path) -> None:
+    with FakeResponses([[{"text": "Noted: pineapple."}], [{"text": "It was pineapple."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                first = await chat(client, conv.ask("Remember the word pineapple."))
+                assert first.result == {"stopReason": "end_turn"}, first.error
+                conv.answered(first)
+                second = await chat(client, conv.ask("Which word did I ask you to remember?"))
+            assert second.error is None and second.result == {"stopReason": "end_turn"}
+            assert "It was pineapple." in text_of(second)
+            last = fake.responses_requests()[-1]
+            assert user_words(last) == ["Remember the word pineapple.", "Which word did I ask you to remember?"]
+            assert "Noted: pineapple." in input_texts(last, "assistant")
+            # Continued in the same agent session: no transcript of the conversation resent.
+            assert "conversation-so-far" not in json.dumps(last["input"])
+
+
+# ---------------------------------------------------------------- permissions
+
+
+async def test_approve_runs_the_command_and_the_model_gets_its_output(tmp_path: Path) -> None:
+    marker = workspace(tmp_path) / "ran.txt"
+    cmd = f"echo approved-output-7 && touch {marker}"
+    with FakeResponses([[{"text": "I'll create it."}, exec_command(cmd)], [{"text": "Created the file."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                perm = await ask_for_command(client, conv, "Please create ran.txt", marker)
+                call = await chat(client, conv.result(approve(perm)))
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
+            assert marker.exists()
+            assert "Created the file." in text_of(call)
+            (output,) = fake.function_call_outputs()
+            assert output["call_id"] == fake.call_ids()[0]
+            assert "approved-output-7" in output["text"] and "exited with code 0" in output["text"]
+
+
+async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path) -> None:
+    """codex ends the whole turn ``cancelled`` on a reject (facts.md §5): the model is not
+    called again in that turn, and VS Code must see a finished turn, not an error."""
+    marker = workspace(tmp_path) / "ran.txt"
+    with FakeResponses([[exec_command(f"touch {marker}")]], done_text="Understood, I did not run it.") as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                perm = await ask_for_command(client, conv, "Please create ran.txt", marker)
+                call = await chat(client, conv.result(skip(perm)))
+                assert call.error is None, call.error
+                assert call.result == {"stopReason": "end_turn"}, call.result
+                assert not marker.exists()
+                assert len(fake.responses_requests()) == 1  # codex did not go back to the model
+                conv.answered(call)
+                # The chat goes on: the next turn is answered, and the model learns the call was refused.
+                nxt = await chat(client, conv.ask("OK, what now?"))
+            assert nxt.error is None and nxt.result == {"stopReason": "end_turn"}, nxt.error
+            assert "Understood, I did not run it." in text_of(nxt)
+            assert not marker.exists()
+            (output,) = fake.function_call_outputs()
+            assert "aborted" in output["text"].lower()
+
+
+async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path) -> None:
+    marker = workspace(tmp_path) / "ran.txt"
+    with FakeResponses([[exec_command(f"touch {marker}")]], done_text="Fine, moving on.") as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                await ask_for_command(client, conv, "Please create ran.txt", marker)
+                conv.stopped()  # Stop at the card: VS Code drops the round, keeps the user turn
+                started = time.monotonic()
+                call = await chat(client, conv.ask("Never mind, just say hi."))
+                elapsed = time.monotonic() - started
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
+            assert "Fine, moving on." in text_of(call)
+            assert elapsed < 10, f"took {elapsed:.1f} s"
+            assert not marker.exists()
+            last = fake.responses_requests()[-1]
+            assert user_words(last)[-1] == "Never mind, just say hi."
+            # Whatever reached the model for the stopped call, it was never a success.
+            assert all("exited with code 0" not in o["text"] for o in fake.function_call_outputs())
+    log = log_of(tmp_path)
+    # How the daemon went on after the Stop (docs/sessions.md): codex ends a cancelled turn at
+    # once and answers the next prompt normally, so the same ACP session simply continues.
+    assert "how=" not in log, "the session was taken up again: " + "\n".join(line for line in log.splitlines() if "how=" in line)
+
+
+async def test_two_actions_in_one_turn(tmp_path: Path) -> None:
+    one, two = workspace(tmp_path) / "one.txt", workspace(tmp_path) / "two.txt"
+    with FakeResponses(
+        [[{"text": "Two steps."}, exec_command(f"echo first-7 && touch {one}")], [exec_command(f"echo second-7 && touch {two}")], [{"text": "Both made."}]]
+    ) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                perm = await ask_for_command(client, conv, "Create one.txt and two.txt", one)
+                call = await chat(client, conv.result(approve(perm)))
+                assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, call.result)
+                assert one.exists() and not two.exists()
+                (perm2,) = tool_calls(call)
+                assert str(two) in json.dumps(perm2["input"]["rawInput"])
+                conv.answered(call)
+                last = await chat(client, conv.result(approve(perm2)))
+            assert last.error is None and last.result == {"stopReason": "end_turn"}, last.error
+            assert two.exists() and "Both made." in text_of(last)
+            outputs = fake.function_call_outputs()
+            assert [o["call_id"] for o in outputs] == fake.call_ids()
+            assert "first-7" in outputs[0]["text"] and "second-7" in outputs[1]["text"]
+
+
+async def test_two_commands_in_one_model_reply(tmp_path: Path) -> None:
+    """Two function calls in ONE model reply (parallel tool calls): each asks on its own."""
+    one, two = workspace(tmp_path) / "one.txt", workspace(tmp_path) / "two.txt"
+    with FakeResponses([[exec_command(f"touch {one}"), exec_command(f"touch {two}")], [{"text": "Both made."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            asked: list[dict[str, Any]] = []
+            with anyio.fail_after(TIMEOUT):
+                call = await chat(client, conv.ask("Create one.txt and two.txt"))
+                while call.result == {"stopReason": "tool_calls"}:
+                    perms = tool_calls(call)
+                    asked += perms
+                    conv.answered(call)
+                    for perm in perms:
+                        messages = conv.result(approve(perm))
+                    call = await chat(client, messages)
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
+            assert one.exists() and two.exists()
+            assert len(asked) == 2
+            assert "Both made." in text_of(call)
+            assert {o["call_id"] for o in fake.function_call_outputs()} == set(fake.call_ids())
+
+
+# ---------------------------------------------------------------- cancel
+
+
+async def test_cancel_mid_stream_then_the_next_message(tmp_path: Path) -> None:
+    replies = [[{"text": "Here is the beginning of a long answer."}, {"sleep": 8}, {"text": "SECRET-TAIL"}], [{"text": "Fresh answer."}]]
+    with FakeResponses(replies) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            got_text = anyio.Event()
+            with anyio.fail_after(TIMEOUT):
+                call = await client.start(
+                    "lm/provideLanguageModelChatResponse",
+                    {"modelId": MODEL, "messages": conv.ask("Tell me a long story."), "options": _with_actions(options())},
+                    on_part=lambda part: got_text.set() if part["type"] == "text" else None,
+                )
+                await got_text.wait()
+                await client.cancel(call)  # Stop while text streams
+                await call.done.wait()
+                assert call.result == {"stopReason": "cancelled"}, (call.result, call.error)
+                conv.stopped()
+                started = time.monotonic()
+                nxt = await chat(client, conv.ask("Just say something short."))
+                elapsed = time.monotonic() - started
+            assert nxt.error is None and nxt.result == {"stopReason": "end_turn"}, nxt.error
+            assert text_of(nxt) == "Fresh answer."
+            assert "SECRET-TAIL" not in text_of(call) + text_of(nxt)
+            assert elapsed < 10, f"took {elapsed:.1f} s"
+            last = fake.responses_requests()[-1]
+            assert user_words(last)[-1] == "Just say something short."
+            assert "SECRET-TAIL" not in json.dumps(last["input"])
+
+
+def _with_actions(opts: dict[str, Any]) -> dict[str, Any]:
+    from lmbridge.client import chat_options
+
+    return chat_options(opts)
+
+
+# ---------------------------------------------------------------- VS Code tools
+
+
+SEARCH_TOOL = {
+    "name": "search_workspace",
+    "description": "Search the workspace for text",
+    "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+}
+
+
+async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
+    """codex takes HTTP MCP servers (mcpCapabilities.http): the daemon's synthetic server
+    offers VS Code's tools; the model calls one, VS Code answers, the model gets it."""
+    answer = "a.py:3: # TODO fix the frobnicator"
+
+    def call_search(body: dict[str, Any]) -> list[dict[str, Any]]:
+        names = _tool_names(body)
+        name = next((n for n in names if n.endswith("search_workspace")), None)
+        assert name is not None, f"no search_workspace among the model's tools: {names}"
+        return [{"function_call": {"name": name, "arguments": {"q": "TODO"}}}]
+
+    with FakeResponses([call_search, [{"text": "Found the TODO."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            seen: list[dict[str, Any]] = []
+            with anyio.fail_after(TIMEOUT):
+                call = await chat(client, conv.ask("Find the TODOs"), [SEARCH_TOOL])
+                while call.result == {"stopReason": "tool_calls"}:
+                    conv.answered(call)
+                    for part in tool_calls(call):
+                        seen.append(part)
+                        if part["name"] == "search_workspace":
+                            messages = conv.result(tool_result(part["callId"], answer))
+                        else:  # an approval codex asks for the MCP call
+                            messages = conv.result(approve(part))
+                    call = await chat(client, messages, [SEARCH_TOOL])
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
+            assert [(p["name"], p["input"]) for p in seen if p["name"] == "search_workspace"] == [("search_workspace", {"q": "TODO"})]
+            assert "Found the TODO." in text_of(call)
+            (output,) = fake.function_call_outputs()
+            assert answer in output["text"]
+
+
+def _tool_names(body: dict[str, Any]) -> list[str]:
+    names = []
+    for tool in body.get("tools") or []:
+        if tool.get("name"):
+            names.append(tool["name"])
+        for inner in tool.get("tools") or []:  # a namespace of tools (MCP servers)
+            names.append(f"{tool.get('name', '')}{inner.get('name')}")
+    return names
+
+
+# ---------------------------------------------------------------- failures
+
+
+async def test_a_failed_model_call_shows_the_apis_message(tmp_path: Path) -> None:
+    reason = "Rate limit reached for gpt-5.4 (fake-failure-31)"
+    with FakeResponses([[{"fail": {"status": 400, "message": reason, "code": "rate_limit_exceeded"}}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                call = await chat(client, conv.ask("Hello?"))
+            assert call.error is not None, call.result
+            assert "fake-failure-31" in call.error.message, call.error.message
+            assert len(fake.responses_requests()) == 1
+
+
+async def test_without_a_key_the_chat_says_authentication_is_required(tmp_path: Path) -> None:
+    with FakeResponses() as fake:
+        async with bridge(tmp_path, fake, env_key=False) as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                call = await chat(client, conv.ask("Hello?"))
+            assert call.error is not None, call.result
+            assert "Authentication required" in call.error.message, call.error.message
+            assert fake.responses_requests() == []
+
+
+# What codex-acp 0.16.0 says it needs to log in, as ``initialize`` returns it (for the
+# daemon's authentication UX): docs/agents.md.
+AUTH_METHODS = [
+    {
+        "id": "chatgpt",
+        "name": "Login with ChatGPT",
+        "description": "Use your ChatGPT login with Codex CLI (requires a paid ChatGPT subscription)",
+    },
+    {
+        "type": "env_var",
+        "id": "codex-api-key",
+        "name": "Use CODEX_API_KEY",
+        "description": "Requires setting the `CODEX_API_KEY` environment variable.",
+        "vars": [{"name": "CODEX_API_KEY"}],
+    },
+    {
+        "type": "env_var",
+        "id": "openai-api-key",
+        "name": "Use OPENAI_API_KEY",
+        "description": "Requires setting the `OPENAI_API_KEY` environment variable.",
+        "vars": [{"name": "OPENAI_API_KEY"}],
+    },
+]
+
+
+async def test_on_the_wire_auth_methods_and_session_new_without_a_key(tmp_path: Path) -> None:
+    """codex-acp directly (no daemon): what ``initialize`` offers, and ``session/new`` refused."""
+    with FakeResponses() as fake:
+        argv, env = codex_agent_launch(tmp_path / "home", fake.url, env_key=False)
+        (tmp_path / "work").mkdir()
+        async with AcpProbe.spawn(argv, env=env, cwd=tmp_path / "work") as probe:
+            with anyio.fail_after(TIMEOUT):
+                init = await probe.request("initialize", initialize_params())
+                with pytest.raises(AgentError) as refused:
+                    await probe.request("session/new", {"cwd": str(tmp_path / "work"), "mcpServers": []})
+    assert init["authMethods"] == AUTH_METHODS
+    caps = init["agentCapabilities"]
+    assert caps["loadSession"] is True
+    assert caps["sessionCapabilities"] == {"list": {}, "resume": {}, "close": {}}
+    assert caps["mcpCapabilities"] == {"http": True, "sse": False, "acp": False}
+    assert caps["promptCapabilities"] == {"image": True, "audio": False, "embeddedContext": True}
+    assert refused.value.error["code"] == -32000 and refused.value.error["message"] == "Authentication required"
+    assert fake.snapshot() == []
