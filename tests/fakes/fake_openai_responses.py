@@ -15,8 +15,8 @@ Each *reply* answers one ``POST /v1/responses`` and is a list of blocks:
 
 * ``{"text": "..."}``: an assistant message (streamed as a few
   ``response.output_text.delta`` events);
-* ``{"function_call": {"name": ..., "arguments": {...} or "json", "call_id": optional}}``:
-  a function call (streamed as ``response.function_call_arguments.delta`` events; the id
+* ``{"function_call": {"name": ..., "arguments": {...} or "json", "call_id": optional, ...}}``:
+  a function call (other keys, e.g. ``namespace``, go into the item as they are) (streamed as ``response.function_call_arguments.delta`` events; the id
   ``call_fake_<n>`` is generated unless given). codex's shell tool is
   ``exec_command {"cmd": "..."}`` (see :func:`exec_command`);
 * ``{"reasoning": "..."}``: a reasoning item with that summary text;
@@ -367,7 +367,8 @@ class _Handler(BaseHTTPRequestHandler):
                     summary = str(block["reasoning"])
                     item = {"type": "reasoning", "id": item_id, "summary": []}
                     self._event({"type": "response.output_item.added", "output_index": index, "item": item, "sequence_number": next(seq)})
-                    self._event({"type": "response.reasoning_summary_part.added", "item_id": item_id, "output_index": index, "summary_index": 0, "part": {"type": "summary_text", "text": ""}, "sequence_number": next(seq)})
+                    empty = {"type": "summary_text", "text": ""}
+                    self._event({"type": "response.reasoning_summary_part.added", "item_id": item_id, "output_index": index, "summary_index": 0, "part": empty, "sequence_number": next(seq)})
                     self._event({"type": "response.reasoning_summary_text.delta", "item_id": item_id, "output_index": index, "summary_index": 0, "delta": summary, "sequence_number": next(seq)})
                     self._event({"type": "response.reasoning_summary_text.done", "item_id": item_id, "output_index": index, "summary_index": 0, "text": summary, "sequence_number": next(seq)})
                     item = {**item, "summary": [{"type": "summary_text", "text": summary}]}
@@ -375,7 +376,8 @@ class _Handler(BaseHTTPRequestHandler):
                 elif "function_call" in block:
                     fc = block["function_call"]
                     args = fc["arguments"]
-                    item = {"type": "function_call", "id": item_id, "call_id": fc["call_id"], "name": fc["name"], "arguments": "", "status": "in_progress"}
+                    extra = {k: v for k, v in fc.items() if k not in ("name", "arguments", "call_id")}  # e.g. namespace
+                    item = {"type": "function_call", "id": item_id, "call_id": fc["call_id"], "name": fc["name"], **extra, "arguments": "", "status": "in_progress"}
                     self._event({"type": "response.output_item.added", "output_index": index, "item": item, "sequence_number": next(seq)})
                     for i in range(0, len(args), 3 * n):
                         self._event({"type": "response.function_call_arguments.delta", "item_id": item_id, "output_index": index, "delta": args[i : i + 3 * n], "sequence_number": next(seq)})

@@ -48,36 +48,41 @@ def codex_agent_command() -> list[str]:
     return [str(AGENT_BINARY)]
 
 
-def config_toml(base_url: str, *, env_key: bool = True) -> str:
-    """``config.toml`` for a provider ``fake`` at ``base_url`` (``http://127.0.0.1:PORT/v1``).
-    ``env_key=False`` leaves the key out: codex is then not logged in at all."""
+def config_toml(base_url: str, *, logged_in: bool = True) -> str:
+    """``config.toml`` for a provider ``fake`` at ``base_url`` (``http://127.0.0.1:PORT/v1``)
+    whose key is in ``$FAKE_OPENAI_API_KEY``. ``logged_in=False``: codex's built-in
+    ``openai`` provider (pointed at ``base_url`` all the same) with no key anywhere, so
+    codex is not logged in at all (a custom provider without ``env_key`` needs no login)."""
     lines = [
         f'model = "{MODEL}"',
-        'model_provider = "fake"',
         'approval_policy = "untrusted"',  # asks before commands (on-request does not)
         'sandbox_mode = "danger-full-access"',
         "check_for_update_on_startup = false",
+    ]
+    if not logged_in:
+        return "\n".join([*lines, f'openai_base_url = "{base_url}"']) + "\n"
+    lines += [
+        'model_provider = "fake"',
         "",
         "[model_providers.fake]",
         'name = "fake"',
         f'base_url = "{base_url}"',
         'wire_api = "responses"',
+        f'env_key = "{KEY_VAR}"',
         "request_max_retries = 0",
         "stream_max_retries = 0",
     ]
-    if env_key:
-        lines.append(f'env_key = "{KEY_VAR}"')
     return "\n".join(lines) + "\n"
 
 
-def codex_agent_env(home: Path, base_url: str, *, env_key: bool = True) -> dict[str, str]:
+def codex_agent_env(home: Path, base_url: str, *, logged_in: bool = True) -> dict[str, str]:
     """The extra environment variables for codex-acp against a fake Responses API, with its
     ``config.toml`` written into ``home/.codex`` (``CODEX_HOME``). Merge into the
     environment with :func:`agent_environ` (drops ``IS_SANDBOX``)."""
     home = Path(home)
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True, exist_ok=True)
-    (codex_home / "config.toml").write_text(config_toml(base_url, env_key=env_key), encoding="utf-8")
+    (codex_home / "config.toml").write_text(config_toml(base_url, logged_in=logged_in), encoding="utf-8")
     env = {
         "HOME": str(home),
         "CODEX_HOME": str(codex_home),
@@ -85,7 +90,7 @@ def codex_agent_env(home: Path, base_url: str, *, env_key: bool = True) -> dict[
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
     }
-    if env_key:
+    if logged_in:
         env[KEY_VAR] = "x"
     return env
 
@@ -101,13 +106,13 @@ def codex_environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def codex_agent_launch(home: Path, base_url: str, *, env_key: bool = True) -> tuple[list[str], dict[str, str]]:
+def codex_agent_launch(home: Path, base_url: str, *, logged_in: bool = True) -> tuple[list[str], dict[str, str]]:
     """``(argv, full environment)`` to start codex-acp against ``base_url``."""
-    return codex_agent_command(), codex_environ(codex_agent_env(home, base_url, env_key=env_key))
+    return codex_agent_command(), codex_environ(codex_agent_env(home, base_url, logged_in=logged_in))
 
 
 @asynccontextmanager
-async def codex_bridge(tmp_path: Path, base_url: str, *args: str, env_key: bool = True) -> AsyncIterator[Any]:
+async def codex_bridge(tmp_path: Path, base_url: str, *args: str, logged_in: bool = True) -> AsyncIterator[Any]:
     """``lmbridge serve *args`` (an initialized ``lmbridge.client.DaemonClient``) with codex as
     model ``codex`` against ``base_url``. Its state folder, codex's HOME and the daemon's
     stderr (``daemon.stderr``) live in ``tmp_path``; the workspace is ``tmp_path/work``."""
@@ -119,7 +124,7 @@ async def codex_bridge(tmp_path: Path, base_url: str, *args: str, env_key: bool 
         "name": "Codex",
         "command": codex_agent_command()[0],
         "args": [],
-        "env": codex_agent_env(tmp_path / "home", base_url, env_key=env_key),
+        "env": codex_agent_env(tmp_path / "home", base_url, logged_in=logged_in),
     }
     env = codex_environ({"LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(tmp_path / "state")})
     with open(tmp_path / "daemon.stderr", "ab") as stderr:

@@ -41,8 +41,8 @@ MODEL = "codex"
 SCAFFOLDING = ("<userRequest>", "<reminderInstructions>", "<environment_info>", "<workspace_info>", "<context>")
 
 
-def bridge(tmp_path: Path, fake: FakeResponses, *args: str, env_key: bool = True) -> Any:
-    return codex_bridge(tmp_path, fake.url, *args, env_key=env_key)
+def bridge(tmp_path: Path, fake: FakeResponses, *args: str, logged_in: bool = True) -> Any:
+    return codex_bridge(tmp_path, fake.url, *args, logged_in=logged_in)
 
 
 def workspace(tmp_path: Path) -> Path:
@@ -87,7 +87,7 @@ async def test_plain_chat_the_model_gets_the_users_words(tmp_path: Path) -> None
             with anyio.fail_after(TIMEOUT):
                 call = await chat(client, conv.ask("What is 2 + 2?"))
             assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
-            assert text_of(call) == "Four, as always."
+            assert text_of(call).endswith("Four, as always.")  # maybe after "_Starting Codex…_"
             (request,) = fake.responses_requests()
             assert user_words(request) == ["What is 2 + 2?"]
             sent = json.dumps(request["input"])
@@ -145,6 +145,8 @@ async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path) -> None:
                 call = await chat(client, conv.result(skip(perm)))
                 assert call.error is None, call.error
                 assert call.result == {"stopReason": "end_turn"}, call.result
+                # Not empty: Copilot shows "Sorry, no response was returned." for a response with no text.
+                assert "ended without a result" in text_of(call), text_of(call)
                 assert not marker.exists()
                 assert len(fake.responses_requests()) == 1  # codex did not go back to the model
                 conv.answered(call)
@@ -179,7 +181,8 @@ async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path) -> Non
     log = log_of(tmp_path)
     # How the daemon went on after the Stop (docs/sessions.md): codex ends a cancelled turn at
     # once and answers the next prompt normally, so the same ACP session simply continues.
-    assert "how=" not in log, "the session was taken up again: " + "\n".join(line for line in log.splitlines() if "how=" in line)
+    taken = [line for line in log.splitlines() if "acp session" in line and "how=" in line]
+    assert len(taken) == 1 and "how=new" in taken[0], "the session was taken up again:\n" + "\n".join(taken)
 
 
 async def test_two_actions_in_one_turn(tmp_path: Path) -> None:
@@ -252,7 +255,7 @@ async def test_cancel_mid_stream_then_the_next_message(tmp_path: Path) -> None:
                 nxt = await chat(client, conv.ask("Just say something short."))
                 elapsed = time.monotonic() - started
             assert nxt.error is None and nxt.result == {"stopReason": "end_turn"}, nxt.error
-            assert text_of(nxt) == "Fresh answer."
+            assert text_of(nxt).endswith("Fresh answer.")
             assert "SECRET-TAIL" not in text_of(call) + text_of(nxt)
             assert elapsed < 10, f"took {elapsed:.1f} s"
             last = fake.responses_requests()[-1]
@@ -284,7 +287,8 @@ async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
     def call_search(body: dict[str, Any]) -> list[dict[str, Any]]:
         names = _tool_names(body)
         name = next((n for n in names if n.endswith("search_workspace")), None)
-        assert name is not None, f"no search_workspace among the model's tools: {names}"
+        if name is None:
+            return [{"text": f"NO TOOL among {names}"}]
         return [{"function_call": {"name": name, "arguments": {"q": "TODO"}}}]
 
     with FakeResponses([call_search, [{"text": "Found the TODO."}]]) as fake:
@@ -336,7 +340,7 @@ async def test_a_failed_model_call_shows_the_apis_message(tmp_path: Path) -> Non
 
 async def test_without_a_key_the_chat_says_authentication_is_required(tmp_path: Path) -> None:
     with FakeResponses() as fake:
-        async with bridge(tmp_path, fake, env_key=False) as client:
+        async with bridge(tmp_path, fake, logged_in=False) as client:
             conv = Conversation(workspace(tmp_path))
             with anyio.fail_after(TIMEOUT):
                 call = await chat(client, conv.ask("Hello?"))
@@ -373,7 +377,7 @@ AUTH_METHODS = [
 async def test_on_the_wire_auth_methods_and_session_new_without_a_key(tmp_path: Path) -> None:
     """codex-acp directly (no daemon): what ``initialize`` offers, and ``session/new`` refused."""
     with FakeResponses() as fake:
-        argv, env = codex_agent_launch(tmp_path / "home", fake.url, env_key=False)
+        argv, env = codex_agent_launch(tmp_path / "home", fake.url, logged_in=False)
         (tmp_path / "work").mkdir()
         async with AcpProbe.spawn(argv, env=env, cwd=tmp_path / "work") as probe:
             with anyio.fail_after(TIMEOUT):
