@@ -281,46 +281,32 @@ SEARCH_TOOL = {
 
 async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
     """codex takes HTTP MCP servers (mcpCapabilities.http): the daemon's synthetic server
-    offers VS Code's tools; the model calls one, VS Code answers, the model gets it."""
+    offers VS Code's tools, which codex shows the model as the namespace ``mcp__vscode``.
+    The model calls one; codex asks approval for the MCP call (approval_policy untrusted),
+    which the daemon grants itself (VS Code confirms its own tools, docs/tools.md); VS Code
+    runs the tool, and the model gets its result."""
     answer = "a.py:3: # TODO fix the frobnicator"
 
     def call_search(body: dict[str, Any]) -> list[dict[str, Any]]:
-        names = _tool_names(body)
-        name = next((n for n in names if n.endswith("search_workspace")), None)
-        if name is None:
-            return [{"text": f"NO TOOL among {names}"}]
-        return [{"function_call": {"name": name, "arguments": {"q": "TODO"}}}]
+        namespaces = {t["name"]: [i["name"] for i in t.get("tools") or []] for t in body.get("tools") or [] if t.get("type") == "namespace"}
+        if "search_workspace" not in namespaces.get("mcp__vscode", []):
+            return [{"text": f"NO TOOL: the model's namespaces were {namespaces}"}]
+        return [{"function_call": {"name": "search_workspace", "namespace": "mcp__vscode", "arguments": {"q": "TODO"}}}]
 
     with FakeResponses([call_search, [{"text": "Found the TODO."}]]) as fake:
         async with bridge(tmp_path, fake) as client:
             conv = Conversation(workspace(tmp_path))
-            seen: list[dict[str, Any]] = []
             with anyio.fail_after(TIMEOUT):
                 call = await chat(client, conv.ask("Find the TODOs"), [SEARCH_TOOL])
-                while call.result == {"stopReason": "tool_calls"}:
-                    conv.answered(call)
-                    for part in tool_calls(call):
-                        seen.append(part)
-                        if part["name"] == "search_workspace":
-                            messages = conv.result(tool_result(part["callId"], answer))
-                        else:  # an approval codex asks for the MCP call
-                            messages = conv.result(approve(part))
-                    call = await chat(client, messages, [SEARCH_TOOL])
+                assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, text_of(call))
+                (part,) = tool_calls(call)  # the VS Code tool itself, no approval card before it
+                assert (part["name"], part["input"]) == ("search_workspace", {"q": "TODO"})
+                conv.answered(call)
+                call = await chat(client, conv.result(tool_result(part["callId"], answer)), [SEARCH_TOOL])
             assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
-            assert [(p["name"], p["input"]) for p in seen if p["name"] == "search_workspace"] == [("search_workspace", {"q": "TODO"})]
             assert "Found the TODO." in text_of(call)
             (output,) = fake.function_call_outputs()
-            assert answer in output["text"]
-
-
-def _tool_names(body: dict[str, Any]) -> list[str]:
-    names = []
-    for tool in body.get("tools") or []:
-        if tool.get("name"):
-            names.append(tool["name"])
-        for inner in tool.get("tools") or []:  # a namespace of tools (MCP servers)
-            names.append(f"{tool.get('name', '')}{inner.get('name')}")
-    return names
+            assert output["call_id"] == fake.call_ids()[0] and answer in output["text"]
 
 
 # ---------------------------------------------------------------- failures
