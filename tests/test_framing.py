@@ -87,3 +87,20 @@ async def test_agent_frames_the_daemon_cannot_use_are_dropped_and_the_turn_goes_
             second = await c.chat(agent.id, [user("one"), {"role": "assistant", "content": [{"type": "text", "value": "still here"}]}, user("two")])
     assert second.error is not None and "model API: 429 rate limited" in second.error.message
     assert len(second.error.message) < 4_000, len(second.error.message)
+
+
+def test_an_agents_error_reason_is_the_model_apis_message() -> None:
+    """codex-acp 0.16.0 fails a prompt whose model call failed with -32603 "Internal error"
+    and the API's error body, as it came, in data.message (seen against the fake Responses
+    API): the user reads the API's message, not the JSON around it."""
+    from lmbridge.acp_client import AgentError, error_reason
+
+    body = '{"error": {"message": "Rate limit reached for gpt-5.4", "type": "invalid_request_error", "param": null, "code": "rate_limit_exceeded"}}'
+    error = AgentError("session/prompt", {"code": -32603, "message": "Internal error", "data": {"message": body}})
+    assert str(error) == "session/prompt: Internal error (code -32603): Rate limit reached for gpt-5.4"
+    assert error_reason({"message": "model API: 429 rate limited"}) == "model API: 429 rate limited"
+    assert error_reason("plain") == "plain"
+    assert error_reason({"message": "{not json"}) == "{not json"
+    assert error_reason({"message": '{"detail": "no message here"}'}) == '{"detail": "no message here"}'
+    assert error_reason({"message": '{"message": "top-level"}'}) == "top-level"
+    assert error_reason({"other": 1}) is None and error_reason(None) is None and error_reason(7) is None

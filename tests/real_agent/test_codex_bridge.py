@@ -320,7 +320,10 @@ async def test_a_failed_model_call_shows_the_apis_message(tmp_path: Path) -> Non
             with anyio.fail_after(TIMEOUT):
                 call = await chat(client, conv.ask("Hello?"))
             assert call.error is not None, call.result
-            assert "fake-failure-31" in call.error.message, call.error.message
+            # codex-acp answers -32603 "Internal error" with the API's error body in
+            # error.data.message: the chat shows the API's message itself.
+            assert call.error.message.endswith(f"Internal error (code -32603): {reason}"), call.error.message
+            assert call.error.message.startswith("agent 'Codex'")
             assert len(fake.responses_requests()) == 1
 
 
