@@ -233,6 +233,56 @@ async def test_two_commands_in_one_model_reply(tmp_path: Path) -> None:
             assert {o["call_id"] for o in fake.function_call_outputs()} == set(fake.call_ids())
 
 
+# ---------------------------------------------------------------- sessions (docs/sessions.md)
+
+
+async def test_after_a_daemon_restart_codex_still_holds_the_first_turn(tmp_path: Path) -> None:
+    """VS Code reloaded: a new daemon (same state folder, same codex HOME) takes the chat's
+    ACP session up with ``session/resume`` and sends only the new turn; the model's next
+    request still holds the first turn's command and its output."""
+    marker = workspace(tmp_path) / "ran.txt"
+    cmd = f"echo first-turn-7 && touch {marker}"
+    with FakeResponses([[exec_command(cmd)], [{"text": "Created."}]], done_text="Still here.") as fake:
+        conv = Conversation(workspace(tmp_path))
+        with anyio.fail_after(TIMEOUT):
+            async with bridge(tmp_path, fake) as client:
+                perm = await ask_for_command(client, conv, "Please create ran.txt", marker)
+                done = await chat(client, conv.result(approve(perm)))
+                assert done.result == {"stopReason": "end_turn"} and marker.exists(), done.error
+                conv.answered(done)
+            async with bridge(tmp_path, fake) as client:
+                call = await chat(client, conv.ask("And now?"))
+        assert call.error is None and "Still here." in text_of(call), call.error
+        last = fake.responses_requests()[-1]
+        assert remembers(last, "first-turn-7")
+        assert "conversation-so-far" not in json.dumps(last["input"]) and user_words(last)[-1] == "And now?"
+    assert log_of(tmp_path).count("how=session/resume") == 1, log_of(tmp_path)
+
+
+async def test_after_an_eviction_codex_still_holds_the_first_turn(tmp_path: Path) -> None:
+    """An idle chat's session is closed (``session/close``); its next request resumes it."""
+    marker = workspace(tmp_path) / "ran.txt"
+    with FakeResponses([[exec_command(f"echo first-turn-8 && touch {marker}")], [{"text": "Created."}]], done_text="Back again.") as fake:
+        async with bridge(tmp_path, fake, "--idle-timeout", "2") as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                perm = await ask_for_command(client, conv, "Please create ran.txt", marker)
+                done = await chat(client, conv.result(approve(perm)))
+                assert done.result == {"stopReason": "end_turn"}, done.error
+                conv.answered(done)
+                while "session asleep" not in log_of(tmp_path):
+                    await anyio.sleep(0.2)
+                call = await chat(client, conv.ask("Still there?"))
+            assert call.error is None and "Back again." in text_of(call), call.error
+            assert remembers(fake.responses_requests()[-1], "first-turn-8")
+    assert "how=session/resume" in log_of(tmp_path)
+
+
+def remembers(body: dict[str, Any], output: str) -> bool:
+    """The model request holds the first turn's command output (codex's own memory of it)."""
+    return any(output in json.dumps(i) for i in body.get("input") or [] if i.get("type") == "function_call_output")
+
+
 # ---------------------------------------------------------------- cancel
 
 
