@@ -283,6 +283,34 @@ def remembers(body: dict[str, Any], output: str) -> bool:
     return any(output in json.dumps(i) for i in body.get("input") or [] if i.get("type") == "function_call_output")
 
 
+async def test_two_commands_one_allowed_one_skipped(tmp_path: Path) -> None:
+    """Two cards in one response; the user allows one and skips the other. codex ends the
+    whole turn at the reject (facts.md §5), and (seen every time) the allowed command does
+    not run either: both calls reach the model as "aborted by user". VS Code sees a
+    finished answer, and the chat goes on."""
+    one, two = workspace(tmp_path) / "one.txt", workspace(tmp_path) / "two.txt"
+    with FakeResponses([[exec_command(f"touch {one}"), exec_command(f"touch {two}")]], done_text="Next.") as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                call = await chat(client, conv.ask("Create one.txt and two.txt"))
+                perms = {("one" if str(one) in json.dumps(p["input"]["rawInput"]) else "two"): p for p in tool_calls(call)}
+                assert set(perms) == {"one", "two"}  # asked in either order
+                conv.answered(call)
+                conv.result(approve(perms["one"]))
+                call = await chat(client, conv.result(skip(perms["two"])))
+                assert call.error is None and call.result == {"stopReason": "end_turn"}, (call.error, call.result)
+                assert text_of(call).strip()
+                conv.answered(call)
+                nxt = await chat(client, conv.ask("What happened?"))
+            assert nxt.error is None and "Next." in text_of(nxt)
+            assert not two.exists()
+            outputs = {o["call_id"]: o["text"] for o in fake.function_call_outputs()}
+            call_one, call_two = fake.call_ids()
+            assert outputs[call_two].startswith("aborted by user")
+            assert one.exists() == (not outputs[call_one].startswith("aborted by user"))  # what ran is what the model was told
+
+
 # ---------------------------------------------------------------- cancel
 
 
