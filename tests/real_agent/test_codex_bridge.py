@@ -233,6 +233,24 @@ async def test_two_commands_in_one_model_reply(tmp_path: Path) -> None:
             assert {o["call_id"] for o in fake.function_call_outputs()} == set(fake.call_ids())
 
 
+async def test_without_the_action_tools_the_command_is_declined_and_the_turn_finishes(tmp_path: Path) -> None:
+    """A request that offers no agent-action tool (Ask mode; facts.md §7) cannot ask the
+    user: the daemon gives codex its reject option, codex ends the turn (cancelled), and
+    the answer says what codex wanted to do."""
+    marker = workspace(tmp_path) / "ran.txt"
+    with FakeResponses([[exec_command(f"touch {marker}")]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            ask_mode = options()
+            ask_mode["tools"] = [t for t in ask_mode["tools"] if not t["name"].startswith("symposium-agent-action")]
+            with anyio.fail_after(TIMEOUT):
+                call = await client.chat(MODEL, conv.ask("Please create ran.txt"), timeout=TIMEOUT, options=ask_mode, agent_mode=False)
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, (call.error, call.result)
+            assert f"Codex wanted to: touch {marker} (execute). Declined: approving agent actions needs Agent mode." in text_of(call)
+            assert not marker.exists() and tool_calls(call) == []
+            assert len(fake.responses_requests()) == 1  # the turn ended at the reject
+
+
 # ---------------------------------------------------------------- sessions (docs/sessions.md)
 
 
