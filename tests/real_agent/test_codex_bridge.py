@@ -11,6 +11,8 @@ fake model received (the user's words, ``function_call_output`` items, earlier t
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -25,6 +27,7 @@ if str(ROOT) not in sys.path:
 
 from lmbridge.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
 from lmbridge.wire import AGENT_ACTION_TOOL  # noqa: E402
+from tests.conftest import children  # noqa: E402
 from tests.fakes.fake_openai_responses import FakeResponses, exec_command, input_texts  # noqa: E402
 from tests.real_agent.acp_probe import AcpProbe, AgentError, initialize_params  # noqa: E402
 from tests.real_agent.codex import codex_agent_launch, codex_bridge, is_installed  # noqa: E402
@@ -293,6 +296,28 @@ async def test_after_an_eviction_codex_still_holds_the_first_turn(tmp_path: Path
                 call = await chat(client, conv.ask("Still there?"))
             assert call.error is None and "Back again." in text_of(call), call.error
             assert remembers(fake.responses_requests()[-1], "first-turn-8")
+    assert "how=session/resume" in log_of(tmp_path)
+
+
+async def test_after_a_crash_codex_still_holds_the_first_turn(tmp_path: Path) -> None:
+    """The agent process is killed between turns: the next request starts codex again and
+    resumes the chat's session (codex keeps its sessions on disk under CODEX_HOME)."""
+    marker = workspace(tmp_path) / "ran.txt"
+    with FakeResponses([[exec_command(f"echo first-turn-9 && touch {marker}")], [{"text": "Created."}]], done_text="Recovered.") as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                perm = await ask_for_command(client, conv, "Please create ran.txt", marker)
+                done = await chat(client, conv.result(approve(perm)))
+                assert done.result == {"stopReason": "end_turn"}, done.error
+                conv.answered(done)
+                (pid,) = children(client.process.pid)
+                os.kill(pid, signal.SIGKILL)
+                while "agent ended" not in log_of(tmp_path):
+                    await anyio.sleep(0.1)
+                call = await chat(client, conv.ask("Are you back?"))
+            assert call.error is None and "Recovered." in text_of(call), call.error
+            assert remembers(fake.responses_requests()[-1], "first-turn-9")
     assert "how=session/resume" in log_of(tmp_path)
 
 
