@@ -98,6 +98,29 @@ async def test_plain_chat_the_model_gets_the_users_words(tmp_path: Path) -> None
             assert "You are an expert AI programming assistant" not in sent  # Copilot's system prompt
 
 
+PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="  # a 1×1 PNG
+
+
+async def test_an_image_reaches_the_model_and_its_reasoning_shows_as_thinking(tmp_path: Path) -> None:
+    """codex-acp's promptCapabilities.image is true: an image part of the user's turn goes
+    as an ACP image block, and the model gets it as ``input_image``. The model's reasoning
+    summary comes back as thinking parts."""
+    with FakeResponses([[{"reasoning": "Looking at the picture."}, {"text": "A single pixel."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            messages = conv.ask("What is in this image?")
+            messages[-1]["content"].insert(1, {"type": "data", "mimeType": "image/png", "data": PIXEL})
+            with anyio.fail_after(TIMEOUT):
+                call = await chat(client, messages)
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
+            assert text_of(call).endswith("A single pixel.")
+            assert "Looking at the picture." in "".join(p["value"] for p in call.parts if p["type"] == "thinking")
+            (request,) = fake.responses_requests()
+            (turn,) = [i for i in request["input"] if i.get("role") == "user" and "What is in this image?" in json.dumps(i)]
+            assert [c["type"] for c in turn["content"]] == ["input_text", "input_image"]
+            assert turn["content"][1]["image_url"] == f"data:image/png;base64,{PIXEL}"
+
+
 async def test_a_second_turn_keeps_the_context(tmp_path: Path) -> None:
     with FakeResponses([[{"text": "Noted: pineapple."}], [{"text": "It was pineapple."}]]) as fake:
         async with bridge(tmp_path, fake) as client:
