@@ -139,6 +139,22 @@ async def test_a_second_turn_keeps_the_context(tmp_path: Path) -> None:
             assert "conversation-so-far" not in json.dumps(last["input"])
 
 
+async def test_codex_models_in_the_picker_reach_the_model_api(tmp_path: Path) -> None:
+    """codex's ``model`` config option (category model) becomes models ``codex/<value>``;
+    a chat on one sets it (session/set_config_option) and the API gets that model."""
+    with FakeResponses([[{"text": "From the default."}], [{"text": "From mini."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            with anyio.fail_after(TIMEOUT):
+                first = await chat(client, Conversation(workspace(tmp_path)).ask("Hello"))
+                assert first.result == {"stopReason": "end_turn"}, first.error
+                models = (await client.request("lm/provideLanguageModelChatInformation", {"silent": True}))["models"]
+                ids = [m["id"] for m in models]
+                assert "codex" in ids and "codex/gpt-5.4-mini" in ids, ids
+                call = await client.chat("codex/gpt-5.4-mini", Conversation(workspace(tmp_path)).ask("Hello, mini"), timeout=TIMEOUT, options=options())
+            assert call.error is None and "From mini." in text_of(call), call.error
+            assert [r["model"] for r in fake.responses_requests()] == ["gpt-5.4", "gpt-5.4-mini"]
+
+
 # ---------------------------------------------------------------- permissions
 
 
