@@ -547,3 +547,89 @@ async def test_on_the_wire_auth_methods_and_session_new_without_a_key(tmp_path: 
     assert caps["promptCapabilities"] == {"image": True, "audio": False, "embeddedContext": True}
     assert refused.value.error["code"] == -32000 and refused.value.error["message"] == "Authentication required"
     assert fake.snapshot() == []
+
+
+# ---------------------------------------------------------------- on the wire (no daemon)
+# What lmbridge absorbs (facts.md §5). If one of these fails after an upgrade of codex-acp,
+# its behaviour changed: update facts.md and the daemon, not just the test.
+
+
+async def _direct_session(probe: AcpProbe, work: Path) -> str:
+    await probe.request("initialize", initialize_params())
+    return (await probe.request("session/new", {"cwd": str(work), "mcpServers": []}))["sessionId"]
+
+
+def _select(req: dict[str, Any], kind: str) -> dict[str, Any]:
+    option = next(o["optionId"] for o in req["params"]["options"] if o["kind"] == kind)
+    return {"outcome": {"outcome": "selected", "optionId": option}}
+
+
+async def test_on_the_wire_a_command_asks_before_any_tool_call(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = work / "ran.txt"
+    with FakeResponses([[exec_command(f"touch {marker}")], [{"text": "Created."}]]) as fake:
+        argv, env = codex_agent_launch(tmp_path / "home", fake.url)
+        async with AcpProbe.spawn(argv, env=env, cwd=work) as probe:
+            with anyio.fail_after(TIMEOUT):
+                sid = await _direct_session(probe, work)
+                ended: dict[str, Any] = {}
+                async with anyio.create_task_group() as tg:
+
+                    async def prompt() -> None:
+                        ended["result"] = await probe.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]})
+
+                    tg.start_soon(prompt)
+                    req = await probe.next_request("session/request_permission")
+                    before = probe.update_kinds(sid)
+                    await probe.respond(req["id"], _select(req, "allow_once"))
+    assert "tool_call" not in before and "tool_call_update" not in before  # asked first, announced after
+    assert isinstance(req["id"], str) and len(req["id"]) == 36  # a UUID string
+    call = req["params"]["toolCall"]
+    assert call["kind"] == "execute" and call["title"] == f"touch {marker}" and call["status"] == "pending"
+    assert call["rawInput"]["command"] == ["/bin/bash", "-lc", f"touch {marker}"]
+    assert call["content"][0]["content"]["text"].startswith("Proposed Amendment")
+    assert [(o["optionId"], o["kind"]) for o in req["params"]["options"]] == [
+        ("approved", "allow_once"),
+        ("approved-execpolicy-amendment", "allow_always"),
+        ("abort", "reject_once"),
+    ]
+    assert ended["result"] == {"stopReason": "end_turn"} and marker.exists()
+    updates = [u for u in probe.updates(sid) if u["sessionUpdate"] in ("tool_call", "tool_call_update")]
+    assert [(u["sessionUpdate"], u.get("status")) for u in updates] == [("tool_call", "in_progress"), ("tool_call_update", "completed")]
+    assert updates[1]["rawOutput"]["exit_code"] == 0 and "content" not in updates[1]
+
+
+async def test_on_the_wire_a_reject_ends_the_turn_and_a_cancel_does_not_wait(tmp_path: Path) -> None:
+    """A reject ends the whole turn ``cancelled`` (the model is not called again); a
+    ``session/cancel`` ends it within ms, before the permission is answered, and a late
+    answer is ignored. The next prompt is answered normally."""
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = work / "ran.txt"
+    with FakeResponses([[exec_command(f"touch {marker}")], [exec_command(f"touch {marker}")], [{"text": "Fine."}]]) as fake:
+        argv, env = codex_agent_launch(tmp_path / "home", fake.url)
+        async with AcpProbe.spawn(argv, env=env, cwd=work) as probe:
+            with anyio.fail_after(TIMEOUT):
+                sid = await _direct_session(probe, work)
+                results: list[Any] = []
+                for answer in ("reject", "cancel"):
+                    async with anyio.create_task_group() as tg:
+
+                        async def prompt() -> None:
+                            results.append(await probe.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}))
+
+                        tg.start_soon(prompt)
+                        req = await probe.next_request("session/request_permission")
+                        if answer == "reject":
+                            await probe.respond(req["id"], _select(req, "reject_once"))
+                        else:
+                            await probe.notify("session/cancel", {"sessionId": sid})
+                            with anyio.fail_after(2):
+                                while len(results) < 2:
+                                    await anyio.sleep(0.01)
+                            await probe.respond(req["id"], {"outcome": {"outcome": "cancelled"}})
+                last = await probe.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "next"}]})
+    assert results == [{"stopReason": "cancelled"}, {"stopReason": "cancelled"}]
+    assert last == {"stopReason": "end_turn"} and not marker.exists()
+    assert len(fake.responses_requests()) == 3  # one per prompt: neither stopped turn went back to the model
