@@ -6,6 +6,15 @@ Responses API (tests/fakes/fake_openai_responses.py).
 
 Each test asserts on real effects: a file the command made (or did not), and what the
 fake model received (the user's words, ``function_call_output`` items, earlier turns).
+
+codex-acp 0.16.0 as lmbridge meets it (the tests "on the wire" pin it without the daemon):
+it asks ``session/request_permission`` (a UUID-string request id) before it announces the
+``tool_call``; options ``approved``/``approved-execpolicy-amendment``/``abort`` (allow_once,
+allow_always, reject_once); a reject ends the whole turn ``cancelled`` (the daemon ends the
+response ``end_turn``, with a line); a ``session/cancel`` ends the turn within ms without
+waiting for the permission's answer; it asks approval for MCP calls too (the daemon grants
+those of its own VS Code tools); ``mcpCapabilities.http``; ``loadSession`` and
+sessionCapabilities list/resume/close (a restart, an eviction, a crash all resume); images.
 """
 
 from __future__ import annotations
