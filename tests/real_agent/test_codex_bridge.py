@@ -484,6 +484,31 @@ async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
             assert output["call_id"] == fake.call_ids()[0] and answer in output["text"]
 
 
+async def test_stop_with_a_vscode_tool_call_pending(tmp_path: Path) -> None:
+    """Stop while VS Code has codex's MCP call: the call gets an error result, codex's turn
+    is cancelled, and the next message is answered promptly in the same session."""
+    call_search = {"function_call": {"name": "search_workspace", "namespace": "mcp__vscode", "arguments": {"q": "TODO"}}}
+    with FakeResponses([[call_search]], done_text="OK, stopped.") as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                first = await chat(client, conv.ask("Find the TODOs"), [SEARCH_TOOL])
+                assert first.result == {"stopReason": "tool_calls"} and [p["name"] for p in tool_calls(first)] == ["search_workspace"]
+                conv.answered(first)
+                conv.stopped()
+                started = time.monotonic()
+                call = await chat(client, conv.ask("Stop that, just say OK."), [SEARCH_TOOL])
+                elapsed = time.monotonic() - started
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
+            assert "OK, stopped." in text_of(call) and elapsed < 10
+            last = fake.responses_requests()[-1]
+            assert user_words(last)[-1] == "Stop that, just say OK."
+            (output,) = fake.function_call_outputs()
+            assert output["text"].startswith("aborted by user")
+    taken = [line for line in log_of(tmp_path).splitlines() if "acp session" in line and "how=" in line]
+    assert len(taken) == 1, taken
+
+
 # ---------------------------------------------------------------- failures
 
 
