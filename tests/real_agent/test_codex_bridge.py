@@ -484,6 +484,22 @@ async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
             assert output["call_id"] == fake.call_ids()[0] and answer in output["text"]
 
 
+async def test_a_skipped_vscode_tool_reaches_the_model_as_declined(tmp_path: Path) -> None:
+    call_search = {"function_call": {"name": "search_workspace", "namespace": "mcp__vscode", "arguments": {"q": "TODO"}}}
+    with FakeResponses([[call_search], [{"text": "Understood, no search."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                first = await chat(client, conv.ask("Find the TODOs"), [SEARCH_TOOL])
+                (part,) = tool_calls(first)
+                conv.answered(first)
+                call = await chat(client, conv.result(skip(part)), [SEARCH_TOOL])
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
+            assert "Understood, no search." in text_of(call)
+            (output,) = fake.function_call_outputs()
+            assert "The user declined to run this tool." in output["text"]
+
+
 async def test_stop_with_a_vscode_tool_call_pending(tmp_path: Path) -> None:
     """Stop while VS Code has codex's MCP call: the call gets an error result, codex's turn
     is cancelled, and the next message is answered promptly in the same session."""
