@@ -406,9 +406,10 @@ async def test_a_response_of_only_thinking_continues_in_its_session(scripted: An
         async with shared([agent]) as c:
             first = await c.chat(agent.id, [user("think only")])
             ok(first)
-            assert first.parts == [{"type": "thinking", "value": "hmm"}]
-            # VS Code replays no assistant message for it (nothing but thinking).
-            ok(await c.chat(agent.id, [user("think only"), user("now say something")]))
+            # Copilot Chat shows "Sorry, no response was returned." for a response with no
+            # text: the daemon says that the agent's turn ended, and VS Code replays that.
+            assert first.parts == [{"type": "thinking", "value": "hmm"}, {"type": "text", "value": f"_{agent.id} ended its turn without a reply._"}]
+            ok(await c.chat(agent.id, [user("think only"), assistant(first.parts), user("now say something")]))
     prompts = agent.prompts()
     assert [p["sessionId"] for p in prompts] == ["s1", "s1"] and prompts[1]["text"] == "now say something"
     assert len(agent.pids()) == 1

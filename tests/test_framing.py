@@ -109,3 +109,20 @@ def test_agent_error_reason_in_data_details() -> None:
 
     error = {"code": -32603, "message": "Internal error", "data": {"details": "No previous sessions found for this project."}}
     assert str(AgentError("session/load", error)) == "session/load: Internal error (code -32603): No previous sessions found for this project."
+
+
+def test_an_agents_error_reason_is_the_model_apis_message() -> None:
+    """codex-acp 0.16.0 fails a prompt whose model call failed with -32603 "Internal error"
+    and the API's error body, as it came, in data.message (seen against the fake Responses
+    API): the user reads the API's message, not the JSON around it."""
+    from lmbridge.acp_client import AgentError, error_reason
+
+    body = '{"error": {"message": "Rate limit reached for gpt-5.4", "type": "invalid_request_error", "param": null, "code": "rate_limit_exceeded"}}'
+    error = AgentError("session/prompt", {"code": -32603, "message": "Internal error", "data": {"message": body}})
+    assert str(error) == "session/prompt: Internal error (code -32603): Rate limit reached for gpt-5.4"
+    assert error_reason({"message": "model API: 429 rate limited"}) == "model API: 429 rate limited"
+    assert error_reason("plain") == "plain"
+    assert error_reason({"message": "{not json"}) == "{not json"
+    assert error_reason({"message": '{"detail": "no message here"}'}) == '{"detail": "no message here"}'
+    assert error_reason({"message": '{"message": "top-level"}'}) == "top-level"
+    assert error_reason({"other": 1}) is None and error_reason(None) is None and error_reason(7) is None

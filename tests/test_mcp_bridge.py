@@ -276,3 +276,34 @@ async def test_closing_a_bridge_releases_every_call():
         bridge._sessions.clear()
         bridge.close()
     assert len(results) == 2 and all(r.is_error for r in results)
+
+
+def test_the_tool_an_agents_permission_is_for() -> None:
+    """The permission an agent asks before it calls a bridged tool names it so (granted,
+    since VS Code confirms its own tools): claude-agent-acp in ``_meta``, codex-acp 0.16.0
+    only in its approval message (as recorded)."""
+    from lmbridge.session_actor import _tool_name
+
+    claude = {"title": "mcp__vscode__search_workspace", "_meta": {"claudeCode": {"toolName": "mcp__vscode__search_workspace"}}}
+    codex = {
+        "toolCallId": "call_1",
+        "status": "pending",
+        "title": "Approve MCP tool call",
+        "rawInput": {
+            "server_name": "vscode",
+            "id": "mcp_tool_call_approval_call_1",
+            "request": {
+                "mode": "form",
+                "_meta": {"codex_approval_kind": "mcp_tool_call", "tool_params": {"q": "TODO"}},
+                "message": 'Allow the vscode MCP server to run tool "search_workspace"?',
+            },
+        },
+    }
+    assert _tool_name(claude) == "mcp__vscode__search_workspace"
+    assert _tool_name(codex) == "mcp__vscode__search_workspace"
+    other_server = {**codex, "rawInput": {**codex["rawInput"], "server_name": "github"}}
+    assert _tool_name(other_server) == "mcp__github__search_workspace"  # not ours: never granted
+    not_mcp = {**codex, "rawInput": {**codex["rawInput"], "request": {"message": 'run tool "search_workspace"'}}}
+    assert _tool_name(not_mcp) == "Approve MCP tool call"
+    assert _tool_name({"title": "touch a", "rawInput": {"command": ["touch", "a"]}}) == "touch a"
+    assert _tool_name({}) is None

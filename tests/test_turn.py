@@ -467,6 +467,34 @@ def test_a_silent_end_after_an_approval_is_not_the_quirk() -> None:
     assert of(d(PromptEnded(d.prompt().seq, "end_turn")), Finish) == [Finish(3, "end_turn", Last.DONE)]
 
 
+def test_codex_ends_its_turn_cancelled_on_a_reject_and_vs_code_sees_a_finished_answer() -> None:
+    """codex-acp 0.16.0 answers a rejected permission by ending the whole turn with
+    ``stopReason: cancelled`` and no output (facts.md §5). Nobody cancelled it: for VS Code
+    the response has ended (``end_turn``, not ``cancelled``), and it is not empty, which
+    Copilot Chat would show as "Sorry, no response was returned."."""
+    d = awaiting()
+    d(job(2, has_prompt=False, answers={"call-7": Answer.REJECT}))
+    fx = d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert of(fx, Finish) == [Finish(2, "end_turn", Last.DONE)]
+    assert texts(fx).strip() == "_Run ls: ended without a result._"  # the card's tool call, closed
+    assert of(fx, SendCancel) == [] and d.state is State.IDLE and not d.m.after_cancel  # the next prompt is not watched
+
+
+def test_a_response_never_ends_empty() -> None:
+    d = awaiting()
+    d.m.renderer.close()  # (an agent that never named the call it asked about)
+    d(job(2, has_prompt=False, answers={"call-7": Answer.REJECT}))
+    fx = d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert texts(fx) == "_Demo ended its turn: the action was declined._"
+    d = streaming()
+    fx = d(PromptEnded(d.prompt().seq, "end_turn"))
+    assert texts(fx) == "_Demo ended its turn without a reply._" and of(fx, Finish) == [Finish(1, "end_turn", Last.DONE)]
+    d = streaming()
+    fx = d(chunk("Hello")) + d(PromptEnded(d.prompt().seq, "end_turn"))
+    assert texts(fx) == "Hello"  # an answer with text gets no note
+    assert texts(d(job(2)) + d(CancelJob(2))) == ""  # nor does a response the user stopped
+
+
 def test_a_job_cancelled_while_waiting_for_the_drain_goes_with_the_next_prompt() -> None:
     d = draining()
     d(job(2, messages=("two",)))
@@ -519,7 +547,7 @@ class TurnInterleavings(RuleBasedStateMachine):
     """Random jobs, cancels, updates, permissions, answers, prompt ends, agent exits,
     timers (fresh and stale) and closes. Invariants: every job answered at most once
     and, once the session is closed, exactly once; nothing emitted for a job after its
-    answer; every permission answered at most once (exactly once on a close); allow only
+    answer; no answer but a cancelled one ends empty; every permission answered at most once (exactly once on a close); allow only
     where the request's answers said ALLOW; a stale timer does nothing."""
 
     def __init__(self) -> None:
@@ -528,6 +556,7 @@ class TurnInterleavings(RuleBasedStateMachine):
         self.jobs = 0
         self.rids = 0
         self.ended: set[int] = set()
+        self.visible: set[int] = set()  # jobs that got text or a tool call
         self.responded: dict[Any, dict[str, Any]] = {}
         self.asked: dict[str, Any] = {}  # callId → rid
         self.allowed: set[str] = set()  # callIds a non-cancelled job answered ALLOW
@@ -545,7 +574,11 @@ class TurnInterleavings(RuleBasedStateMachine):
             if isinstance(e, Emit):
                 assert e.job_id not in self.ended, f"emitted for job {e.job_id} after its answer"
                 assert e.job_id <= self.jobs
+                if e.part["type"] == "tool_call" or (e.part["type"] == "text" and e.part["value"].strip()):
+                    self.visible.add(e.job_id)
             elif isinstance(e, Finish | Fail):
+                # Copilot Chat shows an error for a response with no text and no tool call.
+                assert not isinstance(e, Finish) or e.stop_reason == "cancelled" or e.job_id in self.visible, f"job {e.job_id} ended empty"
                 assert e.job_id not in self.ended, f"job {e.job_id} answered twice"
                 self.ended.add(e.job_id)
             elif isinstance(e, Respond):

@@ -56,9 +56,28 @@ class AgentError(Exception):
         # The reason is often in data.message (codex-acp puts the model API's message there,
         # facts.md §5) or data.details (fast-agent; the ACP TypeScript SDK's internal errors:
         # gemini-cli's session/load): "Internal error" alone says nothing.
-        reason = (self.data.get("message") or self.data.get("details")) if isinstance(self.data, dict) else self.data if isinstance(self.data, str) else None
+        reason = error_reason(self.data)
         detail = f": {clip(reason, 2000)}" if isinstance(reason, str) and reason.strip() else ""
         super().__init__(f"{method}: {clip(str(error.get('message', 'error')), 500)} (code {self.code}){detail}")
+
+
+def error_reason(data: Any) -> str | None:
+    """What an agent's JSON-RPC ``error.data`` says went wrong: its ``message``, else its
+    ``details`` (fast-agent; the ACP TypeScript SDK's internal errors: gemini-cli's
+    session/load), or the string itself. codex-acp 0.16.0 puts in ``message`` the model
+    API's error body as it came, ``{"error": {"message": ..., "type": ..., "code": ...}}``
+    (OpenAI's shape): then its message."""
+    reason = (data.get("message") or data.get("details")) if isinstance(data, dict) else data if isinstance(data, str) else None
+    if isinstance(reason, str) and reason.lstrip().startswith("{"):
+        try:
+            body = json.loads(reason)
+        except ValueError:
+            return reason
+        inner = body.get("error") if isinstance(body, dict) else None
+        message = inner.get("message") if isinstance(inner, dict) else body.get("message") if isinstance(body, dict) else None
+        if isinstance(message, str) and message.strip():
+            return message
+    return reason
 
 
 class AgentExited(Exception):

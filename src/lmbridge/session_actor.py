@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -762,11 +763,18 @@ def _object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+#: How codex-acp 0.16.0 words its approval of an MCP tool call: 'Allow the vscode MCP server to run tool "search_workspace"?'.
+_CODEX_MCP_TOOL = re.compile(r'\brun tool "([^"]+)"')
+
+
 def _tool_name(raw_call: dict[str, Any]) -> str | None:
-    """The tool an agent's permission is for: claude-agent-acp names it in
-    ``_meta.claudeCode.toolName``; gemini-cli in the ``toolCallId``, always
-    ``<function>__<id>`` (an MCP tool's function is ``mcp_<server>_<tool>``; its title
-    is the tool's display name, or an argument ``command``); others only in the title."""
+    """The tool an agent's permission is for (an MCP tool as the agent names it):
+    claude-agent-acp names it in ``_meta.claudeCode.toolName``; gemini-cli in the
+    ``toolCallId``, always ``<function>__<id>`` (an MCP tool's function is
+    ``mcp_<server>_<tool>``; its title is the tool's display name, or an argument
+    ``command``); codex-acp asks about an MCP call with ``rawInput`` ``{server_name,
+    request: {_meta: {codex_approval_kind: "mcp_tool_call"}, message}}``, the tool named only
+    in the message (read as ``mcp__<server>__<tool>``); others only in the title."""
     meta = raw_call.get("_meta")
     claude = meta.get("claudeCode") if isinstance(meta, dict) else None
     name = claude.get("toolName") if isinstance(claude, dict) else None
@@ -775,4 +783,11 @@ def _tool_name(raw_call: dict[str, Any]) -> str | None:
     call_id = raw_call.get("toolCallId")
     if isinstance(call_id, str) and call_id.startswith("mcp_") and "__" in call_id:
         return call_id.split("__", 1)[0]
+    raw_input = _object(raw_call.get("rawInput"))
+    request = _object(raw_input.get("request"))
+    server, message = raw_input.get("server_name"), request.get("message")
+    if _object(request.get("_meta")).get("codex_approval_kind") == "mcp_tool_call" and isinstance(server, str) and isinstance(message, str):
+        found = _CODEX_MCP_TOOL.search(message)
+        if found:
+            return f"mcp__{server}__{found.group(1)}"
     return raw_call.get("title") if isinstance(raw_call.get("title"), str) else None

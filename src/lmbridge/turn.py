@@ -470,6 +470,7 @@ class TurnMachine:
         self.unsent: tuple[Any, ...] = ()
         self.held: PromptEnded | None = None  # the turn ended while no job streamed
         self.dropped = 0  # parts of ended turns dropped since the last report
+        self.visible: int | None = None  # the last job that got text or a tool call
         self._fx: list[Effect] = []
 
     # -- entry ----------------------------------------------------------------
@@ -791,7 +792,14 @@ class TurnMachine:
         stop = ev.stop_reason if ev.stop_reason in STOP_REASONS else "end_turn"
         if stop != ev.stop_reason:
             self._fx.append(Log("warning", "unknown stopReason, reported as end_turn", {"stopReason": ev.stop_reason}))
-        self._finish(stop, Last.CANCELLED if stop == "cancelled" else Last.DONE)
+        if stop == "cancelled":
+            # Nobody cancelled this turn (that one would be DRAINING): the agent ended it
+            # itself. codex-acp ends the whole turn so when a permission is rejected
+            # (facts.md §5). For VS Code the response has simply ended: ``cancelled``
+            # answers a $/cancelRequest only.
+            self._fx.append(Log("info", "the agent cancelled its own turn", {"agent": self.agent}))
+            stop = "end_turn"
+        self._finish(stop, Last.DONE)
 
     # -- endings ----------------------------------------------------------------
 
@@ -841,6 +849,11 @@ class TurnMachine:
     def _finish(self, stop_reason: str, last: Last, pending: tuple[Pending, ...] = ()) -> None:
         job = self.job
         assert job is not None
+        if stop_reason != "cancelled" and self.visible != job.id:
+            # Copilot Chat shows "Sorry, no response was returned." for a response with
+            # neither text nor a tool call: say what happened instead.
+            declined = any(a in (Answer.REJECT, Answer.DECLINED) for a in job.answers.values())
+            self._emit(_text(f"_{self.agent} ended its turn{': the action was declined' if declined else ' without a reply'}._"))
         self.job = None
         self._fx.append(StopTimer(Timer.GATHER))
         self._fx.append(Finish(job.id, stop_reason, last, pending))
@@ -859,6 +872,8 @@ class TurnMachine:
 
     def _emit(self, part: Part) -> None:
         assert self.job is not None
+        if part.get("type") == "tool_call" or (part.get("type") == "text" and str(part.get("value", "")).strip()):
+            self.visible = self.job.id
         self._fx.append(Emit(self.job.id, part))
 
     def _report_dropped(self) -> None:

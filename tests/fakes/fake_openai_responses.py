@@ -1,0 +1,404 @@
+"""A scripted fake of the OpenAI **Responses** API, for driving codex-acp offline.
+
+codex (inside ``@zed-industries/codex-acp``) with ``wire_api = "responses"`` and
+``base_url = "<url>/v1"`` streams every model turn from ``POST /v1/responses``. This
+server answers it from a script::
+
+    with FakeResponses([
+        [{"text": "I'll create it."}, exec_command(f"touch {marker}")],
+        [{"text": "Created."}],
+    ]) as fake:
+        ...
+        assert "exit code 0" in fake.function_call_outputs()[0]["output"].lower()
+
+Each *reply* answers one ``POST /v1/responses`` and is a list of blocks:
+
+* ``{"text": "..."}``: an assistant message (streamed as a few
+  ``response.output_text.delta`` events);
+* ``{"function_call": {"name": ..., "arguments": {...} or "json", "call_id": optional, ...}}``:
+  a function call (other keys, e.g. ``namespace``, go into the item as they are) (streamed as ``response.function_call_arguments.delta`` events; the id
+  ``call_fake_<n>`` is generated unless given). codex's shell tool is
+  ``exec_command {"cmd": "..."}`` (see :func:`exec_command`);
+* ``{"reasoning": "..."}``: a reasoning item with that summary text;
+* ``{"sleep": seconds}``: pause the stream at that point (to cancel mid-stream);
+* ``{"fail": {"status": 400, "message": "...", "type": ..., "code": ...}}``: answer the
+  request with that HTTP error (an OpenAI error body) instead of a stream; the reply's
+  other blocks are ignored.
+
+A reply may also be a callable ``f(body) -> list[block]``. When the script is exhausted
+every further request is answered ``"Done."``.
+
+SSE events, in order: ``response.created``, ``response.in_progress``, then per item
+``response.output_item.added``, its deltas (``response.output_text.delta`` or
+``response.function_call_arguments.delta``/``.done``), ``response.output_item.done``, and
+finally ``response.completed`` with usage.
+
+Every request (any method, any path) is recorded (thread-safe) in
+:attr:`FakeResponses.requests`; ``GET /v1/models`` gets an empty model list, any other
+unknown path a 404 (and a note in :attr:`FakeResponses.unknown`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["DONE_TEXT", "FakeResponses", "RecordedRequest", "exec_command", "input_texts"]
+
+DONE_TEXT = "Done."
+
+Block = dict[str, Any]
+Reply = list[Block] | Callable[[dict[str, Any]], list[Block]]
+
+
+def exec_command(cmd: str, **extra: Any) -> Block:
+    """A function call of codex's shell tool."""
+    return {"function_call": {"name": "exec_command", "arguments": {"cmd": cmd, **extra}}}
+
+
+def input_texts(body: dict[str, Any], role: str | None = None) -> list[str]:
+    """The text of every message item of a request's ``input`` (of ``role`` if given), in order."""
+    out = []
+    for item in body.get("input") or []:
+        if not isinstance(item, dict) or item.get("type", "message") != "message":
+            continue
+        if role is not None and item.get("role") != role:
+            continue
+        content = item.get("content")
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list):
+            out.append("".join(str(c.get("text", "")) for c in content if isinstance(c, dict)))
+    return out
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any  # parsed JSON (dict) or raw text, or None
+    kind: str  # "responses" | "other"
+    time: float = field(default_factory=time.monotonic)
+    reply: list[Block] | None = None  # the blocks it was answered with (responses only)
+
+
+class FakeResponses:
+    """Fake OpenAI Responses API on ``127.0.0.1`` (random port) in a background thread."""
+
+    def __init__(
+        self, replies: Iterable[Reply] = (), *, done_text: str = DONE_TEXT, chunk_size: int = 12, host: str = "127.0.0.1"
+    ) -> None:
+        self._script: list[Reply] = list(replies)
+        self.done_text = done_text
+        self.chunk_size = max(1, chunk_size)
+        self._host = host
+        self._lock = threading.Condition()
+        self._ids = itertools.count(1)
+        self.requests: list[RecordedRequest] = []
+        self.unknown: list[str] = []  # "METHOD path" of requests nothing here answers
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> FakeResponses:
+        if self._server is not None:
+            return self
+        fake = self
+
+        class Handler(_Handler):
+            owner = fake
+
+        self._server = ThreadingHTTPServer((self._host, 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-responses", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> FakeResponses:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "FakeResponses not started"
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        """The provider's ``base_url``: ``http://127.0.0.1:PORT/v1``."""
+        return f"http://{self._host}:{self.port}/v1"
+
+    # ------------------------------------------------------------------ script
+    def add_replies(self, *replies: Reply) -> None:
+        with self._lock:
+            self._script.extend(replies)
+
+    @property
+    def remaining(self) -> int:
+        with self._lock:
+            return len(self._script)
+
+    def _next_reply(self, body: dict[str, Any]) -> list[Block]:
+        with self._lock:
+            reply = self._script.pop(0) if self._script else None
+        if reply is None:
+            return [{"text": self.done_text}]
+        if callable(reply):
+            reply = reply(body)
+        return [dict(b) for b in reply]
+
+    def _record(self, rec: RecordedRequest) -> None:
+        with self._lock:
+            self.requests.append(rec)
+            self._lock.notify_all()
+
+    # ------------------------------------------------------------------ queries
+    def snapshot(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self.requests)
+
+    def responses_requests(self) -> list[dict[str, Any]]:
+        """Bodies of the ``POST /v1/responses`` requests, in order."""
+        return [r.body for r in self.snapshot() if r.kind == "responses"]
+
+    def function_call_outputs(self) -> list[dict[str, Any]]:
+        """Every distinct ``function_call_output`` item the model was sent (first sighting per
+        call_id), with ``"text"``: its output flattened to a string."""
+        seen: dict[str, dict[str, Any]] = {}
+        for body in self.responses_requests():
+            for item in body.get("input") or []:
+                if isinstance(item, dict) and item.get("type") == "function_call_output":
+                    call_id = str(item.get("call_id"))
+                    if call_id not in seen:
+                        seen[call_id] = {**item, "text": _flatten(item.get("output"))}
+        return list(seen.values())
+
+    def function_call_output(self, call_id: str) -> dict[str, Any] | None:
+        return next((o for o in self.function_call_outputs() if o.get("call_id") == call_id), None)
+
+    def call_ids(self) -> list[str]:
+        """Ids of the function calls this fake has sent so far."""
+        return [b["function_call"]["call_id"] for r in self.snapshot() for b in r.reply or [] if "function_call" in b]
+
+    def wait_for(self, predicate: Callable[[list[RecordedRequest]], bool], timeout: float = 10.0) -> bool:
+        """Block (thread) until ``predicate(requests)`` holds; returns False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not predicate(list(self.requests)):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(left)
+            return True
+
+    def _resolve(self, blocks: list[Block]) -> list[Block]:
+        """Fill generated ids into function calls (in place, so :meth:`call_ids` sees them)."""
+        for b in blocks:
+            if "function_call" in b:
+                fc = dict(b["function_call"])
+                fc.setdefault("call_id", f"call_fake_{next(self._ids):04d}")
+                args = fc.get("arguments", {})
+                fc["arguments"] = args if isinstance(args, str) else json.dumps(args)
+                b["function_call"] = fc
+            elif not any(k in b for k in ("text", "reasoning", "sleep", "fail")):
+                raise ValueError(f"unknown fake reply block: {b!r}")
+        return blocks
+
+
+def _flatten(output: Any) -> str:
+    if output is None:
+        return ""
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return "\n".join(_flatten(c.get("text") if isinstance(c, dict) else c) for c in output)
+    if isinstance(output, dict):
+        return _flatten(output.get("content") if "content" in output else json.dumps(output))
+    return str(output)
+
+
+def _estimate_tokens(body: Any) -> int:
+    try:
+        return max(1, len(json.dumps(body)) // 4)
+    except (TypeError, ValueError):
+        return 1
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: FakeResponses
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-openai-responses/1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+        pass
+
+    def _read_body(self) -> Any:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        encoding = (self.headers.get("content-encoding") or "").lower()
+        if raw and encoding == "gzip":
+            raw = gzip.decompress(raw)
+        elif raw and encoding == "deflate":
+            raw = zlib.decompress(raw)
+        elif raw and encoding == "zstd":
+            return {"_undecoded": "zstd", "_bytes": len(raw)}
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode("utf-8", "replace")
+
+    def _send_json(self, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("x-request-id", f"req_fake_{uuid.uuid4().hex[:16]}")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _route(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        body = self._read_body() if self.command in ("POST", "PUT", "PATCH") else None
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        fake = self.owner
+        if self.command == "POST" and path == "/v1/responses" and isinstance(body, dict):
+            blocks = fake._resolve(fake._next_reply(body))
+            rec = RecordedRequest(self.command, self.path, headers, body, "responses", reply=blocks)
+            fake._record(rec)
+            failure = next((b["fail"] for b in blocks if "fail" in b), None)
+            if failure is not None:
+                error = {
+                    "message": failure.get("message", "fake failure"),
+                    "type": failure.get("type", "invalid_request_error"),
+                    "param": None,
+                    "code": failure.get("code"),
+                }
+                self._send_json(int(failure.get("status", 400)), {"error": error})
+                return
+            self._stream(str(body.get("model") or "gpt-fake"), blocks, _estimate_tokens(body))
+            return
+        fake._record(RecordedRequest(self.command, self.path, headers, body, "other"))
+        if self.command == "GET" and path == "/v1/models":
+            self._send_json(200, {"object": "list", "data": [], "models": []})
+            return
+        with fake._lock:
+            fake.unknown.append(f"{self.command} {self.path}")
+        self._send_json(404, {"error": {"message": f"fake: no route {self.command} {path}", "type": "not_found", "param": None, "code": None}})
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _route
+
+    # -------------------------------------------------------------- SSE
+    def _event(self, data: dict[str, Any]) -> None:
+        chunk = f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
+        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        self.wfile.flush()
+
+    def _stream(self, model: str, blocks: list[Block], in_tokens: int) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("x-request-id", f"req_fake_{uuid.uuid4().hex[:16]}")
+        self.end_headers()
+        n = self.owner.chunk_size
+        response_id = f"resp_fake_{uuid.uuid4().hex[:20]}"
+        response: dict[str, Any] = {
+            "id": response_id,
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "in_progress",
+            "model": model,
+            "output": [],
+            "usage": None,
+        }
+        seq = itertools.count()
+        output: list[dict[str, Any]] = []
+        out_tokens = 0
+        try:
+            self._event({"type": "response.created", "response": dict(response), "sequence_number": next(seq)})
+            self._event({"type": "response.in_progress", "response": dict(response), "sequence_number": next(seq)})
+            for block in blocks:
+                if "sleep" in block:
+                    time.sleep(float(block["sleep"]))
+                    continue
+                index = len(output)
+                item_id = f"item_fake_{uuid.uuid4().hex[:16]}"
+                if "text" in block:
+                    text = str(block["text"])
+                    item: dict[str, Any] = {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": []}
+                    self._event({"type": "response.output_item.added", "output_index": index, "item": item, "sequence_number": next(seq)})
+                    part = {"type": "output_text", "text": "", "annotations": []}
+                    self._event({"type": "response.content_part.added", "item_id": item_id, "output_index": index, "content_index": 0, "part": part, "sequence_number": next(seq)})
+                    for i in range(0, len(text), n) or [0]:
+                        self._event({"type": "response.output_text.delta", "item_id": item_id, "output_index": index, "content_index": 0, "delta": text[i : i + n], "sequence_number": next(seq)})
+                    self._event({"type": "response.output_text.done", "item_id": item_id, "output_index": index, "content_index": 0, "text": text, "sequence_number": next(seq)})
+                    part = {"type": "output_text", "text": text, "annotations": []}
+                    self._event({"type": "response.content_part.done", "item_id": item_id, "output_index": index, "content_index": 0, "part": part, "sequence_number": next(seq)})
+                    item = {**item, "status": "completed", "content": [part]}
+                    out_tokens += max(1, len(text) // 4)
+                elif "reasoning" in block:
+                    summary = str(block["reasoning"])
+                    item = {"type": "reasoning", "id": item_id, "summary": []}
+                    self._event({"type": "response.output_item.added", "output_index": index, "item": item, "sequence_number": next(seq)})
+                    empty = {"type": "summary_text", "text": ""}
+                    self._event({"type": "response.reasoning_summary_part.added", "item_id": item_id, "output_index": index, "summary_index": 0, "part": empty, "sequence_number": next(seq)})
+                    self._event({"type": "response.reasoning_summary_text.delta", "item_id": item_id, "output_index": index, "summary_index": 0, "delta": summary, "sequence_number": next(seq)})
+                    self._event({"type": "response.reasoning_summary_text.done", "item_id": item_id, "output_index": index, "summary_index": 0, "text": summary, "sequence_number": next(seq)})
+                    item = {**item, "summary": [{"type": "summary_text", "text": summary}]}
+                    out_tokens += max(1, len(summary) // 4)
+                elif "function_call" in block:
+                    fc = block["function_call"]
+                    args = fc["arguments"]
+                    extra = {k: v for k, v in fc.items() if k not in ("name", "arguments", "call_id")}  # e.g. namespace
+                    item = {"type": "function_call", "id": item_id, "call_id": fc["call_id"], "name": fc["name"], **extra, "arguments": "", "status": "in_progress"}
+                    self._event({"type": "response.output_item.added", "output_index": index, "item": item, "sequence_number": next(seq)})
+                    for i in range(0, len(args), 3 * n):
+                        self._event({"type": "response.function_call_arguments.delta", "item_id": item_id, "output_index": index, "delta": args[i : i + 3 * n], "sequence_number": next(seq)})
+                    self._event({"type": "response.function_call_arguments.done", "item_id": item_id, "output_index": index, "arguments": args, "sequence_number": next(seq)})
+                    item = {**item, "arguments": args, "status": "completed"}
+                    out_tokens += max(1, len(args) // 4)
+                else:
+                    continue
+                self._event({"type": "response.output_item.done", "output_index": index, "item": item, "sequence_number": next(seq)})
+                output.append(item)
+            usage = {
+                "input_tokens": in_tokens,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": max(1, out_tokens),
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": in_tokens + max(1, out_tokens),
+            }
+            done = {**response, "status": "completed", "output": output, "usage": usage}
+            self._event({"type": "response.completed", "response": done, "sequence_number": next(seq)})
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client aborted the stream (the agent was interrupted)
+        self.close_connection = True
