@@ -51,3 +51,71 @@ async def test_claude_without_a_key_says_how_to_sign_in_then_works_once_it_has_o
                     second = await client.chat("claude", chat.ask("hello"), timeout=TIMEOUT, options=options())
                 assert second.error is None, second.error
                 assert "Signed in and answering." in text_of(second)
+
+
+async def test_codex_uses_a_key_in_its_environment_by_itself(tmp_path: Path) -> None:
+    """codex-acp not logged in, OPENAI_API_KEY in its env: session/new says "Authentication
+    required", the daemon calls ``authenticate`` with the env_var method, and the chat is
+    answered without the user doing anything."""
+    from tests.fakes.fake_openai_responses import FakeResponses
+    from tests.real_agent.codex import codex_agent_command, codex_agent_env, codex_environ
+
+    with FakeResponses([[{"text": "Answered with your key."}]]) as fake:
+        env = {**codex_agent_env(tmp_path / "home", fake.url, logged_in=False), "OPENAI_API_KEY": "sk-test"}
+        spec = {"id": "codex", "name": "Codex", "command": codex_agent_command()[0], "args": [], "env": env}
+        daemon_env = codex_environ({"LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(tmp_path / "state")})
+        (tmp_path / "work").mkdir()
+        with open(tmp_path / "daemon.stderr", "ab") as stderr:
+            async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve"], env=daemon_env, stderr=stderr) as client:
+                await client.initialize(workspace=[str(tmp_path / "work")], agents=[spec])
+                with anyio.fail_after(TIMEOUT):
+                    call = await client.chat("codex", Conversation(tmp_path / "work").ask("hello"), timeout=TIMEOUT, options=options())
+        assert call.error is None, call.error
+        assert "Answered with your key." in text_of(call)
+        (request,) = [r for r in fake.snapshot() if r.kind == "responses"]
+        assert request.headers.get("authorization") == "Bearer sk-test"  # the key it signed in with
+    assert "authenticating" in (tmp_path / "daemon.stderr").read_text() and "method=openai-api-key" in (tmp_path / "daemon.stderr").read_text()
+
+
+async def test_codex_not_logged_in_names_its_keys_and_nothing_reaches_the_model(tmp_path: Path) -> None:
+    from tests.fakes.fake_openai_responses import FakeResponses
+    from tests.real_agent.codex import codex_bridge
+
+    with FakeResponses() as fake:
+        async with codex_bridge(tmp_path, fake.url, logged_in=False) as client:
+            with anyio.fail_after(TIMEOUT):
+                call = await client.chat("codex", Conversation(tmp_path / "work").ask("hello"), timeout=TIMEOUT, options=options())
+        assert call.error is not None and fake.responses_requests() == []
+        assert call.error.message.startswith(
+            "Codex needs you to sign in (Authentication required): set CODEX_API_KEY or OPENAI_API_KEY in its \"env\" in the lmbridge.agents setting"
+        ), call.error.message
+        assert call.error.data["env"] == ["CODEX_API_KEY", "OPENAI_API_KEY"]
+        assert [m["id"] for m in call.error.data["methods"]] == ["chatgpt", "codex-api-key", "openai-api-key"]
+
+
+async def test_gemini_without_a_key_says_so_then_answers_once_it_has_one(tmp_path: Path) -> None:
+    from tests.fakes.fake_gemini import FakeGemini
+    from tests.real_agent.gemini import gemini_agent_command, gemini_agent_env
+
+    with FakeGemini([[{"text": "Hello with a key."}]]) as fake:
+        argv = gemini_agent_command()
+        spec = {"id": "gemini", "name": "Gemini CLI", "command": argv[0], "args": argv[1:], "env": gemini_agent_env(tmp_path / "home", fake.url, api_key=None)}
+        daemon_env = agent_environ({"XDG_STATE_HOME": str(tmp_path / "state")})
+        for name in [n for n in daemon_env if n.startswith(("GEMINI_", "GOOGLE_"))]:
+            del daemon_env[name]
+        chat = Conversation(tmp_path)
+        with open(tmp_path / "daemon.stderr", "ab") as stderr:
+            async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve"], env=daemon_env, stderr=stderr) as client:
+                await client.initialize(workspace=[str(tmp_path)], agents=[spec])
+                with anyio.fail_after(TIMEOUT):
+                    first = await client.chat("gemini", chat.ask("hello"), timeout=TIMEOUT, options=options())
+                assert first.error is not None and fake.main_requests() == []
+                assert first.error.message.startswith(
+                    "Gemini CLI needs you to sign in (Gemini API key is missing or not configured): one of: Log in with Google"
+                ), first.error.message
+                assert first.error.data["reason"] == "auth_required" and first.error.data["agentName"] == "Gemini CLI"
+                await client.initialize(workspace=[str(tmp_path)], agents=[{**spec, "env": {**spec["env"], "GEMINI_API_KEY": "x"}}])
+                with anyio.fail_after(TIMEOUT):
+                    second = await client.chat("gemini", chat.ask("hello"), timeout=TIMEOUT, options=options())
+                assert second.error is None, second.error
+                assert "Hello with a key." in text_of(second)
