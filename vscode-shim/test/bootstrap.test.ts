@@ -6,7 +6,7 @@ import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
 import {
 	bundledWheelName, choosePython, daemonSource, DaemonBootstrap, findOnPath, INSTALL_TITLE, MARKER, needsInstall, parsePythonVersion,
-	pythonCandidates, Runner, staleEnvironments, venvName, venvPython, VERSION_SCRIPT, wheelStamp,
+	pythonCandidates, Runner, spawnRunner, staleEnvironments, venvName, venvPython, VERSION_SCRIPT, wheelStamp,
 } from '../src/bootstrap';
 import { readSettings } from '../src/config';
 import { DaemonError } from '../src/daemon';
@@ -226,5 +226,27 @@ describe('DaemonBootstrap', () => {
 	test('a build without a bundled daemon: how to install one', async () => {
 		const { make } = setup({ wheel: null });
 		await assert.rejects(make().launch(settings()), /"lmbridge" is not on PATH and this build of the extension carries no daemon\. Install it with `pip install/);
+	});
+});
+
+describe('spawnRunner', () => {
+	test('collects the output, passes each line on, gives the exit code', async () => {
+		const lines: string[] = [];
+		const r = await spawnRunner(process.execPath, ['-e', 'console.log("3.12.1"); console.error("warn\\nmore"); process.exit(3)'], { onLine: l => lines.push(l) });
+		assert.deepEqual([r.code, r.stdout, r.stderr, r.error], [3, '3.12.1\n', 'warn\nmore\n', undefined]);
+		assert.deepEqual(lines.sort(), ['3.12.1', 'more', 'warn']);
+	});
+	test('a missing program: an error, no exception', async () => {
+		const r = await spawnRunner('/nonexistent/python3', ['-c', VERSION_SCRIPT]);
+		assert.equal(r.code, null);
+		assert.match(r.error ?? '', /ENOENT/);
+	});
+	test('the version script, with this machine\'s python3 when there is one', async (t) => {
+		const r = await spawnRunner('python3', ['-c', VERSION_SCRIPT]);
+		if (r.code !== 0) {
+			t.skip('no python3 here');
+			return;
+		}
+		assert.ok(parsePythonVersion(r.stdout));
 	});
 });

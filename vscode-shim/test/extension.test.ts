@@ -4,7 +4,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
-import { launchSpec, parseAgents, readSettings } from '../src/config';
+import { launchSpec, parseAgents, PRESET_IDS, readSettings } from '../src/config';
 import { activate, COMMANDS, deactivate, LmBridgeApi, VENDOR } from '../src/extension';
 import { FAKE_DAEMON, isAlive, tempDir, waitFor } from './helpers';
 import { CancellationTokenSource, mock } from './vscode-mock';
@@ -106,6 +106,18 @@ describe('package.json contributions', () => {
 		assert.deepEqual(Object.keys(tool.inputSchema.properties).sort(),
 			['approvalToken', 'content', 'kind', 'locations', 'options', 'rawInput', 'title']);
 		assert.deepEqual(tool.inputSchema.required, ['approvalToken']);
+	});
+	test('the vsix carries the daemon\'s wheel (bootstrap.ts installs it)', () => {
+		const ignore = fs.readFileSync(path.resolve(__dirname, '../../.vscodeignore'), 'utf8').split('\n');
+		assert.ok(ignore.includes('!daemon/lmbridge-*.whl'));
+		const makefile = fs.readFileSync(path.resolve(__dirname, '../../Makefile'), 'utf8');
+		assert.match(makefile, /^vsix: deps wheel$/m);
+	});
+	test('lmbridge.agents: an id alone is valid (a preset), and the preset ids are offered', () => {
+		const items = manifest.contributes.configuration.properties['lmbridge.agents'].items;
+		assert.deepEqual(items.required, ['id']);
+		assert.deepEqual(items.properties.id.examples, [...PRESET_IDS]);
+		assert.deepEqual(items.defaultSnippets.slice(0, 4).map((s: { body: unknown }) => s.body), PRESET_IDS.map(id => ({ id })));
 	});
 	test('every command is contributed, every setting read is declared', () => {
 		const contributed = manifest.contributes.commands.map((c: { command: string }) => c.command).sort();
