@@ -193,6 +193,8 @@ export class DaemonBootstrap {
 	private readonly run: Runner;
 	private readonly platform: NodeJS.Platform;
 	private readonly env: NodeJS.ProcessEnv;
+	/** The last install failure: not retried on every request (pip, the network), only after reset(). */
+	private failure: Error | undefined;
 
 	constructor(private readonly deps: BootstrapDeps) {
 		this.run = deps.run ?? spawnRunner;
@@ -209,8 +211,21 @@ export class DaemonBootstrap {
 		if (source !== 'bundled') {
 			return launchSpec(settings, cwd);
 		}
-		const python = await this.ensureEnvironment();
-		return launchSpec({ ...settings, pythonPath: python }, cwd);
+		if (this.failure) {
+			throw this.failure;
+		}
+		try {
+			const python = await this.ensureEnvironment();
+			return launchSpec({ ...settings, pythonPath: python }, cwd);
+		} catch (err) {
+			this.failure = err instanceof Error ? err : new Error(String(err));
+			throw err;
+		}
+	}
+
+	/** Try the install again on the next start ("lmbridge: Restart Daemon", a settings change). */
+	reset(): void {
+		this.failure = undefined;
 	}
 
 	/** The private environment's Python, built from the bundled wheel if it is not there yet. */

@@ -109,6 +109,7 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		})),
 		vscode.commands.registerCommand(COMMANDS.showLogs, () => log.show()),
 		vscode.commands.registerCommand(COMMANDS.restart, async () => {
+			bootstrap.reset();
 			await daemon.restart('restart requested');
 			provider.modelsChanged();
 		}),
@@ -117,6 +118,7 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 				return;
 			}
 			reportAgentProblems(settings());
+			bootstrap.reset();
 			// The daemon reads agents and its own options at start-up: start a fresh one.
 			await daemon.restart('its settings changed');
 			provider.modelsChanged();

@@ -209,9 +209,17 @@ describe('DaemonBootstrap', () => {
 		assert.ok(!fs.existsSync(storageDir) || fs.readdirSync(storageDir).length === 0);
 	});
 
-	test('no Python at all', async () => {
-		const { make } = setup({ versions: {} });
-		await assert.rejects(make().launch(settings()), /found no Python \(tried python3, python\)/);
+	test('no Python at all; not looked for again until reset() (Restart Daemon), then found', async () => {
+		const versions: Record<string, string | null> = {};
+		const { make, runner } = setup({ versions });
+		const b = make();
+		await assert.rejects(b.launch(settings()), /found no Python \(tried python3, python\)/);
+		const calls = runner.calls.length;
+		await assert.rejects(b.launch(settings()), /found no Python/);
+		assert.equal(runner.calls.length, calls, 'the failure is remembered');
+		versions.python3 = '3.13.0'; // the user installed Python
+		b.reset();
+		assert.match((await b.launch(settings())).command, /daemon-[0-9a-f]+\/bin\/python$/);
 	});
 
 	test('pip fails (no network): the error says so, shows pip\'s last words, leaves nothing half-made', async () => {
