@@ -24,7 +24,8 @@ import { launchSpec, Settings } from './config';
 import { DaemonError, LaunchSpec } from './daemon';
 
 export const MIN_PYTHON = [3, 11] as const;
-export const INSTALL_TITLE = 'Installing the lmbridge daemon…';
+/** The progress notification's title; VS Code shows it as "<title>: <current step>". */
+export const INSTALL_TITLE = 'Installing the lmbridge daemon';
 /** Written last into a finished environment: the wheel it was made from. */
 export const MARKER = 'lmbridge-wheel.txt';
 const VENV_PREFIX = 'daemon-';
@@ -258,7 +259,7 @@ export class DaemonBootstrap {
 
 	private async install(wheelPath: string, stamp: string, venv: string, report: (message: string) => void): Promise<void> {
 		const log = this.deps.log;
-		report('looking for Python 3.11+');
+		report('looking for Python 3.11+…');
 		const probes: Probe[] = [];
 		for (const candidate of pythonCandidates(this.platform)) {
 			const r = await this.run(candidate.command, [...candidate.args, '-c', VERSION_SCRIPT], { timeoutMs: 30_000 });
@@ -284,12 +285,12 @@ export class DaemonBootstrap {
 			if (r.code !== 0) {
 				const tail = (r.stderr || r.stdout).trim().split('\n').slice(-3).join('\n');
 				fs.rmSync(partial, { recursive: true, force: true });
-				throw new DaemonError('spawn', `Could not install the lmbridge daemon (${message}): ${r.error ?? `exit code ${r.code}`}. `
+				throw new DaemonError('spawn', `Could not install the lmbridge daemon (${message.replace(/…$/, '')}): ${r.error ?? `exit code ${r.code}`}. `
 					+ `${tail ? `${tail}\n` : ''}See the "lmbridge" output for the details.`);
 			}
 		};
-		await step('creating a Python environment', chosen.python.command, [...chosen.python.args, '-m', 'venv', partial]);
-		await step('installing lmbridge and its dependencies (from PyPI)', venvPython(partial, this.platform),
+		await step('creating a Python environment…', chosen.python.command, [...chosen.python.args, '-m', 'venv', partial]);
+		await step('installing lmbridge and its dependencies from PyPI…', venvPython(partial, this.platform),
 			['-m', 'pip', 'install', '--disable-pip-version-check', '--no-input', wheelPath]);
 		fs.writeFileSync(path.join(partial, MARKER), `${stamp}\n`);
 		fs.rmSync(venv, { recursive: true, force: true });

@@ -168,7 +168,7 @@ describe('DaemonBootstrap', () => {
 			`python3 -m venv ${path.join(storageDir, envs[0])}.partial`,
 			`${path.join(storageDir, envs[0])}.partial/bin/python -m pip install --disable-pip-version-check --no-input ${wheel}`,
 		]);
-		assert.deepEqual(progress, [{ title: INSTALL_TITLE, messages: ['looking for Python 3.11+', 'creating a Python environment', 'installing lmbridge and its dependencies (from PyPI)'] }]);
+		assert.deepEqual(progress, [{ title: INSTALL_TITLE, messages: ['looking for Python 3.11+…', 'creating a Python environment…', 'installing lmbridge and its dependencies from PyPI…'] }]);
 		assert.match(fs.readFileSync(path.join(storageDir, envs[0], MARKER), 'utf8'), /^lmbridge-0\.1\.0-py3-none-any\.whl sha256:[0-9a-f]{64}\n$/);
 		assert.equal(log.matching('the lmbridge daemon is installed in').length, 1);
 
@@ -225,7 +225,7 @@ describe('DaemonBootstrap', () => {
 	test('pip fails (no network): the error says so, shows pip\'s last words, leaves nothing half-made', async () => {
 		const { make, storageDir } = setup({ pipFails: true });
 		await assert.rejects(make().launch(settings()), (e: unknown) => {
-			assert.match((e as Error).message, /^Could not install the lmbridge daemon \(installing lmbridge and its dependencies \(from PyPI\)\): exit code 1\. ERROR: Could not find a version that satisfies the requirement mcp==2\.3\.0/);
+			assert.match((e as Error).message, /^Could not install the lmbridge daemon \(installing lmbridge and its dependencies from PyPI\): exit code 1\. ERROR: Could not find a version that satisfies the requirement mcp==2\.3\.0/);
 			return true;
 		});
 		assert.deepEqual(fs.readdirSync(storageDir), []);
