@@ -7,7 +7,7 @@ import type * as vscode from 'vscode';
 import { launchSpec, parseAgents, PRESET_IDS, readSettings } from '../src/config';
 import { activate, COMMANDS, deactivate, LmBridgeApi, VENDOR } from '../src/extension';
 import { FAKE_DAEMON, isAlive, tempDir, waitFor } from './helpers';
-import { CancellationTokenSource, mock } from './vscode-mock';
+import { CancellationTokenSource, LanguageModelChatMessage, mock } from './vscode-mock';
 import { AGENT_ACTION_TOOLS } from '../src/wire';
 
 const manifest = JSON.parse(fs.readFileSync(path.resolve(__dirname, '../../package.json'), 'utf8'));
@@ -285,6 +285,20 @@ describe('activate', () => {
 		assert.ok(items[0].openSettings);
 		assert.match(String(items[0].detail), /did not list its agents \(unknown method: agents\/presets\)/);
 		assert.equal(mock.state.channels[0].matching('could not list the agent presets', 'warn').length, 1);
+	});
+
+	test('an agent that needs a sign-in: the chat gets the message, the notification Sign in… opens its terminal', async () => {
+		const { api } = start();
+		mock.state.warningResponse = () => 'Sign in…';
+		const message = 'Codex needs you to sign in: click "Sign in…", or set OPENAI_API_KEY in its "env" in lmbridge.agents.';
+		const data = { reason: 'auth_required', agentId: 'fake', agentName: 'Codex', login: { command: 'codex', args: ['login'], env: { CODEX_HOME: '/h' } }, env: ['OPENAI_API_KEY'], methods: [] };
+		const messages = [LanguageModelChatMessage.User(`script:${JSON.stringify([{ error: { code: -32000, message, data } }])}`)] as unknown as vscode.LanguageModelChatRequestMessage[];
+		const fake = { id: 'fake', name: 'fake', family: 'acp', version: '1', maxInputTokens: 1, maxOutputTokens: 1, capabilities: {} };
+		await assert.rejects(api.provider.provideLanguageModelChatResponse(fake, messages, { toolMode: 1 } as never, { report: () => undefined }, token()), { message });
+		await waitFor(() => mock.state.terminals.length === 1, 5000, 'the sign-in terminal');
+		assert.deepEqual(mock.state.warningMessages, [{ message, items: ['Sign in…', 'Open Settings'] }]);
+		assert.deepEqual(mock.state.terminals[0].options, { name: 'Sign in: Codex', shellPath: 'codex', shellArgs: ['login'], env: { CODEX_HOME: '/h' } });
+		assert.equal(mock.state.terminals[0].shown, 1);
 	});
 
 	test('deactivate stops the daemon', async () => {
