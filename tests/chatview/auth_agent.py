@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """A tiny ACP agent that needs a sign-in, for the Chat-view test's auth step (stdlib only).
 
-`initialize` advertises two auth methods: a terminal login (`_meta["terminal-auth"]`: this
-script with `--login`, the way claude-agent-acp and gemini-cli describe theirs) and an API key
-in `AUTH_AGENT_KEY`. Until one of them is done, `session/new` fails with -32000
+`initialize` advertises two auth methods (the ACP auth-methods RFD): a terminal login
+(`type: "terminal"`: this script with `--login`, its token file in `env`; also as
+`_meta["terminal-auth"]`, claude-agent-acp's older form) and an API key in `AUTH_AGENT_KEY`
+(`type: "env_var"`). Until one of them is done, `session/new` fails with -32000
 "Authentication required" (what codex-acp and gemini-cli answer when not signed in).
 Signed in means: `AUTH_AGENT_KEY` is set, or the file `$AUTH_AGENT_TOKEN` exists, which
 `auth_agent.py --login` writes once the user presses Enter in its terminal. Then a prompt is answered "Signed in. You said: <text>".
@@ -53,9 +54,13 @@ def serve() -> None:
                 "agentCapabilities": {"loadSession": False, "promptCapabilities": {"image": False, "embeddedContext": False}},
                 "agentInfo": {"name": "auth-agent", "version": "1.0.0"},
                 "authMethods": [
+                    # A terminal login (the auth-methods RFD: the agent's own command plus `args`,
+                    # with `env`), also as claude-agent-acp's older `_meta["terminal-auth"]`.
                     {"id": "login", "name": "Log in", "description": "Sign in from a terminal",
+                     "type": "terminal", "args": ["--login"], "env": {"AUTH_AGENT_TOKEN": str(TOKEN)},
                      "_meta": {"terminal-auth": {"command": sys.executable, "args": [os.path.abspath(__file__), "--login"], "label": "Auth agent login"}}},
-                    {"id": "api-key", "name": "AUTH_AGENT_KEY", "description": "An API key in the environment variable AUTH_AGENT_KEY"},
+                    {"id": "api-key", "name": "AUTH_AGENT_KEY", "description": "An API key in the environment variable AUTH_AGENT_KEY",
+                     "type": "env_var", "vars": [{"name": "AUTH_AGENT_KEY"}]},
                 ],
             }})
         elif method == "authenticate":

@@ -49,7 +49,8 @@ export function presetCommandLine(preset: AgentPreset): string {
 export function manageItems(presets: AgentPreset[], configured: Set<string>, problem?: string): ManageItem[] {
 	const items: ManageItem[] = presets.map(preset => {
 		const isConfigured = configured.has(preset.id);
-		const detail = [preset.description, preset.requires ? `Needs ${preset.requires}.` : ''].filter(Boolean).join(' ');
+		const sentence = (text: string | undefined) => (text?.trim() ? text.trim().replace(/([^.!?])$/, '$1.') : '');
+		const detail = [sentence(preset.description), preset.requires ? sentence(`Needs ${preset.requires}`) : ''].filter(Boolean).join(' ');
 		const item: ManageItem = {
 			label: isConfigured ? `$(check) ${preset.name}` : preset.name,
 			description: isConfigured ? `${preset.id} · configured` : preset.id,

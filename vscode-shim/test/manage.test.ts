@@ -39,6 +39,10 @@ describe('manageItems', () => {
 			{ label: '$(gear) Open Settings', description: 'lmbridge.agents', detail: 'Other ACP agents, API keys (an agent\'s "env"), modes and tool filters.', presetId: undefined, configured: undefined, kind: undefined },
 		]);
 	});
+	test('the daemon\'s descriptions become sentences', () => {
+		const [item] = manageItems([{ id: 'codex', name: 'Codex', description: 'OpenAI\'s Codex through codex-acp', requires: 'Node.js 18+ (npx)' }], new Set());
+		assert.equal(item.detail, 'OpenAI\'s Codex through codex-acp. Needs Node.js 18+ (npx).');
+	});
 	test('no presets: only Open Settings, with the reason', () => {
 		const items = manageItems([], new Set(), 'The daemon did not list its agents (timeout).');
 		assert.equal(items.length, 1);
