@@ -389,6 +389,11 @@ try {
 			}
 			const toast = page.locator('.notification-toast', { hasText: 'Auth agent' }).first();
 			await toast.waitFor({ timeout: WAIT });
+			// Shown once it has faded in (for the screenshot).
+			await toast.evaluate(el => new Promise(resolve => {
+				const done = () => getComputedStyle(el).opacity === '1' ? resolve() : requestAnimationFrame(done);
+				done();
+			}));
 			check(await toast.locator('a.monaco-button', { hasText: 'Open Settings' }).count() === 1, 'the notification has no "Open Settings" button');
 			hasSignIn = await toast.locator('a.monaco-button', { hasText: 'Sign in…' }).count() === 1;
 			if (!hasSignIn) console.log('chatview:   (the daemon gave no login command: no "Sign in…" button)');

@@ -68,10 +68,13 @@ export function authActions(auth: AuthRequiredData): string[] {
 	return auth.login ? [SIGN_IN, OPEN_AGENT_SETTINGS] : [OPEN_AGENT_SETTINGS];
 }
 
-/** The notification's text: the daemon's sentence, else one of ours from the data. */
+/**
+ * The notification's text: the daemon's sentence (its `code` marks dropped: a notification
+ * shows them as they are, unlike the chat), else one of ours from the data.
+ */
 export function authMessage(auth: AuthRequiredData, daemonMessage: string): string {
 	if (daemonMessage.trim()) {
-		return daemonMessage.trim();
+		return daemonMessage.trim().replace(/`([^`\n]+)`/g, '$1');
 	}
 	const name = auth.agentName ?? auth.agentId;
 	const env = auth.env?.length ? `set ${auth.env.join(' or ')} in its "env" in lmbridge.agents` : '';

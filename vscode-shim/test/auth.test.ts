@@ -42,6 +42,8 @@ describe('the notification and the terminal, pure', () => {
 	});
 	test('the text is the daemon\'s sentence; without one, made from the data', () => {
 		assert.equal(authMessage(CODEX, MESSAGE), MESSAGE);
+		assert.equal(authMessage(CODEX, 'Codex needs you to sign in: sign in by running `npx -y @openai/codex login` in a terminal.'),
+			'Codex needs you to sign in: sign in by running npx -y @openai/codex login in a terminal.');
 		assert.equal(authMessage(CODEX, ''), 'Codex needs you to sign in (npx -y @openai/codex@0.137.0 login) or set OPENAI_API_KEY or CODEX_API_KEY in its "env" in lmbridge.agents.');
 		assert.equal(authMessage({ ...CODEX, login: null, env: ['GEMINI_API_KEY'], agentName: 'Gemini CLI' }, ' '), 'Gemini CLI needs you to set GEMINI_API_KEY in its "env" in lmbridge.agents.');
 	});
