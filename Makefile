@@ -39,6 +39,12 @@ test: lint test-python test-shim chatview
 chatview: $(STAMP) vsix
 	@eval "$$(tests/chatview/install.sh | sed 's/^/export /')" && "$$NODE24" tests/chatview/chatview.mjs
 
+# The first run of the packed extension on a fresh profile with no daemon anywhere: it builds its
+# private environment from the wheel it carries (pip, from PyPI: needs the network) and answers.
+.PHONY: chatview-first-run
+chatview-first-run: $(STAMP) vsix
+	@eval "$$(tests/chatview/install.sh | sed 's/^/export /')" && CHATVIEW_FIRST_RUN=1 "$$NODE24" tests/chatview/chatview.mjs
+
 # ruff (pyflakes, pycodestyle, isort, bugbear, pyupgrade) and mypy (strict on the pure modules).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

@@ -15,6 +15,8 @@ export interface Settings {
 	/** Agent entries that were left out, and why. */
 	agentProblems: string[];
 	daemonCommand: string;
+	/** The user set lmbridge.daemon.command (else the daemon may be the extension's own: bootstrap.ts). */
+	daemonCommandSet: boolean;
 	daemonArgs: string[];
 	daemonEnv: Record<string, string>;
 	pythonPath: string;
@@ -47,6 +49,18 @@ export const LOG_LEVELS = ['debug', 'info', 'warning', 'error'];
 
 export interface ConfigLike {
 	get<T>(key: string): T | undefined;
+	/** VS Code's: which scopes set a key (tells a setting the user made from the default). */
+	inspect?<T>(key: string): { globalValue?: T; workspaceValue?: T; workspaceFolderValue?: T } | undefined;
+}
+
+/** Whether the user set `key` somewhere (without `inspect`: whether it has a non-blank value). */
+function isSet(config: ConfigLike, key: string): boolean {
+	if (config.inspect) {
+		const i = config.inspect<unknown>(key);
+		return [i?.globalValue, i?.workspaceValue, i?.workspaceFolderValue].some(v => typeof v === 'string' ? v.trim() !== '' : v !== undefined);
+	}
+	const v = config.get<unknown>(key);
+	return typeof v === 'string' ? v.trim() !== '' : v !== undefined;
 }
 
 function stringRecord(value: unknown): Record<string, string> {
@@ -65,7 +79,13 @@ function stringArray(value: unknown): string[] | undefined {
 	return Array.isArray(value) && value.every(v => typeof v === 'string') ? value as string[] : undefined;
 }
 
-/** `lmbridge.agents` entries, validated; ids must be unique. */
+/**
+ * The daemon's agent presets (`agents/presets`), as of this extension's release: used only
+ * for hints (the settings schema, a warning's wording). The daemon's list is the truth.
+ */
+export const PRESET_IDS = ['claude', 'codex', 'gemini', 'fast-agent'] as const;
+
+/** `lmbridge.agents` entries, validated; ids must be unique. An entry may be just `{id}` (a preset). */
 export function parseAgents(raw: unknown): { agents: AgentSpec[]; problems: string[] } {
 	const agents: AgentSpec[] = [];
 	const problems: string[] = [];
@@ -83,9 +103,8 @@ export function parseAgents(raw: unknown): { agents: AgentSpec[]; problems: stri
 			return;
 		}
 		const id = typeof e.id === 'string' ? e.id.trim() : '';
-		const command = typeof e.command === 'string' ? e.command.trim() : '';
-		if (!id || !command) {
-			problems.push(`lmbridge.agents[${index}] needs both "id" and "command"`);
+		if (!id) {
+			problems.push(`lmbridge.agents[${index}] needs an "id" (a preset such as ${PRESET_IDS.map(p => `"${p}"`).join(', ')}, or any id with a "command")`);
 			return;
 		}
 		if (seen.has(id)) {
@@ -93,7 +112,14 @@ export function parseAgents(raw: unknown): { agents: AgentSpec[]; problems: stri
 			return;
 		}
 		seen.add(id);
-		const agent: AgentSpec = { id, command: expandHome(command) };
+		// `{"id": "claude"}` alone is one of the daemon's presets; the daemon resolves it
+		// (and says so when it knows no such preset). Any field given overrides the preset's.
+		const agent: AgentSpec = { id };
+		if (typeof e.command === 'string' && e.command.trim()) {
+			agent.command = expandHome(e.command.trim());
+		} else if (e.command !== undefined && e.command !== null && e.command !== '') {
+			problems.push(`lmbridge.agents[${index}].command must be a string (ignored)`);
+		}
 		if (typeof e.name === 'string' && e.name.trim()) {
 			agent.name = e.name.trim();
 		}
@@ -138,6 +164,7 @@ export function readSettings(config: ConfigLike): Settings {
 		agents,
 		agentProblems: problems,
 		daemonCommand: (config.get<string>('daemon.command') ?? '').trim() || DEFAULTS.daemonCommand,
+		daemonCommandSet: isSet(config, 'daemon.command'),
 		daemonArgs: stringArray(config.get('daemon.args')) ?? DEFAULTS.daemonArgs,
 		daemonEnv: stringRecord(config.get('daemon.env')),
 		pythonPath: (config.get<string>('pythonPath') ?? '').trim(),

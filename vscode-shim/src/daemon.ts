@@ -76,7 +76,8 @@ export const SHOW_LOGS = 'Show Logs';
 export const OPEN_SETTINGS = 'Open Settings';
 
 export interface DaemonClientOptions {
-	launch(): LaunchSpec;
+	/** How to start the daemon; may first install it (bootstrap.ts). A DaemonError it throws is shown to the user. */
+	launch(): LaunchSpec | Promise<LaunchSpec>;
 	initializeParams(): InitializeParams;
 	log: vscode.LogOutputChannel;
 	restart?: Partial<RestartPolicy>;
@@ -345,7 +346,19 @@ export class DaemonClient {
 			}
 		}
 
-		const spec = this.options.launch();
+		let spec: LaunchSpec;
+		try {
+			spec = await this.options.launch();
+		} catch (err) {
+			const error = err instanceof DaemonError ? err
+				: new DaemonError('spawn', `Could not prepare the lmbridge daemon: ${err instanceof Error ? err.message : String(err)}`);
+			this.log.error(error.message);
+			this.notifySpawnError(error);
+			throw error;
+		}
+		if (this.disposed) {
+			throw new DaemonError('stopped', 'lmbridge is shutting down');
+		}
 		const display = commandLine(spec);
 		const started = this.now();
 		this.log.info(`starting the lmbridge daemon: ${display}`);
@@ -367,7 +380,7 @@ export class DaemonClient {
 			const error = new DaemonError('spawn', e.code === 'ENOENT'
 				? `Could not start the lmbridge daemon: "${spec.command}" was not found. `
 				+ 'Install the daemon with `pip install <path to the lmbridge repository>` (into a Python 3.11+ environment), '
-				+ 'then put `lmbridge` on PATH, or set "lmbridge.daemon.command" to its full path, or "lmbridge.pythonPath" to that environment\'s python.'
+				+ 'then put `lmbridge` on PATH, or set "lmbridge.daemon.command" to its full path (or clear it: the extension then uses the daemon it carries), or "lmbridge.pythonPath" to that environment\'s python.'
 				: `Could not start the lmbridge daemon (${display}): ${e.message}`);
 			this.log.error(error.message);
 			this.notifySpawnError(error);

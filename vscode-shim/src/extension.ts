@@ -2,12 +2,16 @@
  * Entry point: wires settings, the daemon client, the provider and the tool together.
  */
 import * as fs from 'fs';
+import * as path from 'path';
 import * as vscode from 'vscode';
+import { AuthNotifier } from './auth';
+import { BootstrapDeps, DaemonBootstrap } from './bootstrap';
 import { AgentActionTool } from './tool';
-import { DAEMON_SETTINGS, launchSpec, readSettings, SECTION, Settings } from './config';
+import { DAEMON_SETTINGS, readSettings, SECTION, Settings } from './config';
 import { DaemonClient, DaemonClientOptions } from './daemon';
+import { manageAgents } from './manage';
 import { LmBridgeProvider } from './provider';
-import { AGENT_ACTION_TOOLS, InitializeParams, PROTOCOL_VERSION } from './wire';
+import { AGENT_ACTION_TOOLS, InitializeParams, Method, PROTOCOL_VERSION } from './wire';
 
 export const VENDOR = 'lmbridge';
 export const COMMANDS = {
@@ -20,6 +24,13 @@ export interface LmBridgeApi {
 	daemon: DaemonClient;
 	provider: LmBridgeProvider;
 	tool: AgentActionTool;
+	auth: AuthNotifier;
+	bootstrap: DaemonBootstrap;
+}
+
+/** Test seams: the daemon client's options, and the bootstrap's process runner and platform. */
+export interface ActivateOverrides extends Partial<DaemonClientOptions> {
+	bootstrap?: Partial<Pick<BootstrapDeps, 'run' | 'platform' | 'env' | 'withProgress' | 'storageDir' | 'wheelDir'>>;
 }
 
 let active: DaemonClient | undefined;
@@ -50,7 +61,8 @@ export function initializeParams(version: string, current: Settings = settings()
 	return params;
 }
 
-export function activate(context: vscode.ExtensionContext, overrides: Partial<DaemonClientOptions> = {}): LmBridgeApi {
+export function activate(context: vscode.ExtensionContext, overrides: ActivateOverrides = {}): LmBridgeApi {
+	const { bootstrap: bootstrapOverrides, ...clientOverrides } = overrides;
 	const log = vscode.window.createOutputChannel('lmbridge', { log: true });
 	const version = String((context.extension?.packageJSON as { version?: string } | undefined)?.version ?? '0.0.0');
 
@@ -61,27 +73,43 @@ export function activate(context: vscode.ExtensionContext, overrides: Partial<Da
 	};
 	reportAgentProblems(settings());
 
+	// The daemon: the user's (pythonPath, daemon.command, PATH) or the one the vsix carries.
+	const extensionPath = context.extensionUri?.fsPath ?? context.extensionPath ?? path.resolve(__dirname, '..');
+	const bootstrap = new DaemonBootstrap({
+		storageDir: context.globalStorageUri?.fsPath ?? path.join(extensionPath, '.storage'),
+		wheelDir: path.join(extensionPath, 'daemon'),
+		log,
+		...bootstrapOverrides,
+	});
 	let provider!: LmBridgeProvider; // set below; the daemon only notifies once it runs
 	const daemon = new DaemonClient({
-		launch: () => launchSpec(settings(), daemonCwd()),
+		launch: () => bootstrap.launch(settings(), daemonCwd()),
 		initializeParams: () => initializeParams(version),
 		log,
 		onModelsChanged: () => provider.modelsChanged(),
-		...overrides,
+		...clientOverrides,
 	});
 	active = daemon;
-	provider = new LmBridgeProvider(daemon, log, () => settings());
+	const auth = new AuthNotifier(log, daemonCwd);
+	provider = new LmBridgeProvider(daemon, log, () => settings(), {
+		onAuthRequired: (data, message) => { void auth.notify(data, message); },
+	});
 	const tool = new AgentActionTool();
+	const openSettings = () => vscode.commands.executeCommand('workbench.action.openSettings', `@ext:${context.extension?.id ?? 'lmbridge.lmbridge'}`);
 
 	context.subscriptions.push(
 		log,
 		provider,
 		vscode.lm.registerLanguageModelChatProvider(VENDOR, provider),
 		...AGENT_ACTION_TOOLS.map(name => vscode.lm.registerTool(name, tool)),
-		vscode.commands.registerCommand(COMMANDS.manage, () =>
-			vscode.commands.executeCommand('workbench.action.openSettings', `@ext:${context.extension?.id ?? 'lmbridge.lmbridge'}`)),
+		vscode.commands.registerCommand(COMMANDS.manage, () => manageAgents({
+			presets: () => daemon.request(Method.agentPresets, {}),
+			log,
+			openSettings,
+		})),
 		vscode.commands.registerCommand(COMMANDS.showLogs, () => log.show()),
 		vscode.commands.registerCommand(COMMANDS.restart, async () => {
+			bootstrap.reset();
 			await daemon.restart('restart requested');
 			provider.modelsChanged();
 		}),
@@ -90,13 +118,14 @@ export function activate(context: vscode.ExtensionContext, overrides: Partial<Da
 				return;
 			}
 			reportAgentProblems(settings());
+			bootstrap.reset();
 			// The daemon reads agents and its own options at start-up: start a fresh one.
 			await daemon.restart('its settings changed');
 			provider.modelsChanged();
 		}),
 		{ dispose: () => { void daemon.dispose(); } },
 	);
-	return { daemon, provider, tool };
+	return { daemon, provider, tool, auth, bootstrap };
 }
 
 export async function deactivate(): Promise<void> {

@@ -7,15 +7,21 @@ import {
 	errorFromRpc, estimateTokens, messagesToWire, modelInfoFromWire, optionsToWire, responsePartFromWire,
 	ThinkingDisplay,
 } from './convert';
+import { authRequired } from './auth';
 import { DaemonClient, RequestCancelled } from './daemon';
 import { RpcRequestError } from './rpc';
 import type {
-	ChatInformationResult, ChatResponseParams, ChatResponseResult, WireResponsePart,
+	AuthRequiredData, ChatInformationResult, ChatResponseParams, ChatResponseResult, WireResponsePart,
 } from './wire';
 import { Method } from './wire';
 
 export interface ProviderSettings {
 	thinking: ThinkingDisplay;
+}
+
+export interface ProviderHooks {
+	/** A chat request failed because its agent needs a sign-in (the chat shows the daemon's message). */
+	onAuthRequired?(auth: AuthRequiredData, message: string): void;
 }
 
 export class LmBridgeProvider implements vscode.LanguageModelChatProvider, vscode.Disposable {
@@ -30,6 +36,7 @@ export class LmBridgeProvider implements vscode.LanguageModelChatProvider, vscod
 		private readonly daemon: DaemonClient,
 		private readonly log: vscode.LogOutputChannel,
 		private readonly settings: () => ProviderSettings,
+		private readonly hooks: ProviderHooks = {},
 	) { }
 
 	/** Tells VS Code to ask for the models again (the agents setting changed). */
@@ -110,6 +117,10 @@ export class LmBridgeProvider implements vscode.LanguageModelChatProvider, vscod
 				return;
 			}
 			if (err instanceof RpcRequestError) {
+				const auth = authRequired(err.rpc);
+				if (auth) {
+					this.hooks.onAuthRequired?.(auth, err.rpc.message);
+				}
 				throw errorFromRpc(err.rpc);
 			}
 			throw err;

@@ -25,6 +25,8 @@ export const Method = {
 	chatResponse: 'lm/provideLanguageModelChatResponse',
 	tokenCount: 'lm/provideTokenCount',
 	shutdown: 'shutdown',
+	/** The agents the daemon knows by id alone (`{"id": "claude"}` in lmbridge.agents). */
+	agentPresets: 'agents/presets',
 	/** Notification daemon → shim while a chat response runs. */
 	responsePart: 'lm/responsePart',
 	/** Notification daemon → shim: the models changed (an agent's own models were learnt). */
@@ -60,10 +62,14 @@ export interface WireChatOptions {
 	modelOptions?: Record<string, unknown>;
 }
 
+/**
+ * An `lmbridge.agents` entry as sent in `initialize`. `{id}` alone names one of the
+ * daemon's presets (`agents/presets`); any field given overrides the preset's.
+ */
 export interface AgentSpec {
 	id: string;
 	name?: string;
-	command: string;
+	command?: string;
 	args?: string[];
 	env?: Record<string, string>;
 	/** Which VS Code tools the agent is offered, as glob patterns on their names (docs/tools.md). */
@@ -103,6 +109,32 @@ export interface ChatInformationResult { models: ModelInfo[] }
 
 export interface ChatResponseParams { modelId: string; messages: WireMessage[]; options?: WireChatOptions }
 export interface ChatResponseResult { stopReason: StopReason }
+
+/** One of the agents the daemon can start from its id alone (`agents/presets`). */
+export interface AgentPreset {
+	id: string;
+	name: string;
+	description?: string;
+	/** What has to be installed first, e.g. "Node.js 18+". */
+	requires?: string;
+	command?: string;
+	args?: string[];
+}
+export interface AgentPresetsResult { presets: AgentPreset[] }
+
+/** A command to run in a terminal to sign in to an agent. */
+export interface LoginCommand { command: string; args?: string[]; env?: Record<string, string> }
+
+/** `error.data` of a chat request whose agent needs a sign-in or a key. */
+export interface AuthRequiredData {
+	reason: 'auth_required';
+	agentId: string;
+	agentName?: string;
+	login?: LoginCommand | null;
+	/** Environment variables any of which would do, set in the agent's `env` in lmbridge.agents. */
+	env?: string[];
+	methods?: Array<{ id: string; name?: string; description?: string | null }>;
+}
 
 export interface ResponsePartParams { requestId: number | string; part: WireResponsePart }
 

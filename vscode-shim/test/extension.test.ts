@@ -4,10 +4,10 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
-import { launchSpec, parseAgents, readSettings } from '../src/config';
+import { launchSpec, parseAgents, PRESET_IDS, readSettings } from '../src/config';
 import { activate, COMMANDS, deactivate, LmBridgeApi, VENDOR } from '../src/extension';
 import { FAKE_DAEMON, isAlive, tempDir, waitFor } from './helpers';
-import { CancellationTokenSource, mock } from './vscode-mock';
+import { CancellationTokenSource, LanguageModelChatMessage, mock } from './vscode-mock';
 import { AGENT_ACTION_TOOLS } from '../src/wire';
 
 const manifest = JSON.parse(fs.readFileSync(path.resolve(__dirname, '../../package.json'), 'utf8'));
@@ -68,7 +68,10 @@ describe('parseAgents', () => {
 		['full entry', [{ id: 'claude', name: 'Claude Code', command: 'npx', args: ['@zed-industries/claude-agent-acp'], env: { A: '1' } }],
 			[{ id: 'claude', name: 'Claude Code', command: 'npx', args: ['@zed-industries/claude-agent-acp'], env: { A: '1' } }], []],
 		['minimal entry', [{ id: 'g', command: 'gemini' }], [{ id: 'g', command: 'gemini' }], []],
-		['missing command', [{ id: 'x' }], [], ['lmbridge.agents[0] needs both "id" and "command"']],
+		['a preset: the id alone, for the daemon to resolve', [{ id: 'claude' }], [{ id: 'claude' }], []],
+		['a preset with overrides', [{ id: 'gemini', env: { GEMINI_API_KEY: 'k' }, mode: 'yolo' }], [{ id: 'gemini', env: { GEMINI_API_KEY: 'k' }, mode: 'yolo' }], []],
+		['a command that is not a string is ignored', [{ id: 'codex', command: 7 }], [{ id: 'codex' }], ['lmbridge.agents[0].command must be a string (ignored)']],
+		['missing id', [{ command: 'x' }], [], ['lmbridge.agents[0] needs an "id" (a preset such as "claude", "codex", "gemini", "fast-agent", or any id with a "command")']],
 		['duplicate id', [{ id: 'a', command: 'x' }, { id: 'a', command: 'y' }], [{ id: 'a', command: 'x' }], ['lmbridge.agents[1]: the id "a" is used twice']],
 		['bad args ignored', [{ id: 'a', command: 'x', args: 'nope' }], [{ id: 'a', command: 'x' }], ['lmbridge.agents[0].args must be an array of strings (ignored)']],
 		['tools filters reach the daemon', [{ id: 'a', command: 'x', tools: { allow: ['search_*'], deny: ['copilot_*'] } }],
@@ -103,6 +106,18 @@ describe('package.json contributions', () => {
 		assert.deepEqual(Object.keys(tool.inputSchema.properties).sort(),
 			['approvalToken', 'content', 'kind', 'locations', 'options', 'rawInput', 'title']);
 		assert.deepEqual(tool.inputSchema.required, ['approvalToken']);
+	});
+	test('the vsix carries the daemon\'s wheel (bootstrap.ts installs it)', () => {
+		const ignore = fs.readFileSync(path.resolve(__dirname, '../../.vscodeignore'), 'utf8').split('\n');
+		assert.ok(ignore.includes('!daemon/lmbridge-*.whl'));
+		const makefile = fs.readFileSync(path.resolve(__dirname, '../../Makefile'), 'utf8');
+		assert.match(makefile, /^vsix: deps wheel$/m);
+	});
+	test('lmbridge.agents: an id alone is valid (a preset), and the preset ids are offered', () => {
+		const items = manifest.contributes.configuration.properties['lmbridge.agents'].items;
+		assert.deepEqual(items.required, ['id']);
+		assert.deepEqual(items.properties.id.examples, [...PRESET_IDS]);
+		assert.deepEqual(items.defaultSnippets.slice(0, 4).map((s: { body: unknown }) => s.body), PRESET_IDS.map(id => ({ id })));
 	});
 	test('every command is contributed, every setting read is declared', () => {
 		const contributed = manifest.contributes.commands.map((c: { command: string }) => c.command).sort();
@@ -193,13 +208,14 @@ describe('activate', () => {
 		assert.equal(api.daemon.pid, pid);
 	});
 
-	test('commands: manage opens the settings, show logs shows the channel, restart restarts', async () => {
+	test('commands: manage offers "Open Settings", show logs shows the channel, restart restarts', async () => {
 		const { api } = start();
 		await api.provider.provideLanguageModelChatInformation({ silent: true }, token());
 		const pid = api.daemon.pid;
 		let changes = 0;
 		api.provider.onDidChangeLanguageModelChatInformation!(() => changes++);
 
+		mock.state.quickPickResponse = items => items.find(i => i.openSettings);
 		await mock.state.commands.get(COMMANDS.manage)!();
 		assert.deepEqual(mock.state.executed.at(-1), { command: 'workbench.action.openSettings', args: ['@ext:lmbridge.lmbridge'] });
 		await mock.state.commands.get(COMMANDS.showLogs)!();
@@ -207,6 +223,82 @@ describe('activate', () => {
 		await mock.state.commands.get(COMMANDS.restart)!();
 		assert.ok(!isAlive(pid));
 		assert.equal(changes, 1);
+	});
+
+	test('Manage ACP Agents: the daemon\'s presets, the configured one marked, then Open Settings', async () => {
+		start({ 'lmbridge.agents': [{ id: 'codex', env: { OPENAI_API_KEY: 'k' } }] });
+		await mock.state.commands.get(COMMANDS.manage)!();
+		const [{ items }] = mock.state.quickPicks;
+		assert.deepEqual(items.map(i => [i.label, i.description]), [
+			['Claude Code', 'claude'],
+			['$(check) Codex', 'codex · configured'],
+			['Gemini CLI', 'gemini'],
+			['fast-agent', 'fast-agent'],
+			['', undefined],
+			['$(gear) Open Settings', 'lmbridge.agents'],
+		]);
+		assert.equal(items[0].detail, 'Anthropic\'s Claude Code, through claude-agent-acp. Needs Node.js 18+.');
+	});
+
+	test('Manage ACP Agents: picking a preset adds {id} to the user settings and the daemon restarts with it', async () => {
+		const { api, record } = start({ 'lmbridge.agents': [{ id: 'mine', command: 'my-agent' }] });
+		assert.deepEqual((await api.provider.provideLanguageModelChatInformation({ silent: true }, token())).map(m => m.id), ['mine']);
+		const firstPid = api.daemon.pid;
+		let changes = 0;
+		api.provider.onDidChangeLanguageModelChatInformation!(() => changes++);
+		mock.state.quickPickResponse = items => items.find(i => i.presetId === 'claude');
+		assert.equal(await mock.state.commands.get(COMMANDS.manage)!(), 'claude');
+		assert.deepEqual(mock.state.updates, [['lmbridge.agents', [{ id: 'mine', command: 'my-agent' }, { id: 'claude' }], 1]]);
+		assert.match(mock.state.infoMessages.at(-1)!.message, /Claude Code was added: pick it in the chat's model picker/);
+		await waitFor(() => changes === 1, 5000, 'the models changed');
+		assert.ok(!isAlive(firstPid), 'the old daemon was stopped');
+		const models = await api.provider.provideLanguageModelChatInformation({ silent: true }, token());
+		assert.deepEqual(models.map(m => [m.id, m.name]), [['mine', 'mine'], ['claude', 'Claude Code']]);
+		const inits = frames(record).filter(f => f.method === 'initialize');
+		assert.deepEqual(inits.at(-1).params.agents, [{ id: 'mine', command: 'my-agent' }, { id: 'claude' }]);
+	});
+
+	test('Manage ACP Agents: picking a configured preset changes nothing and says where to find it', async () => {
+		start({ 'lmbridge.agents': [{ id: 'claude' }] });
+		mock.state.quickPickResponse = items => items.find(i => i.presetId === 'claude');
+		mock.state.infoResponse = m => m.items[0];
+		assert.equal(await mock.state.commands.get(COMMANDS.manage)!(), undefined);
+		assert.deepEqual(mock.state.updates, []);
+		assert.match(mock.state.infoMessages[0].message, /Claude Code is already in lmbridge.agents/);
+		assert.equal(mock.state.executed.at(-1)?.command, 'workbench.action.openSettings');
+	});
+
+	test('Manage ACP Agents: a workspace value that hides the user\'s is pointed out', async () => {
+		start();
+		mock.state.workspaceConfig = { 'lmbridge.agents': [{ id: 'x', command: 'y' }] };
+		mock.state.quickPickResponse = items => items.find(i => i.presetId === 'gemini');
+		await mock.state.commands.get(COMMANDS.manage)!();
+		assert.deepEqual(mock.state.updates, [['lmbridge.agents', [{ id: 'gemini' }], 1]]);
+		assert.match(mock.state.infoMessages.at(-1)!.message, /this workspace sets its own lmbridge.agents/);
+	});
+
+	test('Manage ACP Agents: a daemon without agents/presets still offers the settings, and says why', async () => {
+		start({ 'lmbridge.daemon.env': { FAKE_DAEMON_MODE: 'no-presets' } });
+		await mock.state.commands.get(COMMANDS.manage)!();
+		const [{ items }] = mock.state.quickPicks;
+		assert.equal(items.length, 1);
+		assert.ok(items[0].openSettings);
+		assert.match(String(items[0].detail), /did not list its agents \(unknown method: agents\/presets\)/);
+		assert.equal(mock.state.channels[0].matching('could not list the agent presets', 'warn').length, 1);
+	});
+
+	test('an agent that needs a sign-in: the chat gets the message, the notification Sign in… opens its terminal', async () => {
+		const { api } = start();
+		mock.state.warningResponse = () => 'Sign in…';
+		const message = 'Codex needs you to sign in: click "Sign in…", or set OPENAI_API_KEY in its "env" in lmbridge.agents.';
+		const data = { reason: 'auth_required', agentId: 'fake', agentName: 'Codex', login: { command: 'codex', args: ['login'], env: { CODEX_HOME: '/h' } }, env: ['OPENAI_API_KEY'], methods: [] };
+		const messages = [LanguageModelChatMessage.User(`script:${JSON.stringify([{ error: { code: -32000, message, data } }])}`)] as unknown as vscode.LanguageModelChatRequestMessage[];
+		const fake = { id: 'fake', name: 'fake', family: 'acp', version: '1', maxInputTokens: 1, maxOutputTokens: 1, capabilities: {} };
+		await assert.rejects(api.provider.provideLanguageModelChatResponse(fake, messages, { toolMode: 1 } as never, { report: () => undefined }, token()), { message });
+		await waitFor(() => mock.state.terminals.length === 1, 5000, 'the sign-in terminal');
+		assert.deepEqual(mock.state.warningMessages, [{ message, items: ['Sign in…', 'Open Settings'] }]);
+		assert.deepEqual(mock.state.terminals[0].options, { name: 'Sign in: Codex', shellPath: 'codex', shellArgs: ['login'], env: { CODEX_HOME: '/h' } });
+		assert.equal(mock.state.terminals[0].shown, 1);
 	});
 
 	test('deactivate stops the daemon', async () => {

@@ -16,8 +16,11 @@
  *     {"notify": method}                send a notification with this method (no params)
  *   anything else: one text part "echo: <text>", then end_turn.
  * Start-up behaviour comes from FAKE_DAEMON_MODE: normal | exit-at-start | bad-protocol |
- * no-initialize | ignore-eof | ignore-sigterm. Every frame received is appended to the
- * file FAKE_DAEMON_RECORD (one JSON per line) when set.
+ * no-initialize | ignore-eof | ignore-sigterm | no-presets (an older daemon: no `agents/presets`).
+ * FAKE_DAEMON_MODELS (JSON: [{id, name?, capabilities?}]) replaces the models it offers.
+ * `agents/presets` answers PRESETS below (the shape the daemon's answer has, issue #12), and
+ * `initialize.agents` entries that are just `{id}` get the preset's name. Every frame received
+ * is appended to the file FAKE_DAEMON_RECORD (one JSON per line) when set.
  */
 import * as fs from 'fs';
 import * as readline from 'readline';
@@ -42,15 +45,23 @@ if (mode === 'ignore-sigterm') {
 	process.on('SIGTERM', () => log('[warning  ] ignoring SIGTERM'));
 }
 
-let models = [{ id: 'fake', name: 'Fake Agent' }];
+type FakeModel = { id: string; name?: string; capabilities?: Record<string, unknown> };
+let models: FakeModel[] = process.env.FAKE_DAEMON_MODELS ? JSON.parse(process.env.FAKE_DAEMON_MODELS) : [{ id: 'fake', name: 'Fake Agent' }];
+
+const PRESETS = [
+	{ id: 'claude', name: 'Claude Code', description: 'Anthropic\'s Claude Code, through claude-agent-acp.', requires: 'Node.js 18+', command: 'npx', args: ['-y', '@zed-industries/claude-agent-acp@0.23.1'] },
+	{ id: 'codex', name: 'Codex', description: 'OpenAI\'s Codex, through codex-acp.', requires: 'Node.js 18+', command: 'npx', args: ['-y', '@zed-industries/codex-acp@0.16.0'] },
+	{ id: 'gemini', name: 'Gemini CLI', description: 'Google\'s Gemini CLI.', requires: 'Node.js 20+', command: 'npx', args: ['-y', '@google/gemini-cli@0.61.0', '--acp'] },
+	{ id: 'fast-agent', name: 'fast-agent', description: 'fast-agent, any model it supports.', requires: 'uv (Python 3.13)', command: 'uvx', args: ['--python', '3.13', 'fast-agent-mcp@0.10.48', 'acp'] },
+];
 const cancelled = new Set<number | string>();
 const answered = new Set<number | string>();
 
-function modelInfo(m: { id: string; name?: string }) {
+function modelInfo(m: FakeModel) {
 	return {
 		id: m.id, name: m.name ?? m.id, family: 'acp', version: '1',
 		maxInputTokens: 100000, maxOutputTokens: 8000,
-		capabilities: { toolCalling: true, imageInput: false },
+		capabilities: m.capabilities ?? { toolCalling: true, imageInput: false },
 		tooltip: `ACP agent ${m.id}`,
 	};
 }
@@ -137,7 +148,7 @@ rl.on('line', line => {
 				return;
 			}
 			if (Array.isArray(params?.agents) && params.agents.length > 0) {
-				models = params.agents.map((a: { id: string; name?: string }) => ({ id: a.id, name: a.name }));
+				models = params.agents.map((a: { id: string; name?: string }) => ({ id: a.id, name: a.name ?? PRESETS.find(p => p.id === a.id)?.name }));
 			}
 			send({ jsonrpc: '2.0', id, result: { protocolVersion: mode === 'bad-protocol' ? 99 : 1, serverInfo: { name: 'fake-lmbridge', version: '0.0.1' } } });
 			return;
@@ -146,6 +157,13 @@ rl.on('line', line => {
 			return;
 		case 'lm/provideLanguageModelChatResponse':
 			void chat(id!, params);
+			return;
+		case 'agents/presets':
+			if (mode === 'no-presets') {
+				send({ jsonrpc: '2.0', id, error: { code: -32601, message: `unknown method: ${method}` } });
+			} else {
+				send({ jsonrpc: '2.0', id, result: { presets: PRESETS } });
+			}
 			return;
 		case 'lm/provideTokenCount':
 			send({ jsonrpc: '2.0', id, result: { count: 42 } });

@@ -28,6 +28,8 @@ export function fakeClient(options: {
 	initializeParams?: DaemonClientOptions['initializeParams'];
 	command?: string;
 	onModelsChanged?: DaemonClientOptions['onModelsChanged'];
+	/** More environment for the fake daemon (FAKE_DAEMON_MODELS, …). */
+	env?: Record<string, string>;
 } = {}): FakeClient {
 	const log = new MockLogOutputChannel('lmbridge');
 	const record = path.join(tempDir(), 'frames.jsonl');
@@ -38,6 +40,7 @@ export function fakeClient(options: {
 			env: {
 				FAKE_DAEMON_MODE: typeof options.mode === 'function' ? options.mode() : options.mode ?? 'normal',
 				FAKE_DAEMON_RECORD: record,
+				...options.env,
 			},
 		}),
 		initializeParams: options.initializeParams ?? (() => ({ protocolVersion: 1, clientInfo: { name: 'test', version: '0' } })),

@@ -4,7 +4,7 @@ import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
 import { ThinkingDisplay } from '../src/convert';
 import { DaemonClient } from '../src/daemon';
-import { LmBridgeProvider } from '../src/provider';
+import { LmBridgeProvider, ProviderHooks } from '../src/provider';
 import { fakeClient, FakeClient, model, noOptions, recorder, script, waitFor } from './helpers';
 import {
 	CancellationTokenSource, LanguageModelChatMessage, LanguageModelDataPart, LanguageModelError, LanguageModelTextPart,
@@ -13,10 +13,10 @@ import {
 
 const clients: DaemonClient[] = [];
 
-function setup(thinking: ThinkingDisplay = 'auto', options: Parameters<typeof fakeClient>[0] = {}): FakeClient & { provider: LmBridgeProvider } {
+function setup(thinking: ThinkingDisplay = 'auto', options: Parameters<typeof fakeClient>[0] = {}, hooks: ProviderHooks = {}): FakeClient & { provider: LmBridgeProvider } {
 	const fake = fakeClient(options);
 	clients.push(fake.client);
-	const provider = new LmBridgeProvider(fake.client, fake.log as unknown as vscode.LogOutputChannel, () => ({ thinking }));
+	const provider = new LmBridgeProvider(fake.client, fake.log as unknown as vscode.LogOutputChannel, () => ({ thinking }), hooks);
 	return { ...fake, provider };
 }
 
@@ -36,6 +36,26 @@ describe('provideLanguageModelChatInformation', () => {
 			capabilities: { toolCalling: true, imageInput: false }, tooltip: 'ACP agent fake',
 		}]);
 		assert.deepEqual(frames().find(f => f.method === 'lm/provideLanguageModelChatInformation')?.params, { silent: true });
+	});
+
+	test('capabilities pass through as the daemon gives them (imageInput follows the agent\'s promptCapabilities.image)', async () => {
+		const { provider } = setup('auto', {
+			env: {
+				FAKE_DAEMON_MODELS: JSON.stringify([
+					{ id: 'claude', name: 'Claude Code', capabilities: { toolCalling: true, imageInput: true } },
+					{ id: 'text-only', capabilities: { toolCalling: true, imageInput: false } },
+					{ id: 'many-tools', capabilities: { toolCalling: 128, imageInput: true } },
+					{ id: 'old-daemon', capabilities: {} },
+				]),
+			},
+		});
+		const models = await provider.provideLanguageModelChatInformation({ silent: true }, token());
+		assert.deepEqual(models.map(m => [m.id, m.capabilities]), [
+			['claude', { toolCalling: true, imageInput: true }],
+			['text-only', { toolCalling: true, imageInput: false }],
+			['many-tools', { toolCalling: 128, imageInput: true }],
+			['old-daemon', { toolCalling: true, imageInput: false }],
+		]);
 	});
 
 	test('an unavailable daemon gives no models (and the reason in the log)', async () => {
@@ -235,6 +255,24 @@ describe('provideLanguageModelChatResponse: errors', () => {
 			return true;
 		});
 		assert.equal(rec.parts.length, 1);
+	});
+
+	test('an agent that needs a sign-in: the chat gets the daemon\'s sentence (no stack), the hook the data', async () => {
+		const seen: Array<[unknown, string]> = [];
+		const { provider } = setup('auto', {}, { onAuthRequired: (auth, message) => seen.push([auth, message]) });
+		const message = 'Codex needs you to sign in: run "codex login" (Sign in…), or set OPENAI_API_KEY in its "env" in lmbridge.agents.';
+		const data = { reason: 'auth_required', agentId: 'fake', agentName: 'Codex', login: { command: 'codex', args: ['login'] }, env: ['OPENAI_API_KEY'], methods: [] };
+		await assert.rejects(provider.provideLanguageModelChatResponse(model(), script([{ error: { code: -32000, message, data } }]), noOptions, recorder().progress, token()),
+			(e: unknown) => {
+				assert.ok(!(e instanceof LanguageModelError));
+				assert.equal((e as Error).message, message);
+				assert.equal((e as Error).stack, '');
+				return true;
+			});
+		assert.deepEqual(seen, [[{ ...data, login: { command: 'codex', args: ['login'] } }, message]]);
+		// Another error: no hook.
+		await assert.rejects(provider.provideLanguageModelChatResponse(model(), script([{ error: { code: -32000, message: 'boom' } }]), noOptions, recorder().progress, token()));
+		assert.equal(seen.length, 1);
 	});
 
 	test('a daemon crash mid-response fails the call with a clear message, and the next call works', async () => {

@@ -205,12 +205,32 @@ export class MockLogOutputChannel {
 
 interface ErrorMessage { message: string; items: string[] }
 
+export enum ProgressLocation { SourceControl = 1, Window = 10, Notification = 15 }
+export enum QuickPickItemKind { Separator = -1, Default = 0 }
+export enum ConfigurationTarget { Global = 1, Workspace = 2, WorkspaceFolder = 3 }
+
+export interface MockTerminal { options: Record<string, unknown>; shown: number; show(): void; dispose(): void }
+
 const state = {
 	config: {} as Record<string, unknown>,
 	configListeners: new EventEmitter<{ affectsConfiguration(section: string): boolean }>(),
 	errorMessages: [] as ErrorMessage[],
 	/** Which button the fake user clicks on an error message. */
 	errorResponse: undefined as ((m: ErrorMessage) => string | undefined) | undefined,
+	warningMessages: [] as ErrorMessage[],
+	/** Which button the fake user clicks on a warning; a promise keeps the notification open. */
+	warningResponse: undefined as ((m: ErrorMessage) => string | undefined | Promise<string | undefined>) | undefined,
+	infoMessages: [] as ErrorMessage[],
+	infoResponse: undefined as ((m: ErrorMessage) => string | undefined) | undefined,
+	quickPicks: [] as Array<{ items: Array<Record<string, unknown>>; options: unknown }>,
+	/** What the fake user picks in a quick pick (given its items). */
+	quickPickResponse: undefined as ((items: Array<Record<string, unknown>>) => Record<string, unknown> | undefined) | undefined,
+	terminals: [] as MockTerminal[],
+	progress: [] as Array<{ title: string; messages: string[] }>,
+	/** Settings written with `update`: [key, value, target]. */
+	updates: [] as Array<[string, unknown, unknown]>,
+	/** Values per scope for `inspect` (key → globalValue); unset: the plain config value counts as global. */
+	workspaceConfig: {} as Record<string, unknown>,
 	executed: [] as Array<{ command: string; args: unknown[] }>,
 	commands: new Map<string, (...args: unknown[]) => unknown>(),
 	providers: new Map<string, unknown>(),
@@ -229,6 +249,18 @@ export const workspace = {
 			},
 			has(key: string): boolean {
 				return (prefix + key) in state.config;
+			},
+			inspect<T>(key: string): { key: string; globalValue?: T; workspaceValue?: T } | undefined {
+				return {
+					key: prefix + key,
+					globalValue: state.config[prefix + key] as T | undefined,
+					workspaceValue: state.workspaceConfig[prefix + key] as T | undefined,
+				};
+			},
+			update(key: string, value: unknown, target?: unknown): Promise<void> {
+				state.updates.push([prefix + key, value, target]);
+				mock.changeConfig({ [prefix + key]: value });
+				return Promise.resolve();
 			},
 		};
 	},
@@ -249,8 +281,30 @@ export const window = {
 		state.errorMessages.push(m);
 		return Promise.resolve(state.errorResponse?.(m));
 	},
-	showInformationMessage(_message: string, ..._items: string[]): Promise<string | undefined> {
-		return Promise.resolve(undefined);
+	showWarningMessage(message: string, ...items: string[]): Promise<string | undefined> {
+		const m = { message, items };
+		state.warningMessages.push(m);
+		return Promise.resolve(state.warningResponse?.(m));
+	},
+	showInformationMessage(message: string, ...items: string[]): Promise<string | undefined> {
+		const m = { message, items };
+		state.infoMessages.push(m);
+		return Promise.resolve(state.infoResponse?.(m));
+	},
+	async showQuickPick(items: unknown[] | Promise<unknown[]>, options?: unknown): Promise<unknown> {
+		const resolved = await items as Array<Record<string, unknown>>;
+		state.quickPicks.push({ items: resolved, options });
+		return state.quickPickResponse?.(resolved);
+	},
+	createTerminal(options: Record<string, unknown>): MockTerminal {
+		const terminal: MockTerminal = { options, shown: 0, show() { this.shown++; }, dispose() { } };
+		state.terminals.push(terminal);
+		return terminal;
+	},
+	async withProgress<T>(options: { title: string }, task: (progress: { report(v: { message?: string }): void }) => Promise<T>): Promise<T> {
+		const entry = { title: options.title, messages: [] as string[] };
+		state.progress.push(entry);
+		return task({ report: v => { if (v.message) { entry.messages.push(v.message); } } });
 	},
 };
 
@@ -304,6 +358,16 @@ export const mock = {
 		state.config = {};
 		state.errorMessages.length = 0;
 		state.errorResponse = undefined;
+		state.warningMessages.length = 0;
+		state.warningResponse = undefined;
+		state.infoMessages.length = 0;
+		state.infoResponse = undefined;
+		state.quickPicks.length = 0;
+		state.quickPickResponse = undefined;
+		state.terminals.length = 0;
+		state.progress.length = 0;
+		state.updates.length = 0;
+		state.workspaceConfig = {};
 		state.executed.length = 0;
 		state.commands.clear();
 		state.providers.clear();
@@ -312,8 +376,15 @@ export const mock = {
 		state.workspaceFolders = undefined;
 		LanguageModelThinkingPart = MockThinkingPart;
 	},
-	/** A minimal ExtensionContext. */
-	context(): { subscriptions: Array<{ dispose(): unknown }>; extension: { id: string; packageJSON: { version: string } } } {
-		return { subscriptions: [], extension: { id: 'lmbridge.lmbridge', packageJSON: { version: '0.1.0' } } };
+	/** A minimal ExtensionContext (its extension folder has no bundled daemon; storage in `storage` when given). */
+	context(storage?: string): {
+		subscriptions: Array<{ dispose(): unknown }>; extension: { id: string; packageJSON: { version: string } };
+		globalStorageUri?: Uri; extensionUri: Uri;
+	} {
+		return {
+			subscriptions: [], extension: { id: 'lmbridge.lmbridge', packageJSON: { version: '0.1.0' } },
+			extensionUri: Uri.file('/nonexistent/lmbridge-extension'),
+			...(storage ? { globalStorageUri: Uri.file(storage) } : {}),
+		};
 	},
 };

@@ -1,0 +1,142 @@
+/**
+ * An agent that needs a sign-in or a key. The daemon answers the chat request with a
+ * JSON-RPC error whose `message` is one sentence saying what to do (the chat shows it, as
+ * any daemon error) and whose `data` is `{reason: "auth_required", agentId, agentName,
+ * login, env, methods}` (docs/protocol.md). Here: recognise that data (pure) and offer the
+ * user a notification with **Sign in…** (a terminal running the agent's login command) and
+ * **Open Settings** (lmbridge.agents, where an API key goes in the agent's `env`).
+ * Signing in needs no restart: the daemon tries the agent again on the next message.
+ */
+import * as vscode from 'vscode';
+import type { AuthRequiredData, LoginCommand, RpcError } from './wire';
+
+export const SIGN_IN = 'Sign in…';
+export const OPEN_AGENT_SETTINGS = 'Open Settings';
+
+function isObject(value: unknown): value is Record<string, unknown> {
+	return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+function strings(value: unknown): string[] {
+	return Array.isArray(value) ? value.filter((v): v is string => typeof v === 'string') : [];
+}
+
+function stringRecord(value: unknown): Record<string, string> | undefined {
+	if (!isObject(value)) {
+		return undefined;
+	}
+	const out = Object.fromEntries(Object.entries(value).filter(([, v]) => typeof v === 'string')) as Record<string, string>;
+	return Object.keys(out).length > 0 ? out : undefined;
+}
+
+function loginCommand(value: unknown): LoginCommand | null {
+	if (!isObject(value) || typeof value.command !== 'string' || !value.command.trim()) {
+		return null;
+	}
+	const login: LoginCommand = { command: value.command, args: strings(value.args) };
+	const env = stringRecord(value.env);
+	if (env) {
+		login.env = env;
+	}
+	return login;
+}
+
+/** The error's auth data when the daemon says the agent needs a sign-in, else undefined. */
+export function authRequired(error: RpcError): AuthRequiredData | undefined {
+	const data = error.data;
+	if (!isObject(data) || data.reason !== 'auth_required' || typeof data.agentId !== 'string' || !data.agentId) {
+		return undefined;
+	}
+	return {
+		reason: 'auth_required',
+		agentId: data.agentId,
+		agentName: typeof data.agentName === 'string' && data.agentName ? data.agentName : data.agentId,
+		login: loginCommand(data.login),
+		env: strings(data.env),
+		methods: Array.isArray(data.methods)
+			? data.methods.filter(isObject).filter(m => typeof m.id === 'string').map(m => ({
+				id: m.id as string,
+				...(typeof m.name === 'string' ? { name: m.name } : {}),
+				...(typeof m.description === 'string' ? { description: m.description } : {}),
+			}))
+			: [],
+	};
+}
+
+/** The notification's buttons: Sign in… when there is a login command, and Open Settings. */
+export function authActions(auth: AuthRequiredData): string[] {
+	return auth.login ? [SIGN_IN, OPEN_AGENT_SETTINGS] : [OPEN_AGENT_SETTINGS];
+}
+
+/**
+ * The notification's text: the daemon's sentence (its `code` marks dropped: a notification
+ * shows them as they are, unlike the chat), else one of ours from the data.
+ */
+export function authMessage(auth: AuthRequiredData, daemonMessage: string): string {
+	if (daemonMessage.trim()) {
+		return daemonMessage.trim().replace(/`([^`\n]+)`/g, '$1');
+	}
+	const name = auth.agentName ?? auth.agentId;
+	const env = auth.env?.length ? `set ${auth.env.join(' or ')} in its "env" in lmbridge.agents` : '';
+	const how = auth.login ? `sign in (${[auth.login.command, ...(auth.login.args ?? [])].join(' ')})${env ? ` or ${env}` : ''}` : env || 'sign in to it';
+	return `${name} needs you to ${how}.`;
+}
+
+/** The terminal Sign in… opens: named for the agent, running its login command with its env. */
+export function loginTerminalOptions(auth: AuthRequiredData, cwd?: string): vscode.TerminalOptions | undefined {
+	if (!auth.login) {
+		return undefined;
+	}
+	const options: vscode.TerminalOptions = {
+		name: `Sign in: ${auth.agentName ?? auth.agentId}`,
+		shellPath: auth.login.command,
+		shellArgs: auth.login.args ?? [],
+	};
+	if (auth.login.env) {
+		options.env = auth.login.env;
+	}
+	if (cwd) {
+		options.cwd = cwd;
+	}
+	return options;
+}
+
+/**
+ * Shows the notification for an agent that needs a sign-in, at most one at a time per agent
+ * (Copilot may retry, and every chat with that agent fails the same way until then).
+ */
+export class AuthNotifier {
+	private readonly open = new Set<string>();
+
+	constructor(private readonly log: vscode.LogOutputChannel, private readonly cwd: () => string | undefined = () => undefined) { }
+
+	/** Whether a notification for this agent is on screen. */
+	isShowing(agentId: string): boolean {
+		return this.open.has(agentId);
+	}
+
+	notify(auth: AuthRequiredData, daemonMessage: string): Promise<void> {
+		if (this.open.has(auth.agentId)) {
+			return Promise.resolve();
+		}
+		this.open.add(auth.agentId);
+		this.log.warn(`${auth.agentName ?? auth.agentId} needs a sign-in: ${daemonMessage}`
+			+ (auth.login ? ` (login: ${[auth.login.command, ...(auth.login.args ?? [])].join(' ')})` : '')
+			+ (auth.env?.length ? ` (or set ${auth.env.join(', ')})` : ''));
+		return Promise.resolve(vscode.window.showWarningMessage(authMessage(auth, daemonMessage), ...authActions(auth))).then(choice => {
+			this.open.delete(auth.agentId);
+			if (choice === SIGN_IN) {
+				const options = loginTerminalOptions(auth, this.cwd());
+				if (options) {
+					const terminal = vscode.window.createTerminal(options);
+					terminal.show();
+				}
+			} else if (choice === OPEN_AGENT_SETTINGS) {
+				void vscode.commands.executeCommand('workbench.action.openSettings', 'lmbridge.agents');
+			}
+		}, err => {
+			this.open.delete(auth.agentId);
+			this.log.error(`could not show the sign-in notification: ${err instanceof Error ? err.message : String(err)}`);
+		});
+	}
+}

@@ -1,0 +1,104 @@
+/** An agent that needs a sign-in (src/auth.ts): the error data, the notification, the terminal. */
+import assert from 'node:assert/strict';
+import { afterEach, describe, test } from 'node:test';
+import type * as vscode from 'vscode';
+import { authActions, authMessage, AuthNotifier, authRequired, loginTerminalOptions, OPEN_AGENT_SETTINGS, SIGN_IN } from '../src/auth';
+import type { AuthRequiredData } from '../src/wire';
+import { MockLogOutputChannel, mock } from './vscode-mock';
+
+afterEach(() => mock.reset());
+
+const CODEX: AuthRequiredData = {
+	reason: 'auth_required', agentId: 'codex', agentName: 'Codex',
+	login: { command: 'npx', args: ['-y', '@openai/codex@0.137.0', 'login'], env: { CODEX_HOME: '/home/me/.codex' } },
+	env: ['OPENAI_API_KEY', 'CODEX_API_KEY'],
+	methods: [{ id: 'chatgpt', name: 'Log in with ChatGPT', description: 'Use your ChatGPT plan' }, { id: 'openai-api-key', name: 'OPENAI_API_KEY' }],
+};
+const MESSAGE = 'Codex needs you to sign in: run "codex login" (Sign in…), or set OPENAI_API_KEY in its "env" in lmbridge.agents.';
+
+describe('authRequired', () => {
+	const rows: Array<[string, unknown, AuthRequiredData | undefined]> = [
+		['the daemon\'s data, whole', CODEX, CODEX],
+		['no login, only keys; the name defaults to the id', { reason: 'auth_required', agentId: 'gemini', login: null, env: ['GEMINI_API_KEY'] },
+			{ reason: 'auth_required', agentId: 'gemini', agentName: 'gemini', login: null, env: ['GEMINI_API_KEY'], methods: [] }],
+		['a login without a command is none', { reason: 'auth_required', agentId: 'a', login: { args: ['x'] } },
+			{ reason: 'auth_required', agentId: 'a', agentName: 'a', login: null, env: [], methods: [] }],
+		['junk in the lists is left out', { reason: 'auth_required', agentId: 'a', login: { command: 'x', args: ['l', 3], env: { A: '1', B: 2 } }, env: ['K', null], methods: [{ id: 'm' }, { name: 'no id' }, 'x'] },
+			{ reason: 'auth_required', agentId: 'a', agentName: 'a', login: { command: 'x', args: ['l'], env: { A: '1' } }, env: ['K'], methods: [{ id: 'm' }] }],
+		['another reason', { reason: 'unknown_model', agentId: 'a' }, undefined],
+		['no agent id', { reason: 'auth_required' }, undefined],
+		['no data', undefined, undefined],
+		['data not an object', 'auth_required', undefined],
+	];
+	for (const [name, data, expected] of rows) {
+		test(name, () => assert.deepEqual(authRequired({ code: -32000, message: 'x', data }), expected));
+	}
+});
+
+describe('the notification and the terminal, pure', () => {
+	test('buttons: Sign in… only with a login command', () => {
+		assert.deepEqual(authActions(CODEX), [SIGN_IN, OPEN_AGENT_SETTINGS]);
+		assert.deepEqual(authActions({ ...CODEX, login: null }), [OPEN_AGENT_SETTINGS]);
+	});
+	test('the text is the daemon\'s sentence; without one, made from the data', () => {
+		assert.equal(authMessage(CODEX, MESSAGE), MESSAGE);
+		assert.equal(authMessage(CODEX, 'Codex needs you to sign in: sign in by running `npx -y @openai/codex login` in a terminal.'),
+			'Codex needs you to sign in: sign in by running npx -y @openai/codex login in a terminal.');
+		assert.equal(authMessage(CODEX, ''), 'Codex needs you to sign in (npx -y @openai/codex@0.137.0 login) or set OPENAI_API_KEY or CODEX_API_KEY in its "env" in lmbridge.agents.');
+		assert.equal(authMessage({ ...CODEX, login: null, env: ['GEMINI_API_KEY'], agentName: 'Gemini CLI' }, ' '), 'Gemini CLI needs you to set GEMINI_API_KEY in its "env" in lmbridge.agents.');
+	});
+	test('the terminal: named for the agent, the login command (no shell), its env, the workspace folder', () => {
+		assert.deepEqual(loginTerminalOptions(CODEX, '/work'), {
+			name: 'Sign in: Codex', shellPath: 'npx', shellArgs: ['-y', '@openai/codex@0.137.0', 'login'],
+			env: { CODEX_HOME: '/home/me/.codex' }, cwd: '/work',
+		});
+		assert.deepEqual(loginTerminalOptions({ ...CODEX, login: { command: 'claude', args: ['/login'] } }),
+			{ name: 'Sign in: Codex', shellPath: 'claude', shellArgs: ['/login'] });
+		assert.equal(loginTerminalOptions({ ...CODEX, login: null }), undefined);
+	});
+});
+
+describe('AuthNotifier', () => {
+	const notifier = () => {
+		const log = new MockLogOutputChannel('lmbridge');
+		return { log, notifier: new AuthNotifier(log as unknown as vscode.LogOutputChannel, () => '/work') };
+	};
+
+	test('Sign in… opens and shows a terminal running the login command', async () => {
+		const { notifier: n, log } = notifier();
+		mock.state.warningResponse = () => SIGN_IN;
+		await n.notify(CODEX, MESSAGE);
+		assert.deepEqual(mock.state.warningMessages, [{ message: MESSAGE, items: [SIGN_IN, OPEN_AGENT_SETTINGS] }]);
+		assert.equal(mock.state.terminals.length, 1);
+		assert.deepEqual(mock.state.terminals[0].options, loginTerminalOptions(CODEX, '/work'));
+		assert.equal(mock.state.terminals[0].shown, 1);
+		assert.equal(log.matching('Codex needs a sign-in', 'warn').length, 1);
+	});
+
+	test('Open Settings opens lmbridge.agents', async () => {
+		const { notifier: n } = notifier();
+		mock.state.warningResponse = () => OPEN_AGENT_SETTINGS;
+		await n.notify({ ...CODEX, login: null }, MESSAGE);
+		assert.deepEqual(mock.state.warningMessages[0].items, [OPEN_AGENT_SETTINGS]);
+		assert.deepEqual(mock.state.executed, [{ command: 'workbench.action.openSettings', args: ['lmbridge.agents'] }]);
+		assert.equal(mock.state.terminals.length, 0);
+	});
+
+	test('one notification per agent while it is on screen; again once it is closed', async () => {
+		const { notifier: n } = notifier();
+		let close!: (choice: string | undefined) => void;
+		mock.state.warningResponse = m => (m.message === MESSAGE ? new Promise(resolve => { close = resolve; }) : undefined);
+		const first = n.notify(CODEX, MESSAGE);
+		await n.notify(CODEX, MESSAGE);
+		await n.notify({ ...CODEX, agentId: 'gemini', agentName: 'Gemini CLI' }, 'Gemini CLI needs a key.');
+		assert.equal(mock.state.warningMessages.length, 2);
+		assert.ok(n.isShowing('codex'));
+		close(undefined); // dismissed
+		await first;
+		assert.ok(!n.isShowing('codex'));
+		assert.equal(mock.state.terminals.length, 0);
+		mock.state.warningResponse = () => undefined;
+		await n.notify(CODEX, MESSAGE);
+		assert.equal(mock.state.warningMessages.length, 3);
+	});
+});
