@@ -30,7 +30,7 @@ demo: $(STAMP)
 real-agent-deps:
 	tests/real_agent/install.sh
 
-test: lint test-python test-shim chatview
+test: lint test-python test-shim chatview chatview-first-run
 
 # VS Code's real Chat view as the acceptance test (docs/vscode-shim.md): code-server 4.139.1 on
 # Node 24 and a headless Chromium, installed into $$LMBRIDGE_TEST_CACHE (default

@@ -57,13 +57,6 @@ const notes = path.join(dirs.ws, 'notes.txt');
 const record = path.join(OUT, 'daemon-record.jsonl');
 const FIRST_RUN = process.env.CHATVIEW_FIRST_RUN === '1';
 const authToken = path.join(OUT, 'auth-agent-token');
-// Whether this daemon reports an agent's missing sign-in as data (issue #12): until it does, the
-// auth step checks the chat's message only.
-const daemonSays = text => fs.readdirSync(path.join(ROOT, 'src', 'lmbridge')).filter(f => f.endsWith('.py'))
-	.some(f => fs.readFileSync(path.join(ROOT, 'src', 'lmbridge', f), 'utf8').includes(text));
-const DAEMON_AUTH = daemonSays('auth_required');
-// Whether it lists its agent presets (issue #12): until it does, Manage ACP Agents offers the settings only.
-const DAEMON_PRESETS = daemonSays('agents/presets');
 
 let page;
 let current = 'setup';
@@ -239,7 +232,6 @@ const browser = await playwright.launch({
 });
 
 let failed = null;
-let hasSignIn = false;
 let bootstrapStarted = Date.now();
 let installSeconds = null;
 try {
@@ -383,10 +375,6 @@ try {
 			const text = await responseText();
 			check(/Auth agent/.test(text), `the message does not name the agent: ${JSON.stringify(text.slice(0, 300))}`);
 			check(!/ at .*\.js:\d+/.test(text), `the message carries a stack: ${JSON.stringify(text.slice(0, 500))}`);
-			if (!DAEMON_AUTH) {
-				console.log('chatview:   (this daemon does not report auth_required yet: the notification is not checked)');
-				return;
-			}
 			const toast = page.locator('.notification-toast', { hasText: 'Auth agent' }).first();
 			await toast.waitFor({ timeout: WAIT });
 			// Shown once it has faded in (for the screenshot).
@@ -395,61 +383,44 @@ try {
 				done();
 			}));
 			check(await toast.locator('a.monaco-button', { hasText: 'Open Settings' }).count() === 1, 'the notification has no "Open Settings" button');
-			hasSignIn = await toast.locator('a.monaco-button', { hasText: 'Sign in…' }).count() === 1;
-			if (!hasSignIn) console.log('chatview:   (the daemon gave no login command: no "Sign in…" button)');
+			// The auth agent offers a terminal login (type "terminal"): the button must be there.
+			check(await toast.locator('a.monaco-button', { hasText: 'Sign in…' }).count() === 1, 'the notification has no "Sign in…" button');
 		});
 
-		if (DAEMON_AUTH) {
-			await step('sign-in', async () => {
-				if (hasSignIn) {
-					await page.locator('.notification-toast', { hasText: 'Auth agent' }).first().locator('a.monaco-button', { hasText: 'Sign in…' }).click();
-					// A terminal named for the agent runs its login command, which waits for Enter.
-					await page.locator('.xterm').filter({ visible: true }).first().waitFor({ timeout: WAIT });
-					// Its text is drawn on a canvas: the login says on disk that it is waiting.
-					await waitForDisk(() => fs.existsSync(`${authToken}.prompted`), 'the login command waiting for Enter');
-					const tab = await page.locator('.terminal-tabs-entry, .single-terminal-tab, .pane-header, .composite.title').filter({ hasText: 'Sign in: Auth agent' }).count();
-					check(tab > 0, 'no terminal named "Sign in: Auth agent"');
-				} else {
-					execFileSync(path.join(ROOT, '.venv', 'bin', 'python'), [path.join(ROOT, 'tests', 'chatview', 'auth_agent.py'), '--login'],
-						{ env: { ...process.env, AUTH_AGENT_TOKEN: authToken }, input: '\n', stdio: ['pipe', 'ignore', 'ignore'] });
-				}
-			});
-			await step('signed-in', async () => {
-				if (hasSignIn) {
-					await page.locator('.xterm').filter({ visible: true }).first().click();
-					await page.keyboard.press('Enter');
-				}
-				await waitForDisk(() => fs.existsSync(authToken), 'the auth agent\'s token (its login ran)');
-				// The login ended: its terminal closes (and gives the focus back).
-				if (hasSignIn) await page.locator('.xterm').filter({ visible: true }).first().waitFor({ state: 'hidden', timeout: WAIT });
-			});
-			await step('after-sign-in', async () => {
-				// Nothing restarted: the same daemon, the same agent, the same chat.
-				await page.locator('.interactive-input-part .monaco-editor').first().click();
-				await send('hello after signing in');
-				await waitForResponseText(/Signed in\. You said:.*hello after signing in/);
-				await waitForIdle();
-			});
-		}
+		await step('sign-in', async () => {
+			await page.locator('.notification-toast', { hasText: 'Auth agent' }).first().locator('a.monaco-button', { hasText: 'Sign in…' }).click();
+			// A terminal named for the agent runs its login command, which waits for Enter.
+			await page.locator('.xterm').filter({ visible: true }).first().waitFor({ timeout: WAIT });
+			// Its text is drawn on a canvas: the login says on disk that it is waiting.
+			await waitForDisk(() => fs.existsSync(`${authToken}.prompted`), 'the login command waiting for Enter');
+			const tab = await page.locator('.terminal-tabs-entry, .single-terminal-tab, .pane-header, .composite.title').filter({ hasText: 'Sign in: Auth agent' }).count();
+			check(tab > 0, 'no terminal named "Sign in: Auth agent"');
+		});
+		await step('signed-in', async () => {
+			await page.locator('.xterm').filter({ visible: true }).first().click();
+			await page.keyboard.press('Enter');
+			await waitForDisk(() => fs.existsSync(authToken), 'the auth agent\'s token (its login ran)');
+			// The login ended: its terminal closes (and gives the focus back).
+			await page.locator('.xterm').filter({ visible: true }).first().waitFor({ state: 'hidden', timeout: WAIT });
+		});
+		await step('after-sign-in', async () => {
+			// Nothing restarted: the same daemon, the same agent, the same chat.
+			await page.locator('.interactive-input-part .monaco-editor').first().click();
+			await send('hello after signing in');
+			await waitForResponseText(/Signed in\. You said:.*hello after signing in/);
+			await waitForIdle();
+		});
 
 		await step('manage-agents', async () => {
 			await runCommand('lmbridge: Manage ACP Agents');
 			const row = text => page.locator('.quick-input-list .monaco-list-row', { hasText: text }).first();
 			await row('Open Settings').waitFor({ timeout: WAIT });
-			if (!DAEMON_PRESETS) {
-				console.log('chatview:   (this daemon does not list agent presets yet: only "Open Settings" is checked)');
-				return;
-			}
 			await row('Claude Code').waitFor({ timeout: WAIT });
 			const text = await page.locator('.quick-input-list').first().innerText();
 			check(/Needs Node\.js/.test(text), `the presets do not say what they need: ${JSON.stringify(text.slice(0, 400))}`);
 		});
 
 		await step('preset-added', async () => {
-			if (!DAEMON_PRESETS) {
-				await page.keyboard.press('Escape');
-				return;
-			}
 			// Picking Claude Code adds {"id": "claude"} to the user settings; the daemon restarts with it.
 			await page.locator('.quick-input-list .monaco-list-row', { hasText: 'Claude Code' }).first().click();
 			await page.locator('.notification-toast', { hasText: 'Claude Code was added' }).first().waitFor({ timeout: WAIT });

@@ -82,8 +82,13 @@ export function authMessage(auth: AuthRequiredData, daemonMessage: string): stri
 	return `${name} needs you to ${how}.`;
 }
 
-/** The terminal Sign in… opens: named for the agent, running its login command with its env. */
-export function loginTerminalOptions(auth: AuthRequiredData, cwd?: string): vscode.TerminalOptions | undefined {
+/**
+ * The terminal Sign in… opens: named for the agent, running its login command with the
+ * environment the agent runs with (`agentEnv`: lmbridge.daemon.env, then the agent's own
+ * `env` from lmbridge.agents, so a login lands where the agent looks, e.g. its CODEX_HOME)
+ * plus the login's own. The daemon never sends environment values back; the shim has them.
+ */
+export function loginTerminalOptions(auth: AuthRequiredData, cwd?: string, agentEnv: Record<string, string> = {}): vscode.TerminalOptions | undefined {
 	if (!auth.login) {
 		return undefined;
 	}
@@ -92,8 +97,9 @@ export function loginTerminalOptions(auth: AuthRequiredData, cwd?: string): vsco
 		shellPath: auth.login.command,
 		shellArgs: auth.login.args ?? [],
 	};
-	if (auth.login.env) {
-		options.env = auth.login.env;
+	const env = { ...agentEnv, ...(auth.login.env ?? {}) };
+	if (Object.keys(env).length) {
+		options.env = env;
 	}
 	if (cwd) {
 		options.cwd = cwd;
@@ -108,7 +114,11 @@ export function loginTerminalOptions(auth: AuthRequiredData, cwd?: string): vsco
 export class AuthNotifier {
 	private readonly open = new Set<string>();
 
-	constructor(private readonly log: vscode.LogOutputChannel, private readonly cwd: () => string | undefined = () => undefined) { }
+	constructor(
+		private readonly log: vscode.LogOutputChannel,
+		private readonly cwd: () => string | undefined = () => undefined,
+		private readonly agentEnv: (agentId: string) => Record<string, string> = () => ({}),
+	) { }
 
 	/** Whether a notification for this agent is on screen. */
 	isShowing(agentId: string): boolean {
@@ -126,7 +136,7 @@ export class AuthNotifier {
 		return Promise.resolve(vscode.window.showWarningMessage(authMessage(auth, daemonMessage), ...authActions(auth))).then(choice => {
 			this.open.delete(auth.agentId);
 			if (choice === SIGN_IN) {
-				const options = loginTerminalOptions(auth, this.cwd());
+				const options = loginTerminalOptions(auth, this.cwd(), this.agentEnv(auth.agentId));
 				if (options) {
 					const terminal = vscode.window.createTerminal(options);
 					terminal.show();

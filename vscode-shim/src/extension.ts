@@ -90,7 +90,10 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		...clientOverrides,
 	});
 	active = daemon;
-	const auth = new AuthNotifier(log, daemonCwd);
+	const auth = new AuthNotifier(log, daemonCwd, agentId => {
+		const current = settings();
+		return { ...current.daemonEnv, ...(current.agents.find(a => a.id === agentId)?.env ?? {}) };
+	});
 	provider = new LmBridgeProvider(daemon, log, () => settings(), {
 		onAuthRequired: (data, message) => { void auth.notify(data, message); },
 	});

@@ -56,12 +56,18 @@ describe('the notification and the terminal, pure', () => {
 			{ name: 'Sign in: Codex', shellPath: 'claude', shellArgs: ['/login'] });
 		assert.equal(loginTerminalOptions({ ...CODEX, login: null }), undefined);
 	});
+	test("the terminal runs with the agent's environment, the login's own on top", () => {
+		assert.deepEqual(loginTerminalOptions(CODEX, undefined, { CODEX_HOME: '/elsewhere', HTTPS_PROXY: 'http://p' })?.env,
+			{ CODEX_HOME: '/home/me/.codex', HTTPS_PROXY: 'http://p' });
+		assert.deepEqual(loginTerminalOptions({ ...CODEX, login: { command: 'codex', args: ['login'] } }, undefined, { CODEX_HOME: '/mine' })?.env,
+			{ CODEX_HOME: '/mine' });
+	});
 });
 
 describe('AuthNotifier', () => {
 	const notifier = () => {
 		const log = new MockLogOutputChannel('lmbridge');
-		return { log, notifier: new AuthNotifier(log as unknown as vscode.LogOutputChannel, () => '/work') };
+		return { log, notifier: new AuthNotifier(log as unknown as vscode.LogOutputChannel, () => '/work', (id): Record<string, string> => (id === 'codex' ? { PROXY: 'p' } : {})) };
 	};
 
 	test('Sign in… opens and shows a terminal running the login command', async () => {
@@ -70,7 +76,7 @@ describe('AuthNotifier', () => {
 		await n.notify(CODEX, MESSAGE);
 		assert.deepEqual(mock.state.warningMessages, [{ message: MESSAGE, items: [SIGN_IN, OPEN_AGENT_SETTINGS] }]);
 		assert.equal(mock.state.terminals.length, 1);
-		assert.deepEqual(mock.state.terminals[0].options, loginTerminalOptions(CODEX, '/work'));
+		assert.deepEqual(mock.state.terminals[0].options, loginTerminalOptions(CODEX, '/work', { PROXY: 'p' }));
 		assert.equal(mock.state.terminals[0].shown, 1);
 		assert.equal(log.matching('Codex needs a sign-in', 'warn').length, 1);
 	});

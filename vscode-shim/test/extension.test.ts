@@ -297,7 +297,11 @@ describe('activate', () => {
 		await assert.rejects(api.provider.provideLanguageModelChatResponse(fake, messages, { toolMode: 1 } as never, { report: () => undefined }, token()), { message });
 		await waitFor(() => mock.state.terminals.length === 1, 5000, 'the sign-in terminal');
 		assert.deepEqual(mock.state.warningMessages, [{ message, items: ['Sign in…', 'Open Settings'] }]);
-		assert.deepEqual(mock.state.terminals[0].options, { name: 'Sign in: Codex', shellPath: 'codex', shellArgs: ['login'], env: { CODEX_HOME: '/h' } });
+		// The agent's environment (lmbridge.daemon.env here: the fake daemon's recording path) with the login's on top.
+		const { env, ...options } = mock.state.terminals[0].options as vscode.TerminalOptions;
+		assert.deepEqual(options, { name: 'Sign in: Codex', shellPath: 'codex', shellArgs: ['login'] });
+		assert.equal(env?.CODEX_HOME, '/h');
+		assert.ok(env?.FAKE_DAEMON_RECORD, 'lmbridge.daemon.env reaches the sign-in terminal');
 		assert.equal(mock.state.terminals[0].shown, 1);
 	});
 
