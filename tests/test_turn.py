@@ -183,13 +183,13 @@ def after_cancel() -> Driver:
     return d
 
 
-def awaiting_with_job() -> Driver:
-    """AWAITING (job 1 ended tool_calls) while job 2, sent as job 1 still streamed, waits."""
+def streaming_with_job() -> Driver:
+    """STREAMING (job 1, a card gathered) while job 2, sent as job 1 still streamed, waits.
+    When job 1 ends ``tool_calls`` job 2 cannot answer its card: the turn is stopped."""
     d = streaming()
     d(job(2))
     d(ask(7))
-    d(TimerFired(Timer.GATHER, d.timer(Timer.GATHER).tag))
-    assert d.state is State.AWAITING and [j.id for j in d.m.waiting] == [2]
+    assert d.state is State.STREAMING and [j.id for j in d.m.waiting] == [2]
     return d
 
 
@@ -203,7 +203,7 @@ SETUPS: dict[str, Callable[[], Driver]] = {
     "start_cancelled": lambda: _then(starting(), CancelJob(1)),
     "draining_with_job": lambda: _then(draining(), job(2)),
     "asking": lambda: _then(streaming(), ask(7)),
-    "held": held, "held_error": held_error, "awaiting_with_job": awaiting_with_job, "draining": draining, "closed": closed, "after_cancel": after_cancel,
+    "held": held, "held_error": held_error, "streaming_with_job": streaming_with_job, "draining": draining, "closed": closed, "after_cancel": after_cancel,
 }
 
 
@@ -243,7 +243,7 @@ WALK: list[tuple[str, Callable[[Driver], Any], State]] = [
     ("streaming", _prompt_end(None, "model API said no"), State.CLOSED),
     ("after_cancel", _prompt_end(None, "HTTP 400"), State.STARTING),
     ("awaiting", _prompt_end(), State.IDLE),
-    ("awaiting_with_job", _prompt_end(), State.STREAMING),
+    ("streaming_with_job", lambda d: TimerFired(Timer.GATHER, d.timer(Timer.GATHER).tag), State.DRAINING),
     ("draining", _prompt_end("cancelled"), State.IDLE),
     ("draining", lambda d: PromptEnded(d.prompt().seq - 1, "end_turn"), State.DRAINING),
     ("draining_with_job", _prompt_end("cancelled"), State.STREAMING),
@@ -726,3 +726,28 @@ def test_each_update_kind_in_each_state(setup: str, kind: str) -> None:
         waiting = list(d.m.buffer)
         fx = d(job(9, has_prompt=False, answers={"call-7": Answer.ALLOW}))
         assert [e.part for e in of(fx, Emit)][: len(waiting)] == waiting and not d.m.buffer
+
+
+def test_a_request_queued_before_a_card_was_shown_stops_it_rather_than_waiting_forever() -> None:
+    """Found by tests/test_fuzz_stdin.py: a tool-result-only request classified while the
+    request ahead of it still streamed (so it answers nothing) waits; the request ahead
+    then shows a card and ends. The queued one cannot answer that card and nothing else
+    will: it is stopped (answered cancelled, session/cancel), never left pending."""
+    d = streaming()
+    d(job(2, has_prompt=False))  # tool results only, answering nothing it knows: queued behind job 1
+    d(ask(7))
+    fx = d.fire(Timer.GATHER)  # job 1 shows the card and ends; job 2 comes next
+    assert [(f.job_id, f.stop_reason) for f in of(fx, Finish)] == [(1, "tool_calls")]
+    assert of(fx, Respond) == [Respond(7, "call-7", CANCELLED)]
+    assert of(fx, SendCancel) == [SendCancel()]
+    fx = d(PromptEnded(d.prompt().seq, "cancelled"))
+    (finish,) = of(fx, Finish)
+    assert finish.job_id == 2 and d.state is State.IDLE
+
+
+def test_new_words_queued_before_a_card_was_shown_stop_it_then_are_prompted() -> None:
+    d = streaming_with_job()  # job 2 has new words
+    fx = d.fire(Timer.GATHER)
+    assert of(fx, Respond) == [Respond(7, "call-7", CANCELLED)] and d.state is State.DRAINING
+    d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert d.prompt().job_id == 2 and d.state is State.STREAMING

@@ -345,13 +345,15 @@ TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
     # The turn ends: answered, recovered in a fresh session (first turn after a
     # cancel), failed; a drain ends and the next job starts; a stale answer.
     (_S.STREAMING, PromptEnded): frozenset({_S.IDLE, _S.STARTING, _S.CLOSED, _S.STREAMING}),
-    # ... kept for the next request, or answering one that came while the turn streamed.
-    (_S.AWAITING, PromptEnded): frozenset({_S.IDLE, _S.STREAMING}),
+    # ... kept for the next request (a request that came while the turn streamed has
+    # stopped it when its cards were shown: it cannot answer them).
+    (_S.AWAITING, PromptEnded): frozenset({_S.IDLE}),
     (_S.DRAINING, PromptEnded): frozenset({_S.IDLE, _S.STREAMING, _S.DRAINING}),
     (_S.IDLE, PromptEnded): frozenset({_S.IDLE}),
     (_S.STARTING, PromptEnded): frozenset({_S.STARTING}),
-    # Gather window: the response ends ``tool_calls``. Drain deadline: a fresh session.
-    (_S.STREAMING, TimerFired): frozenset({_S.STREAMING, _S.AWAITING}),
+    # Gather window: the response ends ``tool_calls`` (and a request queued behind it that
+    # cannot answer its cards stops the turn: DRAINING). Drain deadline: a fresh session.
+    (_S.STREAMING, TimerFired): frozenset({_S.STREAMING, _S.AWAITING, _S.DRAINING}),
     (_S.DRAINING, TimerFired): frozenset({_S.DRAINING, _S.STARTING}),
     **{(s, TimerFired): frozenset({s}) for s in (_S.IDLE, _S.STARTING, _S.AWAITING)},
     # The agent's traffic never changes the state.
@@ -530,6 +532,17 @@ class TurnMachine:
             self.waiting.insert(0, job)
             self._cancel_turn()
             return
+        stale = [call_id for call_id, c in self.calls.items() if c.shown_in not in (None, job.id) and call_id not in job.answers]
+        if stale:
+            # Classified before the request ahead of it showed these calls (it waited behind
+            # that request): it cannot answer them and nothing else will. Stopped, as the next
+            # request without them would be (and when unsure, deny), not left waiting forever.
+            if self.prompt_open:
+                self.waiting.insert(0, job)
+                self._cancel_turn()
+                return
+            for call_id in stale:
+                self._answer(call_id, Answer.CANCELLED, None)
         self.job = job
         if self.left_out:
             self._emit(_text(f"\n\n_[{self.left_out} bytes of output left out]_\n\n"))
@@ -557,7 +570,10 @@ class TurnMachine:
 
     def _next_waiting(self) -> None:
         while self.waiting and self.state in (State.IDLE, State.AWAITING) and self.job is None:
-            self._proceed(self.waiting.pop(0))
+            job = self.waiting.pop(0)
+            self._proceed(job)
+            if self.waiting and self.waiting[0] is job:
+                break  # it stopped the agent's turn first: it goes on when that turn has ended
 
     def _on_cancel_job(self, ev: CancelJob) -> None:
         waiting = next((j for j in self.waiting if j.id == ev.job_id), None)
@@ -735,6 +751,7 @@ class TurnMachine:
                     pending = tuple(Pending(c.call_id, c.token, tool=c.tool) for c in shown)
                     self._finish("tool_calls", Last.PENDING, pending)
                     self._go(State.AWAITING)
+                    self._next_waiting()  # a request queued behind this one
         elif ev.timer is Timer.DRAIN:
             if self.state is State.DRAINING and ev.tag == self.prompt_seq and self.prompt_open:
                 # The agent never ended the cancelled turn: leave that ACP session.
