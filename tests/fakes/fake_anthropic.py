@@ -39,15 +39,14 @@ Every request is recorded (thread-safe) in :attr:`FakeAnthropic.requests`.
 
 from __future__ import annotations
 
-import itertools
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.scripted_server import Block, JsonHandler, Reply, ScriptedServer, estimate_tokens
 
 __all__ = [
     "FakeAnthropic",
@@ -62,8 +61,6 @@ __all__ = [
 DONE_TEXT = "Done."
 SIDE_TEXT = "Fake title"
 
-Block = dict[str, Any]
-Reply = list[Block] | Callable[[dict[str, Any]], list[Block]]
 
 # Phrases of Claude Code's own main-conversation system prompt (preset "claude_code").
 _MAIN_SYSTEM_MARKERS = (
@@ -141,8 +138,10 @@ class RecordedRequest:
     reply: list[Block] | None = None  # the blocks it was answered with (messages only)
 
 
-class FakeAnthropic:
+class FakeAnthropic(ScriptedServer):
     """Fake Anthropic Messages API on ``127.0.0.1`` (random port) in a background thread."""
+
+    thread_name = "fake-anthropic"
 
     def __init__(
         self,
@@ -155,59 +154,13 @@ class FakeAnthropic:
         host: str = "127.0.0.1",
         cache_usage_fields: bool = True,
     ) -> None:
-        self._script: list[Reply] = list(replies)
-        self.done_text = done_text
+        super().__init__(replies, done_text=done_text, chunk_size=chunk_size, host=host)
         self.side_text = side_text
-        self.chunk_size = max(1, chunk_size)
         self.classify = classify
-        self._host = host
         # The real API always reports cache_creation/cache_read_input_tokens in usage.
         # Without them claude-agent-acp 0.23.1 sends usage_update with "used": null
         # (NaN), which the acp SDK's pydantic models reject; False reproduces that.
         self.cache_usage_fields = cache_usage_fields
-        self._lock = threading.Condition()
-        self._ids = itertools.count(1)
-        self.requests: list[RecordedRequest] = []
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # ------------------------------------------------------------------ lifecycle
-    def start(self) -> FakeAnthropic:
-        if self._server is not None:
-            return self
-        fake = self
-
-        class Handler(_Handler):
-            owner = fake
-
-        self._server = ThreadingHTTPServer((self._host, 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-anthropic", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> FakeAnthropic:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "FakeAnthropic not started"
-        return self._server.server_address[1]
 
     @property
     def url(self) -> str:
@@ -215,38 +168,10 @@ class FakeAnthropic:
         return f"http://{self._host}:{self.port}"
 
     # ------------------------------------------------------------------ script
-    def add_replies(self, *replies: Reply) -> None:
-        """Append replies to the main-conversation script (may be called mid-test)."""
-        with self._lock:
-            self._script.extend(replies)
-
-    @property
-    def remaining(self) -> int:
-        with self._lock:
-            return len(self._script)
-
-    def _next_main_reply(self, body: dict[str, Any]) -> list[Block]:
-        with self._lock:
-            reply = self._script.pop(0) if self._script else None
-        if reply is None:
-            return [{"text": self.done_text}]
-        if callable(reply):
-            reply = reply(body)
-        return [dict(b) for b in reply]
-
     def _new_tool_id(self) -> str:
         return f"toolu_fake_{next(self._ids):04d}"
 
-    def _record(self, rec: RecordedRequest) -> None:
-        with self._lock:
-            self.requests.append(rec)
-            self._lock.notify_all()
-
     # ------------------------------------------------------------------ queries
-    def snapshot(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self.requests)
-
     def main_requests(self) -> list[dict[str, Any]]:
         """Bodies of the main-conversation ``/v1/messages`` requests, in order."""
         return [r.body for r in self.snapshot() if r.kind == "main"]
@@ -287,17 +212,6 @@ class FakeAnthropic:
                     ids.append(b["tool_use"]["id"])
         return ids
 
-    def wait_for(self, predicate: Callable[[list[RecordedRequest]], bool], timeout: float = 10.0) -> bool:
-        """Block (thread) until ``predicate(requests)`` holds; returns False on timeout."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while not predicate(list(self.requests)):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._lock.wait(left)
-            return True
-
     # ------------------------------------------------------------------ rendering
     def _blocks_to_content(self, blocks: list[Block]) -> tuple[list[dict[str, Any]], str]:
         """Resolve script blocks into API content blocks (+ stop reason); fills tool ids."""
@@ -335,41 +249,13 @@ def _flatten(content: Any) -> str:
     return str(content)
 
 
-def _estimate_tokens(body: Any) -> int:
-    try:
-        return max(1, len(json.dumps(body)) // 4)
-    except (TypeError, ValueError):
-        return 1
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     owner: FakeAnthropic
-    protocol_version = "HTTP/1.1"
     server_version = "fake-anthropic/1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
-        pass
-
     # -------------------------------------------------------------- plumbing
-    def _read_body(self) -> Any:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        if not raw:
-            return None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw.decode("utf-8", "replace")
-
-    def _send_json(self, status: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.send_header("request-id", f"req_fake_{uuid.uuid4().hex[:16]}")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
+    def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        super()._send_json(status, obj, {"request-id": f"req_fake_{uuid.uuid4().hex[:16]}", **(headers or {})})
 
     def _not_found(self) -> None:
         self._send_json(404, {"type": "error", "error": {"type": "not_found_error", "message": "Not Found"}})
@@ -381,22 +267,22 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.owner
         if self.command == "POST" and path == "/v1/messages/count_tokens":
             fake._record(RecordedRequest(self.command, self.path, headers, body, "count_tokens"))
-            self._send_json(200, {"input_tokens": _estimate_tokens(body)})
+            self._send_json(200, {"input_tokens": estimate_tokens(body)})
             return
         if self.command == "POST" and path == "/v1/messages" and isinstance(body, dict):
             kind = fake.classify(body)
-            blocks = fake._next_main_reply(body) if kind == "main" else [{"text": fake.side_text}]
+            blocks = fake._next_reply(body) if kind == "main" else [{"text": fake.side_text}]
             rec = RecordedRequest(self.command, self.path, headers, body, kind)
             content, stop_reason = fake._blocks_to_content(blocks)
             rec.reply = blocks
             fake._record(rec)
             model = str(body.get("model") or "claude-fake")
             if body.get("stream"):
-                self._stream(model, content, stop_reason, _estimate_tokens(body))
+                self._stream(model, content, stop_reason, estimate_tokens(body))
             else:
                 time.sleep(sum(c["seconds"] for c in content if c["type"] == "_sleep"))
                 self._send_json(
-                    200, _message_json(model, content, stop_reason, _estimate_tokens(body), fake.cache_usage_fields)
+                    200, _message_json(model, content, stop_reason, estimate_tokens(body), fake.cache_usage_fields)
                 )
             return
         fake._record(RecordedRequest(self.command, self.path, headers, body, "other"))
@@ -538,3 +424,6 @@ def _message_json(
         "stop_sequence": None,
         "usage": usage,
     }
+
+
+FakeAnthropic.handler = _Handler

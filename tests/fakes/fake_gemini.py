@@ -42,13 +42,13 @@ reply as one JSON response.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.scripted_server import Block, JsonHandler, Reply, ScriptedServer
 
 __all__ = ["FakeGemini", "RecordedRequest", "check_function_pairing", "function_declarations", "texts", "DONE_TEXT", "PAIRING_ERROR"]
 
@@ -58,8 +58,6 @@ PAIRING_ERROR = (
     "function call parts of the function call turn."
 )
 
-Block = dict[str, Any]
-Reply = list[Block] | Callable[[dict[str, Any]], list[Block]]
 
 
 @dataclass
@@ -94,8 +92,10 @@ def check_function_pairing(body: Any) -> str | None:
     return None
 
 
-class FakeGemini:
+class FakeGemini(ScriptedServer):
     """Fake Gemini API on ``127.0.0.1`` (random port) in a background thread, a thread per request."""
+
+    thread_name = "fake-gemini"
 
     def __init__(
         self,
@@ -106,88 +106,15 @@ class FakeGemini:
         strict: bool = True,
         host: str = "127.0.0.1",
     ) -> None:
-        self._script: list[Reply] = list(replies)
-        self.done_text = done_text
-        self.chunk_size = max(1, chunk_size)
+        super().__init__(replies, done_text=done_text, chunk_size=chunk_size, host=host)
         self.strict = strict
-        self._host = host
-        self._lock = threading.Condition()
-        self.requests: list[RecordedRequest] = []
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # ------------------------------------------------------------------ lifecycle
-    def start(self) -> FakeGemini:
-        if self._server is not None:
-            return self
-        fake = self
-
-        class Handler(_Handler):
-            owner = fake
-
-        self._server = ThreadingHTTPServer((self._host, 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-gemini", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> FakeGemini:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "FakeGemini not started"
-        return self._server.server_address[1]
 
     @property
     def url(self) -> str:
         """Base URL for ``GOOGLE_GEMINI_BASE_URL`` (no trailing slash, no ``/v1beta``)."""
         return f"http://{self._host}:{self.port}"
 
-    # ------------------------------------------------------------------ script
-    def add_replies(self, *replies: Reply) -> None:
-        with self._lock:
-            self._script.extend(replies)
-
-    @property
-    def remaining(self) -> int:
-        with self._lock:
-            return len(self._script)
-
-    def _next_reply(self, body: dict[str, Any]) -> list[Block]:
-        with self._lock:
-            reply = self._script.pop(0) if self._script else None
-        if reply is None:
-            return [{"text": self.done_text}]
-        if callable(reply):
-            reply = reply(body)
-        return [dict(b) for b in reply]
-
-    def _record(self, rec: RecordedRequest) -> None:
-        with self._lock:
-            self.requests.append(rec)
-            self._lock.notify_all()
-
     # ------------------------------------------------------------------ queries
-    def snapshot(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self.requests)
-
     def main_requests(self) -> list[dict[str, Any]]:
         """Bodies of the answered ``streamGenerateContent``/``generateContent`` requests, in order."""
         return [r.body for r in self.snapshot() if r.kind in ("stream", "generate")]
@@ -210,19 +137,6 @@ class FakeGemini:
                     if isinstance(response, dict):
                         seen.setdefault((str(response.get("id")), str(response.get("name"))), response)
         return list(seen.values())
-
-    def wait_for(self, predicate: Callable[[list[RecordedRequest]], bool], timeout: float = 10.0) -> bool:
-        """Block (thread) until ``predicate(requests)`` holds; returns False on timeout."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while not predicate(list(self.requests)):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._lock.wait(left)
-            return True
-
-
 def texts(body: dict[str, Any], role: str | None = None) -> list[str]:
     """The text parts of a request's ``contents`` (of one ``role``: ``user``/``model``)."""
     out = []
@@ -253,32 +167,10 @@ def _usage(body: Any, out_tokens: int) -> dict[str, int]:
     return {"promptTokenCount": prompt, "candidatesTokenCount": out_tokens, "totalTokenCount": prompt + out_tokens}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     owner: FakeGemini
-    protocol_version = "HTTP/1.1"
+    json_content_type = "application/json; charset=UTF-8"
     server_version = "fake-gemini/1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
-        pass
-
-    def _read_body(self) -> Any:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        if not raw:
-            return None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw.decode("utf-8", "replace")
-
-    def _send_json(self, status: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json; charset=UTF-8")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
 
     def _error(self, status: int, message: str, code: str) -> None:
         self._send_json(status, {"error": {"code": status, "message": message, "status": code}})
@@ -372,3 +264,6 @@ def _chunk(model: str, parts: list[dict[str, Any]], finish: str | None, usage: d
     if usage is not None:
         out["usageMetadata"] = usage
     return out
+
+
+FakeGemini.handler = _Handler

@@ -31,22 +31,19 @@ Every request is recorded (thread-safe) in :attr:`FakeOpenAIChat.requests`.
 
 from __future__ import annotations
 
-import itertools
 import json
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.scripted_server import Block, JsonHandler, Reply, ScriptedServer, estimate_tokens
 
 __all__ = ["FakeOpenAIChat", "RecordedRequest", "DONE_TEXT", "message_text"]
 
 DONE_TEXT = "Done."
 
-Block = dict[str, Any]
-Reply = list[Block] | Callable[[dict[str, Any]], list[Block]]
 
 
 def message_text(message: dict[str, Any]) -> str:
@@ -70,94 +67,20 @@ class RecordedRequest:
     finished: bool = False  # the whole answer was written (not cut off by the client)
 
 
-class FakeOpenAIChat:
+class FakeOpenAIChat(ScriptedServer):
     """Fake OpenAI Chat Completions API on ``127.0.0.1`` (random port) in a background thread."""
 
+    thread_name = "fake-openai-chat"
+
     def __init__(self, replies: Iterable[Reply] = (), *, done_text: str = DONE_TEXT, chunk_size: int = 12, host: str = "127.0.0.1") -> None:
-        self._script: list[Reply] = list(replies)
-        self.done_text = done_text
-        self.chunk_size = max(1, chunk_size)
-        self._host = host
-        self._lock = threading.Condition()
-        self._ids = itertools.count(1)
-        self.requests: list[RecordedRequest] = []
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # ------------------------------------------------------------------ lifecycle
-    def start(self) -> FakeOpenAIChat:
-        if self._server is not None:
-            return self
-        fake = self
-
-        class Handler(_Handler):
-            owner = fake
-
-        self._server = ThreadingHTTPServer((self._host, 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-openai-chat", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> FakeOpenAIChat:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "FakeOpenAIChat not started"
-        return self._server.server_address[1]
+        super().__init__(replies, done_text=done_text, chunk_size=chunk_size, host=host)
 
     @property
     def url(self) -> str:
         """The server's root URL (no trailing slash); the API is under ``/v1``."""
         return f"http://{self._host}:{self.port}"
 
-    # ------------------------------------------------------------------ script
-    def add_replies(self, *replies: Reply) -> None:
-        with self._lock:
-            self._script.extend(replies)
-
-    @property
-    def remaining(self) -> int:
-        with self._lock:
-            return len(self._script)
-
-    def _next_reply(self, body: dict[str, Any]) -> list[Block]:
-        with self._lock:
-            reply = self._script.pop(0) if self._script else None
-        if reply is None:
-            return [{"text": self.done_text}]
-        if callable(reply):
-            reply = reply(body)
-        return [dict(b) for b in reply]
-
-    def _record(self, rec: RecordedRequest) -> None:
-        with self._lock:
-            self.requests.append(rec)
-            self._lock.notify_all()
-
-    def _touch(self) -> None:
-        with self._lock:
-            self._lock.notify_all()
-
     # ------------------------------------------------------------------ queries
-    def snapshot(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self.requests)
-
     def completions(self) -> list[dict[str, Any]]:
         """Bodies of the ``/v1/chat/completions`` requests, in order."""
         return [r.body for r in self.snapshot() if r.reply is not None]
@@ -183,17 +106,6 @@ class FakeOpenAIChat:
         """Ids of the tool calls this fake has sent so far, in order."""
         return [b["tool_call"]["id"] for r in self.snapshot() for b in r.reply or [] if "tool_call" in b]
 
-    def wait_for(self, predicate: Callable[[list[RecordedRequest]], bool], timeout: float = 10.0) -> bool:
-        """Block (thread) until ``predicate(requests)`` holds; returns False on timeout."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while not predicate(list(self.requests)):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._lock.wait(left)
-            return True
-
     # ------------------------------------------------------------------ rendering
     def _resolve(self, blocks: list[Block]) -> str:
         """Fill in tool call ids and JSON arguments; returns the finish reason."""
@@ -214,39 +126,9 @@ class FakeOpenAIChat:
         return finish
 
 
-def _estimate_tokens(body: Any) -> int:
-    try:
-        return max(1, len(json.dumps(body)) // 4)
-    except (TypeError, ValueError):
-        return 1
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     owner: FakeOpenAIChat
-    protocol_version = "HTTP/1.1"
     server_version = "fake-openai-chat/1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
-        pass
-
-    def _read_body(self) -> Any:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        if not raw:
-            return None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw.decode("utf-8", "replace")
-
-    def _send_json(self, status: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
 
     def _route(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -260,10 +142,10 @@ class _Handler(BaseHTTPRequestHandler):
             fake._record(rec)
             model = str(body.get("model") or "fake-model")
             if body.get("stream"):
-                rec.finished = self._stream(model, blocks, finish, _estimate_tokens(body))
+                rec.finished = self._stream(model, blocks, finish, estimate_tokens(body))
             else:
                 time.sleep(sum(float(b["sleep"]) for b in blocks if "sleep" in b))
-                self._send_json(200, _completion(model, blocks, finish, _estimate_tokens(body)))
+                self._send_json(200, _completion(model, blocks, finish, estimate_tokens(body)))
                 rec.finished = True
             fake._touch()
             return
@@ -348,3 +230,6 @@ def _completion(model: str, blocks: list[Block], finish: str, in_tokens: int) ->
     return {"id": f"chatcmpl-fake-{uuid.uuid4().hex[:16]}", "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": in_tokens, "completion_tokens": out, "total_tokens": in_tokens + out}}
+
+
+FakeOpenAIChat.handler = _Handler

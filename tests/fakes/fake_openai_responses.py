@@ -43,21 +43,19 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
-import threading
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.scripted_server import Block, JsonHandler, Reply, ScriptedServer, estimate_tokens
 
 __all__ = ["DONE_TEXT", "FakeResponses", "RecordedRequest", "exec_command", "input_texts"]
 
 DONE_TEXT = "Done."
 
-Block = dict[str, Any]
-Reply = list[Block] | Callable[[dict[str, Any]], list[Block]]
 
 
 def exec_command(cmd: str, **extra: Any) -> Block:
@@ -92,95 +90,22 @@ class RecordedRequest:
     reply: list[Block] | None = None  # the blocks it was answered with (responses only)
 
 
-class FakeResponses:
+class FakeResponses(ScriptedServer):
     """Fake OpenAI Responses API on ``127.0.0.1`` (random port) in a background thread."""
+
+    thread_name = "fake-responses"
 
     def __init__(
         self, replies: Iterable[Reply] = (), *, done_text: str = DONE_TEXT, chunk_size: int = 12, host: str = "127.0.0.1"
     ) -> None:
-        self._script: list[Reply] = list(replies)
-        self.done_text = done_text
-        self.chunk_size = max(1, chunk_size)
-        self._host = host
-        self._lock = threading.Condition()
-        self._ids = itertools.count(1)
-        self.requests: list[RecordedRequest] = []
-        self.unknown: list[str] = []  # "METHOD path" of requests nothing here answers
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # ------------------------------------------------------------------ lifecycle
-    def start(self) -> FakeResponses:
-        if self._server is not None:
-            return self
-        fake = self
-
-        class Handler(_Handler):
-            owner = fake
-
-        self._server = ThreadingHTTPServer((self._host, 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-responses", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> FakeResponses:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "FakeResponses not started"
-        return self._server.server_address[1]
+        super().__init__(replies, done_text=done_text, chunk_size=chunk_size, host=host)
 
     @property
     def url(self) -> str:
         """The provider's ``base_url``: ``http://127.0.0.1:PORT/v1``."""
         return f"http://{self._host}:{self.port}/v1"
 
-    # ------------------------------------------------------------------ script
-    def add_replies(self, *replies: Reply) -> None:
-        with self._lock:
-            self._script.extend(replies)
-
-    @property
-    def remaining(self) -> int:
-        with self._lock:
-            return len(self._script)
-
-    def _next_reply(self, body: dict[str, Any]) -> list[Block]:
-        with self._lock:
-            reply = self._script.pop(0) if self._script else None
-        if reply is None:
-            return [{"text": self.done_text}]
-        if callable(reply):
-            reply = reply(body)
-        return [dict(b) for b in reply]
-
-    def _record(self, rec: RecordedRequest) -> None:
-        with self._lock:
-            self.requests.append(rec)
-            self._lock.notify_all()
-
     # ------------------------------------------------------------------ queries
-    def snapshot(self) -> list[RecordedRequest]:
-        with self._lock:
-            return list(self.requests)
-
     def responses_requests(self) -> list[dict[str, Any]]:
         """Bodies of the ``POST /v1/responses`` requests, in order."""
         return [r.body for r in self.snapshot() if r.kind == "responses"]
@@ -203,17 +128,6 @@ class FakeResponses:
     def call_ids(self) -> list[str]:
         """Ids of the function calls this fake has sent so far."""
         return [b["function_call"]["call_id"] for r in self.snapshot() for b in r.reply or [] if "function_call" in b]
-
-    def wait_for(self, predicate: Callable[[list[RecordedRequest]], bool], timeout: float = 10.0) -> bool:
-        """Block (thread) until ``predicate(requests)`` holds; returns False on timeout."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while not predicate(list(self.requests)):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._lock.wait(left)
-            return True
 
     def _resolve(self, blocks: list[Block]) -> list[Block]:
         """Fill generated ids into function calls (in place, so :meth:`call_ids` sees them)."""
@@ -241,24 +155,12 @@ def _flatten(output: Any) -> str:
     return str(output)
 
 
-def _estimate_tokens(body: Any) -> int:
-    try:
-        return max(1, len(json.dumps(body)) // 4)
-    except (TypeError, ValueError):
-        return 1
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     owner: FakeResponses
-    protocol_version = "HTTP/1.1"
     server_version = "fake-openai-responses/1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
-        pass
-
     def _read_body(self) -> Any:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        raw = self._raw_body()
         encoding = (self.headers.get("content-encoding") or "").lower()
         if raw and encoding == "gzip":
             raw = gzip.decompress(raw)
@@ -266,22 +168,10 @@ class _Handler(BaseHTTPRequestHandler):
             raw = zlib.decompress(raw)
         elif raw and encoding == "zstd":
             return {"_undecoded": "zstd", "_bytes": len(raw)}
-        if not raw:
-            return None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw.decode("utf-8", "replace")
+        return self._parse(raw)
 
-    def _send_json(self, status: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.send_header("x-request-id", f"req_fake_{uuid.uuid4().hex[:16]}")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
+    def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        super()._send_json(status, obj, {"x-request-id": f"req_fake_{uuid.uuid4().hex[:16]}", **(headers or {})})
 
     def _route(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -302,7 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
                 }
                 self._send_json(int(failure.get("status", 400)), {"error": error})
                 return
-            self._stream(str(body.get("model") or "gpt-fake"), blocks, _estimate_tokens(body))
+            self._stream(str(body.get("model") or "gpt-fake"), blocks, estimate_tokens(body))
             return
         fake._record(RecordedRequest(self.command, self.path, headers, body, "other"))
         if self.command == "GET" and path == "/v1/models":
@@ -402,3 +292,6 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client aborted the stream (the agent was interrupted)
         self.close_connection = True
+
+
+FakeResponses.handler = _Handler
