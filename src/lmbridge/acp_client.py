@@ -53,12 +53,13 @@ class AgentError(Exception):
     def __init__(self, method: str, error: Mapping[str, Any]) -> None:
         self.code = error.get("code")
         self.data = error.get("data")
+        self.message = clip(str(error.get("message", "error")), 500)  # the agent's own words
         # The reason is often in data.message (codex-acp puts the model API's message there,
         # facts.md §5) or data.details (fast-agent; the ACP TypeScript SDK's internal errors:
         # gemini-cli's session/load): "Internal error" alone says nothing.
         reason = error_reason(self.data)
         detail = f": {clip(reason, 2000)}" if isinstance(reason, str) and reason.strip() else ""
-        super().__init__(f"{method}: {clip(str(error.get('message', 'error')), 500)} (code {self.code}){detail}")
+        super().__init__(f"{method}: {self.message} (code {self.code}){detail}")
 
 
 def error_reason(data: Any) -> str | None:

@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge import __version__
+from lmbridge import __version__, auth
 from lmbridge.acp_client import AgentConnection, Incoming, Response
 from lmbridge.log import get_logger
 from lmbridge.wire import AgentSpec
@@ -62,7 +62,7 @@ class Capabilities:
     load: bool = False  # loadSession: session/load
     resume: bool = False  # sessionCapabilities.resume: session/resume
     close: bool = False  # sessionCapabilities.close: session/close
-    auth_methods: tuple[dict[str, Any], ...] = ()
+    auth_methods: tuple[auth.Method, ...] = ()  # authMethods, read by auth.methods
     # One registry of MCP servers for all the process's sessions (fast-agent 0.10.48,
     # agentInfo.name "fast-agent-acp"): each session's VS Code tools server needs its
     # own name (mcp_bridge.server_name), or a second chat's session/new is refused.
@@ -81,7 +81,7 @@ class Capabilities:
             load=caps.get("loadSession") is True,
             resume=isinstance(sessions.get("resume"), dict),
             close=isinstance(sessions.get("close"), dict),
-            auth_methods=tuple(m for m in methods if isinstance(m, dict)) if isinstance(methods, list) else (),
+            auth_methods=auth.methods(methods) if isinstance(methods, list) else (),
             shared_mcp_registry=_object(init.get("agentInfo")).get("name") == "fast-agent-acp",
         )
 

@@ -31,7 +31,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge import auth, turn
-from lmbridge.acp_client import AgentConnection, AgentError, AgentExited, Incoming, Response
+from lmbridge.acp_client import AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
 from lmbridge.agent_pool import AgentGone, AgentPool, AgentProcess
 from lmbridge.agents import auth_hint
 from lmbridge.history import Answer, Fingerprint, Last, Pending, Turn, conversation, squeezed
@@ -538,10 +538,9 @@ class SessionActor:
         restarted once its chats let go of it, so a login made meanwhile is seen."""
         if not auth.is_auth_error(exc.code):
             return None
-        reason = exc.data.get("message") if isinstance(exc.data, dict) else None
-        reason = reason if isinstance(reason, str) else str(exc).split(": ", 1)[-1].rsplit(" (code", 1)[0]
+        reason = error_reason(exc.data) or exc.message
         message, self._auth = auth.problem(
-            self.spec.id, self.spec.name or self.spec.id, reason, auth.methods(self.process.caps.auth_methods),
+            self.spec.id, self.spec.name or self.spec.id, reason, self.process.caps.auth_methods,
             [self.spec.command, *self.spec.args], auth_hint(self.spec),
         )  # fmt: skip
         self.process.retire()
@@ -562,7 +561,7 @@ class SessionActor:
         except AgentError as exc:
             # Needs a login: where a method needs nobody (its key is in the agent's
             # environment), authenticate with it and try once more (issue #12 §2).
-            method = auth.automatic(auth.methods(self.process.caps.auth_methods), {**os.environ, **self.spec.env})
+            method = auth.automatic(self.process.caps.auth_methods, {**os.environ, **self.spec.env})
             if not auth.is_auth_error(exc.code) or method is None:
                 raise
             self._step = "authenticate"
