@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lmbridge.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
+from lmbridge.mcp_bridge import STOPPED_TEXT  # noqa: E402
 from lmbridge.wire import AGENT_ACTION_TOOL  # noqa: E402
 from tests.conftest import children  # noqa: E402
 from tests.fakes.fake_openai_responses import FakeResponses, exec_command, input_texts  # noqa: E402
@@ -519,8 +520,11 @@ async def test_stop_with_a_vscode_tool_call_pending(tmp_path: Path) -> None:
             assert "OK, stopped." in text_of(call) and elapsed < 10
             last = fake.responses_requests()[-1]
             assert user_words(last)[-1] == "Stop that, just say OK."
+            # Nothing ran. Which of two "not run" answers the model gets is a race: codex
+            # aborting the call at session/cancel, or the MCP error result lmbridge gives the
+            # pending call at the Stop reaching codex first (seen in CI).
             (output,) = fake.function_call_outputs()
-            assert output["text"].startswith("aborted by user")
+            assert output["text"].startswith("aborted by user") or STOPPED_TEXT in output["text"], output["text"]
     taken = [line for line in log_of(tmp_path).splitlines() if "acp session" in line and "how=" in line]
     assert len(taken) == 1, taken
 
