@@ -132,7 +132,8 @@ def test_script_allow_writes_the_file(tmp_path: Path) -> None:
     assert proc.returncode == 0, out + proc.stderr
     assert "You said: Hello!" in out
     assert "💭 Thinking about: Hello!" in out
-    assert "⚙ permission requested: Write notes.txt (edit)" in out
+    assert "⚙ permission requested: Write notes.txt  [symposium-agent-action-edit " in out
+    assert "    The agent asks to **edit files** (kind: `edit`)." in out
     assert "[a]llow / [s]kip / s[t]op? allow" in out
     notes = tmp_path / "scratch" / "notes.txt"
     assert notes.read_text() == NOTES_HEADER + "Please write a file with my notes."

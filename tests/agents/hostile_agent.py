@@ -90,7 +90,7 @@ def text(sid: str, value: str) -> None:
 AUTO = object()
 
 
-def ask(method: str, params: Any, rid: Any = AUTO) -> str:
+def ask(method: str, params: Any, rid: Any = AUTO, **note: Any) -> str:
     """Send a request to the client (``rid``: a fresh string unless given, even null);
     returns the key its answer is logged under."""
     if rid is AUTO:
@@ -98,7 +98,7 @@ def ask(method: str, params: Any, rid: Any = AUTO) -> str:
         rid = f"h{NEXT[0]}"
     key = json.dumps(rid)
     ANSWERS[key] = threading.Event()
-    log(sent=rid, method=method)
+    log(sent=rid, method=method, **note)
     send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
     return key
 
@@ -211,9 +211,15 @@ def mix(sid: str, rng: random.Random, frames: int) -> str:
         elif k == 11:
             update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": rng.choice(["c1", "c2", "nope"]), "status": "completed",
                          "content": [{"type": "content", "content": {"type": "text", "text": "out"}}]})
-        elif k == 12:
+        elif k == 12 and rng.random() < 0.5:
             options = rng.choice([STANDARD, [], [{"optionId": "x", "kind": "allow_once", "name": "a"}] * 2, [{"optionId": "y", "kind": "weird", "name": "w"}]])
             pending.append(permission(sid, options, tool_id=f"p{n}"))
+        elif k == 12:  # a malformed permission: answered at once, never left to a timeout
+            call = {"toolCallId": f"m{n}", "title": "touch x", "kind": "execute"}
+            params = rng.choice([{"sessionId": sid, "toolCall": call, "options": 5}, {"sessionId": sid, "toolCall": call},
+                                 {"sessionId": sid, "toolCall": call, "options": [5]}, {"sessionId": sid, "options": STANDARD},
+                                 {"sessionId": sid, "toolCall": "x", "options": STANDARD}])
+            pending.append(ask("session/request_permission", params, malformed=True))
         elif k == 13:
             pending.append(ask(rng.choice(["fs/read_text_file", "terminal/create", "x/unknown"]), {"sessionId": sid, "path": "/etc/passwd"}))
         elif k == 14:

@@ -45,8 +45,9 @@ async def ask_for_bash(client: DaemonClient, marker: Path) -> tuple[list[dict], 
     assert call.result == {"stopReason": "tool_calls"}
     (perm,) = tool_calls(call)
     assert perm["name"] == AGENT_ACTION_TOOL
-    assert perm["input"]["kind"] == "execute" and str(marker) in str(perm["input"]["rawInput"])
-    assert {o["kind"] for o in perm["input"]["options"]} >= {"allow_once", "reject_once"}
+    card = perm["input"]["message"]
+    assert "**run a command**" in card and "```sh\n" in card and str(marker) in card
+    assert "The agent offered: " in card and "Allow" in card
     assert not marker.exists()  # nothing runs before the user answers
     history.append(assistant(call.parts))
     return history, perm

@@ -58,9 +58,9 @@ async def ask_to_run(client: DaemonClient, conv: copilot.Conversation, marker: P
     assert call.result == {"stopReason": "tool_calls"}, call.result
     (perm,) = tool_calls(call)
     assert perm["name"] == AGENT_ACTION_TOOL
-    assert perm["input"]["kind"] == "execute" and perm["input"]["title"] == "shell/run_command"
-    assert str(marker) in perm["input"]["rawInput"]["command"]
-    assert {o["kind"] for o in perm["input"]["options"]} == {"allow_once", "allow_always", "reject_once", "reject_always"}
+    card = perm["input"]["message"]
+    assert perm["input"]["title"] == "shell/run_command" and "**run a command**" in card
+    assert "```sh\n" in card and str(marker) in card and "The agent offered: " in card
     assert not marker.exists()  # nothing runs before the user answers
     conv.answered(call)
     return perm
@@ -291,7 +291,7 @@ async def test_two_actions_with_the_placeholder_id_pending(tmp_path: Path) -> No
                 assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, call.result)
                 perms = tool_calls(call)
                 assert len(perms) == 2 and len({p["callId"] for p in perms}) == 2
-                by_file = {("allowed" if str(allowed) in p["input"]["rawInput"]["command"] else "skipped"): p for p in perms}
+                by_file = {("allowed" if str(allowed) in p["input"]["message"] else "skipped"): p for p in perms}
                 assert set(by_file) == {"allowed", "skipped"}
                 conv.answered(call)
                 conv.result(approve(by_file["allowed"]))

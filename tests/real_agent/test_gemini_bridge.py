@@ -56,9 +56,9 @@ async def ask_for_shell(client: DaemonClient, chat: Conversation, request: str, 
     assert call.result == {"stopReason": "tool_calls"}, (call.result, call.parts)
     (perm,) = tool_calls(call)
     assert perm["name"] in ACTION_TOOLS and is_agent_action(perm)
-    assert perm["input"]["kind"] == "execute"
-    assert command in perm["input"]["title"]
-    assert {o["kind"] for o in perm["input"]["options"]} >= {"allow_once", "reject_once"}
+    card = perm["input"]["message"]
+    assert "**run a command**" in card and f"```sh\n{command}\n```" in card  # gemini names the command in its title
+    assert command in perm["input"]["title"] and "The agent offered: " in card
     chat.answered(call)
     return perm
 
