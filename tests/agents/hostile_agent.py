@@ -28,7 +28,9 @@ Modes (see ``MODES``):
   permission-at-end a permission sent just as the prompt is answered end_turn
   error-data        the prompt fails with -32603 and the reason in error.data.message
   long-stderr       30 stderr lines of 1 MB each, then exits 3 mid-turn
-  huge-title        a permission whose title is 100 KB
+  huge-title        a permission whose title (its command, kind execute) is 100 KB
+  malformed-permission  permissions whose options are 5, missing, empty or [5], whose toolCall
+                    is missing or a list: each must be answered at once, then text
   huge-diff         a tool_call carrying a 60,000-line diff
   bad-ids           requests to the client with ids of every JSON type, unknown methods,
                     responses to requests never sent
@@ -140,6 +142,21 @@ def prompt_turn(mode: str, rid: Any, sid: str, rng: random.Random, frames: int) 
         key = permission(sid, options, title="T" * 100_000 if mode == "huge-title" else "touch x")
         answer = wait(key)
         text(sid, f"outcome {json.dumps(answer)}")
+    elif mode == "malformed-permission":
+        call = {"toolCallId": "m", "title": "touch x", "kind": "execute"}
+        keys = [
+            ask("session/request_permission", params)
+            for params in (
+                {"sessionId": sid, "toolCall": call, "options": 5},
+                {"sessionId": sid, "toolCall": call},
+                {"sessionId": sid, "toolCall": call, "options": []},
+                {"sessionId": sid, "toolCall": call, "options": [5]},
+                {"sessionId": sid, "options": STANDARD},
+                {"sessionId": sid, "toolCall": [call], "options": STANDARD},
+            )
+        ]
+        answers = [wait(key, timeout=30.0) for key in keys]  # the turn waits on them, as an agent does
+        text(sid, f"survived {sum(a is not None for a in answers)} answers")
     elif mode == "permission-at-end":
         permission(sid, STANDARD)
     elif mode == "error-data":

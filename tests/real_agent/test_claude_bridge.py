@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lmbridge.client import DaemonClient, approve, assistant, skip, text_of, tool_calls, user  # noqa: E402
-from lmbridge.wire import AGENT_ACTION_TOOL  # noqa: E402
+from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.real_agent.claude import claude_bridge  # noqa: E402
 

@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 
 from lmbridge.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
 from lmbridge.mcp_bridge import STOPPED_TEXT  # noqa: E402
-from lmbridge.wire import AGENT_ACTION_TOOL  # noqa: E402
+from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: E402
 from tests.conftest import children  # noqa: E402
 from tests.fakes.fake_openai_responses import FakeResponses, exec_command, input_texts  # noqa: E402
 from tests.real_agent.acp_probe import AcpProbe, AgentError, initialize_params  # noqa: E402
