@@ -305,6 +305,24 @@ def test_a_server_named_per_session_is_bridged_under_its_own_name_only() -> None
         assert isinstance(P.route(p, AGENT_MODE, "A"), P.Grant) is granted, title
 
 
+def test_claude_names_the_tool_in_the_tool_call_it_announced_before() -> None:
+    """claude-agent-acp 0.23.1 puts ``_meta.claudeCode.toolName`` on its ``tool_call`` and
+    ``tool_call_update``, not on the permission's ``toolCall`` (as recorded): the request is
+    read over what the renderer merged for that toolCallId."""
+    from lmbridge.render import TurnRenderer
+
+    r = TurnRenderer()
+    meta = {"claudeCode": {"toolName": "mcp__vscode__grep_search"}}
+    r.update({"sessionUpdate": "tool_call", "toolCallId": "toolu_1", "_meta": meta, "rawInput": {}, "status": "pending", "title": "mcp__vscode__grep_search", "kind": "other"})
+    asked = {"toolCallId": "toolu_1", "rawInput": {"q": "TODO"}, "title": "mcp__vscode__grep_search", "kind": "other", "content": []}
+    bridge = P.Bridge("vscode", TOOLS, Profile.CLAUDE)
+    p = P.read(request(asked, CLAUDE_OPTIONS), "c", "t", r.known("toolu_1"), bridge)
+    assert isinstance(p, P.Permission) and P.route(p, AGENT_MODE, "Claude") == P.Grant("grep_search")
+    # Without what it announced, the title alone is not trusted: a card.
+    p = P.read(request(asked, CLAUDE_OPTIONS), "c", "t", None, bridge)
+    assert isinstance(P.route(p, AGENT_MODE, "Claude"), P.Ask)
+
+
 def test_profiles_by_agent_name() -> None:
     assert P.profile_of("@zed-industries/claude-agent-acp") is Profile.CLAUDE
     assert P.profile_of("gemini-cli") is Profile.GEMINI and P.profile_of("codex-acp") is Profile.CODEX

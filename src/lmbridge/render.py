@@ -128,12 +128,13 @@ class ToolState:
     content: list[Any] = field(default_factory=list)
     locations: list[Any] = field(default_factory=list)
     raw_input: Any = None
+    meta: Any = None  # its _meta: where claude-agent-acp names the tool (permissions.bridged_tool)
     started: bool = False  # start rendered
     finished: bool = False  # final status rendered
 
     def view(self) -> dict[str, Any]:
         """The call as ACP names its fields (what ``permissions.read`` merges a request over)."""
-        out: dict[str, Any] = {"toolCallId": self.id, "title": self.title or None, "kind": self.kind, "rawInput": self.raw_input}
+        out: dict[str, Any] = {"toolCallId": self.id, "title": self.title or None, "kind": self.kind, "rawInput": self.raw_input, "_meta": self.meta}
         if self.content:
             out["content"] = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in self.content]
         if self.locations:
@@ -151,6 +152,8 @@ class ToolState:
             self.locations = list(call.locations)
         if getattr(call, "raw_input", None) is not None:
             self.raw_input = call.raw_input
+        if getattr(call, "field_meta", None) is not None:
+            self.meta = call.field_meta
 
 
 def text_part(value: str) -> Part:
