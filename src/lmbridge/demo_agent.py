@@ -129,6 +129,22 @@ THOUGHT_SNIPPET = 60
 # What the "plan mode" row asks to leave plan mode with (rawInput {"plan": ...}).
 DEMO_PLAN = "1. Read the request.\n2. Answer it."
 
+
+@dataclass(frozen=True)
+class _Pretend:
+    """A permission the agent asks for an action it only pretends to take."""
+
+    title: str
+    kind: Literal["switch_mode", "execute"]
+    raw_input: dict[str, Any]
+    allowed: str
+    declined: str
+
+
+# As Claude Code's ExitPlanMode asks (kind switch_mode), and a command (kind execute).
+LEAVE_PLAN_MODE = _Pretend("Leave plan mode", "switch_mode", {"plan": DEMO_PLAN}, "Plan mode left.\n", "I stayed in plan mode: permission was declined.\n")
+RUN_DATE = _Pretend("Run date", "execute", {"command": "date", "description": "Print the date"}, "I ran `date`.\n", "I did not run it: permission was declined.\n")
+
 # Option ids deliberately differ from the kinds: clients must choose by kind.
 PERMISSION_OPTIONS: tuple[PermissionOption, ...] = (
     PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
@@ -272,9 +288,9 @@ class DemoAgent:
                 await self._update(sid, acp.update_agent_message_text(f"chunk {n} "))
                 await anyio.sleep(SLOW_DELAY)
         elif leaves_plan_mode:
-            await self._leave_plan_mode(session, scope)
+            await self._pretend(session, scope, LEAVE_PLAN_MODE)
         elif runs:
-            await self._run_command(session, scope)
+            await self._pretend(session, scope, RUN_DATE)
         else:
             reply = f"Hello from the demo agent. You said: {text}"
             await self._say(sid, reply.upper() if session.model == "loud" else reply)
@@ -324,42 +340,18 @@ class DemoAgent:
         )
         await self._say(sid, f"I wrote `{path}`.\n")
 
-    async def _leave_plan_mode(self, session: _Session, scope: anyio.CancelScope) -> None:
-        """Ask to leave plan mode, as Claude Code's ExitPlanMode does (kind switch_mode)."""
+    async def _pretend(self, session: _Session, scope: anyio.CancelScope, action: _Pretend) -> None:
+        """Ask permission for ``action`` and say how it went; allowed, it only pretends: nothing runs."""
         sid = session.session_id
-        call_id = f"mode-{uuid.uuid4().hex[:12]}"
-        start = acp.start_tool_call(
-            call_id, "Leave plan mode", kind="switch_mode", status="pending", raw_input={"plan": DEMO_PLAN}
-        )
+        call_id = f"{action.kind}-{uuid.uuid4().hex[:12]}"
+        start = acp.start_tool_call(call_id, action.title, kind=action.kind, status="pending", raw_input=action.raw_input)
         await self._update(sid, start)
         kind = await self._ask_permission(sid, start, scope)
         if kind is None:
             return
-        if kind.startswith("reject"):
-            await self._update(sid, acp.update_tool_call(call_id, status="failed"))
-            await self._say(sid, "I stayed in plan mode: permission was declined.\n")
-            return
-        await self._update(sid, acp.update_tool_call(call_id, status="completed"))
-        await self._say(sid, "Plan mode left.\n")
-
-    async def _run_command(self, session: _Session, scope: anyio.CancelScope) -> None:
-        """Ask to run ``date`` (kind execute). Allowed, it only pretends: nothing runs."""
-        sid = session.session_id
-        call_id = f"run-{uuid.uuid4().hex[:12]}"
-        start = acp.start_tool_call(
-            call_id, "Run date", kind="execute", status="pending",
-            raw_input={"command": "date", "description": "Print the date"},
-        )  # fmt: skip
-        await self._update(sid, start)
-        kind = await self._ask_permission(sid, start, scope)
-        if kind is None:
-            return
-        if kind.startswith("reject"):
-            await self._update(sid, acp.update_tool_call(call_id, status="failed"))
-            await self._say(sid, "I did not run it: permission was declined.\n")
-            return
-        await self._update(sid, acp.update_tool_call(call_id, status="completed"))
-        await self._say(sid, "I ran `date`.\n")
+        allowed = not kind.startswith("reject")
+        await self._update(sid, acp.update_tool_call(call_id, status="completed" if allowed else "failed"))
+        await self._say(sid, action.allowed if allowed else action.declined)
 
     async def _ask_permission(
         self,
