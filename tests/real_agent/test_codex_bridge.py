@@ -84,7 +84,8 @@ async def ask_for_command(client: DaemonClient, conv: Conversation, text: str, m
     (perm,) = tool_calls(call)
     assert perm["name"] == AGENT_ACTION_TOOL
     card = perm["input"]["message"]
-    assert "**run a command**" in card and f"```sh\ntouch {marker}\n```" in card  # codex's argv shown as its script
+    assert "**run a command**" in card and "```sh\n" in card and f"touch {marker}\n```" in card
+    assert "/bin/bash" not in card  # codex's ["/bin/bash", "-lc", script] is shown as the script
     assert "The agent offered: " in card
     assert not marker.exists()  # nothing runs before the user answers
     conv.answered(call)
@@ -299,7 +300,7 @@ async def test_without_the_action_tools_the_command_is_declined_and_the_turn_fin
             with anyio.fail_after(TIMEOUT):
                 call = await client.chat(MODEL, conv.ask("Please create ran.txt"), timeout=TIMEOUT, options=ask_mode, agent_mode=False)
             assert call.error is None and call.result == {"stopReason": "end_turn"}, (call.error, call.result)
-            assert f"Codex wanted to: touch {marker} (execute). Declined: approving agent actions needs Agent mode." in text_of(call)
+            assert f"Codex wanted to run a command: `touch {marker}`. Declined: approving agent actions needs Agent mode." in text_of(call)
             assert not marker.exists() and tool_calls(call) == []
             assert len(fake.responses_requests()) == 1  # the turn ended at the reject
 
