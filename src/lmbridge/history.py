@@ -71,7 +71,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -133,7 +133,10 @@ class Fingerprint:
 
     @classmethod
     def of_message(cls, message: Message) -> Fingerprint:
-        return _memo(_FINGERPRINTS, message, cls._of_message)
+        memo = _FINGERPRINTS.get(id(message))  # the hot path (every assistant message of every request), inline
+        if memo is not None and memo[0]() is message:
+            return memo[1]
+        return _remember(_FINGERPRINTS, message, cls._of_message(message))
 
     @classmethod
     def _of_message(cls, message: Message) -> Fingerprint:
@@ -164,14 +167,10 @@ _FINGERPRINTS: dict[int, tuple[weakref.ref[Message], Fingerprint]] = {}
 _USER_KEYS: dict[int, tuple[weakref.ref[Message], UserKey]] = {}
 
 
-def _memo(table: dict[int, tuple[weakref.ref[Message], _T]], message: Message, compute: Callable[[Message], _T]) -> _T:
-    """``compute(message)``, once per (frozen) message object: the server hands the same
-    objects back for the messages VS Code replays, so each is digested once."""
+def _remember(table: dict[int, tuple[weakref.ref[Message], _T]], message: Message, value: _T) -> _T:
+    """Keep ``value`` as what was computed of ``message`` (a frozen object): the server hands
+    the same objects back for the messages VS Code replays, so each is digested once."""
     key = id(message)
-    memo = table.get(key)
-    if memo is not None and memo[0]() is message:
-        return memo[1]
-    value = compute(message)
 
     def forget(_: weakref.ref[Message], key: int = key) -> None:
         table.pop(key, None)
@@ -190,7 +189,10 @@ class UserKey:
 
     @classmethod
     def of_message(cls, message: Message) -> UserKey:
-        return _memo(_USER_KEYS, message, cls._of_message)
+        memo = _USER_KEYS.get(id(message))
+        if memo is not None and memo[0]() is message:
+            return memo[1]
+        return _remember(_USER_KEYS, message, cls._of_message(message))
 
     @classmethod
     def _of_message(cls, message: Message) -> UserKey:
