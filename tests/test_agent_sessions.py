@@ -282,3 +282,168 @@ async def test_the_index_keeps_when_each_chat_was_last_used(scripted: Any, daemo
             ok(await c.chat(agent.id, [user("hello")]))
     saved = {e["resume"]: e["saved"] for e in index.load()}
     assert saved["old-session"] == 1000.0 and saved["s1"] > 1000.0
+
+
+# ---------------------------------------------------------------- which chat a request belongs to
+
+
+def rendered(words: str, *, current: bool) -> dict[str, Any]:
+    """A user turn as Copilot renders it (the current one in full scaffolding, an earlier
+    one with less): every turn of every chat shares most of its lines with the others."""
+    from tests.real_agent import copilot
+
+    return copilot.user_turn(words, current=current)
+
+
+def copilot_request(turns: list[tuple[str, Any]], new: str, workspace: Path) -> list[dict[str, Any]]:
+    """What Copilot sends: its system prompt, its global context, each earlier (words,
+    answer) pair replayed, and the new words as the current turn."""
+    from tests.real_agent import copilot
+
+    messages = [copilot.system_message(), copilot.global_context(workspace)]
+    for words, answer in turns:
+        messages += [rendered(words, current=False), assistant(answer.parts)]
+    return [*messages, rendered(new, current=True)]
+
+
+async def test_two_chats_with_identical_answers_never_swap_sessions(scripted: Any, shared: Any, tmp_path: Path) -> None:
+    """Chat A says "remember alpha", chat B "remember bravo", the agent answers "OK" to
+    both; each chat's next turn goes to its own session, which remembers its own word."""
+    agent = scripted({"turns_per_session": True, "turns": [[{"text": "OK"}], [{"recall": "You told me: "}]]})
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            first = {}
+            for name in ("alpha", "bravo"):
+                first[name] = await c.chat(agent.id, copilot_request([], f"remember {name}", tmp_path))
+                ok(first[name])
+                assert text_of(first[name]) == "OK"
+            for name in ("alpha", "bravo"):  # A first: B is the more recent session
+                second = await c.chat(agent.id, copilot_request([(f"remember {name}", first[name])], "what did I ask you to remember?", tmp_path))
+                ok(second)
+                assert text_of(second) == f"You told me: remember {name}", name
+    sessions = {p["text"]: p["sessionId"] for p in agent.prompts()}
+    assert sessions["remember alpha"] != sessions["remember bravo"]
+    assert len(agent.events("session_new")) == 2  # no fresh session either: each chat kept its own
+
+
+async def test_two_identical_chats_never_continue_each_others_session(scripted: Any, shared: Any, tmp_path: Path) -> None:
+    """Same words, same answers: nothing byte-stable tells the chats apart, so their next
+    requests go to fresh sessions told the conversation, never to the other's session."""
+    agent = scripted({"turns_per_session": True, "turns": [[{"text": "OK"}]], "default_turn": [{"recall": "Told: "}]})
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            a = await c.chat(agent.id, copilot_request([], "hello", tmp_path))
+            b = await c.chat(agent.id, copilot_request([], "hello", tmp_path))
+            ok(a), ok(b)
+            again = await c.chat(agent.id, copilot_request([("hello", a)], "and now?", tmp_path))
+            ok(again)
+    prompts = agent.prompts()
+    assert [p["sessionId"] for p in prompts] == ["s1", "s2", "s3"]
+    assert prompts[2]["blocks"][0]["text"].startswith(CONTEXT_OPEN) and prompts[2]["blocks"][-1]["text"] == "and now?"
+
+
+# ---------------------------------------------------------------- a session is never lost by a classification
+
+
+def asking_turn() -> list[dict[str, Any]]:
+    return [{"text": "May I?"}, {"permission": {"toolCall": {"toolCallId": "x1", "title": "Run make", "kind": "execute"}}, "id": "p1"},
+            {"branch": "p1", "allow": [{"text": "Ran it."}], "reject": [{"text": "Did not run it."}], "cancelled": []}]  # fmt: skip
+
+
+async def late_answer(c: Any, agent: Any, first: Any, how: str) -> Any:
+    from lmbridge.client import approve, skip, tool_calls
+
+    (part,) = tool_calls(first)
+    result = approve(part) if how == "allow" else skip(part)
+    return await c.chat(agent.id, [user("run make"), assistant(first.parts), result])
+
+
+def assert_woken(agent: Any, how: str) -> None:
+    """The late answer went to the chat's own session, taken up again (session/resume of s1),
+    with a prompt saying what became of the card and no token; nothing was approved."""
+    (resumed,) = agent.frames("session/resume")
+    assert resumed["params"]["sessionId"] == "s1" and len(agent.events("session_new")) == 1
+    last = agent.prompts()[-1]
+    assert last["sessionId"] == "s1" and len(last["blocks"]) == 1
+    assert ("approved it" if how == "allow" else "declined it") in last["text"] and CONTEXT_OPEN not in last["text"]
+    assert all(o["kind"] != "allow_once" for o in agent.outcomes())
+
+
+@pytest.mark.parametrize("how", ["allow", "skip"])
+async def test_a_late_answer_after_an_eviction_wakes_the_dormant_session(scripted: Any, daemon: Any, how: str) -> None:
+    agent = scripted({"initialize": CAPS["resume"], "turns": [asking_turn()], "default_turn": [{"text": "Woken."}]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], args=["--idle-timeout", "0.3"]) as c:
+            first = await c.chat(agent.id, [user("run make")])
+            ok(first, "tool_calls")
+            await eventually(lambda: agent.frames("session/close"), what="the session evicted with its card shown")
+            second = await late_answer(c, agent, first, how)
+            ok(second)
+            assert text_of(second) == "Woken."
+    assert_woken(agent, how)
+
+
+async def test_a_late_answer_after_a_crash_wakes_the_dormant_session(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    agent = scripted({"initialize": CAPS["resume"], "turns": [asking_turn()], "default_turn": [{"text": "Woken."}]})
+    log = tmp_path / "daemon.stderr"
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(agent.id, [user("run make")])
+            ok(first, "tool_calls")
+            (pid,) = agent.pids()
+            os.kill(pid, 9)
+            # The user answers the card after the daemon has seen the crash (a moment later).
+            await eventually(lambda: "session asleep" in log.read_text(), what="the session asleep after the crash")
+            agent.write({"initialize": CAPS["resume"], "default_turn": [{"text": "Woken."}]})  # for the new process
+            second = await late_answer(c, agent, first, "allow")
+            ok(second)
+            assert text_of(second) == "Woken."
+    assert len(agent.pids()) == 2
+    assert_woken(agent, "allow")
+
+
+async def test_a_late_answer_after_a_daemon_restart_wakes_the_dormant_session(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"initialize": CAPS["resume"], "turns": [asking_turn()], "default_turn": [{"text": "Woken."}]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(agent.id, [user("run make")])
+            ok(first, "tool_calls")
+        agent.write({"initialize": CAPS["resume"], "default_turn": [{"text": "Woken."}]})  # for the new process
+        async with daemon([agent]) as c:
+            second = await late_answer(c, agent, first, "skip")
+            ok(second)
+            assert text_of(second) == "Woken."
+    assert_woken(agent, "skip")
+
+
+async def test_busy_keeps_the_resume_token_of_a_returning_chat(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    """One session allowed: chat B's closes chat A's (A sleeps); A comes back while B streams
+    and is refused ("busy"); A's retry, once B is done, still resumes A's own session."""
+    gate = tmp_path / "b-may-finish"
+    agent = scripted({"initialize": CAPS["resume"], "turns_per_session": True, "turns": [
+        [{"text": "First answer."}],
+    ], "default_turn": [{"text": "ok"}]})  # fmt: skip
+    b_turn = [{"text": "B streams"}, {"sleep": 60}]
+    with anyio.fail_after(LIMIT * 2):
+        async with daemon([agent], args=["--max-agent-processes", "1"]) as c:
+            a_first = await c.chat(agent.id, [user("chat A")])
+            ok(a_first)
+            agent.write({"initialize": CAPS["resume"], "turns_per_session": True, "turns": [b_turn], "default_turn": [{"text": "A resumed."}]})
+            # The scenario is read when a process starts: B's long turn needs a new one.
+            (pid,) = agent.pids()
+            os.kill(pid, 9)
+            await eventually(lambda: not alive(pid), what="the agent gone")
+            b = await c.start(CHAT, {"modelId": agent.id, "messages": [user("chat B")], "options": {}})
+            await eventually(lambda: b.parts, what="chat B streaming")
+            a_history = [user("chat A"), assistant(a_first.parts), user("A again")]
+            busy = await c.chat(agent.id, a_history)
+            assert busy.error is not None and "busy" in busy.error.message
+            await c.cancel(b)
+            gate.touch()
+            retry = await c.chat(agent.id, a_history)
+            ok(retry)
+            assert text_of(retry) == "A resumed."
+    resumed = [f["params"]["sessionId"] for f in agent.frames("session/resume")]
+    assert resumed[-1] == "s1"
+    last = agent.prompts()[-1]
+    assert last["sessionId"] == "s1" and [b["text"] for b in last["blocks"]] == ["A again"]

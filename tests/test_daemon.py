@@ -569,7 +569,7 @@ async def test_two_concurrent_chats_never_cross(scripted: Any, shared: Any) -> N
     assert first_of["A"] != first_of["B"]
 
 
-async def test_identical_new_chats_get_their_own_sessions(scripted: Any, shared: Any) -> None:
+async def test_identical_chats_never_continue_a_session_that_could_be_the_others(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[{"sleep": 0.2}, {"text": "Same answer."}], [{"text": "Second answer."}]], "turns_per_session": True})
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
@@ -591,9 +591,12 @@ async def test_identical_new_chats_get_their_own_sessions(scripted: Any, shared:
                 ok(call)
     prompts = agent.prompts()
     assert len(agent.pids()) == 1
-    follow_ups = [p for p in prompts if p["text"] == "follow-up"]
-    # Each request went to a session that had seen "hello", and not both to the same one.
-    assert len(follow_ups) == 2 and {p["sessionId"] for p in follow_ups} == {"s1", "s2"}
+    follow_ups = [p for p in prompts if p["blocks"][-1]["text"] == "follow-up"]
+    # Nothing tells the two chats apart (same words, same answer): neither request may
+    # continue a session that could be the other chat's. Each goes to a fresh session
+    # told the conversation.
+    assert len(follow_ups) == 2 and {p["sessionId"] for p in follow_ups} == {"s3", "s4"}
+    assert all(p["blocks"][0]["text"].startswith(CONTEXT_OPEN) for p in follow_ups)
 
 
 async def test_rerendered_system_prompt_and_user_context_still_match(scripted: Any, shared: Any) -> None:

@@ -462,3 +462,201 @@ def test_every_mcp_call_gets_exactly_one_result(steps):
         for c in core.forget(s).pending:
             resolve(c.call_id, "closed")
     assert resolved == {c: 1 for c in calls}
+
+
+# ---------------------------------------------------------------- chat identity: what is byte-stable
+
+SCAFFOLD = (
+    "<environment_info>\nThe user's current OS is: Linux\n</environment_info>\n"
+    "<workspace_info>\nI am working in a workspace with the following folders:\n- /work\n</workspace_info>\n"
+)
+REMINDERS = (
+    "<reminderInstructions>\nWhen using the insert_edit_into_file tool, avoid repeating existing code.\n"
+    "Prefer the replace_string_in_file tool for making edits.\nDo not ask the user to apply changes.\n"
+    "Keep your answers short and impersonal.\n</reminderInstructions>\n"
+)
+
+
+def cur(words: str, date: str = "2026-11-25") -> Message:
+    """A user turn as Copilot renders the current one: full scaffolding around the words."""
+    return u(f"<context>\nThe current date is {date}.\n</context>\n{REMINDERS}<userRequest>\n{words}\n</userRequest>\n")
+
+
+def past(words: str, date: str = "2026-11-25") -> Message:
+    """The same turn replayed later: less scaffolding, the same words."""
+    return u(f"<context>\nThe current date is {date}.\n</context>\n<userRequest>\n{words}\n</userRequest>\n")
+
+
+def copilot_chat(core: HistoryCore, words: str, answer: Message, now: float, **end) -> tuple[str, list[Message]]:
+    """A new Copilot chat (system prompt, global context, the rendered turn) answered ``answer``."""
+    turn = core.begin("m", [sysm("copilot v1"), u(SCAFFOLD), cur(words)], now)
+    assert turn.fresh
+    core.end(turn.session_id, fp(answer), end.get("last", Last.DONE), list(end.get("pending", ())), now + 0.5)
+    return turn.session_id, [sysm("copilot v2"), u(SCAFFOLD), past(words)]
+
+
+def test_identical_answers_and_different_words_never_swap():
+    # Chat A "remember alpha", chat B "remember bravo", the agent answers "OK" to both;
+    # every user turn shares most of its lines with every other (Copilot's scaffolding).
+    core = HistoryCore()
+    sa, ha = copilot_chat(core, "remember alpha", a("OK"), 0)
+    sb, hb = copilot_chat(core, "remember bravo", a("OK"), 1)  # B is the more recent
+    turn = core.begin("m", ha + [a("OK"), cur("what did I ask you to remember?")], 2)
+    assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, sa)
+    core.end(sa, fp(a("alpha")), Last.DONE, [], 3)
+    turn = core.begin("m", hb + [a("OK"), cur("what did I ask you to remember?")], 4)
+    assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, sb)
+
+
+def test_identical_stopped_turns_with_different_words_never_swap():
+    # Every turn stopped at its card: no answer of ours to match on, only the words.
+    core = HistoryCore()
+    pa, pb = Pending("ca", "TA"), Pending("cb", "TB")
+    sa, ha = copilot_chat(core, "delete build/", a("asking", "ca"), 0, last=Last.PENDING, pending=[pa])
+    sb, hb = copilot_chat(core, "delete dist/", a("asking", "cb"), 1, last=Last.PENDING, pending=[pb])
+    turn = core.begin("m", ha + [cur("no, keep it")], 2)
+    assert (turn.kind, turn.session_id, turn.answers) == (Kind.STOPPED, sa, {"ca": Answer.CANCELLED})
+    turn = core.begin("m", hb + [cur("no, keep it")], 3)
+    assert (turn.kind, turn.session_id, turn.answers) == (Kind.STOPPED, sb, {"cb": Answer.CANCELLED})
+
+
+def test_identical_words_and_answers_go_to_a_fresh_session_never_the_other_chats():
+    core = HistoryCore()
+    sa, ha = copilot_chat(core, "hello", a("Hi."), 0)
+    sb, hb = copilot_chat(core, "hello", a("Hi."), 1)
+    assert ha == hb  # nothing byte-stable tells the two chats apart
+    req = ha + [a("Hi."), cur("and now?")]
+    turn = core.begin("m", req, 2)
+    assert turn.fresh and turn.session_id not in (sa, sb) and turn.kind is Kind.DIVERGENCE
+    assert turn.context + turn.prompt == tuple(conversation(req))  # the conversation as context
+    assert not core.sessions[sa].busy and not core.sessions[sb].busy  # neither was touched
+
+
+def test_identical_chats_are_told_apart_by_what_else_they_hold():
+    # Same first words, same answers; A went on before B started: each request holds a
+    # turn the other chat's session never saw, or misses one it did.
+    core = HistoryCore()
+    sa, ha = copilot_chat(core, "hello", a("OK"), 0)
+    turn = core.begin("m", ha + [a("OK"), cur("again")], 1)
+    assert turn.session_id == sa
+    core.end(sa, fp(a("OK")), Last.DONE, [], 2)
+    sb, hb = copilot_chat(core, "hello", a("OK"), 3)
+    turn = core.begin("m", hb + [a("OK"), cur("something else")], 4)
+    assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, sb)
+    core.end(sb, fp(a("OK")), Last.DONE, [], 5)
+    turn = core.begin("m", ha + [a("OK"), past("again"), a("OK"), cur("and again")], 6)
+    assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, sa)
+
+
+def test_a_session_that_did_not_see_the_answer_that_names_it_is_not_continued():
+    # B's session is gone; A's holds the same first turn and answer. B's request also
+    # holds a later answer "OK" that A never emitted: it must not go to A.
+    core = HistoryCore()
+    sa, ha = copilot_chat(core, "hello", a("OK"), 0)
+    sb, hb = copilot_chat(core, "hello", a("OK"), 1)
+    core.begin("m", hb + [a("OK"), cur("second")], 2)  # ambiguous: fresh session sc
+    for sid in list(core.sessions):
+        if sid != sa:
+            core.forget(sid)
+    req = hb + [a("OK"), past("second"), a("OK"), cur("third")]
+    turn = core.begin("m", req, 3)
+    assert turn.fresh and turn.session_id != sa
+
+
+@pytest.mark.parametrize(
+    "current, replayed",
+    [
+        (cur("fix the bug"), past("fix the bug")),
+        (cur("fix   the\nbug "), past("fix the bug")),  # whitespace is not part of the words
+        (u("<context>editor: a.py</context>\nfix the bug"), u("fix the bug")),  # no userRequest
+        (cur("<b>literal tags</b> typed"), past("<b>literal tags</b> typed")),
+    ],
+)
+def test_the_users_words_are_matched_however_copilot_renders_them(current, replayed):
+    core = HistoryCore()
+    turn = core.begin("m", [u(SCAFFOLD), current], 0)
+    core.end(turn.session_id, fp(a("done")), Last.DONE, [], 1)
+    t2 = core.begin("m", [u(SCAFFOLD + "<repoMemory>changed</repoMemory>\n"), replayed, a("done"), cur("next")], 2)
+    assert (t2.kind, t2.session_id) == (Kind.CONTINUATION, turn.session_id)
+
+
+def test_other_words_before_an_answer_of_ours_diverge():
+    core = HistoryCore()
+    sid, hist = copilot_chat(core, "fix the bug", a("Fixed."), 0)
+    turn = core.begin("m", hist[:-1] + [past("fix the other bug"), a("Fixed."), cur("thanks")], 1)
+    assert turn.fresh and turn.session_id != sid
+
+
+# ---------------------------------------------------------------- a session is never lost by a classification
+
+
+def asleep_at_a_card(core: HistoryCore, token: str = "T1") -> tuple[str, list[Message]]:
+    """A chat whose response waits on card c1 when its agent session ends (eviction, a
+    crash): the session sleeps, resumable as acp-1."""
+    sid, hist = start(core, "go", a("asking", "c1"), last=Last.PENDING, pending=[Pending("c1", token)])
+    core.sessions[sid].resume = "acp-1"
+    assert core.sleep(sid)
+    assert core.sessions[sid].last is Last.INTERRUPTED and core.sessions[sid].dormant
+    return sid, hist
+
+
+@pytest.mark.parametrize(
+    "tail, kind, told, new",
+    [
+        ([tr("c1", "T1")], Kind.LATE_ANSWERS, "approved it", None),  # a late Allow
+        ([tr("c1", VSCODE_SKIP_TEXT)], Kind.LATE_ANSWERS, "declined it", None),  # a late Skip
+        ([tr("c1", "T9")], Kind.LATE_ANSWERS, "answered it", None),  # not the token: not "approved"
+        ([tr("c1", "T1"), u("do this instead")], Kind.CONTINUATION, "approved it", "do this instead"),
+        ([u("do this instead")], Kind.CONTINUATION, None, "do this instead"),  # the round replayed, a new message
+    ],
+)
+def test_a_late_answer_or_message_for_a_dormant_card_wakes_its_session(tail, kind, told, new):
+    core = HistoryCore()
+    sid, hist = asleep_at_a_card(core)
+    turn = core.begin("m", hist + tail, 2)
+    assert (turn.kind, turn.session_id, turn.resume, turn.fresh) == (kind, sid, "acp-1", False)
+    assert turn.answers == {"c1": Answer.CANCELLED} and turn.results == {} and not turn.cancel_first
+    texts = [p.value for m in turn.prompt for p in m.content if hasattr(p, "value")]
+    assert "T1" not in " ".join(texts)  # a token never reaches the agent
+    if told:
+        assert told in texts[0]  # the agent is told first what became of its request
+    else:
+        assert not any("interrupted" in t for t in texts)
+    if new:
+        assert texts[-1] == new
+    else:
+        assert len(texts) == 1
+    assert not any(isinstance(p, ToolResultPart) for m in turn.prompt for p in m.content)
+
+
+def test_stop_at_a_dormant_card_then_a_new_message_wakes_its_session():
+    core = HistoryCore()
+    sid, hist = asleep_at_a_card(core)
+    turn = core.begin("m", hist[:1] + [u("never mind, do this")], 2)  # the round dropped
+    assert (turn.kind, turn.session_id, turn.resume) == (Kind.CONTINUATION, sid, "acp-1")
+    assert turn.answers == {"c1": Answer.CANCELLED} and turn.prompt == (u("never mind, do this"),)
+
+
+def test_a_woken_session_that_was_restored_says_answered_not_approved():
+    # A restored card has no token (none is persisted): nothing can tell an Allow.
+    core = HistoryCore()
+    sid, hist = asleep_at_a_card(core)
+    data = core.export(sid)
+    new = HistoryCore()
+    rid = new.restore(data, 0.0)
+    turn = new.begin("m", hist + [tr("c1", "T1")], 1)
+    assert (turn.kind, turn.session_id, turn.resume) == (Kind.LATE_ANSWERS, rid, "acp-1")
+    assert turn.answers == {"c1": Answer.CANCELLED} and "answered it" in turn.prompt[0].content[0].value
+
+
+def test_plan_changes_nothing():
+    core = HistoryCore()
+    sid, hist = asleep_at_a_card(core)
+    before = repr(core.sessions[sid])
+    plan = core.plan("m", hist + [tr("c1", "T1")])
+    assert (plan.session_id, plan.kind) == (sid, Kind.LATE_ANSWERS)
+    assert repr(core.sessions[sid]) == before and core.sessions[sid].dormant
+    fresh = core.plan("m", [u("a new chat")])
+    assert fresh.session_id is None and len(core.sessions) == 1
+    turn = core.begin("m", hist + [tr("c1", "T1")], 2, plan=plan)
+    assert turn.resume == "acp-1" and turn.kind is Kind.LATE_ANSWERS

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from test_history import a, fp, start, tr, u
 
 from lmbridge.history import MAX_DORMANT, HistoryCore, HistoryError, Kind, Last, Pending
+from lmbridge.permissions import Answer
 from lmbridge.session_index import MAX_ENTRIES, SessionIndex, entry, state_dir
 
 
@@ -39,18 +40,29 @@ def test_a_dormant_session_wakes_with_its_resume_token_and_only_what_it_has_not_
     assert again.resume is None  # awake: nothing to take up
 
 
-def test_a_turn_pending_when_the_agent_session_ended_is_cancelled_and_approves_nothing() -> None:
+def test_a_turn_pending_when_the_agent_session_ended_is_interrupted_and_a_late_allow_approves_nothing() -> None:
     core = HistoryCore()
     ask = a("may I?", "call-1")
     sid, history = start(core, "do it", ask, last=Last.PENDING, pending=[Pending("call-1", "tok")])
     core.sessions[sid].resume = "acp-1"
     core.sleep(sid)
-    assert core.sessions[sid].last is Last.CANCELLED
-    # The user clicks Allow on the old card with the right token: the agent's turn is gone.
-    turn = core.begin("m", [*history, tr("call-1", "tok")], 5)
-    assert turn.kind is Kind.DIVERGENCE and turn.resume is None
+    assert core.sessions[sid].last is Last.INTERRUPTED
     data = core.export(sid)
     assert data is not None and "tok" not in json.dumps(data)  # no approval token persisted
+    # The user clicks Allow on the old card with the right token: the agent's turn is gone,
+    # its session is woken (not replaced) and told; the card is answered cancelled.
+    turn = core.begin("m", [*history, tr("call-1", "tok")], 5)
+    assert (turn.kind, turn.session_id, turn.resume) == (Kind.LATE_ANSWERS, sid, "acp-1")
+    assert turn.answers == {"call-1": Answer.CANCELLED} and not turn.cancel_first
+    assert "tok" not in repr(turn.prompt) and "approved" in turn.prompt[0].content[0].value  # type: ignore[union-attr]
+
+
+def test_an_older_index_entry_of_a_turn_that_waited_on_cards_restores_interrupted() -> None:
+    data = {"model": "m", "resume": "r", "items": [["u", []], ["a", "00" * 16, "", ["c1"]]], "last": "cancelled",
+            "pending": [["c1", False]], "unacked": True}  # fmt: skip
+    core = HistoryCore()
+    sid = core.restore(data, 0.0)
+    assert core.sessions[sid].last is Last.INTERRUPTED and core.sessions[sid].items[0].words is None
 
 
 def test_at_most_max_dormant_sessions_sleep_the_oldest_go_first() -> None:

@@ -12,15 +12,27 @@ Rules of this file (after h11's ``_state.py``):
 Theory of operation
 -------------------
 VS Code sends no session id: every ``provideLanguageModelChatResponse`` carries
-the whole conversation again (facts.md §1). Copilot re-renders its system
+the whole conversation again. Copilot re-renders its system
 prompt and every user turn on each request, so user text is not byte-stable.
-What *is* stable is what the daemon itself emitted: the text of each response
-and the callIds of its tool calls. So a session is a list of ``Item``s, one per
-non-system VS Code message the agent has seen, where assistant items carry a
-``Fingerprint`` of the response and user items carry only the callIds of the
-tool results in them. A request is aligned against a session position by
-position: roles must agree, assistant fingerprints must be equal, tool-result
-callIds must be equal; plain user text is never compared.
+What *is* stable is what the daemon itself emitted (the text of each response
+and the callIds of its tool calls) and, inside each user turn, the user's own
+words (``user_turn.words``: the request element's content, which Copilot renders
+the same in the current turn and in the same turn replayed). So a session is a
+list of ``Item``s, one per non-system VS Code message the agent has seen:
+assistant items carry a ``Fingerprint`` of the response, user items the callIds
+of the tool results in them and a digest of the user's words. A request is
+aligned against a session position by position, and every one of these must be
+equal; nothing is compared loosely.
+
+Which sessions are tried: those that emitted the request's last assistant
+message the daemon knows (by callId, else by text digest), or, when the request
+holds no assistant message at all (every turn was stopped), those whose first
+words are the request's. A session is continued only when it aligns, accounts
+for the message that named it, and accounts for more of the request than any
+other: two chats whose answers are identical but whose words differ never
+align with each other's requests; two chats identical in everything the daemon
+can compare (same words, same answers) cannot be told apart, and the request
+goes to a fresh session told the conversation, never to either.
 
 A session's last response may be *acknowledged* (it appears in the request) or
 *absent* (VS Code dropped it: the user pressed Stop while our tool call waited
@@ -35,9 +47,19 @@ its view equals VS Code's.
 
 A session whose agent session ended but can be taken up again (evicted, its
 agent restarted, or restored from the index a previous daemon persisted) is
-*dormant* (issue #11): matched like any other, and the turn that wakes it
-carries ``resume``, the opaque token (the agent's ACP sessionId) the actors use
-to continue the agent's own session, with its own memory of the chat.
+*dormant*: matched like any other, and the turn that wakes it carries
+``resume``, the opaque token (the agent's ACP sessionId) the actors use to
+continue the agent's own session, with its own memory of the chat. A response
+that was waiting on permissions when its agent session ended is
+``INTERRUPTED``: its cards can no longer be answered, so a late Allow or Skip
+(or a new message) wakes the session all the same, answers those cards
+``CANCELLED`` and tells the agent what the user chose (``late_note``); it is
+never a divergence, which would move the chat to a fresh session for good.
+
+``plan`` decides where a request goes and changes nothing; ``begin`` carries a
+plan out. The history actor checks the session cap between the two, so a
+request refused for the cap leaves every session, dormant ones and their
+resume tokens included, as it was.
 
 What a pending permission is answered is the permission rule's (``permissions.answer``):
 approval needs the exact per-call token in the tool result (Skip produces a tool result
@@ -51,11 +73,14 @@ import hashlib
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from lmbridge import permissions
 from lmbridge.permissions import Answer
-from lmbridge.user_turn import is_scaffolding
+from lmbridge.user_turn import is_scaffolding, words
 from lmbridge.wire import VSCODE_SKIP_TEXT, DataPart, Message, TextPart, ToolCallPart, ToolResultPart
+
+_T = TypeVar("_T")
 
 
 class HistoryError(Exception):
@@ -108,21 +133,16 @@ class Fingerprint:
 
     @classmethod
     def of_message(cls, message: Message) -> Fingerprint:
-        # Memoised per (frozen) message object: the server hands the same objects
-        # back for the messages VS Code replays, so each is digested once.
-        memo = _MEMO.get(id(message))
+        memo = _FINGERPRINTS.get(id(message))  # the hot path (every assistant message of every request), inline
         if memo is not None and memo[0]() is message:
             return memo[1]
+        return _remember(_FINGERPRINTS, message, cls._of_message(message))
+
+    @classmethod
+    def _of_message(cls, message: Message) -> Fingerprint:
         text = "".join(p.value for p in message.content if isinstance(p, TextPart))
         calls = tuple(p.callId for p in message.content if isinstance(p, ToolCallPart))
-        fp = cls.of_text(text, calls)
-        key = id(message)
-
-        def forget(_: weakref.ref[Message], key: int = key) -> None:
-            _MEMO.pop(key, None)
-
-        _MEMO[key] = (weakref.ref(message, forget), fp)
-        return fp
+        return cls.of_text(text, calls)
 
     @property
     def empty(self) -> bool:
@@ -142,8 +162,42 @@ class Fingerprint:
 _EMPTY = _digest("")
 #: Dormant sessions kept (each is a few hundred bytes a turn); the oldest go first.
 MAX_DORMANT = 256
-# id(message) → (a weak reference to it, its fingerprint); entries die with their message.
-_MEMO: dict[int, tuple[weakref.ref[Message], Fingerprint]] = {}
+# id(message) → (a weak reference to it, what was computed of it); entries die with their message.
+_FINGERPRINTS: dict[int, tuple[weakref.ref[Message], Fingerprint]] = {}
+_USER_KEYS: dict[int, tuple[weakref.ref[Message], UserKey]] = {}
+
+
+def _remember(table: dict[int, tuple[weakref.ref[Message], _T]], message: Message, value: _T) -> _T:
+    """Keep ``value`` as what was computed of ``message`` (a frozen object): the server hands
+    the same objects back for the messages VS Code replays, so each is digested once."""
+    key = id(message)
+
+    def forget(_: weakref.ref[Message], key: int = key) -> None:
+        table.pop(key, None)
+
+    table[key] = (weakref.ref(message, forget), value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class UserKey:
+    """What identifies one user message: the callIds of its tool results, in order, and
+    a digest of the user's words (``user_turn.words``, whitespace dropped)."""
+
+    result_ids: tuple[str, ...]
+    words: bytes
+
+    @classmethod
+    def of_message(cls, message: Message) -> UserKey:
+        memo = _USER_KEYS.get(id(message))
+        if memo is not None and memo[0]() is message:
+            return memo[1]
+        return _remember(_USER_KEYS, message, cls._of_message(message))
+
+    @classmethod
+    def _of_message(cls, message: Message) -> UserKey:
+        text = "\n".join(p.value for p in message.content if isinstance(p, TextPart))
+        return cls(_result_ids(message), _digest(words(text)) if text else _EMPTY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,22 +205,23 @@ class Item:
     """One non-system VS Code message as the agent has seen it.
 
     ``role`` "assistant": ``fingerprint`` set. ``role`` "user": ``result_ids``
-    holds the callIds of the tool results in it (empty for plain user text).
-    Plain user text is never part of a match (Copilot re-renders it).
+    holds the callIds of the tool results in it (empty for plain user text) and
+    ``words`` the digest of the user's words in it (``UserKey``); ``None`` (an
+    entry of an older session index, which kept no words) matches nothing.
     """
 
     role: str
     fingerprint: Fingerprint | None = None
     result_ids: tuple[str, ...] = ()
-    # Normalised lines of a plain user turn: only for loose matching, never for alignment.
-    lines: frozenset[str] = frozenset()
+    words: bytes | None = None
 
-    def matches(self, message: Message, fp: Fingerprint | None) -> bool:
+    def matches(self, message: Message) -> bool:
         if message.role != self.role:
             return False
         if self.role == "assistant":
-            return fp is not None and self.fingerprint is not None and self.fingerprint.matches(fp)
-        return _result_ids(message) == self.result_ids
+            return self.fingerprint is not None and self.fingerprint.matches(Fingerprint.of_message(message))
+        key = UserKey.of_message(message)
+        return key.result_ids == self.result_ids and key.words == self.words
 
 
 def _result_ids(message: Message) -> tuple[str, ...]:
@@ -213,6 +268,7 @@ class Kind(enum.Enum):
     TOOL_RESULTS = "tool_results"  # results for every pending permission, nothing else new
     STOPPED = "stopped"  # the response that asked permission is absent: Stop was pressed
     SOFT_CANCEL = "soft_cancel"  # tool results *and* new user content: never approve
+    LATE_ANSWERS = "late_answers"  # answers to cards whose agent session ended: wake it, tell the agent
     DIVERGENCE = "divergence"  # history does not extend what the agent saw: fresh session + context
 
 
@@ -222,6 +278,9 @@ class Last(enum.Enum):
     DONE = "done"  # end_turn, max_tokens, refusal, ... (or nothing sent yet)
     PENDING = "pending"  # stopReason "tool_calls": permissions wait for VS Code's answer
     CANCELLED = "cancelled"  # $/cancelRequest stopped it mid-stream
+    # It waited on permissions when its agent session ended (eviction, a crash, a daemon
+    # restart): the cards can no longer be answered. Only a dormant session is INTERRUPTED.
+    INTERRUPTED = "interrupted"
 
 
 #: (last response acknowledged?, how it ended, new user content?) → Kind.
@@ -240,7 +299,52 @@ CLASSIFICATION: dict[tuple[bool, Last, bool], Kind] = {
     (False, Last.CANCELLED, False): Kind.DIVERGENCE,  # retry of a stopped turn
     (False, Last.DONE, True): Kind.DIVERGENCE,  # a finished answer VS Code dropped: edit/regenerate
     (False, Last.DONE, False): Kind.DIVERGENCE,
+    # The session slept with cards shown: every card is answered CANCELLED (nothing waits
+    # on it any more), the session is woken, and its agent is told what the user chose.
+    (True, Last.INTERRUPTED, False): Kind.LATE_ANSWERS,  # a late Allow or Skip
+    (True, Last.INTERRUPTED, True): Kind.CONTINUATION,  # a late answer and new words
+    (False, Last.INTERRUPTED, True): Kind.CONTINUATION,  # Stop at the card, then new words
+    (False, Last.INTERRUPTED, False): Kind.DIVERGENCE,  # a retry of the stopped turn
 }
+
+
+#: What the agent of a woken session is told when the cards of its interrupted turn were
+#: answered late (``late_note``): their answers never reached it, so nothing ran.
+LATE_NOTE = (
+    "[Your previous turn ended before the user answered its {what} (the session was "
+    "interrupted), so nothing waiting on {them} ran. The user has since {answered}. "
+    "Carry on from there; ask again for anything still needed.]"
+)
+
+
+def late_note(pending: Sequence[Pending], results: dict[str, ToolResultPart]) -> Message | None:
+    """What the agent of a woken session is told about the cards its interrupted turn left
+    (``Last.INTERRUPTED``), from the results the request holds for them: None when it holds
+    none. Information only: nothing is approved by it (the agent has to ask again, and a
+    card shown again needs its own answer)."""
+    approved = declined = other = 0
+    for p in pending:
+        result = results.get(p.call_id)
+        if result is None:
+            continue
+        if result.text() == VSCODE_SKIP_TEXT:
+            declined += 1
+        elif not p.tool and permissions.answer(p.token, result) is Answer.ALLOW:
+            approved += 1
+        else:
+            other += 1  # a VS Code tool's result, or an answer no longer checkable (a restored card)
+    total = approved + declined + other
+    if not total:
+        return None
+    said = [f"approved {approved}" if approved else "", f"declined {declined}" if declined else "", f"answered {other}" if other else ""]
+    answered = " and ".join(x for x in said if x)
+    if total == 1:
+        answered = answered.rsplit(" ", 1)[0] + " it"
+    else:
+        answered += " of them"
+    what = "permission request" if total == 1 else "permission requests"
+    text = LATE_NOTE.format(what=what, them="it" if total == 1 else "them", answered=answered)
+    return Message.model_validate({"role": "user", "content": [{"type": "text", "value": text}]})
 
 
 def answer_for_tool(call_id: str, results: dict[str, ToolResultPart]) -> Answer:
@@ -289,6 +393,9 @@ class Session:
     # runs for it now; the next turn takes ``resume`` up again.
     resume: str | None = None
     dormant: bool = False
+    # The digest of the first words of the chat (its first user item with words): how a
+    # request holding no answer of ours (every turn stopped) finds it.
+    opening: bytes | None = None
     # The request messages items[:len(matched)] stand for (the same objects, which
     # the server hands back when VS Code replays them): aligning a replayed prefix
     # is then an identity check, so matching costs what is new, not the history.
@@ -322,6 +429,18 @@ class Turn:
     prompt: tuple[Message, ...] = ()
 
 
+@dataclass(frozen=True)
+class Plan:
+    """Where a request goes (``HistoryCore.plan``; nothing changed yet): ``session_id``
+    the session it continues, as ``kind``, from ``start`` (the index in ``conv`` of the
+    first message that session has not seen); ``session_id`` None: a fresh session."""
+
+    conv: Sequence[Message]
+    session_id: str | None
+    kind: Kind
+    start: int = 0
+
+
 def _without_results(messages: Sequence[Message], call_ids: set[str]) -> list[Message]:
     out = []
     for m in messages:
@@ -329,19 +448,6 @@ def _without_results(messages: Sequence[Message], call_ids: set[str]) -> list[Me
         if content:
             out.append(m if len(content) == len(m.content) else m.model_copy(update={"content": content}))
     return out
-
-
-def _lines(message: Message) -> frozenset[str]:
-    text = "\n".join(p.value for p in message.content if isinstance(p, TextPart))
-    return frozenset(k for k in (" ".join(line.split()) for line in text.splitlines()) if len(k) >= 3)
-
-
-def _similar(a: frozenset[str], b: frozenset[str]) -> bool:
-    # Copilot renders a user turn with more context when it is current than
-    # when it is replayed; most of the shorter rendering's lines still appear.
-    if not a or not b:
-        return a == b
-    return 2 * len(a & b) >= min(len(a), len(b))
 
 
 def split_prompt(messages: Sequence[Message]) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
@@ -372,48 +478,35 @@ class HistoryCore:
         # Indexes of what the daemon emitted: callId → session id, text digest → {session id: count}.
         self._by_call: dict[str, str] = {}
         self._by_text: dict[bytes, dict[str, int]] = {}
+        # The digest of each session's first words → session ids (chats with no answer of ours).
+        self._by_opening: dict[bytes, set[str]] = {}
         self._counter = 0
 
     # -- matching ---------------------------------------------------------
 
-    def _candidates(self, model_id: str, conv: Sequence[Message]) -> list[Session]:
-        found: dict[str, Session] = {}
-        for m in reversed(conv):
+    def _candidates(self, model_id: str, conv: Sequence[Message]) -> tuple[int, list[Session]]:
+        """(named, sessions): the sessions that emitted the last assistant message of
+        ``conv`` the daemon knows, at index ``named``; with no assistant message at all,
+        the sessions whose first words are the request's (``named`` -1)."""
+        any_assistant = False
+        for i in range(len(conv) - 1, -1, -1):
+            m = conv[i]
             if m.role != "assistant":
                 continue
+            any_assistant = True
             fp = Fingerprint.of_message(m)
             ids = {self._by_call[c] for c in fp.call_ids if c in self._by_call} or {
                 sid for d in fp.digests() for sid in self._by_text.get(d, ())
             }
-            found.update((i, self.sessions[i]) for i in ids if self.sessions[i].model_id == model_id)
+            found = [self.sessions[x] for x in sorted(ids) if self.sessions[x].model_id == model_id]
             if found:
-                break
-        if not found and not any(m.role == "assistant" for m in conv):
-            # Every earlier turn was stopped: nothing of ours to match on, so
-            # match the user turns themselves, loosely.
-            for s in self.sessions.values():
-                if s.model_id == model_id and self._users_match(s, conv):
-                    found[s.id] = s
-        if len(found) <= 1:
-            return list(found.values())
-        # Identical answers in two chats: prefer the one whose user turns look
-        # like this request's, then an idle one, then the most recent.
-        return sorted(found.values(), key=lambda s: (-self._user_score(s, conv), s.busy, -s.last_active))
-
-    @staticmethod
-    def _users_match(s: Session, conv: Sequence[Message]) -> bool:
-        users = [i for i in s.items if i.role == "user"]
-        if len(users) != len(conv) - 1 or len(users) + int(s.unacked) != len(s.items):
-            return False
-        return all(_similar(i.lines, _lines(m)) for i, m in zip(users, conv))
-
-    @staticmethod
-    def _user_score(s: Session, conv: Sequence[Message]) -> int:
-        return sum(
-            1
-            for i, m in zip(s.items, conv)
-            if i.role == "user" and m.role == "user" and not i.result_ids and _similar(i.lines, _lines(m))
-        )
+                return i, found
+        if any_assistant:
+            return -1, []
+        # Every earlier turn was stopped: nothing of ours to match on, only the words.
+        opening = next((k.words for k in map(UserKey.of_message, conv) if k.words != _EMPTY), None)
+        ids = self._by_opening.get(opening, set()) if opening is not None else set()
+        return -1, [self.sessions[x] for x in sorted(ids) if self.sessions[x].model_id == model_id]
 
     @staticmethod
     def _aligned(s: Session, conv: Sequence[Message], upto: int) -> bool:
@@ -423,10 +516,7 @@ class HistoryCore:
         limit = min(upto, len(known))
         while same < limit and conv[same] is known[same]:
             same += 1
-        for item, msg in zip(s.items[same:upto], conv[same:upto]):
-            if not item.matches(msg, Fingerprint.of_message(msg) if msg.role == "assistant" else None):
-                return False
-        return True
+        return all(item.matches(msg) for item, msg in zip(s.items[same:upto], conv[same:upto]))
 
     @staticmethod
     def classify(s: Session, conv: Sequence[Message]) -> tuple[Kind, int]:
@@ -441,23 +531,51 @@ class HistoryCore:
                 return CLASSIFICATION[(False, s.last, has_user_content(tail))], n - 1
         return Kind.DIVERGENCE, 0
 
+    def plan(self, model_id: str, messages: Sequence[Message]) -> Plan:
+        """Where a chat request goes, deciding nothing else and changing nothing.
+
+        A session is continued when it aligns with the request (``classify``), has seen
+        the message that named it (``_candidates``), and accounts for more of the request
+        than every other candidate. Two that account for the same are two chats nothing
+        byte-stable tells apart: the request goes to a fresh session (DIVERGENCE), never
+        to either. Raises ``HistoryError`` when the conversation does not end with a user
+        message (there is nothing to answer).
+        """
+        conv = conversation(messages)
+        if not conv or conv[-1].role != "user":
+            raise HistoryError("the request's messages must end with a user message")
+        if len(conv) == 1:
+            return Plan(conv, None, Kind.NEW_CHAT)
+        named, candidates = self._candidates(model_id, conv)
+        best: Plan | None = None
+        tied = False
+        for s in candidates:
+            kind, start = self.classify(s, conv)
+            if kind is Kind.DIVERGENCE or start <= named:
+                continue
+            if best is None or start > best.start:
+                best, tied = Plan(conv, s.id, kind, start), False
+            elif start == best.start:
+                tied = True
+        if best is None or tied:
+            return Plan(conv, None, Kind.DIVERGENCE)
+        return best
+
     # -- transitions ------------------------------------------------------
 
-    def begin(self, model_id: str, messages: Sequence[Message], now: float) -> Turn:
-        """Match a chat request to a session and decide its Turn.
+    def begin(self, model_id: str, messages: Sequence[Message], now: float, plan: Plan | None = None) -> Turn:
+        """Match a chat request to a session and decide its Turn: carries out ``plan``
+        (``plan(model_id, messages)`` when not given).
 
         Records the request's new messages as seen and marks the session busy
         until ``end``. Raises ``HistoryError`` when the conversation does not
         end with a user message (there is nothing to answer).
         """
-        conv = conversation(messages)
-        if not conv or conv[-1].role != "user":
-            raise HistoryError("the request's messages must end with a user message")
-        if len(conv) > 1:
-            for s in self._candidates(model_id, conv):
-                kind, start = self.classify(s, conv)
-                if kind is not Kind.DIVERGENCE:
-                    return self._continue(s, kind, conv, start, now)
+        p = plan if plan is not None else self.plan(model_id, messages)
+        s = self.sessions.get(p.session_id) if p.session_id is not None else None
+        if s is not None:
+            return self._continue(s, p.kind, p.conv, p.start, now)
+        conv = p.conv
         self._counter += 1
         s = Session(id=f"s{self._counter}", model_id=model_id, busy=True, last_active=now)
         self.sessions[s.id] = s
@@ -470,22 +588,31 @@ class HistoryCore:
     def _continue(self, s: Session, kind: Kind, conv: Sequence[Message], start: int, now: float) -> Turn:
         tail = conv[start:]
         results = {p.callId: p for m in tail for p in m.content if isinstance(p, ToolResultPart)}
-        answers = {
-            p.call_id: (
-                Answer.CANCELLED
-                if kind is Kind.STOPPED
-                else answer_for_tool(p.call_id, results)
-                if p.tool
-                else permissions.answer(p.token, results.get(p.call_id), kind is not Kind.TOOL_RESULTS)
-            )
-            for p in s.pending
-        }
+        note = None
+        if s.last is Last.INTERRUPTED:
+            # Nothing waits on these cards any more (their agent session ended): each is
+            # CANCELLED, and the woken agent is told what the user answered.
+            answers = {p.call_id: Answer.CANCELLED for p in s.pending}
+            note = late_note(s.pending, results)
+        else:
+            answers = {
+                p.call_id: (
+                    Answer.CANCELLED
+                    if kind is Kind.STOPPED
+                    else answer_for_tool(p.call_id, results)
+                    if p.tool
+                    else permissions.answer(p.token, results.get(p.call_id), kind is not Kind.TOOL_RESULTS)
+                )
+                for p in s.pending
+            }
         context: tuple[Message, ...] = ()
         prompt: tuple[Message, ...] = ()
         if kind is not Kind.TOOL_RESULTS:
             # Results of the calls just answered reach the agent through their
             # answers; as prompt text they would mean nothing (or leak a token).
             context, prompt = split_prompt(_without_results(tail, set(answers)))
+            if note is not None:
+                prompt = (note, *prompt)
         if start < len(s.items):  # VS Code dropped the last response
             self._unindex(s, s.items[start:])
             del s.items[start:]
@@ -513,8 +640,15 @@ class HistoryCore:
                 s.items.append(Item("assistant", fingerprint=fp))
                 self._index(s, fp)
             else:
-                ids = _result_ids(m)
-                s.items.append(Item("user", result_ids=ids, lines=frozenset() if ids else _lines(m)))
+                key = UserKey.of_message(m)
+                s.items.append(Item("user", result_ids=key.result_ids, words=key.words))
+                self._open(s, key.words)
+
+    def _open(self, s: Session, words: bytes | None) -> None:
+        """Index the session by its first words (``_candidates``' last resort)."""
+        if s.opening is None and words is not None and words != _EMPTY:
+            s.opening = words
+            self._by_opening.setdefault(words, set()).add(s.id)
 
     def end(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: Sequence[Pending], now: float) -> None:
         """Record the response the daemon streamed for the session's turn.
@@ -538,6 +672,10 @@ class HistoryCore:
         s = self.sessions.pop(session_id, None)
         if s is not None:
             self._unindex(s, s.items)
+            same = self._by_opening.get(s.opening, set()) if s.opening is not None else set()
+            same.discard(s.id)
+            if not same and s.opening is not None:
+                self._by_opening.pop(s.opening, None)
         return s
 
     def idle(self, now: float, max_idle: float) -> list[str]:
@@ -550,8 +688,9 @@ class HistoryCore:
         forget it. Returns True when it sleeps.
 
         A turn still waiting on permissions ended with the agent session: it is
-        ``CANCELLED`` now (its permissions can no longer be answered; their tool
-        results stay out of the next prompt). At most ``MAX_DORMANT`` sessions
+        ``INTERRUPTED`` now (its permissions can no longer be answered; a late answer
+        wakes the session and is told to the agent, ``late_note``; their tool results
+        stay out of the next prompt). At most ``MAX_DORMANT`` sessions
         sleep; the least recently active beyond that are forgotten."""
         s = self.sessions.get(session_id)
         if s is None:
@@ -561,7 +700,7 @@ class HistoryCore:
             return False
         s.dormant, s.busy = True, False
         if s.last is Last.PENDING:
-            s.last = Last.CANCELLED
+            s.last = Last.INTERRUPTED
         dormant = sorted((d for d in self.sessions.values() if d.dormant), key=lambda d: d.last_active)
         for old in dormant[: max(0, len(dormant) - MAX_DORMANT)]:
             self.forget(old.id)
@@ -569,8 +708,8 @@ class HistoryCore:
 
     def export(self, session_id: str) -> dict[str, object] | None:
         """What a later daemon needs to wake the session (``restore``), as JSON data:
-        fingerprints (digests) and callIds only: no user text, no approval tokens.
-        None when the session cannot be taken up again."""
+        digests (of answers and of the user's words) and callIds only: no text, no
+        approval tokens. None when the session cannot be taken up again."""
         s = self.sessions.get(session_id)
         if s is None or s.resume is None:
             return None
@@ -580,8 +719,8 @@ class HistoryCore:
             if fp is not None:
                 items.append(["a", fp.text.hex(), fp.shown.hex() if fp.shown else "", list(fp.call_ids)])
             else:
-                items.append(["u", list(item.result_ids)])
-        last = Last.CANCELLED if s.last is Last.PENDING else s.last
+                items.append(["u", list(item.result_ids), *([item.words.hex()] if item.words is not None else [])])
+        last = Last.INTERRUPTED if s.last is Last.PENDING else s.last
         return {"model": s.model_id, "resume": s.resume, "items": items, "last": last.value,
                 "pending": [[p.call_id, p.tool] for p in s.pending], "unacked": s.unacked}  # fmt: skip
 
@@ -598,11 +737,15 @@ class HistoryCore:
                     fp = Fingerprint(bytes.fromhex(raw[1]), tuple(str(c) for c in raw[3]), bytes.fromhex(raw[2]) if raw[2] else None)
                     items.append(Item("assistant", fingerprint=fp))
                 elif raw[0] == "u":
-                    items.append(Item("user", result_ids=tuple(str(c) for c in raw[1])))
+                    # No words (an index written before they were kept): matches nothing.
+                    user_words = bytes.fromhex(raw[2]) if len(raw) > 2 else None
+                    items.append(Item("user", result_ids=tuple(str(c) for c in raw[1]), words=user_words))
                 else:
                     raise ValueError(f"unknown item {raw[0]!r}")
             pending = tuple(Pending(str(c), "", bool(tool)) for c, tool in data.get("pending") or [])  # type: ignore[attr-defined]
             last = Last(data.get("last", "done"))
+            if last is Last.CANCELLED and pending:
+                last = Last.INTERRUPTED  # how an older index wrote a response that waited on cards
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise HistoryError(f"not a session index entry: {exc}") from None
         self._counter += 1
@@ -612,6 +755,8 @@ class HistoryCore:
         for item in items:
             if item.fingerprint is not None:
                 self._index(s, item.fingerprint)
+            else:
+                self._open(s, item.words)
         return s.id
 
     def _get(self, session_id: str) -> Session:

@@ -302,9 +302,12 @@ class HistoryActor:
         now = time.monotonic()
         if isinstance(msg, _Begin):
             try:
-                turn = self.core.begin(msg.spec.id, msg.messages, now)
-                if turn.session_id not in self.actors:
-                    self._make_room(msg.spec, turn.session_id)
+                # Decided first, carried out only once there is room: a request refused for
+                # the cap changes no session (a dormant one keeps its resume token).
+                plan = self.core.plan(msg.spec.id, msg.messages)
+                if plan.session_id not in self.actors:
+                    self._make_room(msg.spec)
+                turn = self.core.begin(msg.spec.id, msg.messages, now, plan=plan)
             except (HistoryError, AtCapacity) as exc:
                 msg.error = exc
             else:
@@ -354,21 +357,20 @@ class HistoryActor:
             self._tg.start_soon(actor.run)
         return actor
 
-    def _make_room(self, spec: AgentSpec, new: str) -> None:
-        """Keep this agent's live processes under ``max_processes``: the least recently used
-        idle sessions are closed (their chats continue, if they come back, in a fresh
-        session told the conversation). Raises ``AtCapacity`` when every one is busy."""
+    def _make_room(self, spec: AgentSpec) -> None:
+        """Make room for one more live session of this agent within ``max_processes``: the
+        least recently used idle sessions are closed (they sleep, and their chats take
+        them up again when they come back). Raises ``AtCapacity``, closing nothing, when
+        too few are idle."""
         live = [sid for sid, actor in self.actors.items() if actor.spec.id == spec.id and sid in self.core.sessions]
         idle = sorted((sid for sid in live if not self.core.sessions[sid].busy), key=lambda sid: self.core.sessions[sid].last_active)
-        while len(live) >= self.max_processes:
-            if not idle:
-                self.core.forget(new)
-                raise AtCapacity(
-                    f"agent {spec.id!r}: all {self.max_processes} of its sessions are busy with other chats "
-                    "(lmbridge serve --max-agent-processes); try again when one has answered"
-                )
-            sid = idle.pop(0)
-            live.remove(sid)
+        excess = len(live) - self.max_processes + 1
+        if excess > len(idle):
+            raise AtCapacity(
+                f"agent {spec.id!r}: all {self.max_processes} of its sessions are busy with other chats "
+                "(lmbridge serve --max-agent-processes); try again when one has answered"
+            )
+        for sid in idle[: max(0, excess)]:
             self._drop(sid, f"closed to stay within {self.max_processes} agent processes")
 
     def _collect_when_idle(self) -> None:

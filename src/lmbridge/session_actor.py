@@ -723,7 +723,12 @@ class SessionActor:
             if content:
                 conv.append(m if len(content) == len(m.content) else m.model_copy(update={"content": content}))
         prompt = job.turn.prompt
-        return tuple(conv[: len(conv) - len(prompt)]), prompt
+        # The prompt is the conversation's tail, save what the history core put before it
+        # (what a woken session is told about its interrupted turn): only the tail goes.
+        tail = 0
+        while tail < min(len(conv), len(prompt)) and conv[-1 - tail] == prompt[-1 - tail]:
+            tail += 1
+        return tuple(conv[: len(conv) - tail]), prompt
 
     # -- stopping --------------------------------------------------------------------
 

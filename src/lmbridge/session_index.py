@@ -8,12 +8,12 @@ rather than telling a fresh one the conversation. One JSON file,
     {"program": "lmbridge", "version": 1,
      "sessions": [{"agent": "claude", "cwd": "/work", "saved": 1764000000.0,
                    "model": "claude", "resume": "<ACP sessionId>",
-                   "items": [["u", []], ["a", "<text digest>", "<shown digest>", ["<callId>"]], ...],
+                   "items": [["u", [], "<words digest>"], ["a", "<text digest>", "<shown digest>", ["<callId>"]], ...],
                    "last": "done", "pending": [], "unacked": true}, ...]}
 
 An entry is ``HistoryCore.export``'s data plus where the session ran: what the
-daemon emitted (digests and callIds, as the history core matches on), never
-user text or approval tokens. At most ``MAX_ENTRIES`` (the most recent),
+daemon emitted and of the user's words (digests and callIds, as the history core
+matches on), never text or approval tokens. At most ``MAX_ENTRIES`` (the most recent),
 written atomically (a temporary file renamed over it) with mode 0600. A file
 that is corrupt, foreign or of another version is ignored with a warning and
 replaced at the next save.

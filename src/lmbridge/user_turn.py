@@ -6,7 +6,9 @@ Rules of this module:
   they attached; everything else Copilot put around it is dropped.
 * When in doubt it returns the text as it is: the user's words are never lost.
   A turn with no Copilot markup goes as it is.
-* It is never used to match sessions (history.py never compares user text).
+* ``words`` is the one thing of a user turn the history core matches sessions on:
+  the user's words alone, the same however Copilot rendered the turn (current or
+  replayed). It need not be faithful, only deterministic; it is never shown or sent.
 
 Theory of operation
 -------------------
@@ -84,6 +86,22 @@ def parse_user_turn(text: str) -> UserTurn:
         if name == "attachments":
             attachments += _attachments(body)
     return UserTurn(request, tuple(attachments), rendered=True)
+
+
+def words(text: str) -> str:
+    """What the user wrote in a user turn, as the history core compares it across requests.
+
+    Copilot renders the current turn with more scaffolding than the same turn replayed
+    later (the captured requests in ``tests/fixtures/copilot``), but the request element's content is the same in both: that is
+    the words. A turn without a request element counts with its complete top-level
+    elements left out (Copilot's context around plain words); one that does not parse
+    counts as it is. Whitespace is the caller's to drop (``history`` squeezes it)."""
+    turn = parse_user_turn(text)
+    if turn.rendered:
+        return turn.request
+    if _top_level(text):
+        return _OUTSIDE.sub("", text)
+    return text
 
 
 def is_scaffolding(text: str) -> bool:

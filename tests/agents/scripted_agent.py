@@ -62,6 +62,9 @@ Steps (the first key decides):
                               cancelled, anything else (unknown option id, JSON-RPC
                               error answer) -> other, or reject if "other" is absent
   {"sleep": seconds}
+  {"recall": prefix}          agent_message_chunk "<prefix><what this session was told>": the text
+                              blocks of every earlier prompt of the turn's session, joined by
+                              " / " (an agent that remembers each chat, and nothing else)
   {"stdout_raw": s}           write s plus a newline to stdout, as is (not JSON)
   {"big_text": n}             one agent_message_chunk of n "x" characters
   {"stderr": s}               a line on stderr
@@ -294,6 +297,10 @@ class Turn:
             self.run_steps(chosen or [], cancellable)
         elif kind == "sleep":
             self.wait_for(lambda: False, cancellable, timeout=float(value))
+        elif kind == "recall":
+            with a.cond:
+                told = list(a.session_memory.get(sid, []))[:-1]  # the prompts before this one
+            a.update(sid, text_update("agent_message_chunk", f"{value}{' / '.join(told)}"))
         elif kind == "stdout_raw":
             a.write_raw(str(value))
         elif kind == "stderr":
@@ -385,6 +392,7 @@ class ScriptedAgent:
         self.mcp_calls: dict[str, int] = {}
         self.prompt_count = 0
         self.session_prompts: dict[str, int] = {}
+        self.session_memory: dict[str, list[str]] = {}  # sessionId → the text of each prompt it got
         self.config_values: dict[str, dict[str, Any]] = {}  # sessionId → configId → value set
         self.turns: dict[str, list[Turn]] = {}
         # (sessionId, permission handle) -> {"rpc_id", "options", "answered", "outcome", "kind"}
@@ -602,6 +610,9 @@ class ScriptedAgent:
             else:
                 index = self.prompt_count
             self.prompt_count += 1
+            blocks = params.get("prompt") if isinstance(params.get("prompt"), list) else []
+            text = "\n".join(b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+            self.session_memory.setdefault(sid, []).append(text)
             turns = self.scenario.get("turns", [])
             steps = turns[index] if index < len(turns) else self.scenario.get("default_turn", [{"text": "ok"}])
             turn = Turn(self, rid, sid, steps)
