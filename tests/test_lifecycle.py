@@ -179,7 +179,8 @@ async def test_bug4_an_agent_flooding_stdout_with_non_json_is_logged_bounded(tmp
         async with daemon([agent]) as c:
             call = await c.start(CHAT, {"modelId": "yes", "messages": [user("hello?")]})
             await anyio.sleep(2.0)  # tens of thousands of lines
-            assert await c.request("lm/provideTokenCount", {"modelId": "yes", "text": "still here"}, timeout=2)  # responsive
+            # Responsive: answered in ms on an idle machine; the bound is for a busy one.
+            assert await c.request("lm/provideTokenCount", {"modelId": "yes", "text": "still here"}, timeout=20)
             code = await c.close(timeout=10)
     assert call.done.is_set() and call.error is not None, "the request was never answered"
     assert code == 0

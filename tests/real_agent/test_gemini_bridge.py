@@ -239,9 +239,11 @@ async def test_cancel_mid_stream_then_the_next_message(tmp_path: Path, workspace
 
 async def test_after_a_daemon_restart_the_chat_goes_on(tmp_path: Path, workspace: Path) -> None:
     """VS Code reloaded: a new daemon, same state folder and agent HOME. The session index
-    offers gemini's session for session/load (loadSession is advertised); gemini-cli 0.61.0
-    refuses it (test_session_load_takes_a_session_up), so the chat goes on in a fresh
-    session told the conversation."""
+    offers gemini's session for session/load (loadSession is advertised). gemini-cli 0.61.0
+    mostly refuses it (test_session_load_takes_a_session_up): the chat goes on in a fresh
+    session told the conversation. When it had saved the session before the first daemon
+    stopped it (seen on a busy machine), it takes it up: the chat goes on with its own
+    memory, and nothing is told twice."""
     with FakeGemini([[{"text": "Noted: teal."}], [{"text": "It is teal."}]]) as fake:
         chat = Conversation(workspace)
         with anyio.fail_after(TIMEOUT):
@@ -251,9 +253,14 @@ async def test_after_a_daemon_restart_the_chat_goes_on(tmp_path: Path, workspace
                 call = await send(client, chat.ask("What is my favourite colour?"))
         assert call.result == {"stopReason": "end_turn"} and "It is teal." in text_of(call)
         last = "\n".join(texts(fake.main_requests()[-1], "user"))
-        assert "<conversation-so-far>" in last and "My favourite colour is teal." in last and "Noted: teal." in last
+        model = "\n".join(texts(fake.main_requests()[-1], "model"))
     log = (tmp_path / "daemon.stderr").read_text(errors="replace")
-    assert "No previous sessions found for this project." in log and log.count("how=new") == 2
+    if "how=session/load" in log:  # gemini kept the session: its own history holds the first turn
+        assert "<conversation-so-far>" not in last and "My favourite colour is teal." in last and "Noted: teal." in model
+        assert log.count("how=new") == 1
+    else:
+        assert "<conversation-so-far>" in last and "My favourite colour is teal." in last and "Noted: teal." in last
+        assert "No previous sessions found for this project." in log and log.count("how=new") == 2
 
 
 @pytest.mark.xfail(
