@@ -131,6 +131,7 @@ class DaemonClient:
         env: Mapping[str, str] | None = None,
         stderr: Any = None,
         start_new_session: bool = False,
+        cwd: str | None = None,
     ) -> AsyncIterator[DaemonClient]:
         """Start the daemon (default: this Python's ``lmbridge serve``) and
         stop it on exit by closing its stdin (then terminate/kill).
@@ -139,7 +140,7 @@ class DaemonClient:
         process group, so a Ctrl-C typed in the terminal reaches only the client."""
         cmd = list(command or self_command("serve"))
         process = await anyio.open_process(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=start_new_session
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=start_new_session, cwd=cwd
         )
         client = cls(process)
         async with anyio.create_task_group() as tg:
