@@ -8,8 +8,10 @@ stop → it did not, and the next request was answered promptly.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -196,3 +198,60 @@ async def test_vscode_tools_stop_with_a_call_pending(tmp_path: Path) -> None:
             assert elapsed < 30
             # Whatever reached the model for the calls was an error, never a success.
             assert fake.tool_results() and all(r.get("is_error") for r in fake.tool_results())
+
+
+class CommandLines:
+    """Every process's command line, as any local user can read it (``/proc/<pid>/cmdline``),
+    read as soon as the process appears: Claude Code overwrites its own (its process title
+    becomes ``claude``) once it has started, so a watcher reads it in that first moment."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> CommandLines:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for entry in os.scandir("/proc"):
+                if entry.name.isdigit() and int(entry.name) not in self.seen:
+                    try:
+                        with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                            line = f.read()
+                    except OSError:
+                        continue
+                    if line:
+                        self.seen[int(entry.name)] = line.replace(b"\0", b" ").decode(errors="replace")
+            self._stop.wait(0.002)
+
+
+async def test_no_command_line_holds_a_credential_for_the_tools(tmp_path: Path) -> None:
+    """claude-agent-acp starts Claude Code with the MCP servers of ``session/new`` on its
+    command line (``--mcp-config {…}``), which every local user can read. Through a chat that
+    calls a VS Code tool, no process's command line holds a secret: what Claude Code's holds,
+    the relay's socket and session, opens the tools to the daemon's own user only
+    (docs/tools.md, "Who can reach the tools"; another user refused: tests/test_security.py)."""
+    record = tmp_path / "session.jsonl"
+    with FakeAnthropic([two_vscode_tools(), [{"text": "Found it all."}]]) as fake, CommandLines() as lines:
+        async with claude_bridge(tmp_path, fake.url, "--record", str(record)) as client:
+            with anyio.fail_after(TIMEOUT):
+                first = await client.chat("claude", [user("Find the TODOs and read a.py")], timeout=TIMEOUT, options=VSCODE_TOOLS)
+                assert first.error is None and [p["name"] for p in tool_calls(first)] == ["search_workspace"], (first.error, first.parts)
+    with_config = [line for line in lines.seen.values() if "--mcp-config" in line]
+    assert with_config, "Claude Code's command line, with the MCP servers on it, was seen"
+    for pid, line in lines.seen.items():
+        for needle in ("x-lmbridge-secret", "LMBRIDGE_MCP_SECRET", '"headers"', "secret"):
+            assert needle.lower() not in line.lower(), f"process {pid} held {needle!r} on its command line: {line[:300]}"
+    assert any("mcp-stdio" in line and "--session" in line for line in with_config), with_config
+    # What the daemon gave the agent for its tools: nothing secret to put anywhere.
+    frames = [json.loads(line) for line in record.read_text().splitlines()[1:]]
+    (new,) = [f["frame"] for f in frames if isinstance(f.get("frame"), dict) and f["frame"].get("method") == "session/new"]
+    (server,) = new["params"]["mcpServers"]
+    assert set(server) == {"name", "command", "args", "env"} and server["env"] == []
