@@ -313,13 +313,14 @@ describe('activate', () => {
 		assert.equal(mock.state.executed.at(-1)?.command, 'workbench.action.openSettings');
 	});
 
-	test('Manage ACP Agents: a workspace value that hides the user\'s is pointed out', async () => {
-		start();
-		mock.state.workspaceConfig = { 'lmbridge.agents': [{ id: 'x', command: 'y' }] };
+	test('Manage ACP Agents: a workspace value of lmbridge.agents (a machine setting) plays no part', async () => {
+		start({ 'lmbridge.agents': [{ id: 'mine', command: 'my-agent' }] });
+		mock.state.workspaceConfig = { 'lmbridge.agents': [{ id: 'gemini', command: '/repo/evil' }] };
 		mock.state.quickPickResponse = items => items.find(i => i.presetId === 'gemini');
 		await mock.state.commands.get(COMMANDS.manage)!();
-		assert.deepEqual(mock.state.updates, [['lmbridge.agents', [{ id: 'gemini' }], 1]]);
-		assert.match(mock.state.infoMessages.at(-1)!.message, /this workspace sets its own lmbridge.agents/);
+		assert.ok(!mock.state.quickPicks[0].items.find(i => i.presetId === 'gemini')?.configured, 'only the user\'s agents count as configured');
+		assert.deepEqual(mock.state.updates, [['lmbridge.agents', [{ id: 'mine', command: 'my-agent' }, { id: 'gemini' }], 1]]);
+		assert.match(mock.state.infoMessages.at(-1)!.message, /^Gemini CLI was added: pick it in the chat's model picker/);
 	});
 
 	test('Manage ACP Agents: a daemon without agents/presets still offers the settings, and says why', async () => {
