@@ -297,6 +297,70 @@ async def test_demo_two_files_ask_concurrently(tmp_path: Path) -> None:
     await peer.close()
 
 
+# The two rows whose permissions VS Code asks through other tools than the edit one:
+# leaving plan mode (kind switch_mode, as Claude Code's ExitPlanMode) and a command.
+ASKS = [
+    ("please leave plan mode", "Leave plan mode", "switch_mode", {"plan": "1. Read the request.\n2. Answer it."},
+     "Plan mode left.", "I stayed in plan mode: permission was declined."),
+    ("now run the command", "Run date", "execute", {"command": "date", "description": "Print the date"},
+     "I ran `date`.", "I did not run it: permission was declined."),
+]  # fmt: skip
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("text", "title", "kind", "raw_input", "allowed", "declined"), ASKS)
+@pytest.mark.parametrize("answer", ["allow_once", "reject_once", "cancelled"])
+async def test_demo_plan_mode_and_command(
+    tmp_path: Path, text: str, title: str, kind: str, raw_input: dict[str, Any], allowed: str, declined: str, answer: str
+) -> None:
+    peer, scratch = await start_demo(tmp_path)
+    with anyio.fail_after(TIMEOUT):
+        _, sid = await peer.setup()
+        pending = await peer.send("session/prompt", prompt(sid, text))
+        request = await peer.requests.get()
+        assert request["method"] == "session/request_permission"
+        tool_call = request["params"]["toolCall"]
+        assert (tool_call["title"], tool_call["kind"], tool_call["rawInput"]) == (title, kind, raw_input)
+        assert {o["kind"] for o in request["params"]["options"]} == {"allow_once", "allow_always", "reject_once", "reject_always"}
+        (start,) = peer.updates("tool_call")  # announced before the question, with the same id
+        assert (start["toolCallId"], start["kind"], start["status"]) == (tool_call["toolCallId"], kind, "pending")
+        await peer.respond(request["id"], CANCELLED if answer == "cancelled" else choose(request, answer))
+        response = await pending
+    statuses = [u.get("status") for u in peer.updates("tool_call_update")]
+    if answer == "allow_once":
+        assert response["result"] == {"stopReason": "end_turn"}
+        assert statuses == ["completed"] and allowed in peer.text() and declined not in peer.text()
+    elif answer == "reject_once":
+        assert response["result"] == {"stopReason": "end_turn"}
+        assert statuses == ["failed"] and declined in peer.text() and allowed not in peer.text()
+    else:
+        assert response["result"] == {"stopReason": "cancelled"}
+        assert statuses == [] and peer.text() == ""
+    assert not scratch.exists(), "nothing written, nothing run"
+    await peer.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("write a file in plan mode", "Write notes.txt"),  # the first matching row wins
+        ("run the command to write a file", "Write notes.txt"),
+        ("run the command in plan mode", "Leave plan mode"),
+    ],
+)
+async def test_demo_rows_in_table_order(tmp_path: Path, text: str, expected: str) -> None:
+    peer, _ = await start_demo(tmp_path)
+    with anyio.fail_after(TIMEOUT):
+        _, sid = await peer.setup()
+        pending = await peer.send("session/prompt", prompt(sid, text))
+        request = await peer.requests.get()
+        assert request["params"]["toolCall"]["title"] == expected
+        await peer.respond(request["id"], CANCELLED)
+        assert (await pending)["result"] == {"stopReason": "cancelled"}
+    await peer.close()
+
+
 @pytest.mark.anyio
 async def test_demo_slow_stream_stops_at_cancel(tmp_path: Path) -> None:
     peer, _ = await start_demo(tmp_path)

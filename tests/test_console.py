@@ -106,7 +106,7 @@ def test_parse_script_format() -> None:
 
 
 def test_daemon_command_is_assembled_in_one_place() -> None:
-    assert daemon_command() == [sys.executable, "-m", "lmbridge", "serve"]
+    assert daemon_command() == [sys.executable, "-P", "-m", "lmbridge", "serve"]  # -P: the working folder is not on its sys.path
     assert daemon_command("lmbridge serve --agent 'x=my agent --flag'") == ["lmbridge", "serve", "--agent", "x=my agent --flag"]
     assert daemon_command(None, ["--record", "f.jsonl"])[-2:] == ["--record", "f.jsonl"]
     with pytest.raises(ConsoleError):
@@ -132,7 +132,8 @@ def test_script_allow_writes_the_file(tmp_path: Path) -> None:
     assert proc.returncode == 0, out + proc.stderr
     assert "You said: Hello!" in out
     assert "💭 Thinking about: Hello!" in out
-    assert "⚙ permission requested: Write notes.txt (edit)" in out
+    assert "⚙ permission requested: Write notes.txt  [symposium-agent-action-edit " in out
+    assert "    The agent asks to **edit files** (kind: `edit`)." in out
     assert "[a]llow / [s]kip / s[t]op? allow" in out
     notes = tmp_path / "scratch" / "notes.txt"
     assert notes.read_text() == NOTES_HEADER + "Please write a file with my notes."

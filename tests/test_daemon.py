@@ -24,9 +24,11 @@ import anyio
 import pytest
 from conftest import alive
 
+from lmbridge import permissions
 from lmbridge.client import RPCError, approve, assistant, skip, text_of, tool_calls, tool_result, user
+from lmbridge.permissions import EDIT_TOOL as AGENT_EDIT_TOOL
 from lmbridge.transcript import CONTEXT_OPEN
-from lmbridge.wire import AGENT_EDIT_TOOL, VSCODE_SKIP_TEXT
+from lmbridge.wire import VSCODE_SKIP_TEXT
 
 pytestmark = pytest.mark.anyio
 
@@ -182,10 +184,11 @@ async def test_approve_selects_allow_once_and_the_agent_acts(scripted: Any, shar
             part = only(tool_calls(first))
             assert part["name"] == AGENT_EDIT_TOOL  # kind "edit"
             data = part["input"]
-            assert data["title"] == "Write notes.txt" and data["kind"] == "edit"
-            assert data["rawInput"] == {"path": "notes.txt", "content": "approved notes"}
-            assert data["locations"] == [{"path": "notes.txt"}]
-            assert [o["kind"] for o in data["options"]] == [o["kind"] for o in ODD_OPTIONS]
+            # The card as the daemon renders it: the shim shows title and message, nothing else.
+            assert set(data) == {"title", "message", "approvalToken"}
+            assert data["title"] == "Write notes.txt" and "**edit files**" in data["message"]
+            assert "+approved notes" in data["message"] and "- `notes.txt`" in data["message"]
+            assert all(permissions.escape(o["name"]) in data["message"] for o in ODD_OPTIONS)
             token = data["approvalToken"]
             assert isinstance(token, str) and len(token) >= 16 and token not in part["callId"]
             assert "I will write notes.txt." in text_of(first)

@@ -9,17 +9,17 @@ from hypothesis import strategies as st
 
 from lmbridge.history import (
     CLASSIFICATION,
-    Answer,
     Fingerprint,
     HistoryCore,
     HistoryError,
     Kind,
     Last,
     Pending,
-    answer_for,
     conversation,
 )
-from lmbridge.wire import AGENT_ACTION_TOOL, VSCODE_SKIP_TEXT, Message, ToolResultPart
+from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
+from lmbridge.permissions import Answer
+from lmbridge.wire import VSCODE_SKIP_TEXT, Message, ToolResultPart
 
 
 def u(text: str) -> Message:
@@ -264,15 +264,6 @@ def test_forget_and_idle():
 def test_end_unknown_session_raises():
     with pytest.raises(HistoryError):
         HistoryCore().end("nope", fp(a("x")), Last.DONE, [], 0)
-
-
-def test_answer_for_table():
-    results = {"c": ToolResultPart(callId="c", content=[{"type": "text", "value": "tok"}])}
-    assert answer_for("c", "tok", results, False) is Answer.ALLOW
-    assert answer_for("c", "tok", results, True) is Answer.CANCELLED
-    assert answer_for("c", "other", results, False) is Answer.REJECT
-    assert answer_for("c", "", results, False) is Answer.REJECT
-    assert answer_for("d", "tok", results, False) is Answer.CANCELLED
 
 
 # ---------------------------------------------------------------- properties

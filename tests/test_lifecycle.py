@@ -158,7 +158,7 @@ async def test_no_action_tool_offered_declines_the_permission_with_a_line(script
                                  options={"tools": [{"name": "symposium-agent-action-read"}, {"name": "copilot_readFile"}]})
             ok(reply)
     assert not tool_calls(reply)
-    assert "wanted to: Write notes.txt (edit). Declined: approving agent actions needs Agent mode." in text_of(reply)
+    assert "wanted to edit files: `Write notes.txt`. Declined: approving agent actions needs Agent mode." in text_of(reply)
     assert text_of(reply).endswith("Not writing it; carrying on without the file.")
     assert [o["kind"] for o in agent.outcomes()] == ["reject_once"] and not (tmp_path / "notes.txt").exists()
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lmbridge.history import Answer
+from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
 from lmbridge.render import TurnRenderer
 from lmbridge.transcript import CONTEXT_OPEN, prompt_blocks
-from lmbridge.turn import choose_option
-from lmbridge.wire import AGENT_ACTION_TOOL, Message
+from lmbridge.wire import Message
 
 
 def chunk(kind: str, text: str) -> dict:
@@ -79,18 +78,17 @@ def test_placeholder_tool_call_id_of_a_permission_names_no_tool_call():
     not stream, one for each call: each keeps its own title and input, none is rendered
     as a tool call or closed at the turn's end; the call it allows comes under its own id."""
     r = TurnRenderer()
-    one, parts = r.permission_tool({"toolCallId": "pending", "title": "shell/run_command", "kind": "execute", "status": "pending", "rawInput": {"command": "echo one"}})
-    assert parts == [] and one is not None and one.raw_input == {"command": "echo one"}
-    two, parts = r.permission_tool({"toolCallId": "pending", "title": "other/read_thing", "kind": "read", "rawInput": {"path": "a"}})
-    assert parts == [] and two is not None and (two.title, two.kind, two.raw_input) == ("other/read_thing", "read", {"path": "a"})
-    assert one.raw_input == {"command": "echo one"} and one.title == "shell/run_command"
+    assert r.permission_tool({"toolCallId": "pending", "title": "shell/run_command", "kind": "execute", "status": "pending", "rawInput": {"command": "echo one"}}) == []
+    assert r.permission_tool({"toolCallId": "pending", "title": "other/read_thing", "kind": "read", "rawInput": {"path": "a"}}) == []
+    assert r.known("pending") is None  # each permission is read from its own request alone
     start = r.update({"sessionUpdate": "tool_call", "toolCallId": "19900b10", "title": "shell/run_command", "kind": "execute", "status": "pending"})
     assert len(start) == 1 and "shell/run_command" in start[0]["value"]
     assert r.close() == [{"type": "text", "value": "\n\n_shell/run_command: ended without a result._\n\n"}]
     assert r.close() == []
     # Any other id is a tool call, created or updated by the permission (codex, claude).
-    _, parts = r.permission_tool({"toolCallId": "call_1", "title": "Run ls", "kind": "execute"})
+    parts = r.permission_tool({"toolCallId": "call_1", "title": "Run ls", "kind": "execute", "rawInput": {"command": "ls"}})
     assert len(parts) == 1 and "Run ls" in parts[0]["value"]
+    assert r.known("call_1") == {"toolCallId": "call_1", "title": "Run ls", "kind": "execute", "rawInput": {"command": "ls"}}
 
 
 def test_plan_only_when_changed():
@@ -140,18 +138,6 @@ def test_each_tool_call_renders_at_most_twice(updates):
         counts[tid] = counts.get(tid, 0) + len(r.update(raw))
     for tid, n in counts.items():
         assert n <= 2, (tid, n)
-
-
-def test_choose_option_by_kind_never_by_id():
-    claude = [{"optionId": "allow", "kind": "allow_once"}, {"optionId": "allow_always", "kind": "allow_always"}, {"optionId": "reject", "kind": "reject_once"}]
-    codex = [{"optionId": "approved", "kind": "allow_once"}, {"optionId": "abort", "kind": "reject_once"}]
-    assert choose_option(claude, Answer.ALLOW) == {"outcome": "selected", "optionId": "allow"}
-    assert choose_option(codex, Answer.ALLOW) == {"outcome": "selected", "optionId": "approved"}
-    assert choose_option(codex, Answer.REJECT) == {"outcome": "selected", "optionId": "abort"}
-    assert choose_option(codex, Answer.CANCELLED) == {"outcome": "cancelled"}
-    only_always = [{"optionId": "go", "kind": "allow_always"}, {"optionId": "no", "kind": "reject_always"}]
-    assert choose_option(only_always, Answer.ALLOW) == {"outcome": "cancelled"}  # never grant more than asked
-    assert choose_option(only_always, Answer.REJECT) == {"outcome": "cancelled"}
 
 
 def _m(role, *content):

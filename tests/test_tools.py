@@ -14,7 +14,7 @@ import pytest
 
 from lmbridge.client import assistant, skip, text_of, tool_calls, tool_result, user
 from lmbridge.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT
-from lmbridge.wire import AGENT_ACTION_TOOL
+from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
 
 pytestmark = pytest.mark.anyio
 LIMIT = 30

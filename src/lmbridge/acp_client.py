@@ -85,13 +85,21 @@ class AgentExited(Exception):
     """The agent process ended (or could not start); carries its stderr tail."""
 
 
+#: The answer to a request whose id cannot be written back (an object, a list, a bool):
+#: JSON-RPC 2.0 answers it with id null.
+BAD_ID_ERROR = {"code": -32600, "message": "invalid request: id must be a string or a number"}
+
+
 @dataclass(frozen=True, slots=True)
 class Incoming:
-    """A frame the agent sent us: a notification (``id`` None) or a request."""
+    """A frame the agent sent us: a notification (``id`` None) or a request. ``bad_id``: a
+    request whose id cannot be answered by it (``id`` is then None): it is answered with
+    ``BAD_ID_ERROR`` and id null, and nothing it asks is done."""
 
     method: str
     params: Any
     id: int | str | None = None
+    bad_id: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,8 +322,10 @@ class AgentConnection:
         method = frame.get("method")
         if isinstance(method, str) and "id" in frame and not usable_id(frame["id"]):
             # A request JSON-RPC cannot answer by its id (an object, a list, a bool, null):
-            # nothing is done for it, so nothing is approved by mistake either.
+            # nothing it asks is done (nothing approved by mistake); its session answers it
+            # at once with id null, so the agent is not left waiting on our silence.
             self.bad_lines.bad(json.dumps(frame)[:framing.EXCERPT].encode(), "a request whose id cannot be answered", time.monotonic())
+            self.events.send_nowait(Incoming(method, frame.get("params"), None, bad_id=True))
             return
         if isinstance(method, str):
             self.events.send_nowait(Incoming(method, frame.get("params"), frame.get("id")))  # unbounded
@@ -329,7 +339,9 @@ class AgentConnection:
             return
         waiter = self._waiters.pop(rid, None) if type(rid) is int else None
         if waiter is None:
-            log.warning("agent stdout: response to no request, skipped", agent=self.name, id=frame.get("id"))
+            # Never answered (answering a response lets two peers ping-pong errors); counted
+            # and reported as any unusable line is, so a flood logs once.
+            self.bad_lines.bad(json.dumps(frame)[:framing.EXCERPT].encode(), "a response to no request", time.monotonic())
             return
         if "error" in frame:
             err = frame["error"]
@@ -418,7 +430,7 @@ class AgentConnection:
         """Send a notification (no answer expected)."""
         await self._write({"jsonrpc": "2.0", "method": method, "params": params})
 
-    async def respond(self, rid: int | str, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
+    async def respond(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
         """Answer one of the agent's requests (exactly once, by the caller's contract)."""
         frame: dict[str, Any] = {"jsonrpc": "2.0", "id": rid}
         if error is not None:

@@ -31,15 +31,13 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge import __version__, auth
-from lmbridge.acp_client import AgentConnection, Incoming, Response
+from lmbridge import __version__, auth, permissions
+from lmbridge.acp_client import BAD_ID_ERROR, AgentConnection, Incoming, Response
 from lmbridge.log import get_logger
 from lmbridge.wire import AgentSpec
 
 log = get_logger("pool")
 
-#: The ``outcome`` of a permission nobody can show (ACP ``RequestPermissionOutcome``).
-CANCELLED_OUTCOME = {"outcome": "cancelled"}
 #: Seconds an answer to a frame for no session may take to reach the agent.
 ORPHAN_WRITE_TIMEOUT = 10.0
 
@@ -66,6 +64,8 @@ class Capabilities:
     # agentInfo.name "fast-agent-acp"): each session's VS Code tools server needs its
     # own name (mcp_bridge.server_name), or a second chat's session/new is refused.
     shared_mcp_registry: bool = False
+    # How the agent names the MCP tool a permission is for (permissions.PROFILES, by agentInfo.name).
+    profile: permissions.Profile = permissions.Profile.OTHER
 
     @classmethod
     def of(cls, init: dict[str, Any]) -> Capabilities:
@@ -81,6 +81,7 @@ class Capabilities:
             close=isinstance(sessions.get("close"), dict),
             auth_methods=auth.methods(methods) if isinstance(methods, list) else (),
             shared_mcp_registry=_object(init.get("agentInfo")).get("name") == "fast-agent-acp",
+            profile=permissions.profile_of(_object(init.get("agentInfo")).get("name")),
         )
 
 
@@ -280,16 +281,19 @@ class AgentProcess:
         if box is not None:
             box.send_nowait(item)
             return
+        if item.bad_id:
+            self._answer(None, error=BAD_ID_ERROR)
+            return
         if item.id is None:
             log.debug("agent notification for no open session dropped", agent=self.spec.id, method=item.method, sessionId=sid)
             return
         # A request nobody can show: answered here, and never approved.
         if item.method == "session/request_permission":
-            self._answer(item.id, {"outcome": CANCELLED_OUTCOME})
+            self._answer(item.id, {"outcome": dict(permissions.CANCELLED)})
         else:
             self._answer(item.id, error={"code": -32601, "message": f"method not found: {item.method}"})
 
-    def _answer(self, rid: int | str, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
+    def _answer(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
         conn, tg = self.conn or self._starting, self.pool.tg
         if conn is None or tg is None:
             return

@@ -21,7 +21,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from lmbridge import self_command
 from lmbridge.framing import MAX_LINE
-from lmbridge.wire import ACTION_TOOLS, VSCODE_SKIP_TEXT
+from lmbridge.permissions import ACTION_TOOLS
+from lmbridge.wire import VSCODE_SKIP_TEXT
 
 
 class RPCError(Exception):

@@ -381,13 +381,10 @@ class Console:
         if not is_agent_action(part):
             self.out.line(f"⚙ tool call {part.get('name')} [{part.get('callId')}] {_compact(data)}", CYAN)
             return
-        self.out.line(f"⚙ permission requested: {data.get('title')} ({data.get('kind')})  [{part.get('name')} {part.get('callId')}]", CYAN)
-        for location in data.get("locations") or []:
-            self.out.line(f"    at {location.get('path')}" + (f":{location['line']}" if location.get("line") else ""))
-        if data.get("rawInput") is not None:
-            self.out.line(f"    input: {_compact(data['rawInput'])}")
-        options = ", ".join(f"{o.get('name')} ({o.get('kind')})" for o in data.get("options") or [])
-        self.out.line(f"    options: {options}")
+        # The card as VS Code shows it: its heading, then its markdown as it is.
+        self.out.line(f"⚙ permission requested: {data.get('title')}  [{part.get('name')} {part.get('callId')}]", CYAN)
+        for line in str(data.get("message") or "").splitlines():
+            self.out.line(f"    {line}" if line else "")
 
     def error(self, message: str) -> None:
         self.out.line(f"error: {message}", RED)

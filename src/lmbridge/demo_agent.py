@@ -28,16 +28,30 @@ contains "write" or "file"      ``tool_call`` "Write notes.txt" (kind edit, pend
                                 permission requests are outstanding together (sent a few
                                 ms apart) and each answer is handled on its own.
 contains "slow"                 40 message chunks "chunk N " 50 ms apart.
+contains "plan mode"            ``tool_call`` "Leave plan mode" (kind switch_mode, pending,
+                                rawInput ``{"plan": ...}``, as Claude Code's ExitPlanMode),
+                                then ``session/request_permission`` with the same four
+                                options. allow_* -> tool call completed, says "Plan mode
+                                left."; reject_* -> tool call failed, says "I stayed in
+                                plan mode: permission was declined."; cancelled -> as above.
+contains "run" and "command"    ``tool_call`` "Run date" (kind execute, pending, rawInput
+                                ``{"command": "date", "description": "Print the date"}``),
+                                then ``session/request_permission`` with the same four
+                                options. allow_* -> tool call completed, says "I ran
+                                `date`." (it only pretends: nothing is run); reject_* ->
+                                tool call failed, says "I did not run it: permission was
+                                declined."; cancelled -> as above.
 anything else                   "Hello from the demo agent. You said: <prompt>" in
                                 several ``agent_message_chunk`` pieces; in capitals
                                 when the session's ``model`` option is ``loud``.
 image blocks                    "I received an image of N bytes." before the above.
 ==============================  ==========================================================
 
-The scratch folder for writes is ``$LMBRIDGE_DEMO_SCRATCH`` if set, otherwise a new
-private folder ``<tempdir>/lmbridge-demo-<sessionId>-<random>/`` (``tempfile.mkdtemp``,
-0700, made at the session's first write: never one another user made first). The
-session's cwd is remembered but never written to.
+The first row that matches wins, in the table's order. The scratch folder for writes is
+``$LMBRIDGE_DEMO_SCRATCH`` if set, otherwise a new private folder
+``<tempdir>/lmbridge-demo-<sessionId>-<random>/`` (``tempfile.mkdtemp``, 0700, made at the
+session's first write: never one another user made first). The session's cwd is
+remembered but never written to.
 
 ACP methods implemented: ``initialize`` (protocol version 1, agentInfo
 ``lmbridge-demo``, image prompts accepted, no ``session/load``), ``authenticate``
@@ -114,6 +128,24 @@ SLOW_DELAY = 0.05
 # arrive as separate frames, short enough that no human answers the first one in between.
 PERMISSION_STAGGER = 0.005
 THOUGHT_SNIPPET = 60
+# What the "plan mode" row asks to leave plan mode with (rawInput {"plan": ...}).
+DEMO_PLAN = "1. Read the request.\n2. Answer it."
+
+
+@dataclass(frozen=True)
+class _Pretend:
+    """A permission the agent asks for an action it only pretends to take."""
+
+    title: str
+    kind: Literal["switch_mode", "execute"]
+    raw_input: dict[str, Any]
+    allowed: str
+    declined: str
+
+
+# As Claude Code's ExitPlanMode asks (kind switch_mode), and a command (kind execute).
+LEAVE_PLAN_MODE = _Pretend("Leave plan mode", "switch_mode", {"plan": DEMO_PLAN}, "Plan mode left.\n", "I stayed in plan mode: permission was declined.\n")
+RUN_DATE = _Pretend("Run date", "execute", {"command": "date", "description": "Print the date"}, "I ran `date`.\n", "I did not run it: permission was declined.\n")
 
 # Option ids deliberately differ from the kinds: clients must choose by kind.
 PERMISSION_OPTIONS: tuple[PermissionOption, ...] = (
@@ -234,12 +266,19 @@ class DemoAgent:
         text = "".join(b.text for b in blocks if isinstance(b, TextContentBlock))
         lowered = text.lower()
         writes = "write" in lowered or "file" in lowered
+        slow = not writes and "slow" in lowered
+        leaves_plan_mode = not writes and not slow and "plan mode" in lowered
+        runs = not (writes or slow or leaves_plan_mode) and "run" in lowered and "command" in lowered
 
         await self._think(sid, text)
-        steps = ["Read the request", "Ask permission and write the file", "Answer"] if writes else [
-            "Read the request",
-            "Answer",
-        ]
+        if writes:
+            steps = ["Read the request", "Ask permission and write the file", "Answer"]
+        elif leaves_plan_mode:
+            steps = ["Read the request", "Ask to leave plan mode", "Answer"]
+        elif runs:
+            steps = ["Read the request", "Ask permission and run the command", "Answer"]
+        else:
+            steps = ["Read the request", "Answer"]
         await self._update(sid, acp.update_plan(_plan(steps, done=1)))
 
         for block in blocks:
@@ -253,10 +292,14 @@ class DemoAgent:
             async with anyio.create_task_group() as tg:
                 for index, name in enumerate(names):
                     tg.start_soon(self._write_with_permission, session, text, name, scope, index * PERMISSION_STAGGER)
-        elif "slow" in lowered:
+        elif slow:
             for n in range(1, SLOW_CHUNKS + 1):
                 await self._update(sid, acp.update_agent_message_text(f"chunk {n} "))
                 await anyio.sleep(SLOW_DELAY)
+        elif leaves_plan_mode:
+            await self._pretend(session, scope, LEAVE_PLAN_MODE)
+        elif runs:
+            await self._pretend(session, scope, RUN_DATE)
         else:
             reply = f"Hello from the demo agent. You said: {text}"
             await self._say(sid, reply.upper() if session.model == "loud" else reply)
@@ -279,29 +322,9 @@ class DemoAgent:
             start = start.model_copy(update={"content": [acp.tool_diff_content(str(path), content, before)]})
         await self._update(sid, start)
 
-        response = await self._conn.request_permission(
-            session_id=sid,
-            tool_call=ToolCallUpdate(
-                tool_call_id=call_id,
-                title=start.title,
-                kind=start.kind,
-                status=start.status,
-                locations=[ToolCallLocation(path=str(path))],
-                raw_input=start.raw_input,
-            ),
-            options=list(PERMISSION_OPTIONS),
-        )
-        outcome = response.outcome
-        if not isinstance(outcome, AllowedOutcome):
-            # "cancelled" without a session/cancel still means the user stopped the
-            # turn: cancel the whole turn so a sibling tool call cannot write either.
-            log.info("permission for %s: cancelled", call_id)
-            scope.cancel()
+        kind = await self._ask_permission(sid, start, scope, locations=[ToolCallLocation(path=str(path))])
+        if kind is None:
             return
-        # Unknown option ids count as a refusal: never write without a clear yes.
-        kind = _KIND_BY_OPTION_ID.get(outcome.option_id, "reject_once")
-        log.info("permission for %s: %s (%s)", call_id, outcome.option_id, kind)
-
         if kind.startswith("reject"):
             await self._update(sid, acp.update_tool_call(call_id, status="failed"))
             await self._say(sid, "I did not write the file: permission was declined.\n")
@@ -325,6 +348,57 @@ class DemoAgent:
             ),
         )
         await self._say(sid, f"I wrote `{path}`.\n")
+
+    async def _pretend(self, session: _Session, scope: anyio.CancelScope, action: _Pretend) -> None:
+        """Ask permission for ``action`` and say how it went; allowed, it only pretends: nothing runs."""
+        sid = session.session_id
+        call_id = f"{action.kind}-{uuid.uuid4().hex[:12]}"
+        start = acp.start_tool_call(call_id, action.title, kind=action.kind, status="pending", raw_input=action.raw_input)
+        await self._update(sid, start)
+        kind = await self._ask_permission(sid, start, scope)
+        if kind is None:
+            return
+        allowed = not kind.startswith("reject")
+        await self._update(sid, acp.update_tool_call(call_id, status="completed" if allowed else "failed"))
+        await self._say(sid, action.allowed if allowed else action.declined)
+
+    async def _ask_permission(
+        self,
+        session_id: str,
+        start: Any,
+        scope: anyio.CancelScope,
+        *,
+        locations: list[ToolCallLocation] | None = None,
+    ) -> PermissionOptionKind | None:
+        """``session/request_permission`` for the tool call ``start`` announced.
+
+        Returns the kind of the option chosen (an unknown option id counts as
+        ``reject_once``: never act without a clear yes), or None when the answer was
+        ``cancelled``, after cancelling the whole turn.
+        """
+        call_id = start.tool_call_id
+        response = await self._conn.request_permission(
+            session_id=session_id,
+            tool_call=ToolCallUpdate(
+                tool_call_id=call_id,
+                title=start.title,
+                kind=start.kind,
+                status=start.status,
+                locations=locations,
+                raw_input=start.raw_input,
+            ),
+            options=list(PERMISSION_OPTIONS),
+        )
+        outcome = response.outcome
+        if not isinstance(outcome, AllowedOutcome):
+            # "cancelled" without a session/cancel still means the user stopped the
+            # turn: cancel the whole turn so a sibling tool call cannot act either.
+            log.info("permission for %s: cancelled", call_id)
+            scope.cancel()
+            return None
+        kind = _KIND_BY_OPTION_ID.get(outcome.option_id, "reject_once")
+        log.info("permission for %s: %s (%s)", call_id, outcome.option_id, kind)
+        return kind
 
     # -- sending -----------------------------------------------------------------
 

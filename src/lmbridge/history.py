@@ -39,8 +39,9 @@ agent restarted, or restored from the index a previous daemon persisted) is
 carries ``resume``, the opaque token (the agent's ACP sessionId) the actors use
 to continue the agent's own session, with its own memory of the chat.
 
-Approval needs the exact per-call token in the tool result (facts.md §1: Skip
-produces a tool result too). Anything else, or any doubt, denies.
+What a pending permission is answered is the permission rule's (``permissions.answer``):
+approval needs the exact per-call token in the tool result (Skip produces a tool result
+too). Anything else, or any doubt, denies.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from lmbridge import permissions
+from lmbridge.permissions import Answer
 from lmbridge.user_turn import is_scaffolding
 from lmbridge.wire import VSCODE_SKIP_TEXT, DataPart, Message, TextPart, ToolCallPart, ToolResultPart
 
@@ -213,18 +216,6 @@ class Kind(enum.Enum):
     DIVERGENCE = "divergence"  # history does not extend what the agent saw: fresh session + context
 
 
-class Answer(enum.Enum):
-    """What a pending call is answered with: a ``session/request_permission``
-    (ALLOW, REJECT, CANCELLED) or an MCP ``tools/call`` for a VS Code tool
-    (RESULT, DECLINED, CANCELLED)."""
-
-    ALLOW = "allow"  # the option of kind allow_once
-    REJECT = "reject"  # the option of kind reject_once (none: cancelled)
-    CANCELLED = "cancelled"  # {"outcome": "cancelled"}; for a tool: an error result, the chat was stopped
-    RESULT = "result"  # a VS Code tool's result, passed to the agent as the MCP result
-    DECLINED = "declined"  # a VS Code tool the user skipped: an error result saying so
-
-
 class Last(enum.Enum):
     """How the session's last response ended."""
 
@@ -250,20 +241,6 @@ CLASSIFICATION: dict[tuple[bool, Last, bool], Kind] = {
     (False, Last.DONE, True): Kind.DIVERGENCE,  # a finished answer VS Code dropped: edit/regenerate
     (False, Last.DONE, False): Kind.DIVERGENCE,
 }
-
-
-def answer_for(call_id: str, token: str, results: dict[str, ToolResultPart], new_content: bool) -> Answer:
-    """The answer one pending permission gets (issue #2, "Permission bridging").
-
-    Exact token in a result for this callId and no new user content → ALLOW;
-    a result with anything else → REJECT; no result, or new content beside it → CANCELLED.
-    """
-    result = results.get(call_id)
-    if result is None or new_content:
-        return Answer.CANCELLED
-    if token and result.text() == token:
-        return Answer.ALLOW
-    return Answer.REJECT
 
 
 def answer_for_tool(call_id: str, results: dict[str, ToolResultPart]) -> Answer:
@@ -499,7 +476,7 @@ class HistoryCore:
                 if kind is Kind.STOPPED
                 else answer_for_tool(p.call_id, results)
                 if p.tool
-                else answer_for(p.call_id, p.token, results, kind is not Kind.TOOL_RESULTS)
+                else permissions.answer(p.token, results.get(p.call_id), kind is not Kind.TOOL_RESULTS)
             )
             for p in s.pending
         }

@@ -28,7 +28,6 @@ import binascii
 import fnmatch
 import json
 import os
-import re
 import secrets
 import socket
 import struct
@@ -45,7 +44,8 @@ from mcp.shared.message import SessionMessage
 
 from lmbridge import record, self_command
 from lmbridge.log import get_logger
-from lmbridge.wire import ACTION_TOOLS, DataPart, TextPart, ToolInfo, ToolResultPart
+from lmbridge.permissions import ACTION_TOOLS
+from lmbridge.wire import DataPart, TextPart, ToolInfo, ToolResultPart
 
 log = get_logger("mcp")
 
@@ -55,31 +55,11 @@ STOPPED_TEXT = "Tool execution was skipped: the user stopped the chat before it 
 CLOSED_TEXT = "Tool execution was cancelled: the session ended before VS Code answered."
 
 
-def qualified(tool: str, server: str = SERVER_NAME) -> str:
-    """How claude-agent-acp names a bridged tool (``mcp__<server>__<tool>``)."""
-    return f"mcp__{server}__{tool}"
-
-
-def qualified_names(tool: str, server: str = SERVER_NAME) -> tuple[str, ...]:
-    """The names agents give a bridged tool in a permission request: claude-agent-acp's
-    ``mcp__<server>__<tool>``, fast-agent's title ``<server>/<tool>``, gemini-cli's
-    function name (``gemini_qualified``, read from its toolCallId)."""
-    return qualified(tool, server), f"{server}/{tool}", gemini_qualified(tool, server)
-
-
 def server_name(session_id: str, per_session: bool = False) -> str:
     """The MCP server's name in ``session/new``: ``vscode``, or ``vscode-<session>`` for an
     agent that keeps one registry of MCP servers for all its sessions and refuses a second
     ``vscode`` with other settings (fast-agent: ``Capabilities.shared_mcp_registry``)."""
     return f"{SERVER_NAME}-{session_id}" if per_session else SERVER_NAME
-
-
-def gemini_qualified(tool: str, server: str = SERVER_NAME) -> str:
-    """How gemini-cli names a bridged tool: the function ``mcp_<server>_<tool>``, other
-    characters than ``[A-Za-z0-9_.:-]`` made ``_``, cut to 63 characters as it cuts them
-    (gemini-cli 0.61.0 ``generateValidName``)."""
-    name = re.sub(r"[^A-Za-z0-9_\-.:]", "_", f"mcp_{server}_{tool}")
-    return name if len(name) <= 63 else f"{name[:30]}...{name[-30:]}"
 
 
 def select_tools(tools: Sequence[ToolInfo], allow: Sequence[str] = (), deny: Sequence[str] = ()) -> list[ToolInfo]:
@@ -185,10 +165,6 @@ class ToolBridge:
                 log.info("tools/list_changed not delivered", session=self.session_id, error=str(exc))
                 self._sessions.discard(session)
         return True
-
-    def is_bridged(self, title_or_name: str | None) -> bool:
-        """Whether an agent's permission request names exactly a bridged tool."""
-        return bool(title_or_name) and any(title_or_name in qualified_names(t, self.name) for t in self.tools)
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         self._sessions.add(ctx.session)

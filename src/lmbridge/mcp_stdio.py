@@ -18,8 +18,9 @@ import threading
 
 
 def main(socket_path: str, session: str) -> int:
-    """Relay stdin/stdout ↔ the daemon's socket. Exit 2 when it cannot connect;
-    0 when either side closes (the daemon closes at once a connection it refuses)."""
+    """Relay stdin/stdout ↔ the daemon's socket. Exit 2 when it cannot connect, or when
+    the daemon closes the connection before sending anything (it closes at once a
+    connection it refuses); 0 when either side closes after that."""
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(socket_path)
@@ -39,7 +40,16 @@ def main(socket_path: str, session: str) -> int:
 
     threading.Thread(target=upstream, daemon=True).start()
     out = sys.stdout.buffer
-    while chunk := sock.recv(65536):
-        out.write(chunk)
-        out.flush()
+    answered = False
+    try:
+        while chunk := sock.recv(65536):
+            answered = True
+            out.write(chunk)
+            out.flush()
+    except ConnectionResetError:  # closed with our bytes unread: the same as a close
+        pass
+    if not answered:
+        print(f"lmbridge mcp-stdio: the daemon closed the connection without serving session {session!r} "
+              "(it is not open, or this process does not run as the daemon's user)", file=sys.stderr)
+        return 2
     return 0

@@ -128,8 +128,18 @@ class ToolState:
     content: list[Any] = field(default_factory=list)
     locations: list[Any] = field(default_factory=list)
     raw_input: Any = None
+    meta: Any = None  # its _meta: where claude-agent-acp names the tool (permissions.bridged_tool)
     started: bool = False  # start rendered
     finished: bool = False  # final status rendered
+
+    def view(self) -> dict[str, Any]:
+        """The call as ACP names its fields (what ``permissions.read`` merges a request over)."""
+        out: dict[str, Any] = {"toolCallId": self.id, "title": self.title or None, "kind": self.kind, "rawInput": self.raw_input, "_meta": self.meta}
+        if self.content:
+            out["content"] = [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in self.content]
+        if self.locations:
+            out["locations"] = [loc.model_dump(mode="json", by_alias=True, exclude_none=True) for loc in self.locations]
+        return {k: v for k, v in out.items() if v is not None}
 
     def merge(self, call: Any) -> None:  # a validated ToolCall / ToolCallUpdate
         for attr in ("title", "kind", "status"):
@@ -142,6 +152,8 @@ class ToolState:
             self.locations = list(call.locations)
         if getattr(call, "raw_input", None) is not None:
             self.raw_input = call.raw_input
+        if getattr(call, "field_meta", None) is not None:
+            self.meta = call.field_meta
 
 
 def text_part(value: str) -> Part:
@@ -201,21 +213,26 @@ class TurnRenderer:
             return self._plan_parts(update.entries)
         return self.tool(update)
 
-    def permission_tool(self, raw: Any) -> tuple[ToolState | None, list[Part]]:
-        """Merge a ``session/request_permission``'s ``toolCall`` (a ToolCallUpdate)."""
+    def known(self, tool_call_id: object) -> dict[str, Any] | None:
+        """What the agent said of a tool call before (merged ``tool_call``/``tool_call_update``s),
+        in ACP's field names (``toolCallId``, ``title``, ``kind``, ``rawInput``, ``content``,
+        ``locations``); None for a call it has not announced, or a placeholder id."""
+        if not isinstance(tool_call_id, str) or tool_call_id in PLACEHOLDER_TOOL_CALL_IDS:
+            return None
+        state = self.tools.get(tool_call_id)
+        return None if state is None else state.view()
+
+    def permission_tool(self, raw: Any) -> list[Part]:
+        """Merge a ``session/request_permission``'s ``toolCall`` (a ToolCallUpdate): the parts
+        that show the call's start, as for any tool call."""
         if not isinstance(raw, dict):
-            return None, []
+            return []
         update: Any = validate(schema.ToolCallUpdate, raw, self.warn)
-        if update is None:
-            return None, []
-        if update.tool_call_id in PLACEHOLDER_TOOL_CALL_IDS:
-            # Not merged into another permission's call, not rendered (the card shows it),
-            # never closed as "ended without a result".
-            state = ToolState(update.tool_call_id)
-            state.merge(update)
-            return state, []
-        parts = self.tool(update)
-        return self.tools[update.tool_call_id], parts
+        if update is None or update.tool_call_id in PLACEHOLDER_TOOL_CALL_IDS:
+            # A placeholder is not merged into another permission's call, not rendered (the
+            # card shows it), never closed as "ended without a result".
+            return []
+        return self.tool(update)
 
     def tool(self, update: Any) -> list[Part]:  # a validated ToolCall / ToolCallUpdate
         """Parts for a tool call create-or-update: its start, then its end, once each."""
@@ -237,7 +254,7 @@ class TurnRenderer:
         """End of turn: tool calls left open are closed (facts.md §3: agents leave
         them ``in_progress`` forever) and forgotten."""
         parts = [
-            text_part(f"\n\n_{s.title or s.id}: ended without a result._\n\n")
+            text_part(f"\n\n_{clip(s.title or s.id, TITLE_LIMIT)}: ended without a result._\n\n")
             for s in self.tools.values()
             if s.started and not s.finished
         ]
@@ -261,9 +278,14 @@ class TurnRenderer:
         return [text_part("\n\n**Plan**\n" + "\n".join(lines) + "\n\n")]
 
 
+#: Characters of a tool call's title in the answer (an agent sent 100 KB; what the user
+#: approves is shown whole on its card, not here).
+TITLE_LIMIT = 500
+
+
 def _title(state: ToolState) -> str:
     kind = f" ({state.kind})" if state.kind and state.kind != "other" else ""
-    return f"**{state.title or state.id}**{kind}"
+    return f"**{clip(state.title or state.id, TITLE_LIMIT)}**{kind}"
 
 
 def render_start(state: ToolState) -> str:

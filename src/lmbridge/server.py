@@ -151,6 +151,7 @@ class Server:
         self._cached_options: dict[str, Any] | None = None  # the state folder's agent options, read once
         self._cached_images: dict[str, bool] | None = None  # ... and which agents take images
         self.inflight: dict[Any, _Context] = {}  # requests being handled, by id (not null)
+        self.stray_responses = 0  # frames on stdin that were responses (never answered)
         self._dispatching = 0  # request tasks running
         self.message_cache = MessageCache()  # chat histories come again with every request
         # stdout: encoded frames (bytes) and response parts ((request id, part))
@@ -301,6 +302,13 @@ class Server:
         a usable id, never if it is a notification."""
         if not isinstance(request, dict):
             self._error(None, -32600, "invalid request: not a JSON object")
+            return
+        if "method" not in request and ("result" in request or "error" in request):
+            # A response: the daemon sends the shim no requests, and answering a response
+            # would let two peers ping-pong errors. Never answered; logged once.
+            self.stray_responses += 1
+            if self.stray_responses == 1:
+                log.warning("stdin: a response to no request, not answered (further ones are counted)", id=clip(repr(request.get("id")), 100))
             return
         rid = request.get("id")
         if not (rid is None or usable_id(rid)):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,12 +29,13 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge import auth, turn
-from lmbridge.acp_client import AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
+from lmbridge import auth, permissions, turn
+from lmbridge.acp_client import BAD_ID_ERROR, AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
 from lmbridge.agent_pool import AgentGone, AgentPool, AgentProcess
 from lmbridge.agents import auth_hint
-from lmbridge.history import Answer, Fingerprint, Last, Pending, Turn, conversation, squeezed
+from lmbridge.history import Fingerprint, Last, Pending, Turn, conversation, squeezed
 from lmbridge.log import get_logger
+from lmbridge.permissions import Answer
 from lmbridge.render import Part, TurnRenderer
 from lmbridge.transcript import prompt_blocks
 from lmbridge.turn import JobInfo
@@ -337,25 +337,24 @@ class SessionActor:
 
     async def _incoming(self, msg: Incoming) -> turn.Event | None:
         params = msg.params if isinstance(msg.params, dict) else {}
-        if msg.method == "session/update" and msg.id is None:
+        if msg.method == "session/update" and msg.id is None and not msg.bad_id:
             if params.get("sessionId") != self.acp_session:
                 return None  # a superseded ACP session
             return turn.Update(params.get("update"))
         rid = msg.id
-        if msg.method == "session/request_permission" and rid is not None:
+        if msg.method == "session/request_permission" and (rid is not None or msg.bad_id):
             if params.get("sessionId") != self.acp_session:
-                self._respond(rid, {"outcome": turn.CANCELLED_OUTCOME})
+                if not msg.bad_id:
+                    self._respond(rid, {"outcome": dict(permissions.CANCELLED)})
                 return None
-            raw_call: dict[str, Any] = params["toolCall"] if isinstance(params.get("toolCall"), dict) else {}
-            options = tuple(
-                {"optionId": o.get("optionId"), "name": o.get("name", ""), "kind": o.get("kind")}
-                for o in params.get("options") or []
-                if isinstance(o, dict)
-            )
-            bridged = self.bridge is not None and self.bridge.is_bridged(_tool_name(raw_call))
+            bridge = None
+            if self.bridge is not None:
+                bridge = permissions.Bridge(self.bridge.name, frozenset(self.bridge.tools), self.process.caps.profile)
             call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
-            return turn.PermissionAsked(rid, raw_call, options, call_id, secrets.token_urlsafe(18), bridged)
-        if rid is not None:
+            return turn.PermissionAsked(rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id)
+        if msg.bad_id:
+            self._respond(None, error=BAD_ID_ERROR)
+        elif rid is not None:
             # fs/* and terminal/* are not offered in clientCapabilities.
             self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
         else:
@@ -380,6 +379,8 @@ class SessionActor:
             elif isinstance(fx, turn.Respond):
                 log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
                 self._respond(fx.rid, {"outcome": dict(fx.outcome)})
+            elif isinstance(fx, turn.RespondError):
+                self._respond(fx.rid, error=fx.error)
             elif isinstance(fx, turn.ResolveTool):
                 self._resolve_tool(fx)
             elif isinstance(fx, turn.SendCancel):
@@ -449,7 +450,7 @@ class SessionActor:
 
     # -- writes to the agent -------------------------------------------------------
 
-    def _respond(self, rid: int | str, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
+    def _respond(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
         """Queue the answer to one of the agent's requests; the writer task sends frames in order."""
 
         async def write(conn: AgentConnection) -> None:
@@ -760,33 +761,3 @@ class SessionActor:
 def _object(value: Any) -> dict[str, Any]:
     """``value`` if it is a JSON object, else an empty one (agents' answers are not trusted)."""
     return value if isinstance(value, dict) else {}
-
-
-#: How codex-acp 0.16.0 words its approval of an MCP tool call: 'Allow the vscode MCP server to run tool "search_workspace"?'.
-_CODEX_MCP_TOOL = re.compile(r'\brun tool "([^"]+)"')
-
-
-def _tool_name(raw_call: dict[str, Any]) -> str | None:
-    """The tool an agent's permission is for (an MCP tool as the agent names it):
-    claude-agent-acp names it in ``_meta.claudeCode.toolName``; gemini-cli in the
-    ``toolCallId``, always ``<function>__<id>`` (an MCP tool's function is
-    ``mcp_<server>_<tool>``; its title is the tool's display name, or an argument
-    ``command``); codex-acp asks about an MCP call with ``rawInput`` ``{server_name,
-    request: {_meta: {codex_approval_kind: "mcp_tool_call"}, message}}``, the tool named only
-    in the message (read as ``mcp__<server>__<tool>``); others only in the title."""
-    meta = raw_call.get("_meta")
-    claude = meta.get("claudeCode") if isinstance(meta, dict) else None
-    name = claude.get("toolName") if isinstance(claude, dict) else None
-    if isinstance(name, str):
-        return name
-    call_id = raw_call.get("toolCallId")
-    if isinstance(call_id, str) and call_id.startswith("mcp_") and "__" in call_id:
-        return call_id.split("__", 1)[0]
-    raw_input = _object(raw_call.get("rawInput"))
-    request = _object(raw_input.get("request"))
-    server, message = raw_input.get("server_name"), request.get("message")
-    if _object(request.get("_meta")).get("codex_approval_kind") == "mcp_tool_call" and isinstance(server, str) and isinstance(message, str):
-        found = _CODEX_MCP_TOOL.search(message)
-        if found:
-            return f"mcp__{server}__{found.group(1)}"
-    return raw_call.get("title") if isinstance(raw_call.get("title"), str) else None

@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath as Path
 from typing import Any
 
+from lmbridge import permissions
 from lmbridge.history import has_user_content
+from lmbridge.permissions import ACTION_TOOLS
 from lmbridge.user_turn import Attachment, UserTurn, parse_user_turn
-from lmbridge.wire import ACTION_TOOLS, DataPart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
+from lmbridge.wire import DataPart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 
 Block = dict[str, Any]
 
@@ -95,7 +97,8 @@ def message_text(message: Message, actions: Actions | None = None, verbatim: boo
             # An approval token means nothing to a new session; say what it was.
             title, token = actions[p.callId]
             text = p.text()
-            answer = "allowed" if token and text == token else f"declined ({text})" if text else "declined"
+            allowed = permissions.answer(token, p) is permissions.Answer.ALLOW
+            answer = "allowed" if allowed else f"declined ({text})" if text else "declined"
             lines.append(f"[permission {title!r}: {answer} by the user]")
         elif isinstance(p, ToolResultPart):
             text = _result_text(p)

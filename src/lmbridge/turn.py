@@ -38,21 +38,22 @@ Every timer is tagged with the sequence number of what started it (the gather
 window with the surfacing, the drain deadline with the prompt) and is stopped
 when that ends; a ``TimerFired`` whose tag is stale does nothing. Every job
 ends exactly once (``Finish`` or ``Fail``); every permission is answered exactly
-once (``Respond``); ``allow`` is only ever sent for a permission the job's
-``answers`` say ALLOW (the exact token was seen by the history core), or for a
-VS Code tool the agent asks about that VS Code confirms itself (``bridged``).
+once (``Respond`` or ``RespondError``). What a permission becomes (a card, a grant,
+a decline, a refusal) and which option an answer selects is the permission rule's
+(``permissions``): this machine only carries its decisions out at the right time.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lmbridge.framing import clip
-from lmbridge.history import Answer, Last, Pending
-from lmbridge.wire import action_tool
+from lmbridge import permissions
+from lmbridge.history import Last, Pending
+from lmbridge.permissions import CANCELLED as CANCELLED_OUTCOME
+from lmbridge.permissions import Answer
 
 Part = dict[str, Any]
 
@@ -64,8 +65,6 @@ DRAIN = 10.0
 START_NOTICE = 0.5
 #: Bytes of text kept for the next request of an open turn (issue #16).
 BUFFER_LIMIT = 1 << 20
-#: Characters of a permission's title on its card and in the log (an agent sent 100 KB).
-TITLE_LIMIT = 500
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
 
 
@@ -145,15 +144,17 @@ class Update:
 
 @dataclass(frozen=True)
 class PermissionAsked:
-    """A ``session/request_permission``. ``call_id``/``token``: fresh, drawn by the actor.
-    ``bridged``: it asks about a VS Code tool VS Code confirms itself (issue #4)."""
+    """A ``session/request_permission``: its JSON-RPC id and ``params`` as received.
+    ``call_id``/``token``: fresh, drawn by the actor. ``bridge``: the VS Code tools the
+    session's MCP server offers (``permissions.Bridge``). ``answerable``: ``rid`` can be
+    written back (an object or list id cannot: the error then goes out with id null)."""
 
     rid: Any
-    tool_call: Mapping[str, Any]
-    options: tuple[Mapping[str, Any], ...]
+    params: Any
     call_id: str
     token: str
-    bridged: bool = False
+    bridge: permissions.Bridge | None = None
+    answerable: bool = True
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,14 @@ class Respond:
     rid: Any
     call_id: str
     outcome: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RespondError:
+    """Answer a request of the agent's with a JSON-RPC ``error`` (``rid`` None: id null)."""
+
+    rid: Any
+    error: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -313,7 +322,7 @@ class Log:
 
 
 Effect = (
-    Emit | Finish | Fail | Respond | ResolveTool | SendCancel | StartAgent | NewSession | Prompt | StartTimer | StopTimer | Died | Detach | Shutdown
+    Emit | Finish | Fail | Respond | RespondError | ResolveTool | SendCancel | StartAgent | NewSession | Prompt | StartTimer | StopTimer | Died | Detach | Shutdown
     | Log
 )
 
@@ -372,29 +381,9 @@ class Renderer(Protocol):
     """``render.TurnRenderer``: ACP updates → response parts (create-or-update state)."""
 
     def update(self, raw: Any) -> list[Part]: ...
-    def permission_tool(self, raw: Any) -> tuple[Any, list[Part]]: ...
+    def known(self, tool_call_id: object) -> Mapping[str, Any] | None: ...
+    def permission_tool(self, raw: Any) -> list[Part]: ...
     def close(self) -> list[Part]: ...
-
-
-def choose_option(options: Sequence[Mapping[str, Any]], answer: Answer) -> dict[str, Any]:
-    """The ``RequestPermissionOutcome`` for ``answer`` (ACP ``session/request_permission``).
-
-    Options are chosen by ``kind``, never by id (ids differ per agent, facts.md §3):
-    ALLOW → the one ``allow_once`` option, REJECT → the one ``reject_once`` option.
-    Anything doubtful answers ``cancelled``: no option of that kind, more than one,
-    or an id shared with another option (the agent could read it either way).
-    """
-    wanted = {Answer.ALLOW: "allow_once", Answer.REJECT: "reject_once"}.get(answer)
-    ids = [o.get("optionId") for o in options]
-    chosen = [o for o in options if o.get("kind") == wanted]
-    if wanted and len(chosen) == 1:
-        option_id = chosen[0].get("optionId")
-        if isinstance(option_id, str) and ids.count(option_id) == 1:
-            return {"outcome": "selected", "optionId": option_id}
-    return {"outcome": "cancelled"}
-
-
-CANCELLED_OUTCOME: Mapping[str, Any] = {"outcome": "cancelled"}
 
 
 def start_notice(agent: str) -> str:
@@ -422,7 +411,7 @@ class _Call:
     part: Part
     rid: Any = None
     token: str = ""
-    options: tuple[Mapping[str, Any], ...] = ()
+    options: tuple[permissions.Option, ...] = ()
     shown_in: int | None = None  # the job whose response showed it
 
     @property
@@ -666,49 +655,57 @@ class TurnMachine:
             self.left_out += size
 
     def _on_permission(self, ev: PermissionAsked) -> None:
-        if ev.bridged:
-            # VS Code confirms its own tools when it runs them (issue #4).
-            outcome = choose_option(ev.options, Answer.ALLOW)
-            self._fx.append(Respond(ev.rid, ev.call_id, outcome))
+        params = ev.params if isinstance(ev.params, Mapping) else {}
+        raw_call = params.get("toolCall")
+        request: permissions.Permission | permissions.Malformed
+        if not ev.answerable:
+            request = permissions.Malformed("id", "is neither a string nor a number", answerable=False)
+        else:
+            merged = self.renderer.known(raw_call.get("toolCallId")) if isinstance(raw_call, Mapping) else None
+            request = permissions.read(ev.params, ev.call_id, ev.token, merged, ev.bridge)
+        decision = permissions.route(request, self.tools, self.agent)
+        live = self.state in (State.STREAMING, State.AWAITING)
+        if isinstance(decision, permissions.Grant):
+            # VS Code confirms its own tools when it runs them (docs/tools.md).
+            assert isinstance(request, permissions.Permission)
+            self._fx.append(Respond(ev.rid, ev.call_id, permissions.outcome(request.options, Answer.ALLOW)))
+            self._fx.append(Log("info", "permission granted: a bridged VS Code tool", {"tool": decision.tool}))
             return
-        if self.state not in (State.STREAMING, State.AWAITING):
+        if isinstance(decision, permissions.Refuse):
+            self._fx.append(RespondError(ev.rid if ev.answerable else None, decision.error))
+            self._fx.append(Log("warning", "malformed permission request refused", {"agent": self.agent, "error": decision.error["message"]}))
+            if live:
+                self._say(f"\n\n{decision.line}\n\n")
+            return
+        if not live:
             self._fx.append(Respond(ev.rid, ev.call_id, CANCELLED_OUTCOME))
             return
-        state, parts = self.renderer.permission_tool(dict(ev.tool_call))
-        raw = ev.tool_call
-        title = clip(str(getattr(state, "title", None) or raw.get("title") or "Agent action"), TITLE_LIMIT)
-        kind = getattr(state, "kind", None) or raw.get("kind") or "other"
-        tool = action_tool(kind)
+        assert isinstance(request, permissions.Permission)
+        parts = self.renderer.permission_tool(dict(raw_call)) if isinstance(raw_call, Mapping) else []
         if self.state is State.STREAMING:
             self.agent_output = True
             for part in parts:
                 self._emit(part)
         else:
             self._keep(parts)
-        if tool not in self.tools:
-            # Nobody to ask (Ask mode, or a client offering no tools): deny, and say so.
-            line = f"\n\n_{self.agent} wanted to: {title} ({kind}). Declined: approving agent actions needs Agent mode._\n\n"
-            if self.state is State.STREAMING:
-                self._emit(_text(line))
-            else:
-                self._keep([_text(line)])
-            self._fx.append(Respond(ev.rid, ev.call_id, choose_option(ev.options, Answer.REJECT)))
-            self._fx.append(Log("info", "permission declined: no action tool offered", {"tool": tool, "title": title}))
+        if isinstance(decision, permissions.Decline):
+            self._say(f"\n\n{decision.line}\n\n")
+            self._fx.append(Respond(ev.rid, ev.call_id, decision.outcome))
+            self._fx.append(Log("info", "permission declined without a card", {"reason": decision.reason, "tool": request.tool}))
             return
-        tool_input: dict[str, Any] = {
-            "title": title,
-            "kind": kind,
-            "rawInput": getattr(state, "raw_input", None) if state is not None else raw.get("rawInput"),
-            "options": [dict(o) for o in ev.options],
-            "approvalToken": ev.token,
-        }
-        for key in ("content", "locations"):
-            if raw.get(key):
-                tool_input[key] = raw[key]
-        part = {"type": "tool_call", "callId": ev.call_id, "name": tool, "input": tool_input}
-        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, ev.options)
+        card = decision.card
+        tool_input = {"title": card.title, "message": card.message, "approvalToken": ev.token}
+        part = {"type": "tool_call", "callId": ev.call_id, "name": card.tool, "input": tool_input}
+        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, request.options)
         if self.state is State.STREAMING:
             self._show(call)
+
+    def _say(self, line: str) -> None:
+        """A line for the user in the answer streaming now, or kept for the next request."""
+        if self.state is State.STREAMING:
+            self._emit(_text(line))
+        else:
+            self._keep([_text(line)])
 
     def _on_tool_invoked(self, ev: ToolInvoked) -> None:
         if self.state not in (State.STREAMING, State.AWAITING):
@@ -736,7 +733,7 @@ class TurnMachine:
         if call.tool:
             self._fx.append(ResolveTool(call_id, answer, job_id))
         else:
-            self._fx.append(Respond(call.rid, call_id, choose_option(call.options, answer)))
+            self._fx.append(Respond(call.rid, call_id, permissions.outcome(call.options, answer)))
 
     def _on_timer(self, ev: TimerFired) -> None:
         if ev.timer is Timer.NOTICE:

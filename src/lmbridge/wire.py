@@ -17,29 +17,6 @@ from pydantic_core import from_json
 
 PROTOCOL_VERSION = 1
 
-#: The VS Code tools that carry an agent's permission request (seed 002), one per class
-#: of danger: VS Code's "Allow in this Session" approves one tool for the rest of the
-#: session, so approving a read must not approve a shell command (docs/vscode-shim.md).
-AGENT_ACTION_TOOL = "symposium-agent-action"  # execute, fetch, switch_mode, other, unknown kinds
-AGENT_READ_TOOL = "symposium-agent-action-read"  # read, search, think
-AGENT_EDIT_TOOL = "symposium-agent-action-edit"  # edit, delete, move
-ACTION_TOOLS = frozenset({AGENT_ACTION_TOOL, AGENT_READ_TOOL, AGENT_EDIT_TOOL})
-_TOOL_BY_KIND = {
-    "read": AGENT_READ_TOOL,
-    "search": AGENT_READ_TOOL,
-    "think": AGENT_READ_TOOL,
-    "edit": AGENT_EDIT_TOOL,
-    "delete": AGENT_EDIT_TOOL,
-    "move": AGENT_EDIT_TOOL,
-}
-
-
-def action_tool(kind: object) -> str:
-    """The tool a permission of ACP tool ``kind`` (``ToolKind``) is asked through:
-    read/search/think → ``-read``, edit/delete/move → ``-edit``, anything else
-    (execute, fetch, switch_mode, other, missing, unknown) → ``symposium-agent-action``."""
-    return _TOOL_BY_KIND.get(kind, AGENT_ACTION_TOOL) if isinstance(kind, str) else AGENT_ACTION_TOOL
-
 #: The only text VS Code puts in a tool result when the user presses Skip (facts.md §1).
 VSCODE_SKIP_TEXT = "The user chose to skip the tool call, they want to proceed without running it"
 

@@ -28,7 +28,9 @@ Modes (see ``MODES``):
   permission-at-end a permission sent just as the prompt is answered end_turn
   error-data        the prompt fails with -32603 and the reason in error.data.message
   long-stderr       30 stderr lines of 1 MB each, then exits 3 mid-turn
-  huge-title        a permission whose title is 100 KB
+  huge-title        a permission whose title (its command, kind execute) is 100 KB
+  malformed-permission  permissions whose options are 5, missing, empty or [5], whose toolCall
+                    is missing or a list: each must be answered at once, then text
   huge-diff         a tool_call carrying a 60,000-line diff
   bad-ids           requests to the client with ids of every JSON type, unknown methods,
                     responses to requests never sent
@@ -88,7 +90,7 @@ def text(sid: str, value: str) -> None:
 AUTO = object()
 
 
-def ask(method: str, params: Any, rid: Any = AUTO) -> str:
+def ask(method: str, params: Any, rid: Any = AUTO, **note: Any) -> str:
     """Send a request to the client (``rid``: a fresh string unless given, even null);
     returns the key its answer is logged under."""
     if rid is AUTO:
@@ -96,7 +98,7 @@ def ask(method: str, params: Any, rid: Any = AUTO) -> str:
         rid = f"h{NEXT[0]}"
     key = json.dumps(rid)
     ANSWERS[key] = threading.Event()
-    log(sent=rid, method=method)
+    log(sent=rid, method=method, **note)
     send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
     return key
 
@@ -140,6 +142,21 @@ def prompt_turn(mode: str, rid: Any, sid: str, rng: random.Random, frames: int) 
         key = permission(sid, options, title="T" * 100_000 if mode == "huge-title" else "touch x")
         answer = wait(key)
         text(sid, f"outcome {json.dumps(answer)}")
+    elif mode == "malformed-permission":
+        call = {"toolCallId": "m", "title": "touch x", "kind": "execute"}
+        keys = [
+            ask("session/request_permission", params)
+            for params in (
+                {"sessionId": sid, "toolCall": call, "options": 5},
+                {"sessionId": sid, "toolCall": call},
+                {"sessionId": sid, "toolCall": call, "options": []},
+                {"sessionId": sid, "toolCall": call, "options": [5]},
+                {"sessionId": sid, "options": STANDARD},
+                {"sessionId": sid, "toolCall": [call], "options": STANDARD},
+            )
+        ]
+        answers = [wait(key, timeout=30.0) for key in keys]  # the turn waits on them, as an agent does
+        text(sid, f"survived {sum(a is not None for a in answers)} answers")
     elif mode == "permission-at-end":
         permission(sid, STANDARD)
     elif mode == "error-data":
@@ -194,9 +211,15 @@ def mix(sid: str, rng: random.Random, frames: int) -> str:
         elif k == 11:
             update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": rng.choice(["c1", "c2", "nope"]), "status": "completed",
                          "content": [{"type": "content", "content": {"type": "text", "text": "out"}}]})
-        elif k == 12:
+        elif k == 12 and rng.random() < 0.5:
             options = rng.choice([STANDARD, [], [{"optionId": "x", "kind": "allow_once", "name": "a"}] * 2, [{"optionId": "y", "kind": "weird", "name": "w"}]])
             pending.append(permission(sid, options, tool_id=f"p{n}"))
+        elif k == 12:  # a malformed permission: answered at once, never left to a timeout
+            call = {"toolCallId": f"m{n}", "title": "touch x", "kind": "execute"}
+            params = rng.choice([{"sessionId": sid, "toolCall": call, "options": 5}, {"sessionId": sid, "toolCall": call},
+                                 {"sessionId": sid, "toolCall": call, "options": [5]}, {"sessionId": sid, "options": STANDARD},
+                                 {"sessionId": sid, "toolCall": "x", "options": STANDARD}])
+            pending.append(ask("session/request_permission", params, malformed=True))
         elif k == 13:
             pending.append(ask(rng.choice(["fs/read_text_file", "terminal/create", "x/unknown"]), {"sessionId": sid, "path": "/etc/passwd"}))
         elif k == 14:

@@ -17,18 +17,25 @@
 //   08 after-stop  ...and the next message in the same chat is answered
 //   09 stop-stream Stop while text streams...
 //   10 after-stream-stop ...and the next message is answered
-//   11 agent-models the agent's own models in the picker
-//   12 fails-to-start an agent that cannot start: the user reads which and why
-//   13 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
+//   11 mode-card   the agent asks to leave plan mode (kind switch_mode): a card "Leave plan mode"...
+//   12 allow-session ...its default button, Allow in this Session: the agent goes on...
+//   13 mode-again  ...and VS Code now approves that tool by itself: the next such request is
+//                 answered with no card...
+//   14 run-card    ...but the agent asking to run a command gets a card of its own ("Run date",
+//                 another tool): the session approval of a mode switch never covers a command...
+//   15 run-skip    ...Skip: nothing ran, the agent says so and the chat is idle
+//   16 agent-models the agent's own models in the picker
+//   17 fails-to-start an agent that cannot start: the user reads which and why
+//   18 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
 //                 message in the chat and, once the daemon reports auth_required, a notification
 //                 with Sign in… and Open Settings
-//   14 sign-in     Sign in… opens a terminal named for the agent running its login command (with
+//   19 sign-in     Sign in… opens a terminal named for the agent running its login command (with
 //                 no login command from the daemon, the test runs it as the user would)...
-//   15 signed-in   ...Enter in that terminal: the login ends, signed in...
-//   16 after-sign-in ...and the next message is answered, nothing restarted
-//   17 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
+//   20 signed-in   ...Enter in that terminal: the login ends, signed in...
+//   21 after-sign-in ...and the next message is answered, nothing restarted
+//   22 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
 //                 (once the daemon lists them; until then "Open Settings" only)...
-//   18 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
+//   23 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
 //                 daemon restarts with it and VS Code lists it among the language models
 // CHATVIEW_FIRST_RUN=1 (make chatview-first-run) instead installs the vsix into a fresh profile
 // with no lmbridge on PATH and no daemon setting: the extension builds its private environment
@@ -147,6 +154,14 @@ async function waitForCard(title) {
 	const text = await card().innerText();
 	check(text.includes(title), `the card does not show the action's title ${JSON.stringify(title)}: ${JSON.stringify(text.slice(0, 300))}`);
 	return text;
+}
+
+/** A pending card showing `title`, once it is there (an earlier card may still be fading out). */
+async function waitForCardWith(title) {
+	const pending = page.locator('[aria-label="Tool confirmation carousel"], .chat-confirmation-widget-container')
+		.filter({ visible: true, hasText: title }).first();
+	await pending.waitFor({ state: 'visible', timeout: WAIT });
+	return pending;
 }
 
 async function stop() {
@@ -354,6 +369,49 @@ try {
 			await waitForResponseText(/You said: and now hello/);
 			await waitForIdle();
 		});
+
+		await step('mode-card', async () => {
+			// A notification shown since setup would cover the chat in the screenshots: dismiss it if there.
+			const toast = page.locator('[aria-label="Dismiss notification"]').filter({ visible: true });
+			if (await toast.count() > 0) await toast.first().click();
+			await send('please leave plan mode');
+			const text = await (await waitForCardWith('Leave plan mode')).innerText();
+			check(/switch_mode/.test(text), `the card does not say what kind of action it is: ${JSON.stringify(text.slice(0, 400))}`);
+		});
+
+		await step('allow-session', async () => {
+			// The card's default button: VS Code approves this tool for the rest of the session.
+			const pending = await waitForCardWith('Leave plan mode');
+			await pending.locator('a.monaco-button', { hasText: /^Allow in this Session$/ }).filter({ visible: true }).first().click();
+			await waitForResponseText(/Plan mode left\./);
+			await waitForIdle();
+		});
+
+		await step('mode-again', async () => {
+			// The same tool again: approved by VS Code with no card (a card would leave the
+			// turn waiting, and the answer would never come).
+			await send('leave plan mode once more');
+			await waitForResponseText(/Plan mode left\./);
+			await waitForIdle();
+		});
+
+		await step('run-card', async () => {
+			await send('now run the command');
+			const pending = await waitForCardWith('Run date');
+			const text = await pending.innerText();
+			check(/\bdate\b/.test(text.replace(/Run date/g, '')), `the card does not show the command: ${JSON.stringify(text.slice(0, 400))}`);
+			check(await pending.locator('a[aria-label^="Proceed without running this tool"]').filter({ visible: true }).count() > 0,
+				'the card offers no Skip: it is not waiting for the user');
+			check(!/I ran/.test(await responseText()), 'the command was approved without the user');
+		});
+
+		await step('run-skip', async () => {
+			await card().locator('a[aria-label^="Proceed without running this tool"]').filter({ visible: true }).first().click();
+			await waitForResponseText(/I did not run it: permission was declined\./);
+			await waitForIdle();
+			check(!/I ran/.test(await responseText()), 'Skip: the agent says it ran the command');
+		});
+
 		await step('agent-models', async () => {
 			// The demo agent's own models (its configOptions, issue #11 §3) in VS Code's picker, learnt
 			// from its sessions; the same chat on "Loud": the option is set on its session.

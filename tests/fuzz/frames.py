@@ -62,13 +62,17 @@ def answerable(rid: Any) -> bool:
 def expected_ids(line: bytes) -> list[Any]:
     """The ids that must each be answered exactly once for this stdin line (JSON-RPC 2.0
     §4–6: a request with a usable id is answered; a notification, a line that is not
-    JSON and a request whose id cannot be read are not answered by id)."""
+    JSON, a request whose id cannot be read and a response (``result`` or ``error``, no
+    ``method``: answering it would let two peers ping-pong errors) are not answered by id)."""
     try:
         value = json.loads(line, parse_constant=_reject)
     except (ValueError, RecursionError):
         return []
     requests = value if isinstance(value, list) else [value]
-    return [r["id"] for r in requests if isinstance(r, dict) and "id" in r and answerable(r["id"])]
+    return [
+        r["id"] for r in requests
+        if isinstance(r, dict) and "id" in r and answerable(r["id"]) and not ("method" not in r and ("result" in r or "error" in r))
+    ]
 
 
 # ---------------------------------------------------------------- the generator

@@ -197,6 +197,17 @@ def agent_part(where: Path, agent_frames: int, seed: int) -> dict[str, Any]:
                 and str(e["result"]["outcome"].get("optionId")) in ("allow", "x", "y")]
     if approved:
         violations.append(f"agent: {len(approved)} approvals without the user's token")
+    # Malformed permissions are answered at once (an error naming the field), never left to a timeout.
+    malformed_waits: list[float] = []
+    for path in logs.glob("*.jsonl"):
+        own = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        sent_at = {json.dumps(e["sent"]): e["t"] for e in own if e.get("malformed")}
+        malformed_waits += [e["t"] - sent_at[json.dumps(e["answer"])] for e in own if "answer" in e and json.dumps(e["answer"]) in sent_at]
+        unanswered = len(sent_at) - sum(1 for e in own if "answer" in e and json.dumps(e["answer"]) in sent_at)
+        if unanswered:
+            violations.append(f"agent: {unanswered} malformed permissions not answered")
+    figures["malformed_permissions"] = len(malformed_waits)
+    figures["malformed_slowest_answer_s"] = round(max(malformed_waits, default=0.0), 3)
     frames_sent = sum(e.get("frames", 0) for e in entries if e.get("event") == "mix_done")
     return {"agent_frames": frames_sent, "chats": chats, "seconds": round(elapsed, 1), "frames_per_s": round(frames_sent / elapsed),
             "agent_requests": requests, "agent_answers": answers, **figures, "violations": violations}

@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lmbridge.client import DaemonClient, approve, assistant, skip, text_of, tool_calls, user  # noqa: E402
-from lmbridge.wire import AGENT_ACTION_TOOL  # noqa: E402
+from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.real_agent.claude import claude_bridge  # noqa: E402
 
@@ -47,8 +47,9 @@ async def ask_for_bash(client: DaemonClient, marker: Path) -> tuple[list[dict], 
     assert call.result == {"stopReason": "tool_calls"}
     (perm,) = tool_calls(call)
     assert perm["name"] == AGENT_ACTION_TOOL
-    assert perm["input"]["kind"] == "execute" and str(marker) in str(perm["input"]["rawInput"])
-    assert {o["kind"] for o in perm["input"]["options"]} >= {"allow_once", "reject_once"}
+    card = perm["input"]["message"]
+    assert "**run a command**" in card and "```sh\n" in card and str(marker) in card
+    assert "The agent offered: " in card and "Allow" in card
     assert not marker.exists()  # nothing runs before the user answers
     history.append(assistant(call.parts))
     return history, perm

@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 
 from lmbridge.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
 from lmbridge.mcp_bridge import STOPPED_TEXT  # noqa: E402
-from lmbridge.wire import AGENT_ACTION_TOOL  # noqa: E402
+from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: E402
 from tests.conftest import children  # noqa: E402
 from tests.fakes.fake_openai_responses import FakeResponses, exec_command, input_texts  # noqa: E402
 from tests.real_agent.acp_probe import AcpProbe, AgentError, initialize_params  # noqa: E402
@@ -83,8 +83,9 @@ async def ask_for_command(client: DaemonClient, conv: Conversation, text: str, m
     assert call.result == {"stopReason": "tool_calls"}, (call.result, text_of(call))
     (perm,) = tool_calls(call)
     assert perm["name"] == AGENT_ACTION_TOOL
-    assert perm["input"]["kind"] == "execute" and str(marker) in json.dumps(perm["input"]["rawInput"])
-    assert {o["kind"] for o in perm["input"]["options"]} >= {"allow_once", "reject_once"}
+    card = perm["input"]["message"]
+    assert "**run a command**" in card and f"```sh\ntouch {marker}\n```" in card  # codex's argv shown as its script
+    assert "The agent offered: " in card
     assert not marker.exists()  # nothing runs before the user answers
     conv.answered(call)
     return perm
@@ -252,7 +253,7 @@ async def test_two_actions_in_one_turn(tmp_path: Path) -> None:
                 assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, call.result)
                 assert one.exists() and not two.exists()
                 (perm2,) = tool_calls(call)
-                assert str(two) in json.dumps(perm2["input"]["rawInput"])
+                assert str(two) in perm2["input"]["message"]
                 conv.answered(call)
                 last = await chat(client, conv.result(approve(perm2)))
             assert last.error is None and last.result == {"stopReason": "end_turn"}, last.error
@@ -386,7 +387,7 @@ async def test_two_commands_one_allowed_one_skipped(tmp_path: Path) -> None:
             conv = Conversation(workspace(tmp_path))
             with anyio.fail_after(TIMEOUT):
                 call = await chat(client, conv.ask("Create one.txt and two.txt"))
-                perms = {("one" if str(one) in json.dumps(p["input"]["rawInput"]) else "two"): p for p in tool_calls(call)}
+                perms = {("one" if str(one) in p["input"]["message"] else "two"): p for p in tool_calls(call)}
                 assert set(perms) == {"one", "two"}  # asked in either order
                 conv.answered(call)
                 conv.result(approve(perms["one"]))

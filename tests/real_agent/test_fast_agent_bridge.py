@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lmbridge.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
-from lmbridge.wire import AGENT_ACTION_TOOL  # noqa: E402
+from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: E402
 from tests.fakes.fake_openai_chat import FakeOpenAIChat, message_text  # noqa: E402
 from tests.real_agent import copilot  # noqa: E402
 from tests.real_agent.fast_agent import fast_agent_bridge  # noqa: E402
@@ -58,9 +58,9 @@ async def ask_to_run(client: DaemonClient, conv: copilot.Conversation, marker: P
     assert call.result == {"stopReason": "tool_calls"}, call.result
     (perm,) = tool_calls(call)
     assert perm["name"] == AGENT_ACTION_TOOL
-    assert perm["input"]["kind"] == "execute" and perm["input"]["title"] == "shell/run_command"
-    assert str(marker) in perm["input"]["rawInput"]["command"]
-    assert {o["kind"] for o in perm["input"]["options"]} == {"allow_once", "allow_always", "reject_once", "reject_always"}
+    card = perm["input"]["message"]
+    assert perm["input"]["title"] == "shell/run_command" and "**run a command**" in card
+    assert "```sh\n" in card and str(marker) in card and "The agent offered: " in card
     assert not marker.exists()  # nothing runs before the user answers
     conv.answered(call)
     return perm
@@ -291,7 +291,7 @@ async def test_two_actions_with_the_placeholder_id_pending(tmp_path: Path) -> No
                 assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, call.result)
                 perms = tool_calls(call)
                 assert len(perms) == 2 and len({p["callId"] for p in perms}) == 2
-                by_file = {("allowed" if str(allowed) in p["input"]["rawInput"]["command"] else "skipped"): p for p in perms}
+                by_file = {("allowed" if str(allowed) in p["input"]["message"] else "skipped"): p for p in perms}
                 assert set(by_file) == {"allowed", "skipped"}
                 conv.answered(call)
                 conv.result(approve(by_file["allowed"]))

@@ -23,7 +23,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lmbridge.client import Call, DaemonClient, approve, is_agent_action, skip, text_of, tool_calls, tool_result  # noqa: E402
-from lmbridge.wire import ACTION_TOOLS  # noqa: E402
+from lmbridge.permissions import ACTION_TOOLS  # noqa: E402
 from tests.fakes.fake_gemini import FakeGemini, function_declarations, texts  # noqa: E402
 from tests.real_agent.acp_probe import AcpProbe, AgentError, initialize_params, text_prompt  # noqa: E402
 from tests.real_agent.copilot import Conversation, options  # noqa: E402
@@ -56,9 +56,9 @@ async def ask_for_shell(client: DaemonClient, chat: Conversation, request: str, 
     assert call.result == {"stopReason": "tool_calls"}, (call.result, call.parts)
     (perm,) = tool_calls(call)
     assert perm["name"] in ACTION_TOOLS and is_agent_action(perm)
-    assert perm["input"]["kind"] == "execute"
-    assert command in perm["input"]["title"]
-    assert {o["kind"] for o in perm["input"]["options"]} >= {"allow_once", "reject_once"}
+    card = perm["input"]["message"]
+    assert "**run a command**" in card and f"```sh\n{command}\n```" in card  # gemini names the command in its title
+    assert command in perm["input"]["title"] and "The agent offered: " in card
     chat.answered(call)
     return perm
 

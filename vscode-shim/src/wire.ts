@@ -8,14 +8,25 @@
 
 export const PROTOCOL_VERSION = 1;
 
-/** The tool that carries an ACP agent's permission request (seed 002): execute, fetch and other kinds. */
-export const AGENT_ACTION_TOOL = 'symposium-agent-action';
 /**
- * One tool per class of ACP tool kind (docs/protocol.md, "Permission bridging"): VS Code's
- * "Allow in this Session" approves one tool for the rest of the session, so approving a
- * read never approves an edit or a command. The daemon picks the tool; all three behave alike.
+ * The tools that carry an ACP agent's permission requests, one per risk class. VS Code's
+ * "Allow in this Session" approves one tool for the rest of the session, so a session
+ * approval of one class never covers a more dangerous one. The daemon picks the tool
+ * (docs/protocol.md, "Permission bridging"); the extension treats all five alike.
  */
-export const AGENT_ACTION_TOOLS = [AGENT_ACTION_TOOL, 'symposium-agent-action-read', 'symposium-agent-action-edit'] as const;
+export const AGENT_ACTION_TOOL = 'symposium-agent-action';
+export const AGENT_ACTION_TOOLS = [
+	/** Commands (and any request that carries one, whatever its kind), other and unknown actions. */
+	AGENT_ACTION_TOOL,
+	/** Reading, searching, thinking. */
+	'symposium-agent-action-read',
+	/** Editing, deleting, moving files. */
+	'symposium-agent-action-edit',
+	/** Fetching from the network. */
+	'symposium-agent-action-fetch',
+	/** Switching the agent's mode (leaving plan mode). */
+	'symposium-agent-action-mode',
+] as const;
 
 // ---------------------------------------------------------------- methods
 
@@ -138,27 +149,18 @@ export interface AuthRequiredData {
 
 export interface ResponsePartParams { requestId: number | string; part: WireResponsePart }
 
-// ---------------------------------------------------------------- the permission tool's input
+// ---------------------------------------------------------------- the agent-action tools' input
 
-export interface PermissionOption { optionId: string; name: string; kind: string }
-
-/** ACP ToolCallContent, as the daemon forwards it. */
-export type ToolCallContent =
-	| { type: 'content'; content: { type: string; text?: string; [k: string]: unknown } }
-	| { type: 'diff'; path: string; oldText?: string | null; newText: string }
-	| { type: 'terminal'; terminalId: string }
-	| { type: string; [k: string]: unknown };
-
-export interface ToolCallLocation { path: string; line?: number | null }
-
-/** `input` of a `symposium-agent-action` tool call. */
+/**
+ * `input` of an agent-action tool call. The daemon renders the whole card; the extension
+ * shows it as it is and never reads the agent's request itself.
+ */
 export interface AgentActionInput {
-	title?: string | null;
-	kind?: string | null;
-	rawInput?: unknown;
-	content?: ToolCallContent[] | null;
-	locations?: ToolCallLocation[] | null;
-	options?: PermissionOption[] | null;
+	/** The card's heading: one line. */
+	title: string;
+	/** The card's body: markdown, the agent's text escaped by the daemon. */
+	message: string;
+	/** What `invoke` returns; the next request carries it back as the tool result. */
 	approvalToken: string;
 }
 

@@ -119,12 +119,59 @@ describe('package.json contributions', () => {
 	test('the provider vendor, its display name and management command', () => {
 		assert.deepEqual(manifest.contributes.languageModelChatProviders, [{ vendor: VENDOR, displayName: 'ACP Agents', managementCommand: COMMANDS.manage }]);
 	});
-	test('the tool and its input schema', () => {
-		const [tool] = manifest.contributes.languageModelTools;
-		assert.equal(tool.name, 'symposium-agent-action');
-		assert.deepEqual(Object.keys(tool.inputSchema.properties).sort(),
-			['approvalToken', 'content', 'kind', 'locations', 'options', 'rawInput', 'title']);
-		assert.deepEqual(tool.inputSchema.required, ['approvalToken']);
+	// One tool per risk class (docs/vscode-shim.md): the ACP kinds each one's description names.
+	const KINDS: Record<string, string[]> = {
+		'symposium-agent-action': ['execute', 'other', 'unknown', 'command'],
+		'symposium-agent-action-read': ['read', 'search', 'think'],
+		'symposium-agent-action-edit': ['edit', 'delete', 'move'],
+		'symposium-agent-action-fetch': ['fetch'],
+		'symposium-agent-action-mode': ['switch_mode'],
+	};
+	interface ToolContribution {
+		name: string; displayName: string; userDescription: string; modelDescription: string; when?: string;
+		canBeReferencedInPrompt: boolean; toolReferenceName: string; icon: string;
+		inputSchema: { type: string; properties: Record<string, { type: string }>; required: string[] };
+	}
+	const tools = () => manifest.contributes.languageModelTools as ToolContribution[];
+	test('five agent-action tools, one per risk class, each with its own names', () => {
+		assert.deepEqual(tools().map(t => t.name).sort(), [...AGENT_ACTION_TOOLS].sort());
+		assert.deepEqual(Object.keys(KINDS).sort(), [...AGENT_ACTION_TOOLS].sort());
+		for (const key of ['displayName', 'userDescription', 'modelDescription', 'toolReferenceName', 'icon'] as const) {
+			const values = tools().map(t => t[key]);
+			assert.ok(values.every(v => typeof v === 'string' && v.length > 0), `every tool has a ${key}`);
+			assert.equal(new Set(values).size, values.length, `no two tools share a ${key}: ${values.join(' | ')}`);
+		}
+	});
+	test('each tool\'s model description names its own kinds and no other class\'s', () => {
+		const all = Object.values(KINDS).flat().filter(k => k !== 'unknown' && k !== 'command');
+		for (const tool of tools()) {
+			const own = KINDS[tool.name];
+			for (const kind of own) {
+				assert.match(tool.modelDescription, new RegExp(`\\b${kind}\\b`), `${tool.name} names ${kind}`);
+			}
+			for (const kind of all.filter(k => !own.includes(k))) {
+				assert.doesNotMatch(tool.modelDescription, new RegExp(`\\b${kind}\\b`), `${tool.name} does not name ${kind}`);
+			}
+			assert.match(tool.modelDescription, /never call it yourself/);
+		}
+	});
+	test('Agent mode can call each tool: canBeReferencedInPrompt and a toolReferenceName, no `when`', () => {
+		for (const tool of tools()) {
+			// Without both keys Agent mode refuses the call and no card is shown (docs/vscode-shim.md).
+			assert.equal(tool.canBeReferencedInPrompt, true, tool.name);
+			assert.match(tool.toolReferenceName, /^[\w-]+$/, tool.name);
+			// A `when` is read in VS Code's global context, which knows nothing of the chat's model:
+			// one that hid the tool would make every permission of that class fail (docs/vscode-shim.md).
+			assert.equal(tool.when, undefined, tool.name);
+		}
+	});
+	test('each tool\'s input schema is the daemon\'s card: title, message, approvalToken (required)', () => {
+		for (const tool of tools()) {
+			assert.equal(tool.inputSchema.type, 'object');
+			assert.deepEqual(Object.keys(tool.inputSchema.properties).sort(), ['approvalToken', 'message', 'title'], tool.name);
+			assert.ok(Object.values(tool.inputSchema.properties).every(p => p.type === 'string'), tool.name);
+			assert.deepEqual(tool.inputSchema.required, ['approvalToken'], tool.name);
+		}
 	});
 	test('the vsix carries the daemon\'s wheel and its hashed locks (bootstrap.ts installs them)', () => {
 		const ignore = fs.readFileSync(path.resolve(__dirname, '../../.vscodeignore'), 'utf8').split('\n');
@@ -213,13 +260,12 @@ describe('activate', () => {
 		});
 	});
 
-	test('the three agent-action tools are contributed so Agent mode offers them, and registered', () => {
-		const tools = manifest.contributes.languageModelTools as { name: string; canBeReferencedInPrompt: boolean; toolReferenceName: string }[];
-		assert.deepEqual(tools.map(t => t.name).sort(), [...AGENT_ACTION_TOOLS].sort());
-		// Agent mode offers a contributed tool to the model only with these two keys (facts.md §7).
-		assert.ok(tools.every(t => t.canBeReferencedInPrompt === true && t.toolReferenceName));
-		start();
+	test('the five agent-action tools are all registered, to one implementation', () => {
+		const { api } = start();
 		assert.deepEqual([...mock.state.tools.keys()].sort(), [...AGENT_ACTION_TOOLS].sort());
+		for (const name of AGENT_ACTION_TOOLS) {
+			assert.equal(mock.state.tools.get(name), api.tool, name);
+		}
 	});
 
 	test('a first workspace folder that does not exist does not stop the daemon from starting', async () => {

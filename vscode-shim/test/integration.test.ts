@@ -11,7 +11,7 @@ import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
 import { activate, deactivate, LmBridgeApi } from '../src/extension';
-import type { AgentActionInput } from '../src/wire';
+import { AGENT_ACTION_TOOLS, type AgentActionInput } from '../src/wire';
 import { isAlive, recorder, tempDir, waitFor } from './helpers';
 import {
 	CancellationTokenSource, LanguageModelChatMessage, LanguageModelTextPart, LanguageModelToolCallPart,
@@ -21,7 +21,6 @@ import {
 const SHIM_DIR = path.resolve(__dirname, '..', '..');
 const DAEMON = path.resolve(SHIM_DIR, '../.venv/bin/lmbridge');
 const SKIP_TEXT = 'The user chose to skip the tool call, they want to proceed without running it';
-const TOOL = 'symposium-agent-action';
 
 type Message = vscode.LanguageModelChatRequestMessage;
 const System = (text: string) => ({ role: 3, name: undefined, content: [new LanguageModelTextPart(text)] }) as unknown as Message;
@@ -35,7 +34,6 @@ const systemPrompt = () => System(`You are GitHub Copilot. Request ${++requestNo
 let api: LmBridgeApi;
 let scratch: string;
 let provider: vscode.LanguageModelChatProvider;
-let tool: vscode.LanguageModelTool<AgentActionInput>;
 let demo: vscode.LanguageModelChatInformation;
 
 interface Turn {
@@ -48,7 +46,7 @@ async function send(messages: Message[], token?: vscode.CancellationToken, onPar
 	const rec = recorder();
 	const progress = { report: (p: vscode.LanguageModelResponsePart) => { rec.progress.report(p); onPart?.(rec.parts); } };
 	// Agent mode offers the agent-action tools; without them the daemon declines permissions.
-	const tools = ['symposium-agent-action', 'symposium-agent-action-read', 'symposium-agent-action-edit'].map(name => ({ name, description: '' }));
+	const tools = AGENT_ACTION_TOOLS.map(name => ({ name, description: '' }));
 	await provider.provideLanguageModelChatResponse(demo, messages, { toolMode: 1, tools } as never, progress,
 		token ?? (new CancellationTokenSource().token as unknown as vscode.CancellationToken));
 	return {
@@ -63,12 +61,32 @@ function replay(turn: Turn): Message {
 	return Assistant([new LanguageModelTextPart(turn.text), ...turn.toolCalls]);
 }
 
-function permissionCall(turn: Turn): LanguageModelToolCallPart & { input: AgentActionInput } {
+/** The turn's one permission request: a call of `tool`, whose input is the daemon's card and nothing else. */
+function permissionCall(turn: Turn, tool: string): LanguageModelToolCallPart & { input: AgentActionInput } {
 	assert.equal(turn.toolCalls.length, 1, `one permission request, got: ${JSON.stringify(turn.parts)}`);
 	const call = turn.toolCalls[0] as LanguageModelToolCallPart & { input: AgentActionInput };
-	assert.ok(call.name.startsWith(TOOL), call.name);  // one tool per class of ACP tool kind
-	assert.equal(typeof call.input.approvalToken, 'string');
+	assert.equal(call.name, tool);
+	assert.deepEqual(Object.keys(call.input).sort(), ['approvalToken', 'message', 'title']);
+	assert.ok([call.input.title, call.input.message, call.input.approvalToken].every(v => typeof v === 'string' && v.length > 0));
 	return call;
+}
+
+/** What VS Code does with the call: the registered tool's confirmation, then (on Allow) its result. */
+async function confirm(call: LanguageModelToolCallPart & { input: AgentActionInput }): Promise<{ title: string; message: string; invocationMessage: string }> {
+	const tool = mock.state.tools.get(call.name) as vscode.LanguageModelTool<AgentActionInput> | undefined;
+	assert.ok(tool, `${call.name} is registered`);
+	const prepared = await tool.prepareInvocation!({ input: call.input }, new CancellationTokenSource().token as never);
+	const message = prepared?.confirmationMessages?.message as unknown as MarkdownString;
+	assert.ok(message instanceof MarkdownString);
+	assert.equal(message.isTrusted, false);
+	return { title: String(prepared?.confirmationMessages?.title), message: message.value, invocationMessage: String(prepared?.invocationMessage) };
+}
+
+async function allow(call: LanguageModelToolCallPart & { input: AgentActionInput }): Promise<LanguageModelToolResult> {
+	const tool = mock.state.tools.get(call.name) as vscode.LanguageModelTool<AgentActionInput>;
+	const result = await tool.invoke({ input: call.input, toolInvocationToken: undefined } as never, new CancellationTokenSource().token as never) as LanguageModelToolResult;
+	assert.deepEqual(result.content.map(p => (p as LanguageModelTextPart).value), [call.input.approvalToken]);
+	return result;
 }
 
 const notes = () => path.join(scratch, 'notes.txt');
@@ -87,8 +105,8 @@ before(async () => {
 	});
 	api = activate(mock.context() as never);
 	provider = mock.state.providers.get('lmbridge') as vscode.LanguageModelChatProvider;
-	tool = mock.state.tools.get(TOOL) as vscode.LanguageModelTool<AgentActionInput>;
-	assert.ok(provider && tool, 'activate() registered the provider and the tool');
+	assert.ok(provider, 'activate() registered the provider');
+	assert.deepEqual([...mock.state.tools.keys()].sort(), [...AGENT_ACTION_TOOLS].sort(), 'and the five agent-action tools');
 	const models = await provider.provideLanguageModelChatInformation({ silent: true }, new CancellationTokenSource().token as never) ?? [];
 	const found = models.find(m => m.id === 'demo');
 	assert.ok(found, `the daemon offers the demo agent; got ${JSON.stringify(models)}`);
@@ -119,19 +137,17 @@ describe('the extension against the real daemon and the demo agent', { timeout: 
 	test('a permission approved through the tool: the confirmation shows the write, invoke returns the token, the agent writes', async () => {
 		const prompt = 'please write a file with my notes';
 		const asked = await send([systemPrompt(), User(prompt)]);
-		const call = permissionCall(asked);
+		const call = permissionCall(asked, 'symposium-agent-action-edit');
 		assert.ok(!fs.existsSync(notes()), 'nothing written before approval');
 
-		const prepared = await tool.prepareInvocation!({ input: call.input }, new CancellationTokenSource().token as never);
-		assert.equal(prepared?.confirmationMessages?.title, 'Write notes.txt');
-		const message = prepared?.confirmationMessages?.message as unknown as MarkdownString;
-		assert.ok(message instanceof MarkdownString);
-		assert.match(message.value, /\*\*edit files\*\*/);
-		assert.ok(message.value.includes(notes()), `the file is named in:\n${message.value}`);
-		assert.ok(message.value.includes('+Notes from the lmbridge demo agent.'), `the content is previewed in:\n${message.value}`);
+		const card = await confirm(call);
+		assert.equal(card.title, 'Write notes.txt');
+		assert.equal(card.invocationMessage, 'Agent action: Write notes.txt');
+		assert.equal(card.message, call.input.message, 'the daemon\'s card, as it is');
+		assert.ok(card.message.includes(notes()), `the file is named in:\n${card.message}`);
+		assert.ok(card.message.includes('+Notes from the lmbridge demo agent.'), `the content is previewed in:\n${card.message}`);
 
-		const result = await tool.invoke({ input: call.input, toolInvocationToken: undefined } as never, new CancellationTokenSource().token as never) as LanguageModelToolResult;
-		assert.deepEqual(result.content.map(p => (p as LanguageModelTextPart).value), [call.input.approvalToken]);
+		const result = await allow(call);
 
 		const done = await send([systemPrompt(), User(prompt), replay(asked), User([new LanguageModelToolResultPart2(call.callId, result.content)])]);
 		assert.match(done.text, /I wrote/);
@@ -143,7 +159,7 @@ describe('the extension against the real daemon and the demo agent', { timeout: 
 		const before = notesText();
 		const prompt = 'write a skipped file';
 		const asked = await send([systemPrompt(), User(prompt)]);
-		const call = permissionCall(asked);
+		const call = permissionCall(asked, 'symposium-agent-action-edit');
 		const done = await send([systemPrompt(), User(prompt), replay(asked), User([new LanguageModelToolResultPart2(call.callId, [new LanguageModelTextPart(SKIP_TEXT)])])]);
 		assert.match(done.text, /did not write the file: permission was declined/);
 		assert.equal(notesText(), before, 'nothing written');
@@ -153,12 +169,38 @@ describe('the extension against the real daemon and the demo agent', { timeout: 
 		const before = notesText();
 		const prompt = 'write a stopped file';
 		const asked = await send([systemPrompt(), User(prompt)]);
-		permissionCall(asked);
+		permissionCall(asked, 'symposium-agent-action-edit');
 		// Stop: VS Code drops the stopped turn's response and tool call from the history.
 		const next = await send([systemPrompt(), User(prompt), User('never mind, just say hello')]);
 		assert.match(next.text, /You said: never mind, just say hello/);
 		assert.equal(next.toolCalls.length, 0);
 		assert.equal(notesText(), before, 'nothing written');
+	});
+
+	test('leaving plan mode asks through the mode tool; a command after it, through the command tool', async () => {
+		const first = 'please leave plan mode';
+		const asked = await send([systemPrompt(), User(first)]);
+		const mode = permissionCall(asked, 'symposium-agent-action-mode');
+		assert.equal((await confirm(mode)).title, 'Leave plan mode');
+		const history = [systemPrompt(), User(first), replay(asked), User([new LanguageModelToolResultPart2(mode.callId, (await allow(mode)).content)])];
+		const left = await send(history);
+		assert.match(left.text, /Plan mode left\./);
+		assert.equal(left.toolCalls.length, 0);
+
+		// "Allow in this Session" on the mode card would approve only that tool: the command
+		// comes on another one, so VS Code shows it a card of its own.
+		const second = 'now run the command';
+		const run = await send([systemPrompt(), ...history.slice(1), replay(left), User(second)]);
+		const command = permissionCall(run, 'symposium-agent-action');
+		const card = await confirm(command);
+		assert.equal(card.title, 'Run date');
+		assert.match(card.message, /(`{3,})\w*\ndate\n\1/, `the whole command in a code block:\n${card.message}`);
+		assert.equal(card.invocationMessage, 'Agent action: Run date');
+
+		const skipped = await send([systemPrompt(), ...history.slice(1), replay(left), User(second), replay(run),
+			User([new LanguageModelToolResultPart2(command.callId, [new LanguageModelTextPart(SKIP_TEXT)])])]);
+		assert.match(skipped.text, /I did not run it: permission was declined\./);
+		assert.doesNotMatch(skipped.text, /I ran/);
 	});
 
 	test('a stop while streaming: the call settles at once, no part after it, and the chat goes on', async () => {

@@ -69,7 +69,7 @@ describe('provideLanguageModelChatResponse: streaming', () => {
 	test('every part is reported as it arrives, in order, as the right VS Code class', async () => {
 		const { provider } = setup('auto');
 		const rec = recorder();
-		const call = { type: 'tool_call', callId: 'lmbridge-perm-1', name: 'symposium-agent-action', input: { title: 'Write', approvalToken: 'tok' } };
+		const call = { type: 'tool_call', callId: 'lmbridge-perm-1', name: 'symposium-agent-action-mode', input: { title: 'Leave plan mode', message: 'The agent asks to **switch mode**.', approvalToken: 'tok' } };
 		await provider.provideLanguageModelChatResponse(model(), script([
 			{ part: { type: 'thinking', value: 'Let me think', id: 'th' } },
 			{ part: { type: 'text', value: 'Hello' } },
@@ -85,7 +85,7 @@ describe('provideLanguageModelChatResponse: streaming', () => {
 		assert.ok(hello instanceof LanguageModelTextPart && hello.value === 'Hello');
 		assert.ok(world instanceof LanguageModelTextPart && world.value === ', world');
 		assert.ok(toolCall instanceof LanguageModelToolCallPart);
-		assert.deepEqual([toolCall.callId, toolCall.name, toolCall.input], ['lmbridge-perm-1', 'symposium-agent-action', call.input]);
+		assert.deepEqual([toolCall.callId, toolCall.name, toolCall.input], ['lmbridge-perm-1', 'symposium-agent-action-mode', call.input]);
 		assert.ok(rec.times[2] - rec.times[1] >= 100, 'the first text was reported before the daemon sent the second');
 	});
 
@@ -131,7 +131,7 @@ describe('provideLanguageModelChatResponse: streaming', () => {
 		const messages = [
 			{ role: 3, name: undefined, content: [new LanguageModelTextPart('system prompt'), new LanguageModelDataPart(new Uint8Array([1]), 'cache_control')] },
 			LanguageModelChatMessage.User('hi'),
-			LanguageModelChatMessage.Assistant([new LanguageModelTextPart('ok'), new LanguageModelToolCallPart('c1', 'symposium-agent-action', { approvalToken: 'k' })]),
+			LanguageModelChatMessage.Assistant([new LanguageModelTextPart('ok'), new LanguageModelToolCallPart('c1', 'symposium-agent-action', { title: 'Run date', message: 'm', approvalToken: 'k' })]),
 			LanguageModelChatMessage.User([new LanguageModelToolResultPart2('c1', [new LanguageModelTextPart('k')])]),
 		];
 		const options = { tools: [{ name: 'read_file', description: 'Read a file', inputSchema: { type: 'object' } }], toolMode: 2 };
@@ -142,7 +142,7 @@ describe('provideLanguageModelChatResponse: streaming', () => {
 			messages: [
 				{ role: 'system', content: [{ type: 'text', value: 'system prompt' }] },
 				{ role: 'user', content: [{ type: 'text', value: 'hi' }] },
-				{ role: 'assistant', content: [{ type: 'text', value: 'ok' }, { type: 'tool_call', callId: 'c1', name: 'symposium-agent-action', input: { approvalToken: 'k' } }] },
+				{ role: 'assistant', content: [{ type: 'text', value: 'ok' }, { type: 'tool_call', callId: 'c1', name: 'symposium-agent-action', input: { title: 'Run date', message: 'm', approvalToken: 'k' } }] },
 				{ role: 'user', content: [{ type: 'tool_result', callId: 'c1', content: [{ type: 'text', value: 'k' }] }] },
 			],
 			options: { tools: [{ name: 'read_file', description: 'Read a file', inputSchema: { type: 'object' } }], toolMode: 'required' },

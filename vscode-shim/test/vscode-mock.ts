@@ -89,9 +89,14 @@ export class LanguageModelError extends Error {
 	}
 }
 
+/** As VS Code's: not trusted unless set (undefined), no HTML, theme icons per the constructor. */
 export class MarkdownString {
-	isTrusted = false;
-	constructor(public value = '') { }
+	isTrusted?: boolean | { readonly enabledCommands: readonly string[] };
+	supportHtml = false;
+	supportThemeIcons: boolean;
+	constructor(public value = '', supportThemeIcons = false) {
+		this.supportThemeIcons = supportThemeIcons;
+	}
 	appendMarkdown(value: string): this {
 		this.value += value;
 		return this;

@@ -1,0 +1,661 @@
+"""The permission rule: what an agent's ``session/request_permission`` becomes, and what it is answered.
+
+Rules of this file (after h11's ``_state.py``):
+
+* Everything that decides whether an agent gets ``allow`` lives here: how a request is
+  read, which VS Code tool asks the user, what the card shows, which requests are granted
+  without a card, declined without a card or refused as malformed, and which option an
+  answer selects. The history core and the turn machine call it; nothing else decides.
+* No I/O, no clock, no randomness: the call id and the approval token are drawn by the
+  caller and passed in. Nothing here trusts the agent: every field may be missing, of the
+  wrong type, huge, or written by the model to look like something else.
+* When in doubt it denies: a request it cannot read is refused, an answer it cannot
+  read is ``cancelled``, and only the exact token of that call is ever approval.
+
+Theory of operation
+-------------------
+An ACP agent asks before it acts with ``session/request_permission`` (``toolCall``: a
+``ToolCallUpdate``; ``options``: ``PermissionOption``s). lmbridge shows the request to the
+user as a VS Code tool call (docs/protocol.md, "Permission bridging"): VS Code puts a
+confirmation card in the chat, and the next chat request carries the tool's result. The
+tool's result is the call's approval token only when the user pressed Allow (the shim's
+tool returns it; Skip returns VS Code's skip text, Stop drops the call), so ``answer``
+approves on that exact token and nothing else.
+
+VS Code's card offers **Allow in this Session** as its default button, and that approves
+*the tool* (by its id) for the rest of the chat. So a harmless request must never go out
+on the tool that carries a dangerous one: there is one tool per risk class
+(``TOOL_BY_KIND``), and a request that carries a command goes out on the command tool
+(``ACTION_TOOL``) whatever its ``kind`` says, because the kind is the agent's word and the
+command is what runs.
+
+The card shows what will run in full: a command is never cut. A request whose command (or
+whole card) is too large for a card is declined without one, with a line in the answer
+saying why.
+
+A request about one of VS Code's own tools that lmbridge offers the agent through its MCP
+server (docs/tools.md) is granted without a card: VS Code confirms its own tools when the
+agent calls them. The tool is recognised only from a structured name the agent's ACP
+adapter writes (``PROFILES``), never from a title (the model writes titles: a shell
+command can be named like a VS Code tool), and never for a request that could act by
+itself (a command, or the execute, edit, delete or move kinds).
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lmbridge.wire import ToolResultPart
+
+# ---------------------------------------------------------------- the tools
+
+
+#: The VS Code tools that carry an agent's permission request, one per risk class:
+#: "Allow in this Session" on one never covers another (docs/vscode-shim.md).
+ACTION_TOOL = "symposium-agent-action"  # execute, other, missing or unknown kind; any command
+READ_TOOL = "symposium-agent-action-read"  # read, search, think
+EDIT_TOOL = "symposium-agent-action-edit"  # edit, delete, move
+FETCH_TOOL = "symposium-agent-action-fetch"  # fetch
+MODE_TOOL = "symposium-agent-action-mode"  # switch_mode
+ACTION_TOOLS = frozenset({ACTION_TOOL, READ_TOOL, EDIT_TOOL, FETCH_TOOL, MODE_TOOL})
+
+#: ACP ``ToolKind`` → the tool its request goes out on. Any other kind (execute, other,
+#: missing, unknown) goes out on ``ACTION_TOOL``.
+TOOL_BY_KIND: Mapping[str, str] = {
+    "read": READ_TOOL,
+    "search": READ_TOOL,
+    "think": READ_TOOL,
+    "edit": EDIT_TOOL,
+    "delete": EDIT_TOOL,
+    "move": EDIT_TOOL,
+    "fetch": FETCH_TOOL,
+    "switch_mode": MODE_TOOL,
+}
+
+#: What "Allow in this Session" on each tool's card goes on to approve in that chat.
+SESSION_SCOPE: Mapping[str, str] = {
+    ACTION_TOOL: "commands and other actions",
+    READ_TOOL: "reads and searches",
+    EDIT_TOOL: "edits, deletions and moves of files",
+    FETCH_TOOL: "fetches from the network",
+    MODE_TOOL: "mode switches",
+}
+
+#: Kinds a bridged VS Code tool is never granted for without a card: they act by themselves.
+ACTING_KINDS = frozenset({"execute", "edit", "delete", "move"})
+
+_KIND_LABELS: Mapping[str, str] = {
+    "read": "read files",
+    "edit": "edit files",
+    "delete": "delete files",
+    "move": "move files",
+    "search": "search",
+    "execute": "run a command",
+    "think": "think",
+    "fetch": "fetch from the network",
+    "switch_mode": "switch mode",
+    "other": "act",
+}
+
+#: Characters of a command shown on a card; a longer one is declined, never cut.
+COMMAND_LIMIT = 10_000
+#: Characters of a card's whole message; a larger request is declined, never cut.
+CARD_LIMIT = 100_000
+#: Characters of a card's heading; a longer title is shown whole in the message.
+HEADING_LIMIT = 120
+#: Lines (old + new) a diff is computed for (difflib is quadratic at worst).
+DIFF_LINES = 4000
+#: Files listed on a card (they name what the diffs and the details show in full).
+MAX_LOCATIONS = 50
+
+#: JSON-RPC 2.0 error codes.
+INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+
+
+# ---------------------------------------------------------------- answers
+
+
+class Answer(enum.Enum):
+    """What a pending call is answered with: a ``session/request_permission``
+    (ALLOW, REJECT, CANCELLED) or an MCP ``tools/call`` for a VS Code tool
+    (RESULT, DECLINED, CANCELLED)."""
+
+    ALLOW = "allow"  # the option of kind allow_once
+    REJECT = "reject"  # the option of kind reject_once (none: cancelled)
+    CANCELLED = "cancelled"  # {"outcome": "cancelled"}; for a tool: an error result, the chat was stopped
+    RESULT = "result"  # a VS Code tool's result, passed to the agent as the MCP result
+    DECLINED = "declined"  # a VS Code tool the user skipped: an error result saying so
+
+
+CANCELLED: Mapping[str, Any] = {"outcome": "cancelled"}
+
+
+def answer(token: str, result: ToolResultPart | None, new_content: bool = False) -> Answer:
+    """The answer a permission shown with approval ``token`` gets from the next request.
+
+    ``result``: the tool result VS Code sent for the card's callId (None: absent, the user
+    pressed Stop or edited the chat); ``new_content``: the request also brings new user
+    content (the user typed instead of answering). Exact token, no new content → ALLOW;
+    a result with anything else (Skip's text, an error, another call's token) → REJECT;
+    no result, or new content beside it → CANCELLED.
+    """
+    if result is None or new_content:
+        return Answer.CANCELLED
+    if token and result.text() == token:
+        return Answer.ALLOW
+    return Answer.REJECT
+
+
+def outcome(options: Sequence[Option], chosen: Answer) -> Mapping[str, Any]:
+    """The ``RequestPermissionOutcome`` for ``chosen`` (ACP ``session/request_permission``).
+
+    Options are chosen by ``kind``, never by id (ids differ per agent): ALLOW → the one
+    ``allow_once`` option, REJECT → the one ``reject_once`` option. Anything doubtful
+    answers ``cancelled``: no option of that kind, more than one, or an id shared with
+    another option (the agent could read it either way).
+    """
+    wanted = {Answer.ALLOW: "allow_once", Answer.REJECT: "reject_once"}.get(chosen)
+    if wanted is None:
+        return CANCELLED
+    ids = [o.option_id for o in options]
+    matching = [o for o in options if o.kind == wanted]
+    if len(matching) == 1 and ids.count(matching[0].option_id) == 1:
+        return {"outcome": "selected", "optionId": matching[0].option_id}
+    return CANCELLED
+
+
+def decide(permission: Permission, result: ToolResultPart | None, new_content: bool = False) -> Mapping[str, Any]:
+    """The ACP outcome a permission shown on a card gets: ``outcome(answer(...))``."""
+    return outcome(permission.options, answer(permission.token, result, new_content))
+
+
+# ---------------------------------------------------------------- the request
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A ``PermissionOption``: ``optionId``, ``name``, ``kind`` (allow_once, allow_always,
+    reject_once, reject_always, or a kind this version does not know)."""
+
+    option_id: str
+    name: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """The command a request would run: its text as the user reads it (an argv joined
+    with shell quoting; ``sh -c SCRIPT`` shown as the script), ``cwd`` and the agent's
+    ``description`` where it gave them."""
+
+    text: str
+    cwd: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Diff:
+    path: str
+    old: str | None  # None: a new file
+    new: str
+
+
+class Profile(enum.Enum):
+    """How an agent's ACP adapter names the MCP tool a permission is for (``agentInfo.name``)."""
+
+    CLAUDE = "claude"  # _meta.claudeCode.toolName: mcp__<server>__<tool>
+    GEMINI = "gemini"  # toolCallId: mcp_<server>_<tool>__<n>
+    CODEX = "codex"  # rawInput.server_name + request._meta.codex_approval_kind + its message
+    FAST_AGENT = "fast-agent"  # title only: <server>/<tool> (it names the tool nowhere else)
+    OTHER = "other"  # no name is trusted: every request is put to the user
+
+
+#: ``agentInfo.name`` → profile; any other agent is ``Profile.OTHER``.
+PROFILES: Mapping[str, Profile] = {
+    "@zed-industries/claude-agent-acp": Profile.CLAUDE,
+    "@zed-industries/claude-code-acp": Profile.CLAUDE,
+    "@agentclientprotocol/claude-agent-acp": Profile.CLAUDE,
+    "gemini-cli": Profile.GEMINI,
+    "codex-acp": Profile.CODEX,
+    "fast-agent-acp": Profile.FAST_AGENT,
+}
+
+
+def profile_of(agent_name: object) -> Profile:
+    """The profile of an agent by its ``initialize`` answer's ``agentInfo.name``."""
+    return PROFILES.get(agent_name, Profile.OTHER) if isinstance(agent_name, str) else Profile.OTHER
+
+
+@dataclass(frozen=True, slots=True)
+class Bridge:
+    """The VS Code tools lmbridge's MCP server offers this session: the server's name in
+    ``session/new`` and the tools' names; ``profile``: how the agent names them."""
+
+    server: str
+    tools: frozenset[str]
+    profile: Profile
+
+
+def qualified(tool: str, server: str) -> str:
+    """How claude-agent-acp names an MCP tool: ``mcp__<server>__<tool>``."""
+    return f"mcp__{server}__{tool}"
+
+
+def gemini_qualified(tool: str, server: str) -> str:
+    """How gemini-cli names an MCP tool: the function ``mcp_<server>_<tool>``, other
+    characters than ``[A-Za-z0-9_.:-]`` made ``_``, cut to 63 characters as it cuts them
+    (gemini-cli 0.61.0 ``generateValidName``)."""
+    name = re.sub(r"[^A-Za-z0-9_\-.:]", "_", f"mcp_{server}_{tool}")
+    return name if len(name) <= 63 else f"{name[:30]}...{name[-30:]}"
+
+
+#: How codex-acp 0.16.0 words its approval of an MCP tool call: 'Allow the vscode MCP server to run tool "search_workspace"?'.
+_CODEX_MCP_TOOL = re.compile(r'\brun tool "([^"]+)"')
+
+
+def bridged_tool(tool_call: Mapping[str, Any], bridge: Bridge | None) -> str | None:
+    """The bridged VS Code tool a request names in its profile's structured place, if any.
+
+    claude-agent-acp: ``_meta.claudeCode.toolName``; gemini-cli: the ``toolCallId``, always
+    ``<function>__<id>``; codex-acp: ``rawInput`` ``{server_name, request: {_meta:
+    {codex_approval_kind: "mcp_tool_call"}, message}}``; fast-agent: its title
+    ``<server>/<tool>`` (the only place it names one). Other agents: none.
+    """
+    if bridge is None or not bridge.tools:
+        return None
+    server, profile = bridge.server, bridge.profile
+    names: dict[str, str]
+    found: object = None
+    if profile is Profile.CLAUDE:
+        claude = _object(_object(tool_call.get("_meta")).get("claudeCode"))
+        found = claude.get("toolName")
+        names = {qualified(t, server): t for t in bridge.tools}
+    elif profile is Profile.GEMINI:
+        call_id = tool_call.get("toolCallId")
+        found = call_id.split("__", 1)[0] if isinstance(call_id, str) and "__" in call_id else None
+        names = {gemini_qualified(t, server): t for t in bridge.tools}
+    elif profile is Profile.CODEX:
+        raw_input = _object(tool_call.get("rawInput"))
+        request = _object(raw_input.get("request"))
+        message = request.get("message")
+        if (
+            raw_input.get("server_name") == server
+            and _object(request.get("_meta")).get("codex_approval_kind") == "mcp_tool_call"
+            and isinstance(message, str)
+        ):
+            match = _CODEX_MCP_TOOL.search(message)
+            found = match.group(1) if match else None
+        names = {t: t for t in bridge.tools}
+    elif profile is Profile.FAST_AGENT:
+        found = tool_call.get("title")
+        names = {f"{server}/{t}": t for t in bridge.tools}
+    else:
+        return None
+    return names.get(found) if isinstance(found, str) else None
+
+
+@dataclass(frozen=True)
+class Permission:
+    """One ``session/request_permission``, read once (``read``).
+
+    ``call_id``/``token``: lmbridge's callId for the card and its approval token (drawn by
+    the caller). ``options``: the agent's options, as offered. ``kind``: the ACP kind the
+    agent gave ("other" when it gave none). ``title``: in full. ``command``: what would run,
+    if the request carries a command. ``bridged``: the bridged VS Code tool it asks about,
+    if any. ``diffs``, ``texts``, ``locations``, ``details``: the rest of what the card shows.
+    """
+
+    call_id: str
+    token: str
+    options: tuple[Option, ...]
+    kind: str
+    title: str
+    command: Command | None = None
+    bridged: str | None = None
+    tool_call_id: str | None = None
+    diffs: tuple[Diff, ...] = ()
+    texts: tuple[str, ...] = ()
+    terminals: tuple[str, ...] = ()
+    locations: tuple[tuple[str, int | None], ...] = ()
+    details: str | None = None
+
+    @property
+    def tool(self) -> str:
+        """The tool the card goes out on: ``ACTION_TOOL`` for anything with a command,
+        else by kind (``TOOL_BY_KIND``)."""
+        if self.command is not None:
+            return ACTION_TOOL
+        return TOOL_BY_KIND.get(self.kind, ACTION_TOOL)
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """A request that cannot be read: ``field`` names what was unusable, ``problem`` says how.
+    ``answerable``: its JSON-RPC id can be written back (else the error goes out with id null)."""
+
+    field: str
+    problem: str
+    answerable: bool = True
+
+    @property
+    def error(self) -> Mapping[str, Any]:
+        """The JSON-RPC error it is answered with."""
+        if not self.answerable:
+            return {"code": INVALID_REQUEST, "message": f"invalid request: {self.field} {self.problem}"}
+        return {"code": INVALID_PARAMS, "message": f"invalid params: {self.field} {self.problem}"}
+
+
+def read(params: object, call_id: str, token: str, merged: Mapping[str, Any] | None = None, bridge: Bridge | None = None) -> Permission | Malformed:
+    """Read a request's ``params`` (as received) into a ``Permission``, or say why it cannot be.
+
+    ``merged``: the request's tool call merged with the ``tool_call``/``tool_call_update``s the
+    agent sent for the same ``toolCallId`` before (ACP treats them as create-or-update; its
+    ``toolCallId``, ``title``, ``kind``, ``rawInput``, ``content``, ``locations`` as in ACP).
+    The request's own fields win; a command found in either is the request's command.
+    """
+    if not isinstance(params, Mapping):
+        return Malformed("params", "is not an object")
+    raw = params.get("toolCall")
+    if not isinstance(raw, Mapping):
+        return Malformed("toolCall", "is missing" if raw is None else "is not an object")
+    raw_options = params.get("options")
+    if not isinstance(raw_options, list):
+        return Malformed("options", "is missing" if raw_options is None else "is not a list")
+    options = []
+    for i, o in enumerate(raw_options):
+        o = _object(o)
+        option_id, kind, name = o.get("optionId"), o.get("kind"), o.get("name", "")
+        if not (isinstance(option_id, str) and isinstance(kind, str) and isinstance(name, str)):
+            return Malformed(f"options[{i}]", "is not a permission option (optionId, name, kind)")
+        options.append(Option(option_id, name, kind))
+    if not options:
+        return Malformed("options", "is empty")
+    view: dict[str, Any] = dict(merged or {})
+    view.update({k: v for k, v in raw.items() if v is not None})
+    kind = _string(view.get("kind")) or "other"
+    title = _string(view.get("title"))
+    content: list[Any] = view["content"] if isinstance(view.get("content"), list) else []
+    terminals = tuple(str(c["terminalId"]) for c in content if _object(c).get("type") == "terminal" and "terminalId" in c)
+    command = command_of(raw.get("rawInput")) or command_of((merged or {}).get("rawInput"))
+    if command is None and (kind == "execute" or terminals):
+        # gemini-cli and codex-acp name a shell command by its text, as the title.
+        command = Command(title or "(the agent did not say which command)")
+    raw_input = view.get("rawInput")
+    diffs = _diffs(content, raw_input)
+    tool_call_id = view.get("toolCallId") if isinstance(view.get("toolCallId"), str) else None
+    bridged = bridged_tool(view, bridge)
+    return Permission(
+        call_id=call_id,
+        token=token,
+        options=tuple(options),
+        kind=kind,
+        title=title,
+        command=command,
+        bridged=bridged,
+        tool_call_id=tool_call_id,
+        diffs=diffs,
+        texts=tuple(_texts(content)),
+        terminals=terminals,
+        locations=tuple(_locations(view.get("locations"))),
+        details=None if command is not None or diffs else _json(raw_input),
+    )
+
+
+def command_of(raw_input: object) -> Command | None:
+    """The command in an agent's ``rawInput`` (``command``, ``cmd`` or ``commandLine``: a
+    string or an argv list), with its ``cwd``/``workdir`` and ``description``; None when it
+    holds none."""
+    if not isinstance(raw_input, Mapping):
+        return None
+    text: str | None = None
+    for key in ("command", "cmd", "commandLine"):
+        value = raw_input.get(key)
+        if isinstance(value, str) and value.strip():
+            text = value
+        elif isinstance(value, list) and value and all(isinstance(a, str) for a in value):
+            text = _argv_text(value)
+        elif value is not None and value != "" and value != []:
+            # Something is there that is not a readable command: show it as JSON, whole.
+            text = _json(value) or repr(value)
+        if text is not None:
+            break
+    if text is None:
+        return None
+    cwd = raw_input.get("cwd", raw_input.get("workdir"))
+    description = raw_input.get("description")
+    return Command(text, cwd if isinstance(cwd, str) else None, description if isinstance(description, str) else None)
+
+
+_SAFE_ARG = re.compile(r"^[\w@%+=:,./-]+$")
+_SHELL = re.compile(r"(^|/)(ba|z|da)?sh$")
+
+
+def _argv_text(argv: list[str]) -> str:
+    # codex: ["/bin/bash", "-lc", "<script>"] is shown as the script itself.
+    if len(argv) == 3 and _SHELL.search(argv[0]) and argv[1] in ("-c", "-lc"):
+        return argv[2]
+    return " ".join(a if _SAFE_ARG.match(a) else "'" + a.replace("'", "'\\''") + "'" for a in argv)
+
+
+def _diffs(content: list[Any], raw_input: object) -> tuple[Diff, ...]:
+    out = []
+    for c in content:
+        c = _object(c)
+        if c.get("type") == "diff" and isinstance(c.get("path"), str) and isinstance(c.get("newText"), str):
+            old = c.get("oldText")
+            out.append(Diff(c["path"], old if isinstance(old, str) else None, c["newText"]))
+    raw = _object(raw_input)
+    path = raw.get("file_path", raw.get("path"))
+    if not out and isinstance(path, str):
+        # Agents that put the edit only in rawInput (Claude Code's Edit and Write tools).
+        if isinstance(raw.get("new_string"), str):
+            old = raw.get("old_string")
+            out.append(Diff(path, old if isinstance(old, str) else "", raw["new_string"]))
+        elif isinstance(raw.get("content"), str):
+            out.append(Diff(path, None, raw["content"]))
+    return tuple(out)
+
+
+def _texts(content: list[Any]) -> list[str]:
+    out = []
+    for c in content:
+        c = _object(c)
+        inner = _object(c.get("content"))
+        if c.get("type") == "content" and inner.get("type") == "text" and isinstance(inner.get("text"), str) and inner["text"].strip():
+            out.append(inner["text"])
+    return out
+
+
+def _locations(raw: object) -> list[tuple[str, int | None]]:
+    out: list[tuple[str, int | None]] = []
+    for loc in raw if isinstance(raw, list) else []:
+        loc = _object(loc)
+        line = loc.get("line")
+        if isinstance(loc.get("path"), str):
+            out.append((loc["path"], line if isinstance(line, int) and not isinstance(line, bool) else None))
+    return out
+
+
+def _json(value: object) -> str | None:
+    if value is None or value == {} or value == []:
+        return None
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return None
+
+
+def _string(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _object(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+# ---------------------------------------------------------------- the decision
+
+
+@dataclass(frozen=True)
+class Card:
+    """What the shim's tool shows (``input`` of the tool call: ``{title, message, approvalToken}``)."""
+
+    tool: str
+    title: str
+    message: str  # markdown
+
+
+@dataclass(frozen=True)
+class Ask:
+    """Show the card; the next request's answer decides (``decide``)."""
+
+    card: Card
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Answer ``allow`` now: a bridged VS Code tool, which VS Code confirms itself when it runs."""
+
+    tool: str
+
+
+@dataclass(frozen=True)
+class Decline:
+    """Answer now with ``outcome``, no card; ``line`` tells the user why (markdown)."""
+
+    outcome: Mapping[str, Any]
+    line: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """Answer now with a JSON-RPC ``error``: the request could not be read; ``line`` tells the user."""
+
+    error: Mapping[str, Any]
+    line: str
+
+
+Decision = Ask | Grant | Decline | Refuse
+
+
+def route(request: Permission | Malformed, offered: frozenset[str], agent: str) -> Decision:
+    """What becomes of a request, given the tools the chat request ``offered`` (``options.tools``).
+
+    Malformed → ``Refuse``. A bridged VS Code tool, asked without a command and not of an
+    acting kind → ``Grant``. Options with no unambiguous ``allow_once`` (nothing the user could
+    approve) → ``Decline`` cancelled. A command or card too large to show whole → ``Decline``.
+    The card's tool not offered (Ask mode) → ``Decline``. Else → ``Ask``.
+    """
+    if isinstance(request, Malformed):
+        return Refuse(request.error, f"_{agent} sent a permission request lmbridge cannot read ({request.field} {request.problem}): nothing was approved._")
+    p = request
+    if p.bridged is not None and p.command is None and p.kind not in ACTING_KINDS and outcome(p.options, Answer.ALLOW) != CANCELLED:
+        return Grant(p.bridged)
+    label = _KIND_LABELS.get(p.kind, "act")
+    if outcome(p.options, Answer.ALLOW) == CANCELLED:
+        return Decline(CANCELLED, f"_{agent} asked to {label}, but its options cannot be read unambiguously: declined._", "ambiguous options")
+    refused = outcome(p.options, Answer.REJECT)
+    if p.command is not None and len(p.command.text) > COMMAND_LIMIT:
+        size = len(p.command.text)
+        return Decline(refused, f"_{agent} asked to run a command of {size:,} characters, too long to show whole on a card: declined._", "command too long")
+    card = render(p)
+    if len(card.message) > CARD_LIMIT:
+        return Decline(refused, f"_{agent} asked to {label}, with more than a card can show whole ({len(card.message):,} characters): declined._", "card too large")
+    if card.tool not in offered:
+        return Decline(refused, f"_{agent} wanted to {label}: {_inline(_one_line(p.title) or 'no title')}. Declined: approving agent actions needs Agent mode._", "no action tool offered")
+    return Ask(card)
+
+
+# ---------------------------------------------------------------- the card
+
+
+def render(p: Permission) -> Card:
+    """The card for a permission: its tool, heading and markdown message. Everything the
+    agent wrote is escaped or fenced; a command, a title and details are shown whole."""
+    heading = _one_line(p.title)
+    clipped = len(heading) > HEADING_LIMIT or heading != p.title.strip()
+    if len(heading) > HEADING_LIMIT:
+        heading = heading[: HEADING_LIMIT - 1] + "…"
+    heading = heading or "The agent asks for permission"
+    sections = [f"The agent asks to **{escape(_KIND_LABELS.get(p.kind, p.kind))}** (kind: {_inline(p.kind)})."]
+    if clipped and p.command is None:
+        sections.append(f"**Title**\n\n{code_block(p.title, 'text')}")
+    if p.command is not None:
+        lines = ["**Command**"]
+        if p.command.description:
+            lines.append(f"*{escape(p.command.description)}*")
+        lines.append(code_block(p.command.text, "sh"))
+        if p.command.cwd:
+            lines.append(f"in {_inline(p.command.cwd)}")
+        sections.append("\n\n".join(lines))
+    for d in p.diffs:
+        sections.append(f"**Changes to {_inline(d.path)}**\n\n{code_block(unified_diff(d), 'diff')}")
+    for terminal in p.terminals:
+        sections.append(f"Output in terminal {_inline(terminal)}.")
+    if p.locations:
+        items = [f"- {_inline(path)}{f' (line {line})' if line is not None else ''}" for path, line in p.locations[:MAX_LOCATIONS]]
+        if len(p.locations) > MAX_LOCATIONS:
+            items.append(f"- … and {len(p.locations) - MAX_LOCATIONS} more")
+        sections.append("**Files**\n\n" + "\n".join(items))
+    for text in p.texts:
+        sections.append(code_block(text, "text"))
+    if p.details:
+        sections.append(f"**Details**\n\n{code_block(p.details, 'json')}")
+    offered = [escape(o.name) for o in p.options if o.name]
+    if offered:
+        sections.append(f"The agent offered: {' · '.join(offered)}.")
+    sections.append(
+        f"**Allow** lets the agent do this once; **Allow in this Session** also allows this chat's later "
+        f"{SESSION_SCOPE[p.tool]}, nothing else. **Skip** declines; the agent carries on without it."
+    )
+    return Card(p.tool, heading, "\n\n".join(sections))
+
+
+def unified_diff(d: Diff) -> str:
+    """A unified diff of one change (three lines of context); past ``DIFF_LINES`` lines, the
+    new text whole instead (difflib is quadratic at worst)."""
+    old = [] if d.old is None else d.old.splitlines()
+    new = d.new.splitlines()
+    if len(old) + len(new) > DIFF_LINES:
+        return "\n".join(["--- " + ("/dev/null" if d.old is None else d.path), "+++ " + d.path] + ["+" + line for line in new])
+    out = list(difflib.unified_diff(old, new, "/dev/null" if d.old is None else d.path, d.path, lineterm=""))
+    return "\n".join(out) if out else f"(no change to {d.path})"
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~&])")
+
+
+def escape(text: str) -> str:
+    """Inline markdown text with its syntax escaped and lines joined."""
+    return _MARKDOWN.sub(r"\\\1", _one_line(text))
+
+
+def _inline(text: str) -> str:
+    """Inline code that survives backticks in the value."""
+    text = _one_line(text)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def code_block(text: str, lang: str = "") -> str:
+    """A fenced code block whose fence is longer than any backtick run inside: the text
+    inside is shown as it is, whole."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{lang}\n{text}\n{fence}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
