@@ -29,7 +29,7 @@ import * as crypto from 'crypto';
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
-import { launchSpec, Settings } from './config';
+import { expandHome, launchSpec, Settings } from './config';
 import { DaemonError, LaunchSpec } from './daemon';
 
 export const MIN_PYTHON = [3, 11] as const;
@@ -250,12 +250,18 @@ export class DaemonBootstrap {
 
 	/** How to start the daemon with these settings; builds the private environment when needed. */
 	async launch(settings: Settings, cwd?: string): Promise<LaunchSpec> {
-		const onPath = settings.pythonPath || settings.daemonCommandSet
-			? undefined
-			: findOnPath(settings.daemonCommand, this.env, this.platform, p => { try { return fs.statSync(p).isFile(); } catch { return false; } });
+		const isFile = (p: string) => { try { return fs.statSync(p).isFile(); } catch { return false; } };
+		// A bare name is looked up here, in PATH's absolute folders only, and run by its full
+		// path: the daemon runs in the workspace folder, where a relative PATH entry (`.`)
+		// would find the workspace's own `lmbridge` or `python3`.
+		const resolve = (command: string) => (/[\\/]/.test(command) ? command : findOnPath(command, this.env, this.platform, isFile) ?? command);
+		const onPath = settings.pythonPath || settings.daemonCommandSet ? undefined : findOnPath(settings.daemonCommand, this.env, this.platform, isFile);
 		const source = daemonSource({ pythonPath: settings.pythonPath, daemonCommandSet: settings.daemonCommandSet, lmbridgeOnPath: !!onPath });
-		if (source !== 'bundled') {
-			return launchSpec(settings, cwd);
+		if (source === 'pythonPath') {
+			return launchSpec({ ...settings, pythonPath: resolve(expandHome(settings.pythonPath)) }, cwd);
+		}
+		if (source === 'command' || source === 'path') {
+			return launchSpec({ ...settings, daemonCommand: onPath ?? resolve(expandHome(settings.daemonCommand)) }, cwd);
 		}
 		if (this.failure) {
 			throw this.failure;

@@ -176,8 +176,21 @@ describe('DaemonBootstrap', () => {
 		assert.deepEqual((await b.launch(settings({ pythonPath: '/venv/bin/python' }))).command, '/venv/bin/python');
 		assert.deepEqual((await b.launch(settings({ 'daemon.command': '/opt/lmbridge' }))).command, '/opt/lmbridge');
 		const onPath = await b.launch(settings());
-		assert.deepEqual([onPath.command, onPath.args], ['lmbridge', ['serve']]);
+		assert.deepEqual([onPath.command, onPath.args], [path.join(bin, 'lmbridge'), ['serve']]);
 		assert.deepEqual(runner.calls, []);
+	});
+
+	test('a bare name is run by its full path from PATH\'s absolute folders: never a workspace\'s program found through `.`', async () => {
+		const bin = tempDir('bin-');
+		const workspace = tempDir('ws-');
+		for (const name of ['lmbridge', 'python3']) {
+			fs.writeFileSync(path.join(bin, name), '');
+			fs.writeFileSync(path.join(workspace, name), '');
+		}
+		const b = setup({ env: { PATH: `.:${bin}` } }).make();
+		assert.equal((await b.launch(settings(), workspace)).command, path.join(bin, 'lmbridge'));
+		assert.equal((await b.launch(settings({ 'daemon.command': 'lmbridge' }), workspace)).command, path.join(bin, 'lmbridge'));
+		assert.equal((await b.launch(settings({ pythonPath: 'python3' }), workspace)).command, path.join(bin, 'python3'));
 	});
 
 	test('not found anywhere: the private environment, made once from the bundled wheel and its hashed locks, under a progress notification', async () => {
