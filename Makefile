@@ -7,16 +7,28 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test lint test-python test-shim chatview real-agent-deps vsix clean
+.PHONY: venv demo test lint test-python test-shim chatview real-agent-deps vsix clean lock
 
-$(STAMP): pyproject.toml
+# The daemon's dependencies come from the hashed lock the extension installs
+# (requirements/daemon.txt, as bootstrap.ts does), so the tests run what users get; then
+# lmbridge itself, editable, with the console extra and the developer tools.
+$(STAMP): pyproject.toml requirements/daemon.txt requirements/build.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "lmbridge needs Python 3.11+")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --require-hashes --only-binary=:all: -r requirements/build.txt
+	$(PY) -m pip install -q --require-hashes --no-build-isolation -r requirements/daemon.txt
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $@
 
 venv: $(STAMP)
+
+# Re-pin the daemon's dependencies (pyproject.toml's, every platform, sha256 of every file)
+# and the build backend of the one published only as source; tests/test_lock.py checks them.
+lock:
+	@test -x $(VENV)/bin/uv || $(MAKE) venv
+	$(VENV)/bin/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes --custom-compile-command "make lock" -o requirements/daemon.txt
+	$(VENV)/bin/uv pip compile requirements/build.in --universal --python-version 3.11 --generate-hashes --custom-compile-command "make lock" -o requirements/build.txt
 
 # A scripted chat (examples/demo.console) through the real daemon and the demo agent:
 # streamed text and thinking, tool-call rendering, and permissions allowed, skipped, stopped.

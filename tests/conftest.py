@@ -184,7 +184,8 @@ def daemon(tmp_path: Path) -> Callable[..., Any]:
     """``async with daemon(agents=[...], args=[...]) as client:`` → an initialized DaemonClient.
 
     ``args`` are added to ``lmbridge serve``; ``env`` to its environment; ``workspace``
-    defaults to ``tmp_path``.
+    defaults to ``tmp_path``; ``command`` replaces ``<python> -m lmbridge serve``; ``cwd``
+    is where it runs.
     """
 
     @asynccontextmanager
@@ -194,11 +195,13 @@ def daemon(tmp_path: Path) -> Callable[..., Any]:
         workspace: Sequence[str] | None = None,
         initialize: bool = True,
         env: dict[str, str] | None = None,
+        command: Sequence[str] = (sys.executable, "-m", "lmbridge", "serve"),
+        cwd: str | None = None,
     ) -> AsyncIterator[DaemonClient]:
         specs = [a.spec if isinstance(a, ScriptedAgent) else a for a in agents]
         env = {**os.environ, **QUIET_START, "LMBRIDGE_LOG_LEVEL": "debug", "XDG_STATE_HOME": str(tmp_path / "state"), **(env or {})}
         with open(tmp_path / "daemon.stderr", "ab") as stderr:
-            async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
+            async with DaemonClient.spawn([*command, *args], env=env, stderr=stderr, cwd=cwd) as client:
                 if initialize:
                     await client.initialize(workspace=[str(tmp_path)] if workspace is None else workspace, agents=specs)
                 yield client

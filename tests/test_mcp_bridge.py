@@ -1,22 +1,21 @@
-"""The synthetic MCP server on its own: HTTP with and without the secret, the
-stdio relay, tools/list_changed, and results as MCP content. Clients are the
-``mcp`` SDK's own."""
+"""The synthetic MCP server on its own: the stdio relay (a session's tools, a
+relay for no open session refused, a relay that outlives an eviction),
+tools/list_changed, and results as MCP content. Clients are the ``mcp`` SDK's
+own. (Another user refused: tests/test_security.py.)"""
 
 from __future__ import annotations
 
 import sys
 
 import anyio
-import httpx2
 import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
 
 from lmbridge.agent_pool import Capabilities
 from lmbridge.mcp_bridge import (
-    SECRET_HEADER,
+    CLOSED_TEXT,
     McpHost,
     ToolBridge,
     ToolCall,
@@ -55,24 +54,23 @@ def test_agents_with_one_mcp_registry_per_process():
     assert server_name("s1") == "vscode" and server_name("s1", per_session=True) == "vscode-s1"
 
 
-async def test_a_session_keeps_its_secret_and_name_when_its_endpoint_opens_again():
+async def test_a_session_keeps_its_server_settings_when_its_endpoint_opens_again():
     """An eviction closes a session's endpoint; when the chat wakes, the endpoint opens
-    with the same URL and secret (fast-agent refuses a known server with new settings)."""
+    with the same settings (fast-agent refuses a known server with new settings)."""
     host = McpHost()
     async with anyio.create_task_group() as tg:
         await tg.start(host.run)
         first = ToolBridge("s1", Harness().on_call, name=server_name("s1", per_session=True))
         await host.add(first)
-        config = host.server_config(first, http=True)
+        config = host.server_config(first)
         assert config["name"] == "vscode-s1"
         other = ToolBridge("s2", Harness().on_call)
         await host.add(other)
-        assert other.secret != first.secret and host.server_config(other, http=True)["name"] == "vscode"
+        assert host.server_config(other)["name"] == "vscode" and host.server_config(other) != config
         host.remove("s1")
         again = ToolBridge("s1", Harness().on_call, name=server_name("s1", per_session=True))
         await host.add(again)
-        assert host.server_config(again, http=True) == config
-        assert host.server_config(again, http=False)["env"] == [{"name": "LMBRIDGE_MCP_SECRET", "value": first.secret}]
+        assert host.server_config(again) == config
         host.remove("s1")
         host.remove("s2")
         tg.cancel_scope.cancel()
@@ -114,78 +112,6 @@ async def _answer_when_called(h: Harness, bridge: ToolBridge, text: str) -> None
     assert not bridge.release(call.call_id, types.CallToolResult(content=[]))  # exactly once
 
 
-async def test_http_with_secret_lists_and_calls_tools():
-    host = McpHost()
-    h = Harness()
-    async with anyio.create_task_group() as tg:
-        await tg.start(host.run)
-        bridge = ToolBridge("s1", h.on_call)
-        await host.add(bridge)
-        await bridge.set_tools(TOOLS)
-        url = host.server_config(bridge, http=True)["url"]
-        async with httpx2.AsyncClient(headers={SECRET_HEADER: bridge.secret}) as http:
-            async with streamable_http_client(url, http_client=http) as streams:
-                async with ClientSession(streams[0], streams[1]) as session:
-                    await session.initialize()
-                    listed = await session.list_tools()
-                    assert [t.name for t in listed.tools] == ["search_workspace", "read_file"]
-                    tg.start_soon(_answer_when_called, h, bridge, "3 matches")
-                    with anyio.fail_after(10):
-                        result = await session.call_tool("search_workspace", {"q": "foo"})
-                    assert result.content[0].text == "3 matches" and not result.is_error
-                    assert h.calls[0].name == "search_workspace" and h.calls[0].arguments == {"q": "foo"}
-                    unknown = await session.call_tool("not_offered", {})
-                    assert unknown.is_error
-        host.remove("s1")
-        tg.cancel_scope.cancel()
-
-
-async def test_http_url_with_mcp_appended_is_the_same_endpoint():
-    """fast-agent 0.10.48 appends /mcp to an HTTP MCP URL whose path does not end in
-    /mcp; the endpoint answers there too, with the same secret check."""
-    host = McpHost()
-    async with anyio.create_task_group() as tg:
-        await tg.start(host.run)
-        bridge = ToolBridge("s1", Harness().on_call)
-        await host.add(bridge)
-        await bridge.set_tools(TOOLS)
-        url = host.server_config(bridge, http=True)["url"] + "/mcp"
-        async with httpx2.AsyncClient(headers={SECRET_HEADER: bridge.secret}) as http:
-            async with streamable_http_client(url, http_client=http) as streams:
-                async with ClientSession(streams[0], streams[1]) as session:
-                    await session.initialize()
-                    listed = await session.list_tools()
-                    assert [t.name for t in listed.tools] == ["search_workspace", "read_file"]
-        async with httpx2.AsyncClient() as http:
-            body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
-            r = await http.post(url, json=body, headers={"accept": "application/json, text/event-stream"})
-            assert r.status_code == 401
-            r = await http.post(url + "/mcp", json=body, headers={"accept": "application/json, text/event-stream", SECRET_HEADER: bridge.secret})
-            assert r.status_code == 401
-        host.remove("s1")
-        tg.cancel_scope.cancel()
-
-
-async def test_http_without_or_with_a_wrong_secret_is_refused():
-    host = McpHost()
-    async with anyio.create_task_group() as tg:
-        await tg.start(host.run)
-        bridge = ToolBridge("s1", Harness().on_call)
-        await host.add(bridge)
-        url = host.server_config(bridge, http=True)["url"]
-        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
-        headers = {"accept": "application/json, text/event-stream"}
-        async with httpx2.AsyncClient() as http:
-            for extra in ({}, {SECRET_HEADER: "wrong"}, {SECRET_HEADER: bridge.secret + "x"}):
-                r = await http.post(url, json=body, headers=headers | extra)
-                assert r.status_code == 401
-            r = await http.post(url.replace("/s1", "/s2"), json=body, headers=headers | {SECRET_HEADER: bridge.secret})
-            assert r.status_code == 401
-        assert host.port is not None
-        host.remove("s1")
-        tg.cancel_scope.cancel()
-
-
 async def test_stdio_relay_and_list_changed(tmp_path):
     host = McpHost()
     h = Harness()
@@ -202,9 +128,8 @@ async def test_stdio_relay_and_list_changed(tmp_path):
         bridge = ToolBridge("s1", h.on_call)
         await host.add(bridge)
         await bridge.set_tools(TOOLS[:1])
-        cfg = host.server_config(bridge, http=False)
-        env = {e["name"]: e["value"] for e in cfg["env"]}
-        params = StdioServerParameters(command=cfg["command"], args=cfg["args"], env=env)
+        cfg = host.server_config(bridge)
+        params = StdioServerParameters(command=cfg["command"], args=cfg["args"], env={})
         async with stdio_client(params) as streams:
             async with ClientSession(streams[0], streams[1], message_handler=on_message) as session:
                 await session.initialize()
@@ -217,27 +142,68 @@ async def test_stdio_relay_and_list_changed(tmp_path):
                 tg.start_soon(_answer_when_called, h, bridge, "file body")
                 with anyio.fail_after(10):
                     result = await session.call_tool("read_file", {"path": "a"})
-                assert result.content[0].text == "file body"
+                assert result.content[0].text == "file body" and not result.is_error
+                assert h.calls[0].name == "read_file" and h.calls[0].arguments == {"path": "a"}
+                assert (await session.call_tool("not_offered", {})).is_error
         host.remove("s1")
         tg.cancel_scope.cancel()
 
 
-async def test_stdio_relay_with_a_wrong_secret_is_refused():
+async def test_a_relay_outlives_an_eviction():
+    """An agent that keeps its MCP servers running across an eviction (fast-agent, one
+    registry per process) goes on with the session's new bridge once the chat wakes: told
+    its tools changed, then served by the new one; while asleep, calls are refused."""
+    host = McpHost()
+    changed = anyio.Event()
+
+    async def on_message(message) -> None:
+        if isinstance(getattr(message, "root", message), types.ToolListChangedNotification):
+            changed.set()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(host.run)
+        first = ToolBridge("s1", Harness().on_call)
+        await host.add(first)
+        await first.set_tools(TOOLS[:1])
+        cfg = host.server_config(first)
+        async with stdio_client(StdioServerParameters(command=cfg["command"], args=cfg["args"], env={})) as streams:
+            async with ClientSession(streams[0], streams[1], message_handler=on_message) as session:
+                await session.initialize()
+                assert [t.name for t in (await session.list_tools()).tools] == ["search_workspace"]
+                host.remove("s1")  # evicted
+                asleep = await session.call_tool("search_workspace", {"q": "x"})
+                assert asleep.is_error and asleep.content[0].text == CLOSED_TEXT
+                h = Harness()
+                again = ToolBridge("s1", h.on_call)  # the chat wakes
+                await host.add(again)
+                assert await again.set_tools(TOOLS)
+                with anyio.fail_after(10):
+                    await changed.wait()
+                assert [t.name for t in (await session.list_tools()).tools] == ["search_workspace", "read_file"]
+                tg.start_soon(_answer_when_called, h, again, "found")
+                with anyio.fail_after(10):
+                    result = await session.call_tool("search_workspace", {"q": "x"})
+                assert result.content[0].text == "found"
+        host.remove("s1")
+        tg.cancel_scope.cancel()
+
+
+async def test_stdio_relay_for_no_open_session_is_refused():
     host = McpHost()
     async with anyio.create_task_group() as tg:
         await tg.start(host.run)
         bridge = ToolBridge("s1", Harness().on_call)
         await host.add(bridge)
-        cfg = host.server_config(bridge, http=False)
+        cfg = host.server_config(bridge)
+        args = [*cfg["args"][:-1], "s2"]
         proc = await anyio.run_process(
-            [sys.executable, *cfg["args"]],
-            input=b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}\n',
-            env={"LMBRIDGE_MCP_SECRET": "wrong", "PATH": "/usr/bin:/bin"},
-            check=False,
+            [sys.executable, *args], input=b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}\n', check=False
         )
-        assert proc.stdout == b""  # the daemon closed the connection without serving
-        proc = await anyio.run_process([sys.executable, *cfg["args"]], input=b"", env={"PATH": "/usr/bin:/bin"}, check=False)
-        assert proc.returncode == 2 and b"LMBRIDGE_MCP_SECRET" in proc.stderr
+        assert proc.stdout == b"" and proc.returncode == 2, proc  # the daemon closed the connection without serving
+        assert b"without serving session 's2'" in proc.stderr
+        gone = [*cfg["args"][:4], "--socket", "/nonexistent/mcp.sock", "--session", "s1"]
+        proc = await anyio.run_process([sys.executable, *gone], input=b"", check=False)
+        assert proc.returncode == 2 and b"cannot reach the daemon" in proc.stderr
         host.remove("s1")
         tg.cancel_scope.cancel()
 

@@ -1,8 +1,9 @@
 """VS Code-provided tools through the real daemon (issue #4), with a scripted agent
 that speaks MCP to the daemon's synthetic server over the stdio fallback
 (``lmbridge mcp-stdio``): several calls in one turn, skip, stop, the tool list
-following each request (``tools/list_changed``), a relay without the secret,
-and every MCP call answered exactly once."""
+following each request (``tools/list_changed``), a relay naming a session that is
+not open, and every MCP call answered exactly once. (A relay of another user:
+tests/test_security.py.)"""
 
 from __future__ import annotations
 
@@ -129,8 +130,8 @@ async def test_agent_filters_by_name(scripted: Any, daemon: Any) -> None:
     assert agent.events("mcp_tools")[0]["names"] == ["search_workspace"]
 
 
-async def test_relay_without_the_secret_is_refused(scripted: Any, daemon: Any) -> None:
-    agent = scripted({"turns": [[{"mcp_connect": {"secret": "guessed"}}, {"text": "tried"}]]})
+async def test_relay_naming_a_session_that_is_not_open_is_refused(scripted: Any, daemon: Any) -> None:
+    agent = scripted({"turns": [[{"mcp_connect": {"session": "s99"}}, {"text": "tried"}]]})
     with anyio.fail_after(LIMIT):
         async with daemon([agent]) as c:
             call = await c.chat(agent.id, [user("hi")], options=options())

@@ -56,7 +56,6 @@ class Capabilities:
 
     images: bool = False  # promptCapabilities.image
     embedded_context: bool = False  # promptCapabilities.embeddedContext
-    mcp_http: bool = False  # mcpCapabilities.http
     load: bool = False  # loadSession: session/load
     resume: bool = False  # sessionCapabilities.resume: session/resume
     close: bool = False  # sessionCapabilities.close: session/close
@@ -77,7 +76,6 @@ class Capabilities:
         return cls(
             images=prompt.get("image") is True,
             embedded_context=prompt.get("embeddedContext") is True,
-            mcp_http=_object(caps.get("mcpCapabilities")).get("http") is True,
             load=caps.get("loadSession") is True,
             resume=isinstance(sessions.get("resume"), dict),
             close=isinstance(sessions.get("close"), dict),
@@ -245,7 +243,7 @@ class AgentProcess:
             bridge_id = f"spare{self.pool.spares_made}"
             bridge = ToolBridge(bridge_id, unclaimed, self.pool.recorder, server_name(bridge_id, self.caps.shared_mcp_registry))
             await host.add(bridge)
-            servers = [host.server_config(bridge, self.caps.mcp_http)]
+            servers = [host.server_config(bridge)]
             with anyio.fail_after(self.pool.start_timeout):
                 result = await conn.request("session/new", {"cwd": self.cwd or "/", "mcpServers": servers})
             sid = _object(result).get("sessionId")

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from lmbridge import __version__
+from lmbridge import __version__, self_command
 from lmbridge.agent_models import Choice, model_id
 from lmbridge.auth import Hint
 from lmbridge.wire import AgentEntry, AgentSpec, Capabilities, ModelInfo
@@ -109,8 +108,10 @@ def auth_hint(spec: AgentSpec) -> Hint | None:
 
 
 def demo_agent() -> AgentSpec:
-    """The built-in demo agent: this Python running ``lmbridge demo-agent``."""
-    return AgentSpec(id="demo", name="lmbridge demo agent", command=sys.executable, args=["-m", "lmbridge", "demo-agent"])
+    """The built-in demo agent: this Python running ``lmbridge demo-agent`` (``self_command``:
+    the workspace it runs in is not on its ``sys.path``)."""
+    command, *args = self_command("demo-agent")
+    return AgentSpec(id="demo", name="lmbridge demo agent", command=command, args=args)
 
 
 def parse_agent_option(value: str) -> AgentSpec:

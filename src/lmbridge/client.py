@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ import anyio
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from lmbridge import self_command
 from lmbridge.framing import MAX_LINE
 from lmbridge.permissions import ACTION_TOOLS
 from lmbridge.wire import VSCODE_SKIP_TEXT
@@ -132,15 +132,16 @@ class DaemonClient:
         env: Mapping[str, str] | None = None,
         stderr: Any = None,
         start_new_session: bool = False,
+        cwd: str | None = None,
     ) -> AsyncIterator[DaemonClient]:
         """Start the daemon (default: this Python's ``lmbridge serve``) and
         stop it on exit by closing its stdin (then terminate/kill).
 
         ``start_new_session`` puts the daemon (and its agents) out of the terminal's
         process group, so a Ctrl-C typed in the terminal reaches only the client."""
-        cmd = list(command or [sys.executable, "-m", "lmbridge", "serve"])
+        cmd = list(command or self_command("serve"))
         process = await anyio.open_process(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=start_new_session
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=start_new_session, cwd=cwd
         )
         client = cls(process)
         async with anyio.create_task_group() as tg:

@@ -21,7 +21,7 @@ prompt, quits. ``--script FILE`` runs the same session from a file (format in
 docs/console.md). The daemon's command line is assembled in :func:`daemon_command`
 only, so daemon options (e.g. a future ``--record FILE``) are added in one place.
 
-prompt_toolkit is imported only on the interactive path.
+prompt_toolkit (the `console` extra, not a daemon dependency) is imported only on the interactive path.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from typing import Any, Literal, Protocol, TextIO
 
 import anyio
 
+from lmbridge import self_command
 from lmbridge.client import (
     Call,
     DaemonClient,
@@ -89,7 +90,7 @@ def daemon_command(cmd: str | None = None, serve_args: Sequence[str] = ()) -> li
         if not base:
             raise ConsoleError("--cmd is empty")
     else:
-        base = [sys.executable, "-m", "lmbridge", "serve"]
+        base = self_command("serve")
     return [*base, *serve_args]
 
 
@@ -269,6 +270,10 @@ class TerminalInput:
     empty prompt quits; Ctrl-C or Ctrl-D at a permission prompt is Stop."""
 
     def __init__(self, history_file: Path | None) -> None:
+        try:
+            import prompt_toolkit  # noqa: F401
+        except ImportError as exc:
+            raise ConsoleError("the interactive console needs prompt_toolkit: pip install 'lmbridge[console]' (or use --script FILE)") from exc
         from prompt_toolkit import PromptSession
         from prompt_toolkit.history import FileHistory, InMemoryHistory
         from prompt_toolkit.key_binding import KeyBindings

@@ -47,9 +47,11 @@ anything else                   "Hello from the demo agent. You said: <prompt>" 
 image blocks                    "I received an image of N bytes." before the above.
 ==============================  ==========================================================
 
-The first row that matches wins, in the table's order. The scratch folder for writes is ``$LMBRIDGE_DEMO_SCRATCH`` if set, otherwise
-``<tempdir>/lmbridge-demo/<sessionId>/``. The session's cwd is remembered but never
-written to.
+The first row that matches wins, in the table's order. The scratch folder for writes is
+``$LMBRIDGE_DEMO_SCRATCH`` if set, otherwise a new private folder
+``<tempdir>/lmbridge-demo-<sessionId>-<random>/`` (``tempfile.mkdtemp``, 0700, made at the
+session's first write: never one another user made first). The session's cwd is
+remembered but never written to.
 
 ACP methods implemented: ``initialize`` (protocol version 1, agentInfo
 ``lmbridge-demo``, image prompts accepted, no ``session/load``), ``authenticate``
@@ -159,10 +161,17 @@ _KIND_BY_OPTION_ID: dict[str, PermissionOptionKind] = {o.option_id: o.kind for o
 class _Session:
     session_id: str
     cwd: str
-    scratch: Path
+    scratch: Path | None  # $LMBRIDGE_DEMO_SCRATCH, else made by scratch_dir() when first needed
     # The running turn's cancel scope; session/cancel cancels it. None between turns.
     turn: anyio.CancelScope | None = None
     model: str = "plain"  # its config option of category model: "plain" or "loud"
+
+    def scratch_dir(self) -> Path:
+        """The folder writes go to; without $LMBRIDGE_DEMO_SCRATCH, a fresh ``mkdtemp``
+        folder (a fixed name under the shared temp dir could be made by another user first)."""
+        if self.scratch is None:
+            self.scratch = Path(tempfile.mkdtemp(prefix=f"lmbridge-demo-{self.session_id}-"))
+        return self.scratch
 
 
 class DemoAgent:
@@ -204,9 +213,9 @@ class DemoAgent:
         """Create a session, remember its cwd and choose its scratch folder."""
         session_id = f"demo-{uuid.uuid4().hex[:12]}"
         env_scratch = os.environ.get(SCRATCH_ENV)
-        scratch = Path(env_scratch) if env_scratch else Path(tempfile.gettempdir()) / "lmbridge-demo" / session_id
+        scratch = Path(env_scratch) if env_scratch else None
         self._sessions[session_id] = _Session(session_id=session_id, cwd=cwd, scratch=scratch)
-        log.info("session/new: %s cwd=%s scratch=%s", session_id, cwd, scratch)
+        log.info("session/new: %s cwd=%s scratch=%s", session_id, cwd, scratch or "(a new private folder at the first write)")
         return NewSessionResponse(session_id=session_id, config_options=_config_options("plain"))
 
     async def set_config_option(self, config_id: str, session_id: str, value: str | bool, **_: Any) -> SetSessionConfigOptionResponse:
@@ -304,7 +313,7 @@ class DemoAgent:
         if delay:
             await anyio.sleep(delay)
         sid = session.session_id
-        path = session.scratch / name
+        path = session.scratch_dir() / name
         content = NOTES_HEADER + prompt_text
         call_id = f"write-{uuid.uuid4().hex[:12]}"
         start = acp.start_edit_tool_call(call_id, f"Write {name}", str(path), content)

@@ -7,19 +7,18 @@ becomes a ``tool_call`` part VS Code runs; the call waits until the next
 request brings its ``tool_result`` (or a skip, a stop, a crash, an eviction
 releases it with an error result). Every call gets exactly one result.
 
-Transports, both reachable only with the session's secret (``secrets``, 32
-bytes):
+Transport: stdio, for every agent (ACP requires every agent to take stdio MCP
+servers). The agent spawns ``lmbridge mcp-stdio`` (``mcp_stdio.py``), which
+relays its stdio to ``McpHost``'s Unix socket after naming the session. There is
+no secret to steal: the socket lives in a 0700 folder, is 0600, and the daemon
+serves a connection only when the kernel says its peer runs as the daemon's own
+user (``peer_uid``: ``SO_PEERCRED``, ``LOCAL_PEERCRED``); where it cannot tell,
+it refuses. Nothing the agent is given (its command line, which other users can
+read in ``/proc/<pid>/cmdline``, or its environment) opens the tools to anyone
+else (docs/tools.md, "Who can reach the tools").
 
-* streamable HTTP on 127.0.0.1 (``McpHost``'s one uvicorn server; path
-  ``/mcp/<session>``, or ``/mcp/<session>/mcp`` as fast-agent rewrites it; header
-  ``X-Lmbridge-Secret``) when the agent advertises
-  ``mcpCapabilities.http``;
-* otherwise stdio: the agent spawns ``lmbridge mcp-stdio`` (``mcp_stdio.py``),
-  which relays its stdio to ``McpHost``'s Unix socket after sending the
-  session id and secret.
-
-This module imports the MCP SDK, uvicorn and starlette: it is loaded only when a
-request carries tools (keep it off the start-up path).
+This module imports the MCP SDK: it is loaded only when a request carries tools
+(keep it off the start-up path).
 """
 
 from __future__ import annotations
@@ -27,12 +26,11 @@ from __future__ import annotations
 import base64
 import binascii
 import fnmatch
-import hmac
 import json
 import os
 import secrets
 import socket
-import sys
+import struct
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,13 +38,11 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from anyio.abc import TaskGroup
+from anyio.abc import SocketAttribute
 from mcp.server.lowlevel import NotificationOptions, Server
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.message import SessionMessage
 
-from lmbridge import record
+from lmbridge import record, self_command
 from lmbridge.log import get_logger
 from lmbridge.permissions import ACTION_TOOLS
 from lmbridge.wire import DataPart, TextPart, ToolInfo, ToolResultPart
@@ -54,7 +50,6 @@ from lmbridge.wire import DataPart, TextPart, ToolInfo, ToolResultPart
 log = get_logger("mcp")
 
 SERVER_NAME = "vscode"  # tools appear to claude as mcp__vscode__<tool>
-SECRET_HEADER = "x-lmbridge-secret"
 DECLINED_TEXT = "The user declined to run this tool."
 STOPPED_TEXT = "Tool execution was skipped: the user stopped the chat before it ran."
 CLOSED_TEXT = "Tool execution was cancelled: the session ended before VS Code answered."
@@ -63,7 +58,7 @@ CLOSED_TEXT = "Tool execution was cancelled: the session ended before VS Code an
 def server_name(session_id: str, per_session: bool = False) -> str:
     """The MCP server's name in ``session/new``: ``vscode``, or ``vscode-<session>`` for an
     agent that keeps one registry of MCP servers for all its sessions and refuses a second
-    ``vscode`` with another URL or secret (fast-agent: ``Capabilities.shared_mcp_registry``)."""
+    ``vscode`` with other settings (fast-agent: ``Capabilities.shared_mcp_registry``)."""
     return f"{SERVER_NAME}-{session_id}" if per_session else SERVER_NAME
 
 
@@ -139,24 +134,17 @@ class ToolBridge:
     ) -> None:
         self.session_id = session_id
         self.name = name  # the MCP server's name in session/new (server_name)
-        self.secret = secrets.token_urlsafe(32)  # McpHost.add keeps one per session id
         self.on_call = on_call
         self.tools: dict[str, ToolInfo] = {}
         self.calls: dict[str, ToolCall] = {}
         self.closed = False
-        self._sessions: set[Any] = set()  # MCP sessions that listed tools (for list_changed)
+        # MCP sessions that listed tools (for list_changed); McpHost.add shares one set
+        # between the bridges of one session id, so a relay outlives an eviction.
+        self._sessions: set[Any] = set()
         self.recorder = recorder.mcp(session_id) if recorder is not None else None  # lmbridge serve --record
-        self.server: Server[Any] = Server(
-            "lmbridge-vscode-tools",
-            version="1",
-            instructions="Tools provided by VS Code. Each call is run by VS Code.",
-            on_list_tools=self.recorder.handler("tools/list", self._list_tools) if self.recorder else self._list_tools,
-            on_call_tool=self.recorder.handler("tools/call", self._call_tool) if self.recorder else self._call_tool,
-        )
-        self.http: StreamableHTTPSessionManager | None = None
-
-    def init_options(self) -> Any:
-        return self.server.create_initialization_options(NotificationOptions(tools_changed=True))
+        # The MCP handlers (McpHost routes each relay's requests here), recorded when recording.
+        self.list_tools = self.recorder.handler("tools/list", self._list_tools) if self.recorder else self._list_tools
+        self.call_tool = self.recorder.handler("tools/call", self._call_tool) if self.recorder else self._call_tool
 
     # -- tool list ----------------------------------------------------------
 
@@ -228,42 +216,46 @@ class ToolBridge:
         self.release_all(CLOSED_TEXT)
 
 
+def peer_uid(sock: socket.socket) -> int | None:
+    """The user id the kernel gives for the process at the other end of a Unix socket
+    (Linux ``SO_PEERCRED``; macOS and the BSDs ``LOCAL_PEERCRED``, a ``struct xucred``),
+    None where it does not say."""
+    try:
+        if hasattr(socket, "SO_PEERCRED"):
+            pid_uid_gid = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            return int(struct.unpack("3i", pid_uid_gid)[1])
+        if hasattr(socket, "LOCAL_PEERCRED"):
+            xucred = sock.getsockopt(0, socket.LOCAL_PEERCRED, struct.calcsize("IIh16I"))  # SOL_LOCAL is 0
+            return int(struct.unpack_from("II", xucred)[1])  # cr_version, cr_uid
+    except OSError:
+        return None
+    return None
+
+
 class McpHost:
-    """The daemon's MCP endpoints: one HTTP server and one Unix socket, shared by
-    every ``ToolBridge``. Run ``run()`` in the daemon's task group."""
+    """The daemon's MCP endpoint: one Unix socket shared by every ``ToolBridge``. Run
+    ``run()`` in the daemon's task group.
+
+    A relay's connection names a session id and is served for that session id, whichever
+    bridge holds it now: a session's bridge is replaced when an evicted chat wakes, and an
+    agent that keeps its MCP servers running across that (fast-agent) goes on with the
+    new one."""
 
     def __init__(self) -> None:
         self.bridges: dict[str, ToolBridge] = {}
-        # One secret per session id for the daemon's life: a session's endpoint, closed
-        # at an eviction and opened again when the chat wakes, has the same URL and secret,
-        # so an agent that remembers the server (fast-agent) takes it up unchanged.
-        self._secrets: dict[str, str] = {}
-        self.port: int | None = None
+        self._listed: dict[str, set[Any]] = {}  # session id → the MCP sessions that listed its tools
         self.socket_path: str | None = None
         self.ready = anyio.Event()
-        self._tg: TaskGroup | None = None
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        import uvicorn
-
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        folder = tempfile.mkdtemp(prefix="lmbridge-mcp-")
-        os.chmod(folder, 0o700)
+        folder = tempfile.mkdtemp(prefix="lmbridge-mcp-")  # 0700, made for this daemon only
         self.socket_path = os.path.join(folder, "mcp.sock")
-        listener = await anyio.create_unix_listener(self.socket_path)
-        os.chmod(self.socket_path, 0o600)
-        config = uvicorn.Config(self._asgi, interface="asgi3", log_level="warning", lifespan="off", access_log=False)
-        server = uvicorn.Server(config)
+        listener = await anyio.create_unix_listener(self.socket_path, mode=0o600)
         try:
             async with anyio.create_task_group() as tg:
-                self._tg = tg
-                tg.start_soon(server.serve, [sock])
                 tg.start_soon(listener.serve, self._unix_client)
                 self.ready.set()
-                log.info("mcp host listening", port=self.port, socket=self.socket_path)
+                log.info("mcp host listening", socket=self.socket_path)
                 task_status.started()
         finally:
             with anyio.CancelScope(shield=True):
@@ -275,99 +267,60 @@ class McpHost:
                     pass
 
     async def add(self, bridge: ToolBridge) -> None:
-        """Register a bridge and start its HTTP session manager."""
-        assert self._tg is not None
-        bridge.secret = self._secrets.setdefault(bridge.session_id, bridge.secret)
-        bridge.http = StreamableHTTPSessionManager(
-            app=bridge.server,
-            security_settings=TransportSecuritySettings(
-                enable_dns_rebinding_protection=True,
-                allowed_hosts=["127.0.0.1:*", "localhost:*"],
-                allowed_origins=["http://127.0.0.1:*", "http://localhost:*"],
-            ),
-        )
-        started = anyio.Event()
-
-        async def run_manager() -> None:
-            assert bridge.http is not None
-            async with bridge.http.run():
-                started.set()
-                while bridge.session_id in self.bridges:
-                    await anyio.sleep(0.5)
-
+        """Register a bridge: relays naming its session id are served by it from now on."""
+        bridge._sessions = self._listed.setdefault(bridge.session_id, bridge._sessions)
         self.bridges[bridge.session_id] = bridge
-        self._tg.start_soon(run_manager)
-        await started.wait()
 
     def remove(self, session_id: str) -> None:
         bridge = self.bridges.pop(session_id, None)
         if bridge is not None:
             bridge.close()
 
-    def server_config(self, bridge: ToolBridge, http: bool) -> dict[str, Any]:
-        """The ``mcpServers`` entry for ``session/new`` (ACP McpServer)."""
-        if http:
-            return {
-                "type": "http",
-                "name": bridge.name,
-                "url": f"http://127.0.0.1:{self.port}/mcp/{bridge.session_id}",
-                "headers": [{"name": SECRET_HEADER, "value": bridge.secret}],
-            }
-        return {
-            "name": bridge.name,
-            "command": sys.executable,
-            "args": ["-m", "lmbridge", "mcp-stdio", "--socket", str(self.socket_path), "--session", bridge.session_id],
-            "env": [{"name": "LMBRIDGE_MCP_SECRET", "value": bridge.secret}],
-        }
-
-    def _authorized(self, session_id: str, secret: str | None) -> ToolBridge | None:
-        bridge = self.bridges.get(session_id)
-        if bridge is None or secret is None or not hmac.compare_digest(secret.encode(), bridge.secret.encode()):
-            return None
-        return bridge
-
-    # -- HTTP ---------------------------------------------------------------
-
-    async def _asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        path: str = scope.get("path", "")
-        parts = path.strip("/").split("/")
-        if len(parts) == 3 and parts[2] == "mcp":
-            # fast-agent (0.10.48) appends /mcp to an HTTP MCP URL whose path does not
-            # end in /mcp: /mcp/<session>/mcp is the same endpoint.
-            parts = parts[:2]
-        secret = next((v.decode() for k, v in scope.get("headers", []) if k.decode().lower() == SECRET_HEADER), None)
-        known = len(parts) == 2 and parts[0] == "mcp" and parts[1] in self.bridges
-        bridge = self._authorized(parts[1], secret) if known else None
-        if bridge is None or bridge.http is None:
-            # A wrong secret for a live session is worth a warning; anything else
-            # (an MCP client retrying after its session closed, OAuth discovery) is not.
-            (log.warning if known else log.info)("mcp request refused", path=path, reason="wrong secret" if known else "no such session")
-            body = b'{"error":"unauthorized"}'
-            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"application/json")]})
-            await send({"type": "http.response.body", "body": body})
-            return
-        await bridge.http.handle_request(scope, receive, send)
+    def server_config(self, bridge: ToolBridge) -> dict[str, Any]:
+        """The ``mcpServers`` entry for ``session/new`` (ACP McpServerStdio): nothing in it
+        is secret (``McpHost`` serves only the daemon's own user)."""
+        command, *args = self_command("mcp-stdio", "--socket", str(self.socket_path), "--session", bridge.session_id)
+        return {"name": bridge.name, "command": command, "args": args, "env": []}
 
     # -- Unix socket (stdio relay) ------------------------------------------
 
     async def _unix_client(self, stream: Any) -> None:
         from anyio.streams.buffered import BufferedByteReceiveStream
 
+        uid = peer_uid(stream.extra(SocketAttribute.raw_socket))
+        if uid != os.getuid():
+            log.warning("mcp stdio relay refused", reason="another user" if uid is not None else "its user is unknown", uid=uid)
+            await stream.aclose()
+            return
         reader = BufferedByteReceiveStream(stream)
         try:
             with anyio.fail_after(10):
                 hello = json.loads(await reader.receive_until(b"\n", 4096))
-            bridge = self._authorized(str(hello.get("session")), hello.get("secret"))
+            session = hello.get("session")
         except (TimeoutError, ValueError, AttributeError, anyio.EndOfStream, anyio.IncompleteRead, anyio.DelimiterNotFound):
-            bridge = None
-        if bridge is None:
-            log.warning("mcp stdio relay refused", reason="no such session or wrong secret")
+            session = None
+        if not isinstance(session, str) or session not in self.bridges:
+            log.info("mcp stdio relay refused", reason="no such session")
             await stream.aclose()
             return
         read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+
+        async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+            bridge = self.bridges.get(session)
+            return await bridge.list_tools(ctx, params) if bridge is not None else types.ListToolsResult(tools=[])
+
+        async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+            bridge = self.bridges.get(session)
+            return await bridge.call_tool(ctx, params) if bridge is not None else error_result(CLOSED_TEXT)
+
+        server: Server[Any] = Server(
+            "lmbridge-vscode-tools",
+            version="1",
+            instructions="Tools provided by VS Code. Each call is run by VS Code.",
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+        )
 
         async def pump_in() -> None:
             async with read_send:
@@ -393,7 +346,7 @@ class McpHost:
             tg.start_soon(pump_in)
             tg.start_soon(pump_out)
             try:
-                await bridge.server.run(read_recv, write_send, bridge.init_options())
+                await server.run(read_recv, write_send, server.create_initialization_options(NotificationOptions(tools_changed=True)))
             finally:
                 tg.cancel_scope.cancel()
                 await stream.aclose()

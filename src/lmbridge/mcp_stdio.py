@@ -1,36 +1,33 @@
 """``lmbridge mcp-stdio``: the stdio face of the synthetic MCP server.
 
-For agents without ``mcpCapabilities.http`` (issue #4). The agent spawns this
-process as a stdio MCP server; it connects to the daemon's Unix socket, proves
-itself with the session's secret (from ``$LMBRIDGE_MCP_SECRET``, never on the
-command line), and then copies bytes both ways. The MCP protocol itself is
-served by the daemon (``mcp_bridge.McpHost``). Standard library only, so it
-starts fast.
+The agent spawns this process as a stdio MCP server (issue #4); it connects to the
+daemon's Unix socket, names the session whose VS Code tools it wants, and then copies
+bytes both ways. The MCP protocol itself is served by the daemon
+(``mcp_bridge.McpHost``), which serves this connection only when it comes from the
+daemon's own user (peer credentials): there is no secret, so nothing on this
+process's command line or in its environment is worth reading. Standard library only,
+so it starts fast.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sys
 import threading
 
 
 def main(socket_path: str, session: str) -> int:
-    """Relay stdin/stdout ↔ the daemon's socket. Exit 2 when it cannot connect
-    or has no secret; 0 when either side closes."""
-    secret = os.environ.get("LMBRIDGE_MCP_SECRET")
-    if not secret:
-        print("lmbridge mcp-stdio: LMBRIDGE_MCP_SECRET is not set", file=sys.stderr)
-        return 2
+    """Relay stdin/stdout ↔ the daemon's socket. Exit 2 when it cannot connect, or when
+    the daemon closes the connection before sending anything (it closes at once a
+    connection it refuses); 0 when either side closes after that."""
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(socket_path)
     except OSError as exc:
         print(f"lmbridge mcp-stdio: cannot reach the daemon at {socket_path}: {exc}", file=sys.stderr)
         return 2
-    sock.sendall((json.dumps({"session": session, "secret": secret}) + "\n").encode())
+    sock.sendall((json.dumps({"session": session}) + "\n").encode())
 
     def upstream() -> None:
         stdin = sys.stdin.buffer
@@ -43,7 +40,16 @@ def main(socket_path: str, session: str) -> int:
 
     threading.Thread(target=upstream, daemon=True).start()
     out = sys.stdout.buffer
-    while chunk := sock.recv(65536):
-        out.write(chunk)
-        out.flush()
+    answered = False
+    try:
+        while chunk := sock.recv(65536):
+            answered = True
+            out.write(chunk)
+            out.flush()
+    except ConnectionResetError:  # closed with our bytes unread: the same as a close
+        pass
+    if not answered:
+        print(f"lmbridge mcp-stdio: the daemon closed the connection without serving session {session!r} "
+              "(it is not open, or this process does not run as the daemon's user)", file=sys.stderr)
+        return 2
     return 0

@@ -25,10 +25,12 @@ Stdlib only: ``acp_client`` imports this module.
 from __future__ import annotations
 
 import datetime
+import errno
 import itertools
 import json
 import os
 import re
+import stat
 import sys
 import tempfile
 import time
@@ -40,10 +42,9 @@ from lmbridge import __version__
 
 FORMAT = 1  # the value of the header's "lmbridge-recording" key
 HEADER_KEY = "lmbridge-recording"
+RECORDING_START = b'{"' + HEADER_KEY.encode() + b'":'  # how every recording's file begins (Recorder._line)
 MIN_SCRUB = 8  # registered values this long or longer are also replaced inside any string
 PLACEHOLDER = re.compile(r"<redacted:[a-z-]+(?::[^<>:\s]+)?:\d+>")
-SECRET_HEADER = "x-lmbridge-secret"  # mcp_bridge.SECRET_HEADER (not imported: it loads the MCP SDK)
-SECRET_ENV = "LMBRIDGE_MCP_SECRET"
 # A command-line option whose value is a secret: --api-key X, --token=X, -p X, ...
 SECRET_OPTION = re.compile(r"^--?[\w-]*(?:key|token|secret|password|passwd|auth|credential)[\w-]*$", re.I)
 
@@ -141,6 +142,35 @@ def _copy(frame: Any) -> Any:
     return json.loads(json.dumps(frame, ensure_ascii=False))
 
 
+def open_private(path: str | Path) -> int:
+    """A file descriptor for writing a recording at ``path``, from its start: a new file is
+    created 0600; an existing one is reused only if it is a regular file that is empty or
+    already a recording (it begins as ``Recorder`` begins one), and is made 0600 and emptied. A
+    symbolic link at ``path`` is never followed (``O_NOFOLLOW``), so neither a link planted
+    there nor a mistyped ``--record ~/.bashrc`` truncates another file. Raises OSError
+    saying why."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags, 0o600)  # O_NONBLOCK: a FIFO planted there does not hang the open
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(exc.errno, "is a symbolic link: not followed, choose another file") from exc
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "is not a regular file")
+        if info.st_size > 0 and os.pread(fd, len(RECORDING_START), 0) != RECORDING_START:
+            raise OSError(errno.EEXIST, "exists and is not an lmbridge recording: not overwritten")
+        os.set_blocking(fd, True)
+        os.fchmod(fd, 0o600)
+        os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class Recorder:
     """Writes one recording. Create with ``Recorder.open`` (or on any text stream)."""
 
@@ -160,8 +190,9 @@ class Recorder:
 
     @classmethod
     def open(cls, path: str | Path, agents: Sequence[Any] = (), idle_timeout: float | None = None) -> Recorder:
+        """Record into ``path`` (``open_private``: a recording holds whole conversations)."""
         # Lone surrogates (JSON escapes in frames) are written back as JSON escapes.
-        out = open(path, "w", encoding="utf-8", errors="backslashreplace", buffering=1)  # noqa: SIM115
+        out = os.fdopen(open_private(path), "w", encoding="utf-8", errors="backslashreplace", buffering=1)
         return cls(out, agents, idle_timeout)
 
     def close(self) -> None:
@@ -271,13 +302,10 @@ class AgentLink:
         for server in servers:
             if not isinstance(server, dict):
                 continue
-            for key, secret_name in (("headers", SECRET_HEADER), ("env", SECRET_ENV)):
+            for key, kind in (("headers", "mcp-header"), ("env", "mcp-env")):
                 for item in server.get(key) or []:
                     if isinstance(item, dict) and "value" in item:
-                        name = str(item.get("name", ""))
-                        secret = name.lower() == secret_name.lower()
-                        kind = "mcp-secret" if secret else ("mcp-header" if key == "headers" else "mcp-env")
-                        item["value"] = register(item["value"], kind, None if secret else name)
+                        item["value"] = register(item["value"], kind, str(item.get("name", "")))
 
 
 class McpLink:

@@ -6,8 +6,8 @@ recording (a ``PlaybackConnection``: the real ``AgentConnection`` on a fake
 process). Walking the recording in order, each input (shim → daemon, agent →
 daemon, an agent's exit) is fed only once the daemon has produced every output
 recorded before it, on every link, each link compared in its own order. What is
-legitimately nondeterministic is normalised (docs/replay.md): callIds, approval
-tokens and MCP secrets are bound on first sight (recorded ↔ actual) and the
+legitimately nondeterministic is normalised (docs/replay.md): callIds and approval
+tokens are bound on first sight (recorded ↔ actual) and the
 actual values are substituted into later inputs; temp dirs, ports, the working
 directory, the Python executable and lmbridge's version are normalised; response
 text is compared as each request's concatenated text stream (the daemon merges
@@ -43,7 +43,7 @@ SHUTDOWN_TIMEOUT = 15.0  # seconds for the daemon to exit after the recording's 
 TERM_GRACE = 2.0
 
 CALL_ID = r"lmbridge-[A-Za-z0-9_.-]*?-[0-9a-f]{12}"
-BINDABLE = re.compile(rf"<redacted:(?:approval-token|mcp-secret):\d+>|\b{CALL_ID}\b")
+BINDABLE = re.compile(rf"<redacted:approval-token:\d+>|\b{CALL_ID}\b")
 PORT = re.compile(r"\b(127\.0\.0\.1|localhost|\[::1\]):\d{2,5}\b")
 MERGEABLE = ("text", "thinking")
 

@@ -527,7 +527,7 @@ class SessionActor:
             self._learn(spare.session_id, spare.config_options or [])
             log.info("acp session", session=self.id, agent=self.spec.id, acp_session=spare.session_id, how="spare")
             return
-        await self._start_bridge(job, http=self.process.caps.mcp_http)
+        await self._start_bridge(job)
         if self.resume is not None:
             await self._take_up(self.resume)
         else:
@@ -668,7 +668,7 @@ class SessionActor:
 
         return select_tools(job.tools, self.spec.tools.allow, self.spec.tools.deny)
 
-    async def _start_bridge(self, job: Job, http: bool) -> None:
+    async def _start_bridge(self, job: Job) -> None:
         """Offer the request's VS Code tools through the synthetic MCP server
         (issue #4). Only a session whose first request carries tools gets one:
         ``mcpServers`` are fixed at ``session/new``."""
@@ -681,7 +681,7 @@ class SessionActor:
         self.bridge = ToolBridge(self.id, self._on_mcp_call, self.recorder, server_name(self.id, self.process.caps.shared_mcp_registry))
         await host.add(self.bridge)
         await self.bridge.set_tools(tools)
-        self.mcp_servers = [host.server_config(self.bridge, http)]
+        self.mcp_servers = [host.server_config(self.bridge)]
 
     async def _on_mcp_call(self, call: Any) -> None:
         # Runs in the MCP server's task: hand the call to the actor's loop.

@@ -82,9 +82,9 @@ Steps (the first key decides):
   {"write_file": {"path", "content"}}
                               write a file (relative paths: against the session cwd)
   {"mcp_connect": {...}}      start the session's first mcpServers entry (stdio only)
-                              and do the MCP handshake; {"secret": s} replaces the
-                              LMBRIDGE_MCP_SECRET it is given (to test a refusal:
-                              logs event mcp_refused instead)
+                              and do the MCP handshake; {"session": s} replaces the
+                              --session it is given (to test a refusal: logs event
+                              mcp_refused instead)
   {"mcp_list": true}          tools/list; logs event mcp_tools (names)
   {"mcp_call": {"name", "arguments"}, "id": "m1"}
                               tools/call, do not wait
@@ -428,9 +428,10 @@ class ScriptedAgent:
     def mcp_connect(self, sid: str, opts: dict[str, Any]) -> None:
         server = self.session_mcp[sid][0]
         env = {e["name"]: e["value"] for e in server.get("env", [])}
-        if "secret" in opts:
-            env["LMBRIDGE_MCP_SECRET"] = opts["secret"]
-        self.mcp = McpStdio(self, server["command"], server.get("args", []), env)
+        args = list(server.get("args", []))
+        if "session" in opts:
+            args[args.index("--session") + 1] = opts["session"]
+        self.mcp = McpStdio(self, server["command"], args, env)
         init = self.mcp.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "scripted", "version": "0"}})
         if init is None:
             self.log_event("mcp_refused")

@@ -207,7 +207,11 @@ async function dismissNotifications() {
 // ---------------------------------------------------------------- run
 
 const ports = { cs: await freePort() };
-fs.writeFileSync(path.join(dirs.user, 'User', 'settings.json'), JSON.stringify({
+// The settings that choose what runs are machine settings (package.json "scope": "machine"):
+// code-server's window is a remote one, where VS Code reads them from the machine's settings.
+const machineSettings = path.join(dirs.user, 'Machine', 'settings.json');
+fs.mkdirSync(path.dirname(machineSettings), { recursive: true });
+fs.writeFileSync(machineSettings, JSON.stringify({
 	...(FIRST_RUN ? {
 		// Nothing about the daemon: the extension finds none and installs the one it carries.
 		'lmbridge.daemon.env': { LMBRIDGE_DEMO_SCRATCH: dirs.ws },
@@ -222,6 +226,8 @@ fs.writeFileSync(path.join(dirs.user, 'User', 'settings.json'), JSON.stringify({
 				args: [path.join(ROOT, 'tests', 'chatview', 'auth_agent.py')], env: { AUTH_AGENT_TOKEN: authToken } },
 		],
 	}),
+}, null, 1));
+fs.writeFileSync(path.join(dirs.user, 'User', 'settings.json'), JSON.stringify({
 	'lmbridge.logLevel': 'debug',
 	'workbench.startupEditor': 'none',
 	'security.workspace.trust.enabled': false,
@@ -479,10 +485,10 @@ try {
 		});
 
 		await step('preset-added', async () => {
-			// Picking Claude Code adds {"id": "claude"} to the user settings; the daemon restarts with it.
+			// Picking Claude Code adds {"id": "claude"} to the user's (machine) settings; the daemon restarts with it.
 			await page.locator('.quick-input-list .monaco-list-row', { hasText: 'Claude Code' }).first().click();
 			await page.locator('.notification-toast', { hasText: 'Claude Code was added' }).first().waitFor({ timeout: WAIT });
-			const settings = JSON.parse(fs.readFileSync(path.join(dirs.user, 'User', 'settings.json'), 'utf8'));
+			const settings = JSON.parse(fs.readFileSync(machineSettings, 'utf8'));
 			check(settings['lmbridge.agents'].some(a => a.id === 'claude' && Object.keys(a).length === 1), `lmbridge.agents lacks {"id": "claude"}: ${JSON.stringify(settings['lmbridge.agents'])}`);
 			// The restarted daemon has told VS Code its models (its recording starts afresh)...
 			await waitForDisk(() => fs.readFileSync(record, 'utf8').includes('"name":"Claude Code"'), 'the daemon offering Claude Code');

@@ -8,8 +8,10 @@ stop → it did not, and the next request was answered promptly.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -197,3 +199,85 @@ async def test_vscode_tools_stop_with_a_call_pending(tmp_path: Path) -> None:
             assert elapsed < 30
             # Whatever reached the model for the calls was an error, never a success.
             assert fake.tool_results() and all(r.get("is_error") for r in fake.tool_results())
+
+
+class CommandLines:
+    """Every command line any process had, as any local user can read it
+    (``/proc/<pid>/cmdline``). A process is read again and again through its first seconds:
+    it shows its parent's command line until it execs, and Claude Code overwrites its own
+    (its process title becomes ``claude``) once it has started."""
+
+    WATCH = 3.0  # seconds each process is watched from its first sight
+
+    def __init__(self) -> None:
+        self.seen: dict[int, set[str]] = {}
+        self.parent: dict[int, int] = {}
+        self._first: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> CommandLines:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def lines(self, root: int) -> list[tuple[int, str]]:
+        """The command lines of ``root`` and the processes under it (other tests' processes
+        on this machine are not this daemon's business)."""
+        tree, grew = {root}, True
+        while grew:
+            more = {pid for pid, parent in self.parent.items() if parent in tree} - tree
+            tree |= more
+            grew = bool(more)
+        return [(pid, line) for pid, lines in self.seen.items() if pid in tree for line in lines]
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            now = time.monotonic()
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit():
+                    continue
+                pid = int(entry.name)
+                if now - self._first.setdefault(pid, now) > self.WATCH:
+                    continue
+                try:
+                    if pid not in self.parent:
+                        with open(f"/proc/{pid}/stat", "rb") as f:
+                            self.parent[pid] = int(f.read().rsplit(b")", 1)[1].split()[1])
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        line = f.read()
+                except (OSError, ValueError, IndexError):
+                    continue
+                if line:
+                    self.seen.setdefault(pid, set()).add(line.replace(b"\0", b" ").decode(errors="replace"))
+            self._stop.wait(0.001)
+
+
+async def test_no_command_line_holds_a_credential_for_the_tools(tmp_path: Path) -> None:
+    """claude-agent-acp starts Claude Code with the MCP servers of ``session/new`` on its
+    command line (``--mcp-config {…}``), which every local user can read. Through a chat that
+    calls a VS Code tool, no process's command line holds a secret: what Claude Code's holds,
+    the relay's socket and session, opens the tools to the daemon's own user only
+    (docs/tools.md, "Who can reach the tools"; another user refused: tests/test_security.py)."""
+    record = tmp_path / "session.jsonl"
+    with FakeAnthropic([two_vscode_tools(), [{"text": "Found it all."}]]) as fake, CommandLines() as lines:
+        async with claude_bridge(tmp_path, fake.url, "--record", str(record)) as client:
+            daemon = client.process.pid
+            with anyio.fail_after(TIMEOUT):
+                first = await client.chat("claude", [user("Find the TODOs and read a.py")], timeout=TIMEOUT, options=VSCODE_TOOLS)
+                assert first.error is None and [p["name"] for p in tool_calls(first)] == ["search_workspace"], (first.error, first.parts)
+    ours = lines.lines(daemon)
+    with_config = [line for _, line in ours if "--mcp-config" in line]
+    assert with_config, "Claude Code's command line, with the MCP servers on it, was seen"
+    for pid, line in ours:
+        for needle in ("x-lmbridge-secret", "LMBRIDGE_MCP_SECRET", '"headers"', "secret"):
+            assert needle.lower() not in line.lower(), f"process {pid} held {needle!r} on its command line: {line[:300]}"
+    assert any("mcp-stdio" in line and "--session" in line for line in with_config), with_config
+    # What the daemon gave the agent for its tools: nothing secret to put anywhere.
+    frames = [json.loads(line) for line in record.read_text().splitlines()[1:]]
+    (new,) = [f["frame"] for f in frames if isinstance(f.get("frame"), dict) and f["frame"].get("method") == "session/new"]
+    (server,) = new["params"]["mcpServers"]
+    assert set(server) == {"name", "command", "args", "env"} and server["env"] == []

@@ -293,7 +293,7 @@ async def claude_cancel(path: Path) -> None:
 
 
 async def claude_tools(path: Path) -> None:
-    """claude-agent-acp calls two VS Code tools through the daemon's MCP server (HTTP),
+    """claude-agent-acp calls two VS Code tools through the daemon's MCP server (its stdio relay),
     one after the other: the first is skipped, the second returns its result."""
     replies = [
         [
@@ -322,7 +322,7 @@ SCENARIOS: dict[str, tuple[str, Scenario, Callable[[], str | None] | None]] = {
     "claude-stop": ("claude-agent-acp: Bash command, Stop, then a new message", claude_stop, claude_available),
     "claude-cancel": ("claude-agent-acp: cancel mid-stream, then continue", claude_cancel, claude_available),
     "tools-scripted": ("scripted agent: two VS Code tools in one turn over the stdio relay, both results", scripted_tools, None),
-    "tools-claude": ("claude-agent-acp: two VS Code tools over HTTP MCP, one skipped, one answered", claude_tools, claude_available),
+    "tools-claude": ("claude-agent-acp: two VS Code tools over the stdio relay, one skipped, one answered", claude_tools, claude_available),
 }
 
 

@@ -7,6 +7,7 @@
  * **Open Settings** (lmbridge.agents, where an API key goes in the agent's `env`).
  * Signing in needs no restart: the daemon tries the agent again on the next message.
  */
+import * as os from 'os';
 import * as vscode from 'vscode';
 import type { AuthRequiredData, LoginCommand, RpcError } from './wire';
 
@@ -82,11 +83,27 @@ export function authMessage(auth: AuthRequiredData, daemonMessage: string): stri
 	return `${name} needs you to ${how}.`;
 }
 
+/** A variable name that looks like it holds a credential: never passed to a sign-in terminal. */
+const SECRET_NAME = /KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION/i;
+
 /**
- * The terminal Sign in… opens: named for the agent, running its login command with the
- * environment the agent runs with (`agentEnv`: lmbridge.daemon.env, then the agent's own
- * `env` from lmbridge.agents, so a login lands where the agent looks, e.g. its CODEX_HOME)
- * plus the login's own. The daemon never sends environment values back; the shim has them.
+ * What of the agent's environment a login needs: where the agent keeps its state, so the
+ * login lands where the agent looks (`CODEX_HOME`, `CLAUDE_CONFIG_DIR`, `XDG_CONFIG_HOME`:
+ * names ending in `HOME` or `_DIR`) and `PATH` (to find the login's program); none of its
+ * keys or tokens, which no login needs and a terminal would hand to everything run in it.
+ */
+export function loginEnv(agentEnv: Record<string, string>): Record<string, string> {
+	return Object.fromEntries(Object.entries(agentEnv).filter(([name]) =>
+		(name === 'PATH' || /(HOME|_DIR)$/i.test(name)) && !SECRET_NAME.test(name)));
+}
+
+/**
+ * The terminal Sign in… opens: named for the agent, running its login command (no shell),
+ * transient (not restored when VS Code restarts), with `loginEnv` of the environment the
+ * agent runs with (`agentEnv`: lmbridge.daemon.env, then the agent's own `env` from
+ * lmbridge.agents) plus the login's own. The daemon never sends environment values back;
+ * the shim has them. It runs in `cwd`, the user's home folder, not the workspace: a login
+ * started through npx would take a workspace's `.npmrc` (another registry) or `node_modules`.
  */
 export function loginTerminalOptions(auth: AuthRequiredData, cwd?: string, agentEnv: Record<string, string> = {}): vscode.TerminalOptions | undefined {
 	if (!auth.login) {
@@ -96,8 +113,9 @@ export function loginTerminalOptions(auth: AuthRequiredData, cwd?: string, agent
 		name: `Sign in: ${auth.agentName ?? auth.agentId}`,
 		shellPath: auth.login.command,
 		shellArgs: auth.login.args ?? [],
+		isTransient: true,
 	};
-	const env = { ...agentEnv, ...(auth.login.env ?? {}) };
+	const env = { ...loginEnv(agentEnv), ...(auth.login.env ?? {}) };
 	if (Object.keys(env).length) {
 		options.env = env;
 	}
@@ -116,7 +134,7 @@ export class AuthNotifier {
 
 	constructor(
 		private readonly log: vscode.LogOutputChannel,
-		private readonly cwd: () => string | undefined = () => undefined,
+		private readonly cwd: () => string | undefined = () => os.homedir(),
 		private readonly agentEnv: (agentId: string) => Record<string, string> = () => ({}),
 	) { }
 

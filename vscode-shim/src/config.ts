@@ -31,6 +31,14 @@ export interface Settings {
 	spareSession: boolean;
 }
 
+/**
+ * The settings that choose what runs (executables, their arguments, their environment).
+ * package.json gives each `"scope": "machine"`, so VS Code takes them from the user's own
+ * settings only, never from a workspace's `.vscode/settings.json`; `readSettings` reads
+ * them from the user's value alone too, whatever VS Code passes.
+ */
+export const MACHINE_SETTINGS = ['agents', 'daemon.command', 'daemon.args', 'daemon.env', 'pythonPath'] as const;
+
 /** Settings whose change requires a fresh daemon (it reads them at start-up). */
 export const DAEMON_SETTINGS = ['agents', 'daemon', 'pythonPath', 'logLevel', 'userTurns', 'maxAgentProcesses', 'prewarm', 'spareSession'].map(k => `${SECTION}.${k}`);
 
@@ -50,17 +58,30 @@ export const LOG_LEVELS = ['debug', 'info', 'warning', 'error'];
 export interface ConfigLike {
 	get<T>(key: string): T | undefined;
 	/** VS Code's: which scopes set a key (tells a setting the user made from the default). */
-	inspect?<T>(key: string): { globalValue?: T; workspaceValue?: T; workspaceFolderValue?: T } | undefined;
+	inspect?<T>(key: string): { defaultValue?: T; globalValue?: T; workspaceValue?: T; workspaceFolderValue?: T } | undefined;
 }
 
-/** Whether the user set `key` somewhere (without `inspect`: whether it has a non-blank value). */
-function isSet(config: ConfigLike, key: string): boolean {
-	if (config.inspect) {
-		const i = config.inspect<unknown>(key);
-		return [i?.globalValue, i?.workspaceValue, i?.workspaceFolderValue].some(v => typeof v === 'string' ? v.trim() !== '' : v !== undefined);
+/** A machine setting (`MACHINE_SETTINGS`): the user's value, else the default; never a workspace's. */
+function machineValue<T>(config: ConfigLike, key: string): T | undefined {
+	if (!config.inspect) {
+		return config.get<T>(key);
 	}
-	const v = config.get<unknown>(key);
+	const i = config.inspect<T>(key);
+	return i?.globalValue !== undefined ? i.globalValue : i?.defaultValue;
+}
+
+/** Whether the user set the machine setting `key` (not just its default), to a non-blank value. */
+function isSet(config: ConfigLike, key: string): boolean {
+	const v = config.inspect ? config.inspect<unknown>(key)?.globalValue : config.get<unknown>(key);
 	return typeof v === 'string' ? v.trim() !== '' : v !== undefined;
+}
+
+/** Machine settings a workspace tried to set: ignored, and said so in the log. */
+export function workspaceMachineSettings(config: ConfigLike): string[] {
+	return MACHINE_SETTINGS.filter(key => {
+		const i = config.inspect?.<unknown>(key);
+		return i?.workspaceValue !== undefined || i?.workspaceFolderValue !== undefined;
+	}).map(key => `${SECTION}.${key}`);
 }
 
 function stringRecord(value: unknown): Record<string, string> {
@@ -158,16 +179,16 @@ export function expandHome(p: string): string {
 }
 
 export function readSettings(config: ConfigLike): Settings {
-	const { agents, problems } = parseAgents(config.get('agents'));
+	const { agents, problems } = parseAgents(machineValue(config, 'agents'));
 	const thinking = config.get<string>('thinking');
 	return {
 		agents,
 		agentProblems: problems,
-		daemonCommand: (config.get<string>('daemon.command') ?? '').trim() || DEFAULTS.daemonCommand,
+		daemonCommand: (machineValue<string>(config, 'daemon.command') ?? '').trim() || DEFAULTS.daemonCommand,
 		daemonCommandSet: isSet(config, 'daemon.command'),
-		daemonArgs: stringArray(config.get('daemon.args')) ?? DEFAULTS.daemonArgs,
-		daemonEnv: stringRecord(config.get('daemon.env')),
-		pythonPath: (config.get<string>('pythonPath') ?? '').trim(),
+		daemonArgs: stringArray(machineValue(config, 'daemon.args')) ?? DEFAULTS.daemonArgs,
+		daemonEnv: stringRecord(machineValue(config, 'daemon.env')),
+		pythonPath: (machineValue<string>(config, 'pythonPath') ?? '').trim(),
 		logLevel: LOG_LEVELS.includes(config.get<string>('logLevel') ?? '') ? config.get<string>('logLevel')! : DEFAULTS.logLevel,
 		thinking: thinking === 'text' || thinking === 'hidden' || thinking === 'auto' ? thinking : DEFAULTS.thinking,
 		userTurns: config.get<string>('userTurns') === 'verbatim' ? 'verbatim' : 'request',
@@ -182,7 +203,9 @@ function positiveInteger(value: unknown): number | undefined {
 }
 
 /**
- * How to start the daemon: `<pythonPath> -m lmbridge <args>` when a Python path is set,
+ * How to start the daemon: `<pythonPath> -P -m lmbridge <args>` when a Python path is set
+ * (`-P`: the daemon runs in the workspace folder, which must not be on its `sys.path`, or a
+ * `lmbridge/` or `json.py` there would be imported in place of lmbridge's own),
  * else `<daemon.command> <args>` (default `lmbridge serve`, found on PATH).
  * The log level reaches the daemon as LMBRIDGE_LOG_LEVEL, the session cap as
  * LMBRIDGE_MAX_AGENT_PROCESSES, pre-warming as LMBRIDGE_PREWARM, the spare session as
@@ -197,7 +220,7 @@ export function launchSpec(settings: Settings, cwd?: string): LaunchSpec {
 		LMBRIDGE_SPARE_SESSION: settings.spareSession ? '1' : '0',
 	};
 	if (settings.pythonPath) {
-		return { command: expandHome(settings.pythonPath), args: ['-m', 'lmbridge', ...settings.daemonArgs], env, cwd };
+		return { command: expandHome(settings.pythonPath), args: ['-P', '-m', 'lmbridge', ...settings.daemonArgs], env, cwd };
 	}
 	return { command: expandHome(settings.daemonCommand), args: [...settings.daemonArgs], env, cwd };
 }

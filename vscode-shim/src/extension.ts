@@ -2,12 +2,13 @@
  * Entry point: wires settings, the daemon client, the provider and the tool together.
  */
 import * as fs from 'fs';
+import * as os from 'os';
 import * as path from 'path';
 import * as vscode from 'vscode';
 import { AuthNotifier } from './auth';
 import { BootstrapDeps, DaemonBootstrap } from './bootstrap';
 import { AgentActionTool } from './tool';
-import { DAEMON_SETTINGS, readSettings, SECTION, Settings } from './config';
+import { DAEMON_SETTINGS, readSettings, SECTION, Settings, workspaceMachineSettings } from './config';
 import { DaemonClient, DaemonClientOptions } from './daemon';
 import { manageAgents } from './manage';
 import { LmBridgeProvider } from './provider';
@@ -70,6 +71,9 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		for (const problem of s.agentProblems) {
 			log.warn(`settings: ${problem}`);
 		}
+		for (const key of workspaceMachineSettings(vscode.workspace.getConfiguration(SECTION))) {
+			log.warn(`settings: ${key} set by the workspace is ignored: it chooses what runs, so only your user settings can set it`);
+		}
 	};
 	reportAgentProblems(settings());
 
@@ -90,7 +94,7 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		...clientOverrides,
 	});
 	active = daemon;
-	const auth = new AuthNotifier(log, daemonCwd, agentId => {
+	const auth = new AuthNotifier(log, () => os.homedir(), agentId => {
 		const current = settings();
 		return { ...current.daemonEnv, ...(current.agents.find(a => a.id === agentId)?.env ?? {}) };
 	});

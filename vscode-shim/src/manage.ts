@@ -91,7 +91,7 @@ export interface ManageDeps {
 export async function manageAgents(deps: ManageDeps): Promise<string | undefined> {
 	const config = () => vscode.workspace.getConfiguration('lmbridge');
 	const items = deps.presets().then(
-		result => manageItems(presetsFromWire(result), configuredIds(config().get('agents'))),
+		result => manageItems(presetsFromWire(result), configuredIds(config().inspect<unknown[]>('agents')?.globalValue)),
 		err => {
 			const reason = err instanceof Error ? err.message : String(err);
 			deps.log.warn(`could not list the agent presets: ${reason}`);
@@ -123,9 +123,7 @@ export async function manageAgents(deps: ManageDeps): Promise<string | undefined
 	const inspected = config().inspect<unknown[]>('agents');
 	await config().update('agents', withPreset(inspected?.globalValue, picked.presetId), vscode.ConfigurationTarget.Global);
 	deps.log.info(`added the agent preset "${picked.presetId}" to lmbridge.agents (user settings)`);
-	const shadowed = inspected?.workspaceValue !== undefined || inspected?.workspaceFolderValue !== undefined;
-	void vscode.window.showInformationMessage(shadowed
-		? `${name} was added to your user settings, but this workspace sets its own lmbridge.agents, which wins: add {"id": "${picked.presetId}"} there too.`
-		: `${name} was added: pick it in the chat's model picker, under ACP Agents.`);
+	// A machine setting (config.ts MACHINE_SETTINGS): the user's value is the only one.
+	void vscode.window.showInformationMessage(`${name} was added: pick it in the chat's model picker, under ACP Agents.`);
 	return picked.presetId;
 }

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
-import { authActions, authMessage, AuthNotifier, authRequired, loginTerminalOptions, OPEN_AGENT_SETTINGS, SIGN_IN } from '../src/auth';
+import { authActions, authMessage, AuthNotifier, authRequired, loginEnv, loginTerminalOptions, OPEN_AGENT_SETTINGS, SIGN_IN } from '../src/auth';
 import type { AuthRequiredData } from '../src/wire';
 import { MockLogOutputChannel, mock } from './vscode-mock';
 
@@ -47,19 +47,24 @@ describe('the notification and the terminal, pure', () => {
 		assert.equal(authMessage(CODEX, ''), 'Codex needs you to sign in (npx -y @openai/codex@0.137.0 login) or set OPENAI_API_KEY or CODEX_API_KEY in its "env" in lmbridge.agents.');
 		assert.equal(authMessage({ ...CODEX, login: null, env: ['GEMINI_API_KEY'], agentName: 'Gemini CLI' }, ' '), 'Gemini CLI needs you to set GEMINI_API_KEY in its "env" in lmbridge.agents.');
 	});
-	test('the terminal: named for the agent, the login command (no shell), its env, the workspace folder', () => {
-		assert.deepEqual(loginTerminalOptions(CODEX, '/work'), {
-			name: 'Sign in: Codex', shellPath: 'npx', shellArgs: ['-y', '@openai/codex@0.137.0', 'login'],
-			env: { CODEX_HOME: '/home/me/.codex' }, cwd: '/work',
+	test('the terminal: named for the agent, the login command (no shell), transient, its env, the folder given', () => {
+		assert.deepEqual(loginTerminalOptions(CODEX, '/home/me'), {
+			name: 'Sign in: Codex', shellPath: 'npx', shellArgs: ['-y', '@openai/codex@0.137.0', 'login'], isTransient: true,
+			env: { CODEX_HOME: '/home/me/.codex' }, cwd: '/home/me',
 		});
 		assert.deepEqual(loginTerminalOptions({ ...CODEX, login: { command: 'claude', args: ['/login'] } }),
-			{ name: 'Sign in: Codex', shellPath: 'claude', shellArgs: ['/login'] });
+			{ name: 'Sign in: Codex', shellPath: 'claude', shellArgs: ['/login'], isTransient: true });
 		assert.equal(loginTerminalOptions({ ...CODEX, login: null }), undefined);
 	});
-	test("the terminal runs with the agent's environment, the login's own on top", () => {
-		assert.deepEqual(loginTerminalOptions(CODEX, undefined, { CODEX_HOME: '/elsewhere', HTTPS_PROXY: 'http://p' })?.env,
-			{ CODEX_HOME: '/home/me/.codex', HTTPS_PROXY: 'http://p' });
-		assert.deepEqual(loginTerminalOptions({ ...CODEX, login: { command: 'codex', args: ['login'] } }, undefined, { CODEX_HOME: '/mine' })?.env,
+	test("the terminal gets only where the agent keeps its state and PATH, none of its keys; the login's own on top", () => {
+		const agentEnv = {
+			CODEX_HOME: '/elsewhere', CLAUDE_CONFIG_DIR: '/claude', XDG_CONFIG_HOME: '/xdg', HOME: '/scratch-home', PATH: '/opt/node/bin:/usr/bin',
+			OPENAI_API_KEY: 'sk-1', ANTHROPIC_AUTH_TOKEN: 't', GITHUB_TOKEN: 'g', AWS_SECRET_ACCESS_KEY: 's', HTTPS_PROXY: 'http://user:pw@proxy', API_KEY_DIR: '/k',
+		};
+		assert.deepEqual(loginEnv(agentEnv), { CODEX_HOME: '/elsewhere', CLAUDE_CONFIG_DIR: '/claude', XDG_CONFIG_HOME: '/xdg', HOME: '/scratch-home', PATH: '/opt/node/bin:/usr/bin' });
+		assert.deepEqual(loginTerminalOptions(CODEX, undefined, agentEnv)?.env,
+			{ CODEX_HOME: '/home/me/.codex', CLAUDE_CONFIG_DIR: '/claude', XDG_CONFIG_HOME: '/xdg', HOME: '/scratch-home', PATH: '/opt/node/bin:/usr/bin' });
+		assert.deepEqual(loginTerminalOptions({ ...CODEX, login: { command: 'codex', args: ['login'] } }, undefined, { CODEX_HOME: '/mine', OPENAI_API_KEY: 'sk-1' })?.env,
 			{ CODEX_HOME: '/mine' });
 	});
 });
@@ -67,7 +72,7 @@ describe('the notification and the terminal, pure', () => {
 describe('AuthNotifier', () => {
 	const notifier = () => {
 		const log = new MockLogOutputChannel('lmbridge');
-		return { log, notifier: new AuthNotifier(log as unknown as vscode.LogOutputChannel, () => '/work', (id): Record<string, string> => (id === 'codex' ? { PROXY: 'p' } : {})) };
+		return { log, notifier: new AuthNotifier(log as unknown as vscode.LogOutputChannel, () => '/home/me', (id): Record<string, string> => (id === 'codex' ? { XDG_DATA_HOME: '/d', OPENAI_API_KEY: 'sk' } : {})) };
 	};
 
 	test('Sign in… opens and shows a terminal running the login command', async () => {
@@ -76,7 +81,7 @@ describe('AuthNotifier', () => {
 		await n.notify(CODEX, MESSAGE);
 		assert.deepEqual(mock.state.warningMessages, [{ message: MESSAGE, items: [SIGN_IN, OPEN_AGENT_SETTINGS] }]);
 		assert.equal(mock.state.terminals.length, 1);
-		assert.deepEqual(mock.state.terminals[0].options, loginTerminalOptions(CODEX, '/work', { PROXY: 'p' }));
+		assert.deepEqual(mock.state.terminals[0].options, { ...loginTerminalOptions(CODEX, '/home/me'), env: { XDG_DATA_HOME: '/d', CODEX_HOME: '/home/me/.codex' } });
 		assert.equal(mock.state.terminals[0].shown, 1);
 		assert.equal(log.matching('Codex needs a sign-in', 'warn').length, 1);
 	});

@@ -5,8 +5,8 @@ import * as path from 'node:path';
 import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
 import {
-	bundledWheelName, choosePython, daemonSource, DaemonBootstrap, findOnPath, INSTALL_TITLE, MARKER, needsInstall, parsePythonVersion,
-	pythonCandidates, Runner, spawnRunner, staleEnvironments, venvName, venvPython, VERSION_SCRIPT, wheelStamp,
+	BUILD_REQUIREMENTS, bundledWheelName, choosePython, daemonSource, DaemonBootstrap, findOnPath, INSTALL_TITLE, MARKER, needsInstall, parsePythonVersion,
+	pythonCandidates, REQUIREMENTS, resolveCandidates, Runner, spawnRunner, staleEnvironments, venvName, venvPython, VERSION_SCRIPT, wheelStamp,
 } from '../src/bootstrap';
 import { readSettings } from '../src/config';
 import { DaemonError } from '../src/daemon';
@@ -49,9 +49,17 @@ describe('which Python', () => {
 	});
 	const py3 = { command: 'python3', args: [] };
 	const py = { command: 'python', args: [] };
-	test('the first 3.11+ wins', () => {
-		assert.deepEqual(choosePython([{ candidate: py3, version: [3, 10, 4] }, { candidate: py, version: [3, 11, 0] }]), { python: py });
-		assert.deepEqual(choosePython([{ candidate: py3, version: [4, 0, 0] }]), { python: py3 });
+	test('the first 3.11+ wins, and the reason says so', () => {
+		assert.deepEqual(choosePython([{ candidate: py3, version: [3, 10, 4] }, { candidate: py, version: [3, 11, 0] }]), {
+			python: py, version: [3, 11, 0], reason: 'using python (Python 3.11.0): the first Python 3.11+ on PATH (python3: Python 3.10.4, too old)',
+		});
+		assert.deepEqual(choosePython([{ candidate: py3, version: [4, 0, 0] }]), { python: py3, version: [4, 0, 0], reason: 'using python3 (Python 4.0.0): the first Python 3.11+ on PATH' });
+	});
+	test('candidates are looked for by their full path on PATH; those not there are left out', () => {
+		const files = new Set(['/usr/bin/python', '/opt/py/bin/python3']);
+		assert.deepEqual(resolveCandidates(pythonCandidates('linux'), { PATH: '/opt/py/bin:/usr/bin' }, 'linux', p => files.has(p)),
+			[{ command: '/opt/py/bin/python3', args: [] }, { command: '/usr/bin/python', args: [] }]);
+		assert.deepEqual(resolveCandidates(pythonCandidates('linux'), { PATH: '/nowhere' }, 'linux', p => files.has(p)), []);
 	});
 	test('too old: says which was found and what to install', () => {
 		const r = choosePython([{ candidate: py3, version: [3, 9, 2] }, { candidate: py, error: 'ENOENT' }]);
@@ -63,7 +71,7 @@ describe('which Python', () => {
 	});
 	test('none: says what was tried', () => {
 		const r = choosePython([{ candidate: py3, error: 'ENOENT' }, { candidate: py, error: 'ENOENT' }]);
-		assert.match((r as { problem: string }).problem, /and found no Python \(tried python3, python\)\. Install Python 3\.11 or newer/);
+		assert.match((r as { problem: string }).problem, /and found no Python \(tried python3, python on PATH\)\. Install Python 3\.11 or newer/);
 	});
 });
 
@@ -74,6 +82,12 @@ describe('PATH, wheel, environment', () => {
 		assert.equal(findOnPath('lmbridge', { PATH: '/a' }, 'linux', p => files.has(p)), undefined);
 		assert.equal(findOnPath('lmbridge', { Path: 'C:\\x;C:\\tools', PATHEXT: '.COM;.EXE' }, 'win32', p => files.has(p)), 'C:\\tools\\lmbridge.EXE');
 		assert.equal(findOnPath('lmbridge', {}, 'linux', () => true), undefined);
+	});
+	test('findOnPath: an empty or relative PATH entry (the current folder: perhaps the workspace) is not searched', () => {
+		const files = new Set(['python3', 'bin/python3', './python3', '/usr/bin/python3', 'C:\\Python\\python3.EXE']);
+		assert.equal(findOnPath('python3', { PATH: ':.:bin:/usr/bin' }, 'linux', p => files.has(p)), '/usr/bin/python3');
+		assert.equal(findOnPath('python3', { PATH: '.:bin' }, 'linux', p => files.has(p)), undefined);
+		assert.equal(findOnPath('python3', { Path: '.;C:\\Python', PATHEXT: '.EXE' }, 'win32', p => files.has(p)), 'C:\\Python\\python3.EXE');
 	});
 	test('the bundled wheel', () => {
 		assert.equal(bundledWheelName(['README.md', 'lmbridge-0.1.0-py3-none-any.whl']), 'lmbridge-0.1.0-py3-none-any.whl');
@@ -95,13 +109,15 @@ describe('PATH, wheel, environment', () => {
 	});
 });
 
-/** A fake of python3 (version per test), `-m venv` (makes bin/python) and `pip install`. */
+/** A fake of python3 (version per test, by its name), `-m venv` (makes bin/python) and `pip install`. */
 function fakeRunner(opts: { versions?: Record<string, string | null>; pipFails?: boolean } = {}) {
 	const calls: string[][] = [];
-	const run: Runner = async (command, args) => {
+	const cwds: Array<string | undefined> = [];
+	const run: Runner = async (command, args, options) => {
 		calls.push([command, ...args]);
+		cwds.push(options?.cwd);
 		if (args.at(-2) === '-c' && args.at(-1) === VERSION_SCRIPT) {
-			const v = opts.versions?.[command];
+			const v = opts.versions?.[path.basename(command)];
 			return v ? { code: 0, stdout: `${v}\n`, stderr: '' } : { code: null, stdout: '', stderr: '', error: `spawn ${command} ENOENT` };
 		}
 		const venv = args.indexOf('venv');
@@ -117,30 +133,39 @@ function fakeRunner(opts: { versions?: Record<string, string | null>; pipFails?:
 		}
 		return { code: 127, stdout: '', stderr: 'unexpected' };
 	};
-	return { run, calls };
+	return { run, calls, cwds };
 }
 
 describe('DaemonBootstrap', () => {
 	const settings = (values: Record<string, unknown> = {}) => readSettings({ get: <T>(k: string) => values[k] as T });
-	function setup(opts: Parameters<typeof fakeRunner>[0] & { wheel?: string | null; env?: NodeJS.ProcessEnv } = {}) {
+	function setup(opts: Parameters<typeof fakeRunner>[0] & { wheel?: string | null; locks?: boolean; env?: NodeJS.ProcessEnv } = {}) {
 		const storageDir = path.join(tempDir(), 'storage');
 		const wheelDir = tempDir('wheel-');
 		if (opts.wheel !== null) {
 			fs.writeFileSync(path.join(wheelDir, 'lmbridge-0.1.0-py3-none-any.whl'), opts.wheel ?? 'wheel one');
 		}
+		if (opts.locks !== false) {
+			fs.writeFileSync(path.join(wheelDir, REQUIREMENTS), 'mcp==2.3.0 \\\n    --hash=sha256:00\n');
+			fs.writeFileSync(path.join(wheelDir, BUILD_REQUIREMENTS), 'setuptools==84.2.1 \\\n    --hash=sha256:00\n');
+		}
 		const log = new MockLogOutputChannel('lmbridge');
 		const runner = fakeRunner({ versions: { python3: '3.12.3' }, ...opts });
+		// The Pythons the test knows, as files on PATH (the bootstrap runs them by their full path).
+		const bin = tempDir('bin-');
+		for (const name of Object.keys(opts.versions ?? { python3: '3.12.3' })) {
+			fs.writeFileSync(path.join(bin, name), '');
+		}
 		const progress: Array<{ title: string; messages: string[] }> = [];
 		const make = () => new DaemonBootstrap({
 			storageDir, wheelDir, log: log as unknown as vscode.LogOutputChannel, run: runner.run, platform: 'linux',
-			env: opts.env ?? { PATH: '/nonexistent-bin' },
+			env: opts.env ?? { PATH: bin },
 			withProgress: async (title, task) => {
 				const entry = { title, messages: [] as string[] };
 				progress.push(entry);
 				return task(m => entry.messages.push(m));
 			},
 		});
-		return { storageDir, wheelDir, log, runner, progress, make };
+		return { storageDir, wheelDir, bin, log, runner, progress, make };
 	}
 
 	test('pythonPath, an explicit daemon.command, lmbridge on PATH: used as they are, nothing installed', async () => {
@@ -151,24 +176,48 @@ describe('DaemonBootstrap', () => {
 		assert.deepEqual((await b.launch(settings({ pythonPath: '/venv/bin/python' }))).command, '/venv/bin/python');
 		assert.deepEqual((await b.launch(settings({ 'daemon.command': '/opt/lmbridge' }))).command, '/opt/lmbridge');
 		const onPath = await b.launch(settings());
-		assert.deepEqual([onPath.command, onPath.args], ['lmbridge', ['serve']]);
+		assert.deepEqual([onPath.command, onPath.args], [path.join(bin, 'lmbridge'), ['serve']]);
 		assert.deepEqual(runner.calls, []);
 	});
 
-	test('not found anywhere: the private environment, made once from the bundled wheel, under a progress notification', async () => {
-		const { make, runner, progress, storageDir, wheelDir, log } = setup();
+	test('a bare name is run by its full path from PATH\'s absolute folders: never a workspace\'s program found through `.`', async () => {
+		const bin = tempDir('bin-');
+		const workspace = tempDir('ws-');
+		for (const name of ['lmbridge', 'python3']) {
+			fs.writeFileSync(path.join(bin, name), '');
+			fs.writeFileSync(path.join(workspace, name), '');
+		}
+		const b = setup({ env: { PATH: `.:${bin}` } }).make();
+		assert.equal((await b.launch(settings(), workspace)).command, path.join(bin, 'lmbridge'));
+		assert.equal((await b.launch(settings({ 'daemon.command': 'lmbridge' }), workspace)).command, path.join(bin, 'lmbridge'));
+		assert.equal((await b.launch(settings({ pythonPath: 'python3' }), workspace)).command, path.join(bin, 'python3'));
+	});
+
+	test('not found anywhere: the private environment, made once from the bundled wheel and its hashed locks, under a progress notification', async () => {
+		const { make, runner, progress, storageDir, wheelDir, bin, log } = setup();
 		const spec = await make().launch(settings({ 'daemon.args': ['serve', '--no-prewarm'], logLevel: 'debug' }), '/work');
 		const envs = fs.readdirSync(storageDir);
 		assert.equal(envs.length, 1);
 		const python = path.join(storageDir, envs[0], 'bin', 'python');
-		assert.deepEqual([spec.command, spec.args, spec.cwd, spec.env.LMBRIDGE_LOG_LEVEL], [python, ['-m', 'lmbridge', 'serve', '--no-prewarm'], '/work', 'debug']);
+		assert.deepEqual([spec.command, spec.args, spec.cwd, spec.env.LMBRIDGE_LOG_LEVEL], [python, ['-P', '-m', 'lmbridge', 'serve', '--no-prewarm'], '/work', 'debug']);
 		const wheel = path.join(wheelDir, 'lmbridge-0.1.0-py3-none-any.whl');
+		const partial = `${path.join(storageDir, envs[0])}.partial/bin/python`;
+		const pip = '-I -m pip install --disable-pip-version-check --no-input';
+		// Every Python isolated (-I) and run in the storage folder, never the workspace; the
+		// dependencies only as pinned and hashed (--require-hashes), the wheel without them.
 		assert.deepEqual(runner.calls.map(c => c.join(' ').replace(/\.partial-\d+/, '.partial')), [
-			`python3 -c ${VERSION_SCRIPT}`,
-			`python3 -m venv ${path.join(storageDir, envs[0])}.partial`,
-			`${path.join(storageDir, envs[0])}.partial/bin/python -m pip install --disable-pip-version-check --no-input ${wheel}`,
+			`${path.join(bin, 'python3')} -I -c ${VERSION_SCRIPT}`,
+			`${path.join(bin, 'python3')} -I -m venv ${path.join(storageDir, envs[0])}.partial`,
+			`${partial} ${pip} --require-hashes --only-binary=:all: -r ${path.join(wheelDir, BUILD_REQUIREMENTS)}`,
+			`${partial} ${pip} --require-hashes --no-build-isolation -r ${path.join(wheelDir, REQUIREMENTS)}`,
+			`${partial} ${pip} --no-deps ${wheel}`,
 		]);
-		assert.deepEqual(progress, [{ title: INSTALL_TITLE, messages: ['looking for Python 3.11+…', 'creating a Python environment…', 'installing lmbridge and its dependencies from PyPI…'] }]);
+		assert.deepEqual(new Set(runner.cwds), new Set([storageDir]));
+		assert.deepEqual(progress, [{ title: INSTALL_TITLE, messages: [
+			'looking for Python 3.11+…', `using Python 3.12.3 (${path.join(bin, 'python3')})…`, 'creating a Python environment…',
+			'installing the build tools it needs (pinned, hashed)…', 'installing its dependencies from PyPI (pinned, hashed)…', 'installing lmbridge…',
+		] }]);
+		assert.equal(log.matching(`bootstrap: using ${path.join(bin, 'python3')} (Python 3.12.3): the first Python 3.11+ on PATH`).length, 1);
 		assert.match(fs.readFileSync(path.join(storageDir, envs[0], MARKER), 'utf8'), /^lmbridge-0\.1\.0-py3-none-any\.whl sha256:[0-9a-f]{64}\n$/);
 		assert.equal(log.matching('the lmbridge daemon is installed in').length, 1);
 
@@ -186,8 +235,23 @@ describe('DaemonBootstrap', () => {
 		runner.calls.length = 0;
 		const second = (await make().launch(settings())).command;
 		assert.notEqual(second, first);
-		assert.equal(runner.calls.length, 3);
+		assert.equal(runner.calls.length, 5);
 		assert.deepEqual(fs.readdirSync(storageDir), [path.basename(path.dirname(path.dirname(second)))]);
+	});
+
+	test('new locks, the same wheel: a new environment too', async () => {
+		const { make, wheelDir, runner } = setup();
+		const first = (await make().launch(settings())).command;
+		fs.appendFileSync(path.join(wheelDir, REQUIREMENTS), 'anyio==4.16.0 \\\n    --hash=sha256:11\n');
+		runner.calls.length = 0;
+		assert.notEqual((await make().launch(settings())).command, first);
+		assert.equal(runner.calls.length, 5);
+	});
+
+	test('a build without the hashed locks installs nothing unpinned: it says what is missing', async () => {
+		const { make, runner } = setup({ locks: false });
+		await assert.rejects(make().launch(settings()), /carries no requirements\.txt or build-requirements\.txt \(the pinned, hashed dependencies it installs\)/);
+		assert.deepEqual(runner.calls, []);
 	});
 
 	test('an unfinished environment (no marker) is rebuilt', async () => {
@@ -196,14 +260,14 @@ describe('DaemonBootstrap', () => {
 		fs.rmSync(path.join(storageDir, fs.readdirSync(storageDir)[0], MARKER));
 		runner.calls.length = 0;
 		assert.equal((await make().launch(settings())).command, python);
-		assert.equal(runner.calls.length, 3);
+		assert.equal(runner.calls.length, 5);
 	});
 
 	test('Python too old: a clear error naming the version found, nothing created', async () => {
 		const { make, storageDir } = setup({ versions: { python3: '3.9.2', python: '3.10.12' } });
 		await assert.rejects(make().launch(settings()), (e: unknown) => {
 			assert.ok(e instanceof DaemonError && e.kind === 'spawn');
-			assert.match((e as Error).message, /needs Python 3\.11 or newer to run its daemon, and found only Python 3\.9\.2 \(python3\), Python 3\.10\.12 \(python\)\. Install Python 3\.11 or newer/);
+			assert.match((e as Error).message, /needs Python 3\.11 or newer to run its daemon, and found only Python 3\.9\.2 \(\/\S+\/python3\), Python 3\.10\.12 \(\/\S+\/python\)\. Install Python 3\.11 or newer/);
 			return true;
 		});
 		assert.ok(!fs.existsSync(storageDir) || fs.readdirSync(storageDir).length === 0);
@@ -211,13 +275,14 @@ describe('DaemonBootstrap', () => {
 
 	test('no Python at all; not looked for again until reset() (Restart Daemon), then found', async () => {
 		const versions: Record<string, string | null> = {};
-		const { make, runner } = setup({ versions });
+		const { make, runner, bin } = setup({ versions });
 		const b = make();
-		await assert.rejects(b.launch(settings()), /found no Python \(tried python3, python\)/);
+		await assert.rejects(b.launch(settings()), /found no Python \(tried python3, python on PATH\)/);
 		const calls = runner.calls.length;
 		await assert.rejects(b.launch(settings()), /found no Python/);
 		assert.equal(runner.calls.length, calls, 'the failure is remembered');
 		versions.python3 = '3.13.0'; // the user installed Python
+		fs.writeFileSync(path.join(bin, 'python3'), '');
 		b.reset();
 		assert.match((await b.launch(settings())).command, /daemon-[0-9a-f]+\/bin\/python$/);
 	});
@@ -225,7 +290,7 @@ describe('DaemonBootstrap', () => {
 	test('pip fails (no network): the error says so, shows pip\'s last words, leaves nothing half-made', async () => {
 		const { make, storageDir } = setup({ pipFails: true });
 		await assert.rejects(make().launch(settings()), (e: unknown) => {
-			assert.match((e as Error).message, /^Could not install the lmbridge daemon \(installing lmbridge and its dependencies from PyPI\): exit code 1\. ERROR: Could not find a version that satisfies the requirement mcp==2\.3\.0/);
+			assert.match((e as Error).message, /^Could not install the lmbridge daemon \(installing the build tools it needs \(pinned, hashed\)\): exit code 1\. ERROR: Could not find a version that satisfies the requirement mcp==2\.3\.0/);
 			return true;
 		});
 		assert.deepEqual(fs.readdirSync(storageDir), []);

@@ -1,10 +1,12 @@
 /** Activation, settings and commands (src/extension.ts, src/config.ts), with the fake daemon. */
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
-import { launchSpec, parseAgents, PRESET_IDS, readSettings } from '../src/config';
+import { BUILD_REQUIREMENTS, REQUIREMENTS } from '../src/bootstrap';
+import { launchSpec, MACHINE_SETTINGS, parseAgents, PRESET_IDS, readSettings, workspaceMachineSettings } from '../src/config';
 import { activate, COMMANDS, deactivate, LmBridgeApi, VENDOR } from '../src/extension';
 import { FAKE_DAEMON, isAlive, tempDir, waitFor } from './helpers';
 import { CancellationTokenSource, LanguageModelChatMessage, mock } from './vscode-mock';
@@ -31,7 +33,7 @@ describe('readSettings and launchSpec', () => {
 		['a daemon command and args', { 'daemon.command': '/opt/lmbridge/bin/lmbridge', 'daemon.args': ['serve', '--idle-timeout', '60'] },
 			{ command: '/opt/lmbridge/bin/lmbridge', args: ['serve', '--idle-timeout', '60'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0' } }],
 		['a python path wins over the command', { pythonPath: '/venv/bin/python', 'daemon.command': 'ignored' },
-			{ command: '/venv/bin/python', args: ['-m', 'lmbridge', 'serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0' } }],
+			{ command: '/venv/bin/python', args: ['-P', '-m', 'lmbridge', 'serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0' } }],
 		['env and log level', { 'daemon.env': { A: 'b', N: 1 }, logLevel: 'debug' },
 			{ command: 'lmbridge', args: ['serve'], env: { A: 'b', N: '1', LMBRIDGE_LOG_LEVEL: 'debug', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0' } }],
 		['a log level the daemon would refuse falls back to info', { logLevel: 'trace' },
@@ -53,6 +55,23 @@ describe('readSettings and launchSpec', () => {
 			assert.deepEqual({ command: spec.command, args: spec.args, env: spec.env }, expected);
 		});
 	}
+	test('a workspace value of a setting that chooses what runs is ignored, even when VS Code passes it on', () => {
+		const workspace: Record<string, unknown> = {
+			'daemon.command': '/repo/evil', 'daemon.args': ['serve', '--record', '/home/me/.bashrc'], 'daemon.env': { PYTHONPATH: '/repo' },
+			pythonPath: '/repo/python', agents: [{ id: 'x', command: '/repo/x' }], logLevel: 'debug',
+		};
+		const user: Record<string, unknown> = { 'daemon.env': { A: '1' } };
+		const defaults: Record<string, unknown> = { 'daemon.command': 'lmbridge', 'daemon.args': ['serve'], pythonPath: '', agents: [] };
+		const leaky = {
+			get: <T>(key: string) => (workspace[key] ?? user[key] ?? defaults[key]) as T,
+			inspect: <T>(key: string) => ({ defaultValue: defaults[key] as T, globalValue: user[key] as T, workspaceValue: workspace[key] as T }),
+		};
+		const s = readSettings(leaky);
+		assert.deepEqual(launchSpec(s).command, 'lmbridge');
+		assert.deepEqual(launchSpec(s).args, ['serve']);
+		assert.deepEqual([s.daemonEnv, s.pythonPath, s.agents, s.daemonCommandSet, s.logLevel], [{ A: '1' }, '', [], false, 'debug']);
+		assert.deepEqual(workspaceMachineSettings(leaky), ['lmbridge.agents', 'lmbridge.daemon.command', 'lmbridge.daemon.args', 'lmbridge.daemon.env', 'lmbridge.pythonPath']);
+	});
 	test('~ expands to the home folder', () => {
 		assert.ok(!launchSpec(readSettings(config({ pythonPath: '~/venv/bin/python' }))).command.startsWith('~'));
 	});
@@ -154,11 +173,29 @@ describe('package.json contributions', () => {
 			assert.deepEqual(tool.inputSchema.required, ['approvalToken'], tool.name);
 		}
 	});
-	test('the vsix carries the daemon\'s wheel (bootstrap.ts installs it)', () => {
+	test('the vsix carries the daemon\'s wheel and its hashed locks (bootstrap.ts installs them)', () => {
 		const ignore = fs.readFileSync(path.resolve(__dirname, '../../.vscodeignore'), 'utf8').split('\n');
-		assert.ok(ignore.includes('!daemon/lmbridge-*.whl'));
+		for (const file of ['lmbridge-*.whl', REQUIREMENTS, BUILD_REQUIREMENTS]) {
+			assert.ok(ignore.includes(`!daemon/${file}`), file);
+		}
 		const makefile = fs.readFileSync(path.resolve(__dirname, '../../Makefile'), 'utf8');
 		assert.match(makefile, /^vsix: deps wheel$/m);
+		assert.match(makefile, new RegExp(`^\tcp \\.\\./requirements/daemon\\.txt \\$\\(WHEELDIR\\)/${REQUIREMENTS}$`, 'm'));
+		assert.match(makefile, new RegExp(`^\tcp \\.\\./requirements/build\\.txt \\$\\(WHEELDIR\\)/${BUILD_REQUIREMENTS}$`, 'm'));
+	});
+	test('the settings that choose what runs are machine settings: no workspace can set them', () => {
+		const properties = manifest.contributes.configuration.properties as Record<string, { scope?: string }>;
+		const machine = Object.keys(properties).filter(key => properties[key].scope === 'machine').sort();
+		assert.deepEqual(machine, MACHINE_SETTINGS.map(key => `lmbridge.${key}`).sort());
+		assert.deepEqual(machine, ['lmbridge.agents', 'lmbridge.daemon.args', 'lmbridge.daemon.command', 'lmbridge.daemon.env', 'lmbridge.pythonPath']);
+		for (const [key, schema] of Object.entries(properties)) {
+			assert.ok(schema.scope === undefined || schema.scope === 'machine', `${key}: ${schema.scope}`); // the others: window (the default)
+		}
+	});
+	test('not enabled in an untrusted workspace, and says why', () => {
+		const untrusted = manifest.capabilities.untrustedWorkspaces;
+		assert.equal(untrusted.supported, false);
+		assert.match(untrusted.description, /agents .* workspace/);
 	});
 	test('lmbridge.agents: an id alone is valid (a preset), and the preset ids are offered', () => {
 		const items = manifest.contributes.configuration.properties['lmbridge.agents'].items;
@@ -198,6 +235,14 @@ describe('activate', () => {
 		assert.deepEqual([...mock.state.commands.keys()].sort(), Object.values(COMMANDS).sort());
 		assert.equal(api.daemon.pid, undefined);
 		assert.ok(context.subscriptions.length >= 7);
+	});
+
+	test('a workspace that sets a setting choosing what runs: ignored, and the log says so', async () => {
+		mock.state.workspaceConfig = { 'lmbridge.daemon.args': ['serve', '--record', '/home/me/.bashrc'] };
+		const { api, record } = start();
+		await api.provider.provideLanguageModelChatInformation({ silent: true }, token());
+		assert.equal(mock.state.channels[0].matching('settings: lmbridge.daemon.args set by the workspace is ignored', 'warn').length, 1);
+		assert.ok(frames(record).some(f => f.method === 'initialize'), 'the daemon ran with the user\'s arguments');
 	});
 
 	test('initialize carries the workspace folders and the agents from settings', async () => {
@@ -314,13 +359,14 @@ describe('activate', () => {
 		assert.equal(mock.state.executed.at(-1)?.command, 'workbench.action.openSettings');
 	});
 
-	test('Manage ACP Agents: a workspace value that hides the user\'s is pointed out', async () => {
-		start();
-		mock.state.workspaceConfig = { 'lmbridge.agents': [{ id: 'x', command: 'y' }] };
+	test('Manage ACP Agents: a workspace value of lmbridge.agents (a machine setting) plays no part', async () => {
+		start({ 'lmbridge.agents': [{ id: 'mine', command: 'my-agent' }] });
+		mock.state.workspaceConfig = { 'lmbridge.agents': [{ id: 'gemini', command: '/repo/evil' }] };
 		mock.state.quickPickResponse = items => items.find(i => i.presetId === 'gemini');
 		await mock.state.commands.get(COMMANDS.manage)!();
-		assert.deepEqual(mock.state.updates, [['lmbridge.agents', [{ id: 'gemini' }], 1]]);
-		assert.match(mock.state.infoMessages.at(-1)!.message, /this workspace sets its own lmbridge.agents/);
+		assert.ok(!mock.state.quickPicks[0].items.find(i => i.presetId === 'gemini')?.configured, 'only the user\'s agents count as configured');
+		assert.deepEqual(mock.state.updates, [['lmbridge.agents', [{ id: 'mine', command: 'my-agent' }, { id: 'gemini' }], 1]]);
+		assert.match(mock.state.infoMessages.at(-1)!.message, /^Gemini CLI was added: pick it in the chat's model picker/);
 	});
 
 	test('Manage ACP Agents: a daemon without agents/presets still offers the settings, and says why', async () => {
@@ -334,7 +380,11 @@ describe('activate', () => {
 	});
 
 	test('an agent that needs a sign-in: the chat gets the message, the notification Sign in… opens its terminal', async () => {
-		const { api } = start();
+		const record = path.join(tempDir(), 'frames.jsonl');
+		const { api } = start({
+			'lmbridge.daemon.env': { FAKE_DAEMON_RECORD: record, XDG_CONFIG_HOME: '/xdg' },
+			'lmbridge.agents': [{ id: 'fake', command: 'fake-agent', env: { OPENAI_API_KEY: 'sk-never-in-the-terminal', CODEX_HOME: '/ignored' } }],
+		});
 		mock.state.warningResponse = () => 'Sign in…';
 		const message = 'Codex needs you to sign in: click "Sign in…", or set OPENAI_API_KEY in its "env" in lmbridge.agents.';
 		const data = { reason: 'auth_required', agentId: 'fake', agentName: 'Codex', login: { command: 'codex', args: ['login'], env: { CODEX_HOME: '/h' } }, env: ['OPENAI_API_KEY'], methods: [] };
@@ -343,11 +393,13 @@ describe('activate', () => {
 		await assert.rejects(api.provider.provideLanguageModelChatResponse(fake, messages, { toolMode: 1 } as never, { report: () => undefined }, token()), { message });
 		await waitFor(() => mock.state.terminals.length === 1, 5000, 'the sign-in terminal');
 		assert.deepEqual(mock.state.warningMessages, [{ message, items: ['Sign in…', 'Open Settings'] }]);
-		// The agent's environment (lmbridge.daemon.env here: the fake daemon's recording path) with the login's on top.
-		const { env, ...options } = mock.state.terminals[0].options as vscode.TerminalOptions;
-		assert.deepEqual(options, { name: 'Sign in: Codex', shellPath: 'codex', shellArgs: ['login'] });
-		assert.equal(env?.CODEX_HOME, '/h');
-		assert.ok(env?.FAKE_DAEMON_RECORD, 'lmbridge.daemon.env reaches the sign-in terminal');
+		// Transient, in the home folder (not the workspace); of the agent's environment
+		// (lmbridge.daemon.env, then its own) only where it keeps its state, the login's on top.
+		const options = mock.state.terminals[0].options as vscode.TerminalOptions;
+		assert.deepEqual(options, {
+			name: 'Sign in: Codex', shellPath: 'codex', shellArgs: ['login'], isTransient: true, cwd: os.homedir(),
+			env: { XDG_CONFIG_HOME: '/xdg', CODEX_HOME: '/h' },
+		});
 		assert.equal(mock.state.terminals[0].shown, 1);
 	});
 
