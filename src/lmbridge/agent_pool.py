@@ -60,12 +60,16 @@ class Capabilities:
     resume: bool = False  # sessionCapabilities.resume: session/resume
     close: bool = False  # sessionCapabilities.close: session/close
     auth_methods: tuple[auth.Method, ...] = ()  # authMethods, read by auth.methods
-    # One registry of MCP servers for all the process's sessions (fast-agent 0.10.48,
-    # agentInfo.name "fast-agent-acp"): each session's VS Code tools server needs its
-    # own name (mcp_bridge.server_name), or a second chat's session/new is refused.
-    shared_mcp_registry: bool = False
-    # How the agent names the MCP tool a permission is for (permissions.PROFILES, by agentInfo.name).
+    # Which agent it is, by agentInfo.name (permissions.PROFILES): how it names the MCP tool
+    # a permission is for, and its MCP registry (below).
     profile: permissions.Profile = permissions.Profile.OTHER
+
+    @property
+    def shared_mcp_registry(self) -> bool:
+        """One registry of MCP servers for all the process's sessions (fast-agent 0.10.48):
+        each session's VS Code tools server needs its own name (mcp_bridge.server_name), or
+        a second chat's session/new is refused."""
+        return self.profile is permissions.Profile.FAST_AGENT
 
     @classmethod
     def of(cls, init: dict[str, Any]) -> Capabilities:
@@ -80,7 +84,6 @@ class Capabilities:
             resume=isinstance(sessions.get("resume"), dict),
             close=isinstance(sessions.get("close"), dict),
             auth_methods=auth.methods(methods) if isinstance(methods, list) else (),
-            shared_mcp_registry=_object(init.get("agentInfo")).get("name") == "fast-agent-acp",
             profile=permissions.profile_of(_object(init.get("agentInfo")).get("name")),
         )
 
