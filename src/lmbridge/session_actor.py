@@ -30,7 +30,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge import auth, permissions, turn
-from lmbridge.acp_client import BAD_ID_ERROR, AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
+from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
 from lmbridge.agent_pool import AgentGone, AgentPool, AgentProcess
 from lmbridge.agents import auth_hint
 from lmbridge.history import Fingerprint, Last, Pending, Turn, conversation, squeezed
@@ -697,7 +697,7 @@ class SessionActor:
         )
         conn, session = self.conn, self.acp_session
         assert conn is not None and session is not None
-        # The answer comes on the mailbox in order with the agent's updates (acp_client.Response).
+        # The answer comes on the mailbox in order with the agent's updates (acp.connection.Response).
         rid = conn.new_id()
         self._prompts[rid] = fx.seq
         self.process.expect(rid, self._send)
