@@ -24,7 +24,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge import cap
-from lmbridge.agent_pool import AgentPool
+from lmbridge.acp.process import AgentPool
 from lmbridge.history import Fingerprint, HistoryCore, HistoryError, Last, Pending, Session, Turn
 from lmbridge.log import get_logger
 from lmbridge.session_actor import SessionActor, SessionHooks
