@@ -14,9 +14,9 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import alive
 from hypothesis import given
 from hypothesis import strategies as st
-from conftest import alive
 from test_daemon import LIMIT, eventually, ok
 from test_lifecycle import CHAT
 
