@@ -138,7 +138,8 @@ class _Close:
 class SessionHooks:
     """How a session actor reports to the history actor."""
 
-    ended: Callable[[str, Fingerprint, Last, list[Pending]], Awaitable[None]]
+    # (session id, what the response emitted, how it ended, the calls it left pending, Turn.number)
+    ended: Callable[[str, Fingerprint, Last, list[Pending], int], Awaitable[None]]
     died: Callable[[str], Awaitable[None]]
     mcp_host: Callable[[], Awaitable[Any]]  # the daemon's McpHost, started on first use
     # The chat's ACP sessionId, whether the agent can take it up again (session/resume or
@@ -201,6 +202,7 @@ class SessionActor:
         self.mcp_servers: list[dict[str, Any]] = []
         self._timers: dict[turn.Timer, anyio.CancelScope] = {}
         self._starting: anyio.CancelScope | None = None
+        self._abandoned: list[str] = []  # ACP sessions left with a prompt still open (never prompted again)
         self._tg: TaskGroup | None = None
         self._closed = False
         self._stop = False
@@ -388,7 +390,10 @@ class SessionActor:
             elif isinstance(fx, turn.StartAgent):
                 self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
             elif isinstance(fx, turn.NewSession):
-                self._spawn_start(self._recover_session())
+                self._spawn_start(self._recover_session(close=fx.close, take_up=fx.take_up))
+            elif isinstance(fx, turn.CloseSession):
+                assert self._tg is not None
+                self._tg.start_soon(self._close_then, fx.seq)
             elif isinstance(fx, turn.Prompt):
                 self._prompt(fx)
             elif isinstance(fx, turn.StartTimer):
@@ -412,7 +417,7 @@ class SessionActor:
         job = self.jobs.pop(fx.job_id, None)
         if job is None:
             return
-        await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending))
+        await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending), job.turn.number)
         if not job.done.is_set():
             job.stop_reason = fx.stop_reason
             job.done.set()
@@ -644,22 +649,39 @@ class SessionActor:
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
 
-    async def _recover_session(self) -> None:
-        """The session cannot simply continue (the stale turn after a cancel, facts.md §5):
-        closed where the agent offers it, then taken up again (``_take_up``)."""
+    async def _recover_session(self, close: bool = True, take_up: bool = True) -> None:
+        """The session cannot simply continue (``turn.NewSession``: the stale turn after a
+        cancel, facts.md §5; a cancelled turn that outlived its drain deadline): closed where
+        the agent offers it (``close``), then taken up again (``take_up``: ``_take_up``), or
+        replaced by a fresh session told the conversation."""
         assert self.conn is not None
         old = self.acp_session
-        if old is not None and self.process.caps.close:
-            self._step = "session/close"
-            with anyio.move_on_after(CLOSE_TIMEOUT):
-                try:
-                    await self.conn.request("session/close", {"sessionId": old})
-                except AgentError as exc:
-                    log.info("session/close refused", session=self.id, agent=self.spec.id, error=str(exc))
-        if old is None:
+        if close:
+            await self._close_session()
+        if old is None or not take_up:
+            if old is not None:
+                self._abandoned.append(old)  # its late frames are still this actor's to drop
             await self._open_session(lost=True)
         else:
             await self._take_up(old)
+
+    async def _close_session(self) -> None:
+        """``session/close`` for the current ACP session, where the agent offers it; bounded
+        (``CLOSE_TIMEOUT``), a refusal or an exit logged."""
+        conn, old = self.conn, self.acp_session
+        if conn is None or old is None or not self.process.caps.close:
+            return
+        self._step = "session/close"
+        with anyio.move_on_after(CLOSE_TIMEOUT):
+            try:
+                await conn.request("session/close", {"sessionId": old})
+            except (AgentError, AgentExited) as exc:
+                log.info("session/close refused", session=self.id, agent=self.spec.id, error=str(exc))
+
+    async def _close_then(self, seq: int) -> None:
+        """``turn.CloseSession``: close the session, then tell the machine (``SessionClosed``)."""
+        await self._close_session()
+        self._send.send_nowait(turn.SessionClosed(seq))
 
     def _offered(self, job: Job) -> list[ToolInfo]:
         if not job.tools:
@@ -760,7 +782,7 @@ class SessionActor:
                     await conn.request("session/close", {"sessionId": session})
                 except (AgentError, AgentExited) as exc:
                     log.info("session/close refused", session=self.id, agent=self.spec.id, error=str(exc))
-        self.process.detach(self, (session,) if session is not None else ())
+        self.process.detach(self, (*self._abandoned, *((session,) if session is not None else ())))
 
 
 def _object(value: Any) -> dict[str, Any]:
