@@ -241,6 +241,7 @@ class HistoryActor:
         self._tg.start_soon(self._prewarm, spec, cwd)
 
     async def _prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
+        from lmbridge.acp.session import probe
         from lmbridge.session_actor import START_TIMEOUT
 
         proc, me = self.pool.process(spec, cwd), object()
@@ -251,11 +252,7 @@ class HistoryActor:
                 log.info("agent pre-warmed", agent=spec.id)
                 proc.want_spare()
                 if spec.id not in self.options:  # a probe session, closed at once: its models for the picker
-                    probe = await conn.request("session/new", {"cwd": cwd or "/", "mcpServers": []})
-                    self._send.send_nowait(_Learnt(spec.id, (probe.get("configOptions") if isinstance(probe, dict) else None) or []))
-                    sid = probe.get("sessionId") if isinstance(probe, dict) else None
-                    if proc.caps.close and isinstance(sid, str):
-                        await conn.request("session/close", {"sessionId": sid})
+                    self._send.send_nowait(_Learnt(spec.id, await probe(conn, cwd, proc.caps.close) or []))
         except Exception as exc:  # the first chat will say what is wrong, with the agent's name
             log.warning("pre-warming failed", agent=spec.id, error=str(exc) or type(exc).__name__)
         finally:
