@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
-from test_daemon import LIMIT, eventually, ok
+from test_daemon import eventually, ok
 
 from lmbridge.client import Call, assistant, text_of, user
 from lmbridge.transcript import CONTEXT_OPEN
@@ -26,6 +26,9 @@ from lmbridge.transcript import CONTEXT_OPEN
 pytestmark = pytest.mark.anyio
 
 CHAT = "lm/provideLanguageModelChatResponse"
+# Seconds: the bound of each test, and of each wait in it. Idle, a test takes 2-5 s (the
+# daemon's first chat imports its actors); with both cores busy, several times that.
+LIMIT = 60
 RESUMABLE = {"agentCapabilities": {"sessionCapabilities": {"resume": {}, "close": {}}}}
 
 
@@ -65,21 +68,21 @@ async def test_a_new_message_and_the_stop_of_the_answer_in_progress_keep_the_ses
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
             first = await c.start(CHAT, {"modelId": agent.id, "messages": [user("question one")]})
-            await eventually(lambda: first.parts, what="the first part")
+            await eventually(lambda: first.parts, timeout=LIMIT, what="the first part")
             # The answer in progress is not in the new request: it was sent before the Stop
             # (or VS Code dropped the stopped answer).
             second, frame = chat_frame(c, agent.id, [user("question one"), user("question two")])
             frames = [frame, cancel_frame(first)] if order == "new_message_first" else [cancel_frame(first), frame]
             await send_together(c, *frames)
-            with anyio.fail_after(5):
+            with anyio.fail_after(LIMIT):
                 await first.done.wait()
             assert first.result == {"stopReason": "cancelled"}
-            with anyio.fail_after(10):
+            with anyio.fail_after(LIMIT):
                 await second.done.wait()
             ok(second)
             assert text_of(second) == "Second answer."
             history = [user("question one"), user("question two"), assistant(second.parts), user("question three")]
-            third = await c.chat(agent.id, history)
+            third = await c.chat(agent.id, history, timeout=LIMIT)
             ok(third)
             assert text_of(third) == "Third answer."
     # One ACP session throughout: the third request continued it (it diverged before).
@@ -98,10 +101,10 @@ async def test_a_stop_then_a_message_that_keeps_the_partial_answer_continue_the_
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
             first = await c.start(CHAT, {"modelId": agent.id, "messages": [user("question one")]})
-            await eventually(lambda: first.parts, what="the first part")
+            await eventually(lambda: first.parts, timeout=LIMIT, what="the first part")
             second, frame = chat_frame(c, agent.id, [user("question one"), assistant([{"type": "text", "value": "Partial answer."}]), user("question two")])
             await send_together(c, cancel_frame(first), frame)
-            with anyio.fail_after(10):
+            with anyio.fail_after(LIMIT):
                 await second.done.wait()
             ok(second)
             assert text_of(second) == "Second answer."
@@ -128,12 +131,12 @@ NEW_TEXT = "".join(f"NEW{i} " for i in range(20))
 
 async def stop_then_ask_again(c: Any, agent: Any) -> tuple[Call, Call]:
     first = await c.start(CHAT, {"modelId": agent.id, "messages": [user("stream please")]})
-    await eventually(lambda: first.parts, what="the first part")
+    await eventually(lambda: first.parts, timeout=LIMIT, what="the first part")
     await c.cancel(first)
-    with anyio.fail_after(5):
+    with anyio.fail_after(LIMIT):
         await first.done.wait()
     assert first.result == {"stopReason": "cancelled"}
-    second = await c.chat(agent.id, [user("stream please"), assistant(first.parts), user("and now?")])
+    second = await c.chat(agent.id, [user("stream please"), assistant(first.parts), user("and now?")], timeout=LIMIT)
     return first, second
 
 
