@@ -678,7 +678,7 @@ class SessionActor:
         from lmbridge.mcp_bridge import ToolBridge, server_name
 
         host = await self.hooks.mcp_host()
-        self.bridge = ToolBridge(self.id, self._on_mcp_call, self.recorder, server_name(self.id, self.process.caps.shared_mcp_registry))
+        self.bridge = ToolBridge(self.id, self._on_mcp_call, self.recorder, server_name(self.id, self.process.caps.profile.shared_mcp_registry))
         await host.add(self.bridge)
         await self.bridge.set_tools(tools)
         self.mcp_servers = [host.server_config(self.bridge)]
