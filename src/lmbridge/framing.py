@@ -238,7 +238,7 @@ class Throttle:
 
 _OPEN = re.compile(rb'\s*\{')
 _MEMBER = re.compile(rb'\s*"(jsonrpc|id|method|params|result|error)"\s*:\s*')
-_SCALAR = re.compile(rb'("(?:[^"\\]|\\.){0,1000}"|-?\d{1,30}(?:\.\d+)?(?:[eE][+-]?\d+)?|null|true|false)\s*,?')
+_SCALAR = re.compile(rb'("(?:[^"\\]|\\.){0,1000}"|-?\d{1,30}(?:\.\d+)?(?:[eE][+-]?\d+)?|null|true|false)\s*,')  # the comma: not cut short
 
 
 @dataclass(frozen=True, slots=True)
