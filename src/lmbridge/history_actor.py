@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge.agent_pool import AgentPool
+from lmbridge.acp.process import AgentPool
 from lmbridge.history import Fingerprint, HistoryCore, HistoryError, Last, Pending, Turn
 from lmbridge.log import get_logger
 from lmbridge.session_actor import SessionActor, SessionHooks

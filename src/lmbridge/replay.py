@@ -396,7 +396,7 @@ class FakeProcess:
 
 @functools.cache
 def _connection_class() -> Any:
-    from lmbridge.acp_client import AgentConnection
+    from lmbridge.acp.connection import AgentConnection
 
     class PlaybackConnection(AgentConnection):
         """The real ACP connection code on a played-back process."""
@@ -598,7 +598,7 @@ class Player:
         self, name: str, command: str, args: Sequence[str], env: Any, cwd: str | None, events: Any, session: str | None = None, recorder: Any = None
     ) -> Any:
         """The daemon's launcher (``server.Config.launcher``): a played-back agent for this recording."""
-        from lmbridge.acp_client import AgentExited
+        from lmbridge.acp.connection import AgentExited
 
         link = f"agent:{session or name}"
         expected = self.expected.get(link)

@@ -1,7 +1,7 @@
 """The session actor: one ACP agent conversation driven for one VS Code chat.
 
 It owns the chat's ACP session on its agent's shared process
-(``agent_pool.AgentProcess``: one process per agent, sessions multiplexed by
+(``acp.process.AgentProcess``: one process per agent, sessions multiplexed by
 sessionId, issue #11) and the turn machine (``turn.TurnMachine``), and it decides nothing: everything it
 receives on its one mailbox (jobs, cancels, the agent's frames, prompt
 answers, MCP tool calls, timers) becomes a ``turn`` event, and it carries out
@@ -30,8 +30,8 @@ import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge import auth, permissions, turn
-from lmbridge.acp_client import BAD_ID_ERROR, AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
-from lmbridge.agent_pool import AgentGone, AgentPool, AgentProcess
+from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
+from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.agents import auth_hint
 from lmbridge.history import Fingerprint, Last, Pending, Turn, conversation, squeezed
 from lmbridge.log import get_logger
@@ -518,7 +518,7 @@ class SessionActor:
         self.conn = await self.process.connect(self, self._send, self._set_step)
         spare = await self.process.take_spare() if self.resume is None else None
         if spare is not None:
-            # Opened ahead (agent_pool.Spare): this chat's from now on, its tools endpoint too.
+            # Opened ahead (acp.process.Spare): this chat's from now on, its tools endpoint too.
             self.bridge, self.mcp_servers = spare.bridge, spare.mcp_servers
             self.bridge.on_call = self._on_mcp_call
             await self.bridge.set_tools(self._offered(job))
@@ -697,7 +697,7 @@ class SessionActor:
         )
         conn, session = self.conn, self.acp_session
         assert conn is not None and session is not None
-        # The answer comes on the mailbox in order with the agent's updates (acp_client.Response).
+        # The answer comes on the mailbox in order with the agent's updates (acp.connection.Response).
         rid = conn.new_id()
         self._prompts[rid] = fx.seq
         self.process.expect(rid, self._send)

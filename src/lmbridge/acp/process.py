@@ -33,7 +33,7 @@ from anyio.abc import TaskGroup
 
 from lmbridge import __version__, auth, permissions
 from lmbridge.acp import profiles
-from lmbridge.acp_client import BAD_ID_ERROR, AgentConnection, Incoming, Response
+from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, Incoming, Response
 from lmbridge.log import get_logger
 from lmbridge.wire import AgentSpec
 
