@@ -27,9 +27,9 @@ from typing import Any
 
 #: Bytes in one line of the shim's stdin (a 10 MB chat request is fine; a longer line is skipped).
 MAX_LINE = 256 * 1024 * 1024
-#: Bytes in one line of an agent's stdout: agents send lines of megabytes (facts.md §3: a
-#: 60,000-line diff is ~1.4 MB); a longer line is dropped as it streams, so what the daemon
-#: holds of one line stays below this (an agent's 300 MB line once took the daemon to 397 MB).
+#: Bytes in one line of an agent's stdout: agents send lines of megabytes (facts.md §3; the
+#: hostile agent's 60,000-line diff is ~1.4 MB); a longer line is dropped as it streams, so
+#: what the daemon holds of one line stays below this (docs/reliability.md, "Bounds").
 AGENT_LINE = 16 * 1024 * 1024
 #: Agent stderr lines logged one by one when its process starts, then at most STDERR_RATE a second.
 STDERR_FIRST = 20
