@@ -117,18 +117,20 @@ def load(path: str | Path) -> Recording:
         if entry.dir not in ("in", "out") or not (entry.link == "shim" or entry.link.startswith(("agent:", "mcp:"))):
             raise RecordingError(f"{path}:{number}: bad link/dir {entry.link!r}/{entry.dir!r}")
         if entry.link == "shim" and entry.dir == "out" and _is_notice(entry.data):
-            continue  # "Starting <agent>…" says how fast the agent started then; replay shows none
+            continue  # "Starting <agent>…", "Waiting for a free <agent> session…": wall-clock artefacts; replay shows none
         entries.append(entry)
     return Recording(path, header, entries)
 
 
 def _is_notice(data: dict[str, Any]) -> bool:
+    from lmbridge.cap import is_waiting_notice
     from lmbridge.turn import is_start_notice
 
     frame = data.get("frame")
     params = frame.get("params") if isinstance(frame, dict) and frame.get("method") == "lm/responsePart" else None
     part = params.get("part") if isinstance(params, dict) else None
-    return isinstance(part, dict) and part.get("type") == "text" and is_start_notice(part.get("value"))
+    value = part.get("value") if isinstance(part, dict) and part.get("type") == "text" else None
+    return is_start_notice(value) or is_waiting_notice(value)
 
 
 # ---------------------------------------------------------------- normalising and binding

@@ -90,6 +90,12 @@ class Job:
     async def send(self, part: Part) -> None:
         if self.cancelled or self.done.is_set():
             return
+        self.count(part)
+        await self.emit(part)
+
+    def count(self, part: Part) -> None:
+        """Take ``part`` into the fingerprint (``send`` does; the server too, for a line it
+        sent before the job existed, while the request waited for a free session)."""
         if part["type"] == "text":
             value = squeezed(part["value"])
             self._text.update(value)
@@ -98,7 +104,6 @@ class Job:
             self._shown.update(squeezed(part["value"]))
         elif part["type"] == "tool_call":
             self.call_ids.append(part["callId"])
-        await self.emit(part)
 
     def fingerprint(self) -> Fingerprint:
         return Fingerprint(self._text.digest(), tuple(self.call_ids), self._shown.digest())
