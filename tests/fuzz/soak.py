@@ -10,10 +10,11 @@ Three parts, each against a fresh ``lmbridge serve`` (``--max-agent-processes 4`
    card answered Skip.
 3. **cap**: ``--chats`` (default 1,000) new chats one after another; the most agent
    processes alive at once is sampled after each.
-4. **modes**: ``--rounds`` (default 2) rounds of the hostile agent's start, freeze and flood
+4. **modes**: ``--rounds`` (default 1) rounds of the hostile agent's start, freeze and flood
    modes: a new chat with ``malformed-start`` for every pair of its answers to initialize and
-   session/new (``INIT_ANSWERS`` × ``NEW_ANSWERS``, each pair its own agent); a chat with
-   ``freeze`` continued until it freezes, stopped, then a new chat; a chat with ``flood``
+   session/new (``INIT_ANSWERS`` × ``NEW_ANSWERS``, each pair its own agent; start bound
+   10 s); a chat with ``freeze`` continued until it freezes, stopped after 2 s, then a new
+   chat, stopped if it shows nothing for 30 s; a chat with ``flood``
    (120,000 stderr lines, 120,000 non-JSON stdout lines, three 64 MB lines). Counted: how
    each chat was answered, the daemon's RSS before the floods and its peak during them.
 
@@ -279,7 +280,7 @@ def modes_part(where: Path, rounds: int) -> dict[str, Any]:
 
     starts = [spec(f"start-{i}-{n}", "malformed-start", "--init", i, "--new", n) for i in INIT_ANSWERS for n in NEW_ANSWERS]
     agents = [spec("freeze", "freeze", "--after", "1"), spec("flood", "flood", "--lines", "120000", "--long-mb", "64", "--long-count", "2"), *starts]
-    daemon = start(where, "modes", agents, env={"LMBRIDGE_START_TIMEOUT": "3", "LMBRIDGE_DRAIN_TIMEOUT": "1"})
+    daemon = start(where, "modes", agents, env={"LMBRIDGE_START_TIMEOUT": "10", "LMBRIDGE_DRAIN_TIMEOUT": "1"})
     sampler = Sampler(daemon, every=0.02)
     violations: list[str] = []
     outcomes: Counter[str] = Counter()
@@ -303,28 +304,11 @@ def modes_part(where: Path, rounds: int) -> dict[str, Any]:
         said, parts = chat("freeze", [user_message(f"freeze {round_}")])
         outcomes[f"freeze first chat {'answered' if said == 'ok' else 'error'}"] += 1
         if parts is not None:
-            history = [user_message(f"freeze {round_}"), {"role": "assistant", "content": parts}, user_message("more")]
             rid += 1
-            done = threading.Event()
-            answer: dict[str, Any] = {}
-
-            def on_answer(got: Any, frame: dict[str, Any], parts: list[dict[str, Any]], key: str = f"c{rid}",
-                          answer: dict[str, Any] = answer, done: threading.Event = done) -> None:
-                if got == key:
-                    answer.update(frame=frame)
-                    done.set()
-
-            daemon.ledger.on_answer = on_answer
-            daemon.send(json.dumps({"jsonrpc": "2.0", "id": f"c{rid}", "method": "lm/provideLanguageModelChatResponse",
-                                    "params": {"modelId": "freeze", "messages": history}}).encode())
-            done.wait(2.0)  # streams "thinking…", then nothing
-            daemon.send(json.dumps({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": f"c{rid}"}}).encode())
-            if not done.wait(60):
-                violations.append(f"modes: the frozen chat c{rid} not answered 60 s after its Stop")
-            else:
-                outcomes[f"freeze stopped chat {'cancelled' if answer['frame'].get('result') == {'stopReason': 'cancelled'} else 'other'}"] += 1
-        said, _ = chat("freeze", [user_message(f"after the freeze {round_}")])
-        outcomes[f"freeze new chat {'answered' if said == 'ok' else 'error'}"] += 1
+            history = [user_message(f"freeze {round_}"), {"role": "assistant", "content": parts}, user_message("more")]
+            outcomes[f"freeze continued chat {chat_or_stop(daemon, 'freeze', history, rid, 2.0, violations)}"] += 1
+        rid += 1
+        outcomes[f"freeze new chat {chat_or_stop(daemon, 'freeze', [user_message(f'after the freeze {round_}')], rid, 30.0, violations)}"] += 1
         # flood
         rss_before_flood = rss_before_flood or daemon.rss()
         sampler.rss_peak = daemon.rss()
@@ -353,6 +337,33 @@ def modes_part(where: Path, rounds: int) -> dict[str, Any]:
             **figures, "violations": violations}
 
 
+def chat_or_stop(daemon: FuzzDaemon, model: str, history: list[dict[str, Any]], rid: int, wait: float, violations: list[str]) -> str:
+    """A chat, stopped (``$/cancelRequest``) if it is not answered within ``wait`` seconds, as
+    a user stops a chat that shows nothing; how it was answered: "answered", "error",
+    "stopped" (``cancelled`` after the Stop), or "unanswered" (a violation: 60 s after the Stop)."""
+    done = threading.Event()
+    answer: dict[str, Any] = {}
+
+    def on_answer(got: Any, frame: dict[str, Any], parts: list[dict[str, Any]]) -> None:
+        if got == f"c{rid}":
+            answer.update(frame=frame)
+            done.set()
+
+    daemon.ledger.on_answer = on_answer
+    daemon.send(json.dumps({"jsonrpc": "2.0", "id": f"c{rid}", "method": "lm/provideLanguageModelChatResponse",
+                            "params": {"modelId": model, "messages": history}}).encode())
+    if done.wait(wait):
+        frame = answer["frame"]
+        if "error" in frame and model not in str(frame["error"].get("message", "")):
+            violations.append(f"an error that does not name the agent: {str(frame['error'])[:200]}")
+        return "error" if "error" in frame else "answered"
+    daemon.send(json.dumps({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": f"c{rid}"}}).encode())
+    if not done.wait(60):
+        violations.append(f"chat c{rid} not answered 60 s after its Stop")
+        return "unanswered"
+    return "stopped" if answer["frame"].get("result") == {"stopReason": "cancelled"} else "answered after the Stop"
+
+
 def user_message(text: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "value": text}]}
 
@@ -362,7 +373,7 @@ def main() -> int:
     parser.add_argument("--frames", type=int, default=1_000_000)
     parser.add_argument("--agent-frames", type=int, default=100_000)
     parser.add_argument("--chats", type=int, default=1_000)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--only", choices=["stdin", "agent", "cap", "modes"], action="append", help="run only these parts")
     parser.add_argument("--out", default=str(ROOT / ".fuzz" / "results.json"))
