@@ -220,12 +220,17 @@ class AgentProcess:
         return spare
 
     def want_spare(self) -> None:
-        """Prepare a spare session in the background, if spares are on and none is ready."""
-        if self.pool.spares and self.running and self.spare is None and not self._preparing and self.pool.tg is not None:
+        """Prepare a spare session in the background, if spares are on, none is ready, and
+        the agent would see a chat's tools on it (``AgentProfile.relists_tools``)."""
+        if (
+            self.pool.spares and self.running and self.caps.profile.relists_tools
+            and self.spare is None and not self._preparing and self.pool.tg is not None
+        ):  # fmt: skip
             self._preparing, self._spare_done = True, anyio.Event()
             self.pool.tg.start_soon(self._prepare_spare)
 
     async def _prepare_spare(self) -> None:
+        from lmbridge.acp.session import new_session
         from lmbridge.mcp_bridge import ToolBridge, error_result, server_name
 
         async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
@@ -241,13 +246,10 @@ class AgentProcess:
             await host.add(bridge)
             servers = [host.server_config(bridge)]
             with anyio.fail_after(self.pool.start_timeout):
-                result = await conn.request("session/new", {"cwd": self.cwd or "/", "mcpServers": servers})
-            sid = _object(result).get("sessionId")
-            if not isinstance(sid, str) or not sid:
-                raise ValueError("session/new was answered without a sessionId")
+                sid, options = await new_session(conn, self.cwd, servers)
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
-            self.spare, bridge = Spare(sid, bridge, servers, host, _object(result).get("configOptions")), None
+            self.spare, bridge = Spare(sid, bridge, servers, host, options), None
             log.info("spare session ready", agent=self.spec.id, acp_session=sid)
         except Exception as exc:
             log.info("no spare session", agent=self.spec.id, error=str(exc) or type(exc).__name__)
