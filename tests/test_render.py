@@ -160,6 +160,27 @@ def test_prompt_blocks_with_context_and_images():
     assert no_images[1] == {"type": "text", "text": "[image omitted: image/png, 5 bytes]"}
 
 
+CACHE_CONTROL = {"type": "data", "mimeType": "cache_control", "data": "ZXBoZW1lcmFs"}  # 9 bytes: "ephemeral", as Copilot sends it
+
+
+def test_a_fresh_sessions_context_holds_no_copilot_markers():
+    """Copilot's cache_control/stateful_marker parts (beside the current turn and every tool
+    result, and inside results) are nothing anyone wrote or attached: the context a fresh
+    session is told holds none of them, while a real attachment and a result's JSON data
+    are still told."""
+    context = [
+        _m("user", {"type": "text", "value": "<userRequest>\nremember kiwi\n</userRequest>"}, CACHE_CONTROL, {"type": "data", "mimeType": "image/png", "data": "aGVsbG8="}),
+        _m("assistant", {"type": "text", "value": "noted"}, {"type": "tool_call", "callId": "t", "name": "search", "input": {"q": "x"}}),
+        _m("user", {"type": "tool_result", "callId": "t", "content": [{"type": "text", "value": "found"}, CACHE_CONTROL, {"type": "data", "mimeType": "application/json", "data": "e30="}]}, CACHE_CONTROL,
+           {"type": "data", "mimeType": "stateful_marker", "data": "eA=="}),
+    ]
+    (head, prompt) = prompt_blocks(context, [_m("user", {"type": "text", "value": "and now?"}, CACHE_CONTROL)], images=True)
+    told = head["text"]
+    assert "remember kiwi" in told and "found" in told and "[attachment: image/png, 5 bytes]" in told and "[application/json, 2 bytes]" in told, told
+    assert "cache_control" not in told and "stateful_marker" not in told and "9 bytes" not in told, told
+    assert prompt == {"type": "text", "text": "and now?"}
+
+
 def test_a_huge_diff_is_summarised_not_computed():
     r = TurnRenderer()
     old = "\n".join(f"line {i}" for i in range(30_000))
