@@ -208,7 +208,7 @@ class SessionActor:
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
 
     def _renderer(self) -> TurnRenderer:
-        return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id))
+        return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id), self.process.caps.profile)
 
     # -- public, called from other tasks -----------------------------------
 
@@ -646,7 +646,9 @@ class SessionActor:
 
     async def _recover_session(self) -> None:
         """The session cannot simply continue (the stale turn after a cancel, facts.md §5):
-        closed where the agent offers it, then taken up again (``_take_up``)."""
+        closed where the agent offers it, then taken up again (``_take_up``); for an agent
+        whose profile says a cancel breaks the session's history
+        (``AgentProfile.cancel_breaks_history``), a fresh session told the conversation."""
         assert self.conn is not None
         old = self.acp_session
         if old is not None and self.process.caps.close:
@@ -656,7 +658,9 @@ class SessionActor:
                     await self.conn.request("session/close", {"sessionId": old})
                 except AgentError as exc:
                     log.info("session/close refused", session=self.id, agent=self.spec.id, error=str(exc))
-        if old is None:
+        if old is None or self.process.caps.profile.cancel_breaks_history:
+            # fast-agent: the session's history holds what a cancel left (an empty assistant
+            # message the model API refuses): taken up again it would fail again.
             await self._open_session(lost=True)
         else:
             await self._take_up(old)
