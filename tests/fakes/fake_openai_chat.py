@@ -27,7 +27,7 @@ every further request is answered ``"Done."``.
 ``strict`` (default on) makes the fake refuse what real model APIs refuse: an assistant
 message with neither content nor tool calls anywhere but last (Anthropic's Messages API:
 "all messages must have non-empty content except for the optional final assistant
-message"; OpenAI-compatible servers alike). It answers HTTP 400 ``invalid_request_error``
+message"; several OpenAI-compatible servers likewise). It answers HTTP 400 ``invalid_request_error``
 naming the message, and does not consume the script. fast-agent sends such a message
 after a Stop mid-stream (docs/agents.md). ``stream: false`` gets one
 ``chat.completion`` object. ``GET /v1/models`` lists the models seen so far (or
