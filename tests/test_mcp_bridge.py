@@ -13,7 +13,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from lmbridge.agent_pool import Capabilities
+from lmbridge.acp.process import Capabilities
 from lmbridge.mcp_bridge import (
     CLOSED_TEXT,
     McpHost,

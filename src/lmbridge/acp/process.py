@@ -33,7 +33,7 @@ from anyio.abc import TaskGroup
 
 from lmbridge import __version__, auth, permissions
 from lmbridge.acp import profiles
-from lmbridge.acp_client import BAD_ID_ERROR, AgentConnection, Incoming, Response
+from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, Incoming, Response
 from lmbridge.log import get_logger
 from lmbridge.wire import AgentSpec
 
@@ -226,6 +226,7 @@ class AgentProcess:
             self.pool.tg.start_soon(self._prepare_spare)
 
     async def _prepare_spare(self) -> None:
+        from lmbridge.acp.session import new_session
         from lmbridge.mcp_bridge import ToolBridge, error_result, server_name
 
         async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
@@ -241,13 +242,10 @@ class AgentProcess:
             await host.add(bridge)
             servers = [host.server_config(bridge)]
             with anyio.fail_after(self.pool.start_timeout):
-                result = await conn.request("session/new", {"cwd": self.cwd or "/", "mcpServers": servers})
-            sid = _object(result).get("sessionId")
-            if not isinstance(sid, str) or not sid:
-                raise ValueError("session/new was answered without a sessionId")
+                sid, options = await new_session(conn, self.cwd, servers)
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
-            self.spare, bridge = Spare(sid, bridge, servers, host, _object(result).get("configOptions")), None
+            self.spare, bridge = Spare(sid, bridge, servers, host, options), None
             log.info("spare session ready", agent=self.spec.id, acp_session=sid)
         except Exception as exc:
             log.info("no spare session", agent=self.spec.id, error=str(exc) or type(exc).__name__)
