@@ -708,6 +708,20 @@ class TurnInterleavings(RuleBasedStateMachine):
         self.starts -= 1
         self.feed(Ready(error, lost=lost))
 
+    @precondition(lambda self: self.d.m.job is not None)
+    @rule()
+    def stop_the_streaming_job(self) -> None:
+        """A Stop of the request that streams (a random cancel rarely hits it)."""
+        job = self.d.m.job
+        assert job is not None
+        self.feed(CancelJob(job.id))
+
+    @precondition(lambda self: self.d.m.state is State.DRAINING and self.d.m.prompt_open)
+    @rule()
+    def drain_deadline(self) -> None:
+        """The live drain deadline fires (the agent has not ended the cancelled turn)."""
+        self.feed(TimerFired(Timer.DRAIN, self.d.m.prompt_seq))
+
     @rule(text=st.text(max_size=30))
     def update(self, text: str) -> None:
         self.feed(chunk(text))
