@@ -146,7 +146,8 @@ class _Close:
 class SessionHooks:
     """How a session actor reports to the history actor."""
 
-    ended: Callable[[str, Fingerprint, Last, list[Pending]], Awaitable[None]]
+    # (session id, what the response emitted, how it ended, the calls it left pending, Turn.number)
+    ended: Callable[[str, Fingerprint, Last, list[Pending], int], Awaitable[None]]
     died: Callable[[str], Awaitable[None]]
     mcp_host: Callable[[], Awaitable[Any]]  # the daemon's McpHost, started on first use
     # The chat's ACP sessionId, whether the agent can take it up again (session/resume or
@@ -393,7 +394,10 @@ class SessionActor:
             elif isinstance(fx, turn.StartAgent):
                 self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
             elif isinstance(fx, turn.NewSession):
-                self._spawn_start(self._recover_session())
+                self._spawn_start(self._recover_session(close=fx.close, take_up=fx.take_up))
+            elif isinstance(fx, turn.CloseSession):
+                assert self._tg is not None
+                self._tg.start_soon(self._close_then, fx.seq)
             elif isinstance(fx, turn.Prompt):
                 self._prompt(fx)
             elif isinstance(fx, turn.StartTimer):
@@ -417,7 +421,7 @@ class SessionActor:
         job = self.jobs.pop(fx.job_id, None)
         if job is None:
             return
-        await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending))
+        await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending), job.turn.number)
         if not job.done.is_set():
             job.stop_reason = fx.stop_reason
             job.done.set()
@@ -580,16 +584,27 @@ class SessionActor:
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
 
-    async def _recover_session(self) -> None:
-        """The session cannot simply continue (the stale turn after a cancel, facts.md §5):
-        closed where the agent offers it, then taken up again (``AcpSession.open(Resume)``)."""
+    async def _recover_session(self, close: bool = True, take_up: bool = True) -> None:
+        """The session cannot simply continue (``turn.NewSession``: the stale turn after a
+        cancel, facts.md §5; a cancelled turn that outlived its drain deadline): closed where
+        the agent offers it (``close``), then taken up again (``take_up``:
+        ``AcpSession.open(Resume)``), or, the old one left for good (its prompt still open),
+        replaced by a fresh session told the conversation."""
         old = self.acp.id
-        await self.acp.close(CLOSE_TIMEOUT)
+        if close:
+            await self.acp.close(CLOSE_TIMEOUT)
+        if old is not None and not take_up:
+            self.acp.leave()
 
         async def servers() -> list[dict[str, Any]]:
             return self.mcp_servers
 
-        self._opening(await self.acp.open(New(lost=True) if old is None else Resume(old), servers))
+        self._opening(await self.acp.open(Resume(old) if old is not None and take_up else New(lost=True), servers))
+
+    async def _close_then(self, seq: int) -> None:
+        """``turn.CloseSession``: close the session, then tell the machine (``SessionClosed``)."""
+        await self.acp.close(CLOSE_TIMEOUT)
+        self._send.send_nowait(turn.SessionClosed(seq))
 
     def _offered(self, job: Job) -> list[ToolInfo]:
         if not job.tools:

@@ -181,6 +181,14 @@ class PromptEnded:
 
 
 @dataclass(frozen=True)
+class SessionClosed:
+    """The ``session/close`` of ``CloseSession`` number ``seq`` is over (answered, refused,
+    timed out, or not offered by the agent: then nothing was sent)."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
 class AgentExited:
     reason: str
 
@@ -196,7 +204,7 @@ class Close:
     reason: str
 
 
-Event = NewJob | CancelJob | Ready | Update | PermissionAsked | ToolInvoked | PromptEnded | AgentExited | TimerFired | Close
+Event = NewJob | CancelJob | Ready | Update | PermissionAsked | ToolInvoked | PromptEnded | SessionClosed | AgentExited | TimerFired | Close
 
 
 # ---------------------------------------------------------------- effects
@@ -266,9 +274,24 @@ class StartAgent:
 
 @dataclass(frozen=True)
 class NewSession:
-    """A fresh ACP session on the running agent (answers ``Ready``)."""
+    """The chat's ACP session is replaced on the running agent (answers ``Ready``):
+    ``close`` first closes the current one (``session/close``, where offered); then
+    ``take_up`` continues the same ACP session (``session/resume``, else ``session/load``:
+    the agent keeps its memory; a refusal falls back to a fresh one, ``Ready(lost=True)``),
+    or, ``take_up`` False, a fresh session is opened and told the whole conversation.
+    ``take_up`` is never asked while a prompt of that session may still be open."""
 
     reason: str
+    take_up: bool = True
+    close: bool = True
+
+
+@dataclass(frozen=True)
+class CloseSession:
+    """``session/close`` for the current ACP session where the agent offers it, bounded
+    (answers ``SessionClosed(seq)`` in any case). ``seq``: the prompt it abandons."""
+
+    seq: int
 
 
 @dataclass(frozen=True)
@@ -325,15 +348,15 @@ class Log:
 
 
 Effect = (
-    Emit | Finish | Fail | Respond | RespondError | ResolveTool | SendCancel | StartAgent | NewSession | Prompt | StartTimer | StopTimer | Died | Detach | Shutdown
-    | Log
+    Emit | Finish | Fail | Respond | RespondError | ResolveTool | SendCancel | StartAgent | NewSession | CloseSession | Prompt | StartTimer | StopTimer | Died
+    | Detach | Shutdown | Log
 )
 
 
 # ---------------------------------------------------------------- the table
 
 _S = State
-_EVENT_TYPES = (NewJob, CancelJob, Ready, Update, PermissionAsked, ToolInvoked, PromptEnded, AgentExited, TimerFired, Close)
+_EVENT_TYPES = (NewJob, CancelJob, Ready, Update, PermissionAsked, ToolInvoked, PromptEnded, SessionClosed, AgentExited, TimerFired, Close)
 _ANY_LIVE = (State.IDLE, State.STARTING, State.STREAMING, State.AWAITING, State.DRAINING)
 
 #: (state, event) → the states the machine may be in after it. ``handle`` checks every
@@ -360,14 +383,19 @@ TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
     # ... kept for the next request (a request that came while the turn streamed has
     # stopped it when its cards were shown: it cannot answer them).
     (_S.AWAITING, PromptEnded): frozenset({_S.IDLE}),
+    # ... a drain that ends while its session is being closed stays DRAINING until closed.
     (_S.DRAINING, PromptEnded): frozenset({_S.IDLE, _S.STREAMING, _S.DRAINING}),
     (_S.IDLE, PromptEnded): frozenset({_S.IDLE}),
     (_S.STARTING, PromptEnded): frozenset({_S.STARTING}),
     # Gather window: the response ends ``tool_calls`` (and a request queued behind it that
-    # cannot answer its cards stops the turn: DRAINING). Drain deadline: a fresh session.
+    # cannot answer its cards stops the turn: DRAINING). Drain deadline: the session is
+    # closed (CloseSession), still DRAINING; once closed it is replaced (STARTING): taken
+    # up again if its prompt has ended by then, else a fresh session told the conversation.
     (_S.STREAMING, TimerFired): frozenset({_S.STREAMING, _S.AWAITING, _S.DRAINING}),
-    (_S.DRAINING, TimerFired): frozenset({_S.DRAINING, _S.STARTING}),
+    (_S.DRAINING, TimerFired): frozenset({_S.DRAINING}),
     **{(s, TimerFired): frozenset({s}) for s in (_S.IDLE, _S.STARTING, _S.AWAITING)},
+    (_S.DRAINING, SessionClosed): frozenset({_S.STARTING, _S.DRAINING}),
+    **{(s, SessionClosed): frozenset({s}) for s in (_S.IDLE, _S.STARTING, _S.STREAMING, _S.AWAITING)},  # stale
     # The agent's traffic never changes the state.
     **{(s, e): frozenset({s}) for s in _ANY_LIVE for e in (Update, PermissionAsked, ToolInvoked)},
     **{(s, e): frozenset({_S.CLOSED}) for s in _ANY_LIVE for e in (AgentExited, Close)},
@@ -465,6 +493,9 @@ class TurnMachine:
         self.watch = False  # the open prompt is the first after a cancel (agents' quirks, facts.md §5)
         self.after_cancel = False  # the next prompt is
         self.recovering = False  # STARTING to recover the session after a cancel (no user waits on a start)
+        # The prompt whose ACP session is being closed because it outlived its drain deadline
+        # (CloseSession): until SessionClosed, nothing is sent to that session.
+        self.closing: int | None = None
         self.whole = False  # the next prompt gets the whole conversation
         self.agent_output = False  # the open prompt produced output for its job
         self.unsent: tuple[Any, ...] = ()
@@ -764,13 +795,32 @@ class TurnMachine:
                     self._go(State.AWAITING)
                     self._next_waiting()  # a request queued behind this one
         elif ev.timer is Timer.DRAIN:
-            if self.state is State.DRAINING and ev.tag == self.prompt_seq and self.prompt_open:
-                # The agent never ended the cancelled turn: leave that ACP session.
-                self.prompt_open = False
-                self._fx.append(Log("warning", "cancelled turn did not end; the session is taken up again", {"agent": self.agent}))
-                self.recovering = True
-                self._go(State.STARTING)
-                self._fx.append(NewSession("a cancelled turn did not end"))
+            if self.state is State.DRAINING and ev.tag == self.prompt_seq and self.prompt_open and self.closing is None:
+                # The agent never ended the cancelled turn: its ACP session is closed. It is
+                # never prompted again while that prompt may still run (its output would
+                # interleave with the next answer's): SessionClosed decides what replaces it.
+                self.closing = self.prompt_seq
+                self._fx.append(Log("warning", "cancelled turn did not end: its session is closed", {"agent": self.agent}))
+                self._fx.append(CloseSession(self.prompt_seq))
+
+    def _on_session_closed(self, ev: SessionClosed) -> None:
+        if self.state is not State.DRAINING or ev.seq != self.closing:
+            return  # stale
+        self.closing = None
+        self.recovering = True
+        self._go(State.STARTING)
+        if self.prompt_open:
+            # Still open after the close: that session is left for good (its late output
+            # and answer are for a session this chat no longer has). A fresh one is told
+            # the conversation.
+            self.prompt_open = False
+            self.whole = True
+            self._fx.append(Log("warning", "cancelled turn still open after its session was closed: a fresh session", {"agent": self.agent}))
+            self._fx.append(NewSession("a cancelled turn did not end", take_up=False, close=False))
+        else:
+            # It ended (the close ended it, or it ended late): the session can be taken up
+            # again, with the agent's own memory of the chat.
+            self._fx.append(NewSession("a cancelled turn ended only once its session was closed", take_up=True, close=False))
 
     def _on_prompt_ended(self, ev: PromptEnded) -> None:
         if ev.seq != self.prompt_seq or not self.prompt_open:
@@ -783,6 +833,8 @@ class TurnMachine:
                 self._fx.append(Log("info", "cancelled turn ended with an error", {"error": ev.error}))
             self.renderer.close()
             self._report_dropped()
+            if self.closing is not None:
+                return  # its session is being closed: SessionClosed goes on
             self._go(State.IDLE)
             self._next_waiting()
         elif self.state is State.AWAITING:
@@ -933,6 +985,7 @@ _HANDLERS: dict[type, Any] = {
     PermissionAsked: TurnMachine._on_permission,
     ToolInvoked: TurnMachine._on_tool_invoked,
     PromptEnded: TurnMachine._on_prompt_ended,
+    SessionClosed: TurnMachine._on_session_closed,
     AgentExited: TurnMachine._on_agent_exited,
     TimerFired: TurnMachine._on_timer,
     Close: TurnMachine._on_close,

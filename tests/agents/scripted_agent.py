@@ -15,7 +15,8 @@ answers are seen while a turn streams or waits.
 Log (``--log``): every frame received is appended as one JSON line, the frame's own
 keys plus ``"t"`` (``time.monotonic()``); a line that is not JSON is logged as
 ``{"t", "raw"}``. Notable things are logged as ``{"t", "event": ...}``:
-``session_new`` (sessionId, cwd, mcpServers), ``prompt`` (sessionId, turn index),
+``session_new`` (sessionId, cwd, mcpServers), ``prompt`` (sessionId, turn index, ``open``:
+how many earlier prompts of that session were still unanswered),
 ``permission_outcome`` (id, rpc_id, outcome, kind), ``cancel`` (sessionId, active),
 ``prompt_answered`` (sessionId, stopReason or error), ``exit`` (reason, code).
 Each line is flushed immediately. A ``{pid}`` in the log path is replaced by the
@@ -31,6 +32,10 @@ Scenario JSON (all keys optional)::
       "default_turn": [step, ...],   when turns run out (default [{"text": "ok"}])
       "on_cancel": "cancelled" | "end_turn" | "error" | "never",
       "after_cancel": [step, ...]    run after a cancel, before answering the prompt
+      "ignore_cancel": false,        true: session/cancel is logged and otherwise ignored (the
+                                     turn streams on to its end, an agent that never stops)
+      "close_keeps_turns": false,    true: session/close leaves the session's turns running
+                                     (with ignore_cancel: a turn that never ends early)
       "config_options": [...]        configOptions in the session/new, resume and load answers;
                                      session/set_config_option sets one (logged set_config_option)
       "auth_required": {"message": s, "at": "new" | "prompt", "login_file": path}
@@ -369,6 +374,7 @@ class Turn:
         if self.answered:
             return
         self.answered = True
+        self.agent.closed_prompt(self)
         # Logged before it is sent: a fast client may act on the answer (and the
         # main thread log its next prompt) before this thread runs again.
         self.agent.log_event("prompt_answered", sessionId=self.session_id, **result)
@@ -378,6 +384,7 @@ class Turn:
         if self.answered:
             return
         self.answered = True
+        self.agent.closed_prompt(self)
         self.agent.log_event("prompt_answered", sessionId=self.session_id, error=error)
         self.agent.send({"jsonrpc": "2.0", "id": self.request_id, "error": error})
 
@@ -401,6 +408,7 @@ class ScriptedAgent:
         self.session_memory: dict[str, list[str]] = {}  # sessionId → the text of each prompt it got
         self.config_values: dict[str, dict[str, Any]] = {}  # sessionId → configId → value set
         self.turns: dict[str, list[Turn]] = {}
+        self.open_prompts: dict[str, int] = {}  # sessionId → its prompts not answered yet
         # (sessionId, permission handle) -> {"rpc_id", "options", "answered", "outcome", "kind"}
         self.permissions: dict[tuple[str, str], dict[str, Any]] = {}
         self.permission_by_rpc_id: dict[int, tuple[str, str]] = {}
@@ -546,7 +554,7 @@ class ScriptedAgent:
             sid = params.get("sessionId")
             with self.cond:
                 known = self.session_cwd.pop(sid, None) is not None
-                for turn in self.turns.get(sid, []):
+                for turn in self.turns.get(sid, []) if not self.scenario.get("close_keeps_turns") else []:
                     turn.cancelled = True
                 self.cond.notify_all()
             self.log_event("session_close", sessionId=sid, known=known)
@@ -636,8 +644,15 @@ class ScriptedAgent:
             steps = turns[index] if index < len(turns) else self.scenario.get("default_turn", [{"text": "ok"}])
             turn = Turn(self, rid, sid, steps)
             self.turns.setdefault(sid, []).append(turn)
-        self.log_event("prompt", sessionId=sid, turn=index)
+            already = self.open_prompts.get(sid, 0)
+            self.open_prompts[sid] = already + 1
+        self.log_event("prompt", sessionId=sid, turn=index, open=already)
         threading.Thread(target=turn.run, name=f"turn-{index}", daemon=True).start()
+
+    def closed_prompt(self, turn: Turn) -> None:
+        """``turn``'s prompt is being answered."""
+        with self.cond:
+            self.open_prompts[turn.session_id] = self.open_prompts.get(turn.session_id, 1) - 1
 
     def turn_done(self, turn: Turn) -> None:
         with self.cond:
@@ -649,7 +664,7 @@ class ScriptedAgent:
         sid = params.get("sessionId")
         with self.cond:
             running = list(self.turns.get(sid, []))
-            for turn in running:
+            for turn in running if not self.scenario.get("ignore_cancel") else []:
                 turn.cancelled = True
             self.cond.notify_all()
         self.log_event("cancel", sessionId=sid, active=bool(running))

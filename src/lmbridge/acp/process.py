@@ -280,8 +280,12 @@ class AgentProcess:
         return spare
 
     def want_spare(self) -> None:
-        """Prepare a spare session in the background, if spares are on and none is ready."""
-        if self.pool.spares and self.running and self.spare is None and not self._preparing and self.pool.tg is not None:
+        """Prepare a spare session in the background, if spares are on, none is ready, and
+        the agent would see a chat's tools on it (``AgentProfile.relists_tools``)."""
+        if (
+            self.pool.spares and self.running and self.caps.profile.relists_tools
+            and self.spare is None and not self._preparing and self.pool.tg is not None
+        ):  # fmt: skip
             self._preparing, self._spare_done = True, anyio.Event()
             self.pool.tg.start_soon(self._prepare_spare)
 

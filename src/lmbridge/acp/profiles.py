@@ -34,17 +34,21 @@ class AgentProfile:
     permission is for. ``shared_mcp_registry``: one registry of MCP servers for all the
     process's sessions, so each session's VS Code tools server needs its own name
     (``mcp_bridge.server_name``), or a second chat's ``session/new`` is refused.
+    ``relists_tools``: it lists an MCP server's tools again on
+    ``notifications/tools/list_changed``; one that does not is kept no spare session
+    (opened ahead with no tools, a chat adopting it would never see its VS Code tools).
     """
 
     name: str
     tool_naming: ToolNaming = ToolNaming.NONE
     shared_mcp_registry: bool = False
+    relists_tools: bool = True
 
 
 CLAUDE = AgentProfile("claude", ToolNaming.CLAUDE_META)
 GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID)
 CODEX = AgentProfile("codex", ToolNaming.CODEX_RAW_INPUT)
-FAST_AGENT = AgentProfile("fast-agent", ToolNaming.TITLE, shared_mcp_registry=True)  # fast-agent 0.10.48
+FAST_AGENT = AgentProfile("fast-agent", ToolNaming.TITLE, shared_mcp_registry=True, relists_tools=False)  # fast-agent 0.10.48
 OTHER = AgentProfile("other")
 
 #: Every profile (for tests and docs).

@@ -135,6 +135,7 @@ class AcpSession:
         self.config_values: dict[str, str] = {}
         self.model_option: str | None = None
         self.mode_option: str | None = None
+        self.left: list[str] = []  # sessions left with a prompt still open (``leave``)
         self._log = log.bind(agent=process.spec.id, **(log_fields or {}))
 
     def _set_step(self, step: str) -> None:
@@ -313,7 +314,15 @@ class AcpSession:
         sid, self.id, self.conn = self.id, None, None
         return sid
 
+    def leave(self) -> None:
+        """The session is left for good, a prompt of it still open at the agent (it never
+        ended a cancelled turn): never prompted again. A fresh one is opened next; this one's
+        late frames still reach the mailbox (to be dropped there) until ``detach``."""
+        if self.id is not None:
+            self.left.append(self.id)
+
     def detach(self) -> None:
-        """Stop using the process: its frames for this session go nowhere from now on."""
+        """Stop using the process: its frames for this session (and those it left) go
+        nowhere from now on."""
         sid, self.id, self.conn = self.id, None, None
-        self.process.detach(self.user, (sid,) if sid is not None else ())
+        self.process.detach(self.user, (*self.left, *((sid,) if sid is not None else ())))
