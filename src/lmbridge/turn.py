@@ -28,7 +28,10 @@ is the turn's, and the job is attached to it when there is one:
                and the agent waits on the answers the next request brings. Its
                output is kept for that request (bounded in bytes).
 ``DRAINING``   ``session/cancel`` was sent; the prompt has not ended. Its output
-               is dropped, jobs wait, a deadline runs.
+               is dropped, jobs wait, a deadline runs. Past the deadline the
+               session is closed (``CloseSession``), then replaced: taken up
+               again if the prompt has ended by then, else a fresh session (an
+               ACP session with a prompt open is never prompted again).
 ``CLOSED``     the session is over; every job and permission has been answered.
 
 Output of a turn that has ended (``IDLE``, ``STARTING``, ``DRAINING``) is never
