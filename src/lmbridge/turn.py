@@ -414,6 +414,7 @@ class Renderer(Protocol):
     def update(self, raw: Any) -> list[Part]: ...
     def known(self, tool_call_id: object) -> Mapping[str, Any] | None: ...
     def permission_tool(self, raw: Any) -> list[Part]: ...
+    def declined(self, tool_call_id: object) -> None: ...
     def close(self) -> list[Part]: ...
 
 
@@ -444,6 +445,7 @@ class _Call:
     token: str = ""
     options: tuple[permissions.Option, ...] = ()
     shown_in: int | None = None  # the job whose response showed it
+    tool_call_id: str | None = None  # the agent's toolCallId of a permission
 
     @property
     def tool(self) -> bool:
@@ -724,13 +726,15 @@ class TurnMachine:
             self._keep(parts)
         if isinstance(decision, permissions.Decline):
             self._say(f"\n\n{decision.line}\n\n")
+            if decision.outcome != CANCELLED_OUTCOME:
+                self.renderer.declined(request.tool_call_id)
             self._fx.append(Respond(ev.rid, ev.call_id, decision.outcome))
             self._fx.append(Log("info", "permission declined without a card", {"reason": decision.reason, "tool": request.tool}))
             return
         card = decision.card
         tool_input = {"title": card.title, "message": card.message, "approvalToken": ev.token}
         part = {"type": "tool_call", "callId": ev.call_id, "name": card.tool, "input": tool_input}
-        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, request.options)
+        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, request.options, tool_call_id=request.tool_call_id)
         if self.state is State.STREAMING:
             self._show(call)
 
@@ -767,7 +771,10 @@ class TurnMachine:
         if call.tool:
             self._fx.append(ResolveTool(call_id, answer, job_id))
         else:
-            self._fx.append(Respond(call.rid, call_id, permissions.outcome(call.options, answer)))
+            outcome = permissions.outcome(call.options, answer)
+            if answer is Answer.REJECT and outcome != CANCELLED_OUTCOME:
+                self.renderer.declined(call.tool_call_id)
+            self._fx.append(Respond(call.rid, call_id, outcome))
 
     def _on_timer(self, ev: TimerFired) -> None:
         if ev.timer is Timer.NOTICE:
