@@ -215,7 +215,7 @@ class SessionActor:
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
 
     def _renderer(self) -> TurnRenderer:
-        return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id))
+        return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id), self.process.caps.profile)
 
     # -- public, called from other tasks -----------------------------------
 
@@ -589,7 +589,9 @@ class SessionActor:
         cancel, facts.md §5; a cancelled turn that outlived its drain deadline): closed where
         the agent offers it (``close``), then taken up again (``take_up``:
         ``AcpSession.open(Resume)``), or, the old one left for good (its prompt still open),
-        replaced by a fresh session told the conversation."""
+        replaced by a fresh session told the conversation. For an agent whose profile says a
+        cancel breaks the session's history (``AgentProfile.cancel_breaks_history``), never
+        taken up again: a fresh session told the conversation."""
         old = self.acp.id
         if close:
             await self.acp.close(CLOSE_TIMEOUT)
@@ -599,7 +601,10 @@ class SessionActor:
         async def servers() -> list[dict[str, Any]]:
             return self.mcp_servers
 
-        self._opening(await self.acp.open(Resume(old) if old is not None and take_up else New(lost=True), servers))
+        # fast-agent: the session's history holds what a cancel left (an empty assistant
+        # message the model API refuses): taken up again it would fail again.
+        resume = take_up and not self.process.caps.profile.cancel_breaks_history
+        self._opening(await self.acp.open(Resume(old) if old is not None and resume else New(lost=True), servers))
 
     async def _close_then(self, seq: int) -> None:
         """``turn.CloseSession``: close the session, then tell the machine (``SessionClosed``)."""

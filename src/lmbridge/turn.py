@@ -28,7 +28,10 @@ is the turn's, and the job is attached to it when there is one:
                and the agent waits on the answers the next request brings. Its
                output is kept for that request (bounded in bytes).
 ``DRAINING``   ``session/cancel`` was sent; the prompt has not ended. Its output
-               is dropped, jobs wait, a deadline runs.
+               is dropped, jobs wait, a deadline runs. Past the deadline the
+               session is closed (``CloseSession``), then replaced: taken up
+               again if the prompt has ended by then, else a fresh session (an
+               ACP session with a prompt open is never prompted again).
 ``CLOSED``     the session is over; every job and permission has been answered.
 
 Output of a turn that has ended (``IDLE``, ``STARTING``, ``DRAINING``) is never
@@ -414,6 +417,7 @@ class Renderer(Protocol):
     def update(self, raw: Any) -> list[Part]: ...
     def known(self, tool_call_id: object) -> Mapping[str, Any] | None: ...
     def permission_tool(self, raw: Any) -> list[Part]: ...
+    def declined(self, tool_call_id: object) -> None: ...
     def close(self) -> list[Part]: ...
 
 
@@ -447,6 +451,7 @@ class _Call:
     token: str = ""
     options: tuple[permissions.Option, ...] = ()
     shown_in: int | None = None  # the job whose response showed it
+    tool_call_id: str | None = None  # the agent's toolCallId of a permission
 
     @property
     def tool(self) -> bool:
@@ -731,13 +736,15 @@ class TurnMachine:
             self._keep(parts)
         if isinstance(decision, permissions.Decline):
             self._say(f"\n\n{decision.line}\n\n")
+            if decision.outcome != CANCELLED_OUTCOME:
+                self.renderer.declined(request.tool_call_id)
             self._fx.append(Respond(ev.rid, ev.call_id, decision.outcome))
             self._fx.append(Log("info", "permission declined without a card", {"reason": decision.reason, "tool": request.tool}))
             return
         card = decision.card
         tool_input = {"title": card.title, "message": card.message, "approvalToken": ev.token}
         part = {"type": "tool_call", "callId": ev.call_id, "name": card.tool, "input": tool_input}
-        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, request.options)
+        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, request.options, tool_call_id=request.tool_call_id)
         if self.state is State.STREAMING:
             self._show(call)
 
@@ -774,7 +781,10 @@ class TurnMachine:
         if call.tool:
             self._fx.append(ResolveTool(call_id, answer, job_id))
         else:
-            self._fx.append(Respond(call.rid, call_id, permissions.outcome(call.options, answer)))
+            outcome = permissions.outcome(call.options, answer)
+            if answer is Answer.REJECT and outcome != CANCELLED_OUTCOME:
+                self.renderer.declined(call.tool_call_id)
+            self._fx.append(Respond(call.rid, call_id, outcome))
 
     def _on_timer(self, ev: TimerFired) -> None:
         if ev.timer is Timer.NOTICE:
