@@ -318,11 +318,11 @@ async def test_a_flood_on_both_pipes_and_over_long_lines_at_once(daemon: Any, ho
 
 async def test_an_agent_that_freezes_mid_session_answers_each_request_once(daemon: Any, hostile: Any) -> None:
     """The agent answers one prompt, then stops answering anything. The frozen turn ends on
-    Stop; a new chat is answered once: by an error naming the agent (the start bound, 10 s
-    here), by a process that answers, or, when its prompt reached the frozen process (a
+    Stop; a new chat is answered once: by an error naming the agent (the start and session
+    bounds, 10 s here), by a process that answers (the frozen one replaced), or, when its prompt reached the frozen process (a
     spare session opened before the freeze), on Stop, as any turn that streams nothing."""
     agent = hostile("freeze")
-    async with bridge(daemon, agent, LMBRIDGE_DRAIN_TIMEOUT="1", LMBRIDGE_START_TIMEOUT="10") as client:
+    async with bridge(daemon, agent, LMBRIDGE_DRAIN_TIMEOUT="1", LMBRIDGE_START_TIMEOUT="10", LMBRIDGE_SESSION_TIMEOUT="10") as client:
         first = await chat(client, agent, [user("hi")])
         assert text_of(first) == "ok"
         history = [user("hi"), assistant(first.parts), user("more")]
@@ -357,7 +357,7 @@ MALFORMED_NEW = ["null", "no-session", "numeric-session", "empty-session", "junk
 async def test_malformed_starts_are_each_answered_once_naming_the_agent(daemon: Any, hostile: Any, tmp_path: Path) -> None:
     """Each garbage answer to initialize (with a good session/new) and to session/new (with
     a good initialize), two new chats each (one for those never answered: each costs the
-    start bound, 10 s here): every chat answered exactly once, by its agent's answer or an
+    start or session bound, 10 s here): every chat answered exactly once, by its agent's answer or an
     error naming the agent and what it waited on; the daemon stays up."""
     agents = [Hostile(tmp_path, "malformed-start", "--init", how, "--new", "valid") for how in MALFORMED_INIT]
     agents += [Hostile(tmp_path, "malformed-start", "--init", "valid", "--new", how) for how in MALFORMED_NEW]
@@ -365,7 +365,7 @@ async def test_malformed_starts_are_each_answered_once_naming_the_agent(daemon: 
         how = "-".join(agent.spec["args"][-3::2])
         agent.id = agent.spec["id"] = f"start-{how}"
     outcome: dict[str, list[str]] = {}
-    async with daemon(agents=[a.spec for a in agents], env={"LMBRIDGE_START_TIMEOUT": "10"}) as client:
+    async with daemon(agents=[a.spec for a in agents], env={"LMBRIDGE_START_TIMEOUT": "10", "LMBRIDGE_SESSION_TIMEOUT": "10"}) as client:
         for agent in agents:
             for n in range(1 if agent.id in SILENT else 2):
                 call = await chat(client, agent, [user(f"chat {n}")])

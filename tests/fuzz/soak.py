@@ -280,7 +280,7 @@ def modes_part(where: Path, rounds: int) -> dict[str, Any]:
 
     starts = [spec(f"start-{i}-{n}", "malformed-start", "--init", i, "--new", n) for i in INIT_ANSWERS for n in NEW_ANSWERS]
     agents = [spec("freeze", "freeze", "--after", "1"), spec("flood", "flood", "--lines", "120000", "--long-mb", "64", "--long-count", "2"), *starts]
-    daemon = start(where, "modes", agents, env={"LMBRIDGE_START_TIMEOUT": "10", "LMBRIDGE_DRAIN_TIMEOUT": "1"})
+    daemon = start(where, "modes", agents, env={"LMBRIDGE_START_TIMEOUT": "10", "LMBRIDGE_SESSION_TIMEOUT": "10", "LMBRIDGE_DRAIN_TIMEOUT": "1"})
     sampler = Sampler(daemon, every=0.02)
     violations: list[str] = []
     outcomes: Counter[str] = Counter()
