@@ -22,7 +22,7 @@ from lmbridge.client import assistant, text_of, user
 
 pytestmark = pytest.mark.anyio
 
-LIMIT = 90  # seconds a test may take (each under 8 on an idle machine, most of it the daemon's bounds)
+LIMIT = 120  # seconds a test may take (each under 8 on an idle machine, most of it the daemon's bounds)
 SESSION = "3"  # seconds the daemon gives a running process to answer a session request
 RESUME = {"agentCapabilities": {"sessionCapabilities": {"resume": {}, "close": {}}}}
 
