@@ -86,10 +86,13 @@ def test_result_content_text_image_json():
                 {"type": "text", "value": "hello"},
                 {"type": "data", "mimeType": "image/png", "data": "aGk="},
                 {"type": "data", "mimeType": "application/json", "data": "eyJhIjogMX0="},
+                {"type": "data", "mimeType": "cache_control", "data": "ZXBoZW1lcmFs"},  # Copilot's marker: not the tool's
+                {"type": "data", "mimeType": "stateful_marker", "data": "eA=="},
             ],
         }
     )
     out = result_content(part)
+    assert len(out) == 3
     assert out[0] == types.TextContent(type="text", text="hello")
     assert out[1] == types.ImageContent(type="image", data="aGk=", mime_type="image/png")
     assert '"mimeType": "application/json"' in out[2].text and '{\\"a\\": 1}' in out[2].text

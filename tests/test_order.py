@@ -20,7 +20,7 @@ import anyio
 import pytest
 from test_daemon import eventually, ok
 
-from lmbridge.client import Call, assistant, text_of, user
+from lmbridge.client import Call, approve, assistant, chat_options, text_of, tool_calls, user
 from lmbridge.transcript import CONTEXT_OPEN
 
 pytestmark = pytest.mark.anyio
@@ -112,6 +112,45 @@ async def test_a_stop_then_a_message_that_keeps_the_partial_answer_continue_the_
     assert [e["sessionId"] for e in agent.events("session_new")] == ["s1"]
     prompts = agent.prompts()
     assert [p["sessionId"] for p in prompts] == ["s1", "s1"] and prompts[1]["text"] == "question two"
+
+
+@pytest.mark.parametrize("shape", ["round_kept", "turn_dropped"])
+async def test_a_stop_while_an_approved_command_runs_keeps_the_session(scripted: Any, shared: Any, shape: str) -> None:
+    """A Stop after the user allowed a command, while it runs. VS Code's next request keeps
+    the round that showed the card, or drops the stopped turn whole: either way the chat
+    goes on in its own session (not a fresh one told the conversation), and the agent is
+    sent the new words only."""
+    command = {"toolCall": {"toolCallId": "x1", "title": "Run make", "kind": "execute", "rawInput": {"command": "make"}}}
+    agent = scripted({
+        "initialize": RESUMABLE,
+        "turns": [
+            [{"text": "First answer."}],
+            [{"permission": command, "id": "p1"}, {"branch": "p1", "allow": [{"text": "Running make."}, {"sleep": 30}]}],
+            [{"text": "Fine, stopped."}],
+        ],
+    })
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("question one")], timeout=LIMIT)
+            history = [user("question one"), assistant(first.parts), user("run make")]
+            ask = await c.chat(agent.id, history, timeout=LIMIT)
+            ok(ask, "tool_calls")
+            allowed = [*history, assistant(ask.parts), approve(tool_calls(ask)[0])]
+            running = await c.start(CHAT, {"modelId": agent.id, "messages": allowed, "options": chat_options()})
+            await eventually(lambda: running.parts, timeout=LIMIT, what="the command's output")
+            await c.cancel(running)
+            with anyio.fail_after(LIMIT):
+                await running.done.wait()
+            assert running.result == {"stopReason": "cancelled"}
+            kept = allowed if shape == "round_kept" else history
+            after = await c.chat(agent.id, [*kept, user("never mind")], timeout=LIMIT)
+            ok(after)
+            assert text_of(after) == "Fine, stopped."
+    assert [o["kind"] for o in agent.outcomes()] == ["allow_once"]
+    assert [e["sessionId"] for e in agent.events("session_new")] == ["s1"]
+    prompts = agent.prompts()
+    assert [p["sessionId"] for p in prompts] == ["s1", "s1", "s1"] and prompts[2]["text"] == "never mind"
+    prompts_never_overlap(agent)
 
 
 # ---------------------------------------------------------------- 2. a stopped turn the agent never ends

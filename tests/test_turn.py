@@ -405,6 +405,24 @@ def test_no_action_tool_offered_declines_and_says_so() -> None:
     assert not of(fx, Respond) and [e.part["name"] for e in of(fx, Emit) if e.part["type"] == "tool_call"] == [READ_TOOL]
 
 
+def test_a_call_declined_without_a_card_and_left_open_reads_as_declined() -> None:
+    """Declined in Ask mode (the reject option, no card); the agent ends its turn without
+    closing the call (codex-acp): the call reads as declined, not "ended without a result"."""
+    d = Driver()
+    d(job(1, tools=frozenset({READ_TOOL})))
+    d(Ready())
+    d(ask(1, "execute", "Run make"))
+    fx = d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert "✗ **Run make** (execute) declined" in texts(fx) and "ended without a result" not in texts(fx)
+
+
+def test_a_call_the_user_stopped_is_not_declined() -> None:
+    """A Stop answers the card ``cancelled``: nobody declined it (its output is dropped)."""
+    d = awaiting()
+    d(job(2, has_prompt=True, cancel_first=True))
+    assert d.state is State.DRAINING and d.m.renderer.tools == {}
+
+
 def test_answers_allow_only_with_allow_and_never_for_a_cancelled_request() -> None:
     d = awaiting()
     fx = d(job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}, cancelled=True))
@@ -528,7 +546,8 @@ def test_codex_ends_its_turn_cancelled_on_a_reject_and_vs_code_sees_a_finished_a
     d(job(2, has_prompt=False, answers={"call-7": Answer.REJECT}))
     fx = d(PromptEnded(d.prompt().seq, "cancelled"))
     assert of(fx, Finish) == [Finish(2, "end_turn", Last.DONE)]
-    assert texts(fx).strip() == "_Run ls: ended without a result._"  # the card's tool call, closed
+    # The card's tool call, closed as what it was: declined (codex never closes it).
+    assert texts(fx).strip() == "✗ **Run ls** (execute) declined"
     assert of(fx, SendCancel) == [] and d.state is State.IDLE and not d.m.after_cancel  # the next prompt is not watched
 
 
@@ -688,6 +707,20 @@ class TurnInterleavings(RuleBasedStateMachine):
     def ready(self, error: str | None, lost: bool) -> None:
         self.starts -= 1
         self.feed(Ready(error, lost=lost))
+
+    @precondition(lambda self: self.d.m.job is not None)
+    @rule()
+    def stop_the_streaming_job(self) -> None:
+        """A Stop of the request that streams (a random cancel rarely hits it)."""
+        job = self.d.m.job
+        assert job is not None
+        self.feed(CancelJob(job.id))
+
+    @precondition(lambda self: self.d.m.state is State.DRAINING and self.d.m.prompt_open)
+    @rule()
+    def drain_deadline(self) -> None:
+        """The live drain deadline fires (the agent has not ended the cancelled turn)."""
+        self.feed(TimerFired(Timer.DRAIN, self.d.m.prompt_seq))
 
     @rule(text=st.text(max_size=30))
     def update(self, text: str) -> None:

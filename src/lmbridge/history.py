@@ -535,7 +535,30 @@ class HistoryCore:
             tail = conv[n - 1 :]
             if not tail or tail[0].role == "user":
                 return CLASSIFICATION[(False, s.last, has_user_content(tail))], n - 1
+        if s.last in (Last.CANCELLED, Last.PENDING, Last.INTERRUPTED):
+            # A turn the user stopped, every round of it absent: VS Code may drop a stopped
+            # turn whole, the rounds before the one stopped (a card answered, a command run)
+            # with it. Those rounds are all the daemon's own (answers, and tool results
+            # only); the request must align up to the user's words that began the turn,
+            # and bring new words. As the row of a last response absent.
+            k = HistoryCore._turn_start(s)
+            if k < n - 1 and HistoryCore._aligned(s, conv, k):
+                tail = conv[k:]
+                if tail and tail[0].role == "user" and has_user_content(tail):
+                    return CLASSIFICATION[(False, s.last, True)], k
         return Kind.DIVERGENCE, 0
+
+    @staticmethod
+    def _turn_start(s: Session) -> int:
+        """The index of the first item of the last turn's response: after the last user item
+        with words (the items after it are answers and tool results)."""
+        k = len(s.items)
+        while k > 0:
+            item = s.items[k - 1]
+            if item.role == "user" and (not item.result_ids or item.words != _EMPTY):
+                break
+            k -= 1
+        return k
 
     def plan(self, model_id: str, messages: Sequence[Message]) -> Plan:
         """Where a chat request goes, deciding nothing else and changing nothing.

@@ -242,12 +242,11 @@ class HistoryActor:
 
     async def _prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
         from lmbridge.acp.session import probe
-        from lmbridge.session_actor import START_TIMEOUT
 
         proc, me = self.pool.process(spec, cwd), object()
         sink = anyio.create_memory_object_stream[Any](math.inf)[0]  # AgentGone, if it dies: nobody to tell
         try:
-            with anyio.fail_after(START_TIMEOUT):
+            with anyio.fail_after(self.pool.start_timeout + self.pool.session_timeout):
                 conn = await proc.connect(me, sink)
                 log.info("agent pre-warmed", agent=spec.id)
                 proc.want_spare()

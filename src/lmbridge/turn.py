@@ -28,7 +28,10 @@ is the turn's, and the job is attached to it when there is one:
                and the agent waits on the answers the next request brings. Its
                output is kept for that request (bounded in bytes).
 ``DRAINING``   ``session/cancel`` was sent; the prompt has not ended. Its output
-               is dropped, jobs wait, a deadline runs.
+               is dropped, jobs wait, a deadline runs. Past the deadline the
+               session is closed (``CloseSession``), then replaced: taken up
+               again if the prompt has ended by then, else a fresh session (an
+               ACP session with a prompt open is never prompted again).
 ``CLOSED``     the session is over; every job and permission has been answered.
 
 Output of a turn that has ended (``IDLE``, ``STARTING``, ``DRAINING``) is never
@@ -46,6 +49,7 @@ a decline, a refusal) and which option an answer selects is the permission rule'
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -63,6 +67,8 @@ GATHER = 0.1
 DRAIN = 10.0
 #: Seconds an agent may take to start before the user is told it is starting.
 START_NOTICE = 0.5
+#: Seconds between the lines that say a start still waits (after the first notice).
+START_PROGRESS = 10.0
 #: Bytes of text kept for the next request of an open turn (issue #16).
 BUFFER_LIMIT = 1 << 20
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
@@ -411,12 +417,16 @@ class Renderer(Protocol):
     def update(self, raw: Any) -> list[Part]: ...
     def known(self, tool_call_id: object) -> Mapping[str, Any] | None: ...
     def permission_tool(self, raw: Any) -> list[Part]: ...
+    def declined(self, tool_call_id: object) -> None: ...
     def close(self) -> list[Part]: ...
 
 
-def start_notice(agent: str) -> str:
-    """The text part shown when ``agent`` takes longer than ``notice`` seconds to start."""
-    return f"_Starting {agent}…_\n\n"
+def start_notice(agent: str, waited: float | None = None) -> str:
+    """The text part shown when ``agent`` takes longer than ``notice`` seconds to start;
+    with ``waited`` (seconds), each later line while it still starts."""
+    if waited is None:
+        return f"_Starting {agent}…_\n\n"
+    return f"_Starting {agent}: still waiting after {waited:.0f} s (a first start may be downloading it)…_\n\n"
 
 
 def is_start_notice(text: object) -> bool:
@@ -441,6 +451,7 @@ class _Call:
     token: str = ""
     options: tuple[permissions.Option, ...] = ()
     shown_in: int | None = None  # the job whose response showed it
+    tool_call_id: str | None = None  # the agent's toolCallId of a permission
 
     @property
     def tool(self) -> bool:
@@ -463,12 +474,15 @@ class TurnMachine:
         drain: float = DRAIN,
         gather: float = GATHER,
         notice: float = START_NOTICE,
+        progress: float = START_PROGRESS,
         buffer_limit: int = BUFFER_LIMIT,
     ) -> None:
         self.agent = agent
         self.renderer = renderer
         self.drain, self.gather, self.notice, self.buffer_limit = drain, gather, notice, buffer_limit
+        self.progress = progress  # seconds between "still starting" lines
         self.starts = 0
+        self.notices = 0  # start notices shown for the current start
         self.state = State.IDLE
         self.started = False  # the agent is running
         self.job: JobInfo | None = None  # the job streaming (or being started/recovered for)
@@ -540,6 +554,7 @@ class TurnMachine:
             self.job = job
             self.starts += 1
             self._go(State.STARTING)
+            self.notices = 0
             self._fx.append(StartTimer(Timer.NOTICE, self.notice, self.starts))
             self._fx.append(StartAgent(job.id))
         else:
@@ -721,13 +736,15 @@ class TurnMachine:
             self._keep(parts)
         if isinstance(decision, permissions.Decline):
             self._say(f"\n\n{decision.line}\n\n")
+            if decision.outcome != CANCELLED_OUTCOME:
+                self.renderer.declined(request.tool_call_id)
             self._fx.append(Respond(ev.rid, ev.call_id, decision.outcome))
             self._fx.append(Log("info", "permission declined without a card", {"reason": decision.reason, "tool": request.tool}))
             return
         card = decision.card
         tool_input = {"title": card.title, "message": card.message, "approvalToken": ev.token}
         part = {"type": "tool_call", "callId": ev.call_id, "name": card.tool, "input": tool_input}
-        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, request.options)
+        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, request.options, tool_call_id=request.tool_call_id)
         if self.state is State.STREAMING:
             self._show(call)
 
@@ -764,12 +781,19 @@ class TurnMachine:
         if call.tool:
             self._fx.append(ResolveTool(call_id, answer, job_id))
         else:
-            self._fx.append(Respond(call.rid, call_id, permissions.outcome(call.options, answer)))
+            outcome = permissions.outcome(call.options, answer)
+            if answer is Answer.REJECT and outcome != CANCELLED_OUTCOME:
+                self.renderer.declined(call.tool_call_id)
+            self._fx.append(Respond(call.rid, call_id, outcome))
 
     def _on_timer(self, ev: TimerFired) -> None:
         if ev.timer is Timer.NOTICE:
             if self.state is State.STARTING and ev.tag == self.starts and self.job is not None and not self.recovering:
-                self._emit(_text(start_notice(self.agent)))
+                waited = self.notice + self.notices * self.progress if self.notices else None
+                self._emit(_text(start_notice(self.agent, waited)))
+                self.notices += 1
+                if math.isfinite(self.progress):  # the next line, while it still waits
+                    self._fx.append(StartTimer(Timer.NOTICE, self.progress, self.starts))
         elif ev.timer is Timer.GATHER:
             if self.state is State.STREAMING and ev.tag == self.generation and self.job is not None:
                 shown = [c for c in self.calls.values() if c.shown_in == self.job.id]

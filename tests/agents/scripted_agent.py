@@ -44,6 +44,11 @@ Scenario JSON (all keys optional)::
                                      (logged auth_refused). Signed in: an authenticate call
                                      (logged authenticate, methodId), or login_file existing
                                      when the process started (a login made in a terminal)
+      "freeze_at_new": n             the process's n-th session/new freezes it: nothing more is
+                                     answered or sent (turns streaming stop mid-write), stdin
+                                     is no longer read (logged frozen); only a signal ends it
+      "pid_session_ids": false       true: sessionIds are s<n>-<pid>, so two processes never
+                                     open the same one (real agents use UUIDs)
     }
 
 Steps (the first key decides):
@@ -393,6 +398,7 @@ class ScriptedAgent:
         self.log_file = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
         self.next_request_id = 0
         self.session_count = 0
+        self.news = 0  # session/new requests received
         self.session_cwd: dict[str, str] = {}
         self.session_mcp: dict[str, list[dict[str, Any]]] = {}
         self.mcp: McpStdio | None = None  # type: ignore[assignment]
@@ -528,6 +534,8 @@ class ScriptedAgent:
                 "agentInfo": {"name": "scripted-agent", "version": "0"},
             }
             self.reply(rid, deep_merge(result, self.scenario.get("initialize", {})))
+        elif method == "session/new" and self.freezes():
+            pass
         elif method == "session/new" and self.needs_login("new"):
             self.reply_error(rid, -32000, self.scenario["auth_required"].get("message", "Authentication required"), None)
         elif method == "session/new":
@@ -535,7 +543,7 @@ class ScriptedAgent:
                 self.session_count += 1
                 while f"s{self.session_count}" in self.session_cwd:  # a resumed session holds it
                     self.session_count += 1
-                sid = f"s{self.session_count}"
+                sid = f"s{self.session_count}" + (f"-{os.getpid()}" if self.scenario.get("pid_session_ids") else "")
                 self.session_cwd[sid] = params.get("cwd", ".")
                 self.session_mcp[sid] = params.get("mcpServers") or []
             self.log_event("session_new", sessionId=sid, cwd=params.get("cwd"), mcpServers=params.get("mcpServers"))
@@ -566,6 +574,16 @@ class ScriptedAgent:
             self.start_turn(rid, params)
         else:
             self.reply_error(rid, -32601, "Method not found", {"method": method})
+
+    def freezes(self) -> bool:
+        """Count a session/new; at the scenario's ``freeze_at_new``-th, freeze (never returns)."""
+        self.news += 1
+        if self.scenario.get("freeze_at_new") != self.news:
+            return False
+        self.log_event("frozen", at="session/new", n=self.news)
+        self.out_lock.acquire()  # every write, of every turn, waits forever
+        threading.Event().wait()
+        return True
 
     def needs_login(self, at: str) -> bool:
         """Whether ``at`` ("new", "prompt") fails for want of a login (scenario ``auth_required``)."""
