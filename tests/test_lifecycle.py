@@ -36,7 +36,7 @@ async def stop_while_streaming(c: Any, agent: Any, text: str = "one") -> Any:
     call = await c.start(CHAT, {"modelId": agent.id, "messages": [user(text)], "options": {}})
     await eventually(lambda: call.parts, what="the first part")
     await c.cancel(call)
-    with anyio.fail_after(2):
+    with anyio.fail_after(10):  # ms idle
         await call.done.wait()
     assert call.result == {"stopReason": "cancelled"}
     return call
@@ -100,10 +100,11 @@ async def test_bug3_eof_while_an_agent_starts_answers_the_request_and_stops_the_
             await eventually(pidfile.exists, what="the agent started")
             pid = int(pidfile.read_text())
             started = time.monotonic()
-            code = await c.close(timeout=10)
+            code = await c.close(timeout=50)
             took = time.monotonic() - started
     assert call.done.is_set() and call.error is not None, "the request read before EOF was never answered"
-    assert code == 0 and took < 8, f"the daemon took {took:.1f} s to exit after EOF"
+    # ~2 s idle (stdin closed, 2 s, SIGTERM); not when the agent's 60 s start bound ends
+    assert code == 0 and took < 50, f"the daemon took {took:.1f} s to exit after EOF"
     await eventually(lambda: not alive(pid), what="the agent to be gone")
 
 
@@ -199,12 +200,12 @@ async def test_sigterm_ends_the_daemon_like_eof(scripted: Any, daemon: Any) -> N
             pids = agent.pids()
             started = time.monotonic()
             c.process.terminate()
-            with anyio.fail_after(8):
+            with anyio.fail_after(25):
                 await call.done.wait()
                 code = await c.process.wait()
             took = time.monotonic() - started
     assert call.error is not None  # answered, not left hanging
-    assert code == 0 and took < 8
+    assert code == 0 and took < 25  # ~0.3 s idle; not when the turn's sleep 30 ends
     assert not [p for p in pids if alive(p)]
 
 
