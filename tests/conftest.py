@@ -153,7 +153,7 @@ def scripted(tmp_path: Path) -> Iterator[Callable[..., ScriptedAgent]]:
 
 
 def assert_gone(agent: ScriptedAgent, message: str) -> None:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # its daemon has exited: the agents are gone, or going (ms)
     while any(alive(pid) for pid in agent.pids()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [pid for pid in agent.pids() if alive(pid)], f"{message}: {agent.id}"
@@ -212,6 +212,9 @@ def daemon(tmp_path: Path) -> Callable[..., Any]:
                 if initialize:
                     await client.initialize(workspace=[str(tmp_path)] if workspace is None else workspace, agents=specs)
                 yield client
+                # EOF; the daemon stops its agents (an agent that ignores EOF and SIGTERM: ~4 s
+                # idle). Past the bound it is killed and its agents outlive it: the test fails.
+                await client.close(timeout=60)
         check_wire(client.unmatched, list(client.calls.values()))
 
     return start
@@ -242,7 +245,7 @@ async def _shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
         async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve"], env=env, stderr=stderr) as client:
             shared = _Shared(client, where / "daemon.stderr", [])
             yield shared
-            assert await client.close(timeout=10) == 0, "the shared daemon did not exit cleanly"
+            assert await client.close(timeout=60) == 0, "the shared daemon did not exit cleanly"  # ~0.5 s idle
     for agent in shared.agents:
         assert_gone(agent, "an agent process outlived the shared daemon")
 

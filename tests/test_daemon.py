@@ -1146,7 +1146,7 @@ async def test_invalid_params(daemon: Any) -> None:
         async with daemon() as c:
             for name, (method, params, says) in INVALID.items():
                 with pytest.raises(RPCError) as err:
-                    await c.request(method, params, timeout=10)
+                    await c.request(method, params, timeout=60)  # ms idle; the first request up to ~0.5 s (imports)
                 assert err.value.code == -32602, (name, err.value)
                 assert says in err.value.message, (name, err.value.message)
             # The daemon is still fine, and started no agent for any of them.
