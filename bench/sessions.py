@@ -2,7 +2,7 @@
 (issue #11 §4). Both drive claude-agent-acp 0.23.1 against the fake Anthropic API
 (``tests/fakes/fake_anthropic.py``), on this machine.
 
-Usage: ``python -m bench.sessions [--chats N] [--runs R] [--gap S] [--spare-session] [--daemon-src DIR] [--out PATH]``
+Usage: ``python -m bench.sessions [--chats N] [--runs R] [--gap S] [--[no-]spare-session] [--daemon-src DIR] [--out PATH]``
 
 - **direct**: one agent process started and ``initialize``d once; each new chat is a
   ``session/new`` and one ``session/prompt``. This is the client the issue measures against.
@@ -11,17 +11,23 @@ Usage: ``python -m bench.sessions [--chats N] [--runs R] [--gap S] [--spare-sess
   Each new chat is one ``lm/provideLanguageModelChatResponse`` with a one-message history.
   It runs twice: cold (the first chat starts the agent) and pre-warmed (the previous run
   left the agent in the index's recently used list; ``initialize`` starts it, then the
-  bench waits for the pre-warm before the first chat). With ``--spare-session``, a spare
-  ACP session is kept ready.
+  bench waits for the pre-warm before the first chat). The daemon keeps a spare ACP
+  session ready (its default); ``--no-spare-session`` measures it without.
 
 Figures, each the median of R runs:
 - the time to answer a new chat, from the request to its answer: the 1st chat, then the
-  2nd…Nth chats, ``--gap`` seconds apart (a user typing; default 0: back to back);
+  2nd…Nth chats, ``--gap`` seconds apart (a user typing the next chat's words; default
+  1.5 s; 0: back to back);
 - the agents' RSS after N chats: the processes under the client (the agent adapter and
   its Claude Code children), plus, for lmbridge, the daemon's own RSS. Sampled 1 s after
   the last chat.
 
-Results go to ``.bench/sessions.json``; the table is printed.
+The targets (docs/performance.md, "New chats and the spare session"), checked for each
+lmbridge run and printed, never failed on (a benchmark on a shared machine reports):
+the 2nd…Nth new chat takes at most ``NEXT_RATIO`` × the direct client's, and the agents'
+RSS is at most the direct client's + ``SPARE_MIB`` (one spare Claude Code).
+
+Results go to ``.bench/sessions.json`` (the targets under ``checks``); the table is printed.
 """
 
 from __future__ import annotations
@@ -42,12 +48,14 @@ import anyio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lmbridge.acp_client import AgentConnection, Incoming, Response  # noqa: E402
+from lmbridge.acp.connection import AgentConnection, Incoming, Response  # noqa: E402
 from lmbridge.client import DaemonClient, user  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.real_agent.claude import agent_environ, claude_agent_command, claude_agent_env  # noqa: E402
 
 CHAT = "lm/provideLanguageModelChatResponse"
+NEXT_RATIO = 0.5  # the 2nd…Nth new chat, at most this × the direct client's
+SPARE_MIB = 250.0  # the agents' RSS, at most the direct client's + this (one spare Claude Code)
 
 
 def tree_rss_kib(root: int, include_root: bool) -> tuple[int, int]:
@@ -159,9 +167,24 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-async def main_async(chats: int, runs: int, gap: float, daemon_src: str | None, spare: bool) -> dict[str, Any]:
+def checks(figures: dict[str, Any]) -> dict[str, Any]:
+    """Each lmbridge run against the targets: its 2nd…Nth chat over the direct client's, its
+    agents' RSS over the direct client's (MiB), and whether each is within its target."""
+    direct = figures["direct"]
+    out: dict[str, Any] = {"next_ratio_max": NEXT_RATIO, "rss_over_direct_max_mib": SPARE_MIB}
+    for name, f in figures.items():
+        if not name.startswith("lmbridge"):
+            continue
+        ratio = f["next_s"] / direct["next_s"] if direct["next_s"] else float("nan")
+        over = f["agents_rss_mib"] - direct["agents_rss_mib"]
+        out[name] = {"next_ratio": round(ratio, 3), "next_ok": ratio <= NEXT_RATIO,
+                     "rss_over_direct_mib": round(over, 1), "rss_ok": over <= SPARE_MIB}  # fmt: skip
+    return out
+
+
+async def main_async(chats: int, runs: int, gap: float, daemon_src: str | None, spare: bool | None) -> dict[str, Any]:
     results: dict[str, list[dict[str, Any]]] = {"direct": [], "lmbridge_cold": [], "lmbridge_prewarmed": []}
-    extra = ["--spare-session"] if spare else []
+    extra = [] if spare is None else ["--spare-session" if spare else "--no-spare-session"]
     with FakeAnthropic([], done_text="Hello.") as fake:
         for _ in range(runs):
             with tempfile.TemporaryDirectory(prefix="bench-sessions-") as tmp:
@@ -180,23 +203,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chats", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--gap", type=float, default=0.0, help="seconds between new chats (default 0: back to back)")
+    parser.add_argument("--gap", type=float, default=1.5, help="seconds between new chats (default 1.5; 0: back to back)")
     parser.add_argument("--daemon-src", help="run lmbridge serve from this src folder (a checkout from before)")
-    parser.add_argument("--spare-session", action="store_true", help="lmbridge serve --spare-session")
+    parser.add_argument(
+        "--spare-session", action=argparse.BooleanOptionalAction, default=None,
+        help="pass lmbridge serve --spare-session or --no-spare-session (default: neither, the daemon's default: on)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "sessions.json")
     args = parser.parse_args(argv)
     os.environ.pop("IS_SANDBOX", None)  # this machine sets it; claude's session/new then fails as root (facts.md §5)
     figures = anyio.run(main_async, args.chats, args.runs, args.gap, args.daemon_src, args.spare_session)
+    figures["checks"] = checks(figures)
     figures["_setup"] = {"chats": args.chats, "runs": args.runs, "gap_s": args.gap, "daemon_src": args.daemon_src, "spare_session": args.spare_session}
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
     direct_next = figures["direct"]["next_s"]
     print(f"{'':22} {'1st chat s':>10} {'2nd..Nth s':>10} {'× direct':>8} {'agents MiB':>10} {'daemon MiB':>10} {'procs':>5}")
     for name, f in figures.items():
-        if name.startswith("_"):
+        if name.startswith("_") or name == "checks":
             continue
         ratio = f["next_s"] / direct_next if direct_next else float("nan")
         print(f"{name:22} {f['first_s']:>10.3f} {f['next_s']:>10.3f} {ratio:>8.2f} {f['agents_rss_mib']:>10.1f} {f.get('daemon_rss_mib', 0):>10.1f} {f['agent_processes']:>5}")
+    for name, c in figures["checks"].items():
+        if isinstance(c, dict):
+            print(f"{name}: 2nd..Nth chat {c['next_ratio']:.2f}× direct (target ≤ {NEXT_RATIO}): {'ok' if c['next_ok'] else 'MISSED'}; "
+                  f"agents' RSS direct {c['rss_over_direct_mib']:+.0f} MiB (target ≤ +{SPARE_MIB:.0f}): {'ok' if c['rss_ok'] else 'MISSED'}")  # fmt: skip
     return 0
 
 

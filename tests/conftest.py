@@ -184,6 +184,10 @@ def children(pid: int) -> list[int]:
 #: Tests compare answers' text exactly: the "Starting <agent>…" line (shown when an
 #: agent takes longer than 0.5 s to start) waits 60 s here, unless a test sets it.
 QUIET_START = {"LMBRIDGE_START_NOTICE": "60"}
+#: The daemon keeps a spare ACP session per agent by default; tests that count the
+#: sessions an agent opened (or which sessionId a chat got) start it without, and tests
+#: of the spare (or of the default) ask for it (``--spare-session``, or no such env).
+NO_SPARE = {"LMBRIDGE_SPARE_SESSION": "0"}
 
 
 @pytest.fixture
@@ -206,7 +210,7 @@ def daemon(tmp_path: Path) -> Callable[..., Any]:
         cwd: str | None = None,
     ) -> AsyncIterator[DaemonClient]:
         specs = [a.spec if isinstance(a, ScriptedAgent) else a for a in agents]
-        env = {**os.environ, **QUIET_START, "LMBRIDGE_LOG_LEVEL": "debug", "XDG_STATE_HOME": str(tmp_path / "state"), **(env or {})}
+        env = {**os.environ, **QUIET_START, **NO_SPARE, "LMBRIDGE_LOG_LEVEL": "debug", "XDG_STATE_HOME": str(tmp_path / "state"), **(env or {})}
         with open(tmp_path / "daemon.stderr", "ab") as stderr:
             async with DaemonClient.spawn([*command, *args], env=env, stderr=stderr, cwd=cwd) as client:
                 if initialize:
@@ -240,7 +244,7 @@ class _Shared:
 @pytest.fixture(scope="module")
 async def _shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[_Shared]:
     where = tmp_path_factory.mktemp("shared-daemon")
-    env = {**os.environ, **QUIET_START, "LMBRIDGE_LOG_LEVEL": "debug", "XDG_STATE_HOME": str(where / "state")}
+    env = {**os.environ, **QUIET_START, **NO_SPARE, "LMBRIDGE_LOG_LEVEL": "debug", "XDG_STATE_HOME": str(where / "state")}
     with open(where / "daemon.stderr", "ab") as stderr:
         async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve"], env=env, stderr=stderr) as client:
             shared = _Shared(client, where / "daemon.stderr", [])

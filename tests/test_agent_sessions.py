@@ -190,14 +190,18 @@ async def test_the_agent_used_last_starts_right_after_initialize(scripted: Any, 
     assert len(agent.events("session_new")) == 1
 
 
-async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, daemon: Any) -> None:
-    """``--spare-session``: after a chat opens its session, one more is opened ahead, with its
-    own tools endpoint; the next new chat takes it (no session/new while it waits), and
-    its VS Code tools appear on that endpoint."""
+@pytest.mark.parametrize("how", ["default", "option"])
+async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, daemon: Any, how: str) -> None:
+    """The spare session (on by default; ``--spare-session`` wins over
+    ``$LMBRIDGE_SPARE_SESSION=0``): after a chat opens its session, one more is opened
+    ahead, with its own tools endpoint; the next new chat takes it (no session/new while it
+    waits), and its VS Code tools appear on that endpoint."""
     agent = scripted({"turns": [[{"text": "first"}], [{"mcp_connect": {}}, {"mcp_list": True}, {"text": "listed"}]]})
     tools = {"tools": [{"name": "search_workspace", "description": "Search", "inputSchema": {"type": "object"}}], "toolMode": "auto"}
     with anyio.fail_after(LIMIT):
-        async with daemon([agent], args=["--spare-session"]) as c:
+        # The fixture turns spares off ($LMBRIDGE_SPARE_SESSION=0): "default" unsets it.
+        args, env = (["--spare-session"], {}) if how == "option" else ([], {"LMBRIDGE_SPARE_SESSION": ""})
+        async with daemon([agent], args=args, env=env) as c:
             ok(await c.chat(agent.id, [user("first chat")]))
             await eventually(lambda: len(agent.events("session_new")) == 2, what="the spare session")
             spare = agent.events("session_new")[1]
@@ -425,34 +429,3 @@ async def test_a_late_answer_after_a_daemon_restart_wakes_the_dormant_session(sc
     assert_woken(agent, "skip")
 
 
-async def test_busy_keeps_the_resume_token_of_a_returning_chat(scripted: Any, daemon: Any, tmp_path: Path) -> None:
-    """One session allowed: chat B's closes chat A's (A sleeps); A comes back while B streams
-    and is refused ("busy"); A's retry, once B is done, still resumes A's own session."""
-    gate = tmp_path / "b-may-finish"
-    agent = scripted({"initialize": CAPS["resume"], "turns_per_session": True, "turns": [
-        [{"text": "First answer."}],
-    ], "default_turn": [{"text": "ok"}]})  # fmt: skip
-    b_turn = [{"text": "B streams"}, {"sleep": 60}]
-    with anyio.fail_after(LIMIT * 2):
-        async with daemon([agent], args=["--max-agent-processes", "1"]) as c:
-            a_first = await c.chat(agent.id, [user("chat A")])
-            ok(a_first)
-            agent.write({"initialize": CAPS["resume"], "turns_per_session": True, "turns": [b_turn], "default_turn": [{"text": "A resumed."}]})
-            # The scenario is read when a process starts: B's long turn needs a new one.
-            (pid,) = agent.pids()
-            os.kill(pid, 9)
-            await eventually(lambda: not alive(pid), what="the agent gone")
-            b = await c.start(CHAT, {"modelId": agent.id, "messages": [user("chat B")], "options": {}})
-            await eventually(lambda: b.parts, what="chat B streaming")
-            a_history = [user("chat A"), assistant(a_first.parts), user("A again")]
-            busy = await c.chat(agent.id, a_history)
-            assert busy.error is not None and "busy" in busy.error.message
-            await c.cancel(b)
-            gate.touch()
-            retry = await c.chat(agent.id, a_history)
-            ok(retry)
-            assert text_of(retry) == "A resumed."
-    resumed = [f["params"]["sessionId"] for f in agent.frames("session/resume")]
-    assert resumed[-1] == "s1"
-    last = agent.prompts()[-1]
-    assert last["sessionId"] == "s1" and [b["text"] for b in last["blocks"]] == ["A again"]

@@ -92,7 +92,7 @@ async def test_agent_frames_the_daemon_cannot_use_are_dropped_and_the_turn_goes_
 def test_an_agents_error_names_its_reason() -> None:
     """The reason of an agent's JSON-RPC error: data.message (codex-acp), data.details
     (fast-agent), or data itself when it is a string."""
-    from lmbridge.acp_client import AgentError
+    from lmbridge.acp.connection import AgentError
 
     fast = AgentError("session/new", {"code": -32603, "message": "Internal error", "data": {"details": "Runtime MCP server 'vscode' is already registered with different settings"}})
     assert str(fast) == "session/new: Internal error (code -32603): Runtime MCP server 'vscode' is already registered with different settings"
@@ -105,7 +105,7 @@ def test_an_agents_error_names_its_reason() -> None:
 def test_agent_error_reason_in_data_details() -> None:
     """The ACP TypeScript SDK's internal errors carry the reason in data.details
     (gemini-cli 0.61.0's session/load): it is part of the message."""
-    from lmbridge.acp_client import AgentError
+    from lmbridge.acp.connection import AgentError
 
     error = {"code": -32603, "message": "Internal error", "data": {"details": "No previous sessions found for this project."}}
     assert str(AgentError("session/load", error)) == "session/load: Internal error (code -32603): No previous sessions found for this project."
@@ -115,7 +115,7 @@ def test_an_agents_error_reason_is_the_model_apis_message() -> None:
     """codex-acp 0.16.0 fails a prompt whose model call failed with -32603 "Internal error"
     and the API's error body, as it came, in data.message (seen against the fake Responses
     API): the user reads the API's message, not the JSON around it."""
-    from lmbridge.acp_client import AgentError, error_reason
+    from lmbridge.acp.connection import AgentError, error_reason
 
     body = '{"error": {"message": "Rate limit reached for gpt-5.4", "type": "invalid_request_error", "param": null, "code": "rate_limit_exceeded"}}'
     error = AgentError("session/prompt", {"code": -32603, "message": "Internal error", "data": {"message": body}})

@@ -219,7 +219,9 @@ async def test_agent_processes_stay_under_the_cap_and_an_evicted_chat_continues(
     conversation; when every session is busy the new chat is told so. The demo agent
     answers each chat differently ("You said: ..."), so each chat is told apart. The cap
     comes as ``--max-agent-processes`` or as the shim passes it, ``$LMBRIDGE_MAX_AGENT_PROCESSES``."""
-    args, env = (["--max-agent-processes", "2"], {}) if how == "option" else ([], {"LMBRIDGE_MAX_AGENT_PROCESSES": "2"})
+    # No wait for a free session: the third busy chat below is refused at once (its wait:
+    # tests/test_session_cap.py).
+    args, env = (["--max-agent-processes", "2", "--session-wait", "0"], {}) if how == "option" else ([], {"LMBRIDGE_MAX_AGENT_PROCESSES": "2", "LMBRIDGE_SESSION_WAIT": "0"})
     with anyio.fail_after(LIMIT * 2):
         async with daemon([], args=args, env=env) as c:
             first = await c.chat("demo", [user("chat 0")])

@@ -13,7 +13,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from lmbridge.agent_pool import Capabilities
+from lmbridge.acp.process import Capabilities
 from lmbridge.mcp_bridge import (
     CLOSED_TEXT,
     McpHost,
@@ -48,9 +48,9 @@ def test_select_tools_filters_own_tool_and_globs():
 
 def test_agents_with_one_mcp_registry_per_process():
     fast = {"protocolVersion": 1, "agentCapabilities": {}, "agentInfo": {"name": "fast-agent-acp", "version": "0.10.48"}}
-    assert Capabilities.of(fast).shared_mcp_registry
+    assert Capabilities.of(fast).profile.shared_mcp_registry
     for other in ({"agentInfo": {"name": "claude-agent-acp"}}, {"agentInfo": "fast-agent-acp"}, {}):
-        assert not Capabilities.of(other).shared_mcp_registry
+        assert not Capabilities.of(other).profile.shared_mcp_registry
     assert server_name("s1") == "vscode" and server_name("s1", per_session=True) == "vscode-s1"
 
 

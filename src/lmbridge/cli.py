@@ -7,6 +7,7 @@ fast (the shim waits for its ``initialize`` answer).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -47,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
         "(default: $LMBRIDGE_MAX_AGENT_PROCESSES, else 4)",
     )
     serve.add_argument(
+        "--session-wait", type=float, metavar="SECONDS",
+        help="how long a new chat waits for a free session when all --max-agent-processes of its agent are busy "
+        "(answering, or showing a permission card) before it is refused (default: $LMBRIDGE_SESSION_WAIT, else 120; 0: at once)",
+    )  # fmt: skip
+    serve.add_argument(
         "--state-dir", type=Path, metavar="DIR",
         help="where the session index lives (default $XDG_STATE_HOME/lmbridge, else ~/.local/state/lmbridge)",
     )  # fmt: skip
@@ -56,9 +62,9 @@ def _parser() -> argparse.ArgumentParser:
         help="do not start the agents used last right after initialize (default: $LMBRIDGE_PREWARM, else on)",
     )  # fmt: skip
     serve.add_argument(
-        "--spare-session", action="store_true",
+        "--spare-session", action=argparse.BooleanOptionalAction, default=None,
         help="keep one ACP session ready per running agent, so a new chat does not wait for session/new "
-        "(default: $LMBRIDGE_SPARE_SESSION, else off)",
+        "(default: $LMBRIDGE_SPARE_SESSION, else on; --no-spare-session turns it off)",
     )  # fmt: skip
     serve.add_argument("--log-level", default=None, choices=LOG_LEVELS, help="default: $LMBRIDGE_LOG_LEVEL, else info")
     serve.add_argument("--log-json", action="store_true", help="log JSON lines on stderr")
@@ -172,13 +178,25 @@ def _serve(args: argparse.Namespace) -> int:
             print("lmbridge serve: --max-agent-processes must be at least 1", file=sys.stderr)
             return 2
         config.max_processes = args.max_agent_processes
+    if args.session_wait is None and os.environ.get("LMBRIDGE_SESSION_WAIT"):
+        try:
+            args.session_wait = float(os.environ["LMBRIDGE_SESSION_WAIT"])
+        except ValueError:
+            print("lmbridge serve: $LMBRIDGE_SESSION_WAIT must be a number of seconds", file=sys.stderr)
+            return 2
+    if args.session_wait is not None:
+        if not math.isfinite(args.session_wait) or args.session_wait < 0:
+            print("lmbridge serve: --session-wait must be a number of seconds, at least 0", file=sys.stderr)
+            return 2
+        config.session_wait = args.session_wait
     if not args.no_state and args.record is None:  # a recording replays without an index
         from lmbridge.session_index import SessionIndex
 
         config.index = SessionIndex(args.state_dir)
     # A recording replays without pre-warming or spare sessions (they start on their own).
     config.prewarm = not args.no_prewarm and _flag("LMBRIDGE_PREWARM", True) and args.record is None
-    config.spare_session = (args.spare_session or _flag("LMBRIDGE_SPARE_SESSION", False)) and args.record is None
+    spare = args.spare_session if args.spare_session is not None else _flag("LMBRIDGE_SPARE_SESSION", True)
+    config.spare_session = spare and args.record is None
     if args.record is not None:
         from lmbridge.record import Recorder
 

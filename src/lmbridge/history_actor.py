@@ -12,18 +12,20 @@ and, with them, every agent process.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge.agent_pool import AgentPool
-from lmbridge.history import Fingerprint, HistoryCore, HistoryError, Last, Pending, Turn
+from lmbridge import cap
+from lmbridge.acp.process import AgentPool
+from lmbridge.history import Fingerprint, HistoryCore, HistoryError, Last, Pending, Session, Turn
 from lmbridge.log import get_logger
 from lmbridge.session_actor import SessionActor, SessionHooks
 from lmbridge.wire import AgentSpec, Message
@@ -34,17 +36,27 @@ SAVE_PERIOD = 1.0  # seconds between writes of the session index while it change
 
 
 class AtCapacity(Exception):
-    """Every agent process an agent may have is busy with another chat (``max_processes``)."""
+    """Every session an agent may have (``max_processes``) stayed busy with other chats
+    for the whole wait (``session_wait``), or the request was withdrawn while it waited."""
 
 
-@dataclass
+@dataclass(eq=False)
 class _Begin:
     spec: AgentSpec
     messages: Sequence[Message]
     cwd: str | None
+    waiting: Callable[[str], None] | None = None  # shows a line in the chat while it waits for room
     done: anyio.Event = field(default_factory=anyio.Event)
     result: tuple[Turn, SessionActor] | None = None
     error: Exception | None = None
+
+
+@dataclass(frozen=True)
+class _Withdraw:
+    """A request that waits for room gives up: its wait is over, or it was cancelled."""
+
+    begin: _Begin
+    waited: float
 
 
 @dataclass(frozen=True)
@@ -100,8 +112,13 @@ class HistoryActor:
         spares: bool = False,
         models_changed: Any = None,
         start_notice: float | None = None,
+        session_wait: float = cap.SESSION_WAIT,
     ) -> None:
         self.start_notice = start_notice  # SessionActor's notice (None: its default)
+        # Seconds a request over the cap waits for a free session (``cap``); agent id → the
+        # requests waiting, oldest first. Each is answered once: granted, withdrawn or failed.
+        self.session_wait = session_wait
+        self.queues: dict[str, list[_Begin]] = {}
         self.core = HistoryCore()
         self.index = index  # session_index.SessionIndex, or None: nothing persisted
         self.cwds: dict[str, str | None] = {}  # session id → the cwd its agent session runs in
@@ -143,17 +160,46 @@ class HistoryActor:
                 async for msg in self._mailbox:
                     self._handle(msg)
             finally:
+                self._fail_waiting("the daemon is shutting down")
                 self.close_all("daemon shutting down")
 
     # -- API for other tasks ------------------------------------------------
 
-    async def begin(self, spec: AgentSpec, messages: Sequence[Message], cwd: str | None) -> tuple[Turn, SessionActor]:
+    async def begin(
+        self,
+        spec: AgentSpec,
+        messages: Sequence[Message],
+        cwd: str | None,
+        *,
+        waiting: Callable[[str], None] | None = None,
+        withdraw: anyio.Event | None = None,
+    ) -> tuple[Turn, SessionActor]:
         """Classify a request; returns its Turn and the session actor to run it.
 
-        Raises ``HistoryError`` when the messages cannot be answered.
+        A request that needs a session of its own while all ``max_processes`` of its
+        agent's are busy waits (``cap.admit``), up to ``session_wait`` seconds, for the
+        first to become free; ``waiting(text)`` is called once, from the actor's task,
+        with the line to show meanwhile (``cap.waiting_notice``). ``withdraw`` set: the
+        request gives up waiting (the user cancelled it).
+
+        Raises ``HistoryError`` when the messages cannot be answered, ``AtCapacity`` when
+        no session became free in time or the request was withdrawn while it waited.
         """
-        msg = _Begin(spec, messages, cwd)
+        msg = _Begin(spec, messages, cwd, waiting)
+        started = time.monotonic()
         await self._send.send(msg)
+        try:
+            with anyio.move_on_after(self.session_wait):
+                if withdraw is None:
+                    await msg.done.wait()
+                else:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(_set_then_cancel, msg.done, tg.cancel_scope)
+                        tg.start_soon(_set_then_cancel, withdraw, tg.cancel_scope)
+        finally:
+            if not msg.done.is_set():  # the actor decides: granted meanwhile, or refused
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    self._send.send_nowait(_Withdraw(msg, time.monotonic() - started))
         await msg.done.wait()
         if msg.error is not None:
             raise msg.error
@@ -186,6 +232,7 @@ class HistoryActor:
         self._tg.start_soon(self._prewarm, spec, cwd)
 
     async def _prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
+        from lmbridge.acp.session import probe
         from lmbridge.session_actor import START_TIMEOUT
 
         proc, me = self.pool.process(spec, cwd), object()
@@ -196,11 +243,7 @@ class HistoryActor:
                 log.info("agent pre-warmed", agent=spec.id)
                 proc.want_spare()
                 if spec.id not in self.options:  # a probe session, closed at once: its models for the picker
-                    probe = await conn.request("session/new", {"cwd": cwd or "/", "mcpServers": []})
-                    self._send.send_nowait(_Learnt(spec.id, (probe.get("configOptions") if isinstance(probe, dict) else None) or []))
-                    sid = probe.get("sessionId") if isinstance(probe, dict) else None
-                    if proc.caps.close and isinstance(sid, str):
-                        await conn.request("session/close", {"sessionId": sid})
+                    self._send.send_nowait(_Learnt(spec.id, await probe(conn, cwd, proc.caps.close) or []))
         except Exception as exc:  # the first chat will say what is wrong, with the agent's name
             log.warning("pre-warming failed", agent=spec.id, error=str(exc) or type(exc).__name__)
         finally:
@@ -301,24 +344,34 @@ class HistoryActor:
     def _handle(self, msg: Any) -> None:
         now = time.monotonic()
         if isinstance(msg, _Begin):
+            queue = self.queues.get(msg.spec.id, [])
             try:
-                # Decided first, carried out only once there is room: a request refused for
-                # the cap changes no session (a dormant one keeps its resume token).
-                plan = self.core.plan(msg.spec.id, msg.messages)
-                if plan.session_id not in self.actors:
-                    self._make_room(msg.spec)
-                turn = self.core.begin(msg.spec.id, msg.messages, now, plan=plan)
-            except (HistoryError, AtCapacity) as exc:
-                msg.error = exc
+                granted = self._grant(msg, now, ahead=len(queue))
+            except HistoryError as exc:
+                msg.error, granted = exc, True
+            if not granted and self.session_wait <= 0:  # no waiting: refused at once
+                msg.error, granted = AtCapacity(cap.busy_message(msg.spec.id, self.max_processes, 0)), True
+            if granted:
+                msg.done.set()
             else:
-                msg.result = (turn, self._actor(turn, msg))
-                log.info("request", kind=turn.kind.value, session=turn.session_id, answers={k: v.value for k, v in turn.answers.items()})
-            msg.done.set()
+                self.queues[msg.spec.id] = [*queue, msg]
+                log.info("request waits for a free session", agent=msg.spec.id, waiting=len(queue) + 1, cap=self.max_processes)
+                if msg.waiting is not None:
+                    msg.waiting(cap.waiting_notice(msg.spec.name or msg.spec.id))
+        elif isinstance(msg, _Withdraw):
+            queue = self.queues.get(msg.begin.spec.id, [])
+            if msg.begin in queue and not msg.begin.done.is_set():
+                queue.remove(msg.begin)
+                log.info("request gave up waiting for a free session", agent=msg.begin.spec.id, waited=round(msg.waited, 3))
+                msg.begin.error = AtCapacity(cap.busy_message(msg.begin.spec.id, self.max_processes, self.session_wait))
+                msg.begin.done.set()
+                self._serve_queues(now)  # those behind it may go now
         elif isinstance(msg, _Ended):
             if msg.session_id in self.core.sessions:
                 self.core.end(msg.session_id, msg.fingerprint, msg.last, msg.pending, now)
                 self.active_at[msg.session_id] = time.time()
                 self._dirty = True
+                self._serve_queues(now)
         elif isinstance(msg, _Opened):
             s = self.core.sessions.get(msg.session_id)
             if s is not None:
@@ -334,11 +387,56 @@ class HistoryActor:
                 self.models_changed()
         elif isinstance(msg, _Died):
             self._drop(msg.session_id, "agent gone")
+            self._serve_queues(now)
         elif isinstance(msg, _Tick):
             self._collect_when_idle()
             for sid in self.core.idle(now, self.idle_timeout):
                 log.info("session evicted", session=sid, idle_seconds=self.idle_timeout)
                 self._drop(sid, "evicted after being idle")
+            self._serve_queues(now)
+
+    def _grant(self, msg: _Begin, now: float, ahead: int) -> bool:
+        """Begin ``msg``'s turn if the cap lets it (``cap.admit``: closing the idle sessions it
+        names); False, changing nothing, when it must wait. Decided first, carried out only
+        once there is room: a request that waits or is refused changes no session (a dormant
+        one keeps its resume token). Raises ``HistoryError`` (nothing changed either)."""
+        plan = self.core.plan(msg.spec.id, msg.messages)
+        if plan.session_id not in self.actors:
+            room = cap.admit(self._live(msg.spec.id), self.max_processes, ahead)
+            if room.wait:
+                return False
+            for sid in room.close:
+                self._drop(sid, f"closed to stay within {self.max_processes} agent processes")
+        turn = self.core.begin(msg.spec.id, msg.messages, now, plan=plan)
+        msg.result = (turn, self._actor(turn, msg))
+        log.info("request", kind=turn.kind.value, session=turn.session_id, answers={k: v.value for k, v in turn.answers.items()})
+        return True
+
+    def _serve_queues(self, now: float) -> None:
+        """A session may have become free: the requests waiting take it, oldest first."""
+        for agent_id, queue in list(self.queues.items()):
+            while queue:
+                head = queue[0]
+                try:
+                    if not self._grant(head, now, ahead=0):
+                        break
+                except HistoryError as exc:
+                    head.error = exc
+                queue.pop(0)
+                head.done.set()
+            if not queue:
+                del self.queues[agent_id]
+
+    def _fail_waiting(self, reason: str) -> None:
+        for queue in self.queues.values():
+            for msg in queue:
+                msg.error = AtCapacity(f"agent {msg.spec.id!r}: {reason}")
+                msg.done.set()
+        self.queues.clear()
+
+    def _live(self, agent_id: str) -> list[Session]:
+        """The agent's live sessions (each has a session actor)."""
+        return [self.core.sessions[sid] for sid, actor in self.actors.items() if actor.spec.id == agent_id and sid in self.core.sessions]
 
     def _actor(self, turn: Turn, msg: _Begin) -> SessionActor:
         actor = self.actors.get(turn.session_id)
@@ -356,22 +454,6 @@ class HistoryActor:
             assert self._tg is not None
             self._tg.start_soon(actor.run)
         return actor
-
-    def _make_room(self, spec: AgentSpec) -> None:
-        """Make room for one more live session of this agent within ``max_processes``: the
-        least recently used idle sessions are closed (they sleep, and their chats take
-        them up again when they come back). Raises ``AtCapacity``, closing nothing, when
-        too few are idle."""
-        live = [sid for sid, actor in self.actors.items() if actor.spec.id == spec.id and sid in self.core.sessions]
-        idle = sorted((sid for sid in live if not self.core.sessions[sid].busy), key=lambda sid: self.core.sessions[sid].last_active)
-        excess = len(live) - self.max_processes + 1
-        if excess > len(idle):
-            raise AtCapacity(
-                f"agent {spec.id!r}: all {self.max_processes} of its sessions are busy with other chats "
-                "(lmbridge serve --max-agent-processes); try again when one has answered"
-            )
-        for sid in idle[: max(0, excess)]:
-            self._drop(sid, f"closed to stay within {self.max_processes} agent processes")
 
     def _collect_when_idle(self) -> None:
         """Once dropped session actors have finished and no request runs, collect the
@@ -403,3 +485,8 @@ class HistoryActor:
             self._dropped = [*still, actor]
         if known or actor is not None:
             log.info("session dropped" if not asleep else "session asleep", session=session_id, reason=reason)
+
+
+async def _set_then_cancel(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

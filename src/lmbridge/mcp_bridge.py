@@ -58,7 +58,7 @@ CLOSED_TEXT = "Tool execution was cancelled: the session ended before VS Code an
 def server_name(session_id: str, per_session: bool = False) -> str:
     """The MCP server's name in ``session/new``: ``vscode``, or ``vscode-<session>`` for an
     agent that keeps one registry of MCP servers for all its sessions and refuses a second
-    ``vscode`` with other settings (fast-agent: ``Capabilities.shared_mcp_registry``)."""
+    ``vscode`` with other settings (``AgentProfile.shared_mcp_registry``: fast-agent)."""
     return f"{SERVER_NAME}-{session_id}" if per_session else SERVER_NAME
 
 

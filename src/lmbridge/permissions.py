@@ -36,7 +36,7 @@ saying why.
 A request about one of VS Code's own tools that lmbridge offers the agent through its MCP
 server (docs/tools.md) is granted without a card: VS Code confirms its own tools when the
 agent calls them. The tool is recognised only from a structured name the agent's ACP
-adapter writes (``PROFILES``), never from a title (the model writes titles: a shell
+adapter writes (its ``acp.profiles.AgentProfile``), never from a title (the model writes titles: a shell
 command can be named like a VS Code tool), and never for a request that could act by
 itself (a command, or the execute, edit, delete or move kinds).
 """
@@ -51,6 +51,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lmbridge.acp.profiles import AgentProfile, ToolNaming
 from lmbridge.wire import ToolResultPart
 
 # ---------------------------------------------------------------- the tools
@@ -207,40 +208,14 @@ class Diff:
     new: str
 
 
-class Profile(enum.Enum):
-    """How an agent's ACP adapter names the MCP tool a permission is for (``agentInfo.name``)."""
-
-    CLAUDE = "claude"  # _meta.claudeCode.toolName: mcp__<server>__<tool>
-    GEMINI = "gemini"  # toolCallId: mcp_<server>_<tool>__<n>
-    CODEX = "codex"  # rawInput.server_name + request._meta.codex_approval_kind + its message
-    FAST_AGENT = "fast-agent"  # title only: <server>/<tool> (it names the tool nowhere else)
-    OTHER = "other"  # no name is trusted: every request is put to the user
-
-
-#: ``agentInfo.name`` → profile; any other agent is ``Profile.OTHER``.
-PROFILES: Mapping[str, Profile] = {
-    "@zed-industries/claude-agent-acp": Profile.CLAUDE,
-    "@zed-industries/claude-code-acp": Profile.CLAUDE,
-    "@agentclientprotocol/claude-agent-acp": Profile.CLAUDE,
-    "gemini-cli": Profile.GEMINI,
-    "codex-acp": Profile.CODEX,
-    "fast-agent-acp": Profile.FAST_AGENT,
-}
-
-
-def profile_of(agent_name: object) -> Profile:
-    """The profile of an agent by its ``initialize`` answer's ``agentInfo.name``."""
-    return PROFILES.get(agent_name, Profile.OTHER) if isinstance(agent_name, str) else Profile.OTHER
-
-
 @dataclass(frozen=True, slots=True)
 class Bridge:
     """The VS Code tools lmbridge's MCP server offers this session: the server's name in
-    ``session/new`` and the tools' names; ``profile``: how the agent names them."""
+    ``session/new`` and the tools' names; ``profile``: the agent's (how it names them)."""
 
     server: str
     tools: frozenset[str]
-    profile: Profile
+    profile: AgentProfile
 
 
 def qualified(tool: str, server: str) -> str:
@@ -270,18 +245,18 @@ def bridged_tool(tool_call: Mapping[str, Any], bridge: Bridge | None) -> str | N
     """
     if bridge is None or not bridge.tools:
         return None
-    server, profile = bridge.server, bridge.profile
+    server, naming = bridge.server, bridge.profile.tool_naming
     names: dict[str, str]
     found: object = None
-    if profile is Profile.CLAUDE:
+    if naming is ToolNaming.CLAUDE_META:
         claude = _object(_object(tool_call.get("_meta")).get("claudeCode"))
         found = claude.get("toolName")
         names = {qualified(t, server): t for t in bridge.tools}
-    elif profile is Profile.GEMINI:
+    elif naming is ToolNaming.FUNCTION_CALL_ID:
         call_id = tool_call.get("toolCallId")
         found = call_id.split("__", 1)[0] if isinstance(call_id, str) and "__" in call_id else None
         names = {gemini_qualified(t, server): t for t in bridge.tools}
-    elif profile is Profile.CODEX:
+    elif naming is ToolNaming.CODEX_RAW_INPUT:
         raw_input = _object(tool_call.get("rawInput"))
         request = _object(raw_input.get("request"))
         message = request.get("message")
@@ -293,7 +268,7 @@ def bridged_tool(tool_call: Mapping[str, Any], bridge: Bridge | None) -> str | N
             match = _CODEX_MCP_TOOL.search(message)
             found = match.group(1) if match else None
         names = {t: t for t in bridge.tools}
-    elif profile is Profile.FAST_AGENT:
+    elif naming is ToolNaming.TITLE:
         found = tool_call.get("title")
         names = {f"{server}/{t}": t for t in bridge.tools}
     else:

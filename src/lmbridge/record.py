@@ -19,7 +19,7 @@ Secrets never reach the file: approval tokens, MCP secrets and agent environment
 values are replaced by stable placeholders (``<redacted:approval-token:1>``): the
 same value, the same placeholder, everywhere in one recording.
 
-Stdlib only: ``acp_client`` imports this module.
+Stdlib only: ``acp.connection`` imports this module.
 """
 
 from __future__ import annotations

@@ -117,18 +117,20 @@ def load(path: str | Path) -> Recording:
         if entry.dir not in ("in", "out") or not (entry.link == "shim" or entry.link.startswith(("agent:", "mcp:"))):
             raise RecordingError(f"{path}:{number}: bad link/dir {entry.link!r}/{entry.dir!r}")
         if entry.link == "shim" and entry.dir == "out" and _is_notice(entry.data):
-            continue  # "Starting <agent>…" says how fast the agent started then; replay shows none
+            continue  # "Starting <agent>…", "Waiting for a free <agent> session…": wall-clock artefacts; replay shows none
         entries.append(entry)
     return Recording(path, header, entries)
 
 
 def _is_notice(data: dict[str, Any]) -> bool:
+    from lmbridge.cap import is_waiting_notice
     from lmbridge.turn import is_start_notice
 
     frame = data.get("frame")
     params = frame.get("params") if isinstance(frame, dict) and frame.get("method") == "lm/responsePart" else None
     part = params.get("part") if isinstance(params, dict) else None
-    return isinstance(part, dict) and part.get("type") == "text" and is_start_notice(part.get("value"))
+    value = part.get("value") if isinstance(part, dict) and part.get("type") == "text" else None
+    return is_start_notice(value) or is_waiting_notice(value)
 
 
 # ---------------------------------------------------------------- normalising and binding
@@ -396,7 +398,7 @@ class FakeProcess:
 
 @functools.cache
 def _connection_class() -> Any:
-    from lmbridge.acp_client import AgentConnection
+    from lmbridge.acp.connection import AgentConnection
 
     class PlaybackConnection(AgentConnection):
         """The real ACP connection code on a played-back process."""
@@ -598,7 +600,7 @@ class Player:
         self, name: str, command: str, args: Sequence[str], env: Any, cwd: str | None, events: Any, session: str | None = None, recorder: Any = None
     ) -> Any:
         """The daemon's launcher (``server.Config.launcher``): a played-back agent for this recording."""
-        from lmbridge.acp_client import AgentExited
+        from lmbridge.acp.connection import AgentExited
 
         link = f"agent:{session or name}"
         expected = self.expected.get(link)

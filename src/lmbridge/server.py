@@ -110,12 +110,14 @@ def invalid_params(message: str) -> Result:
 class _Context:
     """One request being handled (passed by jsonrpcserver as every method's first
     argument). ``answered``: a ``$/cancelRequest`` answered it already, so the
-    method's own answer is dropped; ``job``: a chat's, once it has one."""
+    method's own answer is dropped; ``job``: a chat's, once it has one; ``withdraw``:
+    set by ``$/cancelRequest`` while the chat waits for a free session (the cap)."""
 
     id: Any
     chat: bool = False
     answered: bool = False
     job: Job | None = None
+    withdraw: anyio.Event | None = None
 
 
 @dataclass
@@ -131,7 +133,8 @@ class Config:
     max_processes: int = 4  # live ACP sessions per agent (--max-agent-processes)
     index: Any = None  # session_index.SessionIndex (lmbridge serve: the state folder's); None: nothing persisted
     prewarm: bool = False  # start the agents used last after initialize (needs ``index``)
-    spare_session: bool = False  # keep a spare ACP session per running agent process
+    spare_session: bool = False  # keep a spare ACP session per running agent process (lmbridge serve: on)
+    session_wait: float = 120.0  # seconds a new chat over the session cap waits for a free session (cap.SESSION_WAIT)
     # Seconds before "Starting <agent>…" is shown (None: LMBRIDGE_START_NOTICE or 0.5 s). Replay
     # passes infinity: a wall-clock notice is not part of a recording.
     start_notice: float | None = None
@@ -430,6 +433,8 @@ class Server:
             job.cancelled = True
             if job.actor is not None:
                 job.actor.cancel(job)
+        elif target.withdraw is not None:
+            target.withdraw.set()  # it waits for a free session: it gives up
         log.info("request cancelled", id=p.id)
         return Success(None)
 
@@ -457,18 +462,33 @@ class Server:
 
         rid = ctx.id
         ctx.chat = True  # $/cancelRequest may answer it from now on
+        ctx.withdraw = anyio.Event()
         history = await self._history()
+        shown: list[dict[str, Any]] = []  # parts sent while it waited for a free session
+
+        def waiting(text: str) -> None:
+            if not ctx.answered:
+                part = {"type": "text", "value": text}
+                shown.append(part)
+                self.send_part(rid, part)
+
         try:
-            turn, actor = await history.begin(spec, p.messages, self.workspace[0] if self.workspace else os.getcwd())
+            turn, actor = await history.begin(
+                spec, p.messages, self.workspace[0] if self.workspace else os.getcwd(), waiting=waiting, withdraw=ctx.withdraw
+            )
         except HistoryError as exc:
             return invalid_params(f"messages: {exc}")
         except AtCapacity as exc:
+            if ctx.answered:
+                return Success({"stopReason": "cancelled"})  # already sent; _dispatch_one drops this copy
             return Error(AGENT_FAILED, str(exc))
 
         async def emit(part: dict[str, Any]) -> None:
             self.send_part(rid, part)
 
         job = Job(turn=turn, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.verbatim, model=found[1] if found else None)
+        for part in shown:  # VS Code replays it as part of this answer
+            job.count(part)
         job.actor = actor
         ctx.job = job
         job.cancelled = ctx.answered  # cancelled while we classified
@@ -529,6 +549,7 @@ class Server:
                     spares=self.config.spare_session,
                     models_changed=self._models_changed,
                     start_notice=self.config.start_notice,
+                    session_wait=self.config.session_wait,
                 )
                 assert self._tg is not None
                 await self._tg.start(self.history.run)

@@ -1,7 +1,7 @@
 """The session actor: one ACP agent conversation driven for one VS Code chat.
 
 It owns the chat's ACP session on its agent's shared process
-(``agent_pool.AgentProcess``: one process per agent, sessions multiplexed by
+(``acp.process.AgentProcess``: one process per agent, sessions multiplexed by
 sessionId, issue #11) and the turn machine (``turn.TurnMachine``), and it decides nothing: everything it
 receives on its one mailbox (jobs, cancels, the agent's frames, prompt
 answers, MCP tool calls, timers) becomes a ``turn`` event, and it carries out
@@ -30,8 +30,9 @@ import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge import auth, permissions, turn
-from lmbridge.acp_client import BAD_ID_ERROR, AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
-from lmbridge.agent_pool import AgentGone, AgentPool, AgentProcess
+from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
+from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
+from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
 from lmbridge.agents import auth_hint
 from lmbridge.history import Fingerprint, Last, Pending, Turn, conversation, squeezed
 from lmbridge.log import get_logger
@@ -90,6 +91,12 @@ class Job:
     async def send(self, part: Part) -> None:
         if self.cancelled or self.done.is_set():
             return
+        self.count(part)
+        await self.emit(part)
+
+    def count(self, part: Part) -> None:
+        """Take ``part`` into the fingerprint (``send`` does; the server too, for a line it
+        sent before the job existed, while the request waited for a free session)."""
         if part["type"] == "text":
             value = squeezed(part["value"])
             self._text.update(value)
@@ -98,7 +105,6 @@ class Job:
             self._shown.update(squeezed(part["value"]))
         elif part["type"] == "tool_call":
             self.call_ids.append(part["callId"])
-        await self.emit(part)
 
     def fingerprint(self) -> Fingerprint:
         return Fingerprint(self._text.digest(), tuple(self.call_ids), self._shown.digest())
@@ -181,15 +187,12 @@ class SessionActor:
         self.cwd = cwd
         self.hooks = hooks
         self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
-        self._out, self._outbox = anyio.create_memory_object_stream[Callable[[AgentConnection], Awaitable[None]]](math.inf)
-        self.conn: AgentConnection | None = None
-        self._step = "the start"  # what a start waits on, for the timeout's message
+        self._out, self._outbox = anyio.create_memory_object_stream[Write](math.inf)
+        # The chat's ACP session: every session/* request goes through it.
+        self.acp = AcpSession(self.process, self._send, self, log_fields={"session": session_id})
         self._auth: dict[str, Any] | None = None  # auth.problem's data once the agent said it needs a login
-        self.acp_session: str | None = None
-        self._opened: tuple[str, bool] | None = None  # (sessionId, lost) of a start, taken at Ready
-        self.config_values: dict[str, str] = {}  # the session's config options: id → current value
-        self.model_option: str | None = None  # the id of its option of category "model"
-        self.mode_option: str | None = None  # ... and of category "mode"
+        self.acp_session: str | None = None  # the session whose updates are shown (from Ready on)
+        self._opened: Opened | None = None  # what a start opened, taken at Ready
         self.machine = turn.TurnMachine(
             spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE if notice is None else notice, buffer_limit=PENDING_OUTPUT
         )
@@ -305,8 +308,8 @@ class SessionActor:
             else:
                 event = turn.PromptEnded(seq, stop_reason=_object(msg.result).get("stopReason"))
         elif isinstance(msg, Job):
-            if self.conn is not None and not self.conn.alive:
-                await self._handle(AgentGone(self.conn))  # it died just before this job came: that first
+            if self.acp.conn is not None and not self.acp.conn.alive:
+                await self._handle(AgentGone(self.acp.conn))  # it died just before this job came: that first
             self.jobs[msg.id] = msg
             if self.bridge is not None:
                 await self.bridge.set_tools(self._offered(msg))
@@ -317,17 +320,16 @@ class SessionActor:
             self.tool_calls[msg.call.call_id] = msg.call
             event = turn.ToolInvoked(msg.call.call_id, msg.call.name, msg.call.arguments or {})
         elif isinstance(msg, AgentGone):
-            event = turn.AgentExited(msg.conn.describe_exit()) if msg.conn is self.conn else None
+            event = turn.AgentExited(msg.conn.describe_exit()) if msg.conn is self.acp.conn else None
         elif isinstance(msg, turn.Ready):
             # The session a start opened is this actor's from here on: updates queued
             # before (session/load's replay of the history) were not for the user.
             event = msg
             if self._opened is not None:
-                sid, lost = self._opened
-                self._opened = None
-                self.acp_session = sid
+                opened, self._opened = self._opened, None
+                self.acp_session = opened.session_id
                 self.machine.reset_renderer(self._renderer())
-                event = turn.Ready(msg.error, msg.named, lost)
+                event = turn.Ready(msg.error, msg.named, opened.lost)
         elif isinstance(msg, _Close):
             event = turn.Close(msg.reason)
         else:  # turn.Ready, turn.PromptEnded, turn.TimerFired: from this actor's own tasks
@@ -384,7 +386,7 @@ class SessionActor:
             elif isinstance(fx, turn.ResolveTool):
                 self._resolve_tool(fx)
             elif isinstance(fx, turn.SendCancel):
-                self._notify("session/cancel", {"sessionId": self.acp_session})
+                self._out.send_nowait(self.acp.cancel())
             elif isinstance(fx, turn.StartAgent):
                 self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
             elif isinstance(fx, turn.NewSession):
@@ -401,7 +403,7 @@ class SessionActor:
                 await self.hooks.died(self.id)
             elif isinstance(fx, turn.Detach):
                 # The next StartAgent restarts the process and takes this session up again.
-                self.resume, self.acp_session, self.conn = self.acp_session, None, None
+                self.resume, self.acp_session = self.acp.forget(), None
             elif isinstance(fx, turn.Shutdown):
                 self._stop = True
             elif isinstance(fx, turn.Log):
@@ -458,19 +460,11 @@ class SessionActor:
 
         self._out.send_nowait(write)
 
-    def _notify(self, method: str, params: Any) -> None:
-        """Queue a notification for the agent."""
-
-        async def write(conn: AgentConnection) -> None:
-            await conn.notify(method, params)
-
-        self._out.send_nowait(write)
-
     async def _writer(self) -> None:
         """Sends queued frames in order until the outbox is closed and empty."""
         try:
             async for write in self._outbox:
-                conn = self.conn
+                conn = self.acp.conn
                 if conn is None or conn.closed.is_set():
                     continue
                 try:
@@ -498,7 +492,7 @@ class SessionActor:
                     with anyio.fail_after(START_TIMEOUT):
                         await start
                 except TimeoutError:
-                    error = f"no answer to {self._step} within {START_TIMEOUT:g} s"
+                    error = f"no answer to {self.acp.step} within {START_TIMEOUT:g} s"
                 except AgentExited as exc:  # its message names the agent and says why (exit code, stderr)
                     error, named = str(exc) or "the agent exited", bool(str(exc))
                 except AgentError as exc:
@@ -512,26 +506,28 @@ class SessionActor:
         self._tg.start_soon(run)
 
     async def _start_agent(self, job: Job) -> None:
-        self._step = "the sessions closed to make room for it"
+        self.acp.step = "the sessions closed to make room for it"
         for finished in self.after:
             await finished.wait()
-        self.conn = await self.process.connect(self, self._send, self._set_step)
-        spare = await self.process.take_spare() if self.resume is None else None
-        if spare is not None:
-            # Opened ahead (agent_pool.Spare): this chat's from now on, its tools endpoint too.
-            self.bridge, self.mcp_servers = spare.bridge, spare.mcp_servers
-            self.bridge.on_call = self._on_mcp_call
+        await self.acp.connect()
+
+        async def servers() -> list[dict[str, Any]]:
+            await self._start_bridge(job)
+            return self.mcp_servers
+
+        opened = await self.acp.open(Spare() if self.resume is None else Resume(self.resume), servers)
+        self._opening(opened)
+        if opened.spare is not None:
             await self.bridge.set_tools(self._offered(job))
-            self.process.open(spare.session_id, self._send)
-            self._opened = (spare.session_id, False)
-            self._learn(spare.session_id, spare.config_options or [])
-            log.info("acp session", session=self.id, agent=self.spec.id, acp_session=spare.session_id, how="spare")
-            return
-        await self._start_bridge(job)
-        if self.resume is not None:
-            await self._take_up(self.resume)
-        else:
-            await self._open_session(lost=False)  # the job's context is the whole conversation
+
+    def _opening(self, opened: Opened) -> None:
+        """A start opened ``opened``: the chat's from the ``Ready`` on; told to the history actor."""
+        if opened.spare is not None:
+            # Opened ahead (acp.process.Spare): this chat's from now on, its tools endpoint too.
+            self.bridge, self.mcp_servers = opened.spare.bridge, opened.spare.mcp_servers
+            self.bridge.on_call = self._on_mcp_call
+        self._opened = opened
+        self.hooks.opened(self.id, opened.session_id, opened.resumable, opened.config_options)
 
     def _auth_problem(self, exc: AgentError) -> str | None:
         """The message for an agent's error that says it needs a login (auth.problem), its
@@ -548,94 +544,17 @@ class SessionActor:
         log.warning("agent needs a login", session=self.id, agent=self.spec.id, reason=reason)
         return message
 
-    def _set_step(self, step: str) -> None:
-        self._step = step
-
-    async def _open_session(self, lost: bool) -> None:
-        """``session/new``; ``lost``: the chat's earlier turns the agent held are gone with
-        the session it replaces (the next prompt must tell them)."""
-        assert self.conn is not None
-        self._step = "session/new"
-        params = {"cwd": self.cwd or "/", "mcpServers": self.mcp_servers}
-        try:
-            result = await self.conn.request("session/new", params)
-        except AgentError as exc:
-            # Needs a login: where a method needs nobody (its key is in the agent's
-            # environment), authenticate with it and try once more (issue #12 §2).
-            method = auth.automatic(self.process.caps.auth_methods, {**os.environ, **self.spec.env})
-            if not auth.is_auth_error(exc.code) or method is None:
-                raise
-            self._step = "authenticate"
-            log.info("authenticating", session=self.id, agent=self.spec.id, method=method.id)
-            await self.conn.request("authenticate", {"methodId": method.id})
-            self._step = "session/new"
-            result = await self.conn.request("session/new", params)
-        session = _object(result).get("sessionId")
-        if not isinstance(session, str) or not session:
-            raise ValueError("session/new was answered without a sessionId")
-        self.process.open(session, self._send)
-        self._opened = (session, lost)
-        self._learn(session, _object(result).get("configOptions") or [])  # none in a session/new answer: none at all
-        log.info("acp session", session=self.id, agent=self.spec.id, acp_session=session, how="new")
-        self.process.want_spare()  # the next new chat need not wait for session/new
-
-    async def _take_up(self, previous: str) -> None:
-        """Continue ACP session ``previous`` with the agent's own memory of it (issue #11 §2):
-        ``session/resume`` where offered, else ``session/load`` (the history it replays is
-        not shown), else, or when both are refused, a fresh session told the conversation."""
-        assert self.conn is not None
-        caps = self.process.caps
-        params = {"sessionId": previous, "cwd": self.cwd or "/", "mcpServers": self.mcp_servers}
-        for method, offered in (("session/resume", caps.resume), ("session/load", caps.load)):
-            if not offered:
-                continue
-            self._step = method
-            self.process.open(previous, self._send)
-            try:
-                result = await self.conn.request(method, params)
-            except AgentError as exc:
-                self.process.sessions.pop(previous, None)
-                log.warning("agent refused to take up its session", session=self.id, agent=self.spec.id, method=method, error=str(exc))
-                continue
-            self._opened = (previous, False)
-            self._learn(previous, _object(result).get("configOptions"), resumable=True)
-            log.info("acp session", session=self.id, agent=self.spec.id, acp_session=previous, how=method)
-            return
-        await self._open_session(lost=True)
-
-    def _learn(self, session: str, config_options: Any, resumable: bool | None = None) -> None:
-        """What a session/new, resume or load answer says: the session's config options (the
-        agent's models and modes, agent_models), told to the history actor with the sessionId."""
-        from lmbridge.agent_models import of_category, select_options
-
-        options = select_options(config_options)
-        raw = config_options if isinstance(config_options, list) else []
-        self.config_values = {o["id"]: o["currentValue"] for o in raw if isinstance(o, dict) and isinstance(o.get("id"), str) and isinstance(o.get("currentValue"), str)}
-        model, mode = of_category(options, "model"), of_category(options, "mode")
-        self.model_option, self.mode_option = (model.id if model else None), (mode.id if mode else None)
-        caps = self.process.caps
-        self.hooks.opened(self.id, session, caps.resume or caps.load if resumable is None else resumable, config_options)
-
-    def _wanted(self, job: Job) -> dict[str, str]:
-        """The config options to set before ``job``'s prompt: the model VS Code chose, the agent's mode."""
-        wanted = {}
-        if job.model is not None and self.model_option is not None:
-            wanted[self.model_option] = job.model
-        if self.spec.mode and self.mode_option is not None:
-            wanted[self.mode_option] = self.spec.mode
-        return {k: v for k, v in wanted.items() if self.config_values.get(k) != v}
-
-    async def _configure_then(self, conn: AgentConnection, session: str, changes: dict[str, str], write: Any) -> None:
+    async def _configure_then(self, changes: dict[str, str], write: Write) -> None:
         """``session/set_config_option`` for each change (bounded), then the prompt is queued."""
         try:
             for config_id, value in changes.items():
                 try:
                     with anyio.fail_after(WRITE_TIMEOUT):
-                        result = await conn.request("session/set_config_option", {"sessionId": session, "configId": config_id, "value": value})
-                    self.config_values[config_id] = value
+                        options = await self.acp.set_config_option(config_id, value)
                     log.info("config option set", session=self.id, configId=config_id, value=value)
-                    if isinstance(_object(result).get("configOptions"), list):
-                        self._learn(session, _object(result)["configOptions"])
+                    if options is not None and self.acp.id is not None:
+                        caps = self.process.caps
+                        self.hooks.opened(self.id, self.acp.id, caps.resume or caps.load, options)
                 except (AgentError, AgentExited, TimeoutError) as exc:
                     log.warning("config option not set", session=self.id, configId=config_id, value=value, error=str(exc) or type(exc).__name__)
         finally:
@@ -646,20 +565,14 @@ class SessionActor:
 
     async def _recover_session(self) -> None:
         """The session cannot simply continue (the stale turn after a cancel, facts.md §5):
-        closed where the agent offers it, then taken up again (``_take_up``)."""
-        assert self.conn is not None
-        old = self.acp_session
-        if old is not None and self.process.caps.close:
-            self._step = "session/close"
-            with anyio.move_on_after(CLOSE_TIMEOUT):
-                try:
-                    await self.conn.request("session/close", {"sessionId": old})
-                except AgentError as exc:
-                    log.info("session/close refused", session=self.id, agent=self.spec.id, error=str(exc))
-        if old is None:
-            await self._open_session(lost=True)
-        else:
-            await self._take_up(old)
+        closed where the agent offers it, then taken up again (``AcpSession.open(Resume)``)."""
+        old = self.acp.id
+        await self.acp.close(CLOSE_TIMEOUT)
+
+        async def servers() -> list[dict[str, Any]]:
+            return self.mcp_servers
+
+        self._opening(await self.acp.open(New(lost=True) if old is None else Resume(old), servers))
 
     def _offered(self, job: Job) -> list[ToolInfo]:
         if not job.tools:
@@ -678,7 +591,7 @@ class SessionActor:
         from lmbridge.mcp_bridge import ToolBridge, server_name
 
         host = await self.hooks.mcp_host()
-        self.bridge = ToolBridge(self.id, self._on_mcp_call, self.recorder, server_name(self.id, self.process.caps.shared_mcp_registry))
+        self.bridge = ToolBridge(self.id, self._on_mcp_call, self.recorder, server_name(self.id, self.process.caps.profile.shared_mcp_registry))
         await host.add(self.bridge)
         await self.bridge.set_tools(tools)
         self.mcp_servers = [host.server_config(self.bridge)]
@@ -695,20 +608,13 @@ class SessionActor:
         blocks = prompt_blocks(
             tuple(fx.unsent) + context, prompt, images=self.process.caps.images, embedded_context=self.process.caps.embedded_context, verbatim=job.verbatim
         )
-        conn, session = self.conn, self.acp_session
-        assert conn is not None and session is not None
-        # The answer comes on the mailbox in order with the agent's updates (acp_client.Response).
-        rid = conn.new_id()
+        # The answer comes on the mailbox in order with the agent's updates (acp.connection.Response).
+        rid, write = self.acp.prompt(blocks)
         self._prompts[rid] = fx.seq
-        self.process.expect(rid, self._send)
-
-        async def write(c: AgentConnection) -> None:
-            await c.send_request(rid, "session/prompt", {"sessionId": session, "prompt": blocks})
-
-        changes = self._wanted(job)
+        changes = self.acp.wanted(job.model, self.spec.mode)
         if changes:  # the model VS Code chose, the agent's mode: set before the prompt
             assert self._tg is not None
-            self._tg.start_soon(self._configure_then, conn, session, changes, write)
+            self._tg.start_soon(self._configure_then, changes, write)
         else:
             self._out.send_nowait(write)
 
@@ -750,17 +656,11 @@ class SessionActor:
         self._out.close()
         with anyio.move_on_after(WRITE_TIMEOUT):
             await self._written.wait()
-        conn, self.conn = self.conn, None
-        session, self.acp_session = self.acp_session, None
-        if conn is not None and session is not None and self.process.caps.close and not conn.closed.is_set():
-            # The agent frees what the session holds (ACP session/close, where offered);
-            # bounded, as any write. The process lives on for the agent's other chats.
-            with anyio.move_on_after(CLOSE_TIMEOUT):
-                try:
-                    await conn.request("session/close", {"sessionId": session})
-                except (AgentError, AgentExited) as exc:
-                    log.info("session/close refused", session=self.id, agent=self.spec.id, error=str(exc))
-        self.process.detach(self, (session,) if session is not None else ())
+        self.acp_session = None
+        # The agent frees what the session holds (ACP session/close, where offered);
+        # bounded, as any write. The process lives on for the agent's other chats.
+        await self.acp.close(CLOSE_TIMEOUT)
+        self.acp.detach()
 
 
 def _object(value: Any) -> dict[str, Any]:

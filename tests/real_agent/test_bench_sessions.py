@@ -24,3 +24,9 @@ def test_bench_sessions_smoke(tmp_path: Path) -> None:
         assert f["first_s"] > 0 and f["next_s"] > 0 and f["agents_rss_mib"] > 50 and f["agent_processes"] >= 2, (name, f)
     assert figures["lmbridge_cold"]["daemon_rss_mib"] > 10
     assert "× direct" in done.stdout
+    for name in ("lmbridge_cold", "lmbridge_prewarmed"):  # the targets, checked (reported, not failed on)
+        c = figures["checks"][name]
+        assert c["next_ratio"] == round(figures[name]["next_s"] / figures["direct"]["next_s"], 3), (name, c)
+        assert c["rss_over_direct_mib"] == round(figures[name]["agents_rss_mib"] - figures["direct"]["agents_rss_mib"], 1), (name, c)
+        assert c["next_ok"] == (c["next_ratio"] <= 0.5) and c["rss_ok"] == (c["rss_over_direct_mib"] <= 250), (name, c)
+    assert "target ≤ 0.5" in done.stdout

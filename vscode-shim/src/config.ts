@@ -29,6 +29,8 @@ export interface Settings {
 	prewarm: boolean;
 	/** Keep one ACP session ready per running agent (the daemon's $LMBRIDGE_SPARE_SESSION). */
 	spareSession: boolean;
+	/** Seconds a new chat over the session cap waits for a free session (the daemon's $LMBRIDGE_SESSION_WAIT). */
+	sessionWait: number;
 }
 
 /**
@@ -40,7 +42,7 @@ export interface Settings {
 export const MACHINE_SETTINGS = ['agents', 'daemon.command', 'daemon.args', 'daemon.env', 'pythonPath'] as const;
 
 /** Settings whose change requires a fresh daemon (it reads them at start-up). */
-export const DAEMON_SETTINGS = ['agents', 'daemon', 'pythonPath', 'logLevel', 'userTurns', 'maxAgentProcesses', 'prewarm', 'spareSession'].map(k => `${SECTION}.${k}`);
+export const DAEMON_SETTINGS = ['agents', 'daemon', 'pythonPath', 'logLevel', 'userTurns', 'maxAgentProcesses', 'prewarm', 'spareSession', 'sessionWait'].map(k => `${SECTION}.${k}`);
 
 export const DEFAULTS = {
 	daemonCommand: 'lmbridge',
@@ -49,7 +51,8 @@ export const DEFAULTS = {
 	thinking: 'auto' as ThinkingDisplay,
 	maxAgentProcesses: 4,
 	prewarm: true,
-	spareSession: false,
+	spareSession: true,
+	sessionWait: 120,
 };
 
 /** The levels `lmbridge serve --log-level` accepts (it exits on any other). */
@@ -195,7 +198,12 @@ export function readSettings(config: ConfigLike): Settings {
 		maxAgentProcesses: positiveInteger(config.get('maxAgentProcesses')) ?? DEFAULTS.maxAgentProcesses,
 		prewarm: typeof config.get('prewarm') === 'boolean' ? config.get<boolean>('prewarm')! : DEFAULTS.prewarm,
 		spareSession: typeof config.get('spareSession') === 'boolean' ? config.get<boolean>('spareSession')! : DEFAULTS.spareSession,
+		sessionWait: seconds(config.get('sessionWait')) ?? DEFAULTS.sessionWait,
 	};
+}
+
+function seconds(value: unknown): number | undefined {
+	return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
 }
 
 function positiveInteger(value: unknown): number | undefined {
@@ -209,7 +217,7 @@ function positiveInteger(value: unknown): number | undefined {
  * else `<daemon.command> <args>` (default `lmbridge serve`, found on PATH).
  * The log level reaches the daemon as LMBRIDGE_LOG_LEVEL, the session cap as
  * LMBRIDGE_MAX_AGENT_PROCESSES, pre-warming as LMBRIDGE_PREWARM, the spare session as
- * LMBRIDGE_SPARE_SESSION ("1" or "0").
+ * LMBRIDGE_SPARE_SESSION ("1" or "0"), the wait for a free session as LMBRIDGE_SESSION_WAIT.
  */
 export function launchSpec(settings: Settings, cwd?: string): LaunchSpec {
 	const env = {
@@ -218,6 +226,7 @@ export function launchSpec(settings: Settings, cwd?: string): LaunchSpec {
 		LMBRIDGE_MAX_AGENT_PROCESSES: String(settings.maxAgentProcesses),
 		LMBRIDGE_PREWARM: settings.prewarm ? '1' : '0',
 		LMBRIDGE_SPARE_SESSION: settings.spareSession ? '1' : '0',
+		LMBRIDGE_SESSION_WAIT: String(settings.sessionWait),
 	};
 	if (settings.pythonPath) {
 		return { command: expandHome(settings.pythonPath), args: ['-P', '-m', 'lmbridge', ...settings.daemonArgs], env, cwd };

@@ -116,7 +116,7 @@ class Response:
 
 class EventSink(Protocol):
     """Where a connection hands the agent's frames, in order, without waiting: a memory
-    object stream, or ``agent_pool.AgentProcess``, which routes them by sessionId."""
+    object stream, or ``acp.process.AgentProcess``, which routes them by sessionId."""
 
     def send_nowait(self, item: Incoming | Response, /) -> None: ...
 

@@ -32,7 +32,8 @@ import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge import __version__, auth, permissions
-from lmbridge.acp_client import BAD_ID_ERROR, AgentConnection, Incoming, Response
+from lmbridge.acp import profiles
+from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, Incoming, Response
 from lmbridge.log import get_logger
 from lmbridge.wire import AgentSpec
 
@@ -60,16 +61,8 @@ class Capabilities:
     resume: bool = False  # sessionCapabilities.resume: session/resume
     close: bool = False  # sessionCapabilities.close: session/close
     auth_methods: tuple[auth.Method, ...] = ()  # authMethods, read by auth.methods
-    # Which agent it is, by agentInfo.name (permissions.PROFILES): how it names the MCP tool
-    # a permission is for, and its MCP registry (below).
-    profile: permissions.Profile = permissions.Profile.OTHER
-
-    @property
-    def shared_mcp_registry(self) -> bool:
-        """One registry of MCP servers for all the process's sessions (fast-agent 0.10.48):
-        each session's VS Code tools server needs its own name (mcp_bridge.server_name), or
-        a second chat's session/new is refused."""
-        return self.profile is permissions.Profile.FAST_AGENT
+    # Which agent it is, by agentInfo.name (acp.profiles): its quirks as named flags.
+    profile: profiles.AgentProfile = profiles.OTHER
 
     @classmethod
     def of(cls, init: dict[str, Any]) -> Capabilities:
@@ -84,7 +77,7 @@ class Capabilities:
             resume=isinstance(sessions.get("resume"), dict),
             close=isinstance(sessions.get("close"), dict),
             auth_methods=auth.methods(methods) if isinstance(methods, list) else (),
-            profile=permissions.profile_of(_object(init.get("agentInfo")).get("name")),
+            profile=profiles.profile_of(_object(init.get("agentInfo")).get("name")),
         )
 
 
@@ -233,6 +226,7 @@ class AgentProcess:
             self.pool.tg.start_soon(self._prepare_spare)
 
     async def _prepare_spare(self) -> None:
+        from lmbridge.acp.session import new_session
         from lmbridge.mcp_bridge import ToolBridge, error_result, server_name
 
         async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
@@ -244,17 +238,14 @@ class AgentProcess:
             host = await self.pool.mcp_host()
             self.pool.spares_made += 1
             bridge_id = f"spare{self.pool.spares_made}"
-            bridge = ToolBridge(bridge_id, unclaimed, self.pool.recorder, server_name(bridge_id, self.caps.shared_mcp_registry))
+            bridge = ToolBridge(bridge_id, unclaimed, self.pool.recorder, server_name(bridge_id, self.caps.profile.shared_mcp_registry))
             await host.add(bridge)
             servers = [host.server_config(bridge)]
             with anyio.fail_after(self.pool.start_timeout):
-                result = await conn.request("session/new", {"cwd": self.cwd or "/", "mcpServers": servers})
-            sid = _object(result).get("sessionId")
-            if not isinstance(sid, str) or not sid:
-                raise ValueError("session/new was answered without a sessionId")
+                sid, options = await new_session(conn, self.cwd, servers)
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
-            self.spare, bridge = Spare(sid, bridge, servers, host, _object(result).get("configOptions")), None
+            self.spare, bridge = Spare(sid, bridge, servers, host, options), None
             log.info("spare session ready", agent=self.spec.id, acp_session=sid)
         except Exception as exc:
             log.info("no spare session", agent=self.spec.id, error=str(exc) or type(exc).__name__)

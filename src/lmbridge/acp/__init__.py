@@ -1,0 +1,11 @@
+"""The ACP side of lmbridge, in one home (docs/architecture.md, "The acp/ package").
+
+* ``profiles``: one ``AgentProfile`` per agent, chosen once from ``agentInfo``: its quirks
+  as named flags (pure, imported by the pure core).
+* ``connection``: JSON-RPC 2.0 over the agent's stdio (``AgentConnection``).
+* ``process``: one agent process: spawn, ``initialize``, capabilities, routing by
+  ``sessionId``, health (``AgentProcess``, ``AgentPool``).
+* ``session``: one ACP session (``AcpSession``): the only code that sends ``session/*``.
+
+Nothing is imported here: the pure core imports ``profiles`` alone, and start-up stays light.
+"""

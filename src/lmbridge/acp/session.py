@@ -1,0 +1,302 @@
+"""One ACP session on a shared agent process (``AcpSession``): the only code that sends
+``session/new``, ``session/resume``, ``session/load``, ``authenticate``,
+``session/set_config_option``, ``session/prompt``, ``session/cancel`` and ``session/close``
+(ACP: "Session Setup", "Prompt Turn", "Session Config Options"; docs/sessions.md).
+
+A session is opened one of three ways (``AcpSession.open``):
+
+* ``New()``: ``session/new``; where the agent says it needs a login and one of its
+  ``authMethods`` needs nobody (auth.automatic), ``authenticate`` and once more.
+* ``Resume(id)``: the chat's earlier session taken up with the agent's own memory of it:
+  ``session/resume`` where offered, else ``session/load`` (the history it replays is routed
+  to the caller, who does not show it), else, or when both are refused, ``session/new``
+  (``Opened.lost``: the agent no longer holds the chat's earlier turns).
+* ``Spare()``: the process's spare session (opened ahead, ``acp.process.Spare``), or
+  ``session/new`` when none is ready.
+
+The session decides nothing about turns: the turn machine (``turn``) does, and the session
+actor carries out its effects through this class. Frames that must go out in order with the
+answers to the agent's requests (``session/prompt``, ``session/cancel``) are returned as
+``Write``s for the caller's one writer; the rest are awaited here, each bounded.
+
+Its frames (``session/update``, the agent's requests, the prompt's ``Response``) go to the
+``mailbox`` it was made with, routed by the process (``AgentProcess.open``/``expect``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from lmbridge import auth
+from lmbridge.acp.connection import AgentConnection, AgentError, AgentExited
+from lmbridge.log import get_logger
+
+if TYPE_CHECKING:
+    from lmbridge.acp.process import AgentProcess, Sink
+    from lmbridge.acp.process import Spare as ReadySpare
+
+log = get_logger("session")
+
+#: One frame for the caller's writer, sent on the connection current when it goes out.
+Write = Callable[[AgentConnection], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class New:
+    """Open a fresh session. ``lost``: it replaces one that held the chat's earlier turns."""
+
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Take ACP session ``session_id`` up again (resume, else load, else a fresh one)."""
+
+    session_id: str
+
+
+@dataclass(frozen=True)
+class Spare:
+    """Take the process's spare session (opened ahead), else open a fresh one."""
+
+
+How = New | Resume | Spare
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What ``open`` got. ``how``: "new", "spare", "session/resume" or "session/load".
+    ``lost``: the agent does not hold the chat's earlier turns (the next prompt must tell
+    them). ``resumable``: the agent can take this session up again later. ``config_options``:
+    the answer's ``configOptions`` as sent (untrusted). ``spare``: the spare taken, whose
+    VS Code tools endpoint comes with it."""
+
+    session_id: str
+    how: str
+    lost: bool
+    resumable: bool
+    config_options: Any
+    spare: ReadySpare | None = None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (agents' answers are not trusted)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _session_id(result: Any) -> str:
+    sid = _object(result).get("sessionId")
+    if not isinstance(sid, str) or not sid:
+        raise ValueError("session/new was answered without a sessionId")
+    return sid
+
+
+async def new_session(conn: AgentConnection, cwd: str | None, mcp_servers: list[dict[str, Any]]) -> tuple[str, Any]:
+    """``session/new`` on ``conn``: (sessionId, the answer's configOptions). For a session
+    nobody routes yet (the process's spare). Raises ``AgentError``, ``AgentExited``,
+    ``ValueError`` (no sessionId)."""
+    result = await conn.request("session/new", {"cwd": cwd or "/", "mcpServers": mcp_servers})
+    return _session_id(result), _object(result).get("configOptions")
+
+
+async def probe(conn: AgentConnection, cwd: str | None, close: bool) -> Any:
+    """A session opened and closed at once (``close``: where the agent offers
+    ``session/close``), for what its answer says: its ``configOptions`` (the agent's models).
+    Raises as ``new_session``."""
+    sid, options = await new_session(conn, cwd, [])
+    if close:
+        await conn.request("session/close", {"sessionId": sid})
+    return options
+
+
+class AcpSession:
+    """One chat's ACP session on ``process``, its frames routed to ``mailbox``.
+
+    ``id``: the sessionId open at the agent (None before ``open`` and after ``forget``).
+    ``step``: what it is waiting on now ("initialize", "session/new"...), for a bound's message.
+    ``config_values``/``model_option``/``mode_option``: the session's config options as last
+    answered (agent_models).
+    """
+
+    def __init__(self, process: AgentProcess, mailbox: Sink, user: object, *, log_fields: dict[str, Any] | None = None) -> None:
+        self.process = process
+        self.mailbox = mailbox
+        self.user = user  # who the process tells AgentGone (the mailbox's owner)
+        self.conn: AgentConnection | None = None
+        self.id: str | None = None
+        self.step = "the start"
+        self.config_values: dict[str, str] = {}
+        self.model_option: str | None = None
+        self.mode_option: str | None = None
+        self._log = log.bind(agent=process.spec.id, **(log_fields or {}))
+
+    def _set_step(self, step: str) -> None:
+        self.step = step
+
+    # -- opening -----------------------------------------------------------------
+
+    async def connect(self) -> AgentConnection:
+        """The process's running connection, started (spawn + ``initialize``) if none runs;
+        raises as ``AgentProcess.connect``."""
+        self.conn = await self.process.connect(self.user, self.mailbox, self._set_step)
+        return self.conn
+
+    async def open(self, how: How, mcp_servers: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Opened:
+        """Open the session ``how`` says (module docstring). ``mcp_servers``: the
+        ``mcpServers`` to open a fresh session with, asked for only when one is opened.
+        Raises ``AgentError`` (refused), ``AgentExited``, ``ValueError`` (no sessionId)."""
+        assert self.conn is not None, "connect first"
+        if isinstance(how, Spare):
+            spare = await self.process.take_spare()
+            if spare is not None:
+                self.process.open(spare.session_id, self.mailbox)
+                caps = self.process.caps
+                self.id = spare.session_id
+                self._learn(spare.config_options or [])
+                self._log.info("acp session", acp_session=spare.session_id, how="spare")
+                return Opened(spare.session_id, "spare", False, caps.resume or caps.load, spare.config_options or [], spare)
+            return await self._new(await mcp_servers(), lost=False)
+        if isinstance(how, Resume):
+            return await self._take_up(how.session_id, await mcp_servers())
+        return await self._new(await mcp_servers(), lost=how.lost)
+
+    async def _new(self, servers: list[dict[str, Any]], lost: bool) -> Opened:
+        conn = self.conn
+        assert conn is not None
+        self.step = "session/new"
+        params = {"cwd": self.process.cwd or "/", "mcpServers": servers}
+        try:
+            result = await conn.request("session/new", params)
+        except AgentError as exc:
+            # Needs a login: where a method needs nobody (its key is in the agent's
+            # environment), authenticate with it and try once more.
+            method = auth.automatic(self.process.caps.auth_methods, {**os.environ, **self.process.spec.env})
+            if not auth.is_auth_error(exc.code) or method is None:
+                raise
+            self.step = "authenticate"
+            self._log.info("authenticating", method=method.id)
+            await conn.request("authenticate", {"methodId": method.id})
+            self.step = "session/new"
+            result = await conn.request("session/new", params)
+        sid = _session_id(result)
+        self.process.open(sid, self.mailbox)
+        self.id = sid
+        options = _object(result).get("configOptions")
+        self._learn(options or [])  # none in a session/new answer: none at all
+        self._log.info("acp session", acp_session=sid, how="new")
+        self.process.want_spare()  # the next new chat need not wait for session/new
+        caps = self.process.caps
+        return Opened(sid, "new", lost, caps.resume or caps.load, options or [])
+
+    async def _take_up(self, previous: str, servers: list[dict[str, Any]]) -> Opened:
+        conn = self.conn
+        assert conn is not None
+        caps = self.process.caps
+        params = {"sessionId": previous, "cwd": self.process.cwd or "/", "mcpServers": servers}
+        for method, offered in (("session/resume", caps.resume), ("session/load", caps.load)):
+            if not offered:
+                continue
+            self.step = method
+            self.process.open(previous, self.mailbox)
+            try:
+                result = await conn.request(method, params)
+            except AgentError as exc:
+                self.process.sessions.pop(previous, None)
+                self._log.warning("agent refused to take up its session", method=method, error=str(exc))
+                continue
+            self.id = previous
+            options = _object(result).get("configOptions")
+            self._learn(options)
+            self._log.info("acp session", acp_session=previous, how=method)
+            return Opened(previous, method, False, True, options)
+        return await self._new(servers, lost=True)
+
+    # -- config options ---------------------------------------------------------------
+
+    def _learn(self, config_options: Any) -> None:
+        from lmbridge.agent_models import of_category, select_options
+
+        options = select_options(config_options)
+        raw = config_options if isinstance(config_options, list) else []
+        self.config_values = {o["id"]: o["currentValue"] for o in raw if isinstance(o, dict) and isinstance(o.get("id"), str) and isinstance(o.get("currentValue"), str)}
+        model, mode = of_category(options, "model"), of_category(options, "mode")
+        self.model_option, self.mode_option = (model.id if model else None), (mode.id if mode else None)
+
+    def wanted(self, model: str | None, mode: str | None) -> dict[str, str]:
+        """The config options to set before a prompt (config id → value): ``model`` (one of
+        the agent's own, as VS Code chose it) and ``mode`` (the agent's setting), where the
+        session has such an option and it is not already so."""
+        wanted = {}
+        if model is not None and self.model_option is not None:
+            wanted[self.model_option] = model
+        if mode and self.mode_option is not None:
+            wanted[self.mode_option] = mode
+        return {k: v for k, v in wanted.items() if self.config_values.get(k) != v}
+
+    async def set_config_option(self, config_id: str, value: str) -> Any:
+        """``session/set_config_option``: the answer's ``configOptions`` if it is a list (then
+        learnt), else None. Raises ``AgentError``, ``AgentExited`` (also when no session is open)."""
+        if self.conn is None or self.id is None:
+            raise AgentExited("no session is open")
+        result = await self.conn.request("session/set_config_option", {"sessionId": self.id, "configId": config_id, "value": value})
+        self.config_values[config_id] = value
+        options = _object(result).get("configOptions")
+        if isinstance(options, list):
+            self._learn(options)
+            return options
+        return None
+
+    # -- the turn's frames (sent by the caller's writer, in order) ----------------------
+
+    def prompt(self, blocks: list[dict[str, Any]]) -> tuple[int, Write]:
+        """``session/prompt`` with ``blocks`` (ACP ``ContentBlock``s): its request id, whose
+        ``Response`` comes on the mailbox in order with the agent's updates, and its write."""
+        conn, sid = self.conn, self.id
+        assert conn is not None and sid is not None
+        rid = conn.new_id()
+        self.process.expect(rid, self.mailbox)
+
+        async def write(c: AgentConnection) -> None:
+            await c.send_request(rid, "session/prompt", {"sessionId": sid, "prompt": blocks})
+
+        return rid, write
+
+    def cancel(self) -> Write:
+        """``session/cancel`` (a notification) for the session open now."""
+        sid = self.id
+
+        async def write(c: AgentConnection) -> None:
+            await c.notify("session/cancel", {"sessionId": sid})
+
+        return write
+
+    # -- closing ------------------------------------------------------------------------
+
+    async def close(self, timeout: float) -> None:
+        """``session/close`` where the agent offers it, bounded by ``timeout`` seconds (a
+        refusal is logged); ``id`` is kept (``open(Resume(id))`` may take it up again)."""
+        conn, sid = self.conn, self.id
+        if conn is None or sid is None or not self.process.caps.close or conn.closed.is_set():
+            return
+        self.step = "session/close"
+        with anyio.move_on_after(timeout):
+            try:
+                await conn.request("session/close", {"sessionId": sid})
+            except (AgentError, AgentExited) as exc:
+                self._log.info("session/close refused", error=str(exc))
+
+    def forget(self) -> str | None:
+        """Let go of the session and the connection (the process went away): its id, for a
+        later ``open(Resume(id))``."""
+        sid, self.id, self.conn = self.id, None, None
+        return sid
+
+    def detach(self) -> None:
+        """Stop using the process: its frames for this session go nowhere from now on."""
+        sid, self.id, self.conn = self.id, None, None
+        self.process.detach(self.user, (sid,) if sid is not None else ())

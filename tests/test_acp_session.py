@@ -1,0 +1,245 @@
+"""``acp.session.AcpSession`` against the scripted agent, with no session actor: how a
+session is opened (New, Resume, Spare), prompted, cancelled, configured and closed, on
+a process of the pool (``acp.process``), its frames routed by sessionId to a mailbox.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+from conftest import ScriptedAgent
+
+from lmbridge.acp.connection import AgentError, Incoming, Response
+from lmbridge.acp.process import AgentPool
+from lmbridge.acp.session import AcpSession, New, Resume, Spare, probe
+from lmbridge.wire import AgentSpec
+
+pytestmark = pytest.mark.anyio
+
+LIMIT = 60  # seconds a test may take (each needs under 2 on an idle machine)
+CAPS = {
+    "resume": {"agentCapabilities": {"sessionCapabilities": {"resume": {}, "close": {}}}},
+    "load": {"agentCapabilities": {"loadSession": True}},
+    "neither": {},
+}
+
+
+async def no_servers() -> list[dict[str, Any]]:
+    return []
+
+
+class Mailbox:
+    """A session's mailbox: what the process routed to it, in order."""
+
+    def __init__(self) -> None:
+        self.send, self.receive = anyio.create_memory_object_stream[Any](math.inf)
+
+    async def until(self, done: Callable[[Any], bool]) -> list[Any]:
+        got = []
+        async for item in self.receive:
+            got.append(item)
+            if done(item):
+                return got
+        raise AssertionError("mailbox closed")
+
+
+class FakeHost:
+    """The McpHost a spare's tools endpoint is registered with: its config names it only."""
+
+    def __init__(self) -> None:
+        self.bridges: dict[str, Any] = {}
+
+    async def add(self, bridge: Any) -> None:
+        self.bridges[bridge.session_id] = bridge
+
+    def remove(self, session_id: str) -> None:
+        self.bridges.pop(session_id, None)
+
+    def server_config(self, bridge: Any) -> dict[str, Any]:
+        return {"name": bridge.name, "command": sys.executable, "args": ["-c", "pass"], "env": []}
+
+
+@asynccontextmanager
+async def pool(**kw: Any) -> AsyncIterator[AgentPool]:
+    p = AgentPool(**kw)
+    async with anyio.create_task_group() as tg:
+        await tg.start(p.run)
+        try:
+            yield p
+        finally:
+            await p.aclose()
+
+
+def session(p: AgentPool, agent: ScriptedAgent) -> tuple[AcpSession, Mailbox]:
+    box = Mailbox()
+    return AcpSession(p.process(AgentSpec(**agent.spec), str(agent.dir)), box.send, object()), box
+
+
+async def test_new_opens_a_session_and_its_prompt_answer_follows_its_updates(scripted: Any) -> None:
+    agent = scripted({"turns": [[{"text": "Hello"}, {"text": " there"}]]})
+    with anyio.fail_after(LIMIT):
+        async with pool() as p:
+            s, box = session(p, agent)
+            await s.connect()
+            assert s.step == "initialize"
+            opened = await s.open(New(), no_servers)
+            assert (opened.session_id, opened.how, opened.lost, opened.resumable) == ("s1", "new", False, False)
+            assert s.id == "s1" and s.step == "session/new"
+            rid, write = s.prompt([{"type": "text", "text": "hi"}])
+            assert s.conn is not None
+            await write(s.conn)
+            got = await box.until(lambda item: isinstance(item, Response))
+    updates = [i.params["update"]["content"]["text"] for i in got if isinstance(i, Incoming) and i.method == "session/update"]
+    assert updates == ["Hello", " there"] and got[-1].id == rid and got[-1].result == {"stopReason": "end_turn"}
+    (new,) = agent.events("session_new")
+    assert new["cwd"] == str(agent.dir) and new["mcpServers"] == []
+    (prompt,) = agent.prompts()
+    assert prompt["sessionId"] == "s1" and prompt["text"] == "hi"
+
+
+@pytest.mark.parametrize("caps", list(CAPS))
+async def test_resume_takes_the_session_up_as_the_agent_offers(scripted: Any, caps: str) -> None:
+    agent = scripted({"initialize": CAPS[caps]})
+    with anyio.fail_after(LIMIT):
+        async with pool() as p:
+            s, box = session(p, agent)
+            await s.connect()
+            opened = await s.open(Resume("old-7"), no_servers)
+    if caps == "neither":  # nothing to take it up with: a fresh session, the chat's turns lost
+        assert (opened.session_id, opened.how, opened.lost) == ("s1", "new", True)
+        assert not agent.frames("session/resume") and not agent.frames("session/load")
+    else:
+        method = {"resume": "session/resume", "load": "session/load"}[caps]
+        assert (opened.session_id, opened.how, opened.lost, opened.resumable) == ("old-7", method, False, True)
+        (frame,) = agent.frames(method)
+        assert frame["params"]["sessionId"] == "old-7" and frame["params"]["cwd"] == str(agent.dir)
+        assert not agent.events("session_new")
+    if caps == "load":  # its replay came to the session's mailbox (the caller does not show it)
+        replay = [box.receive.receive_nowait(), box.receive.receive_nowait()]
+        assert [r.params["sessionId"] for r in replay] == ["old-7", "old-7"]
+
+
+async def test_a_refused_resume_falls_back_to_load_then_to_a_fresh_session(scripted: Any) -> None:
+    both = {"agentCapabilities": {"loadSession": True, "sessionCapabilities": {"resume": {}}}}
+    agent = scripted({"initialize": both, "refuse": ["session/resume"]})
+    other = scripted({"initialize": both, "refuse": ["session/resume", "session/load"]})
+    with anyio.fail_after(LIMIT):
+        async with pool() as p:
+            s, _ = session(p, agent)
+            await s.connect()
+            assert (await s.open(Resume("x"), no_servers)).how == "session/load"
+            t, _ = session(p, other)
+            await t.connect()
+            opened = await t.open(Resume("x"), no_servers)
+            assert (opened.how, opened.lost) == ("new", True)
+            assert "x" not in t.process.sessions  # the refused session routes nothing
+
+
+async def test_new_authenticates_with_a_method_that_needs_nobody_and_tries_once_more(scripted: Any) -> None:
+    methods = [{"type": "env_var", "id": "key", "name": "Use KEY", "vars": [{"name": "LMBRIDGE_TEST_KEY"}]}]
+    agent = scripted({"initialize": {"authMethods": methods}, "auth_required": {"message": "Authentication required"}})
+    spec = {**agent.spec, "env": {"LMBRIDGE_TEST_KEY": "k"}}
+    with anyio.fail_after(LIMIT):
+        async with pool() as p:
+            s = AcpSession(p.process(AgentSpec(**spec), str(agent.dir)), Mailbox().send, object())
+            await s.connect()
+            assert (await s.open(New(), no_servers)).session_id == "s1"
+    assert [e["methodId"] for e in agent.events("authenticate")] == ["key"]
+    # Without the key, the refusal is the caller's to report.
+    bare = scripted({"initialize": {"authMethods": methods}, "auth_required": {"message": "Authentication required"}})
+    with anyio.fail_after(LIMIT):
+        async with pool() as p:
+            s, _ = session(p, bare)
+            await s.connect()
+            with pytest.raises(AgentError) as err:
+                await s.open(New(), no_servers)
+    assert err.value.code == -32000 and not bare.events("authenticate")
+
+
+async def test_config_options_are_learnt_and_only_changes_are_set(scripted: Any) -> None:
+    options = [
+        {"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "a", "options": [{"value": "a", "name": "A"}, {"value": "b", "name": "B"}]},
+        {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "ask", "options": [{"value": "ask", "name": "Ask"}, {"value": "code", "name": "Code"}]},
+    ]
+    agent = scripted({"config_options": options})
+    with anyio.fail_after(LIMIT):
+        async with pool() as p:
+            s, _ = session(p, agent)
+            await s.connect()
+            await s.open(New(), no_servers)
+            assert (s.model_option, s.mode_option) == ("model", "mode")
+            assert s.wanted("a", "ask") == {} and s.wanted("b", None) == {"model": "b"}
+            learnt = await s.set_config_option("model", "b")
+            assert s.config_values["model"] == "b" and isinstance(learnt, list)
+            assert s.wanted("b", "code") == {"mode": "code"}
+    (logged,) = agent.events("set_config_option")
+    assert (logged["sessionId"], logged["configId"], logged["value"]) == ("s1", "model", "b")
+
+
+@pytest.mark.parametrize("offered", [True, False])
+async def test_cancel_and_close(scripted: Any, offered: bool) -> None:
+    agent = scripted({"initialize": CAPS["resume" if offered else "neither"], "turns": [[{"text": "..."}, {"sleep": 30}]]})
+    with anyio.fail_after(LIMIT):
+        async with pool() as p:
+            s, box = session(p, agent)
+            conn = await s.connect()
+            await s.open(New(), no_servers)
+            _, prompt = s.prompt([{"type": "text", "text": "go"}])
+            await prompt(conn)
+            await box.until(lambda item: isinstance(item, Incoming))  # streaming
+            await s.cancel()(conn)
+            got = await box.until(lambda item: isinstance(item, Response))
+            assert got[-1].result == {"stopReason": "cancelled"}
+            await s.close(timeout=LIMIT)
+            assert s.id == "s1"  # kept: it may be taken up again
+            s.detach()
+            assert s.id is None and "s1" not in s.process.sessions
+    (cancel,) = agent.events("cancel")
+    assert cancel["sessionId"] == "s1"
+    assert [e["sessionId"] for e in agent.events("session_close")] == (["s1"] if offered else [])
+
+
+async def test_spare_takes_the_session_opened_ahead_else_opens_one(scripted: Any) -> None:
+    agent = scripted({})
+    host = FakeHost()
+
+    async def mcp_host() -> FakeHost:
+        return host
+
+    asked: list[int] = []
+
+    async def servers() -> list[dict[str, Any]]:
+        asked.append(1)
+        return []
+
+    with anyio.fail_after(LIMIT):
+        async with pool(spares=True, mcp_host=mcp_host) as p:
+            s, _ = session(p, agent)
+            await s.connect()
+            first = await s.open(Spare(), servers)  # none prepared yet: a fresh one, which asks for the next
+            assert (first.how, first.spare, asked) == ("new", None, [1])
+            t, _ = session(p, agent)
+            await t.connect()
+            second = await t.open(Spare(), servers)
+            assert second.how == "spare" and second.spare is not None and asked == [1]  # no mcpServers asked for
+            assert second.session_id == t.id != first.session_id and p.process(AgentSpec(**agent.spec), str(agent.dir)).sessions[second.session_id] is t.mailbox
+    spare_new = [e for e in agent.events("session_new") if e["sessionId"] == second.session_id]
+    assert len(spare_new) == 1 and spare_new[0]["mcpServers"][0]["name"] == second.spare.bridge.name
+
+
+async def test_probe_opens_and_closes_a_session_for_its_config_options(scripted: Any) -> None:
+    options = [{"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "a", "options": [{"value": "a", "name": "A"}]}]
+    agent = scripted({"initialize": CAPS["resume"], "config_options": options})
+    with anyio.fail_after(LIMIT):
+        async with pool() as p:
+            proc = p.process(AgentSpec(**agent.spec), str(agent.dir))
+            conn = await proc.connect(object(), Mailbox().send)
+            learnt = await probe(conn, str(agent.dir), proc.caps.close)
+    assert [o["id"] for o in learnt] == ["model"]
+    assert [e["sessionId"] for e in agent.events("session_close")] == ["s1"]
