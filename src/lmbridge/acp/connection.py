@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import anyio
 from anyio.abc import Process
+from anyio.lowlevel import checkpoint
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from lmbridge import framing, record
@@ -38,6 +39,10 @@ from lmbridge.wire import parse_json, usable_id
 
 MAX_LINE = framing.MAX_LINE  # bytes; agents send MB-long lines (facts.md §3)
 READ_SIZE = 256 * 1024  # bytes asked of the agent's stdout per read
+# Lines routed between two turns of the event loop: a read of short lines (an agent writing
+# non-JSON as fast as the pipe takes it: 130,000 lines a read, ~1 s idle, 10 s on a busy
+# machine) must not hold up every other chat and the shim's requests meanwhile.
+LINES_PER_TURN = 1000
 STDERR_TAIL = 20  # lines kept for error messages
 STDERR_LINE = 2000  # characters kept of each (an agent's 64 MiB stderr line made a 25 MB error)
 STDERR_ERROR = 2000  # characters of that tail quoted in an error the user reads
@@ -270,9 +275,9 @@ class AgentConnection:
         done.set()
 
     async def _read_stdout(self) -> None:
-        """Split stdout into lines and route each. Everything one read returns is
-        routed before the next await (no event-loop round per frame: the
-        streaming hot path); a partial line waits for the rest."""
+        """Split stdout into lines and route each. What one read returns is routed
+        with no event-loop round per frame (the streaming hot path), but one every
+        ``LINES_PER_TURN`` lines; a partial line waits for the rest."""
         assert self.process.stdout is not None
         receive = self.process.stdout.receive
         partial: list[bytes] = []  # the start of a line split across reads
@@ -296,12 +301,14 @@ class AgentConnection:
                 lines[0] = b"".join(partial)
             last = lines.pop()
             partial, size = ([last], len(last)) if last else ([], 0)
-            for line in lines:
+            for n, line in enumerate(lines, 1):
                 if len(line) > MAX_LINE:
                     self.exit_reason = f"agent {self.name!r} sent a line longer than {MAX_LINE} bytes"
                     self._kill()
                     return
                 self._frame(line)
+                if n % LINES_PER_TURN == 0:
+                    await checkpoint()
 
     def _frame(self, line: bytes) -> None:
         if not line.strip():
