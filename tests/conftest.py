@@ -181,6 +181,19 @@ def children(pid: int) -> list[int]:
     return out
 
 
+class Client(DaemonClient):
+    """The daemon's client with the tests' bounds (docs/reliability.md, "Tests under load"):
+    a chat or a request unless the test says, 120 s, where the slowest (a daemon's first
+    chat: the ACP imports and the agent's start) takes ~2 s idle."""
+
+    async def chat(self, model: str, messages: Sequence[Any], on_part: Callable[[dict[str, Any]], None] | None = None,
+                   timeout: float = 120.0, options: Any = None, agent_mode: bool = True) -> Any:
+        return await super().chat(model, messages, on_part, timeout, options, agent_mode)
+
+    async def request(self, method: str, params: Any = None, timeout: float = 120.0) -> Any:
+        return await super().request(method, params, timeout)
+
+
 #: Tests compare answers' text exactly: the "Starting <agent>…" line (shown when an
 #: agent takes longer than 0.5 s to start) waits 60 s here, unless a test sets it.
 QUIET_START = {"LMBRIDGE_START_NOTICE": "60"}
@@ -212,7 +225,7 @@ def daemon(tmp_path: Path) -> Callable[..., Any]:
         specs = [a.spec if isinstance(a, ScriptedAgent) else a for a in agents]
         env = {**os.environ, **QUIET_START, **NO_SPARE, "LMBRIDGE_LOG_LEVEL": "debug", "XDG_STATE_HOME": str(tmp_path / "state"), **(env or {})}
         with open(tmp_path / "daemon.stderr", "ab") as stderr:
-            async with DaemonClient.spawn([*command, *args], env=env, stderr=stderr, cwd=cwd) as client:
+            async with Client.spawn([*command, *args], env=env, stderr=stderr, cwd=cwd) as client:
                 if initialize:
                     await client.initialize(workspace=[str(tmp_path)] if workspace is None else workspace, agents=specs)
                 yield client
@@ -246,7 +259,7 @@ async def _shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
     where = tmp_path_factory.mktemp("shared-daemon")
     env = {**os.environ, **QUIET_START, **NO_SPARE, "LMBRIDGE_LOG_LEVEL": "debug", "XDG_STATE_HOME": str(where / "state")}
     with open(where / "daemon.stderr", "ab") as stderr:
-        async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve"], env=env, stderr=stderr) as client:
+        async with Client.spawn([sys.executable, "-m", "lmbridge", "serve"], env=env, stderr=stderr) as client:
             shared = _Shared(client, where / "daemon.stderr", [])
             yield shared
             assert await client.close(timeout=60) == 0, "the shared daemon did not exit cleanly"  # ~0.5 s idle

@@ -18,8 +18,9 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import Client
 
-from lmbridge.client import DaemonClient, approve, assistant, tool_calls, user
+from lmbridge.client import approve, assistant, tool_calls, user
 from lmbridge.record import HEADER_KEY
 from lmbridge.replay import Divergence, Matcher, load, replay
 
@@ -190,7 +191,7 @@ async def test_a_recording_holds_no_secret(tmp_path: Path) -> None:
     spec = {"id": "demo", "command": sys.executable, "args": ["-m", "lmbridge", "demo-agent"], "env": {"API_KEY": secret_env, "LMBRIDGE_DEMO_SCRATCH": str(tmp_path / "notes")}}
     env = {**os.environ, "LMBRIDGE_LOG_LEVEL": "warning"}
     with anyio.fail_after(LIMIT):
-        async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", "--record", str(path)], env=env) as client:
+        async with Client.spawn([sys.executable, "-m", "lmbridge", "serve", "--record", str(path)], env=env) as client:
             await client.initialize(workspace=[str(tmp_path)], agents=[spec])
             history = [user("Please write a file.")]
             call = await client.chat("demo", history)
@@ -241,7 +242,7 @@ async def test_an_agent_that_cannot_start_replays(tmp_path: Path) -> None:
     spec = {"id": "ghost", "command": str(tmp_path / "no-such-agent")}
     env = {**os.environ, "LMBRIDGE_LOG_LEVEL": "warning"}
     with anyio.fail_after(LIMIT):
-        async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", "--record", str(path)], env=env) as client:
+        async with Client.spawn([sys.executable, "-m", "lmbridge", "serve", "--record", str(path)], env=env) as client:
             await client.initialize(workspace=[str(tmp_path)], agents=[spec])
             call = await client.chat("ghost", [user("hello?")])
             assert call.error is not None and "failed to start" in call.error.message
