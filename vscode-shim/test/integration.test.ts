@@ -119,7 +119,7 @@ after(async () => {
 	assert.ok(!isAlive(pid), 'the daemon is gone after deactivate');
 });
 
-describe('the extension against the real daemon and the demo agent', { timeout: 120_000 }, () => {
+describe('the extension against the real daemon and the demo agent', { timeout: 300_000 }, () => {
 	test('a chat turn streams thinking, then text', async () => {
 		const turn = await send([systemPrompt(), User('hi there')]);
 		assert.match(turn.text, /Hello from the demo agent\. You said: hi there/);
