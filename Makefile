@@ -87,8 +87,15 @@ bench: $(STAMP)
 bench-sessions: $(STAMP) real-agent-deps
 	$(PY) -m bench.sessions
 
+# The daemon's RSS under an agent's over-long stdout lines and its log under an agent's stderr
+# flood (docs/reliability.md, "Bounds"); figures in .bench/bounds.json.
+.PHONY: bench-bounds
+bench-bounds: $(STAMP)
+	$(PY) -m bench.bounds
+
 # The soak run of issue #14 (docs/reliability.md): 1,000,000 generated stdin frames, 100,000
-# hostile agent frames, 1,000 new chats under the process cap; figures in .fuzz/results.json.
+# hostile agent frames, 1,000 new chats under the process cap, the hostile agent's
+# malformed-start, freeze and flood modes; figures in .fuzz/results.json.
 .PHONY: fuzz
 fuzz: $(STAMP)
 	$(PY) -m tests.fuzz.soak

@@ -161,7 +161,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     first = statistics.median(r["times"][0] for r in runs)
     rest = statistics.median(t for r in runs for t in r["times"][1:])
     out = {"first_s": round(first, 3), "next_s": round(rest, 3), "agents_rss_mib": round(statistics.median(r["agents_rss_mib"] for r in runs), 1),
-           "agent_processes": max(r["agent_processes"] for r in runs)}  # fmt: skip
+           "agent_processes": max(r["agent_processes"] for r in runs),
+           # Each chat's median on its own (the 1st, the 2nd, ...): where a spare was not ready yet.
+           "each_s": [round(statistics.median(r["times"][i] for r in runs), 3) for i in range(len(runs[0]["times"]))]}  # fmt: skip
     if "daemon_rss_mib" in runs[0]:
         out["daemon_rss_mib"] = round(statistics.median(r["daemon_rss_mib"] for r in runs), 1)
     return out
@@ -212,9 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "sessions.json")
     args = parser.parse_args(argv)
     os.environ.pop("IS_SANDBOX", None)  # this machine sets it; claude's session/new then fails as root (facts.md §5)
+    load_before = os.getloadavg()[0]  # a shared machine: other work moves every figure
     figures = anyio.run(main_async, args.chats, args.runs, args.gap, args.daemon_src, args.spare_session)
     figures["checks"] = checks(figures)
-    figures["_setup"] = {"chats": args.chats, "runs": args.runs, "gap_s": args.gap, "daemon_src": args.daemon_src, "spare_session": args.spare_session}
+    figures["_setup"] = {"chats": args.chats, "runs": args.runs, "gap_s": args.gap, "daemon_src": args.daemon_src, "spare_session": args.spare_session,
+                         "load_before": load_before, "load_after": os.getloadavg()[0]}  # fmt: skip
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
     direct_next = figures["direct"]["next_s"]
@@ -224,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         ratio = f["next_s"] / direct_next if direct_next else float("nan")
         print(f"{name:22} {f['first_s']:>10.3f} {f['next_s']:>10.3f} {ratio:>8.2f} {f['agents_rss_mib']:>10.1f} {f.get('daemon_rss_mib', 0):>10.1f} {f['agent_processes']:>5}")
+    print(f"1-minute load average {figures['_setup']['load_before']:.2f} before, {figures['_setup']['load_after']:.2f} after (2 cores, shared)")
     for name, c in figures["checks"].items():
         if isinstance(c, dict):
             print(f"{name}: 2nd..Nth chat {c['next_ratio']:.2f}× direct (target ≤ {NEXT_RATIO}): {'ok' if c['next_ok'] else 'MISSED'}; "

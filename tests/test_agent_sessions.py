@@ -78,6 +78,32 @@ async def test_the_stale_turn_after_a_stop_keeps_the_agent_session(scripted: Any
         assert close["params"] == {"sessionId": "s1"} and close["t"] < taken_up(agent)[0]["t"]
 
 
+async def test_an_agent_whose_history_a_cancel_breaks_goes_on_in_a_fresh_session(scripted: Any, shared: Any) -> None:
+    """fast-agent (its ``agentInfo.name``, so its profile's ``cancel_breaks_history``): after
+    a Stop its next prompt fails (its history holds an empty assistant message the model API
+    refuses), and would again in the same session taken up again. Though it offers
+    resume, the chat goes on in a fresh session told the conversation."""
+    caps = {"agentCapabilities": {"loadSession": True, "sessionCapabilities": {"resume": {}}}, "agentInfo": {"name": "fast-agent-acp"}}
+    agent = scripted({"initialize": caps, "turns": [
+        [{"text": "Streaming..."}, {"sleep": 30}],
+        [{"error": {"code": -32603, "message": "Internal error", "data": {"details": "Error code: 400 - all messages must have non-empty content"}}}],
+        [{"text": "Recovered answer."}],
+    ]})  # fmt: skip
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            first = await stop_while_streaming(c, agent)
+            second = await c.chat(agent.id, [user("one"), assistant(first.parts), user("two")])
+            ok(second)
+            assert text_of(second) == "Recovered answer." and "400" not in text_of(second)
+    prompts = agent.prompts()
+    assert len(prompts) == 3 and len(agent.pids()) == 1
+    assert not taken_up(agent)  # never resumed into the same failure
+    assert [e["sessionId"] for e in agent.events("session_new")] == ["s1", "s2"]
+    assert prompts[2]["sessionId"] == "s2"
+    told = prompts[2]["blocks"][0]["text"]
+    assert told.startswith(CONTEXT_OPEN) and "one" in told and prompts[2]["blocks"][-1]["text"] == "two"
+
+
 @pytest.mark.parametrize("caps", list(CAPS))
 async def test_a_restarted_daemon_continues_the_agent_session(scripted: Any, daemon: Any, tmp_path: Path, caps: str) -> None:
     """VS Code reloaded: a new daemon with the same state folder, a new agent process."""

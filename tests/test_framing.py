@@ -1,4 +1,6 @@
-"""``framing.BadLines``: lines that are not frames are logged bounded (issue #10, bug 4)."""
+"""``framing``: lines that are not frames are logged bounded (``BadLines``); over-long lines
+are dropped as they stream (``Lines``, ``read_head``); an agent's stderr is logged at a
+bounded rate (``Throttle``)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_daemon import LIMIT, eventually
 
-from lmbridge.framing import EVERY, FIRST, BadLines
+from lmbridge.framing import EVERY, FIRST, STDERR_FIRST, STDERR_RATE, BadLines, Head, Lines, Overlong, Throttle, read_head
 
 
 def reporter() -> tuple[BadLines, list[tuple[str, dict[str, Any]]]]:
@@ -126,3 +128,126 @@ def test_an_agents_error_reason_is_the_model_apis_message() -> None:
     assert error_reason({"message": '{"detail": "no message here"}'}) == '{"detail": "no message here"}'
     assert error_reason({"message": '{"message": "top-level"}'}) == "top-level"
     assert error_reason({"other": 1}) is None and error_reason(None) is None and error_reason(7) is None
+
+
+# ------------------------------------------------------------------ Lines: over-long lines dropped as they stream
+
+
+def _expected(line: bytes, limit: int, head: int) -> bytes | Overlong:
+    return line if len(line) <= limit else Overlong(len(line), line[:head])
+
+
+@given(
+    st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=12),
+    st.booleans(),
+    st.lists(st.integers(min_value=1, max_value=50), min_size=1, max_size=30),
+    st.integers(min_value=1, max_value=20),
+    st.integers(min_value=0, max_value=8),
+)
+def test_lines_are_split_as_written_and_over_long_ones_dropped_in_place(
+    lines: list[bytes], trailing: bool, cuts: list[int], limit: int, head: int
+) -> None:
+    """Whatever the reads' sizes: the lines in order, each longer than ``limit`` replaced by
+    its size and first ``head`` bytes; never more than ``limit`` bytes held of one line."""
+    stream = b"\n".join(lines) + (b"\n" if trailing and lines else b"")
+    splitter = Lines(limit, head=head)
+    got: list[bytes | Overlong] = []
+    at, n = 0, 0
+    while at < len(stream):
+        size = cuts[n % len(cuts)]
+        got += splitter.feed(stream[at:at + size])
+        assert splitter.held <= limit
+        at, n = at + size, n + 1
+    last = splitter.end()
+    if last is not None:
+        got.append(last)
+    complete = lines if trailing or not lines else lines[:-1]
+    expected = [_expected(line, limit, head) for line in complete]
+    if lines and not trailing and lines[-1]:
+        expected.append(_expected(lines[-1], limit, head))
+    assert got == expected
+
+
+def test_a_line_of_300_mb_is_never_held() -> None:
+    """Fed in 256 KiB reads (what the agent's stdout gives), a 300 MB line then a frame:
+    the frame comes through and the splitter never held more than its limit."""
+    limit = 16 * 2**20
+    splitter = Lines(limit)
+    chunk = b"L" * (256 * 1024)
+    got = splitter.feed(b'{"jsonrpc":"2.0","id":3,"result":{"x":"' + chunk)
+    most = splitter.held
+    for _ in range(1200):
+        got += splitter.feed(chunk)
+        most = max(most, splitter.held)
+    got += splitter.feed(b'"}}\n{"jsonrpc":"2.0","id":4,"result":{}}\n')
+    assert most <= limit
+    (dropped, frame) = got
+    assert isinstance(dropped, Overlong) and dropped.size == 1201 * len(chunk) + 42 and dropped.head.startswith(b'{"jsonrpc":"2.0","id":3')
+    assert read_head(dropped.head) == Head(has_id=True, id=3, body="result")
+    assert frame == b'{"jsonrpc":"2.0","id":4,"result":{}}'
+
+
+@pytest.mark.parametrize(
+    ("start", "head"),
+    [
+        (b'{"jsonrpc":"2.0","id":7,"result":{"stopReason":', Head(True, 7, None, "result")),
+        (b'{"jsonrpc": "2.0", "id": "h1", "method": "session/request_permission", "params": {"x', Head(True, "h1", "session/request_permission", "params")),
+        (b'{"id":5,"jsonrpc":"2.0","error":{"code":', Head(True, 5, None, "error")),  # serde's member order
+        (b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","id":9', Head(False, None, "session/update", "params")),
+        (b'{"jsonrpc":"2.0","params":{"id":1},"id":2', Head(body="params")),  # the id comes after: unknown
+        (b'  {"id": null, "result": {', Head(True, None, None, "result")),
+        (b'{"id": {"x": 1}, "result"', Head()),  # not a scalar: not read
+        (b'{"jsonrpc":"2.0","id":12', Head()),  # cut before a comma: not known to be whole
+        (b"LLLL", Head()),
+        (b"[1, 2]", Head()),
+        (b"", Head()),
+    ],
+)
+def test_the_start_of_a_dropped_line_says_what_it_was(start: bytes, head: Head) -> None:
+    assert read_head(start) == head
+
+
+# ------------------------------------------------------------------ Throttle: an agent's stderr logged at a bounded rate
+
+
+def throttle() -> tuple[Throttle, list[tuple[str, dict[str, Any]]], list[tuple[str, dict[str, Any]]]]:
+    lines: list[tuple[str, dict[str, Any]]] = []
+    summaries: list[tuple[str, dict[str, Any]]] = []
+    return (Throttle("agent 'x'", lambda event, **f: lines.append((event, f)), lambda event, **f: summaries.append((event, f))),
+            lines, summaries)
+
+
+def test_a_stderr_flood_is_logged_first_lines_then_a_rate_then_counts() -> None:
+    """120,000 lines in 2 s: the first lines, then ``STDERR_RATE`` a second, the rest
+    counted with their bytes and said once at the end."""
+    log, lines, summaries = throttle()
+    for i in range(120_000):
+        log.offer(f"line {i}", 80, now=i / 60_000)
+    log.close()
+    assert len(lines) == STDERR_FIRST + 2 * STDERR_RATE
+    assert [f["line"] for _, f in lines[:3]] == ["line 0", "line 1", "line 2"]
+    (event, fields), = summaries
+    left = 120_000 - STDERR_FIRST - 2 * STDERR_RATE
+    assert fields == {"lines": left, "bytes": left * 80}
+    assert event == f"agent 'x' wrote {left:,} more stderr lines, {left * 80 / 1e6:.1f} MB, not logged"
+
+
+@given(st.lists(st.floats(min_value=0, max_value=300), max_size=300).map(sorted))
+def test_every_stderr_line_is_logged_or_counted_once_and_the_log_stays_bounded(times: list[float]) -> None:
+    log, lines, summaries = throttle()
+    for t in times:
+        log.offer("x", 2, now=t)
+    log.close()
+    assert len(lines) + sum(f["lines"] for _, f in summaries) == len(times)
+    assert sum(f["bytes"] for _, f in summaries) == 2 * sum(f["lines"] for _, f in summaries)
+    span = (times[-1] - times[0]) if times else 0
+    assert len(lines) <= STDERR_FIRST + STDERR_RATE * (span + 1)
+    assert len(summaries) <= span / EVERY + 1
+
+
+def test_a_quiet_agents_stderr_is_logged_whole() -> None:
+    log, lines, summaries = throttle()
+    for t in range(100):
+        log.offer(f"l{t}", 3, now=t * 0.5)  # two a second
+    log.close()
+    assert len(lines) == 100 and not summaries

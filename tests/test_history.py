@@ -155,6 +155,71 @@ def test_cancelled_partial_answer_kept_by_vscode_continues():
     assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, sid)
 
 
+@pytest.mark.parametrize("last", [Last.CANCELLED, Last.PENDING])
+@pytest.mark.parametrize("partial", ["with output", "before any output"])
+def test_a_stopped_turn_dropped_whole_continues_the_session(last: Last, partial: str):
+    """A Stop while an approved command runs (CANCELLED), or at the turn's second card
+    (PENDING): VS Code may drop the stopped turn whole, its first round (the card and its
+    answer) with it. The session goes on (its agent keeps what it did); only the new words
+    are prompted, and the dropped rounds are forgotten."""
+    core = HistoryCore()
+    sid, hist = start(core, "one")
+    core.begin("m", hist + [u("run it")], 2)
+    core.end(sid, fp(a("asking", "c1")), Last.PENDING, [Pending("c1", "T1")], 3)
+    core.begin("m", hist + [u("run it"), a("asking", "c1"), tr("c1", "T1")], 4)  # Allow
+    stopped = a("running the command" if partial == "with output" else "", *(["c2"] if last is Last.PENDING else []))
+    core.end(sid, fp(stopped), last, [Pending("c2", "T2")] if last is Last.PENDING else [], 5)
+    turn = core.begin("m", hist + [u("run it"), u("never mind")], 6)
+    assert (turn.kind, turn.session_id, turn.fresh) == (Kind.CONTINUATION if last is Last.CANCELLED else Kind.STOPPED, sid, False)
+    assert turn.prompt == (u("never mind"),) and turn.context == ()
+    assert turn.answers == ({"c2": Answer.CANCELLED} if last is Last.PENDING else {})
+    core.end(sid, fp(a("ok")), Last.DONE, [], 7)
+    nxt = core.begin("m", hist + [u("run it"), u("never mind"), a("ok"), u("next")], 8)
+    assert (nxt.kind, nxt.session_id, nxt.prompt) == (Kind.CONTINUATION, sid, (u("next"),))
+    assert core.plan("m", hist + [u("run it"), a("asking", "c1"), tr("c1", "T1"), u("x")]).session_id is None  # forgotten
+
+
+def test_a_finished_turn_dropped_whole_is_a_divergence():
+    """Only a stopped turn may be dropped: a finished one dropped is an edit or a regenerate."""
+    core = HistoryCore()
+    sid, hist = start(core, "one")
+    core.begin("m", hist + [u("run it")], 2)
+    core.end(sid, fp(a("asking", "c1")), Last.PENDING, [Pending("c1", "T1")], 3)
+    core.begin("m", hist + [u("run it"), a("asking", "c1"), tr("c1", "T1")], 4)
+    core.end(sid, fp(a("done it")), Last.DONE, [], 5)
+    turn = core.begin("m", hist + [u("run it"), u("never mind")], 6)
+    assert turn.kind is Kind.DIVERGENCE and turn.fresh
+
+
+def test_the_end_of_a_turn_a_later_request_overtook_is_not_recorded():
+    """A new message sent before the Stop of the answer in progress: its request begins
+    turn 2 first, then turn 1 ends (stopped). That end is superseded: not placed after the
+    new message, and the session stays busy while turn 2 streams; turn 2's end counts, once."""
+    core = HistoryCore()
+    first = core.begin("m", [u("one")], 0)
+    second = core.begin("m", [u("one"), u("two")], 1)
+    assert (second.kind, second.session_id, second.number) == (Kind.CONTINUATION, first.session_id, first.number + 1)
+    assert not core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 2, turn=first.number)
+    s = core.sessions[first.session_id]
+    assert s.busy and len(s.items) == 2 and s.last is Last.DONE
+    assert core.end(first.session_id, fp(a("answer two")), Last.DONE, [], 3, turn=second.number)
+    assert not core.end(first.session_id, fp(a("again")), Last.CANCELLED, [], 4, turn=second.number)  # once
+    nxt = core.begin("m", [u("one"), u("two"), a("answer two"), u("three")], 5)
+    assert (nxt.kind, nxt.session_id, nxt.prompt) == (Kind.CONTINUATION, first.session_id, (u("three"),))
+
+
+def test_a_stop_recorded_before_the_next_request_is_matched():
+    """The Stop first: the stopped partial answer is recorded, so a request that keeps it
+    continues the session; the session actor's own later report of the same end is dropped."""
+    core = HistoryCore()
+    first = core.begin("m", [u("one")], 0)
+    assert core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 1, turn=first.number)
+    turn = core.begin("m", [u("one"), a("partial"), u("two")], 2)
+    assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, first.session_id)
+    assert not core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 3, turn=first.number)
+    assert core.sessions[first.session_id].busy
+
+
 def test_cancelled_before_any_output_continues():
     core = HistoryCore()
     turn = core.begin("m", [u("q")], 0)

@@ -252,3 +252,130 @@ async def test_a_seeded_mix_of_hostile_frames(daemon: Any, hostile: Any, seed: i
                 and a["result"]["outcome"].get("optionId") in ("allow", "x", "y", "go")]
     assert not approved, f"approved without the user's token: {approved}"
     assert any(e.get("event") == "mix_done" for e in agent.entries())
+
+
+# ------------------------------------------------------------------ bounds: over-long lines, floods, freeze, malformed starts
+
+
+def daemon_log(tmp_path: Path) -> list[str]:
+    return (tmp_path / "daemon.stderr").read_text(errors="replace").splitlines()
+
+
+async def test_over_long_lines_are_dropped_as_they_stream_and_the_link_goes_on(daemon: Any, hostile: Any, tmp_path: Path) -> None:
+    """Two session/update lines and a permission request of 40 MB each (past the 16 MiB
+    limit): each dropped as it streams, logged once, the permission answered -32600 (the
+    agent is not left waiting), the turn goes on; the daemon's RSS stays under twice what
+    it was before (it is never held whole)."""
+    warm, long = hostile("init-bad-caps"), hostile("long-lines", "--long-mb", "40", "--long-count", "2")
+    async with daemon(agents=[warm.spec, long.spec]) as client:
+        assert text_of(await chat(client, warm, [user("warm up")])) == "ok"
+        idle = rss(client.process.pid)
+        peak = idle
+        async with anyio.create_task_group() as tg:
+
+            async def sample() -> None:
+                nonlocal peak
+                while True:
+                    peak = max(peak, rss(client.process.pid))
+                    await anyio.sleep(0.02)
+
+            tg.start_soon(sample)
+            call = await chat(client, long, [user("long lines")])
+            tg.cancel_scope.cancel()
+        assert call.error is None and call.result == {"stopReason": "end_turn"} and text_of(call) == "survived", call.error
+        assert peak < 2 * idle, f"RSS {peak / 2**20:.0f} MiB under over-long lines, {idle / 2**20:.0f} MiB before"
+    (answer,) = long.check_requests_answered_once()
+    assert answer["error"]["code"] == -32600 and "longer than lmbridge's limit" in answer["error"]["message"], answer
+    dropped = [line for line in daemon_log(tmp_path) if "hostile-long-lines' sent a line of 40,000," in line]
+    assert len(dropped) == 3 and all("dropped, the link goes on" in line for line in dropped), dropped
+
+
+async def test_an_agent_flooding_stderr_is_logged_bounded_and_counted(daemon: Any, hostile: Any, tmp_path: Path) -> None:
+    """20,000 stderr lines: the first ones logged, then a few a second; the rest said as a
+    count (lines, bytes) at the end; every line is either logged or counted, once."""
+    agent = hostile("flood-stderr", "--lines", "20000")
+    async with bridge(daemon, agent) as client:
+        call = await chat(client, agent, [user("flood")])
+        assert call.error is None and text_of(call) == "survived"
+    log = [line for line in daemon_log(tmp_path) if "agent=hostile-flood-stderr" in line]
+    logged = [line for line in log if "agent stderr" in line and "warn: the agent is chatty" in line]
+    summaries = [line for line in log if "more stderr lines" in line]
+    counted = sum(int(line.split(" lines=")[1].split()[0]) for line in summaries)
+    assert len(logged) + counted == 20_000, (len(logged), counted)
+    assert len(logged) < 200 and 1 <= len(summaries) <= 10, (len(logged), summaries)
+
+
+async def test_a_flood_on_both_pipes_and_over_long_lines_at_once(daemon: Any, hostile: Any, tmp_path: Path) -> None:
+    agent = hostile("flood", "--lines", "20000", "--long-mb", "20", "--long-count", "1")
+    async with bridge(daemon, agent) as client:
+        call = await chat(client, agent, [user("flood")])
+        assert call.error is None and text_of(call) == "survived", call.error
+    agent.check_requests_answered_once()
+    log = daemon_log(tmp_path)
+    assert len([line for line in log if "hostile-flood' stdout" in line]) <= 10  # quoted first ones, then counts
+    assert len([line for line in log if "agent=hostile-flood" in line and "agent stderr" in line]) < 200
+
+
+async def test_an_agent_that_freezes_mid_session_answers_each_request_once(daemon: Any, hostile: Any) -> None:
+    """The agent answers one prompt, then stops answering anything. The frozen turn ends on
+    Stop; a new chat is answered once: by an error naming the agent (the start and session
+    bounds, 10 s here), by a process that answers (the frozen one replaced), or, when its prompt reached the frozen process (a
+    spare session opened before the freeze), on Stop, as any turn that streams nothing."""
+    agent = hostile("freeze")
+    async with bridge(daemon, agent, LMBRIDGE_DRAIN_TIMEOUT="1", LMBRIDGE_START_TIMEOUT="10", LMBRIDGE_SESSION_TIMEOUT="10") as client:
+        first = await chat(client, agent, [user("hi")])
+        assert text_of(first) == "ok"
+        history = [user("hi"), assistant(first.parts), user("more")]
+        frozen = await client.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": history})
+        with anyio.fail_after(BOUND):
+            while "thinking" not in text_of(frozen):
+                await anyio.sleep(0.05)
+        await client.cancel(frozen)
+        with anyio.fail_after(BOUND):
+            await frozen.done.wait()
+        assert frozen.result == {"stopReason": "cancelled"}
+        after = await client.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("a new chat")]})
+        with anyio.move_on_after(BOUND):
+            await after.done.wait()
+        if not after.done.is_set():
+            await client.cancel(after)
+            with anyio.fail_after(BOUND):
+                await after.done.wait()
+            assert after.result == {"stopReason": "cancelled"}
+        elif after.error is not None:
+            assert agent.id in after.error.message and len(after.error.message) <= ERROR_LIMIT, after.error
+        else:
+            assert text_of(after) == "ok"
+    assert any(e.get("event") == "frozen" for e in agent.entries())
+
+
+MALFORMED_INIT = ["valid", "null", "array", "bad-version", "error", "garbage-then-valid", "wrong-id", "twice", "huge", "exit"]
+SILENT = ("start-wrong-id-valid", "start-valid-never", "start-valid-string-id")
+MALFORMED_NEW = ["null", "no-session", "numeric-session", "empty-session", "junk-options", "error", "never", "twice", "string-id", "huge", "exit"]
+
+
+async def test_malformed_starts_are_each_answered_once_naming_the_agent(daemon: Any, hostile: Any, tmp_path: Path) -> None:
+    """Each garbage answer to initialize (with a good session/new) and to session/new (with
+    a good initialize), two new chats each (one for those never answered: each costs the
+    start or session bound, 10 s here): every chat answered exactly once, by its agent's answer or an
+    error naming the agent and what it waited on; the daemon stays up."""
+    agents = [Hostile(tmp_path, "malformed-start", "--init", how, "--new", "valid") for how in MALFORMED_INIT]
+    agents += [Hostile(tmp_path, "malformed-start", "--init", "valid", "--new", how) for how in MALFORMED_NEW]
+    for agent in agents:
+        how = "-".join(agent.spec["args"][-3::2])
+        agent.id = agent.spec["id"] = f"start-{how}"
+    outcome: dict[str, list[str]] = {}
+    async with daemon(agents=[a.spec for a in agents], env={"LMBRIDGE_START_TIMEOUT": "10", "LMBRIDGE_SESSION_TIMEOUT": "10"}) as client:
+        for agent in agents:
+            for n in range(1 if agent.id in SILENT else 2):
+                call = await chat(client, agent, [user(f"chat {n}")])
+                outcome.setdefault(agent.id, []).append(call.error.message if call.error else text_of(call))
+        assert (await client.request("lm/provideTokenCount", {"modelId": agents[0].id, "text": "abcd"}, timeout=BOUND))["count"] == 1
+    assert not [f for f in client.unmatched if "id" in f and f["id"] is not None], client.unmatched  # nothing answered twice
+    for good in ("start-valid-valid", "start-garbage-then-valid-valid", "start-twice-valid", "start-valid-twice", "start-valid-junk-options"):
+        assert outcome[good] == ["ok", "ok"], (good, outcome[good])
+    for silent in SILENT:
+        assert all("within 10 s" in said for said in outcome[silent]), (silent, outcome[silent])
+    for huge in ("start-huge-valid", "start-valid-huge"):
+        assert all("longer than lmbridge's limit" in said for said in outcome[huge]), (huge, outcome[huge])
+    assert all("the agent's own reason" in said for said in outcome["start-error-valid"] + outcome["start-valid-error"]), outcome

@@ -49,8 +49,10 @@ def test_select_tools_filters_own_tool_and_globs():
 def test_agents_with_one_mcp_registry_per_process():
     fast = {"protocolVersion": 1, "agentCapabilities": {}, "agentInfo": {"name": "fast-agent-acp", "version": "0.10.48"}}
     assert Capabilities.of(fast).profile.shared_mcp_registry
+    assert not Capabilities.of(fast).profile.relists_tools  # so it is kept no spare session
     for other in ({"agentInfo": {"name": "claude-agent-acp"}}, {"agentInfo": "fast-agent-acp"}, {}):
         assert not Capabilities.of(other).profile.shared_mcp_registry
+        assert Capabilities.of(other).profile.relists_tools
     assert server_name("s1") == "vscode" and server_name("s1", per_session=True) == "vscode-s1"
 
 
@@ -84,10 +86,13 @@ def test_result_content_text_image_json():
                 {"type": "text", "value": "hello"},
                 {"type": "data", "mimeType": "image/png", "data": "aGk="},
                 {"type": "data", "mimeType": "application/json", "data": "eyJhIjogMX0="},
+                {"type": "data", "mimeType": "cache_control", "data": "ZXBoZW1lcmFs"},  # Copilot's marker: not the tool's
+                {"type": "data", "mimeType": "stateful_marker", "data": "eA=="},
             ],
         }
     )
     out = result_content(part)
+    assert len(out) == 3
     assert out[0] == types.TextContent(type="text", text="hello")
     assert out[1] == types.ImageContent(type="image", data="aGk=", mime_type="image/png")
     assert '"mimeType": "application/json"' in out[2].text and '{\\"a\\": 1}' in out[2].text

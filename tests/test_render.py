@@ -160,6 +160,89 @@ def test_prompt_blocks_with_context_and_images():
     assert no_images[1] == {"type": "text", "text": "[image omitted: image/png, 5 bytes]"}
 
 
+CACHE_CONTROL = {"type": "data", "mimeType": "cache_control", "data": "ZXBoZW1lcmFs"}  # 9 bytes: "ephemeral", as Copilot sends it
+
+
+def test_a_fresh_sessions_context_holds_no_copilot_markers():
+    """Copilot's cache_control/stateful_marker parts (beside the current turn and every tool
+    result, and inside results) are nothing anyone wrote or attached: the context a fresh
+    session is told holds none of them, while a real attachment and a result's JSON data
+    are still told."""
+    context = [
+        _m("user", {"type": "text", "value": "<userRequest>\nremember kiwi\n</userRequest>"}, CACHE_CONTROL, {"type": "data", "mimeType": "image/png", "data": "aGVsbG8="}),
+        _m("assistant", {"type": "text", "value": "noted"}, {"type": "tool_call", "callId": "t", "name": "search", "input": {"q": "x"}}),
+        _m(
+            "user",
+            {"type": "tool_result", "callId": "t", "content": [{"type": "text", "value": "found"}, CACHE_CONTROL, {"type": "data", "mimeType": "application/json", "data": "e30="}]},
+            CACHE_CONTROL,
+            {"type": "data", "mimeType": "stateful_marker", "data": "eA=="},
+        ),
+    ]
+    (head, prompt) = prompt_blocks(context, [_m("user", {"type": "text", "value": "and now?"}, CACHE_CONTROL)], images=True)
+    told = head["text"]
+    assert "remember kiwi" in told and "found" in told and "[attachment: image/png, 5 bytes]" in told and "[application/json, 2 bytes]" in told, told
+    assert "cache_control" not in told and "stateful_marker" not in told and "9 bytes" not in told, told
+    assert prompt == {"type": "text", "text": "and now?"}
+
+
+# codex-acp 0.16.0 as seen on the wire (tests/real_agent/test_codex_bridge.py): the permission
+# first, its content codex's approval prompt; after Allow a tool_call, then a tool_call_update
+# with rawOutput and no content; after a reject, no update at all.
+CODEX_PERMISSION_CALL = {
+    "toolCallId": "call_1", "kind": "execute", "status": "pending", "title": "echo out-1 && exit 3",
+    "content": [
+        {"type": "content", "content": {"type": "text", "text": "Proposed Amendment: /bin/bash\n-lc\necho out-1 && exit 3\nAvailable Decisions: Approved\nApprovedExecpolicyAmendment\nAbort"}}
+    ],
+    "rawInput": {"command": ["/bin/bash", "-lc", "echo out-1 && exit 3"]},
+}
+CODEX_DONE = {
+    "sessionUpdate": "tool_call_update", "toolCallId": "call_1", "status": "failed",
+    "rawOutput": {"stdout": "out-1\n", "stderr": "", "aggregated_output": "out-1\n", "formatted_output": "out-1\n", "exit_code": 3},
+}
+
+
+def test_codex_s_approval_prompt_is_never_the_calls_output_its_raw_output_is():
+    from lmbridge.acp.profiles import CODEX
+
+    r = TurnRenderer(profile=CODEX)
+    shown = "".join(p["value"] for p in r.permission_tool(CODEX_PERMISSION_CALL))
+    shown += "".join(p["value"] for p in r.update({"sessionUpdate": "tool_call", "toolCallId": "call_1", "title": "echo out-1 && exit 3", "kind": "execute", "status": "in_progress"}))
+    shown += "".join(p["value"] for p in r.update(CODEX_DONE))
+    assert "Proposed Amendment" not in shown and "Available Decisions" not in shown, shown
+    assert "✗ **echo out-1 && exit 3** (execute) failed" in shown and "```\nout-1\nexit code 3\n```" in shown, shown
+    # The permission's own fields are still known to the card (permissions.read merges them).
+    assert r.known("call_1")["rawInput"] == CODEX_PERMISSION_CALL["rawInput"]
+
+
+def test_without_the_profile_flags_a_permissions_content_is_the_calls_and_raw_output_is_not_read():
+    r = TurnRenderer()
+    r.permission_tool(CODEX_PERMISSION_CALL)
+    shown = "".join(p["value"] for p in r.update(CODEX_DONE))
+    assert "Proposed Amendment" in shown and "exit code 3" not in shown  # an agent without the quirk: content is content
+
+
+def test_a_declined_call_left_open_closes_as_declined():
+    r = TurnRenderer()
+    r.permission_tool(CODEX_PERMISSION_CALL)
+    r.permission_tool({"toolCallId": "call_2", "kind": "execute", "title": "touch b", "status": "pending"})
+    r.declined("call_1")
+    r.declined("never-announced")  # nothing to mark
+    r.declined(["not", "an", "id"])
+    closed = "".join(p["value"] for p in r.close())
+    assert "✗ **echo out-1 && exit 3** (execute) declined" in closed and "_touch b: ended without a result._" in closed, closed
+    assert r.close() == []
+
+
+def test_codex_output_reads_its_raw_output():
+    from lmbridge.acp.profiles import codex_output
+
+    assert codex_output({"formatted_output": "a\n", "stdout": "b", "exit_code": 0}) == "a"
+    assert codex_output({"aggregated_output": "a\nb\n", "exit_code": 2}) == "a\nb\nexit code 2"
+    assert codex_output({"stdout": "", "exit_code": 1}) == "exit code 1"
+    assert codex_output({"exit_code": True}) is None and codex_output({"stdout": 5}) is None
+    assert codex_output("out") is None and codex_output(None) is None and codex_output([]) is None
+
+
 def test_a_huge_diff_is_summarised_not_computed():
     r = TurnRenderer()
     old = "\n".join(f"line {i}" for i in range(30_000))

@@ -22,6 +22,7 @@ from lmbridge.turn import (
     AgentExited,
     CancelJob,
     Close,
+    CloseSession,
     Detach,
     Died,
     Emit,
@@ -37,6 +38,7 @@ from lmbridge.turn import (
     ResolveTool,
     Respond,
     SendCancel,
+    SessionClosed,
     StartAgent,
     StartTimer,
     State,
@@ -168,6 +170,22 @@ def draining() -> Driver:
     return d
 
 
+def closing() -> Driver:
+    """DRAINING: the cancelled turn outlived its drain deadline; its session is being closed."""
+    d = draining()
+    fx = d.fire(Timer.DRAIN)
+    assert d.state is State.DRAINING and of(fx, CloseSession) == [CloseSession(d.prompt().seq)]
+    return d
+
+
+def closing_ended() -> Driver:
+    """DRAINING: ... and the cancelled prompt ended meanwhile (the close ended it)."""
+    d = closing()
+    d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert d.state is State.DRAINING and not d.m.prompt_open
+    return d
+
+
 def closed() -> Driver:
     d = streaming()
     d(Close("test"))
@@ -204,7 +222,14 @@ SETUPS: dict[str, Callable[[], Driver]] = {
     "start_cancelled": lambda: _then(starting(), CancelJob(1)),
     "draining_with_job": lambda: _then(draining(), job(2)),
     "asking": lambda: _then(streaming(), ask(7)),
-    "held": held, "held_error": held_error, "streaming_with_job": streaming_with_job, "draining": draining, "closed": closed, "after_cancel": after_cancel,
+    "held": held,
+    "held_error": held_error,
+    "streaming_with_job": streaming_with_job,
+    "draining": draining,
+    "closed": closed,
+    "after_cancel": after_cancel,
+    "closing": closing,
+    "closing_ended": closing_ended,
 }
 
 
@@ -254,13 +279,20 @@ WALK: list[tuple[str, Callable[[Driver], Any], State]] = [
     ("streaming", lambda d: TimerFired(Timer.GATHER, 0), State.STREAMING),  # nothing pending: nothing to end
     ("awaiting", _timer(Timer.GATHER), State.AWAITING),
     ("asking", _timer(Timer.GATHER), State.AWAITING),
-    ("draining", _timer(Timer.DRAIN), State.STARTING),
+    ("draining", _timer(Timer.DRAIN), State.DRAINING),
     ("draining", _timer(Timer.DRAIN, stale=True), State.DRAINING),
+    ("closing", _prompt_end("cancelled"), State.DRAINING),
+    ("closing", lambda d: SessionClosed(d.prompt().seq), State.STARTING),
+    ("closing_ended", lambda d: SessionClosed(d.prompt().seq), State.STARTING),
+    ("closing", lambda d: SessionClosed(d.prompt().seq - 1), State.DRAINING),
+    ("draining", lambda d: SessionClosed(d.prompt().seq), State.DRAINING),  # none asked
     ("idle", lambda d: TimerFired(Timer.GATHER, 0), State.IDLE),
     ("starting", _timer(Timer.NOTICE), State.STARTING),
     ("closed", lambda d: job(5), State.CLOSED),
     ("closed", lambda d: Ready(), State.CLOSED),
 ]
+for name in ("idle", "starting", "streaming", "awaiting"):
+    WALK.append((name, lambda d: SessionClosed(1), State[name.upper()]))  # stale
 for name in ("idle", "starting", "streaming", "awaiting", "draining"):
     WALK += [
         (name, lambda d: chunk("x"), State[name.upper()]),
@@ -270,7 +302,15 @@ for name in ("idle", "starting", "streaming", "awaiting", "draining"):
         (name, lambda d: Close("bye"), State.CLOSED),
     ]
 CLOSED_EVENTS = (
-    CancelJob(1), chunk("x"), ask(51), ToolInvoked("m2", "t", {}), PromptEnded(1, "end_turn"), AgentExited("x"), TimerFired(Timer.GATHER, 1), Close("x"),
+    CancelJob(1),
+    chunk("x"),
+    ask(51),
+    ToolInvoked("m2", "t", {}),
+    PromptEnded(1, "end_turn"),
+    SessionClosed(1),
+    AgentExited("x"),
+    TimerFired(Timer.GATHER, 1),
+    Close("x"),
 )
 for event in CLOSED_EVENTS:
     WALK.append(("closed", lambda d, e=event: e, State.CLOSED))
@@ -365,6 +405,24 @@ def test_no_action_tool_offered_declines_and_says_so() -> None:
     assert not of(fx, Respond) and [e.part["name"] for e in of(fx, Emit) if e.part["type"] == "tool_call"] == [READ_TOOL]
 
 
+def test_a_call_declined_without_a_card_and_left_open_reads_as_declined() -> None:
+    """Declined in Ask mode (the reject option, no card); the agent ends its turn without
+    closing the call (codex-acp): the call reads as declined, not "ended without a result"."""
+    d = Driver()
+    d(job(1, tools=frozenset({READ_TOOL})))
+    d(Ready())
+    d(ask(1, "execute", "Run make"))
+    fx = d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert "✗ **Run make** (execute) declined" in texts(fx) and "ended without a result" not in texts(fx)
+
+
+def test_a_call_the_user_stopped_is_not_declined() -> None:
+    """A Stop answers the card ``cancelled``: nobody declined it (its output is dropped)."""
+    d = awaiting()
+    d(job(2, has_prompt=True, cancel_first=True))
+    assert d.state is State.DRAINING and d.m.renderer.tools == {}
+
+
 def test_answers_allow_only_with_allow_and_never_for_a_cancelled_request() -> None:
     d = awaiting()
     fx = d(job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}, cancelled=True))
@@ -391,6 +449,39 @@ def test_bug1_a_stop_never_ends_the_next_turn() -> None:
     fx = d(job(3, has_prompt=False, answers={"call-9": Answer.ALLOW}))
     assert of(fx, Respond) == [Respond(9, "call-9", ALLOWED)]  # answered, however late
     assert of(d(PromptEnded(d.prompt().seq, "end_turn")), Finish) == [Finish(3, "end_turn", Last.DONE)]
+
+
+def test_a_cancelled_turn_never_ended_is_never_prompted_again_its_session_is_replaced() -> None:
+    """The agent ignores the cancel: at the drain deadline its session is closed, and while
+    the cancelled prompt is still open nothing is sent to that session. Still open once
+    closed: a fresh session (never taken up) is told the whole conversation."""
+    d = closing()
+    d(job(2))
+    assert d.state is State.DRAINING and [j.id for j in d.m.waiting] == [2]
+    d(chunk("OLD output"))  # the stuck turn's output goes nowhere
+    fx = d(SessionClosed(d.prompt().seq))
+    assert d.state is State.STARTING and of(fx, NewSession) == [NewSession("a cancelled turn did not end", take_up=False, close=False)]
+    stuck = d.prompt().seq
+    fx = d(Ready(lost=True))
+    (prompt,) = of(fx, Prompt)
+    assert prompt.job_id == 2 and prompt.whole and prompt.seq != stuck
+    assert d(PromptEnded(stuck, "cancelled")) == []  # its late end belongs to the session left
+    d(chunk("NEW answer"))
+    assert texts(d(PromptEnded(prompt.seq, "end_turn"))) == "" and texts(d.log).endswith("NEW answer")
+    assert "OLD" not in texts(d.log)
+
+
+def test_a_cancelled_turn_that_ends_once_its_session_is_closed_is_taken_up_again() -> None:
+    """The close ended the stuck prompt: the same ACP session is taken up again (the agent
+    keeps its memory), only then, and the next prompt is not the whole conversation."""
+    d = closing()
+    d(job(2))
+    assert not of(d(PromptEnded(d.prompt().seq, "cancelled")), Prompt)
+    assert d.state is State.DRAINING  # not prompted before the close is over
+    fx = d(SessionClosed(d.prompt().seq))
+    assert of(fx, NewSession) == [NewSession("a cancelled turn ended only once its session was closed", take_up=True, close=False)]
+    (prompt,) = of(d(Ready()), Prompt)
+    assert prompt.job_id == 2 and not prompt.whole
 
 
 @pytest.mark.parametrize("lost", [True, False], ids=["fresh_session", "resumed_session"])
@@ -455,7 +546,8 @@ def test_codex_ends_its_turn_cancelled_on_a_reject_and_vs_code_sees_a_finished_a
     d(job(2, has_prompt=False, answers={"call-7": Answer.REJECT}))
     fx = d(PromptEnded(d.prompt().seq, "cancelled"))
     assert of(fx, Finish) == [Finish(2, "end_turn", Last.DONE)]
-    assert texts(fx).strip() == "_Run ls: ended without a result._"  # the card's tool call, closed
+    # The card's tool call, closed as what it was: declined (codex never closes it).
+    assert texts(fx).strip() == "✗ **Run ls** (execute) declined"
     assert of(fx, SendCancel) == [] and d.state is State.IDLE and not d.m.after_cancel  # the next prompt is not watched
 
 
@@ -542,6 +634,8 @@ class TurnInterleavings(RuleBasedStateMachine):
         self.starts = 0  # StartAgent/NewSession not yet answered by Ready
         self.prompts: list[int] = []  # seqs of prompts not yet ended
         self.timers: list[tuple[Timer, int]] = []
+        self.closes: list[int] = []  # CloseSession seqs not yet answered
+        self.open_here: set[int] = set()  # prompts open on the current ACP session
         self.exited = False
 
     def feed(self, event: Any) -> list[Any]:
@@ -567,8 +661,17 @@ class TurnInterleavings(RuleBasedStateMachine):
                     assert e.call_id in self.allowed, f"{e.call_id} approved without its token"
             elif isinstance(e, StartAgent | NewSession):
                 self.starts += 1
+                if isinstance(e, NewSession) and e.take_up:
+                    # Never asked while a prompt of the session it takes up may be open.
+                    assert not self.open_here, f"session taken up with prompts {self.open_here} open"
+                else:
+                    self.open_here = set()  # a new ACP session (or a new process): the old one's prompts are left
+            elif isinstance(e, CloseSession):
+                self.closes.append(e.seq)
             elif isinstance(e, Prompt):
+                assert not self.open_here, f"prompt {e.seq} sent while {self.open_here} is open on the same ACP session"
                 self.prompts.append(e.seq)
+                self.open_here.add(e.seq)
             elif isinstance(e, StartTimer):
                 self.timers.append((e.timer, e.tag))
         return fx
@@ -605,6 +708,20 @@ class TurnInterleavings(RuleBasedStateMachine):
         self.starts -= 1
         self.feed(Ready(error, lost=lost))
 
+    @precondition(lambda self: self.d.m.job is not None)
+    @rule()
+    def stop_the_streaming_job(self) -> None:
+        """A Stop of the request that streams (a random cancel rarely hits it)."""
+        job = self.d.m.job
+        assert job is not None
+        self.feed(CancelJob(job.id))
+
+    @precondition(lambda self: self.d.m.state is State.DRAINING and self.d.m.prompt_open)
+    @rule()
+    def drain_deadline(self) -> None:
+        """The live drain deadline fires (the agent has not ended the cancelled turn)."""
+        self.feed(TimerFired(Timer.DRAIN, self.d.m.prompt_seq))
+
     @rule(text=st.text(max_size=30))
     def update(self, text: str) -> None:
         self.feed(chunk(text))
@@ -629,7 +746,15 @@ class TurnInterleavings(RuleBasedStateMachine):
     def prompt_ends(self, data: st.DataObject, how: str) -> None:
         seq = data.draw(st.sampled_from(self.prompts))
         self.prompts.remove(seq)
+        self.open_here.discard(seq)
         self.feed(PromptEnded(seq, None if how == "error" else how, "boom" if how == "error" else None))
+
+    @precondition(lambda self: self.closes)
+    @rule(data=st.data())
+    def session_closed(self, data: st.DataObject) -> None:
+        seq = data.draw(st.sampled_from(self.closes))
+        self.closes.remove(seq)
+        self.feed(SessionClosed(seq))
 
     @precondition(lambda self: self.timers)
     @rule(data=st.data())

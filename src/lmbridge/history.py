@@ -387,6 +387,10 @@ class Session:
     # Whether items[-1] is a response VS Code has not replayed yet (it may drop it).
     unacked: bool = False
     busy: bool = False
+    # The number of the turn begun last (``Turn.number``): only its end is recorded. A
+    # response whose request was overtaken by a later one (a new message VS Code sent
+    # before the Stop of the answer in progress) ends superseded: never recorded.
+    turn: int = 0
     last_active: float = 0.0
     # The agent's own session for this chat (its ACP sessionId), opaque here: set when it
     # can be taken up again (session/resume, session/load). ``dormant``: no agent session
@@ -415,7 +419,8 @@ class Turn:
     ``context``: messages the agent has not seen that come before the prompt
     (the whole earlier conversation for a fresh session). ``prompt``: the
     trailing user messages to send as ``session/prompt``; empty for
-    TOOL_RESULTS, where the agent continues its open turn.
+    TOOL_RESULTS, where the agent continues its open turn. ``number``: the
+    session's turn number, handed back to ``HistoryCore.end``.
     """
 
     kind: Kind
@@ -427,6 +432,7 @@ class Turn:
     results: dict[str, ToolResultPart] = field(default_factory=dict)
     context: tuple[Message, ...] = ()
     prompt: tuple[Message, ...] = ()
+    number: int = 0  # the session's turn number (``end`` records only the latest turn's)
 
 
 @dataclass(frozen=True)
@@ -529,7 +535,30 @@ class HistoryCore:
             tail = conv[n - 1 :]
             if not tail or tail[0].role == "user":
                 return CLASSIFICATION[(False, s.last, has_user_content(tail))], n - 1
+        if s.last in (Last.CANCELLED, Last.PENDING, Last.INTERRUPTED):
+            # A turn the user stopped, every round of it absent: VS Code may drop a stopped
+            # turn whole, the rounds before the one stopped (a card answered, a command run)
+            # with it. Those rounds are all the daemon's own (answers, and tool results
+            # only); the request must align up to the user's words that began the turn,
+            # and bring new words. As the row of a last response absent.
+            k = HistoryCore._turn_start(s)
+            if k < n - 1 and HistoryCore._aligned(s, conv, k):
+                tail = conv[k:]
+                if tail and tail[0].role == "user" and has_user_content(tail):
+                    return CLASSIFICATION[(False, s.last, True)], k
         return Kind.DIVERGENCE, 0
+
+    @staticmethod
+    def _turn_start(s: Session) -> int:
+        """The index of the first item of the last turn's response: after the last user item
+        with words (the items after it are answers and tool results)."""
+        k = len(s.items)
+        while k > 0:
+            item = s.items[k - 1]
+            if item.role == "user" and (not item.result_ids or item.words != _EMPTY):
+                break
+            k -= 1
+        return k
 
     def plan(self, model_id: str, messages: Sequence[Message]) -> Plan:
         """Where a chat request goes, deciding nothing else and changing nothing.
@@ -577,13 +606,13 @@ class HistoryCore:
             return self._continue(s, p.kind, p.conv, p.start, now)
         conv = p.conv
         self._counter += 1
-        s = Session(id=f"s{self._counter}", model_id=model_id, busy=True, last_active=now)
+        s = Session(id=f"s{self._counter}", model_id=model_id, busy=True, turn=1, last_active=now)
         self.sessions[s.id] = s
         self._see(s, conv)
         s.matched = list(conv)
         context, prompt = split_prompt(conv)
         kind = Kind.NEW_CHAT if len(conv) == 1 else Kind.DIVERGENCE
-        return Turn(kind=kind, session_id=s.id, fresh=True, context=context, prompt=prompt)
+        return Turn(kind=kind, session_id=s.id, fresh=True, context=context, prompt=prompt, number=s.turn)
 
     def _continue(self, s: Session, kind: Kind, conv: Sequence[Message], start: int, now: float) -> Turn:
         tail = conv[start:]
@@ -620,6 +649,7 @@ class HistoryCore:
         s.matched = list(conv)  # items and conv now correspond one to one
         s.last, s.pending, s.unacked = Last.DONE, (), False
         s.busy, s.last_active = True, now
+        s.turn += 1
         resume = s.resume if s.dormant else None
         s.dormant = False
         return Turn(
@@ -631,6 +661,7 @@ class HistoryCore:
             results={c: results[c] for c, a in answers.items() if a is Answer.RESULT},
             context=context,
             prompt=prompt,
+            number=s.turn,
         )
 
     def _see(self, s: Session, messages: Sequence[Message]) -> None:
@@ -650,21 +681,33 @@ class HistoryCore:
             s.opening = words
             self._by_opening.setdefault(words, set()).add(s.id)
 
-    def end(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: Sequence[Pending], now: float) -> None:
-        """Record the response the daemon streamed for the session's turn.
+    def end(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: Sequence[Pending], now: float, turn: int | None = None) -> bool:
+        """Record the response the daemon streamed for the session's turn number ``turn``
+        (``Turn.number``; None: the turn begun last). Returns whether it was recorded.
 
         ``fingerprint``: of the text and tool calls it emitted; ``last``: how it
         ended; ``pending``: the permissions it waits on (``last`` PENDING).
         An empty response is not recorded: VS Code keeps nothing to match.
-        Raises ``HistoryError`` for an unknown session.
+
+        Only the end of the turn begun last counts, and only once. A response whose
+        turn a later request has overtaken (a new message VS Code sent before the
+        Stop of the answer in progress, or while it streamed) is **superseded**: that
+        request was matched without it, so VS Code will not replay it in its place;
+        recording it after the later request's messages would misplace it, and would
+        mark the session idle while the later turn streams. Its end is dropped, and
+        so is a second end of the same turn (a Stop reported by the server, then by
+        the session actor). Raises ``HistoryError`` for an unknown session.
         """
         s = self._get(session_id)
+        if (turn is not None and turn != s.turn) or not s.busy:
+            return False
         s.busy, s.last_active = False, now
         s.last, s.pending = last, tuple(pending)
         s.unacked = not fingerprint.empty
         if s.unacked:
             s.items.append(Item("assistant", fingerprint=fingerprint))
             self._index(s, fingerprint)
+        return True
 
     def forget(self, session_id: str) -> Session | None:
         """Drop a session (agent died, evicted). Returns it, so the caller can

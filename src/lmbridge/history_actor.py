@@ -65,6 +65,7 @@ class _Ended:
     fingerprint: Fingerprint
     last: Last
     pending: list[Pending]
+    turn: int | None = None  # Turn.number (None: the turn begun last)
 
 
 @dataclass(frozen=True)
@@ -222,8 +223,16 @@ class HistoryActor:
         for sid in list(self.actors):
             self._drop(sid, reason)
 
-    async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[Pending]) -> None:
-        await self._send.send(_Ended(session_id, fingerprint, last, pending))
+    async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[Pending], turn: int | None = None) -> None:
+        await self._send.send(_Ended(session_id, fingerprint, last, pending, turn))
+
+    def stopped(self, turn: Turn, fingerprint: Fingerprint) -> None:
+        """The shim cancelled the request running ``turn`` (``$/cancelRequest``), which
+        emitted ``fingerprint`` up to then: its end (``Last.CANCELLED``) is recorded now, in
+        the order the server read the cancel and the requests from stdin, not when the
+        session actor gets to it (a request read after the cancel may be matched first
+        otherwise). The actor's own report of the same end is then a second one, dropped."""
+        self._send.send_nowait(_Ended(turn.session_id, fingerprint, Last.CANCELLED, [], turn.number))
 
     def prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
         """Start ``spec``'s agent process now (spawn + ``initialize``, and a spare session
@@ -233,12 +242,11 @@ class HistoryActor:
 
     async def _prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
         from lmbridge.acp.session import probe
-        from lmbridge.session_actor import START_TIMEOUT
 
         proc, me = self.pool.process(spec, cwd), object()
         sink = anyio.create_memory_object_stream[Any](math.inf)[0]  # AgentGone, if it dies: nobody to tell
         try:
-            with anyio.fail_after(START_TIMEOUT):
+            with anyio.fail_after(self.pool.start_timeout + self.pool.session_timeout):
                 conn = await proc.connect(me, sink)
                 log.info("agent pre-warmed", agent=spec.id)
                 proc.want_spare()
@@ -368,10 +376,12 @@ class HistoryActor:
                 self._serve_queues(now)  # those behind it may go now
         elif isinstance(msg, _Ended):
             if msg.session_id in self.core.sessions:
-                self.core.end(msg.session_id, msg.fingerprint, msg.last, msg.pending, now)
-                self.active_at[msg.session_id] = time.time()
-                self._dirty = True
-                self._serve_queues(now)
+                if self.core.end(msg.session_id, msg.fingerprint, msg.last, msg.pending, now, turn=msg.turn):
+                    self.active_at[msg.session_id] = time.time()
+                    self._dirty = True
+                    self._serve_queues(now)
+                else:
+                    log.debug("response end not recorded (superseded or recorded already)", session=msg.session_id, turn=msg.turn)
         elif isinstance(msg, _Opened):
             s = self.core.sessions.get(msg.session_id)
             if s is not None:

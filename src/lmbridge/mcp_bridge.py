@@ -79,14 +79,14 @@ def select_tools(tools: Sequence[ToolInfo], allow: Sequence[str] = (), deny: Seq
 
 def result_content(result: ToolResultPart) -> list[types.TextContent | types.ImageContent]:
     """A VS Code tool result as MCP content: text → text, images → image,
-    anything else → JSON text (issue #4)."""
+    anything else but Copilot's markers (``DataPart.internal``) → JSON text (issue #4)."""
     out: list[types.TextContent | types.ImageContent] = []
     for part in result.content:
         if isinstance(part, TextPart):
             out.append(types.TextContent(type="text", text=part.value))
         elif isinstance(part, DataPart) and part.mimeType.startswith("image/"):
             out.append(types.ImageContent(type="image", data=part.data, mime_type=part.mimeType))
-        elif isinstance(part, DataPart):
+        elif isinstance(part, DataPart) and not part.internal:  # Copilot's markers are not the tool's
             try:
                 decoded: Any = base64.b64decode(part.data, validate=False).decode()
             except (binascii.Error, UnicodeDecodeError):

@@ -29,6 +29,7 @@ from typing import Any
 from acp import schema
 from pydantic import BaseModel, ValidationError
 
+from lmbridge.acp.profiles import OTHER, AgentProfile
 from lmbridge.framing import clip
 
 Part = dict[str, Any]
@@ -128,9 +129,11 @@ class ToolState:
     content: list[Any] = field(default_factory=list)
     locations: list[Any] = field(default_factory=list)
     raw_input: Any = None
+    raw_output: Any = None
     meta: Any = None  # its _meta: where claude-agent-acp names the tool (permissions.bridged_tool)
     started: bool = False  # start rendered
     finished: bool = False  # final status rendered
+    declined: bool = False  # its permission was answered with the reject option
 
     def view(self) -> dict[str, Any]:
         """The call as ACP names its fields (what ``permissions.read`` merges a request over)."""
@@ -152,6 +155,8 @@ class ToolState:
             self.locations = list(call.locations)
         if getattr(call, "raw_input", None) is not None:
             self.raw_input = call.raw_input
+        if getattr(call, "raw_output", None) is not None:
+            self.raw_output = call.raw_output
         if getattr(call, "field_meta", None) is not None:
             self.meta = call.field_meta
 
@@ -176,10 +181,14 @@ def content_text(block: Any) -> str:
 
 
 class TurnRenderer:
-    """Create-or-update state of one session's tool calls and plan → parts."""
+    """Create-or-update state of one session's tool calls and plan → parts.
 
-    def __init__(self, warn: Warn = _noop) -> None:
+    ``profile``: the agent's (``acp.profiles``): whether a permission's content is its
+    approval prompt rather than the call's, and where it puts a call's output."""
+
+    def __init__(self, warn: Warn = _noop, profile: AgentProfile = OTHER) -> None:
         self.warn = warn
+        self.profile = profile
         self.tools: dict[str, ToolState] = {}
         self._plan: tuple[tuple[str, str], ...] | None = None
 
@@ -227,6 +236,10 @@ class TurnRenderer:
         that show the call's start, as for any tool call."""
         if not isinstance(raw, dict):
             return []
+        if self.profile.permission_content_is_prompt:
+            # The agent's approval prompt (codex-acp: "Proposed Amendment … Available
+            # Decisions …") is the card's business, never the call's output.
+            raw = {k: v for k, v in raw.items() if k != "content"}
         update: Any = validate(schema.ToolCallUpdate, raw, self.warn)
         if update is None or update.tool_call_id in PLACEHOLDER_TOOL_CALL_IDS:
             # A placeholder is not merged into another permission's call, not rendered (the
@@ -247,14 +260,23 @@ class TurnRenderer:
                 parts.append(text_part(render_start(state)))
         if state.started and not state.finished and state.status in FINAL_STATUSES:
             state.finished = True
-            parts.append(text_part(render_end(state)))
+            parts.append(text_part(render_end(state, self.profile.raw_output)))
         return parts
+
+    def declined(self, tool_call_id: object) -> None:
+        """The permission for this tool call was answered with the agent's reject option
+        (the user's Skip, or a decline without a card): left open at the turn's end, it
+        reads as declined, not as ended without a result (codex-acp ends its whole turn at
+        a reject and never closes the call)."""
+        state = self.tools.get(tool_call_id) if isinstance(tool_call_id, str) else None
+        if state is not None:
+            state.declined = True
 
     def close(self) -> list[Part]:
         """End of turn: tool calls left open are closed (facts.md §3: agents leave
-        them ``in_progress`` forever) and forgotten."""
+        them ``in_progress`` forever) and forgotten: a declined one as declined."""
         parts = [
-            text_part(f"\n\n_{clip(s.title or s.id, TITLE_LIMIT)}: ended without a result._\n\n")
+            text_part(f"\n\n✗ {_title(s)} declined\n\n" if s.declined else f"\n\n_{clip(s.title or s.id, TITLE_LIMIT)}: ended without a result._\n\n")
             for s in self.tools.values()
             if s.started and not s.finished
         ]
@@ -294,10 +316,16 @@ def render_start(state: ToolState) -> str:
     return f"\n\n🔧 {_title(state)}{' — ' + where if where else ''}\n\n"
 
 
-def render_end(state: ToolState) -> str:
-    """Markdown shown when a tool call ends: status and a short preview of its output or diff."""
+def render_end(state: ToolState, raw_output: Callable[[Any], str | None] | None = None) -> str:
+    """Markdown shown when a tool call ends: status and a short preview of its output or diff.
+    ``raw_output``: the agent's profile's reader of ``rawOutput``, for a call that ends
+    without ``content`` (``acp.profiles.AgentProfile.raw_output``)."""
     head = f"\n\n{_ICONS.get(state.status or '', '•')} {_title(state)} {state.status}"
     previews = [p for p in (_preview(c) for c in state.content) if p]
+    if not previews and raw_output is not None and state.raw_output is not None:
+        text = raw_output(state.raw_output)
+        if text and text.strip():
+            previews.append(f"```\n{_clip(text.splitlines())}\n```")
     return head + ("\n\n" + "\n\n".join(previews) if previews else "") + "\n\n"
 
 

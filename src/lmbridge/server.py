@@ -431,6 +431,8 @@ class Server:
         job = target.job
         if job is not None:
             job.cancelled = True
+            if self.history is not None:
+                self.history.stopped(job.turn, job.fingerprint())  # before any request read after this cancel
             if job.actor is not None:
                 job.actor.cancel(job)
         elif target.withdraw is not None:
@@ -492,6 +494,8 @@ class Server:
         job.actor = actor
         ctx.job = job
         job.cancelled = ctx.answered  # cancelled while we classified
+        if job.cancelled:
+            history.stopped(turn, job.fingerprint())
         await actor.submit(job)
         if job.cancelled:
             actor.cancel(job)

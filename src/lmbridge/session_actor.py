@@ -50,7 +50,9 @@ def _seconds(name: str, default: float) -> float:
 
 
 # Overridable for tests (a short drain; no notice unless a test wants one; short bounds).
-START_TIMEOUT = _seconds("LMBRIDGE_START_TIMEOUT", 60.0)  # seconds for spawn + initialize + session/new
+# The start's bounds are the pool's (acp.process: START_TIMEOUT for spawn + initialize,
+# SESSION_TIMEOUT for each session request); while it waits, a line every START_PROGRESS seconds.
+START_PROGRESS = _seconds("LMBRIDGE_START_PROGRESS", turn.START_PROGRESS)
 CLOSE_TIMEOUT = 2.0  # seconds an agent may take to answer session/close before it is stopped
 WRITE_TIMEOUT = _seconds("LMBRIDGE_WRITE_TIMEOUT", 10.0)  # seconds one frame may take to reach an agent that stopped reading
 DRAIN_TIMEOUT = _seconds("LMBRIDGE_DRAIN_TIMEOUT", turn.DRAIN)
@@ -144,7 +146,8 @@ class _Close:
 class SessionHooks:
     """How a session actor reports to the history actor."""
 
-    ended: Callable[[str, Fingerprint, Last, list[Pending]], Awaitable[None]]
+    # (session id, what the response emitted, how it ended, the calls it left pending, Turn.number)
+    ended: Callable[[str, Fingerprint, Last, list[Pending], int], Awaitable[None]]
     died: Callable[[str], Awaitable[None]]
     mcp_host: Callable[[], Awaitable[Any]]  # the daemon's McpHost, started on first use
     # The chat's ACP sessionId, whether the agent can take it up again (session/resume or
@@ -194,7 +197,8 @@ class SessionActor:
         self.acp_session: str | None = None  # the session whose updates are shown (from Ready on)
         self._opened: Opened | None = None  # what a start opened, taken at Ready
         self.machine = turn.TurnMachine(
-            spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE if notice is None else notice, buffer_limit=PENDING_OUTPUT
+            spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE if notice is None else notice,
+            progress=START_PROGRESS if notice is None or math.isfinite(notice) else math.inf, buffer_limit=PENDING_OUTPUT
         )
         self.jobs: dict[int, Job] = {}
         self._prompts: dict[int, int] = {}  # session/prompt request id → the machine's prompt number
@@ -211,7 +215,7 @@ class SessionActor:
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
 
     def _renderer(self) -> TurnRenderer:
-        return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id))
+        return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id), self.process.caps.profile)
 
     # -- public, called from other tasks -----------------------------------
 
@@ -390,7 +394,10 @@ class SessionActor:
             elif isinstance(fx, turn.StartAgent):
                 self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
             elif isinstance(fx, turn.NewSession):
-                self._spawn_start(self._recover_session())
+                self._spawn_start(self._recover_session(close=fx.close, take_up=fx.take_up))
+            elif isinstance(fx, turn.CloseSession):
+                assert self._tg is not None
+                self._tg.start_soon(self._close_then, fx.seq)
             elif isinstance(fx, turn.Prompt):
                 self._prompt(fx)
             elif isinstance(fx, turn.StartTimer):
@@ -414,7 +421,7 @@ class SessionActor:
         job = self.jobs.pop(fx.job_id, None)
         if job is None:
             return
-        await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending))
+        await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending), job.turn.number)
         if not job.done.is_set():
             job.stop_reason = fx.stop_reason
             job.done.set()
@@ -482,18 +489,22 @@ class SessionActor:
     # -- starting ----------------------------------------------------------------
 
     def _spawn_start(self, start: Awaitable[None]) -> None:
-        """Run a start (agent or ACP session) in a child task; it answers ``turn.Ready``."""
+        """Run a start (agent or ACP session) in a child task; it answers ``turn.Ready``.
+        Each step is bounded where it waits (``AgentProcess.connect``: initialize;
+        ``AcpSession``: each session request); the whole by the start bound plus three
+        session bounds, a backstop."""
         scope = self._starting = anyio.CancelScope()
+        backstop = self.pool.start_timeout + 3 * self.pool.session_timeout
 
         async def run() -> None:
             with scope:
                 error, named = None, False
                 try:
-                    with anyio.fail_after(START_TIMEOUT):
+                    with anyio.fail_after(backstop):
                         await start
                 except TimeoutError:
-                    error = f"no answer to {self.acp.step} within {START_TIMEOUT:g} s"
-                except AgentExited as exc:  # its message names the agent and says why (exit code, stderr)
+                    error = f"no answer to {self.acp.step} within {backstop:g} s"
+                except AgentExited as exc:  # its message names the agent and says why (exit code, stderr, a missed bound)
                     error, named = str(exc) or "the agent exited", bool(str(exc))
                 except AgentError as exc:
                     problem = self._auth_problem(exc)
@@ -509,13 +520,24 @@ class SessionActor:
         self.acp.step = "the sessions closed to make room for it"
         for finished in self.after:
             await finished.wait()
-        await self.acp.connect()
 
         async def servers() -> list[dict[str, Any]]:
-            await self._start_bridge(job)
+            if self.bridge is None:
+                await self._start_bridge(job)
             return self.mcp_servers
 
-        opened = await self.acp.open(Spare() if self.resume is None else Resume(self.resume), servers)
+        how = Spare() if self.resume is None else Resume(self.resume)
+        await self.acp.connect()
+        try:
+            opened = await self.acp.open(how, servers)
+        except AgentExited:
+            if not self.acp.replaced():
+                raise
+            # The shared process was found stuck (by this request or another) and stopped:
+            # once more on a new process, which this chat need not share with a frozen one.
+            log.warning("agent process replaced: opening the session on a new one", session=self.id, agent=self.spec.id)
+            await self.acp.connect()
+            opened = await self.acp.open(how, servers)
         self._opening(opened)
         if opened.spare is not None:
             await self.bridge.set_tools(self._offered(job))
@@ -549,13 +571,12 @@ class SessionActor:
         try:
             for config_id, value in changes.items():
                 try:
-                    with anyio.fail_after(WRITE_TIMEOUT):
-                        options = await self.acp.set_config_option(config_id, value)
+                    options = await self.acp.set_config_option(config_id, value)  # bounded: acp.session
                     log.info("config option set", session=self.id, configId=config_id, value=value)
                     if options is not None and self.acp.id is not None:
                         caps = self.process.caps
                         self.hooks.opened(self.id, self.acp.id, caps.resume or caps.load, options)
-                except (AgentError, AgentExited, TimeoutError) as exc:
+                except (AgentError, AgentExited) as exc:  # AgentStuck: the process is stopped, the turn told
                     log.warning("config option not set", session=self.id, configId=config_id, value=value, error=str(exc) or type(exc).__name__)
         finally:
             try:
@@ -563,16 +584,32 @@ class SessionActor:
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
 
-    async def _recover_session(self) -> None:
-        """The session cannot simply continue (the stale turn after a cancel, facts.md §5):
-        closed where the agent offers it, then taken up again (``AcpSession.open(Resume)``)."""
+    async def _recover_session(self, close: bool = True, take_up: bool = True) -> None:
+        """The session cannot simply continue (``turn.NewSession``: the stale turn after a
+        cancel, facts.md §5; a cancelled turn that outlived its drain deadline): closed where
+        the agent offers it (``close``), then taken up again (``take_up``:
+        ``AcpSession.open(Resume)``), or, the old one left for good (its prompt still open),
+        replaced by a fresh session told the conversation. For an agent whose profile says a
+        cancel breaks the session's history (``AgentProfile.cancel_breaks_history``), never
+        taken up again: a fresh session told the conversation."""
         old = self.acp.id
-        await self.acp.close(CLOSE_TIMEOUT)
+        if close:
+            await self.acp.close(CLOSE_TIMEOUT)
+        if old is not None and not take_up:
+            self.acp.leave()
 
         async def servers() -> list[dict[str, Any]]:
             return self.mcp_servers
 
-        self._opening(await self.acp.open(New(lost=True) if old is None else Resume(old), servers))
+        # fast-agent: the session's history holds what a cancel left (an empty assistant
+        # message the model API refuses): taken up again it would fail again.
+        resume = take_up and not self.process.caps.profile.cancel_breaks_history
+        self._opening(await self.acp.open(Resume(old) if old is not None and resume else New(lost=True), servers))
+
+    async def _close_then(self, seq: int) -> None:
+        """``turn.CloseSession``: close the session, then tell the machine (``SessionClosed``)."""
+        await self.acp.close(CLOSE_TIMEOUT)
+        self._send.send_nowait(turn.SessionClosed(seq))
 
     def _offered(self, job: Job) -> list[ToolInfo]:
         if not job.tools:

@@ -44,7 +44,10 @@ def _data_size(part: DataPart) -> int:
 def _result_text(part: ToolResultPart) -> str:
     out = []
     for c in part.content:
-        out.append(c.value if isinstance(c, TextPart) else f"[{c.mimeType}, {_data_size(c)} bytes]")
+        if isinstance(c, TextPart):
+            out.append(c.value)
+        elif not c.internal:  # Copilot's markers are nothing the tool returned
+            out.append(f"[{c.mimeType}, {_data_size(c)} bytes]")
     return "\n".join(out)
 
 
@@ -103,7 +106,9 @@ def message_text(message: Message, actions: Actions | None = None, verbatim: boo
         elif isinstance(p, ToolResultPart):
             text = _result_text(p)
             lines.append(f"[tool result {p.callId}]\n{text}" if text else f"[tool result {p.callId}: empty]")
-        elif isinstance(p, DataPart):
+        elif isinstance(p, DataPart) and not p.internal:
+            # Copilot's markers (cache_control beside every current turn and tool result)
+            # are nothing the user attached: a fresh session is not told of them.
             lines.append(f"[attachment: {p.mimeType}, {_data_size(p)} bytes]")
     return "\n".join(lines)
 

@@ -28,7 +28,10 @@ is the turn's, and the job is attached to it when there is one:
                and the agent waits on the answers the next request brings. Its
                output is kept for that request (bounded in bytes).
 ``DRAINING``   ``session/cancel`` was sent; the prompt has not ended. Its output
-               is dropped, jobs wait, a deadline runs.
+               is dropped, jobs wait, a deadline runs. Past the deadline the
+               session is closed (``CloseSession``), then replaced: taken up
+               again if the prompt has ended by then, else a fresh session (an
+               ACP session with a prompt open is never prompted again).
 ``CLOSED``     the session is over; every job and permission has been answered.
 
 Output of a turn that has ended (``IDLE``, ``STARTING``, ``DRAINING``) is never
@@ -46,6 +49,7 @@ a decline, a refusal) and which option an answer selects is the permission rule'
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -63,6 +67,8 @@ GATHER = 0.1
 DRAIN = 10.0
 #: Seconds an agent may take to start before the user is told it is starting.
 START_NOTICE = 0.5
+#: Seconds between the lines that say a start still waits (after the first notice).
+START_PROGRESS = 10.0
 #: Bytes of text kept for the next request of an open turn (issue #16).
 BUFFER_LIMIT = 1 << 20
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
@@ -178,6 +184,14 @@ class PromptEnded:
 
 
 @dataclass(frozen=True)
+class SessionClosed:
+    """The ``session/close`` of ``CloseSession`` number ``seq`` is over (answered, refused,
+    timed out, or not offered by the agent: then nothing was sent)."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
 class AgentExited:
     reason: str
 
@@ -193,7 +207,7 @@ class Close:
     reason: str
 
 
-Event = NewJob | CancelJob | Ready | Update | PermissionAsked | ToolInvoked | PromptEnded | AgentExited | TimerFired | Close
+Event = NewJob | CancelJob | Ready | Update | PermissionAsked | ToolInvoked | PromptEnded | SessionClosed | AgentExited | TimerFired | Close
 
 
 # ---------------------------------------------------------------- effects
@@ -263,9 +277,24 @@ class StartAgent:
 
 @dataclass(frozen=True)
 class NewSession:
-    """A fresh ACP session on the running agent (answers ``Ready``)."""
+    """The chat's ACP session is replaced on the running agent (answers ``Ready``):
+    ``close`` first closes the current one (``session/close``, where offered); then
+    ``take_up`` continues the same ACP session (``session/resume``, else ``session/load``:
+    the agent keeps its memory; a refusal falls back to a fresh one, ``Ready(lost=True)``),
+    or, ``take_up`` False, a fresh session is opened and told the whole conversation.
+    ``take_up`` is never asked while a prompt of that session may still be open."""
 
     reason: str
+    take_up: bool = True
+    close: bool = True
+
+
+@dataclass(frozen=True)
+class CloseSession:
+    """``session/close`` for the current ACP session where the agent offers it, bounded
+    (answers ``SessionClosed(seq)`` in any case). ``seq``: the prompt it abandons."""
+
+    seq: int
 
 
 @dataclass(frozen=True)
@@ -322,15 +351,15 @@ class Log:
 
 
 Effect = (
-    Emit | Finish | Fail | Respond | RespondError | ResolveTool | SendCancel | StartAgent | NewSession | Prompt | StartTimer | StopTimer | Died | Detach | Shutdown
-    | Log
+    Emit | Finish | Fail | Respond | RespondError | ResolveTool | SendCancel | StartAgent | NewSession | CloseSession | Prompt | StartTimer | StopTimer | Died
+    | Detach | Shutdown | Log
 )
 
 
 # ---------------------------------------------------------------- the table
 
 _S = State
-_EVENT_TYPES = (NewJob, CancelJob, Ready, Update, PermissionAsked, ToolInvoked, PromptEnded, AgentExited, TimerFired, Close)
+_EVENT_TYPES = (NewJob, CancelJob, Ready, Update, PermissionAsked, ToolInvoked, PromptEnded, SessionClosed, AgentExited, TimerFired, Close)
 _ANY_LIVE = (State.IDLE, State.STARTING, State.STREAMING, State.AWAITING, State.DRAINING)
 
 #: (state, event) → the states the machine may be in after it. ``handle`` checks every
@@ -357,14 +386,19 @@ TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
     # ... kept for the next request (a request that came while the turn streamed has
     # stopped it when its cards were shown: it cannot answer them).
     (_S.AWAITING, PromptEnded): frozenset({_S.IDLE}),
+    # ... a drain that ends while its session is being closed stays DRAINING until closed.
     (_S.DRAINING, PromptEnded): frozenset({_S.IDLE, _S.STREAMING, _S.DRAINING}),
     (_S.IDLE, PromptEnded): frozenset({_S.IDLE}),
     (_S.STARTING, PromptEnded): frozenset({_S.STARTING}),
     # Gather window: the response ends ``tool_calls`` (and a request queued behind it that
-    # cannot answer its cards stops the turn: DRAINING). Drain deadline: a fresh session.
+    # cannot answer its cards stops the turn: DRAINING). Drain deadline: the session is
+    # closed (CloseSession), still DRAINING; once closed it is replaced (STARTING): taken
+    # up again if its prompt has ended by then, else a fresh session told the conversation.
     (_S.STREAMING, TimerFired): frozenset({_S.STREAMING, _S.AWAITING, _S.DRAINING}),
-    (_S.DRAINING, TimerFired): frozenset({_S.DRAINING, _S.STARTING}),
+    (_S.DRAINING, TimerFired): frozenset({_S.DRAINING}),
     **{(s, TimerFired): frozenset({s}) for s in (_S.IDLE, _S.STARTING, _S.AWAITING)},
+    (_S.DRAINING, SessionClosed): frozenset({_S.STARTING, _S.DRAINING}),
+    **{(s, SessionClosed): frozenset({s}) for s in (_S.IDLE, _S.STARTING, _S.STREAMING, _S.AWAITING)},  # stale
     # The agent's traffic never changes the state.
     **{(s, e): frozenset({s}) for s in _ANY_LIVE for e in (Update, PermissionAsked, ToolInvoked)},
     **{(s, e): frozenset({_S.CLOSED}) for s in _ANY_LIVE for e in (AgentExited, Close)},
@@ -383,12 +417,16 @@ class Renderer(Protocol):
     def update(self, raw: Any) -> list[Part]: ...
     def known(self, tool_call_id: object) -> Mapping[str, Any] | None: ...
     def permission_tool(self, raw: Any) -> list[Part]: ...
+    def declined(self, tool_call_id: object) -> None: ...
     def close(self) -> list[Part]: ...
 
 
-def start_notice(agent: str) -> str:
-    """The text part shown when ``agent`` takes longer than ``notice`` seconds to start."""
-    return f"_Starting {agent}…_\n\n"
+def start_notice(agent: str, waited: float | None = None) -> str:
+    """The text part shown when ``agent`` takes longer than ``notice`` seconds to start;
+    with ``waited`` (seconds), each later line while it still starts."""
+    if waited is None:
+        return f"_Starting {agent}…_\n\n"
+    return f"_Starting {agent}: still waiting after {waited:.0f} s (a first start may be downloading it)…_\n\n"
 
 
 def is_start_notice(text: object) -> bool:
@@ -413,6 +451,7 @@ class _Call:
     token: str = ""
     options: tuple[permissions.Option, ...] = ()
     shown_in: int | None = None  # the job whose response showed it
+    tool_call_id: str | None = None  # the agent's toolCallId of a permission
 
     @property
     def tool(self) -> bool:
@@ -435,12 +474,15 @@ class TurnMachine:
         drain: float = DRAIN,
         gather: float = GATHER,
         notice: float = START_NOTICE,
+        progress: float = START_PROGRESS,
         buffer_limit: int = BUFFER_LIMIT,
     ) -> None:
         self.agent = agent
         self.renderer = renderer
         self.drain, self.gather, self.notice, self.buffer_limit = drain, gather, notice, buffer_limit
+        self.progress = progress  # seconds between "still starting" lines
         self.starts = 0
+        self.notices = 0  # start notices shown for the current start
         self.state = State.IDLE
         self.started = False  # the agent is running
         self.job: JobInfo | None = None  # the job streaming (or being started/recovered for)
@@ -456,6 +498,9 @@ class TurnMachine:
         self.watch = False  # the open prompt is the first after a cancel (agents' quirks, facts.md §5)
         self.after_cancel = False  # the next prompt is
         self.recovering = False  # STARTING to recover the session after a cancel (no user waits on a start)
+        # The prompt whose ACP session is being closed because it outlived its drain deadline
+        # (CloseSession): until SessionClosed, nothing is sent to that session.
+        self.closing: int | None = None
         self.whole = False  # the next prompt gets the whole conversation
         self.agent_output = False  # the open prompt produced output for its job
         self.unsent: tuple[Any, ...] = ()
@@ -509,6 +554,7 @@ class TurnMachine:
             self.job = job
             self.starts += 1
             self._go(State.STARTING)
+            self.notices = 0
             self._fx.append(StartTimer(Timer.NOTICE, self.notice, self.starts))
             self._fx.append(StartAgent(job.id))
         else:
@@ -690,13 +736,15 @@ class TurnMachine:
             self._keep(parts)
         if isinstance(decision, permissions.Decline):
             self._say(f"\n\n{decision.line}\n\n")
+            if decision.outcome != CANCELLED_OUTCOME:
+                self.renderer.declined(request.tool_call_id)
             self._fx.append(Respond(ev.rid, ev.call_id, decision.outcome))
             self._fx.append(Log("info", "permission declined without a card", {"reason": decision.reason, "tool": request.tool}))
             return
         card = decision.card
         tool_input = {"title": card.title, "message": card.message, "approvalToken": ev.token}
         part = {"type": "tool_call", "callId": ev.call_id, "name": card.tool, "input": tool_input}
-        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, request.options)
+        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, request.options, tool_call_id=request.tool_call_id)
         if self.state is State.STREAMING:
             self._show(call)
 
@@ -733,12 +781,19 @@ class TurnMachine:
         if call.tool:
             self._fx.append(ResolveTool(call_id, answer, job_id))
         else:
-            self._fx.append(Respond(call.rid, call_id, permissions.outcome(call.options, answer)))
+            outcome = permissions.outcome(call.options, answer)
+            if answer is Answer.REJECT and outcome != CANCELLED_OUTCOME:
+                self.renderer.declined(call.tool_call_id)
+            self._fx.append(Respond(call.rid, call_id, outcome))
 
     def _on_timer(self, ev: TimerFired) -> None:
         if ev.timer is Timer.NOTICE:
             if self.state is State.STARTING and ev.tag == self.starts and self.job is not None and not self.recovering:
-                self._emit(_text(start_notice(self.agent)))
+                waited = self.notice + self.notices * self.progress if self.notices else None
+                self._emit(_text(start_notice(self.agent, waited)))
+                self.notices += 1
+                if math.isfinite(self.progress):  # the next line, while it still waits
+                    self._fx.append(StartTimer(Timer.NOTICE, self.progress, self.starts))
         elif ev.timer is Timer.GATHER:
             if self.state is State.STREAMING and ev.tag == self.generation and self.job is not None:
                 shown = [c for c in self.calls.values() if c.shown_in == self.job.id]
@@ -750,13 +805,32 @@ class TurnMachine:
                     self._go(State.AWAITING)
                     self._next_waiting()  # a request queued behind this one
         elif ev.timer is Timer.DRAIN:
-            if self.state is State.DRAINING and ev.tag == self.prompt_seq and self.prompt_open:
-                # The agent never ended the cancelled turn: leave that ACP session.
-                self.prompt_open = False
-                self._fx.append(Log("warning", "cancelled turn did not end; the session is taken up again", {"agent": self.agent}))
-                self.recovering = True
-                self._go(State.STARTING)
-                self._fx.append(NewSession("a cancelled turn did not end"))
+            if self.state is State.DRAINING and ev.tag == self.prompt_seq and self.prompt_open and self.closing is None:
+                # The agent never ended the cancelled turn: its ACP session is closed. It is
+                # never prompted again while that prompt may still run (its output would
+                # interleave with the next answer's): SessionClosed decides what replaces it.
+                self.closing = self.prompt_seq
+                self._fx.append(Log("warning", "cancelled turn did not end: its session is closed", {"agent": self.agent}))
+                self._fx.append(CloseSession(self.prompt_seq))
+
+    def _on_session_closed(self, ev: SessionClosed) -> None:
+        if self.state is not State.DRAINING or ev.seq != self.closing:
+            return  # stale
+        self.closing = None
+        self.recovering = True
+        self._go(State.STARTING)
+        if self.prompt_open:
+            # Still open after the close: that session is left for good (its late output
+            # and answer are for a session this chat no longer has). A fresh one is told
+            # the conversation.
+            self.prompt_open = False
+            self.whole = True
+            self._fx.append(Log("warning", "cancelled turn still open after its session was closed: a fresh session", {"agent": self.agent}))
+            self._fx.append(NewSession("a cancelled turn did not end", take_up=False, close=False))
+        else:
+            # It ended (the close ended it, or it ended late): the session can be taken up
+            # again, with the agent's own memory of the chat.
+            self._fx.append(NewSession("a cancelled turn ended only once its session was closed", take_up=True, close=False))
 
     def _on_prompt_ended(self, ev: PromptEnded) -> None:
         if ev.seq != self.prompt_seq or not self.prompt_open:
@@ -769,6 +843,8 @@ class TurnMachine:
                 self._fx.append(Log("info", "cancelled turn ended with an error", {"error": ev.error}))
             self.renderer.close()
             self._report_dropped()
+            if self.closing is not None:
+                return  # its session is being closed: SessionClosed goes on
             self._go(State.IDLE)
             self._next_waiting()
         elif self.state is State.AWAITING:
@@ -919,6 +995,7 @@ _HANDLERS: dict[type, Any] = {
     PermissionAsked: TurnMachine._on_permission,
     ToolInvoked: TurnMachine._on_tool_invoked,
     PromptEnded: TurnMachine._on_prompt_ended,
+    SessionClosed: TurnMachine._on_session_closed,
     AgentExited: TurnMachine._on_agent_exited,
     TimerFired: TurnMachine._on_timer,
     Close: TurnMachine._on_close,

@@ -53,6 +53,14 @@ class DataPart(_Wire):
     mimeType: str
     data: str
 
+    @property
+    def internal(self) -> bool:
+        """Copilot Chat's own marker, not content anyone wrote or attached: ``cache_control``
+        (9 bytes, ``ephemeral``, beside the system prompt, the current turn and every tool
+        result), ``stateful_marker`` and the like. None of them is a media type, so the rule
+        is the shim's (docs/vscode-shim.md, "Requests"): no ``/`` in the mime type."""
+        return "/" not in self.mimeType
+
 
 class ToolCallPart(_Wire):
     """``LanguageModelToolCallPart``: ``{"type": "tool_call", "callId", "name", "input": object}``."""

@@ -2,7 +2,8 @@
 """A hostile ACP agent: one mode per way an agent has broken the daemon (issue #14), and a
 seeded random mix of them all.
 
-Usage: ``python tests/agents/hostile_agent.py MODE [--seed N] [--frames N] [--log LOG.jsonl]``
+Usage: ``python tests/agents/hostile_agent.py MODE [--seed N] [--frames N] [--log LOG.jsonl]
+[--after N] [--lines N] [--long-mb N] [--long-count N] [--init HOW] [--new HOW]``
 
 Stdlib only, ACP v1 by hand. Answers ``initialize`` and ``session/new`` (unless the mode
 says otherwise), then misbehaves in ``session/prompt``. Its own requests to the client
@@ -37,6 +38,19 @@ Modes (see ``MODES``):
   ignore-signals    ignores SIGTERM and EOF on stdin (is killed)
   mix               --frames N frames per prompt drawn (--seed) from all of the above
                     that keep the session alive, then the prompt is answered
+  freeze            answers --after N prompts (default 1) "ok", then, in the next one, streams
+                    "thinking…" and stops answering anything (prompt, session/new, cancel)
+                    while it keeps reading its stdin and stays alive
+  malformed-start   answers initialize and session/new with what --seed draws from
+                    ``INIT_ANSWERS`` and ``NEW_ANSWERS`` (valid, garbage, errors, twice, never,
+                    wrong ids, a 20 MB line, exit), or --init HOW / --new HOW; each answer is
+                    logged as event "start"
+  flood-stderr      each prompt: --lines N stderr lines (default 120,000), then "survived"
+  flood-stdout      each prompt: --lines N stdout lines that are not JSON, then "survived"
+  long-lines        each prompt: --long-count N session/update lines (default 4) of
+                    --long-mb MB each (default 64) and one permission request that long
+                    (logged, its answer waited for), then "survived"
+  flood             each prompt: all three floods above, then "survived"
 """
 
 from __future__ import annotations
@@ -121,11 +135,78 @@ STANDARD = [
 # ------------------------------------------------------------------ prompt behaviours
 
 
+FLOOD = {"lines": 120_000, "long_mb": 64, "long_count": 4, "after": 1}
+FROZEN = threading.Event()  # freeze: nothing more is answered
+
+
+def flood_stderr(n: int) -> None:
+    line = "warn: the agent is chatty on stderr, line %d of a flood meant to be bounded in the log\n"
+    for i in range(n):
+        sys.stderr.write(line % i)
+    sys.stderr.flush()
+
+
+def flood_stdout(n: int) -> None:
+    with LOCK:
+        for i in range(n):
+            OUT.write(b"progress: %d of a flood of lines that are not JSON-RPC frames\n" % i)
+        OUT.flush()
+
+
+def long_line(start: bytes, mb: int, end: bytes) -> None:
+    """One line of ``start``, ``mb`` MB of "L", ``end``: written as it is made (the agent
+    holds 1 MB of it, so a line of any length costs it nothing)."""
+    chunk = b"L" * 1_000_000
+    with LOCK:
+        OUT.write(start)
+        for _ in range(mb):
+            OUT.write(chunk)
+        OUT.write(end + b"\n")
+        OUT.flush()
+
+
+def long_lines(sid: str, mb: int, count: int) -> None:
+    head = json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": {
+        "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": ""}}}})
+    start, end = head.split('""')
+    for _ in range(count):
+        long_line(start.encode() + b'"', mb, b'"' + end.encode())
+    NEXT[0] += 1
+    rid = f"h{NEXT[0]}"
+    key = json.dumps(rid)
+    ANSWERS[key] = threading.Event()
+    log(sent=rid, method="session/request_permission", long=True)
+    head = json.dumps({"jsonrpc": "2.0", "id": rid, "method": "session/request_permission", "params": {"sessionId": sid, "options": STANDARD,
+                       "toolCall": {"toolCallId": "long", "kind": "execute", "title": ""}}})
+    start, end = head.split('"title": ""')
+    long_line(start.encode() + b'"title": "', mb, b'"' + end.encode())
+    log(event="long_lines", count=count + 1, bytes=mb * 1_000_000)
+    wait(key, 120)
+
+
 def prompt_turn(mode: str, rid: Any, sid: str, rng: random.Random, frames: int) -> None:
     end = "end_turn"
     if mode == "frozen":
         return
-    if mode == "update-list":
+    if mode == "freeze":
+        if FROZEN.is_set():
+            return
+        if PROMPTS[0] > FLOOD["after"]:
+            text(sid, "thinking…")
+            log(event="frozen")
+            FROZEN.set()
+            return
+        text(sid, "ok")
+    elif mode in ("flood-stderr", "flood-stdout", "long-lines", "flood"):
+        if mode in ("flood-stderr", "flood"):
+            flood_stderr(FLOOD["lines"])
+        if mode in ("flood-stdout", "flood"):
+            flood_stdout(FLOOD["lines"])
+        if mode in ("long-lines", "flood"):
+            long_lines(sid, FLOOD["long_mb"], FLOOD["long_count"])
+        log(event="flood_done", lines=FLOOD["lines"])
+        text(sid, "survived")
+    elif mode == "update-list":
         update(sid, {"sessionUpdate": ["agent_message_chunk"], "content": {"type": "text", "text": "no"}})
         update(sid, "a string")
         send({"jsonrpc": "2.0", "method": "session/update", "params": None})
@@ -241,6 +322,62 @@ def mix(sid: str, rng: random.Random, frames: int) -> str:
     return rng.choice(["end_turn", "end_turn", "max_tokens", "refusal", "bogus_reason"])
 
 
+# ------------------------------------------------------------------ malformed-start
+
+PROMPTS = [0]
+#: How malformed-start answers initialize: each a name and what it sends for request ``rid``.
+INIT_ANSWERS = ["valid", "null", "array", "bad-version", "error", "garbage-then-valid", "wrong-id", "twice", "huge", "exit"]
+NEW_ANSWERS = ["valid", "null", "no-session", "numeric-session", "empty-session", "junk-options", "error", "never", "twice", "string-id", "huge", "exit"]
+VALID_INIT = {"protocolVersion": 1, "agentCapabilities": {"loadSession": False}, "authMethods": []}
+
+
+def malformed(step: str, how: str, rid: Any, valid: Any) -> None:
+    """Answer ``step`` (request ``rid``) the way ``how`` names; ``valid`` is a good result."""
+    log(event="start", step=step, how=how)
+    if how == "valid":
+        reply(rid, valid)
+    elif how == "null":
+        reply(rid, None)
+    elif how == "array":
+        reply(rid, [1, 2])
+    elif how == "bad-version":
+        reply(rid, {**valid, "protocolVersion": "one", "agentCapabilities": [], "authMethods": {"x": 1}})
+    elif how == "no-session":
+        reply(rid, {"configOptions": []})
+    elif how == "numeric-session":
+        reply(rid, {"sessionId": 7})
+    elif how == "empty-session":
+        reply(rid, {"sessionId": ""})
+    elif how == "junk-options":
+        reply(rid, {**valid, "configOptions": [{"id": 5}, "x", None], "modes": {"availableModes": "all", "currentModeId": 3}, "models": [1]})
+    elif how == "error":
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": f"{step} failed", "data": {"message": "the agent's own reason"}}})
+    elif how == "garbage-then-valid":
+        raw(b"\x00\xffnot json")
+        raw(b"[1, 2, 3]")
+        raw(b'{"jsonrpc": "2.0", "id": 424242, "result": {}}')
+        raw(b"{" * 3000)
+        reply(rid, valid)
+    elif how == "wrong-id":
+        reply(f"{rid}-not-it", valid)
+        reply(rid + 1000 if isinstance(rid, int) else 0, valid)
+    elif how == "twice":
+        reply(rid, valid)
+        reply(rid, {"again": True})
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": 1, "message": "and an error"}})
+    elif how == "string-id":
+        reply(str(rid), valid)
+    elif how == "huge":
+        reply(rid, {**(valid if isinstance(valid, dict) else {}), "padding": "P" * 20_000_000})
+    elif how == "never":
+        pass
+    elif how == "exit":
+        sys.stderr.write(f"fatal: cannot {step}\n")
+        sys.stderr.flush()
+        log(event="exit", code=2)
+        os._exit(2)
+
+
 # ------------------------------------------------------------------ the loop
 
 
@@ -250,9 +387,17 @@ def main() -> None:
     mode = args[0]
     seed = int(args[args.index("--seed") + 1]) if "--seed" in args else 0
     frames = int(args[args.index("--frames") + 1]) if "--frames" in args else 200
+    for flag in ("lines", "long-mb", "long-count", "after"):
+        if f"--{flag}" in args:
+            FLOOD[flag.replace("-", "_")] = int(args[args.index(f"--{flag}") + 1])
     if "--log" in args:
         LOG = open(args[args.index("--log") + 1].replace("{pid}", str(os.getpid())), "a", encoding="utf-8")  # noqa: SIM115
     rng = random.Random(seed)
+    start = (rng.choice(INIT_ANSWERS), rng.choice(NEW_ANSWERS)) if mode == "malformed-start" else ("valid", "valid")
+    if "--init" in args:  # malformed-start: these answers rather than drawn ones
+        start = (args[args.index("--init") + 1], start[1])
+    if "--new" in args:
+        start = (start[0], args[args.index("--new") + 1])
     if mode == "ignore-signals":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sessions = 0
@@ -264,6 +409,9 @@ def main() -> None:
         if not isinstance(frame, dict):
             continue
         method, rid, params = frame.get("method"), frame.get("id"), frame.get("params") or {}
+        if FROZEN.is_set() and method is not None:
+            log(event="ignored", method=method)
+            continue
         if method is None:  # a response to one of our requests
             key = json.dumps(rid)
             log(answer=rid, **({"error": frame["error"]} if "error" in frame else {"result": frame.get("result")}))
@@ -274,7 +422,10 @@ def main() -> None:
         if method == "initialize":
             if mode == "silent-init":
                 continue
-            result: Any = {"protocolVersion": 1, "agentCapabilities": {"loadSession": False}, "authMethods": []}
+            if mode == "malformed-start":
+                malformed("initialize", start[0], rid, VALID_INIT)
+                continue
+            result: Any = dict(VALID_INIT)
             if mode == "init-not-object":
                 result = [1, 2]
             elif mode == "init-bad-caps":
@@ -283,6 +434,9 @@ def main() -> None:
         elif method == "session/new":
             sessions += 1
             result = {"sessionId": f"h{sessions}"}
+            if mode == "malformed-start":
+                malformed("session/new", start[1], rid, result)
+                continue
             if mode == "new-not-object":
                 result = "s"
             elif mode == "new-bad-session":
@@ -293,6 +447,7 @@ def main() -> None:
                 time.sleep(3600)
         elif method == "session/prompt":
             sid = params.get("sessionId", "")
+            PROMPTS[0] += 1
             log(event="prompt", sessionId=sid)
             threading.Thread(target=prompt_turn, args=(mode, rid, sid, random.Random(rng.random()), frames), daemon=True).start()
         elif method == "session/cancel":

@@ -15,7 +15,8 @@ answers are seen while a turn streams or waits.
 Log (``--log``): every frame received is appended as one JSON line, the frame's own
 keys plus ``"t"`` (``time.monotonic()``); a line that is not JSON is logged as
 ``{"t", "raw"}``. Notable things are logged as ``{"t", "event": ...}``:
-``session_new`` (sessionId, cwd, mcpServers), ``prompt`` (sessionId, turn index),
+``session_new`` (sessionId, cwd, mcpServers), ``prompt`` (sessionId, turn index, ``open``:
+how many earlier prompts of that session were still unanswered),
 ``permission_outcome`` (id, rpc_id, outcome, kind), ``cancel`` (sessionId, active),
 ``prompt_answered`` (sessionId, stopReason or error), ``exit`` (reason, code).
 Each line is flushed immediately. A ``{pid}`` in the log path is replaced by the
@@ -31,6 +32,10 @@ Scenario JSON (all keys optional)::
       "default_turn": [step, ...],   when turns run out (default [{"text": "ok"}])
       "on_cancel": "cancelled" | "end_turn" | "error" | "never",
       "after_cancel": [step, ...]    run after a cancel, before answering the prompt
+      "ignore_cancel": false,        true: session/cancel is logged and otherwise ignored (the
+                                     turn streams on to its end, an agent that never stops)
+      "close_keeps_turns": false,    true: session/close leaves the session's turns running
+                                     (with ignore_cancel: a turn that never ends early)
       "config_options": [...]        configOptions in the session/new, resume and load answers;
                                      session/set_config_option sets one (logged set_config_option)
       "auth_required": {"message": s, "at": "new" | "prompt", "login_file": path}
@@ -39,6 +44,11 @@ Scenario JSON (all keys optional)::
                                      (logged auth_refused). Signed in: an authenticate call
                                      (logged authenticate, methodId), or login_file existing
                                      when the process started (a login made in a terminal)
+      "freeze_at_new": n             the process's n-th session/new freezes it: nothing more is
+                                     answered or sent (turns streaming stop mid-write), stdin
+                                     is no longer read (logged frozen); only a signal ends it
+      "pid_session_ids": false       true: sessionIds are s<n>-<pid>, so two processes never
+                                     open the same one (real agents use UUIDs)
     }
 
 Steps (the first key decides):
@@ -370,6 +380,7 @@ class Turn:
         if self.answered:
             return
         self.answered = True
+        self.agent.closed_prompt(self)
         # Logged before it is sent: a fast client may act on the answer (and the
         # main thread log its next prompt) before this thread runs again.
         self.agent.log_event("prompt_answered", sessionId=self.session_id, **result)
@@ -379,6 +390,7 @@ class Turn:
         if self.answered:
             return
         self.answered = True
+        self.agent.closed_prompt(self)
         self.agent.log_event("prompt_answered", sessionId=self.session_id, error=error)
         self.agent.send({"jsonrpc": "2.0", "id": self.request_id, "error": error})
 
@@ -392,6 +404,7 @@ class ScriptedAgent:
         self.log_file = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
         self.next_request_id = 0
         self.session_count = 0
+        self.news = 0  # session/new requests received
         self.session_cwd: dict[str, str] = {}
         self.session_mcp: dict[str, list[dict[str, Any]]] = {}
         self.mcp: McpStdio | None = None  # type: ignore[assignment]
@@ -401,6 +414,7 @@ class ScriptedAgent:
         self.session_memory: dict[str, list[str]] = {}  # sessionId → the text of each prompt it got
         self.config_values: dict[str, dict[str, Any]] = {}  # sessionId → configId → value set
         self.turns: dict[str, list[Turn]] = {}
+        self.open_prompts: dict[str, int] = {}  # sessionId → its prompts not answered yet
         # (sessionId, permission handle) -> {"rpc_id", "options", "answered", "outcome", "kind"}
         self.permissions: dict[tuple[str, str], dict[str, Any]] = {}
         self.permission_by_rpc_id: dict[int, tuple[str, str]] = {}
@@ -526,6 +540,8 @@ class ScriptedAgent:
                 "agentInfo": {"name": "scripted-agent", "version": "0"},
             }
             self.reply(rid, deep_merge(result, self.scenario.get("initialize", {})))
+        elif method == "session/new" and self.freezes():
+            pass
         elif method == "session/new" and self.needs_login("new"):
             self.reply_error(rid, -32000, self.scenario["auth_required"].get("message", "Authentication required"), None)
         elif method == "session/new":
@@ -533,7 +549,7 @@ class ScriptedAgent:
                 self.session_count += 1
                 while f"s{self.session_count}" in self.session_cwd:  # a resumed session holds it
                     self.session_count += 1
-                sid = f"s{self.session_count}"
+                sid = f"s{self.session_count}" + (f"-{os.getpid()}" if self.scenario.get("pid_session_ids") else "")
                 self.session_cwd[sid] = params.get("cwd", ".")
                 self.session_mcp[sid] = params.get("mcpServers") or []
             self.log_event("session_new", sessionId=sid, cwd=params.get("cwd"), mcpServers=params.get("mcpServers"))
@@ -544,7 +560,7 @@ class ScriptedAgent:
             sid = params.get("sessionId")
             with self.cond:
                 known = self.session_cwd.pop(sid, None) is not None
-                for turn in self.turns.get(sid, []):
+                for turn in self.turns.get(sid, []) if not self.scenario.get("close_keeps_turns") else []:
                     turn.cancelled = True
                 self.cond.notify_all()
             self.log_event("session_close", sessionId=sid, known=known)
@@ -564,6 +580,16 @@ class ScriptedAgent:
             self.start_turn(rid, params)
         else:
             self.reply_error(rid, -32601, "Method not found", {"method": method})
+
+    def freezes(self) -> bool:
+        """Count a session/new; at the scenario's ``freeze_at_new``-th, freeze (never returns)."""
+        self.news += 1
+        if self.scenario.get("freeze_at_new") != self.news:
+            return False
+        self.log_event("frozen", at="session/new", n=self.news)
+        self.out_lock.acquire()  # every write, of every turn, waits forever
+        threading.Event().wait()
+        return True
 
     def needs_login(self, at: str) -> bool:
         """Whether ``at`` ("new", "prompt") fails for want of a login (scenario ``auth_required``)."""
@@ -624,8 +650,15 @@ class ScriptedAgent:
             steps = turns[index] if index < len(turns) else self.scenario.get("default_turn", [{"text": "ok"}])
             turn = Turn(self, rid, sid, steps)
             self.turns.setdefault(sid, []).append(turn)
-        self.log_event("prompt", sessionId=sid, turn=index)
+            already = self.open_prompts.get(sid, 0)
+            self.open_prompts[sid] = already + 1
+        self.log_event("prompt", sessionId=sid, turn=index, open=already)
         threading.Thread(target=turn.run, name=f"turn-{index}", daemon=True).start()
+
+    def closed_prompt(self, turn: Turn) -> None:
+        """``turn``'s prompt is being answered."""
+        with self.cond:
+            self.open_prompts[turn.session_id] = self.open_prompts.get(turn.session_id, 1) - 1
 
     def turn_done(self, turn: Turn) -> None:
         with self.cond:
@@ -637,7 +670,7 @@ class ScriptedAgent:
         sid = params.get("sessionId")
         with self.cond:
             running = list(self.turns.get(sid, []))
-            for turn in running:
+            for turn in running if not self.scenario.get("ignore_cancel") else []:
                 turn.cancelled = True
             self.cond.notify_all()
         self.log_event("cancel", sessionId=sid, active=bool(running))

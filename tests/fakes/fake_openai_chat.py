@@ -22,11 +22,19 @@ Each *reply* answers one ``POST /v1/chat/completions`` and is a list of blocks:
   fast-agent then asks again without streaming, which the next reply answers.
 
 A reply may also be a callable ``f(body) -> list[block]``. When the script is exhausted
-every further request is answered ``"Done."``. ``stream: false`` gets one
+every further request is answered ``"Done."``.
+
+``strict`` (default on) makes the fake refuse what real model APIs refuse: an assistant
+message with neither content nor tool calls anywhere but last (Anthropic's Messages API:
+"all messages must have non-empty content except for the optional final assistant
+message"; several OpenAI-compatible servers likewise). It answers HTTP 400 ``invalid_request_error``
+naming the message, and does not consume the script. fast-agent sends such a message
+after a Stop mid-stream (docs/agents.md). ``stream: false`` gets one
 ``chat.completion`` object. ``GET /v1/models`` lists the models seen so far (or
 ``fake-model``).
 
-Every request is recorded (thread-safe) in :attr:`FakeOpenAIChat.requests`.
+Every request is recorded (thread-safe) in :attr:`FakeOpenAIChat.requests`; a refused
+one has ``refused`` set (``FakeOpenAIChat.refused()``).
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from typing import Any
 
 from tests.fakes.scripted_server import Block, JsonHandler, Reply, ScriptedServer, estimate_tokens
 
-__all__ = ["FakeOpenAIChat", "RecordedRequest", "DONE_TEXT", "message_text"]
+__all__ = ["FakeOpenAIChat", "RecordedRequest", "DONE_TEXT", "empty_assistant_message", "message_text"]
 
 DONE_TEXT = "Done."
 
@@ -56,6 +64,16 @@ def message_text(message: dict[str, Any]) -> str:
     return ""
 
 
+def empty_assistant_message(body: dict[str, Any]) -> str | None:
+    """Why a real API refuses ``body``: an assistant message, not the last, with neither
+    content nor tool calls (None: nothing refused)."""
+    messages = body.get("messages") or []
+    for i, msg in enumerate(messages[:-1]):
+        if isinstance(msg, dict) and msg.get("role") == "assistant" and not msg.get("tool_calls") and not message_text(msg).strip():
+            return f"messages.{i}: all messages must have non-empty content except for the optional final assistant message"
+    return None
+
+
 @dataclass
 class RecordedRequest:
     method: str
@@ -65,6 +83,7 @@ class RecordedRequest:
     time: float = field(default_factory=time.monotonic)
     reply: list[Block] | None = None  # the blocks it was answered with (completions only)
     finished: bool = False  # the whole answer was written (not cut off by the client)
+    refused: str | None = None  # why it was answered 400 (``strict``)
 
 
 class FakeOpenAIChat(ScriptedServer):
@@ -72,8 +91,11 @@ class FakeOpenAIChat(ScriptedServer):
 
     thread_name = "fake-openai-chat"
 
-    def __init__(self, replies: Iterable[Reply] = (), *, done_text: str = DONE_TEXT, chunk_size: int = 12, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, replies: Iterable[Reply] = (), *, done_text: str = DONE_TEXT, chunk_size: int = 12, host: str = "127.0.0.1", strict: bool = True
+    ) -> None:
         super().__init__(replies, done_text=done_text, chunk_size=chunk_size, host=host)
+        self.strict = strict
 
     @property
     def url(self) -> str:
@@ -88,6 +110,10 @@ class FakeOpenAIChat(ScriptedServer):
     def user_texts(self, index: int = -1) -> list[str]:
         """The user messages' texts of completion request ``index``."""
         return [message_text(m) for m in self.completions()[index].get("messages") or [] if m.get("role") == "user"]
+
+    def refused(self) -> list[RecordedRequest]:
+        """The completion requests answered 400 (see ``strict``)."""
+        return [r for r in self.snapshot() if r.refused is not None]
 
     def tool_messages(self) -> list[dict[str, Any]]:
         """Every distinct ``role: tool`` message the model was sent (first sighting per
@@ -136,6 +162,11 @@ class _Handler(JsonHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         fake = self.owner
         if self.command == "POST" and path.endswith("/chat/completions") and isinstance(body, dict):
+            problem = empty_assistant_message(body) if fake.strict else None
+            if problem is not None:
+                fake._record(RecordedRequest(self.command, self.path, headers, body, refused=problem))
+                self._send_json(400, {"error": {"message": problem, "type": "invalid_request_error", "param": "messages", "code": None}})
+                return
             blocks = fake._next_reply(body)
             finish = fake._resolve(blocks)
             rec = RecordedRequest(self.command, self.path, headers, body, reply=blocks)

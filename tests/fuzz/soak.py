@@ -10,12 +10,21 @@ Three parts, each against a fresh ``lmbridge serve`` (``--max-agent-processes 4`
    card answered Skip.
 3. **cap**: ``--chats`` (default 1,000) new chats one after another; the most agent
    processes alive at once is sampled after each.
+4. **modes**: ``--rounds`` (default 1) rounds of the hostile agent's start, freeze and flood
+   modes: a new chat with ``malformed-start`` for every pair of its answers to initialize and
+   session/new (``INIT_ANSWERS`` × ``NEW_ANSWERS``, each pair its own agent; start bound
+   10 s); a chat with ``freeze`` continued until it freezes, stopped after 2 s, then a new
+   chat, stopped if it shows nothing for 30 s; a chat with ``flood``
+   (120,000 stderr lines, 120,000 non-JSON stdout lines, three 64 MB lines). Counted: how
+   each chat was answered, the daemon's RSS before the floods and its peak during them.
 
 Invariants counted as violations: the daemon exiting, a request with a usable id not
 answered exactly once (or not within 60 s of the end), a frame on stdout that is not a
 JSON-RPC object, an agent request not answered exactly once, an approval without the
 user's token, more agent processes than the cap, an agent process outliving the daemon,
-an error that does not name the agent or is longer than 8 KB.
+an error that does not name the agent or is longer than 8 KB; in the modes part, a flood
+chat not answered "survived" and the daemon's RSS during the floods over twice what it was
+before them.
 
 Prints, and writes to ``.fuzz/results.json``: frames/s, the daemon's RSS at start, peak and
 end, the most agent processes seen, and the violations. Exit status 1 if any.
@@ -100,7 +109,7 @@ def start(where: Path, name: str, agents: list[dict[str, Any]], env: dict[str, s
     return daemon
 
 
-def finish(daemon: FuzzDaemon, sampler: Sampler, violations: list[str], what: str) -> dict[str, Any]:
+def finish(daemon: FuzzDaemon, sampler: Sampler, violations: list[str], what: str, most_processes: int = CAP * 2) -> dict[str, Any]:
     if not daemon.ledger.wait_settled(60):
         violations.append(f"{what}: {daemon.ledger.owed()} requests unanswered 60 s after the last frame, e.g. {daemon.ledger.unanswered()[:2]}")
     if not daemon.alive():
@@ -112,8 +121,8 @@ def finish(daemon: FuzzDaemon, sampler: Sampler, violations: list[str], what: st
     time.sleep(0.5)
     if left := [p for p in sampler.pids if alive(p)]:
         violations.append(f"{what}: {len(left)} agent processes outlived the daemon")
-    if figures["agent_processes_max"] > CAP * 2:
-        violations.append(f"{what}: {figures['agent_processes_max']} agent processes (cap {CAP} per agent)")
+    if figures["agent_processes_max"] > most_processes:
+        violations.append(f"{what}: {figures['agent_processes_max']} agent processes (at most {most_processes}: cap {CAP} per agent)")
     violations += [f"{what}: {v}" for v in daemon.ledger.violations]
     return figures
 
@@ -260,13 +269,113 @@ def cap_part(where: Path, chats: int) -> dict[str, Any]:
     return {"chats": chats, "errors": errors, "seconds": round(elapsed, 1), **figures, "violations": violations}
 
 
+def modes_part(where: Path, rounds: int) -> dict[str, Any]:
+    from tests.agents.hostile_agent import INIT_ANSWERS, NEW_ANSWERS
+
+    logs = where / "modes"
+    logs.mkdir()
+
+    def spec(name: str, *args: str) -> dict[str, Any]:
+        return {"id": name, "command": sys.executable, "args": [str(HOSTILE), *args, "--log", str(logs / f"{name}-{{pid}}.jsonl")]}
+
+    starts = [spec(f"start-{i}-{n}", "malformed-start", "--init", i, "--new", n) for i in INIT_ANSWERS for n in NEW_ANSWERS]
+    agents = [spec("freeze", "freeze", "--after", "1"), spec("flood", "flood", "--lines", "120000", "--long-mb", "64", "--long-count", "2"), *starts]
+    daemon = start(where, "modes", agents, env={"LMBRIDGE_START_TIMEOUT": "10", "LMBRIDGE_SESSION_TIMEOUT": "10", "LMBRIDGE_DRAIN_TIMEOUT": "1"})
+    sampler = Sampler(daemon, every=0.02)
+    violations: list[str] = []
+    outcomes: Counter[str] = Counter()
+    rid = 0
+    began = time.monotonic()
+    rss_before_flood = rss_flood_peak = 0
+    flood_seconds = 0.0
+
+    def chat(model: str, history: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]] | None]:
+        nonlocal rid
+        rid += 1
+        parts = chat_once(daemon, model, history, rid, violations)
+        said = "error" if parts is None else "".join(str(p.get("value", "")) for p in parts if p.get("type") == "text")
+        return said, parts
+
+    for round_ in range(rounds):
+        for agent in starts:
+            said, _ = chat(agent["id"], [user_message(f"round {round_}")])
+            outcomes[f"start {'answered' if said == 'ok' else 'error' if said == 'error' else 'other: ' + said[:40]}"] += 1
+        # freeze: a chat continued until the agent freezes, stopped, then a new chat
+        said, parts = chat("freeze", [user_message(f"freeze {round_}")])
+        outcomes[f"freeze first chat {'answered' if said == 'ok' else 'error'}"] += 1
+        if parts is not None:
+            rid += 1
+            history = [user_message(f"freeze {round_}"), {"role": "assistant", "content": parts}, user_message("more")]
+            outcomes[f"freeze continued chat {chat_or_stop(daemon, 'freeze', history, rid, 2.0, violations)}"] += 1
+        rid += 1
+        outcomes[f"freeze new chat {chat_or_stop(daemon, 'freeze', [user_message(f'after the freeze {round_}')], rid, 30.0, violations)}"] += 1
+        # flood
+        rss_before_flood = rss_before_flood or daemon.rss()
+        sampler.rss_peak = daemon.rss()
+        flood_began = time.monotonic()
+        said, _ = chat("flood", [user_message(f"flood {round_}")])
+        flood_seconds += time.monotonic() - flood_began
+        sampler.sample()
+        rss_flood_peak = max(rss_flood_peak, sampler.rss_peak)
+        outcomes[f"flood {'survived' if said == 'survived' else 'other'}"] += 1
+        if said != "survived":
+            violations.append(f"modes: the flood chat was answered {said[:200]!r}")
+    elapsed = time.monotonic() - began
+    if rss_flood_peak > 2 * rss_before_flood:
+        violations.append(f"modes: RSS {rss_flood_peak / MiB:.0f} MiB during the floods, {rss_before_flood / MiB:.0f} MiB before them")
+    requests = daemon.ledger.answers
+    figures = finish(daemon, sampler, violations, "modes", most_processes=CAP * len(agents))
+    del figures["rss_peak_mib"]  # reset for the floods: their peak is below
+    own = [json.loads(line) for path in logs.glob("*.jsonl") for line in path.read_text().splitlines() if line.strip()]
+    long_answers = [e for e in own if "answer" in e and "error" in e and "longer than" in str(e["error"].get("message"))]
+    if len(long_answers) != sum(1 for e in own if e.get("long")):
+        violations.append(f"modes: {len(long_answers)} answers to {sum(1 for e in own if e.get('long'))} over-long permission requests")
+    return {"rounds": rounds, "chats": rid, "answers": requests, "seconds": round(elapsed, 1), "outcomes": dict(sorted(outcomes.items())),
+            "start_pairs": len(starts), "flood_seconds": round(flood_seconds, 1), "over_long_permissions": len(long_answers),
+            "agent_requests": sum(1 for e in own if "sent" in e),
+            "rss_before_floods_mib": round(rss_before_flood / MiB, 1), "rss_flood_peak_mib": round(rss_flood_peak / MiB, 1),
+            **figures, "violations": violations}
+
+
+def chat_or_stop(daemon: FuzzDaemon, model: str, history: list[dict[str, Any]], rid: int, wait: float, violations: list[str]) -> str:
+    """A chat, stopped (``$/cancelRequest``) if it is not answered within ``wait`` seconds, as
+    a user stops a chat that shows nothing; how it was answered: "answered", "error",
+    "stopped" (``cancelled`` after the Stop), or "unanswered" (a violation: 60 s after the Stop)."""
+    done = threading.Event()
+    answer: dict[str, Any] = {}
+
+    def on_answer(got: Any, frame: dict[str, Any], parts: list[dict[str, Any]]) -> None:
+        if got == f"c{rid}":
+            answer.update(frame=frame)
+            done.set()
+
+    daemon.ledger.on_answer = on_answer
+    daemon.send(json.dumps({"jsonrpc": "2.0", "id": f"c{rid}", "method": "lm/provideLanguageModelChatResponse",
+                            "params": {"modelId": model, "messages": history}}).encode())
+    if done.wait(wait):
+        frame = answer["frame"]
+        if "error" in frame and model not in str(frame["error"].get("message", "")):
+            violations.append(f"an error that does not name the agent: {str(frame['error'])[:200]}")
+        return "error" if "error" in frame else "answered"
+    daemon.send(json.dumps({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": f"c{rid}"}}).encode())
+    if not done.wait(60):
+        violations.append(f"chat c{rid} not answered 60 s after its Stop")
+        return "unanswered"
+    return "stopped" if answer["frame"].get("result") == {"stopReason": "cancelled"} else "answered after the Stop"
+
+
+def user_message(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "value": text}]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--frames", type=int, default=1_000_000)
     parser.add_argument("--agent-frames", type=int, default=100_000)
     parser.add_argument("--chats", type=int, default=1_000)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--seed", type=int, default=14)
-    parser.add_argument("--only", choices=["stdin", "agent", "cap"], action="append", help="run only these parts")
+    parser.add_argument("--only", choices=["stdin", "agent", "cap", "modes"], action="append", help="run only these parts")
     parser.add_argument("--out", default=str(ROOT / ".fuzz" / "results.json"))
     args = parser.parse_args()
     results: dict[str, Any] = {"seed": args.seed}
@@ -274,7 +383,8 @@ def main() -> int:
         where = Path(tmp)
         for name, run in (("stdin", lambda: stdin_part(where, args.frames, args.seed)),
                           ("agent", lambda: agent_part(where, args.agent_frames, args.seed)),
-                          ("cap", lambda: cap_part(where, args.chats))):
+                          ("cap", lambda: cap_part(where, args.chats)),
+                          ("modes", lambda: modes_part(where, args.rounds))):
             if args.only and name not in args.only:
                 continue
             print(f"{name}…", flush=True)
@@ -283,7 +393,7 @@ def main() -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
-    total = sum(len(results[k]["violations"]) for k in ("stdin", "agent", "cap") if k in results)
+    total = sum(len(results[k]["violations"]) for k in ("stdin", "agent", "cap", "modes") if k in results)
     print(f"violations: {total}  (figures in {out})")
     return 1 if total else 0
 

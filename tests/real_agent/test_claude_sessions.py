@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lmbridge.client import DaemonClient, approve, assistant, text_of, tool_calls, user  # noqa: E402
+from lmbridge.client import DaemonClient, approve, assistant, chat_options, text_of, tool_calls, user  # noqa: E402
 from tests.conftest import children  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.real_agent.claude import claude_bridge  # noqa: E402
@@ -184,3 +184,39 @@ async def test_claudes_own_models_are_in_the_picker_and_reach_the_model_api(tmp_
             after = fake.main_requests()[-1]["model"]
     assert "haiku" in after and "haiku" not in before, (before, after)
     assert "configId=model" in log_of(tmp_path) and "how=new" in log_of(tmp_path)
+
+
+@pytest.mark.parametrize("shape", ["round_kept", "turn_dropped"])
+async def test_after_a_stop_while_a_command_runs_the_agent_still_holds_the_first_turn(tmp_path: Path, shape: str) -> None:
+    """A Stop while claude runs an approved command (its stale-turn quirk follows any cancel):
+    the next message is answered from the same ACP session, closed and resumed, so the model
+    still sees the first turn's tool_use/tool_result blocks, not a transcript told as text.
+    VS Code's next request keeps the round that showed the card (``round_kept``), or drops
+    the stopped turn whole (``turn_dropped``): both go on in the chat's own session."""
+    marker, slow = tmp_path / "one.txt", tmp_path / "slow.txt"
+    command = f"sleep 30 && touch {slow}"
+    replies = [[{"text": "Creating it."}, bash(f"touch {marker}")], [{"text": "Created."}], [bash(command)]]
+    with FakeAnthropic(replies, done_text="I remember the first file.") as fake:
+        async with bridge(tmp_path, fake) as client:
+            with anyio.fail_after(TIMEOUT):
+                history = await first_turn(client, marker)
+                history.append(user("Now run the slow one"))
+                ask = await client.chat("claude", history, timeout=TIMEOUT)
+                assert ask.result == {"stopReason": "tool_calls"}, ask.error
+                (perm,) = tool_calls(ask)
+                history += [assistant(ask.parts), approve(perm)]
+                params = {"modelId": "claude", "messages": history, "options": chat_options()}
+                running = await client.start("lm/provideLanguageModelChatResponse", params)
+                await anyio.sleep(3.0)  # the command runs
+                await client.cancel(running)
+                await running.done.wait()
+                assert running.result == {"stopReason": "cancelled"}
+                kept = history if shape == "round_kept" else history[:-2]
+                call = await client.chat("claude", [*kept, user("Never mind. What did you do first?")], timeout=TIMEOUT)
+            assert call.error is None and "I remember the first file." in text_of(call), (call.error, text_of(call))
+            assert not slow.exists()
+            last = fake.main_requests()[-1]
+            assert remembers_first_turn(last, f"touch {marker}")
+            assert "<conversation" not in str(last["messages"][-1]["content"])
+    log = log_of(tmp_path)
+    assert "how=session/resume" in log, log

@@ -167,6 +167,29 @@ async def test_codex_models_in_the_picker_reach_the_model_api(tmp_path: Path) ->
             assert [r["model"] for r in fake.responses_requests()] == ["gpt-5.4", "gpt-5.4-mini"]
 
 
+async def test_a_fresh_session_is_told_the_conversation_without_copilots_cache_control_markers(tmp_path: Path) -> None:
+    """A chat begun with another model comes to codex: a fresh session, told the
+    conversation in one context block. Copilot's ``cache_control`` data parts (9 bytes,
+    ``ephemeral``: beside the current turn and every tool result) are its own prompt-cache
+    markers, nothing anyone said or attached: they are not in that context."""
+    with FakeResponses([[{"text": "The word was kiwi."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            # The earlier turns, answered by another model: a VS Code tool call and its result.
+            conv.ask("Remember the word kiwi, then search for TODOs.")
+            conv.answered(Call(0, parts=[{"type": "text", "value": "Noted: kiwi."}, {"type": "tool_call", "callId": "call-other-1", "name": "search_workspace", "input": {"q": "TODO"}}]))
+            conv.result(tool_result("call-other-1", "a.py:3: # TODO"))
+            conv.answered(Call(0, parts=[{"type": "text", "value": "One TODO, in a.py."}]))
+            with anyio.fail_after(TIMEOUT):
+                call = await chat(client, conv.ask("Which word did I ask you to remember?"), [SEARCH_TOOL])
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
+            (request,) = fake.responses_requests()
+            told = "\n".join(user_words(request))
+            assert "<conversation-so-far>" in told and "Remember the word kiwi" in told and "a.py:3: # TODO" in told, told
+            assert "cache_control" not in json.dumps(request["input"]), told
+            assert "[attachment:" not in told, told
+
+
 # ---------------------------------------------------------------- permissions
 
 
@@ -185,6 +208,11 @@ async def test_approve_runs_the_command_and_the_model_gets_its_output(tmp_path: 
             (output,) = fake.function_call_outputs()
             assert output["call_id"] == fake.call_ids()[0]
             assert "approved-output-7" in output["text"] and "exited with code 0" in output["text"]
+            # What the chat shows as the command's output is its output (codex's rawOutput),
+            # never codex's approval prompt (the permission's content: "Proposed Amendment …").
+            shown = text_of(call)
+            assert "Proposed Amendment" not in shown and "Available Decisions" not in shown, shown
+            assert "approved-output-7" in shown, shown
 
 
 async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path) -> None:
@@ -199,8 +227,12 @@ async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path) -> None:
                 call = await chat(client, conv.result(skip(perm)))
                 assert call.error is None, call.error
                 assert call.result == {"stopReason": "end_turn"}, call.result
-                # Not empty: Copilot shows "Sorry, no response was returned." for a response with no text.
-                assert "ended without a result" in text_of(call), text_of(call)
+                # Not empty (Copilot shows "Sorry, no response was returned." for a response with
+                # no text), and it says what happened: the user declined the command, which
+                # codex took as the end of its turn. Not "ended without a result".
+                shown = text_of(call)
+                assert f"touch {marker}" in shown and "declined" in shown, shown
+                assert "ended without a result" not in shown, shown
                 assert not marker.exists()
                 assert len(fake.responses_requests()) == 1  # codex did not go back to the model
                 conv.answered(call)

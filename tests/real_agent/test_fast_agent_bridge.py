@@ -139,13 +139,29 @@ async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path) -> Non
             assert not marker.exists()
             # The model's last request holds the new message, and never a successful run.
             assert "Never mind, just say hi." in user_texts(fake, -1)[-1]
-            # fast-agent pairs the stopped call with "Permission request cancelled" or, when
-            # session/cancel wins the race, "**The user interrupted this tool call**".
-            (result,) = fake.tool_messages()
-            assert result["text"] in ("Permission request cancelled", "**The user interrupted this tool call**"), result
-            # The same ACP session answered: a cancel leaves fast-agent working, no recovery needed.
+            stopped = ("Permission request cancelled", "**The user interrupted this tool call**")
             log = (tmp_path / "daemon.stderr").read_text(errors="replace")
-            assert log.count("acp session ") == 1 and "how=new" in log, log
+            if not fake.refused():
+                # Mostly: fast-agent pairs the stopped call with "Permission request cancelled"
+                # or, when session/cancel wins the race, "**The user interrupted this tool
+                # call**", and the same ACP session answers: no recovery needed.
+                (result,) = fake.tool_messages()
+                assert result["text"] in stopped, result
+                assert log.count("acp session ") == 1 and "how=new" in log, log
+            else:
+                # Sometimes (seen under load) the cancelled permission's answer reached
+                # fast-agent first: it went back to the model with the call's result, the
+                # session/cancel then stopped that model call, and the stopped answer stayed in
+                # its history as an empty assistant message (as after a Stop mid-stream), which
+                # the API refused. The chat went on in a fresh session told the conversation.
+                (refused,) = fake.refused()
+                sent = refused.body["messages"]
+                assert {"role": "assistant", "content": ""} in sent, sent
+                assert any(m.get("role") == "tool" and message_text(m) in stopped for m in sent), sent
+                said = "\n".join(user_texts(fake, -1))
+                assert "<conversation-so-far>" in said and "Please create the marker file" in said, said
+                taken = [line for line in log.splitlines() if "acp session " in line]
+                assert len(taken) == 2 and all("how=new" in line for line in taken), log
 
 
 async def test_a_second_turn_keeps_the_context(tmp_path: Path) -> None:
@@ -194,11 +210,26 @@ async def test_two_actions_in_one_turn(tmp_path: Path) -> None:
 
 
 async def test_cancel_mid_stream_then_the_next_message(tmp_path: Path) -> None:
-    script = [[{"text": "Streaming the first part. "}, {"sleep": 8}, {"text": "SECRET-TAIL never shown."}], [{"text": "A fresh answer."}]]
+    """A Stop while the answer streams, then a new message: it is answered, and the chat's
+    earlier turns are still known.
+
+    fast-agent 0.10.48 keeps the stopped answer as an empty assistant message, which model
+    APIs refuse (HTTP 400: "all messages must have non-empty content …"; the fake refuses it
+    too). The first prompt after the Stop fails in that session, and would again if the
+    session were taken up again: its profile (``cancel_breaks_history``) sends the chat on in
+    a fresh session told the conversation. The user reads the answer, not the 400."""
+    script = [
+        [{"text": "Noted: kiwi."}],
+        [{"text": "Streaming the first part. "}, {"sleep": 8}, {"text": "SECRET-TAIL never shown."}],
+        [{"text": "A fresh answer."}],
+    ]
     with FakeOpenAIChat(script) as fake:
         async with bridge(tmp_path, fake) as client:
             conv = copilot.Conversation(tmp_path / "workspace")
             with anyio.fail_after(TIMEOUT):
+                first = await send(client, conv.ask("Remember the word kiwi."))
+                assert first.result == {"stopReason": "end_turn"}, (first.error, first.result)
+                conv.answered(first)
                 first_text = anyio.Event()
                 streamed: list[str] = []
 
@@ -219,17 +250,29 @@ async def test_cancel_mid_stream_then_the_next_message(tmp_path: Path) -> None:
                 assert "Streaming the first part." in text_of(call)
                 conv.stopped()
                 started = time.monotonic()
-                nxt = await send(client, conv.ask("Just say something short."))
+                nxt = await send(client, conv.ask("Just say something short: which word?"))
                 elapsed = time.monotonic() - started
             assert nxt.error is None and nxt.result == {"stopReason": "end_turn"}, (nxt.error, nxt.result)
             assert text_of(nxt).strip() == "A fresh answer.", text_of(nxt)
-            assert "SECRET" not in text_of(nxt) and "first part" not in text_of(nxt)
-            assert elapsed < 15, f"took {elapsed:.1f} s"
-            assert "Just say something short." in user_texts(fake, -1)[-1]
-            # fast-agent keeps the stopped answer as an empty assistant message: the model
-            # never sees the part that streamed either.
-            assert "first part" not in str(fake.completions()[-1]["messages"])
-            assert not fake.snapshot()[0].finished  # the stopped stream was cut off by the agent
+            assert "SECRET" not in text_of(nxt) and "first part" not in text_of(nxt) and "400" not in text_of(nxt)
+            assert elapsed < 30, f"took {elapsed:.1f} s"
+            assert not fake.snapshot()[1].finished  # the stopped stream was cut off by the agent
+            # The quirk, as the API met it: the first prompt after the Stop carried fast-agent's
+            # empty assistant message and was refused, once.
+            (refused,) = fake.refused()
+            assert {"role": "assistant", "content": ""} in refused.body["messages"], refused.body["messages"]
+            # The answer came from a fresh session told the conversation: the earlier turn, the
+            # stopped request marked as such, no empty message, nothing of the stopped answer.
+            last = fake.completions()[-1]["messages"]
+            said = "\n".join(message_text(m) for m in last if m.get("role") == "user")
+            assert "<conversation-so-far>" in said and "Remember the word kiwi." in said and "Noted: kiwi." in said, said
+            assert "Tell me a long story" in said and "[stopped by the user" in said, said
+            assert "Just say something short: which word?" in said
+            assert not [m for m in last if m.get("role") == "assistant" and not message_text(m).strip() and not m.get("tool_calls")], last
+            assert "first part" not in str(last)
+    log = (tmp_path / "daemon.stderr").read_text(errors="replace")
+    taken = [line for line in log.splitlines() if "acp session" in line and "how=" in line]
+    assert len(taken) == 2 and all("how=new" in line for line in taken), "\n".join(taken)  # never resumed into the same failure
 
 
 SEARCH_TOOL = {
@@ -465,15 +508,12 @@ async def test_an_image_reaches_the_model_if_fast_agent_knows_it_sees(tmp_path: 
             assert images == ([f"data:image/png;base64,{PNG}"] if vision else []), parts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fast-agent 0.10.48 never re-lists an MCP server's tools on notifications/tools/list_changed "
-    "(not even 3 s later): a spare session, opened with an empty tool list, keeps it when a chat adopts it",
-)
-async def test_spare_sessions_each_with_its_own_tools_server(tmp_path: Path) -> None:
-    """--spare-session: each chat takes a session opened ahead, whose tools server was
-    named for it (vscode-spare<n>): the next spare's session/new is not refused, and the
-    chat's VS Code tools reach the model."""
+async def test_no_spare_session_for_fast_agent_so_each_chat_keeps_its_tools(tmp_path: Path) -> None:
+    """--spare-session (the default): fast-agent 0.10.48 never re-lists an MCP server's tools
+    on notifications/tools/list_changed, so a spare session, opened with an empty tool list,
+    would keep it when a chat adopts it (its profile: ``relists_tools`` off). It is kept no
+    spare: each chat opens its own session, with its own tools server (vscode-<session>),
+    and the chat's VS Code tools reach the model."""
     with FakeOpenAIChat([call_vscode_tool("search_workspace", {"q": "one"}), [{"text": "First done."}], [{"text": "Second chat."}]]) as fake:
         async with fast_agent_bridge(tmp_path, fake.url, "--spare-session") as client:
             with anyio.fail_after(TIMEOUT):
@@ -487,7 +527,7 @@ async def test_spare_sessions_each_with_its_own_tools_server(tmp_path: Path) -> 
                 second = await send(client, copilot.Conversation(tmp_path / "workspace").ask("Another chat"), extra_tools=[SEARCH_TOOL])
             assert second.error is None and "Second chat." in text_of(second), (second.error, text_of(second))
             names = {vscode_tool(body["tools"], "search_workspace") for body in fake.completions()}
-            assert len(names) == 2 and all(n.startswith("vscode-spare") for n in names), names
+            assert len(names) == 2 and not [n for n in names if n.startswith("vscode-spare")], names
             assert "one.py:1" in fake.tool_messages()[0]["text"]
     log = (tmp_path / "daemon.stderr").read_text(errors="replace")
-    assert log.count("how=spare") == 2 and "refused" not in log, log
+    assert "how=spare" not in log and "spare session ready" not in log and "refused" not in log, log

@@ -9,8 +9,8 @@ limit, and sends nothing on cancel. ACP *types* come from the SDK's schema
 Incoming traffic is delivered in arrival order as ``Incoming`` events on one
 stream (notifications and the agent's requests alike), so a session actor
 sees every update before the response that ends a prompt. Lines that are not
-JSON objects are logged and skipped; very long lines (up to ``MAX_LINE``) are
-fine. When the agent exits, every request in flight fails with
+JSON objects are logged and skipped; very long lines (up to ``AGENT_LINE``) are
+fine, a longer one is dropped as it streams and logged, and the link goes on. When the agent exits, every request in flight fails with
 ``AgentExited`` naming the exit code and the tail of its stderr.
 """
 
@@ -28,16 +28,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
-from anyio.abc import Process
+from anyio.abc import Process, TaskGroup
 from anyio.lowlevel import checkpoint
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from lmbridge import framing, record
 from lmbridge.framing import BadLines, clip
 from lmbridge.log import get_logger
 from lmbridge.wire import parse_json, usable_id
 
-MAX_LINE = framing.MAX_LINE  # bytes; agents send MB-long lines (facts.md §3)
+AGENT_LINE = framing.AGENT_LINE  # bytes; agents send MB-long lines (facts.md §3), a longer one is dropped
 READ_SIZE = 256 * 1024  # bytes asked of the agent's stdout per read
 # Lines routed between two turns of the event loop: a read of short lines (an agent writing
 # non-JSON as fast as the pipe takes it: 130,000 lines a read, ~1 s idle, 10 s on a busy
@@ -167,6 +166,8 @@ class AgentConnection:
         self.exit_reason: str | None = None
         self.recorder: record.AgentLink | None = None  # lmbridge serve --record
         self.bad_lines = BadLines(f"agent {name!r} stdout", log.warning)
+        self.stderr_log = framing.Throttle(f"agent {name!r}", log.bind(agent=name).debug, log.bind(agent=name).debug)
+        self._answers: TaskGroup  # set by the stdout reader
 
     @classmethod
     async def spawn(
@@ -266,7 +267,9 @@ class AgentConnection:
 
     async def _read_stdout_until(self, done: anyio.Event) -> None:
         try:
-            await self._read_stdout()
+            async with anyio.create_task_group() as tg:
+                self._answers = tg  # where a dropped request's error answer is written
+                await self._read_stdout()
         finally:
             done.set()
 
@@ -277,40 +280,28 @@ class AgentConnection:
     async def _read_stdout(self) -> None:
         """Split stdout into lines and route each. What one read returns is routed
         with no event-loop round per frame (the streaming hot path), but one every
-        ``LINES_PER_TURN`` lines; a partial line waits for the rest."""
+        ``LINES_PER_TURN`` lines; a partial line waits for the rest. A line longer than
+        ``AGENT_LINE`` is dropped as it streams (never held whole) and the link goes on."""
         assert self.process.stdout is not None
         receive = self.process.stdout.receive
-        partial: list[bytes] = []  # the start of a line split across reads
-        size = 0
+        lines = framing.Lines(AGENT_LINE)
         while True:
             try:
                 data = await receive(READ_SIZE)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                last = lines.end()
+                if last is not None:
+                    self._frame(last)
                 return
-            lines = data.split(b"\n")
-            if len(lines) == 1:
-                partial.append(data)
-                size += len(data)
-                if size > MAX_LINE:
-                    self.exit_reason = f"agent {self.name!r} sent a line longer than {MAX_LINE} bytes"
-                    self._kill()  # no longer read, it would block on a full pipe and never exit
-                    return
-                continue
-            if partial:
-                partial.append(lines[0])
-                lines[0] = b"".join(partial)
-            last = lines.pop()
-            partial, size = ([last], len(last)) if last else ([], 0)
-            for n, line in enumerate(lines, 1):
-                if len(line) > MAX_LINE:
-                    self.exit_reason = f"agent {self.name!r} sent a line longer than {MAX_LINE} bytes"
-                    self._kill()
-                    return
+            for n, line in enumerate(lines.feed(data), 1):
                 self._frame(line)
                 if n % LINES_PER_TURN == 0:
                     await checkpoint()
 
-    def _frame(self, line: bytes) -> None:
+    def _frame(self, line: bytes | framing.Overlong) -> None:
+        if isinstance(line, framing.Overlong):
+            self._overlong(line)
+            return
         if not line.strip():
             return
         try:
@@ -322,6 +313,33 @@ class AgentConnection:
             self.bad_lines.bad(line, "not a JSON object", time.monotonic())
             return
         self._route(frame)
+
+    def _overlong(self, line: framing.Overlong) -> None:
+        """A line past ``AGENT_LINE``, dropped as it streamed: logged, and what its start says
+        it was is answered, so nothing waits on it: our request it answered fails with an
+        ``AgentError`` saying so; the agent's request (a usable id) gets -32600 back."""
+        head = framing.read_head(line.head)
+        why = f"a line of {line.size:,} bytes, longer than lmbridge's limit of {AGENT_LINE:,} bytes"
+        log.warning(f"agent {self.name!r} sent {why}: dropped, the link goes on", agent=self.name, bytes=line.size,
+                    start=line.head[:framing.EXCERPT].decode("utf-8", errors="replace"), id=head.id, method=head.method)
+        if not head.has_id:
+            return
+        if head.method is not None:
+            if usable_id(head.id):
+                self._answers.start_soon(self.respond, head.id, None, {"code": -32600, "message": f"{head.method}: {why}: dropped"})
+            return
+        if head.body not in ("result", "error"):
+            return
+        rid = head.id
+        failed = AgentError("request", {"code": -32600, "message": f"the agent's answer was {why}: dropped"})
+        if type(rid) is int and rid in self._routed:
+            self._routed.discard(rid)
+            self.events.send_nowait(Response(rid, None, failed))
+            return
+        waiter = self._waiters.pop(rid, None) if type(rid) is int else None
+        if waiter is not None:
+            waiter.error = failed
+            waiter.event.set()
 
     def _route(self, frame: dict[str, Any]) -> None:
         if self.recorder is not None:
@@ -358,29 +376,36 @@ class AgentConnection:
         waiter.event.set()
 
     async def _drain_stderr(self, done: anyio.Event) -> None:
-        # An undrained stderr pipe fills up and blocks the agent (facts.md §3).
+        """Read stderr to its end (an undrained pipe fills up and blocks the agent, facts.md
+        §3): each line clipped to ``STDERR_LINE`` characters (a longer one is never held whole)
+        into ``stderr_tail``, and logged at a bounded rate (``framing.Throttle``)."""
         assert self.process.stderr is not None
-        reader = BufferedByteReceiveStream(self.process.stderr)
-        while True:
-            try:
-                line = await reader.receive_until(b"\n", MAX_LINE)
-            except anyio.DelimiterNotFound:
-                await reader.receive(MAX_LINE)  # drop the overlong line's start
-                continue
-            except anyio.IncompleteRead:
-                # The last line had no newline: keep what the reader buffered.
-                rest = reader.buffer.decode(errors="replace").strip()
-                if rest:
-                    self.stderr_tail.append(clip(rest, STDERR_LINE))
-                done.set()
-                return
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                done.set()
-                return
-            text = clip(line.decode(errors="replace").rstrip(), STDERR_LINE)
-            if text:
-                self.stderr_tail.append(text)
-                log.debug("agent stderr", agent=self.name, line=text)
+        receive = self.process.stderr.receive
+        lines = framing.Lines(4 * STDERR_LINE, head=4 * STDERR_LINE)  # bytes: up to 4 a character
+        try:
+            while True:
+                try:
+                    data = await receive(READ_SIZE)
+                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    last = lines.end()
+                    if last is not None:
+                        self._stderr_line(last)
+                    return
+                for line in lines.feed(data):
+                    self._stderr_line(line)
+        finally:
+            self.stderr_log.close()
+            done.set()
+
+    def _stderr_line(self, line: bytes | framing.Overlong) -> None:
+        if isinstance(line, framing.Overlong):
+            text = f"{clip(line.head.decode(errors='replace'), STDERR_LINE)}… [{line.size:,} bytes in all]"
+            size = line.size
+        else:
+            text, size = clip(line.decode(errors="replace").rstrip(), STDERR_LINE), len(line)
+        if text:
+            self.stderr_tail.append(text)
+            self.stderr_log.offer(text, size + 1, time.monotonic())
 
     async def _write(self, frame: dict[str, Any]) -> None:
         if self.closed.is_set():

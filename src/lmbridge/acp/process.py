@@ -16,6 +16,14 @@ see each other's traffic and nothing is approved for a session nobody shows.
 When the process exits, every actor using it gets ``AgentGone``; the next start
 spawns a new one. A process nobody has used for ``idle`` seconds exits.
 
+Health: a process that misses a bound is stuck, and it is replaced (``stuck``): a new
+process must answer ``initialize`` within ``START_TIMEOUT`` (a first start through ``npx``
+downloads the agent first), a running one each session request (``session/new``,
+``session/resume``, ``session/load``, ``authenticate``, ``session/set_config_option``)
+within ``SESSION_TIMEOUT``. A stuck process is stopped: its chats get ``AgentGone`` once,
+with the agent's name and the request it missed; the next chat starts a new process
+(docs/sessions.md, "A stuck agent process").
+
 With ``spares`` on, each running process keeps one spare ACP session ready (opened
 with its own VS Code tools endpoint, which lists no tools until a chat adopts it), so a
 new chat does not wait for ``session/new``; the chat that takes it asks for the next.
@@ -24,6 +32,8 @@ new chat does not wait for ``session/new``; the chat that takes it asks for the 
 from __future__ import annotations
 
 import math
+import os
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +43,7 @@ from anyio.abc import TaskGroup
 
 from lmbridge import __version__, auth, permissions
 from lmbridge.acp import profiles
-from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, Incoming, Response
+from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentExited, Incoming, Response
 from lmbridge.log import get_logger
 from lmbridge.wire import AgentSpec
 
@@ -41,6 +51,23 @@ log = get_logger("pool")
 
 #: Seconds an answer to a frame for no session may take to reach the agent.
 ORPHAN_WRITE_TIMEOUT = 10.0
+
+
+def _seconds(name: str, default: float) -> float:
+    return float(os.environ.get(name) or default)
+
+
+#: Seconds a new process may take to answer ``initialize`` (its spawn included): the first
+#: start of an ``npx`` agent downloads it first. The chat shows progress meanwhile.
+START_TIMEOUT = _seconds("LMBRIDGE_START_TIMEOUT", 180.0)
+#: Seconds a running process may take to answer one session request; past it the process
+#: is stuck and replaced.
+SESSION_TIMEOUT = _seconds("LMBRIDGE_SESSION_TIMEOUT", 20.0)
+
+
+class AgentStuck(AgentExited):
+    """A running agent process missed a bound and was stopped (``AgentProcess.stuck``):
+    the message names the agent and what it did not answer."""
 
 Sink = Any  # a session actor's mailbox (anyio MemoryObjectSendStream): ``send_nowait(item)``
 
@@ -124,6 +151,8 @@ class AgentProcess:
         self._preparing = False
         self._spare_done = anyio.Event()  # set when the spare being opened is ready (or failed)
         self.stale = False  # said it needs a login: restarted once nobody uses it (retire)
+        self.spawned_by: object = None  # the user whose connect started the running process
+        self.stopped_stuck: weakref.WeakSet[AgentConnection] = weakref.WeakSet()  # connections stopped by ``stuck``
 
     @property
     def running(self) -> bool:
@@ -156,15 +185,20 @@ class AgentProcess:
             pool.tg.start_soon(self._serve, conn)
             step("initialize")
             try:
-                init = await conn.request(
-                    "initialize",
-                    {
-                        "protocolVersion": 1,
-                        # auth.terminal: agents list the login they run in a terminal (auth.py)
-                        "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False, "auth": {"terminal": True}},
-                        "clientInfo": {"name": "lmbridge", "version": __version__},
-                    },
-                )
+                try:
+                    with anyio.fail_after(pool.start_timeout):
+                        init = await conn.request(
+                            "initialize",
+                            {
+                                "protocolVersion": 1,
+                                # auth.terminal: agents list the login they run in a terminal (auth.py)
+                                "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False, "auth": {"terminal": True}},
+                                "clientInfo": {"name": "lmbridge", "version": __version__},
+                            },
+                        )
+                except TimeoutError:
+                    conn.exit_reason = f"agent {self.label!r} did not answer initialize within {pool.start_timeout:g} s (LMBRIDGE_START_TIMEOUT)"
+                    raise AgentExited(conn.exit_reason) from None
                 if not isinstance(init, dict):
                     raise ValueError(f"initialize was answered with a JSON {type(init).__name__}, not an object: not an ACP agent?")
             except BaseException:
@@ -173,9 +207,35 @@ class AgentProcess:
                 raise
             finally:
                 self._starting = None
-            self.init, self.caps, self.conn, self.stale = init, Capabilities.of(init), conn, False
+            self.init, self.caps, self.conn, self.stale, self.spawned_by = init, Capabilities.of(init), conn, False, user
             pool.on_ready(self.spec.id, self.caps)
             return conn
+
+    @property
+    def label(self) -> str:
+        """The agent's name for messages: its display name, else its id."""
+        return self.spec.name or self.spec.id
+
+    def stuck(self, conn: AgentConnection | None, waited_on: str, seconds: float) -> AgentStuck:
+        """``conn`` did not answer ``waited_on`` within ``seconds``: the process is stopped
+        (once: a later call for the same connection only words the error), every chat on it
+        gets ``AgentGone`` with this reason, and the next ``connect`` starts a new one.
+        Returns the error to raise."""
+        reason = f"agent {self.label!r} did not answer {waited_on} within {seconds:g} s: its process was stopped"
+        if conn is None or conn in self.stopped_stuck:
+            return AgentStuck(reason)
+        self.stopped_stuck.add(conn)
+        log.warning("agent process stuck: stopping it", agent=self.spec.id, waited_on=waited_on, seconds=seconds, users=len(self.users))
+        conn.exit_reason = conn.exit_reason or reason
+        if self.conn is conn:
+            # New chats start a new process from now on, not this one.
+            self.conn = None
+            self.sessions.clear()
+            self.responses.clear()
+            self._drop_spare()
+        if self.pool.tg is not None:
+            self.pool.tg.start_soon(conn.close)  # _serve then tells every user (AgentGone)
+        return AgentStuck(reason)
 
     def attach(self, user: object, mailbox: Sink) -> None:
         self.users[user] = mailbox
@@ -220,8 +280,12 @@ class AgentProcess:
         return spare
 
     def want_spare(self) -> None:
-        """Prepare a spare session in the background, if spares are on and none is ready."""
-        if self.pool.spares and self.running and self.spare is None and not self._preparing and self.pool.tg is not None:
+        """Prepare a spare session in the background, if spares are on, none is ready, and
+        the agent would see a chat's tools on it (``AgentProfile.relists_tools``)."""
+        if (
+            self.pool.spares and self.running and self.caps.profile.relists_tools
+            and self.spare is None and not self._preparing and self.pool.tg is not None
+        ):  # fmt: skip
             self._preparing, self._spare_done = True, anyio.Event()
             self.pool.tg.start_soon(self._prepare_spare)
 
@@ -241,8 +305,11 @@ class AgentProcess:
             bridge = ToolBridge(bridge_id, unclaimed, self.pool.recorder, server_name(bridge_id, self.caps.profile.shared_mcp_registry))
             await host.add(bridge)
             servers = [host.server_config(bridge)]
-            with anyio.fail_after(self.pool.start_timeout):
-                sid, options = await new_session(conn, self.cwd, servers)
+            try:
+                with anyio.fail_after(self.pool.session_timeout):
+                    sid, options = await new_session(conn, self.cwd, servers)
+            except TimeoutError:
+                raise self.stuck(conn, "session/new", self.pool.session_timeout) from None
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
             self.spare, bridge = Spare(sid, bridge, servers, host, options), None
@@ -356,7 +423,8 @@ class AgentPool:
         self.spares = spares  # keep a spare ACP session per running process
         self.mcp_host = mcp_host  # async () -> mcp_bridge.McpHost (the spare sessions' tools endpoints)
         self.spares_made = 0
-        self.start_timeout = 60.0  # seconds a spare's session/new may take
+        self.start_timeout = START_TIMEOUT  # seconds a new process may take to answer initialize
+        self.session_timeout = SESSION_TIMEOUT  # seconds a running one may take to answer a session request
         self.processes: dict[tuple[Any, ...], AgentProcess] = {}
         self.started = 0  # processes started (names them in a recording: agent:p1, ...)
         self.closing = False

@@ -11,8 +11,9 @@ docs/architecture.md ("Agent profiles") lists the flags and why each agent has t
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 class ToolNaming(enum.Enum):
@@ -26,6 +27,23 @@ class ToolNaming(enum.Enum):
     NONE = "none"  # no name is trusted: every request is put to the user
 
 
+def codex_output(raw_output: object) -> str | None:
+    """What a codex-acp command printed, from its ``tool_call_update``'s ``rawOutput``
+    (codex-acp 0.16.0 sends no ``content``: ``{stdout, stderr, aggregated_output,
+    formatted_output, exit_code, …}``): ``formatted_output`` (else ``aggregated_output``,
+    else ``stdout``), with a last line ``exit code N`` when N is not 0. None when it holds
+    neither (not an object, no string output)."""
+    if not isinstance(raw_output, Mapping):
+        return None
+    text = next((v for v in (raw_output.get(k) for k in ("formatted_output", "aggregated_output", "stdout")) if isinstance(v, str)), None)
+    code = raw_output.get("exit_code")
+    failed = isinstance(code, int) and not isinstance(code, bool) and code != 0
+    if text is None and not failed:
+        return None
+    lines = (text or "").rstrip("\n")
+    return f"{lines}\nexit code {code}".lstrip("\n") if failed else lines
+
+
 @dataclass(frozen=True, slots=True)
 class AgentProfile:
     """One agent's quirks.
@@ -34,17 +52,39 @@ class AgentProfile:
     permission is for. ``shared_mcp_registry``: one registry of MCP servers for all the
     process's sessions, so each session's VS Code tools server needs its own name
     (``mcp_bridge.server_name``), or a second chat's ``session/new`` is refused.
+    ``relists_tools``: it lists an MCP server's tools again on
+    ``notifications/tools/list_changed``; one that does not is kept no spare session
+    (opened ahead with no tools, a chat adopting it would never see its VS Code tools).
+
+    ``permission_content_is_prompt``: a permission's ``toolCall.content`` is the agent's
+    approval prompt (codex-acp: "Proposed Amendment … Available Decisions …"), not the
+    call's content: the card may show it, the call's output never does
+    (``render.TurnRenderer.permission_tool``). ``raw_output``: where the agent puts a
+    call's output instead of ``content``: a function of the ``rawOutput`` → the text shown
+    as the call's output when it ends without ``content`` (None: nothing read from it).
+
+    ``cancel_breaks_history``: a cancel can leave the session's history unusable, so the
+    first prompt after it fails and keeps failing in that session, resumed or not
+    (fast-agent: a Stop mid-stream leaves an empty assistant message, which model APIs
+    refuse with HTTP 400). Recovered in a fresh session told the conversation, never by
+    taking the same session up again (``session_actor.SessionActor._recover_session``).
     """
 
     name: str
     tool_naming: ToolNaming = ToolNaming.NONE
     shared_mcp_registry: bool = False
+    relists_tools: bool = True
+    permission_content_is_prompt: bool = False
+    raw_output: Callable[[Any], str | None] | None = None
+    cancel_breaks_history: bool = False
 
 
 CLAUDE = AgentProfile("claude", ToolNaming.CLAUDE_META)
 GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID)
-CODEX = AgentProfile("codex", ToolNaming.CODEX_RAW_INPUT)
-FAST_AGENT = AgentProfile("fast-agent", ToolNaming.TITLE, shared_mcp_registry=True)  # fast-agent 0.10.48
+CODEX = AgentProfile("codex", ToolNaming.CODEX_RAW_INPUT, permission_content_is_prompt=True, raw_output=codex_output)  # codex-acp 0.16.0
+FAST_AGENT = AgentProfile(
+    "fast-agent", ToolNaming.TITLE, shared_mcp_registry=True, relists_tools=False, cancel_breaks_history=True
+)  # fast-agent 0.10.48
 OTHER = AgentProfile("other")
 
 #: Every profile (for tests and docs).

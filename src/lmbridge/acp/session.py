@@ -17,7 +17,9 @@ A session is opened one of three ways (``AcpSession.open``):
 The session decides nothing about turns: the turn machine (``turn``) does, and the session
 actor carries out its effects through this class. Frames that must go out in order with the
 answers to the agent's requests (``session/prompt``, ``session/cancel``) are returned as
-``Write``s for the caller's one writer; the rest are awaited here, each bounded.
+``Write``s for the caller's one writer; the rest are awaited here, each bounded: a
+request the process does not answer within its ``session_timeout`` makes it stuck
+(``AgentProcess.stuck``: stopped, its chats told) and raises ``AgentStuck``.
 
 Its frames (``session/update``, the agent's requests, the prompt's ``Response``) go to the
 ``mailbox`` it was made with, routed by the process (``AgentProcess.open``/``expect``).
@@ -133,10 +135,33 @@ class AcpSession:
         self.config_values: dict[str, str] = {}
         self.model_option: str | None = None
         self.mode_option: str | None = None
+        self.left: list[str] = []  # sessions left with a prompt still open (``leave``)
         self._log = log.bind(agent=process.spec.id, **(log_fields or {}))
 
     def _set_step(self, step: str) -> None:
         self.step = step
+
+    async def _request(self, method: str, params: Any) -> Any:
+        """One request to the process, bounded by its pool's ``session_timeout``. Raises
+        ``AgentError``, ``AgentExited``, ``AgentStuck`` (no answer in time: the process was
+        stopped)."""
+        conn = self.conn
+        if conn is None:
+            raise AgentExited("no agent process is connected")
+        self.step = method
+        seconds = self.process.pool.session_timeout
+        try:
+            with anyio.fail_after(seconds):
+                return await conn.request(method, params)
+        except TimeoutError:
+            raise self.process.stuck(conn, method, seconds) from None
+
+    def replaced(self) -> bool:
+        """Whether the connection this session used was stopped as stuck by another request
+        than one this session made on the process it started (a retry on a new process may
+        then succeed: the agent answered before)."""
+        conn = self.conn
+        return conn is not None and conn in self.process.stopped_stuck and self.process.spawned_by is not self.user
 
     # -- opening -----------------------------------------------------------------
 
@@ -166,23 +191,18 @@ class AcpSession:
         return await self._new(await mcp_servers(), lost=how.lost)
 
     async def _new(self, servers: list[dict[str, Any]], lost: bool) -> Opened:
-        conn = self.conn
-        assert conn is not None
-        self.step = "session/new"
         params = {"cwd": self.process.cwd or "/", "mcpServers": servers}
         try:
-            result = await conn.request("session/new", params)
+            result = await self._request("session/new", params)
         except AgentError as exc:
             # Needs a login: where a method needs nobody (its key is in the agent's
             # environment), authenticate with it and try once more.
             method = auth.automatic(self.process.caps.auth_methods, {**os.environ, **self.process.spec.env})
             if not auth.is_auth_error(exc.code) or method is None:
                 raise
-            self.step = "authenticate"
             self._log.info("authenticating", method=method.id)
-            await conn.request("authenticate", {"methodId": method.id})
-            self.step = "session/new"
-            result = await conn.request("session/new", params)
+            await self._request("authenticate", {"methodId": method.id})
+            result = await self._request("session/new", params)
         sid = _session_id(result)
         self.process.open(sid, self.mailbox)
         self.id = sid
@@ -194,17 +214,14 @@ class AcpSession:
         return Opened(sid, "new", lost, caps.resume or caps.load, options or [])
 
     async def _take_up(self, previous: str, servers: list[dict[str, Any]]) -> Opened:
-        conn = self.conn
-        assert conn is not None
         caps = self.process.caps
         params = {"sessionId": previous, "cwd": self.process.cwd or "/", "mcpServers": servers}
         for method, offered in (("session/resume", caps.resume), ("session/load", caps.load)):
             if not offered:
                 continue
-            self.step = method
             self.process.open(previous, self.mailbox)
             try:
-                result = await conn.request(method, params)
+                result = await self._request(method, params)
             except AgentError as exc:
                 self.process.sessions.pop(previous, None)
                 self._log.warning("agent refused to take up its session", method=method, error=str(exc))
@@ -240,10 +257,11 @@ class AcpSession:
 
     async def set_config_option(self, config_id: str, value: str) -> Any:
         """``session/set_config_option``: the answer's ``configOptions`` if it is a list (then
-        learnt), else None. Raises ``AgentError``, ``AgentExited`` (also when no session is open)."""
-        if self.conn is None or self.id is None:
+        learnt), else None. Raises ``AgentError``, ``AgentExited`` (also when no session is
+        open), ``AgentStuck``."""
+        if self.id is None:
             raise AgentExited("no session is open")
-        result = await self.conn.request("session/set_config_option", {"sessionId": self.id, "configId": config_id, "value": value})
+        result = await self._request("session/set_config_option", {"sessionId": self.id, "configId": config_id, "value": value})
         self.config_values[config_id] = value
         options = _object(result).get("configOptions")
         if isinstance(options, list):
@@ -296,7 +314,15 @@ class AcpSession:
         sid, self.id, self.conn = self.id, None, None
         return sid
 
+    def leave(self) -> None:
+        """The session is left for good, a prompt of it still open at the agent (it never
+        ended a cancelled turn): never prompted again. A fresh one is opened next; this one's
+        late frames still reach the mailbox (to be dropped there) until ``detach``."""
+        if self.id is not None:
+            self.left.append(self.id)
+
     def detach(self) -> None:
-        """Stop using the process: its frames for this session go nowhere from now on."""
+        """Stop using the process: its frames for this session (and those it left) go
+        nowhere from now on."""
         sid, self.id, self.conn = self.id, None, None
-        self.process.detach(self.user, (sid,) if sid is not None else ())
+        self.process.detach(self.user, (*self.left, *((sid,) if sid is not None else ())))
