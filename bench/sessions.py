@@ -18,6 +18,8 @@ Figures, each the median of R runs:
 - the time to answer a new chat, from the request to its answer: the 1st chat, then the
   2nd…Nth chats, ``--gap`` seconds apart (a user typing the next chat's words; default
   1.5 s; 0: back to back);
+- for the direct client, its ``session/new`` alone (``next_open_s``, 2nd…Nth): what a
+  spare session can save at most (the prompt itself is not saved);
 - the agents' RSS after N chats: the processes under the client (the agent adapter and
   its Claude Code children), plus, for lmbridge, the daemon's own RSS. Sampled 1 s after
   the last chat.
@@ -107,7 +109,7 @@ async def direct(fake: FakeAnthropic, home: Path, chats: int, gap: float) -> dic
     node, entry = claude_agent_command()
     env = claude_agent_env(home, fake.url)  # on top of this process's environment (IS_SANDBOX unset in main)
     sink = _Sink()
-    times = []
+    times, opens = [], []
     async with anyio.create_task_group() as tg:
         t0 = time.perf_counter()
         conn = await AgentConnection.spawn("claude", node, [entry], env, str(home.parent), sink)
@@ -118,13 +120,14 @@ async def direct(fake: FakeAnthropic, home: Path, chats: int, gap: float) -> dic
                 await anyio.sleep(gap)
                 t0 = time.perf_counter()
             session = (await conn.request("session/new", {"cwd": str(home.parent), "mcpServers": []}))["sessionId"]
+            opens.append(time.perf_counter() - t0)
             await conn.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": f"hello {i}"}]})
             times.append(time.perf_counter() - t0)
         await anyio.sleep(1.0)
         agents, count = tree_rss_kib(conn.process.pid, include_root=True)
         await conn.close()
         tg.cancel_scope.cancel()
-    return {"times": times, "agents_rss_mib": agents / 1024, "agent_processes": count}
+    return {"times": times, "opens": opens, "agents_rss_mib": agents / 1024, "agent_processes": count}
 
 
 async def bridged(
@@ -164,6 +167,8 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
            "agent_processes": max(r["agent_processes"] for r in runs),
            # Each chat's median on its own (the 1st, the 2nd, ...): where a spare was not ready yet.
            "each_s": [round(statistics.median(r["times"][i] for r in runs), 3) for i in range(len(runs[0]["times"]))]}  # fmt: skip
+    if "opens" in runs[0]:  # the direct client's session/new alone (2nd…Nth): what a spare saves at most
+        out["next_open_s"] = round(statistics.median(t for r in runs for t in r["opens"][1:]), 3)
     if "daemon_rss_mib" in runs[0]:
         out["daemon_rss_mib"] = round(statistics.median(r["daemon_rss_mib"] for r in runs), 1)
     return out
