@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from lmbridge.client import DaemonClient
 
@@ -39,6 +40,12 @@ from lmbridge.client import DaemonClient
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="lmbridge-test-state-")
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Hypothesis's default 200 ms deadline per example is a wall-clock bound that a busy CI
+# machine breaks (a descheduled example, a GC pause): no test here has one (docs/reliability.md,
+# "Tests under load"). Loaded before any test module, so every @settings(...) inherits it.
+settings.register_profile("lmbridge", deadline=None)
+settings.load_profile("lmbridge")
 SCRIPTED_AGENT = ROOT / "tests" / "agents" / "scripted_agent.py"
 
 
@@ -146,7 +153,7 @@ def scripted(tmp_path: Path) -> Iterator[Callable[..., ScriptedAgent]]:
 
 
 def assert_gone(agent: ScriptedAgent, message: str) -> None:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # its daemon has exited: the agents are gone, or going (ms)
     while any(alive(pid) for pid in agent.pids()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [pid for pid in agent.pids() if alive(pid)], f"{message}: {agent.id}"
@@ -172,6 +179,19 @@ def children(pid: int) -> list[int]:
         if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
             out.append(int(stat.parent.name))
     return out
+
+
+class Client(DaemonClient):
+    """The daemon's client with the tests' bounds (docs/reliability.md, "Tests under load"):
+    a chat or a request unless the test says, 120 s, where the slowest (a daemon's first
+    chat: the ACP imports and the agent's start) takes ~2 s idle."""
+
+    async def chat(self, model: str, messages: Sequence[Any], on_part: Callable[[dict[str, Any]], None] | None = None,
+                   timeout: float = 120.0, options: Any = None, agent_mode: bool = True) -> Any:
+        return await super().chat(model, messages, on_part, timeout, options, agent_mode)
+
+    async def request(self, method: str, params: Any = None, timeout: float = 120.0) -> Any:
+        return await super().request(method, params, timeout)
 
 
 #: Tests compare answers' text exactly: the "Starting <agent>…" line (shown when an
@@ -205,10 +225,13 @@ def daemon(tmp_path: Path) -> Callable[..., Any]:
         specs = [a.spec if isinstance(a, ScriptedAgent) else a for a in agents]
         env = {**os.environ, **QUIET_START, **NO_SPARE, "LMBRIDGE_LOG_LEVEL": "debug", "XDG_STATE_HOME": str(tmp_path / "state"), **(env or {})}
         with open(tmp_path / "daemon.stderr", "ab") as stderr:
-            async with DaemonClient.spawn([*command, *args], env=env, stderr=stderr, cwd=cwd) as client:
+            async with Client.spawn([*command, *args], env=env, stderr=stderr, cwd=cwd) as client:
                 if initialize:
                     await client.initialize(workspace=[str(tmp_path)] if workspace is None else workspace, agents=specs)
                 yield client
+                # EOF; the daemon stops its agents (an agent that ignores EOF and SIGTERM: ~4 s
+                # idle). Past the bound it is killed and its agents outlive it: the test fails.
+                await client.close(timeout=60)
         check_wire(client.unmatched, list(client.calls.values()))
 
     return start
@@ -236,10 +259,10 @@ async def _shared_daemon(tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
     where = tmp_path_factory.mktemp("shared-daemon")
     env = {**os.environ, **QUIET_START, **NO_SPARE, "LMBRIDGE_LOG_LEVEL": "debug", "XDG_STATE_HOME": str(where / "state")}
     with open(where / "daemon.stderr", "ab") as stderr:
-        async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve"], env=env, stderr=stderr) as client:
+        async with Client.spawn([sys.executable, "-m", "lmbridge", "serve"], env=env, stderr=stderr) as client:
             shared = _Shared(client, where / "daemon.stderr", [])
             yield shared
-            assert await client.close(timeout=10) == 0, "the shared daemon did not exit cleanly"
+            assert await client.close(timeout=60) == 0, "the shared daemon did not exit cleanly"  # ~0.5 s idle
     for agent in shared.agents:
         assert_gone(agent, "an agent process outlived the shared daemon")
 
@@ -280,3 +303,93 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     if isinstance(path, Path) and path.exists():
         tail = path.read_text(errors="replace").splitlines()[-60:]
         report.sections.append(("daemon stderr (tail)", "\n".join(tail)))
+
+
+# ---------------------------------------------------------------- wall-clock bounds audit
+# `pytest --bounds-report=FILE`: every `anyio.fail_after`/`move_on_after` and
+# `subprocess.run(timeout=)` a test enters (directly, or through DaemonClient's `timeout=`)
+# is recorded with the line of the test that set it, the bound and the time it took; at
+# the end the sites whose bound is under 10x the slowest time seen are listed (the rule in
+# docs/reliability.md, "Tests under load"), and every site is written to FILE as JSON lines.
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--bounds-report", metavar="FILE", help="record every wall-clock bound tests enter, with the time it took (docs/reliability.md)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("--bounds-report", None)
+    if path:
+        config.pluginmanager.register(_BoundsAudit(Path(path)), "lmbridge-bounds-audit")
+
+
+class _BoundsAudit:
+    """Wraps the bound-setting calls for the session; see the comment above."""
+
+    def __init__(self, path: Path) -> None:
+        import subprocess
+        from contextlib import contextmanager
+
+        import anyio
+
+        self.path, self.records, self.nodeid = path, [], ""
+        self.tests = str(ROOT / "tests")
+        real_fail, real_move, real_run = anyio.fail_after, anyio.move_on_after, subprocess.run
+
+        def wrap(real: Any, kind: str) -> Any:
+            @contextmanager
+            def bounded(delay: float | None, *args: Any, **kwargs: Any) -> Iterator[Any]:
+                site, began, fired = self.site(), time.monotonic(), False
+                try:
+                    with real(delay, *args, **kwargs) as scope:
+                        yield scope
+                    fired = scope.cancelled_caught
+                except TimeoutError:
+                    fired = True
+                    raise
+                finally:
+                    if delay is not None and site:
+                        self.record(site, kind, delay, time.monotonic() - began, fired)
+            return bounded
+
+        def run(*args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+            site, began = self.site(), time.monotonic()
+            try:
+                return real_run(*args, timeout=timeout, **kwargs)
+            finally:
+                if timeout is not None and site:
+                    self.record(site, "subprocess.run", timeout, time.monotonic() - began, False)
+
+        anyio.fail_after, anyio.move_on_after, subprocess.run = wrap(real_fail, "fail_after"), wrap(real_move, "move_on_after"), run  # type: ignore[assignment]
+
+    def site(self) -> str:
+        """The innermost frame in tests/ (not this file) that led here: where the bound is set."""
+        frame = sys._getframe(2)
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name.startswith(self.tests) and name != __file__:
+                return f"{os.path.relpath(name, ROOT)}:{frame.f_lineno}"
+            frame = frame.f_back  # type: ignore[assignment]
+        return ""
+
+    def record(self, site: str, kind: str, bound: float, took: float, fired: bool) -> None:
+        self.records.append({"test": self.nodeid, "site": site, "kind": kind, "bound": bound, "took": round(took, 3), "fired": fired})
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
+        self.nodeid = item.nodeid
+        yield
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in self.records), encoding="utf-8")
+        sites: dict[str, dict[str, Any]] = {}
+        for r in self.records:
+            s = sites.setdefault(r["site"], {**r, "n": 0, "fired": 0})
+            s["n"] += 1
+            s["fired"] += r["fired"]
+            if r["took"] >= s["took"]:
+                s.update(took=r["took"], test=r["test"], bound=r["bound"])
+        tight = sorted((s for s in sites.values() if s["bound"] < 10 * s["took"]), key=lambda s: s["bound"] / max(s["took"], 1e-9))
+        terminalreporter.write_sep("-", f"wall-clock bounds: {len(sites)} sites, {len(tight)} under 10x the slowest time seen ({self.path})")
+        for s in tight:
+            terminalreporter.write_line(f"{s['site']}: {s['kind']} {s['bound']} s, took {s['took']} s (x{s['bound'] / max(s['took'], 1e-9):.1f}; {s['n']} entered, {s['fired']} fired) in {s['test']}")

@@ -16,7 +16,7 @@ import pytest
 from conftest import ScriptedAgent
 
 from lmbridge.acp.connection import AgentError, Incoming, Response
-from lmbridge.acp.process import AgentPool
+from lmbridge.acp.process import AgentGone, AgentPool, AgentStuck
 from lmbridge.acp.session import AcpSession, New, Resume, Spare, probe
 from lmbridge.wire import AgentSpec
 
@@ -243,3 +243,29 @@ async def test_probe_opens_and_closes_a_session_for_its_config_options(scripted:
             learnt = await probe(conn, str(agent.dir), proc.caps.close)
     assert [o["id"] for o in learnt] == ["model"]
     assert [e["sessionId"] for e in agent.events("session_close")] == ["s1"]
+
+
+async def test_a_session_request_past_the_bound_stops_the_process_as_stuck(scripted: Any) -> None:
+    """The scripted agent freezes whole at its second session/new: that request raises
+    ``AgentStuck`` naming it, the process is out of the pool at once (the next connect
+    starts a new one), and the chat already on it gets ``AgentGone`` with the reason."""
+    agent = scripted({"freeze_at_new": 2})
+    with anyio.fail_after(LIMIT):
+        async with pool() as p:
+            first, first_box = session(p, agent)
+            await first.connect()
+            await first.open(New(), no_servers)
+            p.session_timeout = 2.0  # the daemon's is 20 s; here the freeze costs 2
+            second, _ = session(p, agent)
+            frozen = await second.connect()
+            with pytest.raises(AgentStuck) as stuck:
+                await second.open(New(), no_servers)
+            assert f"agent {agent.id!r} did not answer session/new within 2 s" in str(stuck.value)
+            proc = second.process
+            assert proc.conn is None and not proc.sessions  # new chats never wait on it
+            assert second.replaced() and not first.replaced()  # the one that started it is not retried
+            (gone,) = await first_box.until(lambda item: isinstance(item, AgentGone))
+            assert gone.conn is frozen and "did not answer session/new" in frozen.describe_exit()
+            fresh = await second.connect()
+            assert fresh is not frozen and (await second.open(New(), no_servers)).session_id == "s1"
+    assert [e["pid"] for e in agent.events("frozen")] == agent.pids()[:1] and len(agent.pids()) == 2

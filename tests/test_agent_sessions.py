@@ -175,15 +175,18 @@ async def test_a_crash_of_the_shared_process_recovers_every_chat(scripted: Any, 
     assert {p["sessionId"]: p["blocks"][-1]["text"] for p in after} == {"s1": "A again", "s2": "B again"}
 
 
-async def test_a_cancel_in_one_chat_leaves_the_other_streaming(scripted: Any, shared: Any) -> None:
-    agent = scripted({"turns_per_session": True, "turns": [[{"text": "Part one. "}, {"sleep": 0.6}, {"text": "Part two."}]]})
+async def test_a_cancel_in_one_chat_leaves_the_other_streaming(scripted: Any, shared: Any, tmp_path: Path) -> None:
+    gate = tmp_path / "part-two"  # both turns wait here: A is cancelled mid-turn however slow the machine
+    agent = scripted({"turns_per_session": True, "turns": [[{"text": "Part one. "}, {"gate": str(gate)}, {"text": "Part two."}]]})
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
             a = await c.start(CHAT, {"modelId": agent.id, "messages": [user("chat A")], "options": {}})
             b = await c.start(CHAT, {"modelId": agent.id, "messages": [user("chat B")], "options": {}})
             await eventually(lambda: a.parts and b.parts, what="both chats streaming")
             await c.cancel(a)
-            with anyio.fail_after(5):
+            await a.done.wait()
+            gate.touch()
+            with anyio.fail_after(30):  # ms idle
                 await b.done.wait()
     assert a.result == {"stopReason": "cancelled"}
     ok(b)

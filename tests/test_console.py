@@ -33,8 +33,9 @@ def _env(scratch: Path) -> dict[str, str]:
     return env
 
 
-def run_script(tmp_path: Path, script: str, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    """Run ``lmbridge console --script`` in ``tmp_path`` (the workspace); scratch is tmp_path/scratch."""
+def run_script(tmp_path: Path, script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``lmbridge console --script`` in ``tmp_path`` (the workspace); scratch is tmp_path/scratch.
+    The bound: a script takes ~4 s idle (a console, a daemon and the demo agent start)."""
     path = tmp_path / "session.console"
     path.write_text(script, encoding="utf-8")
     return subprocess.run(
@@ -53,8 +54,9 @@ def daemon_pid(transcript: str) -> int:
     return int(match.group(1))
 
 
-def gone(pid: int, within: float = 5.0) -> bool:
-    """Whether a process has exited (or is an unreaped zombie) within ``within`` seconds."""
+def gone(pid: int, within: float = 30.0) -> bool:
+    """Whether a process has exited (or is an unreaped zombie) within ``within`` seconds
+    (the daemon after its console quits: well under 1 s idle)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
@@ -242,7 +244,7 @@ def test_example_script_runs(tmp_path: Path) -> None:
         env=_env(tmp_path / "scratch"),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,  # ~4 s idle
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [p.name for p in (tmp_path / "scratch").iterdir()] == ["notes.txt"]
@@ -265,7 +267,7 @@ def spawn_console(tmp_path: Path) -> Any:
         cwd=str(tmp_path),
         env=env,
         encoding="utf-8",
-        timeout=30,
+        timeout=60,  # seconds per expect: the first waits on the daemon starting, ~2 s idle
         dimensions=(50, 250),
     )
     child.logfile_read = open(tmp_path / "console.log", "w", encoding="utf-8")  # noqa: SIM115

@@ -32,7 +32,10 @@ from lmbridge.wire import VSCODE_SKIP_TEXT
 
 pytestmark = pytest.mark.anyio
 
-LIMIT = 20  # seconds: the bound of every test
+# Wall-clock bounds hold under load (docs/reliability.md, "Tests under load"): each is at least
+# 10x what it takes on an idle machine. A bound only bites when something is wrong, so it is
+# generous; a test whose point is that something happens promptly checks an order instead.
+LIMIT = 120  # seconds: the bound of every test (the slowest here takes ~5 s idle, two daemon starts)
 
 
 # ---------------------------------------------------------------- helpers
@@ -42,8 +45,9 @@ def system(text: str) -> dict[str, Any]:
     return {"role": "system", "content": [{"type": "text", "value": text}]}
 
 
-async def eventually(predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns something truthy (then return it)."""
+async def eventually(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy (then return it). The bound:
+    what is waited on takes at most an agent's start, ~1 s idle."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -713,22 +717,24 @@ async def test_daemon_restart_gives_the_new_agent_the_conversation(scripted: Any
 
 
 @pytest.mark.parametrize("on_cancel", ["cancelled", "end_turn", "error"])
-async def test_cancel_mid_stream(scripted: Any, shared: Any, on_cancel: str) -> None:
+async def test_cancel_mid_stream(scripted: Any, shared: Any, on_cancel: str, tmp_path: Path) -> None:
+    gate = tmp_path / "end-the-cancelled-turn"
     agent = scripted({
         "turns": [[{"text": "Streaming..."}, {"sleep": 30}, {"text": "NEVER"}], [{"text": "Fresh answer."}]],
         "on_cancel": on_cancel,
-        "after_cancel": [{"sleep": 0.3}, {"text": "LATE-AFTER-CANCEL"}, {"thought": "LATE-THOUGHT"},
+        "after_cancel": [{"gate": str(gate)}, {"text": "LATE-AFTER-CANCEL"}, {"thought": "LATE-THOUGHT"},
                          {"tool_call": {"toolCallId": "late", "title": "LATE-TOOL", "status": "pending"}}],
     })
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
             call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("stream please")]})
             await eventually(lambda: call.parts, what="the first part")
-            started = time.monotonic()
             await c.cancel(call)
-            with anyio.fail_after(2):
+            with anyio.fail_after(10):  # ms idle
                 await call.done.wait()
-            assert time.monotonic() - started < 1.0  # promptly: not after the agent ends its turn
+            # Promptly: answered while the agent has not ended its turn (it waits on the gate).
+            assert not agent.events("prompt_answered")
+            gate.touch()
             assert call.error is None and call.result == {"stopReason": "cancelled"}
             parts_at_cancel = list(call.parts)
             await eventually(lambda: agent.events("cancel"), what="session/cancel at the agent")
@@ -759,7 +765,7 @@ async def test_cancelled_turn_never_ended_by_the_agent_gets_a_fresh_session_with
             call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("stream please")]})
             await eventually(lambda: call.parts, what="the first part")
             await c.cancel(call)
-            with anyio.fail_after(2):
+            with anyio.fail_after(10):  # ms idle
                 await call.done.wait()
             assert call.result == {"stopReason": "cancelled"}
             history = [system("sys"), user("stream please"), assistant(call.parts), user("and now?")]
@@ -776,10 +782,11 @@ async def test_cancelled_turn_never_ended_by_the_agent_gets_a_fresh_session_with
     assert prompts[1]["blocks"][-1]["text"] == "and now?"
 
 
-async def test_a_request_cancelled_while_waiting_for_the_drain_loses_nothing(scripted: Any, shared: Any) -> None:
+async def test_a_request_cancelled_while_waiting_for_the_drain_loses_nothing(scripted: Any, shared: Any, tmp_path: Path) -> None:
+    gate = tmp_path / "end-the-cancelled-turn"
     agent = scripted({
         "turns": [[{"text": "Streaming..."}, {"sleep": 30}], [{"text": "Third answer."}]],
-        "after_cancel": [{"sleep": 0.5}],
+        "after_cancel": [{"gate": str(gate)}],
     })
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
@@ -793,9 +800,10 @@ async def test_a_request_cancelled_while_waiting_for_the_drain_loses_nothing(scr
             second = await c.start(chat, {"modelId": agent.id, "messages": history})
             await anyio.sleep(0.1)
             await c.cancel(second)
-            with anyio.fail_after(2):
+            with anyio.fail_after(10):  # ms idle
                 await second.done.wait()
             assert second.result == {"stopReason": "cancelled"} and not second.parts
+            gate.touch()
             third = await c.chat(agent.id, [*history, user("three")])
             ok(third)
             assert text_of(third) == "Third answer."
@@ -815,7 +823,7 @@ async def test_string_request_ids(scripted: Any, shared: Any) -> None:
             call = await c.start_frame(frame)
             await eventually(lambda: call.parts, what="the first part")
             await c.send_frame({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": "req-abc"}})
-            with anyio.fail_after(2):
+            with anyio.fail_after(10):  # ms idle
                 await call.done.wait()
             assert call.result == {"stopReason": "cancelled"}
 
@@ -846,7 +854,7 @@ async def test_cancel_before_the_first_part(scripted: Any, shared: Any) -> None:
             call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("hi")]})
             await eventually(lambda: agent.events("prompt"), what="the prompt at the agent")
             await c.cancel(call)
-            with anyio.fail_after(2):
+            with anyio.fail_after(10):  # ms idle
                 await call.done.wait()
             assert call.result == {"stopReason": "cancelled"} and not call.parts
             await eventually(lambda: agent.events("cancel"), what="session/cancel at the agent")
@@ -867,7 +875,7 @@ async def test_cancel_while_waiting_on_a_permission_cancels_it(scripted: Any, sh
             call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": history})
             await eventually(lambda: agent.outcomes(), what="the permission's answer")
             await c.cancel(call)
-            with anyio.fail_after(2):
+            with anyio.fail_after(10):  # ms idle
                 await call.done.wait()
             assert call.result == {"stopReason": "cancelled"}
             await eventually(lambda: agent.events("cancel"), what="session/cancel")
@@ -907,9 +915,10 @@ async def test_agent_crash_is_noticed_while_a_grandchild_holds_its_stdout(script
     with anyio.fail_after(LIMIT):
         async with shared([spec]) as c:
             started = time.monotonic()
-            call = await c.chat(agent.id, [user("hi")], timeout=10)
+            call = await c.chat(agent.id, [user("hi")], timeout=50)
             assert call.error is not None and "code 5" in call.error.message and "dying now" in call.error.message
-            assert time.monotonic() - started < 5
+            # ~1 s idle; not when the helper's stdout closes (its sleep 60 ends)
+            assert time.monotonic() - started < 50
             helper = int(pidfile.read_text())
             await eventually(lambda: not alive(helper), what="the helper to be stopped with its agent")
 
@@ -1095,7 +1104,7 @@ async def test_malformed_frames_get_parse_errors_and_the_daemon_keeps_working(da
             await c.send_raw('"a string"\n')
             await eventually(lambda: len(c.unmatched) >= 5, what="two invalid-request errors")
             assert [f["error"]["code"] for f in c.unmatched[3:]] == [-32600, -32600]
-            models = await c.request("lm/provideLanguageModelChatInformation", {}, timeout=5)
+            models = await c.request("lm/provideLanguageModelChatInformation", {}, timeout=30)
             assert [m["id"] for m in models["models"]] == ["demo"]
 
 
@@ -1137,7 +1146,7 @@ async def test_invalid_params(daemon: Any) -> None:
         async with daemon() as c:
             for name, (method, params, says) in INVALID.items():
                 with pytest.raises(RPCError) as err:
-                    await c.request(method, params, timeout=10)
+                    await c.request(method, params, timeout=60)  # ms idle; the first request up to ~0.5 s (imports)
                 assert err.value.code == -32602, (name, err.value)
                 assert says in err.value.message, (name, err.value.message)
             # The daemon is still fine, and started no agent for any of them.
@@ -1185,15 +1194,16 @@ async def test_shutdown_then_eof_stops_every_agent(scripted: Any, daemon: Any) -
             pids = agent.pids()
             assert len(pids) == 1 and all(alive(p) for p in pids) and len(agent.events("session_new")) == 2
             started = time.monotonic()
-            assert await c.request("shutdown", None, timeout=5) is None
-            with anyio.fail_after(2):
+            assert await c.request("shutdown", None, timeout=30) is None
+            with anyio.fail_after(30):
                 await streaming.done.wait()
             assert streaming.error is not None  # the request in flight ended with an error
-            late = await c.chat(agent.id, [user("after shutdown")], timeout=5)
+            late = await c.chat(agent.id, [user("after shutdown")], timeout=30)
             assert late.error is not None and "shutting down" in late.error.message
-            code = await c.close(timeout=5)
+            code = await c.close(timeout=30)
             assert code == 0
-            assert time.monotonic() - started < 5
+            # ~0.3 s idle; not when the streaming turn's sleep 60 ends
+            assert time.monotonic() - started < 50
             assert not any(alive(p) for p in pids)
     assert only(agent.outcomes())["kind"] == "cancelled"  # the pending permission was answered
 
@@ -1208,9 +1218,9 @@ async def test_eof_without_shutdown_stops_every_agent(scripted: Any, daemon: Any
             pids = agent.pids()
             assert len(pids) == 1 and len(agent.events("session_new")) == 2
             started = time.monotonic()
-            code = await c.close(timeout=5)
+            code = await c.close(timeout=50)
             elapsed = time.monotonic() - started
-    assert code == 0 and elapsed < 5
+    assert code == 0 and elapsed < 50  # ~0.3 s idle; not when the streaming turn's sleep 60 ends
     assert not any(alive(p) for p in pids)
 
 
@@ -1226,9 +1236,10 @@ async def test_eof_stops_an_agent_that_ignores_eof_and_sigterm(scripted: Any, da
             shell = int(pidfile.read_text())
             assert alive(shell)
             started = time.monotonic()
-            code = await c.close(timeout=10)
+            code = await c.close(timeout=50)
             elapsed = time.monotonic() - started
-    assert code == 0 and elapsed < 8  # stdin closed, SIGTERM ignored, SIGKILL: ~4.5 s
+    # stdin closed, SIGTERM ignored, SIGKILL: ~4.5 s idle; not when the shell's sleep 60 ends
+    assert code == 0 and elapsed < 50
     assert not alive(shell) and not any(alive(p) for p in agent.pids())
 
 
@@ -1240,9 +1251,9 @@ async def test_idle_eviction_cancels_the_pending_permission_and_stops_the_agent(
             first = await c.chat(agent.id, history)
             ok(first, "tool_calls")
             (pid,) = agent.pids()
-            outcome = await eventually(lambda: agent.outcomes(), timeout=5, what="the eviction's answer")
+            outcome = await eventually(lambda: agent.outcomes(), what="the eviction's answer")
             assert only(outcome)["kind"] == "cancelled"
-            await eventually(lambda: not alive(pid), timeout=5, what="the evicted agent to exit")
+            await eventually(lambda: not alive(pid), what="the evicted agent to exit")
             # A late Allow for the evicted session approves nothing: a fresh session gets the story.
             agent.write({"turns": [[{"text": "Fresh session."}]]})
             second = await c.chat(agent.id, [*history, assistant(first.parts), approve(only(tool_calls(first)))])

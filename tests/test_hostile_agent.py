@@ -29,7 +29,7 @@ from tests.fuzz.peer import descendants, rss
 pytestmark = pytest.mark.anyio
 HOSTILE = ROOT / "tests" / "agents" / "hostile_agent.py"
 ERROR_LIMIT = 8 * 1024  # characters of an error the user reads
-BOUND = 20.0  # seconds within which every chat here is answered
+BOUND = 120.0  # seconds within which every chat here is answered: ~1.5 s idle (docs/reliability.md, "Tests under load")
 
 
 class Hostile:
@@ -65,7 +65,7 @@ async def bridge(daemon: Any, agent: Hostile, **env: str) -> AsyncIterator[Daemo
     async with daemon(agents=[agent.spec], env=env) as client:
         yield client
         # Responsive after whatever the agent did.
-        assert (await client.request("lm/provideTokenCount", {"modelId": agent.id, "text": "abcd"}, timeout=5))["count"] == 1
+        assert (await client.request("lm/provideTokenCount", {"modelId": agent.id, "text": "abcd"}, timeout=30))["count"] == 1
         pids = descendants(client.process.pid)
     assert not [p for p in pids if alive(p)], "an agent process outlived the daemon"
 
@@ -105,7 +105,7 @@ async def test_wrong_typed_capabilities_are_read_as_none(daemon: Any, hostile: A
 async def test_an_agent_that_never_answers_initialize(daemon: Any, hostile: Any) -> None:
     agent = hostile("silent-init")
     async with bridge(daemon, agent, LMBRIDGE_START_TIMEOUT="3", LMBRIDGE_START_NOTICE="0.2") as client:
-        with anyio.fail_after(10):
+        with anyio.fail_after(BOUND):  # the 3 s start bound, ~3.3 s idle
             call = await chat(client, agent, [user("hi")])
         assert "Starting" in text_of(call)  # said at once, not after the timeout
         assert call.error is not None and "initialize" in call.error.message and "3 s" in call.error.message, call.error
@@ -114,7 +114,7 @@ async def test_an_agent_that_never_answers_initialize(daemon: Any, hostile: Any)
 async def test_an_agent_that_stops_reading_its_stdin(daemon: Any, hostile: Any) -> None:
     agent = hostile("deaf")
     async with bridge(daemon, agent, LMBRIDGE_WRITE_TIMEOUT="2") as client:
-        with anyio.fail_after(15):
+        with anyio.fail_after(BOUND):  # the 2 s write bound, ~3 s idle
             call = await chat(client, agent, [user("x" * 2_000_000)])
         assert call.error is not None and "stopped reading" in call.error.message, call.error
 

@@ -36,7 +36,7 @@ async def stop_while_streaming(c: Any, agent: Any, text: str = "one") -> Any:
     call = await c.start(CHAT, {"modelId": agent.id, "messages": [user(text)], "options": {}})
     await eventually(lambda: call.parts, what="the first part")
     await c.cancel(call)
-    with anyio.fail_after(2):
+    with anyio.fail_after(10):  # ms idle
         await call.done.wait()
     assert call.result == {"stopReason": "cancelled"}
     return call
@@ -100,10 +100,11 @@ async def test_bug3_eof_while_an_agent_starts_answers_the_request_and_stops_the_
             await eventually(pidfile.exists, what="the agent started")
             pid = int(pidfile.read_text())
             started = time.monotonic()
-            code = await c.close(timeout=10)
+            code = await c.close(timeout=50)
             took = time.monotonic() - started
     assert call.done.is_set() and call.error is not None, "the request read before EOF was never answered"
-    assert code == 0 and took < 8, f"the daemon took {took:.1f} s to exit after EOF"
+    # ~2 s idle (stdin closed, 2 s, SIGTERM); not when the agent's 60 s start bound ends
+    assert code == 0 and took < 50, f"the daemon took {took:.1f} s to exit after EOF"
     await eventually(lambda: not alive(pid), what="the agent to be gone")
 
 
@@ -175,19 +176,22 @@ async def test_a_slow_start_says_the_agent_is_starting(scripted: Any, daemon: An
 async def test_bug4_an_agent_flooding_stdout_with_non_json_is_logged_bounded(tmp_path: Path, daemon: Any) -> None:
     # `yes` never answers initialize and writes ~y lines as fast as the pipe takes them.
     agent = {"id": "yes", "command": "yes", "args": []}
+    log = tmp_path / "daemon.stderr"
     with anyio.fail_after(LIMIT):
         async with daemon([agent]) as c:
             call = await c.start(CHAT, {"modelId": "yes", "messages": [user("hello?")]})
+            # Once the flood has begun (a busy machine may take seconds to start the agent):
+            await eventually(lambda: "agent 'yes' stdout" in log.read_text(), what="the first skipped line logged")
             await anyio.sleep(2.0)  # tens of thousands of lines
             # Responsive: answered in ms on an idle machine; the bound is for a busy one.
             assert await c.request("lm/provideTokenCount", {"modelId": "yes", "text": "still here"}, timeout=20)
             code = await c.close(timeout=10)
     assert call.done.is_set() and call.error is not None, "the request was never answered"
     assert code == 0
-    log = (tmp_path / "daemon.stderr").read_text()
-    skipped = [line for line in log.splitlines() if "agent 'yes' stdout" in line]
+    text = log.read_text()
+    skipped = [line for line in text.splitlines() if "agent 'yes' stdout" in line]
     assert 5 <= len(skipped) <= 10, f"{len(skipped)} log lines about skipped lines"
-    assert "Traceback" not in log and "Event loop is closed" not in log
+    assert "Traceback" not in text and "Event loop is closed" not in text
 
 
 async def test_sigterm_ends_the_daemon_like_eof(scripted: Any, daemon: Any) -> None:
@@ -199,12 +203,12 @@ async def test_sigterm_ends_the_daemon_like_eof(scripted: Any, daemon: Any) -> N
             pids = agent.pids()
             started = time.monotonic()
             c.process.terminate()
-            with anyio.fail_after(8):
+            with anyio.fail_after(25):
                 await call.done.wait()
                 code = await c.process.wait()
             took = time.monotonic() - started
     assert call.error is not None  # answered, not left hanging
-    assert code == 0 and took < 8
+    assert code == 0 and took < 25  # ~0.3 s idle; not when the turn's sleep 30 ends
     assert not [p for p in pids if alive(p)]
 
 

@@ -206,6 +206,14 @@ async def test_stdio_relay_for_no_open_session_is_refused():
         )
         assert proc.stdout == b"" and proc.returncode == 2, proc  # the daemon closed the connection without serving
         assert b"without serving session 's2'" in proc.stderr
+        # As an agent runs it, its stdin kept open: the same (it used to abort at exit, SIGABRT,
+        # its stdin thread holding the stdin buffer's lock; with stdin at EOF only under load).
+        async with await anyio.open_process([sys.executable, *args]) as relay:
+            assert relay.stderr is not None
+            with anyio.fail_after(30):  # ~0.1 s idle
+                code = await relay.wait()
+                stderr = b"".join([chunk async for chunk in relay.stderr])
+        assert code == 2 and b"without serving session 's2'" in stderr and b"Fatal" not in stderr, (code, stderr)
         gone = [*cfg["args"][:4], "--socket", "/nonexistent/mcp.sock", "--session", "s1"]
         proc = await anyio.run_process([sys.executable, *gone], input=b"", check=False)
         assert proc.returncode == 2 and b"cannot reach the daemon" in proc.stderr

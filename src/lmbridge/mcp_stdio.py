@@ -12,6 +12,7 @@ so it starts fast.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import threading
@@ -30,12 +31,15 @@ def main(socket_path: str, session: str) -> int:
     sock.sendall((json.dumps({"session": session}) + "\n").encode())
 
     def upstream() -> None:
-        stdin = sys.stdin.buffer
-        while chunk := stdin.read1(65536) if hasattr(stdin, "read1") else stdin.read(65536):
-            sock.sendall(chunk)
+        # The raw descriptor, never sys.stdin's buffer: this thread is still blocked reading
+        # when the daemon closes first (the agent keeps our stdin open), and a buffered read
+        # holds the buffer's lock, on which the interpreter's shutdown aborts (SIGABRT).
+        fd = sys.stdin.fileno()
         try:
+            while chunk := os.read(fd, 65536):
+                sock.sendall(chunk)
             sock.shutdown(socket.SHUT_WR)
-        except OSError:
+        except OSError:  # the daemon closed the connection: the main thread ends the relay
             pass
 
     threading.Thread(target=upstream, daemon=True).start()

@@ -72,6 +72,8 @@ Steps (the first key decides):
                               cancelled, anything else (unknown option id, JSON-RPC
                               error answer) -> other, or reject if "other" is absent
   {"sleep": seconds}
+  {"gate": path}              wait until the file at path exists (the test opens the gate: an
+                              order that holds however slow the machine, where a sleep races)
   {"recall": prefix}          agent_message_chunk "<prefix><what this session was told>": the text
                               blocks of every earlier prompt of the turn's session, joined by
                               " / " (an agent that remembers each chat, and nothing else)
@@ -307,6 +309,10 @@ class Turn:
             self.run_steps(chosen or [], cancellable)
         elif kind == "sleep":
             self.wait_for(lambda: False, cancellable, timeout=float(value))
+        elif kind == "gate":
+            gate = Path(str(value))
+            while not gate.exists():
+                self.wait_for(gate.exists, cancellable, timeout=0.02)
         elif kind == "recall":
             with a.cond:
                 told = list(a.session_memory.get(sid, []))[:-1]  # the prompts before this one

@@ -60,7 +60,7 @@ describe('DaemonClient: start', () => {
 	test('stderr lines reach the log channel with their level', async () => {
 		const { client, log } = track(fakeClient());
 		await client.request('lm/provideLanguageModelChatResponse', chat('script:[{"stderr":"[warning  ] agent slow"},{"stderr":"plain line"}]'));
-		await waitFor(() => log.matching('[daemon] plain line').length === 1, 2000, 'stderr');
+		await waitFor(() => log.matching('[daemon] plain line').length === 1, 10_000, 'stderr');
 		assert.equal(log.matching('[daemon] [info     ] fake daemon starting', 'info').length, 1);
 		assert.equal(log.matching('[daemon] [warning  ] agent slow', 'warn').length, 1);
 		assert.equal(log.matching('[daemon] plain line', 'info').length, 1);
@@ -76,7 +76,7 @@ describe('DaemonClient: start', () => {
 	test('a daemon that never answers initialize times out and is stopped', async () => {
 		const { client, log } = track(fakeClient({ mode: 'no-initialize', initializeTimeoutMs: 300, stop: { eofGraceMs: 100, termGraceMs: 100 } }));
 		await assert.rejects(client.request('lm/provideLanguageModelChatInformation', {}), /did not answer "initialize"/);
-		await waitFor(() => log.matching('exited').length > 0, 3000, 'the stuck daemon to be stopped');
+		await waitFor(() => log.matching('exited').length > 0, 10_000, 'the stuck daemon to be stopped'); // ~0.5 s idle
 		assert.equal(client.pid, undefined);
 	});
 
@@ -96,7 +96,7 @@ describe('DaemonClient: start', () => {
 		}
 		assert.equal(mock.state.errorMessages.length, 1, 'the same failure is shown once');
 		assert.deepEqual(chosen, [[OPEN_SETTINGS, SHOW_LOGS]]);
-		await waitFor(() => mock.state.executed.length > 0, 1000, 'open settings');
+		await waitFor(() => mock.state.executed.length > 0, 10_000, 'open settings');
 		assert.deepEqual(mock.state.executed[0], { command: 'workbench.action.openSettings', args: ['lmbridge'] });
 	});
 });
@@ -133,7 +133,7 @@ describe('DaemonClient: crashes', () => {
 		for (let i = 0; i < 4; i++) {
 			const result = await client.request<{ stopReason: string }>('lm/provideLanguageModelChatResponse', chat('script:[{"part":{"type":"text","value":"x"}},{"answerAndExit":0}]'));
 			assert.equal(result.stopReason, 'end_turn');
-			await waitFor(() => client.pid === undefined, 2000, 'the exit to be handled');
+			await waitFor(() => client.pid === undefined, 10_000, 'the exit to be handled');
 		}
 	});
 
@@ -172,11 +172,11 @@ describe('DaemonClient: crashes', () => {
 			assert.match(e.message, /lmbridge: Restart Daemon/);
 			return true;
 		});
-		assert.ok(Date.now() - started < 200, 'fails at once, no spawn');
+		assert.ok(Date.now() - started < 700, 'fails at once, no spawn'); // a spawn would wait the next backoff, 800 ms
 		const spawns = log.matching('starting the lmbridge daemon:').length;
 		assert.equal(spawns, 4);
 
-		await waitFor(() => log.shown === 1, 1000, 'the Show Logs button to open the log');
+		await waitFor(() => log.shown === 1, 10_000, 'the Show Logs button to open the log');
 		const crashLoopMessages = mock.state.errorMessages.filter(m => /crashed 4 times/.test(m.message));
 		assert.equal(crashLoopMessages.length, 1, 'one notification');
 		assert.deepEqual(crashLoopMessages[0].items, [SHOW_LOGS]);
@@ -198,20 +198,21 @@ describe('DaemonClient: stop and dispose', () => {
 	];
 	for (const { mode, expectTerm, expectKill } of cases) {
 		test(`dispose closes stdin, then SIGTERM, then SIGKILL (daemon: ${mode})`, async () => {
-			const { client, log } = fakeClient({ mode, stop: { eofGraceMs: 1000, termGraceMs: 500 } });
+			// Each grace ≥10x what the step takes idle (~50 ms), except where the test waits it out.
+			const { client, log } = fakeClient({ mode, stop: { eofGraceMs: expectTerm ? 1000 : 5000, termGraceMs: expectKill ? 500 : 3000 } });
 			await client.request('lm/provideLanguageModelChatInformation', {});
 			const pid = client.pid;
 			assert.ok(isAlive(pid));
-			await waitFor(() => log.matching('fake daemon starting').length === 1, 2000);
+			await waitFor(() => log.matching('fake daemon starting').length === 1, 10_000);
 			const started = Date.now();
 			await client.dispose();
 			const took = Date.now() - started;
 			assert.ok(!isAlive(pid), 'the daemon is gone');
-			await waitFor(() => log.matching('[daemon] [info     ] stdin closed').length === 1, 1000, 'the daemon to see EOF');
+			await waitFor(() => log.matching('[daemon] [info     ] stdin closed').length === 1, 10_000, 'the daemon to see EOF');
 			assert.equal(log.matching('sending SIGTERM').length, expectTerm ? 1 : 0);
 			assert.equal(log.matching('sending SIGKILL').length, expectKill ? 1 : 0);
 			if (!expectTerm) {
-				assert.ok(took < 1000, `EOF alone was enough (${took} ms)`);
+				assert.ok(took < 5000, `EOF alone was enough (${took} ms)`);
 			}
 			assert.equal(log.matching('exited unexpectedly').length, 0, 'a requested stop is not a crash');
 			await assert.rejects(client.request('lm/provideLanguageModelChatInformation', {}), /shutting down/);
@@ -225,7 +226,7 @@ describe('DaemonClient: stop and dispose', () => {
 		await new Promise(resolve => setTimeout(resolve, 100));
 		const started = Date.now();
 		await client.dispose();
-		assert.ok(Date.now() - started < 500, `dispose took ${Date.now() - started} ms`);
+		assert.ok(Date.now() - started < 5000, `dispose took ${Date.now() - started} ms`); // not the 10 s backoff
 		const error = await waiting;
 		assert.ok(error instanceof DaemonError && /shutting down/.test(error.message), String(error));
 		assert.equal(client.pid, undefined, 'no daemon was started');

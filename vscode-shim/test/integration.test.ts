@@ -119,7 +119,7 @@ after(async () => {
 	assert.ok(!isAlive(pid), 'the daemon is gone after deactivate');
 });
 
-describe('the extension against the real daemon and the demo agent', { timeout: 120_000 }, () => {
+describe('the extension against the real daemon and the demo agent', { timeout: 300_000 }, () => {
 	test('a chat turn streams thinking, then text', async () => {
 		const turn = await send([systemPrompt(), User('hi there')]);
 		assert.match(turn.text, /Hello from the demo agent\. You said: hi there/);
@@ -217,7 +217,7 @@ describe('the extension against the real daemon and the demo agent', { timeout: 
 		const turn = await streaming;
 		const settledIn = Date.now() - cancelledAt;
 		assert.ok(countAtCancel > 0, 'cancelled mid-stream');
-		assert.ok(settledIn < 200, `settled promptly (${settledIn} ms)`);
+		assert.ok(settledIn < 1000, `settled promptly (${settledIn} ms)`); // ~1 ms idle; the demo agent's stream has ~1.8 s to go
 		await new Promise(resolve => setTimeout(resolve, 500)); // the agent would have sent ~10 more chunks
 		assert.equal(turn.parts.length, countAtCancel, 'no part reported after the cancel');
 

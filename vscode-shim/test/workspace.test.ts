@@ -20,7 +20,7 @@ after(async () => {
 	await deactivate();
 });
 
-test('a workspace\'s lmbridge/ and json.py never run: the daemon and the demo agent run there, with -P', { timeout: 120_000 }, async () => {
+test('a workspace\'s lmbridge/ and json.py never run: the daemon and the demo agent run there, with -P', { timeout: 300_000 }, async () => {
 	assert.ok(fs.existsSync(PYTHON), `no Python environment at ${PYTHON}: run \`make venv\` at the top of the repository first`);
 	const workspace = tempDir('lmbridge-hostile-');
 	const markers = tempDir('lmbridge-markers-');

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import anyio
 from anyio.abc import Process, TaskGroup
+from anyio.lowlevel import checkpoint
 
 from lmbridge import framing, record
 from lmbridge.framing import BadLines, clip
@@ -37,6 +38,10 @@ from lmbridge.wire import parse_json, usable_id
 
 AGENT_LINE = framing.AGENT_LINE  # bytes; agents send MB-long lines (facts.md §3), a longer one is dropped
 READ_SIZE = 256 * 1024  # bytes asked of the agent's stdout per read
+# Lines routed between two turns of the event loop: a read of short lines (an agent writing
+# non-JSON as fast as the pipe takes it: 130,000 lines a read, ~1 s idle, 10 s on a busy
+# machine) must not hold up every other chat and the shim's requests meanwhile.
+LINES_PER_TURN = 1000
 STDERR_TAIL = 20  # lines kept for error messages
 STDERR_LINE = 2000  # characters kept of each (an agent's 64 MiB stderr line made a 25 MB error)
 STDERR_ERROR = 2000  # characters of that tail quoted in an error the user reads
@@ -273,9 +278,9 @@ class AgentConnection:
         done.set()
 
     async def _read_stdout(self) -> None:
-        """Split stdout into lines and route each. Everything one read returns is
-        routed before the next await (no event-loop round per frame: the
-        streaming hot path); a partial line waits for the rest. A line longer than
+        """Split stdout into lines and route each. What one read returns is routed
+        with no event-loop round per frame (the streaming hot path), but one every
+        ``LINES_PER_TURN`` lines; a partial line waits for the rest. A line longer than
         ``AGENT_LINE`` is dropped as it streams (never held whole) and the link goes on."""
         assert self.process.stdout is not None
         receive = self.process.stdout.receive
@@ -288,8 +293,10 @@ class AgentConnection:
                 if last is not None:
                     self._frame(last)
                 return
-            for line in lines.feed(data):
+            for n, line in enumerate(lines.feed(data), 1):
                 self._frame(line)
+                if n % LINES_PER_TURN == 0:
+                    await checkpoint()
 
     def _frame(self, line: bytes | framing.Overlong) -> None:
         if isinstance(line, framing.Overlong):

@@ -44,6 +44,7 @@ from anyio.abc import TaskGroup
 from lmbridge import __version__, auth, permissions
 from lmbridge.acp import profiles
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentExited, Incoming, Response
+from lmbridge.acp.session import new_session
 from lmbridge.log import get_logger
 from lmbridge.wire import AgentSpec
 
@@ -290,7 +291,6 @@ class AgentProcess:
             self.pool.tg.start_soon(self._prepare_spare)
 
     async def _prepare_spare(self) -> None:
-        from lmbridge.acp.session import new_session
         from lmbridge.mcp_bridge import ToolBridge, error_result, server_name
 
         async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
