@@ -520,7 +520,7 @@ async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
 
 
 async def test_no_spare_session_for_codex_so_a_new_chat_has_its_vscode_tools(tmp_path: Path) -> None:
-    """The spare session (on by default) is opened ahead with no VS Code tools; codex-acp
+    """``--spare-session``: a spare is opened ahead with no VS Code tools; codex-acp
     0.16.0 does not show its model tools listed again after ``notifications/tools/list_changed``
     (a chat that took a spare saw no ``mcp__vscode``: seen), so it is kept no spare (its
     profile's ``relists_tools`` off): the second chat opens its own session with its tools."""
@@ -532,7 +532,7 @@ async def test_no_spare_session_for_codex_so_a_new_chat_has_its_vscode_tools(tmp
         return [{"function_call": {"name": "search_workspace", "namespace": "mcp__vscode", "arguments": {"q": "TODO"}}}]
 
     with FakeResponses([[{"text": "Hi."}], call_search, [{"text": "Found the TODO."}]]) as fake:
-        async with bridge(tmp_path, fake) as client:
+        async with bridge(tmp_path, fake, "--spare-session") as client:
             with anyio.fail_after(TIMEOUT):
                 first = await chat(client, Conversation(workspace(tmp_path)).ask("Hello"))
                 assert first.error is None and "Hi." in text_of(first), (first.error, text_of(first))

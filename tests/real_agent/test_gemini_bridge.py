@@ -472,7 +472,7 @@ async def test_vscode_tool_stopped_then_the_next_message(tmp_path: Path, workspa
 
 
 async def test_no_spare_session_for_gemini_so_a_new_chat_has_its_vscode_tools(tmp_path: Path, workspace: Path) -> None:
-    """The spare session (on by default) is opened ahead with no VS Code tools; gemini-cli
+    """``--spare-session``: a spare is opened ahead with no VS Code tools; gemini-cli
     0.61.0 does not list them again for the model when told they changed (a chat that took
     a spare was offered none: seen), so it is kept no spare (its profile's
     ``relists_tools`` off): the second chat opens its own session, and its model is
@@ -480,7 +480,7 @@ async def test_no_spare_session_for_gemini_so_a_new_chat_has_its_vscode_tools(tm
     found = "src/app.py:3: # TODO tidy this"
     script = [[{"text": "Hi."}], [{"call": {"name": "mcp_vscode_grep_search", "args": {"query": "TODO", "isRegexp": False}}}], [{"text": "Found one TODO."}]]
     with FakeGemini(script) as fake:
-        async with gemini_bridge(tmp_path, fake.url) as client:
+        async with gemini_bridge(tmp_path, fake.url, "--spare-session") as client:
             log = tmp_path / "daemon.stderr"
             with anyio.fail_after(TIMEOUT):
                 first = await send(client, Conversation(workspace).ask("Hello."))
