@@ -251,7 +251,7 @@ class HistoryActor:
                 log.info("agent pre-warmed", agent=spec.id)
                 proc.want_spare()
                 if spec.id not in self.options:  # a probe session, closed at once: its models for the picker
-                    self._send.send_nowait(_Learnt(spec.id, await probe(conn, cwd, proc.caps.close) or []))
+                    self._send.send_nowait(_Learnt(spec.id, await probe(proc, conn, cwd) or []))
         except Exception as exc:  # the first chat will say what is wrong, with the agent's name
             log.warning("pre-warming failed", agent=spec.id, error=str(exc) or type(exc).__name__)
         finally:

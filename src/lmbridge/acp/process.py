@@ -305,11 +305,7 @@ class AgentProcess:
             bridge = ToolBridge(bridge_id, unclaimed, self.pool.recorder, server_name(bridge_id, self.caps.profile.shared_mcp_registry))
             await host.add(bridge)
             servers = [host.server_config(bridge)]
-            try:
-                with anyio.fail_after(self.pool.session_timeout):
-                    sid, options = await new_session(conn, self.cwd, servers)
-            except TimeoutError:
-                raise self.stuck(conn, "session/new", self.pool.session_timeout) from None
+            sid, options = await new_session(self, conn, self.cwd, servers)  # bounded: a stuck process is stopped
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
             self.spare, bridge = Spare(sid, bridge, servers, host, options), None
