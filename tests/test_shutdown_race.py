@@ -20,11 +20,14 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import alive
 from structlog.processors import format_exc_info
 from structlog.testing import capture_logs
 
+from lmbridge.acp.connection import AgentConnection, AgentExited
+from lmbridge.acp.process import AgentPool
 from lmbridge.client import user
-from lmbridge.server import Config, Server, Stdout
+from lmbridge.server import AGENT_FAILED, SHUTTING_DOWN, Config, Server, Stdout
 from lmbridge.session_index import SessionIndex
 from lmbridge.wire import PROTOCOL_VERSION, AgentSpec
 
@@ -116,7 +119,7 @@ async def test_eof_while_the_history_actor_starts_answers_the_first_chat_and_sta
     assert not failures(logs), failures(logs)
     answers = daemon.answers(1)
     assert len(answers) == 1, f"the chat was answered {len(answers)} times: {answers}"
-    assert answers[0].get("error", {}).get("message") == "the daemon is shutting down", answers[0]
+    assert answers[0].get("error", {}).get("message") == SHUTTING_DOWN, answers[0]
     assert not agent.pids(), "an agent was started after the shutdown began"
 
 
@@ -140,3 +143,61 @@ async def test_a_chat_queued_behind_the_shutdown_is_answered_once(scripted: Any,
     assert "error" in answers[0], answers[0]
     assert len(agent.pids()) == 1 and len(agent.events("session_new")) == 1
     assert not failures(logs), failures(logs)
+
+
+async def test_a_closed_pool_starts_no_agent_and_one_spawned_as_it_closes_is_stopped(scripted: Any) -> None:
+    """``AgentProcess.connect`` once the pool is closing: refused before anything is
+    spawned; and an agent whose spawn was under way when it closed is stopped, not left
+    running with nobody reading it (the pool's task group is gone)."""
+    agent = scripted({"turns": [[{"text": "Hi."}]]})
+    spec = AgentSpec.model_validate(agent.spec)
+    spawned = anyio.Event()
+    go_on = anyio.Event()
+
+    async def launcher(*args: Any, **kw: Any) -> AgentConnection:
+        conn = await AgentConnection.spawn(*args, **kw)
+        spawned.set()
+        await go_on.wait()  # the pool closes meanwhile
+        return conn
+
+    with anyio.fail_after(LIMIT):
+        pool = AgentPool(launcher=launcher)
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            proc = pool.process(spec, str(agent.dir))
+            failed: list[BaseException] = []
+
+            async def connect() -> None:
+                try:
+                    await proc.connect(object(), anyio.create_memory_object_stream[Any](math.inf)[0])
+                except AgentExited as exc:
+                    failed.append(exc)
+
+            tg.start_soon(connect)
+            await spawned.wait()
+            await pool.aclose()
+            go_on.set()
+        assert [str(e) for e in failed] == [f"agent {spec.id!r} stopped: the daemon is shutting down"]
+        (pid,) = agent.pids()
+        await until(lambda: not alive(pid), "the agent spawned as the pool closed to be stopped")
+        with pytest.raises(AgentExited, match="not started: the daemon is shutting down"):
+            await proc.connect(object(), anyio.create_memory_object_stream[Any](math.inf)[0])
+    assert len(agent.pids()) == 1
+
+
+async def test_a_request_still_running_after_the_shutdown_wait_is_answered_before_it_is_cancelled(tmp_path: Path) -> None:
+    """The shutdown waits (5 s) for the requests read before EOF; one still running then
+    (here a method that never returns) is answered with the reason, exactly once."""
+    daemon = Daemon(Config())
+
+    async def hang(ctx: Any, **params: Any) -> Any:
+        await anyio.sleep(math.inf)
+
+    daemon.server.methods["test/hang"] = hang
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(daemon.server.serve, daemon.lines(), daemon.stdout)
+            daemon.send({"jsonrpc": "2.0", "id": "h", "method": "test/hang", "params": {}})
+            await until(lambda: "h" in daemon.server.inflight, "the request in flight")
+            daemon.eof()
+    assert daemon.answers("h") == [{"jsonrpc": "2.0", "error": {"code": AGENT_FAILED, "message": SHUTTING_DOWN}, "id": "h"}]
