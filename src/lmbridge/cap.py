@@ -11,8 +11,12 @@ What a live session is doing decides whether a new chat may close it (``CLOSABLE
 | the session | may be closed for a new chat |
 |---|---|
 | ``ANSWERING``: a turn streams, or waits to start | never |
-| ``CARD``: its last answer ended on a permission card (or a VS Code tool call) the user still sees | only once the new chat has waited its whole bound (``AT_BOUND``): before that, closing it would cancel a card the user may be about to answer; after it, a card left unanswered for so long must not keep every new chat out. Its chat sleeps: a late Allow or Skip wakes its session (docs/sessions.md) |
+| ``CARD``: its last answer ended on a permission card (or a VS Code tool call) the user still sees | only once the new chat has waited its whole bound (``AT_BOUND``) |
 | ``IDLE``: its last answer ended | at once, least recently used first (the chat sleeps and resumes its agent session when it comes back) |
+
+Before the bound, closing a card would cancel it while the user may be about to answer;
+after it, cards left unanswered that long must not keep every new chat out. Its chat
+sleeps: a late Allow or Skip wakes its session (docs/sessions.md).
 
 Requests queue per agent, first come first served: a new request that needs a session
 waits behind those already waiting for that agent, even when one became free just now.
