@@ -240,7 +240,7 @@ async def test_probe_opens_and_closes_a_session_for_its_config_options(scripted:
         async with pool() as p:
             proc = p.process(AgentSpec(**agent.spec), str(agent.dir))
             conn = await proc.connect(object(), Mailbox().send)
-            learnt = await probe(conn, str(agent.dir), proc.caps.close)
+            learnt = await probe(proc, conn, str(agent.dir))
     assert [o["id"] for o in learnt] == ["model"]
     assert [e["sessionId"] for e in agent.events("session_close")] == ["s1"]
 
@@ -269,3 +269,17 @@ async def test_a_session_request_past_the_bound_stops_the_process_as_stuck(scrip
             fresh = await second.connect()
             assert fresh is not frozen and (await second.open(New(), no_servers)).session_id == "s1"
     assert [e["pid"] for e in agent.events("frozen")] == agent.pids()[:1] and len(agent.pids()) == 2
+
+
+async def test_a_slow_take_up_that_keeps_sending_is_not_stuck(scripted: Any) -> None:
+    """Past the session bound, an agent that is still sending (a long session replayed) is
+    waited for: stuck is no answer *and* silence for a whole bound."""
+    agent = scripted({"initialize": CAPS["load"], "slow_take_up": {"seconds": 8, "every": 0.2}})
+    with anyio.fail_after(LIMIT):
+        async with pool() as p:
+            p.session_timeout = 3.0  # 8 s of replay: well past it, never quiet for it
+            s, _ = session(p, agent)
+            await s.connect()
+            opened = await s.open(Resume("long"), no_servers)
+            assert (opened.how, opened.session_id) == ("session/load", "long") and s.process.running
+    assert len(agent.pids()) == 1 and not agent.events("frozen")

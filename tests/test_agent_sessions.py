@@ -216,17 +216,17 @@ async def test_the_agent_used_last_starts_right_after_initialize(scripted: Any, 
     assert len(agent.events("session_new")) == 1
 
 
-@pytest.mark.parametrize("how", ["default", "option"])
+@pytest.mark.parametrize("how", ["env", "option"])
 async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, daemon: Any, how: str) -> None:
-    """The spare session (on by default; ``--spare-session`` wins over
-    ``$LMBRIDGE_SPARE_SESSION=0``): after a chat opens its session, one more is opened
+    """The spare session (``$LMBRIDGE_SPARE_SESSION=1``, or ``--spare-session``, which wins
+    over ``$LMBRIDGE_SPARE_SESSION=0``): after a chat opens its session, one more is opened
     ahead, with its own tools endpoint; the next new chat takes it (no session/new while it
     waits), and its VS Code tools appear on that endpoint."""
     agent = scripted({"turns": [[{"text": "first"}], [{"mcp_connect": {}}, {"mcp_list": True}, {"text": "listed"}]]})
     tools = {"tools": [{"name": "search_workspace", "description": "Search", "inputSchema": {"type": "object"}}], "toolMode": "auto"}
     with anyio.fail_after(LIMIT):
-        # The fixture turns spares off ($LMBRIDGE_SPARE_SESSION=0): "default" unsets it.
-        args, env = (["--spare-session"], {}) if how == "option" else ([], {"LMBRIDGE_SPARE_SESSION": ""})
+        # The fixture sets $LMBRIDGE_SPARE_SESSION=0.
+        args, env = (["--spare-session"], {}) if how == "option" else ([], {"LMBRIDGE_SPARE_SESSION": "1"})
         async with daemon([agent], args=args, env=env) as c:
             ok(await c.chat(agent.id, [user("first chat")]))
             await eventually(lambda: len(agent.events("session_new")) == 2, what="the spare session")

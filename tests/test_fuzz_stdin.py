@@ -56,7 +56,10 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
             {"text": "done"},
         ]}),
     ]
-    daemon = FuzzDaemon(["--max-agent-processes", str(CAP)], where / "daemon.stderr", env={**QUIET_START, "LMBRIDGE_DRAIN_TIMEOUT": "2"})
+    # A new chat over the cap waits for a free session (its cards keep theirs): 1 s here, so
+    # every request is still answered well within SETTLE.
+    daemon = FuzzDaemon(["--max-agent-processes", str(CAP), "--session-wait", "1"], where / "daemon.stderr",
+                        env={**QUIET_START, "LMBRIDGE_DRAIN_TIMEOUT": "2"})  # fmt: skip
     fuzzed = Fuzzed(daemon, agents, str(where), set())
     daemon.request("initialize", {"protocolVersion": 1, "workspaceFolders": [str(where)], "agents": agents}, "init")
     yield fuzzed

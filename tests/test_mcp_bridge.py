@@ -50,9 +50,11 @@ def test_agents_with_one_mcp_registry_per_process():
     fast = {"protocolVersion": 1, "agentCapabilities": {}, "agentInfo": {"name": "fast-agent-acp", "version": "0.10.48"}}
     assert Capabilities.of(fast).profile.shared_mcp_registry
     assert not Capabilities.of(fast).profile.relists_tools  # so it is kept no spare session
+    for name in ("gemini-cli", "codex-acp", "@zed-industries/claude-agent-acp"):
+        assert not Capabilities.of({"agentInfo": {"name": name}}).profile.relists_tools
     for other in ({"agentInfo": {"name": "claude-agent-acp"}}, {"agentInfo": "fast-agent-acp"}, {}):
         assert not Capabilities.of(other).profile.shared_mcp_registry
-        assert Capabilities.of(other).profile.relists_tools
+        assert Capabilities.of(other).profile.relists_tools  # an agent not known otherwise
     assert server_name("s1") == "vscode" and server_name("s1", per_session=True) == "vscode-s1"
 
 

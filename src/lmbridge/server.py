@@ -133,7 +133,7 @@ class Config:
     max_processes: int = 4  # live ACP sessions per agent (--max-agent-processes)
     index: Any = None  # session_index.SessionIndex (lmbridge serve: the state folder's); None: nothing persisted
     prewarm: bool = False  # start the agents used last after initialize (needs ``index``)
-    spare_session: bool = False  # keep a spare ACP session per running agent process (lmbridge serve: on)
+    spare_session: bool = False  # keep a spare ACP session per running agent process (--spare-session)
     session_wait: float = 120.0  # seconds a new chat over the session cap waits for a free session (cap.SESSION_WAIT)
     # Seconds before "Starting <agent>…" is shown (None: LMBRIDGE_START_NOTICE or 0.5 s). Replay
     # passes infinity: a wall-clock notice is not part of a recording.

@@ -47,6 +47,10 @@ Scenario JSON (all keys optional)::
       "freeze_at_new": n             the process's n-th session/new freezes it: nothing more is
                                      answered or sent (turns streaming stop mid-write), stdin
                                      is no longer read (logged frozen); only a signal ends it
+      "slow_take_up": {"seconds": s, "every": e}
+                                     session/resume and session/load answer after s seconds,
+                                     sending an agent_message_chunk every e seconds meanwhile
+                                     (a long session replayed: slow, never silent)
       "pid_session_ids": false       true: sessionIds are s<n>-<pid>, so two processes never
                                      open the same one (real agents use UUIDs)
     }
@@ -612,6 +616,12 @@ class ScriptedAgent:
         with self.cond:
             self.session_cwd[sid] = params.get("cwd", ".")
             self.session_mcp[sid] = params.get("mcpServers") or []
+        slow = self.scenario.get("slow_take_up")
+        if slow:
+            end = time.monotonic() + slow["seconds"]
+            while time.monotonic() < end:
+                self.update(sid, text_update("agent_message_chunk", "…"))
+                time.sleep(slow["every"])
         if method == "session/load":
             for update in self.scenario.get("replay", [text_update("user_message_chunk", "REPLAYED-USER"), text_update("agent_message_chunk", "REPLAYED-AGENT")]):
                 self.update(sid, update)

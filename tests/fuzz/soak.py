@@ -103,7 +103,8 @@ def scripted(where: Path, name: str, scenario: dict[str, Any]) -> dict[str, Any]
 
 
 def start(where: Path, name: str, agents: list[dict[str, Any]], env: dict[str, str] | None = None) -> FuzzDaemon:
-    daemon = FuzzDaemon(["--max-agent-processes", str(CAP), "--log-level", "warning"], where / f"{name}.stderr",
+    # --session-wait 1: a chat over the cap (its sessions showing cards) waits 1 s, then is refused.
+    daemon = FuzzDaemon(["--max-agent-processes", str(CAP), "--session-wait", "1", "--log-level", "warning"], where / f"{name}.stderr",
                         env={**QUIET_START, "LMBRIDGE_DRAIN_TIMEOUT": "2", **(env or {})})
     daemon.request("initialize", {"protocolVersion": 1, "workspaceFolders": [str(where)], "agents": agents}, "init")
     return daemon

@@ -283,3 +283,25 @@ async def test_no_command_line_holds_a_credential_for_the_tools(tmp_path: Path) 
     (new,) = [f["frame"] for f in frames if isinstance(f.get("frame"), dict) and f["frame"].get("method") == "session/new"]
     (server,) = new["params"]["mcpServers"]
     assert set(server) == {"name", "command", "args", "env"} and server["env"] == []
+
+
+async def test_no_spare_session_for_claude_so_a_new_chat_has_its_vscode_tools(tmp_path: Path) -> None:
+    """``--spare-session``: a spare is opened ahead with no VS Code tools; claude-agent-acp
+    0.23.1 does not show its model the tools listed again after
+    ``notifications/tools/list_changed`` on the first turn (a chat that took a spare saw
+    none: seen), so it is kept no spare (its profile's ``relists_tools`` off): the second
+    chat opens its own session, and its model's calls of VS Code tools reach VS Code."""
+    from lmbridge.client import tool_result
+
+    with FakeAnthropic([[{"text": "Hi."}], two_vscode_tools(), [{"text": "Found it all."}]]) as fake:
+        async with claude_bridge(tmp_path, fake.url, "--spare-session") as client:
+            log = tmp_path / "daemon.stderr"
+            with anyio.fail_after(TIMEOUT):
+                first = await client.chat("claude", [user("Hello")], timeout=TIMEOUT)
+                assert first.error is None and "Hi." in text_of(first), (first.error, text_of(first))
+                await anyio.sleep(3)  # a spare, were one kept, would be ready by now (it is not waited for)
+                _, seen, last = await run_tools(client, lambda p: tool_result(p["callId"], "x"))
+            assert [p["name"] for p in seen] == ["search_workspace", "read_file"]
+            assert last.result == {"stopReason": "end_turn"} and "Found it all." in text_of(last)
+            assert not any(r.get("is_error") for r in mcp_results(fake).values())
+    assert "how=spare" not in log.read_text(errors="replace") and "spare session ready" not in log.read_text(errors="replace")

@@ -521,6 +521,32 @@ async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
             assert output["call_id"] == fake.call_ids()[0] and answer in output["text"]
 
 
+async def test_no_spare_session_for_codex_so_a_new_chat_has_its_vscode_tools(tmp_path: Path) -> None:
+    """``--spare-session``: a spare is opened ahead with no VS Code tools; codex-acp
+    0.16.0 does not show its model tools listed again after ``notifications/tools/list_changed``
+    (a chat that took a spare saw no ``mcp__vscode``: seen), so it is kept no spare (its
+    profile's ``relists_tools`` off): the second chat opens its own session with its tools."""
+
+    def call_search(body: dict[str, Any]) -> list[dict[str, Any]]:
+        namespaces = {t["name"]: [i["name"] for i in t.get("tools") or []] for t in body.get("tools") or [] if t.get("type") == "namespace"}
+        if "search_workspace" not in namespaces.get("mcp__vscode", []):
+            return [{"text": f"NO TOOL: the model's namespaces were {namespaces}"}]
+        return [{"function_call": {"name": "search_workspace", "namespace": "mcp__vscode", "arguments": {"q": "TODO"}}}]
+
+    with FakeResponses([[{"text": "Hi."}], call_search, [{"text": "Found the TODO."}]]) as fake:
+        async with bridge(tmp_path, fake, "--spare-session") as client:
+            with anyio.fail_after(TIMEOUT):
+                first = await chat(client, Conversation(workspace(tmp_path)).ask("Hello"))
+                assert first.error is None and "Hi." in text_of(first), (first.error, text_of(first))
+                await anyio.sleep(3)  # a spare, were one kept, would be ready by now (it is not waited for)
+                conv = Conversation(workspace(tmp_path))
+                call = await chat(client, conv.ask("Find the TODOs"), [SEARCH_TOOL])
+            assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, text_of(call))
+            (part,) = tool_calls(call)
+            assert (part["name"], part["input"]) == ("search_workspace", {"q": "TODO"})
+    assert "how=spare" not in log_of(tmp_path) and "spare session ready" not in log_of(tmp_path)
+
+
 async def test_a_skipped_vscode_tool_reaches_the_model_as_declined(tmp_path: Path) -> None:
     call_search = {"function_call": {"name": "search_workspace", "namespace": "mcp__vscode", "arguments": {"q": "TODO"}}}
     with FakeResponses([[call_search], [{"text": "Understood, no search."}]]) as fake:

@@ -511,7 +511,7 @@ async def test_an_image_reaches_the_model_if_fast_agent_knows_it_sees(tmp_path: 
 
 
 async def test_no_spare_session_for_fast_agent_so_each_chat_keeps_its_tools(tmp_path: Path) -> None:
-    """--spare-session (the default): fast-agent 0.10.48 never re-lists an MCP server's tools
+    """--spare-session: fast-agent 0.10.48 never re-lists an MCP server's tools
     on notifications/tools/list_changed, so a spare session, opened with an empty tool list,
     would keep it when a chat adopts it (its profile: ``relists_tools`` off). It is kept no
     spare: each chat opens its own session, with its own tools server (vscode-<session>),

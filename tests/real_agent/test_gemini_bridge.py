@@ -472,3 +472,30 @@ async def test_vscode_tool_stopped_then_the_next_message(tmp_path: Path, workspa
             assert "Stop that, just say OK." in "\n".join(texts(fake.main_requests()[-1], "user"))
             # Whatever reached the model for the call was an error, never a result.
             assert all("error" in json.dumps(r["response"]).lower() for r in fake.function_responses())
+
+
+async def test_no_spare_session_for_gemini_so_a_new_chat_has_its_vscode_tools(tmp_path: Path, workspace: Path) -> None:
+    """``--spare-session``: a spare is opened ahead with no VS Code tools; gemini-cli
+    0.61.0 does not list them again for the model when told they changed (a chat that took
+    a spare was offered none: seen), so it is kept no spare (its profile's
+    ``relists_tools`` off): the second chat opens its own session, and its model is
+    offered the chat's tools."""
+    found = "src/app.py:3: # TODO tidy this"
+    script = [[{"text": "Hi."}], [{"call": {"name": "mcp_vscode_grep_search", "args": {"query": "TODO", "isRegexp": False}}}], [{"text": "Found one TODO."}]]
+    with FakeGemini(script) as fake:
+        async with gemini_bridge(tmp_path, fake.url, "--spare-session") as client:
+            log = tmp_path / "daemon.stderr"
+            with anyio.fail_after(TIMEOUT):
+                first = await send(client, Conversation(workspace).ask("Hello."))
+                assert first.error is None and "Hi." in text_of(first), (first.error, text_of(first))
+                await anyio.sleep(3)  # a spare, were one kept, would be ready by now (it is not waited for)
+                chat = Conversation(workspace)
+                call = await send(client, chat.ask("Find the TODOs."))
+                while call.result == {"stopReason": "tool_calls"}:
+                    chat.answered(call)
+                    for part in tool_calls(call):
+                        chat.result(tool_result(part["callId"], found))
+                    call = await send(client, chat.messages)
+            assert call.result == {"stopReason": "end_turn"} and "Found one TODO." in text_of(call), (call.error, text_of(call))
+            assert "mcp_vscode_grep_search" in function_declarations(fake.main_requests()[1])
+    assert "how=spare" not in log.read_text(errors="replace") and "spare session ready" not in log.read_text(errors="replace")

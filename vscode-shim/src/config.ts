@@ -51,7 +51,7 @@ export const DEFAULTS = {
 	thinking: 'auto' as ThinkingDisplay,
 	maxAgentProcesses: 4,
 	prewarm: true,
-	spareSession: true,
+	spareSession: false,
 	sessionWait: 120,
 };
 

@@ -164,6 +164,7 @@ class AgentConnection:
         self._send_lock = anyio.Lock()
         self.closed = anyio.Event()
         self.exit_reason: str | None = None
+        self.heard = time.monotonic()  # when its stdout last gave anything (acp.session: a slow answer vs a stuck process)
         self.recorder: record.AgentLink | None = None  # lmbridge serve --record
         self.bad_lines = BadLines(f"agent {name!r} stdout", log.warning)
         self.stderr_log = framing.Throttle(f"agent {name!r}", log.bind(agent=name).debug, log.bind(agent=name).debug)
@@ -288,6 +289,7 @@ class AgentConnection:
         while True:
             try:
                 data = await receive(READ_SIZE)
+                self.heard = time.monotonic()
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 last = lines.end()
                 if last is not None:

@@ -44,6 +44,7 @@ from anyio.abc import TaskGroup
 from lmbridge import __version__, auth, permissions
 from lmbridge.acp import profiles
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentExited, Incoming, Response
+from lmbridge.acp.session import new_session
 from lmbridge.log import get_logger
 from lmbridge.wire import AgentSpec
 
@@ -290,7 +291,6 @@ class AgentProcess:
             self.pool.tg.start_soon(self._prepare_spare)
 
     async def _prepare_spare(self) -> None:
-        from lmbridge.acp.session import new_session
         from lmbridge.mcp_bridge import ToolBridge, error_result, server_name
 
         async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
@@ -305,11 +305,7 @@ class AgentProcess:
             bridge = ToolBridge(bridge_id, unclaimed, self.pool.recorder, server_name(bridge_id, self.caps.profile.shared_mcp_registry))
             await host.add(bridge)
             servers = [host.server_config(bridge)]
-            try:
-                with anyio.fail_after(self.pool.session_timeout):
-                    sid, options = await new_session(conn, self.cwd, servers)
-            except TimeoutError:
-                raise self.stuck(conn, "session/new", self.pool.session_timeout) from None
+            sid, options = await new_session(self, conn, self.cwd, servers)  # bounded: a stuck process is stopped
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
             self.spare, bridge = Spare(sid, bridge, servers, host, options), None

@@ -79,9 +79,9 @@ class AgentProfile:
     cancel_breaks_history: bool = False
 
 
-CLAUDE = AgentProfile("claude", ToolNaming.CLAUDE_META)
-GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID)
-CODEX = AgentProfile("codex", ToolNaming.CODEX_RAW_INPUT, permission_content_is_prompt=True, raw_output=codex_output)  # codex-acp 0.16.0
+CLAUDE = AgentProfile("claude", ToolNaming.CLAUDE_META, relists_tools=False)  # claude-agent-acp 0.23.1
+GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID, relists_tools=False)  # gemini-cli 0.61.0
+CODEX = AgentProfile("codex", ToolNaming.CODEX_RAW_INPUT, permission_content_is_prompt=True, raw_output=codex_output, relists_tools=False)  # codex-acp 0.16.0
 FAST_AGENT = AgentProfile(
     "fast-agent", ToolNaming.TITLE, shared_mcp_registry=True, relists_tools=False, cancel_breaks_history=True
 )  # fast-agent 0.10.48

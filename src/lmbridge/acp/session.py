@@ -28,6 +28,7 @@ Its frames (``session/update``, the agent's requests, the prompt's ``Response``)
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -98,20 +99,58 @@ def _session_id(result: Any) -> str:
     return sid
 
 
-async def new_session(conn: AgentConnection, cwd: str | None, mcp_servers: list[dict[str, Any]]) -> tuple[str, Any]:
-    """``session/new`` on ``conn``: (sessionId, the answer's configOptions). For a session
-    nobody routes yet (the process's spare). Raises ``AgentError``, ``AgentExited``,
-    ``ValueError`` (no sessionId)."""
-    result = await conn.request("session/new", {"cwd": cwd or "/", "mcpServers": mcp_servers})
+async def request(process: AgentProcess, conn: AgentConnection, method: str, params: Any) -> Any:
+    """``method`` on ``conn`` (``process``'s), bounded. The process is stuck when it has
+    not answered within its pool's ``session_timeout`` and has sent nothing at all for that
+    long (an agent replaying a long session with ``session/load``, or streaming other chats'
+    answers, is slow, not stuck), or when the answer has taken the pool's ``start_timeout``
+    whatever it sent. Raises ``AgentError``, ``AgentExited``, ``AgentStuck`` (then
+    ``process.stuck`` has stopped the process)."""
+    pool = process.pool
+    seconds, cap = pool.session_timeout, max(pool.start_timeout, pool.session_timeout)
+    began = time.monotonic()
+    result: list[Any] = []
+    failed: list[Exception] = []
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        wake = began + seconds
+        while True:
+            await anyio.sleep(max(0.0, wake - time.monotonic()))
+            now = time.monotonic()
+            if now - conn.heard >= seconds or now - began >= cap:
+                scope.cancel()
+                return
+            wake = min(conn.heard + seconds, began + cap)  # it talks: wait until it has been quiet a whole bound
+
+    with anyio.CancelScope() as stuck:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch, stuck)
+            try:
+                result.append(await conn.request(method, params))
+            except Exception as exc:  # raised below, outside the task group (not wrapped)
+                failed.append(exc)
+            tg.cancel_scope.cancel()
+    if stuck.cancelled_caught:
+        raise process.stuck(conn, method, seconds if time.monotonic() - began < cap else cap) from None
+    if failed:
+        raise failed[0]
+    return result[0]
+
+
+async def new_session(process: AgentProcess, conn: AgentConnection, cwd: str | None, mcp_servers: list[dict[str, Any]]) -> tuple[str, Any]:
+    """``session/new`` on ``conn`` (``process``'s), bounded as ``request``: (sessionId, the
+    answer's configOptions). For a session nobody routes yet (the process's spare). Raises
+    ``AgentError``, ``AgentExited``, ``AgentStuck``, ``ValueError`` (no sessionId)."""
+    result = await request(process, conn, "session/new", {"cwd": cwd or "/", "mcpServers": mcp_servers})
     return _session_id(result), _object(result).get("configOptions")
 
 
-async def probe(conn: AgentConnection, cwd: str | None, close: bool) -> Any:
-    """A session opened and closed at once (``close``: where the agent offers
-    ``session/close``), for what its answer says: its ``configOptions`` (the agent's models).
-    Raises as ``new_session``."""
-    sid, options = await new_session(conn, cwd, [])
-    if close:
+async def probe(process: AgentProcess, conn: AgentConnection, cwd: str | None) -> Any:
+    """A session opened and closed at once (where the agent offers ``session/close``), for
+    what its answer says: its ``configOptions`` (the agent's models). Raises as
+    ``new_session``."""
+    sid, options = await new_session(process, conn, cwd, [])
+    if process.caps.close:
         await conn.request("session/close", {"sessionId": sid})
     return options
 
@@ -142,19 +181,11 @@ class AcpSession:
         self.step = step
 
     async def _request(self, method: str, params: Any) -> Any:
-        """One request to the process, bounded by its pool's ``session_timeout``. Raises
-        ``AgentError``, ``AgentExited``, ``AgentStuck`` (no answer in time: the process was
-        stopped)."""
-        conn = self.conn
-        if conn is None:
+        """One request to the process, bounded (``request``)."""
+        if self.conn is None:
             raise AgentExited("no agent process is connected")
         self.step = method
-        seconds = self.process.pool.session_timeout
-        try:
-            with anyio.fail_after(seconds):
-                return await conn.request(method, params)
-        except TimeoutError:
-            raise self.process.stuck(conn, method, seconds) from None
+        return await request(self.process, self.conn, method, params)
 
     def replaced(self) -> bool:
         """Whether the connection this session used was stopped as stuck by another request
