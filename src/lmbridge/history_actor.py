@@ -57,10 +57,12 @@ class _Begin:
 
 @dataclass(frozen=True)
 class _Withdraw:
-    """A request that waits for room gives up: its wait is over, or it was cancelled."""
+    """A request that waits for room gives up: its wait is over (``overdue``: it may then
+    close a session that shows a card, ``cap.Close.AT_BOUND``), or it was cancelled."""
 
     begin: _Begin
     waited: float
+    overdue: bool = False
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,8 @@ class HistoryActor:
         agent's are busy waits (``cap.admit``), up to ``session_wait`` seconds, for the
         first to become free; ``waiting(text)`` is called once, from the actor's task,
         with the line to show meanwhile (``cap.waiting_notice``). ``withdraw`` set: the
-        request gives up waiting (the user cancelled it).
+        request gives up waiting (the user cancelled it). At the bound it may take the
+        session of a chat whose card waited all that time (``cap.Close.AT_BOUND``).
 
         Raises ``HistoryError`` when the messages cannot be answered, ``AtCapacity`` when
         no session became free in time or the request was withdrawn while it waited.
@@ -204,8 +207,9 @@ class HistoryActor:
         msg = _Begin(spec, messages, cwd, waiting)
         started = time.monotonic()
         await self._send.send(msg)
+        bound = anyio.move_on_after(self.session_wait)
         try:
-            with anyio.move_on_after(self.session_wait):
+            with bound:
                 if withdraw is None:
                     await msg.done.wait()
                 else:
@@ -215,7 +219,7 @@ class HistoryActor:
         finally:
             if not msg.done.is_set():  # the actor decides: granted meanwhile, or refused
                 with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    self._send.send_nowait(_Withdraw(msg, time.monotonic() - started))
+                    self._send.send_nowait(_Withdraw(msg, time.monotonic() - started, overdue=bound.cancelled_caught))
         await msg.done.wait()
         if msg.error is not None:
             raise msg.error
@@ -396,8 +400,15 @@ class HistoryActor:
             queue = self.queues.get(msg.begin.spec.id, [])
             if msg.begin in queue and not msg.begin.done.is_set():
                 queue.remove(msg.begin)
-                log.info("request gave up waiting for a free session", agent=msg.begin.spec.id, waited=round(msg.waited, 3))
-                msg.begin.error = AtCapacity(cap.busy_message(msg.begin.spec.id, self.max_processes, self.session_wait))
+                granted = False
+                if msg.overdue:  # its whole bound waited: a card left that long may give way
+                    try:
+                        granted = self._grant(msg.begin, now, ahead=0, overdue=True)
+                    except HistoryError as exc:
+                        msg.begin.error, granted = exc, True
+                if not granted:
+                    log.info("request gave up waiting for a free session", agent=msg.begin.spec.id, waited=round(msg.waited, 3))
+                    msg.begin.error = AtCapacity(cap.busy_message(msg.begin.spec.id, self.max_processes, self.session_wait))
                 msg.begin.done.set()
                 self._serve_queues(now)  # those behind it may go now
         elif isinstance(msg, _Ended):
@@ -436,14 +447,14 @@ class HistoryActor:
                 self._drop(sid, "evicted after being idle")
             self._serve_queues(now)
 
-    def _grant(self, msg: _Begin, now: float, ahead: int) -> bool:
+    def _grant(self, msg: _Begin, now: float, ahead: int, overdue: bool = False) -> bool:
         """Begin ``msg``'s turn if the cap lets it (``cap.admit``: closing the idle sessions it
         names); False, changing nothing, when it must wait. Decided first, carried out only
         once there is room: a request that waits or is refused changes no session (a dormant
         one keeps its resume token). Raises ``HistoryError`` (nothing changed either)."""
         plan = self.core.plan(msg.spec.id, msg.messages)
         if plan.session_id not in self.actors:
-            room = cap.admit(self._live(msg.spec.id), self.max_processes, ahead)
+            room = cap.admit(self._live(msg.spec.id), self.max_processes, ahead, overdue)
             if room.wait:
                 return False
             for sid in room.close:
