@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from test_daemon import LIMIT, eventually, ok
 from test_lifecycle import CHAT
 
-from lmbridge.cap import CLOSABLE, Room, Use, admit, busy_message, is_waiting_notice, use, waiting_notice
+from lmbridge.cap import CLOSABLE, Close, Room, Use, admit, busy_message, is_waiting_notice, use, waiting_notice
 from lmbridge.client import approve, assistant, text_of, tool_calls, user
 from lmbridge.history import Last, Session
 
@@ -45,11 +45,11 @@ def test_what_a_live_session_is_doing(busy: bool, last: Last, expected: Use) -> 
     assert use(session("s1", busy=busy, last=last)) is expected
 
 
-def test_only_an_idle_session_may_be_closed_for_a_new_chat() -> None:
-    assert CLOSABLE == {Use.ANSWERING: False, Use.CARD: False, Use.IDLE: True}
+def test_an_idle_session_may_be_closed_for_a_new_chat_a_card_only_at_the_bound() -> None:
+    assert CLOSABLE == {Use.ANSWERING: Close.NEVER, Use.CARD: Close.AT_BOUND, Use.IDLE: Close.AT_ONCE}
 
 
-ROWS: list[tuple[str, list[Session], int, int, Room]] = [
+ROWS: list[tuple[str, list[Session], int, int, Room]] = [  # not overdue
     ("under the cap", [session("a")], 2, 0, Room(wait=False)),
     ("none live", [], 1, 0, Room(wait=False)),
     ("at the cap, one idle: closed", [session("a", busy=True), session("b")], 2, 0, Room(wait=False, close=("b",))),
@@ -69,6 +69,22 @@ def test_admit(live: list[Session], cap: int, ahead: int, expected: Room) -> Non
     assert admit(live, cap, ahead) == expected
 
 
+OVERDUE: list[tuple[str, list[Session], int, int, Room]] = [  # the request waited its whole bound
+    ("a card gives way", [session("a", last=Last.PENDING)], 1, 0, Room(wait=False, close=("a",))),
+    ("the least recently used card first", [session("a", last=Last.PENDING, at=5), session("b", last=Last.PENDING, at=1)], 2, 0, Room(wait=False, close=("b",))),
+    ("an idle one before a card, even more recent", [session("a", last=Last.PENDING, at=0), session("b", at=9)], 2, 0, Room(wait=False, close=("b",))),
+    ("an idle one, then a card", [session("a", last=Last.PENDING, at=0), session("b", at=9), session("c", busy=True)], 2, 0, Room(wait=False, close=("b", "a"))),
+    ("all answering: still no room", [session("a", busy=True)], 1, 0, Room(wait=True)),
+    ("others behind it do not hold it back", [session("a", last=Last.PENDING)], 1, 3, Room(wait=False, close=("a",))),
+    ("under the cap", [session("a", busy=True)], 2, 0, Room(wait=False)),
+]
+
+
+@pytest.mark.parametrize(("live", "cap", "ahead", "expected"), [r[1:] for r in OVERDUE], ids=[r[0] for r in OVERDUE])
+def test_admit_overdue(live: list[Session], cap: int, ahead: int, expected: Room) -> None:
+    assert admit(live, cap, ahead, overdue=True) == expected
+
+
 LASTS = st.sampled_from([Last.DONE, Last.CANCELLED, Last.PENDING])
 
 
@@ -76,23 +92,28 @@ LASTS = st.sampled_from([Last.DONE, Last.CANCELLED, Last.PENDING])
     st.lists(st.tuples(st.booleans(), LASTS, st.integers(0, 5)), max_size=8),
     st.integers(1, 6),
     st.integers(0, 2),
+    st.booleans(),
 )
-def test_admit_never_closes_a_busy_or_carded_session_and_keeps_the_cap(states: list[tuple[bool, Last, int]], cap: int, ahead: int) -> None:
+def test_admit_never_closes_a_busy_session_nor_a_card_before_the_bound_and_keeps_the_cap(
+    states: list[tuple[bool, Last, int]], cap: int, ahead: int, overdue: bool
+) -> None:
     live = [session(f"s{i}", busy=b, last=last, at=at) for i, (b, last, at) in enumerate(states)]
-    room = admit(live, cap, ahead)
+    room = admit(live, cap, ahead, overdue)
     by_id = {s.id: s for s in live}
-    closable = [s for s in live if not s.busy and s.last is not Last.PENDING]
+    closable = [s for s in live if not s.busy and (overdue or s.last is not Last.PENDING)]
     assert len(set(room.close)) == len(room.close)
-    assert all(CLOSABLE[use(by_id[sid])] for sid in room.close), "closed a session that answers or shows a card"
+    assert all(not by_id[sid].busy for sid in room.close), "closed a session that answers"
+    assert overdue or all(by_id[sid].last is not Last.PENDING for sid in room.close), "closed a card before the bound"
     if room.wait:
         assert not room.close
-        assert ahead > 0 or len(live) - len(closable) + 1 > cap  # no way to make room
+        assert (ahead > 0 and not overdue) or len(live) - len(closable) + 1 > cap  # no way to make room
     else:
-        assert ahead == 0
+        assert ahead == 0 or overdue
         assert len(live) - len(room.close) + 1 <= cap  # the new session fits
         assert len(room.close) == max(0, len(live) - cap + 1)  # and no more is closed than needed
         kept = [s for s in closable if s.id not in room.close]
-        assert all((s.last_active, s.id) >= (by_id[c].last_active, c) for s in kept for c in room.close)  # LRU first
+        order = {sid: (CLOSABLE[use(s)], s.last_active, sid) for sid, s in by_id.items()}
+        assert all(order[s.id] >= order[c] for s in kept for c in room.close)  # idle before cards, LRU first
 
 
 def test_the_waiting_line_names_the_agent_and_replay_knows_it() -> None:
@@ -214,3 +235,32 @@ async def test_a_returning_chat_over_the_cap_keeps_its_resume_token(scripted: An
     last = agent.prompts()[-1]
     assert last["sessionId"] == "s1" and [b["text"] for b in last["blocks"]] == ["A again"]
 
+
+
+@pytest.mark.anyio
+async def test_a_card_left_for_the_whole_wait_gives_way_and_its_late_allow_wakes_it(scripted: Any, daemon: Any) -> None:
+    """One session allowed, a wait of 2 s. Chat A ends on a card nobody answers. Chat B
+    waits its whole bound, then takes the session: A's is closed (its card answered
+    cancelled to the agent; nothing approved) rather than B refused. A's late Allow then
+    wakes A's own session (session/resume of s1), told the user approved."""
+    agent = scripted({"initialize": CAPS, "turns": [asking_turn()], "default_turn": [{"text": "ok"}]})
+    with anyio.fail_after(LIMIT * 2):
+        async with daemon([{**agent.spec, "name": NAME}], args=["--max-agent-processes", "1", "--session-wait", "2"]) as c:
+            a = await c.chat(agent.id, [user("run make")])
+            ok(a, "tool_calls")
+            b = await c.chat(agent.id, [user("chat B")])
+            ok(b)
+            assert text_of(b) == waiting_notice(NAME) + "ok"  # it waited, then answered
+            (outcome,) = agent.outcomes()
+            assert outcome["kind"] == "cancelled"  # A's card gave way: nothing approved
+            (card,) = tool_calls(a)
+            late = await c.chat(agent.id, [user("run make"), assistant(a.parts), approve(card)])
+            ok(late)
+    closed = [f["params"]["sessionId"] for f in agent.frames("session/close")]
+    assert closed[0] == "s1"
+    (resumed,) = agent.frames("session/resume")
+    assert resumed["params"]["sessionId"] == "s1"
+    prompts = agent.prompts()
+    assert [p["sessionId"] for p in prompts][:2] == ["s1", "s2"] and prompts[-1]["sessionId"] == "s1"
+    assert "approved it" in prompts[-1]["text"]
+    assert all(o["kind"] != "allow_once" for o in agent.outcomes())

@@ -10,9 +10,13 @@ What a live session is doing decides whether a new chat may close it (``CLOSABLE
 
 | the session | may be closed for a new chat |
 |---|---|
-| ``ANSWERING``: a turn streams, or waits to start | no |
-| ``CARD``: its last answer ended on a permission card (or a VS Code tool call) the user still sees | no: closing it would cancel a card the user may be about to answer |
-| ``IDLE``: its last answer ended | yes, least recently used first (the chat sleeps and resumes its agent session when it comes back) |
+| ``ANSWERING``: a turn streams, or waits to start | never |
+| ``CARD``: its last answer ended on a permission card (or a VS Code tool call) the user still sees | only once the new chat has waited its whole bound (``AT_BOUND``) |
+| ``IDLE``: its last answer ended | at once, least recently used first (the chat sleeps and resumes its agent session when it comes back) |
+
+Before the bound, closing a card would cancel it while the user may be about to answer;
+after it, cards left unanswered that long must not keep every new chat out. Its chat
+sleeps: a late Allow or Skip wakes its session (docs/sessions.md).
 
 Requests queue per agent, first come first served: a new request that needs a session
 waits behind those already waiting for that agent, even when one became free just now.
@@ -40,8 +44,16 @@ class Use(enum.Enum):
     IDLE = "idle"  # its last answer ended (done, cancelled)
 
 
-#: Use → whether a new chat over the cap may close a session doing it.
-CLOSABLE: dict[Use, bool] = {Use.ANSWERING: False, Use.CARD: False, Use.IDLE: True}
+class Close(enum.IntEnum):
+    """When a new chat over the cap may close a live session (lower: closed first)."""
+
+    AT_ONCE = 0
+    AT_BOUND = 1  # once the new chat has waited its whole bound (``overdue``)
+    NEVER = 2
+
+
+#: Use → when a new chat over the cap may close a session doing it.
+CLOSABLE: dict[Use, Close] = {Use.ANSWERING: Close.NEVER, Use.CARD: Close.AT_BOUND, Use.IDLE: Close.AT_ONCE}
 
 
 def use(s: Session) -> Use:
@@ -62,21 +74,24 @@ class Room:
     close: tuple[str, ...] = ()
 
 
-def admit(live: Sequence[Session], cap: int, ahead: int = 0) -> Room:
+def admit(live: Sequence[Session], cap: int, ahead: int = 0, overdue: bool = False) -> Room:
     """Whether a request that needs one more session of an agent may have it now.
 
     ``live``: that agent's live sessions (dormant ones hold no agent session and do not
     count); ``cap``: live sessions allowed per agent (``--max-agent-processes``, ≥ 1);
     ``ahead``: requests of that agent already waiting (first come, first served: a
-    request with any ahead of it waits). Closes only ``CLOSABLE`` sessions, the least
-    recently active first, and only as many as the cap needs.
+    request with any ahead of it waits); ``overdue``: the request has waited its whole
+    bound (it goes first, whatever waits behind it). Closes only sessions ``CLOSABLE``
+    now (``AT_ONCE``; ``AT_BOUND`` too when overdue), idle ones before cards, each the
+    least recently active first, and only as many as the cap needs.
     """
-    if ahead > 0:
+    if ahead > 0 and not overdue:
         return Room(wait=True)
     excess = len(live) - cap + 1
     if excess <= 0:
         return Room(wait=False)
-    closable = sorted((s for s in live if CLOSABLE[use(s)]), key=lambda s: (s.last_active, s.id))
+    allowed = Close.AT_BOUND if overdue else Close.AT_ONCE
+    closable = sorted((s for s in live if CLOSABLE[use(s)] <= allowed), key=lambda s: (CLOSABLE[use(s)], s.last_active, s.id))
     if len(closable) < excess:
         return Room(wait=True)
     return Room(wait=False, close=tuple(s.id for s in closable[:excess]))

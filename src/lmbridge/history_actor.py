@@ -35,6 +35,10 @@ log = get_logger("history")
 SAVE_PERIOD = 1.0  # seconds between writes of the session index while it changes
 
 
+class ShuttingDown(Exception):
+    """The daemon is shutting down (``HistoryActor.aclose``): the request gets no session."""
+
+
 class AtCapacity(Exception):
     """Every session an agent may have (``max_processes``) stayed busy with other chats
     for the whole wait (``session_wait``), or the request was withdrawn while it waited."""
@@ -53,10 +57,12 @@ class _Begin:
 
 @dataclass(frozen=True)
 class _Withdraw:
-    """A request that waits for room gives up: its wait is over, or it was cancelled."""
+    """A request that waits for room gives up: its wait is over (``overdue``: it may then
+    close a session that shows a card, ``cap.Close.AT_BOUND``), or it was cancelled."""
 
     begin: _Begin
     waited: float
+    overdue: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,15 @@ class _Died:
 @dataclass(frozen=True)
 class _Tick:
     pass
+
+
+@dataclass(frozen=True)
+class _Shutdown:
+    """``aclose``: from here on no session actor is started; ``done`` is set once every
+    session is closed and every waiting request answered."""
+
+    reason: str
+    done: anyio.Event
 
 
 class HistoryActor:
@@ -146,6 +161,7 @@ class HistoryActor:
         self._mcp: Any = None  # mcp_bridge.McpHost, started when a session first offers VS Code tools
         self._mcp_lock = anyio.Lock()
         self._dropped: list[SessionActor] = []  # actors closed but not finished yet
+        self.closing = False  # shut down (``_Shutdown`` handled): no session actor is started any more
         self._garbage = False  # actors finished since the last collection
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -161,6 +177,7 @@ class HistoryActor:
                 async for msg in self._mailbox:
                     self._handle(msg)
             finally:
+                self.closing = True
                 self._fail_waiting("the daemon is shutting down")
                 self.close_all("daemon shutting down")
 
@@ -181,7 +198,8 @@ class HistoryActor:
         agent's are busy waits (``cap.admit``), up to ``session_wait`` seconds, for the
         first to become free; ``waiting(text)`` is called once, from the actor's task,
         with the line to show meanwhile (``cap.waiting_notice``). ``withdraw`` set: the
-        request gives up waiting (the user cancelled it).
+        request gives up waiting (the user cancelled it). At the bound it may take the
+        session of a chat whose card waited all that time (``cap.Close.AT_BOUND``).
 
         Raises ``HistoryError`` when the messages cannot be answered, ``AtCapacity`` when
         no session became free in time or the request was withdrawn while it waited.
@@ -189,8 +207,9 @@ class HistoryActor:
         msg = _Begin(spec, messages, cwd, waiting)
         started = time.monotonic()
         await self._send.send(msg)
+        bound = anyio.move_on_after(self.session_wait)
         try:
-            with anyio.move_on_after(self.session_wait):
+            with bound:
                 if withdraw is None:
                     await msg.done.wait()
                 else:
@@ -200,7 +219,7 @@ class HistoryActor:
         finally:
             if not msg.done.is_set():  # the actor decides: granted meanwhile, or refused
                 with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    self._send.send_nowait(_Withdraw(msg, time.monotonic() - started))
+                    self._send.send_nowait(_Withdraw(msg, time.monotonic() - started, overdue=bound.cancelled_caught))
         await msg.done.wait()
         if msg.error is not None:
             raise msg.error
@@ -208,11 +227,17 @@ class HistoryActor:
         return msg.result
 
     async def aclose(self, reason: str, timeout: float = 5.0) -> None:
-        """Close every session and wait (up to ``timeout`` seconds) for their agents to stop."""
-        actors = list(self.actors.values()) + self._dropped
-        self.close_all(reason)
+        """Shut down: every session closed (a request read before it, still on its way to this
+        actor, fails with ``ShuttingDown`` instead of starting one) and, up to ``timeout``
+        seconds, their agents stopped; then the agent pool. The shutdown goes through the
+        mailbox, in order with the requests: the loop owns the sessions, and nothing is
+        started after it (into the pool's task group, closed next)."""
+        handled = anyio.Event()
         with anyio.move_on_after(timeout):
-            for actor in actors:
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await self._send.send(_Shutdown(reason, handled))
+                await handled.wait()  # the loop may still be starting (it reads the session index first)
+            for actor in list(self._dropped):
                 await actor.finished.wait()
         await self.pool.aclose()
         with anyio.CancelScope(shield=True):
@@ -237,6 +262,8 @@ class HistoryActor:
     def prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
         """Start ``spec``'s agent process now (spawn + ``initialize``, and a spare session
         where those are on), so the first chat does not wait for it (issue #11 §1)."""
+        if self.closing:
+            return
         assert self._tg is not None
         self._tg.start_soon(self._prewarm, spec, cwd)
 
@@ -351,7 +378,10 @@ class HistoryActor:
 
     def _handle(self, msg: Any) -> None:
         now = time.monotonic()
-        if isinstance(msg, _Begin):
+        if isinstance(msg, _Begin) and self.closing:
+            msg.error = ShuttingDown("the daemon is shutting down")
+            msg.done.set()
+        elif isinstance(msg, _Begin):
             queue = self.queues.get(msg.spec.id, [])
             try:
                 granted = self._grant(msg, now, ahead=len(queue))
@@ -370,8 +400,15 @@ class HistoryActor:
             queue = self.queues.get(msg.begin.spec.id, [])
             if msg.begin in queue and not msg.begin.done.is_set():
                 queue.remove(msg.begin)
-                log.info("request gave up waiting for a free session", agent=msg.begin.spec.id, waited=round(msg.waited, 3))
-                msg.begin.error = AtCapacity(cap.busy_message(msg.begin.spec.id, self.max_processes, self.session_wait))
+                granted = False
+                if msg.overdue:  # its whole bound waited: a card left that long may give way
+                    try:
+                        granted = self._grant(msg.begin, now, ahead=0, overdue=True)
+                    except HistoryError as exc:
+                        msg.begin.error, granted = exc, True
+                if not granted:
+                    log.info("request gave up waiting for a free session", agent=msg.begin.spec.id, waited=round(msg.waited, 3))
+                    msg.begin.error = AtCapacity(cap.busy_message(msg.begin.spec.id, self.max_processes, self.session_wait))
                 msg.begin.done.set()
                 self._serve_queues(now)  # those behind it may go now
         elif isinstance(msg, _Ended):
@@ -398,6 +435,11 @@ class HistoryActor:
         elif isinstance(msg, _Died):
             self._drop(msg.session_id, "agent gone")
             self._serve_queues(now)
+        elif isinstance(msg, _Shutdown):
+            self.closing = True
+            self._fail_waiting("the daemon is shutting down")
+            self.close_all(msg.reason)
+            msg.done.set()
         elif isinstance(msg, _Tick):
             self._collect_when_idle()
             for sid in self.core.idle(now, self.idle_timeout):
@@ -405,14 +447,14 @@ class HistoryActor:
                 self._drop(sid, "evicted after being idle")
             self._serve_queues(now)
 
-    def _grant(self, msg: _Begin, now: float, ahead: int) -> bool:
+    def _grant(self, msg: _Begin, now: float, ahead: int, overdue: bool = False) -> bool:
         """Begin ``msg``'s turn if the cap lets it (``cap.admit``: closing the idle sessions it
         names); False, changing nothing, when it must wait. Decided first, carried out only
         once there is room: a request that waits or is refused changes no session (a dormant
         one keeps its resume token). Raises ``HistoryError`` (nothing changed either)."""
         plan = self.core.plan(msg.spec.id, msg.messages)
         if plan.session_id not in self.actors:
-            room = cap.admit(self._live(msg.spec.id), self.max_processes, ahead)
+            room = cap.admit(self._live(msg.spec.id), self.max_processes, ahead, overdue)
             if room.wait:
                 return False
             for sid in room.close:
@@ -440,7 +482,7 @@ class HistoryActor:
     def _fail_waiting(self, reason: str) -> None:
         for queue in self.queues.values():
             for msg in queue:
-                msg.error = AtCapacity(f"agent {msg.spec.id!r}: {reason}")
+                msg.error = ShuttingDown(reason)
                 msg.done.set()
         self.queues.clear()
 

@@ -122,3 +122,4 @@ async def claude_bridge(tmp_path: Path, base_url: str, *args: str) -> AsyncItera
         async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
             await client.initialize(workspace=[str(tmp_path)], agents=[spec])
             yield client
+            await client.close(timeout=60)  # EOF: the daemon stops the agent, ~1-3 s idle (4.5 s loaded)

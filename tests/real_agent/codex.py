@@ -131,3 +131,4 @@ async def codex_bridge(tmp_path: Path, base_url: str, *args: str, logged_in: boo
         async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
             await client.initialize(workspace=[str(tmp_path / "work")], agents=[spec])
             yield client
+            await client.close(timeout=60)  # EOF: the daemon stops the agent, ~1-3 s idle (4.5 s loaded)

@@ -128,3 +128,4 @@ async def fast_agent_bridge(
         async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
             await client.initialize(workspace=[str(workspace)], agents=[spec])
             yield client
+            await client.close(timeout=60)  # EOF: the daemon stops the agent, ~1-3 s idle (4.5 s loaded)

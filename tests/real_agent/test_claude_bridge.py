@@ -29,7 +29,7 @@ from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.real_agent.claude import claude_bridge  # noqa: E402
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.anyio]
-TIMEOUT = 90  # seconds per test body
+TIMEOUT = 300  # seconds per test body: ≥10x idle (the agent's start and a few turns, 5-20 s idle)
 
 
 def bridge(tmp_path: Path, fake: FakeAnthropic) -> Any:
@@ -96,7 +96,8 @@ async def test_stop_does_not_run_and_the_next_request_is_answered_promptly(tmp_p
             assert call.error is None and call.result == {"stopReason": "end_turn"}, call.result
             assert "Fine, moving on." in text_of(call)
             assert not marker.exists()
-            assert elapsed < 30, f"took {elapsed:.1f} s"
+            assert elapsed < 60, f"took {elapsed:.1f} s"  # ~2-5 s idle
+            assert "cancelled turn did not end" not in (tmp_path / "daemon.stderr").read_text(errors="replace")  # promptly: the stopped turn ended, no drain deadline (10 s) waited
             # The cancelled tool_use reached the model as an error, never as a success.
             assert all(r["is_error"] for r in fake.tool_results())
             assert os.path.exists(tmp_path)
@@ -196,7 +197,8 @@ async def test_vscode_tools_stop_with_a_call_pending(tmp_path: Path) -> None:
                 elapsed = time.monotonic() - started
             assert call.error is None and call.result == {"stopReason": "end_turn"}, call.result
             assert "OK, stopped." in text_of(call)
-            assert elapsed < 30
+            assert elapsed < 60, f"took {elapsed:.1f} s"  # ~2-5 s idle
+            assert "cancelled turn did not end" not in (tmp_path / "daemon.stderr").read_text(errors="replace")  # promptly: the stopped turn ended, no drain deadline (10 s) waited
             # Whatever reached the model for the calls was an error, never a success.
             assert fake.tool_results() and all(r.get("is_error") for r in fake.tool_results())
 

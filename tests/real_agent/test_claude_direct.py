@@ -37,7 +37,7 @@ from tests.real_agent.acp_probe import (  # noqa: E402
 )
 from tests.real_agent.claude import claude_agent_launch  # noqa: E402
 
-TURN_TIMEOUT = 60  # seconds, per test body
+TURN_TIMEOUT = 300  # seconds, per test body: ≥10x idle (the agent's start and a few turns, 5-20 s idle)
 
 
 @pytest.fixture

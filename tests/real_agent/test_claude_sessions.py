@@ -29,7 +29,7 @@ from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.real_agent.claude import claude_bridge  # noqa: E402
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.anyio]
-TIMEOUT = 120  # seconds per test body
+TIMEOUT = 300  # seconds per test body: ≥10x idle (the agent's start and a few turns, 5-20 s idle)
 
 
 def bridge(tmp_path: Path, fake: FakeAnthropic, *args: str) -> Any:

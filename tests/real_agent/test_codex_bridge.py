@@ -48,7 +48,7 @@ pytestmark = [
     pytest.mark.anyio,
     pytest.mark.skipif(not is_installed(), reason="codex-acp (linux-x64) is not installed: make real-agent-deps"),
 ]
-TIMEOUT = 60  # seconds per test body
+TIMEOUT = 300  # seconds per test body: ≥10x idle (the agent's start and a few turns, 5-20 s idle)
 MODEL = "codex"
 # Copilot's scaffolding around the user's words: none of it may reach the model.
 SCAFFOLDING = ("<userRequest>", "<reminderInstructions>", "<environment_info>", "<workspace_info>", "<context>")
@@ -258,7 +258,8 @@ async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path) -> Non
                 elapsed = time.monotonic() - started
             assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
             assert "Fine, moving on." in text_of(call)
-            assert elapsed < 10, f"took {elapsed:.1f} s"
+            assert elapsed < 60, f"took {elapsed:.1f} s"  # ~2-5 s idle
+            assert "cancelled turn did not end" not in (tmp_path / "daemon.stderr").read_text(errors="replace")  # promptly: the stopped turn ended, no drain deadline (10 s) waited
             assert not marker.exists()
             last = fake.responses_requests()[-1]
             assert user_words(last)[-1] == "Never mind, just say hi."
@@ -464,7 +465,8 @@ async def test_cancel_mid_stream_then_the_next_message(tmp_path: Path) -> None:
             assert nxt.error is None and nxt.result == {"stopReason": "end_turn"}, nxt.error
             assert text_of(nxt).endswith("Fresh answer.")
             assert "SECRET-TAIL" not in text_of(call) + text_of(nxt)
-            assert elapsed < 10, f"took {elapsed:.1f} s"
+            assert elapsed < 60, f"took {elapsed:.1f} s"  # ~2-5 s idle
+            assert "cancelled turn did not end" not in (tmp_path / "daemon.stderr").read_text(errors="replace")  # promptly: the stopped turn ended, no drain deadline (10 s) waited
             last = fake.responses_requests()[-1]
             assert user_words(last)[-1] == "Just say something short."
             assert "SECRET-TAIL" not in json.dumps(last["input"])
@@ -592,7 +594,8 @@ async def test_stop_with_a_vscode_tool_call_pending(tmp_path: Path) -> None:
                 call = await chat(client, conv.ask("Stop that, just say OK."), [SEARCH_TOOL])
                 elapsed = time.monotonic() - started
             assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
-            assert "OK, stopped." in text_of(call) and elapsed < 10
+            assert "OK, stopped." in text_of(call) and elapsed < 60, f"took {elapsed:.1f} s"  # ~2-5 s idle
+            assert "cancelled turn did not end" not in (tmp_path / "daemon.stderr").read_text(errors="replace")  # promptly: the stopped turn ended, no drain deadline (10 s) waited
             last = fake.responses_requests()[-1]
             assert user_words(last)[-1] == "Stop that, just say OK."
             # Nothing ran. Which of two "not run" answers the model gets is a race: codex

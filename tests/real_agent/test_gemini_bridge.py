@@ -34,7 +34,7 @@ pytestmark = [
     pytest.mark.anyio,
     pytest.mark.skipif(not is_installed(), reason="gemini-cli is not installed: make real-agent-deps"),
 ]
-TIMEOUT = 60  # seconds per test body
+TIMEOUT = 300  # seconds per test body: ≥10x idle (the agent's start and a few turns, 5-20 s idle)
 MODEL = "gemini"
 SHELL = "run_shell_command"  # gemini-cli's shell tool: {"command": ...}
 
@@ -139,7 +139,8 @@ async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path, worksp
             assert call.result == {"stopReason": "end_turn"}, (call.result, call.parts)
             assert "Fine, moving on." in text_of(call)
             assert not marker.exists()
-            assert elapsed < 20, f"took {elapsed:.1f} s"
+            assert elapsed < 60, f"took {elapsed:.1f} s"  # ~2-5 s idle
+            assert "cancelled turn did not end" not in (tmp_path / "daemon.stderr").read_text(errors="replace")  # promptly: the stopped turn ended, no drain deadline (10 s) waited
             last = "\n".join(texts(fake.main_requests()[-1], "user"))
             assert "Never mind, just say hi." in last
             if fake.refused():
@@ -231,7 +232,8 @@ async def test_cancel_mid_stream_then_the_next_message(tmp_path: Path, workspace
             assert call.error is not None or call.result == {"stopReason": "cancelled"}, (call.result, call.error)
             assert nxt.result == {"stopReason": "end_turn"} and "A fresh answer." in text_of(nxt), nxt.parts
             assert "never seen" not in text_of(nxt)
-            assert elapsed < 20, f"took {elapsed:.1f} s"
+            assert elapsed < 60, f"took {elapsed:.1f} s"  # ~2-5 s idle
+            assert "cancelled turn did not end" not in (tmp_path / "daemon.stderr").read_text(errors="replace")  # promptly: the stopped turn ended, no drain deadline (10 s) waited
             last = fake.main_requests()[-1]
             assert "Just answer briefly instead." in "\n".join(texts(last, "user"))
             assert "STOPPED-8812" not in json.dumps(last["contents"])
@@ -465,7 +467,8 @@ async def test_vscode_tool_stopped_then_the_next_message(tmp_path: Path, workspa
                 call = await send(client, chat.ask("Stop that, just say OK."))
                 elapsed = time.monotonic() - started
             assert call.result == {"stopReason": "end_turn"} and "OK, stopped." in text_of(call)
-            assert elapsed < 20, f"took {elapsed:.1f} s"
+            assert elapsed < 60, f"took {elapsed:.1f} s"  # ~2-5 s idle
+            assert "cancelled turn did not end" not in (tmp_path / "daemon.stderr").read_text(errors="replace")  # promptly: the stopped turn ended, no drain deadline (10 s) waited
             assert "Stop that, just say OK." in "\n".join(texts(fake.main_requests()[-1], "user"))
             # Whatever reached the model for the call was an error, never a result.
             assert all("error" in json.dumps(r["response"]).lower() for r in fake.function_responses())

@@ -21,7 +21,7 @@ from tests.real_agent.claude import agent_environ, claude_agent_command, claude_
 from tests.real_agent.copilot import Conversation, options  # noqa: E402
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.anyio]
-TIMEOUT = 90
+TIMEOUT = 300  # seconds: ≥10x idle
 
 
 async def test_claude_without_a_key_says_how_to_sign_in_then_works_once_it_has_one(tmp_path: Path) -> None:

@@ -183,16 +183,20 @@ class AgentProcess:
             if self.running:
                 assert self.conn is not None
                 return self.conn
-            step("the start of its process")
             pool = self.pool
+            if not pool.open:
+                raise AgentExited(f"agent {self.label!r} not started: the daemon is shutting down")
+            step("the start of its process")
             pool.started += 1
             conn = await pool.launcher(
                 self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self,
                 session=f"p{pool.started}", recorder=pool.recorder,
             )  # fmt: skip
+            if not pool.start_soon(self._serve, conn):  # the pool closed while it was spawned
+                with anyio.CancelScope(shield=True):
+                    await conn.close()
+                raise AgentExited(f"agent {self.label!r} stopped: the daemon is shutting down")
             self._starting = conn
-            assert pool.tg is not None
-            pool.tg.start_soon(self._serve, conn)
             step("initialize")
             try:
                 try:
@@ -243,8 +247,7 @@ class AgentProcess:
             self.sessions.clear()
             self.responses.clear()
             self._drop_spare()
-        if self.pool.tg is not None:
-            self.pool.tg.start_soon(conn.close)  # _serve then tells every user (AgentGone)
+        self.pool.start_soon(conn.close)  # _serve then tells every user (AgentGone); closed with the pool if it is closing
         return AgentStuck(reason)
 
     def attach(self, user: object, mailbox: Sink) -> None:
@@ -304,10 +307,10 @@ class AgentProcess:
     def want_spare(self) -> None:
         """Prepare a spare session in the background, if spares are on and none is ready
         or being opened; it offers the tools the last new chat offered (``spare_tools``)."""
-        if self.pool.spares and self.running and self.spare is None and not self._preparing and self.pool.tg is not None:
+        if self.pool.spares and self.running and self.spare is None and not self._preparing and self.pool.open:
             self._preparing, self._spare_done = True, anyio.Event()
             self._preparing_tools = list(self.spare_tools)
-            self.pool.tg.start_soon(self._prepare_spare, self._preparing_tools)
+            self.pool.start_soon(self._prepare_spare, self._preparing_tools)
 
     async def _prepare_spare(self, tools: list[Any]) -> None:
         from lmbridge.mcp_bridge import ToolBridge, error_result, same_tools, server_name
@@ -349,7 +352,7 @@ class AgentProcess:
         ``SPARE_CLOSE_TIMEOUT``; else the agent keeps it until the process ends)."""
         spare.host.remove(spare.bridge.session_id)
         conn = self.conn
-        if not self.caps.close or conn is None or self.pool.tg is None:
+        if not self.caps.close or conn is None:
             return
 
         async def close() -> None:
@@ -359,7 +362,7 @@ class AgentProcess:
                 except Exception as exc:  # refused, or the process ended: nothing else holds it
                     log.info("spare session/close failed", agent=self.spec.id, error=str(exc) or type(exc).__name__)
 
-        self.pool.tg.start_soon(close)
+        self.pool.start_soon(close)  # nothing when the pool is closing: the process ends anyway
 
     def _drop_spare(self) -> None:
         spare, self.spare = self.spare, None
@@ -394,15 +397,15 @@ class AgentProcess:
             self._answer(item.id, error={"code": -32601, "message": f"method not found: {item.method}"})
 
     def _answer(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
-        conn, tg = self.conn or self._starting, self.pool.tg
-        if conn is None or tg is None:
+        conn = self.conn or self._starting
+        if conn is None:
             return
 
         async def write() -> None:
             with anyio.move_on_after(ORPHAN_WRITE_TIMEOUT):
                 await conn.respond(rid, result, error=error)
 
-        tg.start_soon(write)
+        self.pool.start_soon(write)  # the pool closing: the agent is being stopped, nobody to answer
 
     # -- lifetime -------------------------------------------------------------------
 
@@ -442,8 +445,7 @@ class AgentProcess:
                     self._drop_spare()
                     await conn.close()
 
-        assert self.pool.tg is not None
-        self.pool.tg.start_soon(reap)
+        self.pool.start_soon(reap)  # the pool closing: it stops every process itself
 
 
 class AgentPool:
@@ -477,14 +479,30 @@ class AgentPool:
             proc = self.processes[key] = AgentProcess(self, spec, cwd)
         return proc
 
+    @property
+    def open(self) -> bool:
+        """Whether tasks may be started in the pool's task group: it runs and ``aclose``
+        has not begun (from then on nothing is started: the group is cancelled, then gone)."""
+        return self.tg is not None and not self.closing
+
+    def start_soon(self, func: Callable[..., Any], *args: Any) -> bool:
+        """Run ``func(*args)`` in the pool's task group, if ``open``; False (nothing started) if not."""
+        if not self.open:
+            return False
+        assert self.tg is not None
+        self.tg.start_soon(func, *args)
+        return True
+
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             self.tg = tg
             task_status.started()
-            await anyio.sleep(math.inf)
+            if not self.closing:  # closed before it ran: nothing to wait for
+                await anyio.sleep(math.inf)
 
     async def aclose(self, timeout: float = 5.0) -> None:
-        """Stop every process (their users are gone or going): bounded by ``timeout`` seconds."""
+        """Stop every process (their users are gone or going): bounded by ``timeout`` seconds.
+        From its first line on, nothing more is started in the pool's task group (``open``)."""
         self.closing = True
         for proc in self.processes.values():
             proc._drop_spare()
