@@ -77,6 +77,9 @@ def test_same_tools(spare: list[ToolInfo], chat: list[ToolInfo], same: bool) -> 
 def test_agents_with_one_mcp_registry_per_process():
     fast = {"protocolVersion": 1, "agentCapabilities": {}, "agentInfo": {"name": "fast-agent-acp", "version": "0.10.48"}}
     assert Capabilities.of(fast).profile.shared_mcp_registry
+    assert not Capabilities.of(fast).profile.keeps_spare  # its sessions could not be taken up beside a spare
+    for name in ("gemini-cli", "codex-acp", "@zed-industries/claude-agent-acp", "other-agent"):
+        assert Capabilities.of({"agentInfo": {"name": name}}).profile.keeps_spare
     for other in ({"agentInfo": {"name": "claude-agent-acp"}}, {"agentInfo": "fast-agent-acp"}, {}):
         assert not Capabilities.of(other).profile.shared_mcp_registry
     assert server_name("s1") == "vscode" and server_name("s1", per_session=True) == "vscode-s1"

@@ -306,8 +306,9 @@ class AgentProcess:
 
     def want_spare(self) -> None:
         """Prepare a spare session in the background, if spares are on and none is ready
-        or being opened; it offers the tools the last new chat offered (``spare_tools``)."""
-        if self.pool.spares and self.running and self.spare is None and not self._preparing and self.pool.open:
+        or being opened, and the agent's profile allows one (``AgentProfile.keeps_spare``); it
+        offers the tools the last new chat offered (``spare_tools``)."""
+        if self.pool.spares and self.running and self.caps.profile.keeps_spare and self.spare is None and not self._preparing and self.pool.open:
             self._preparing, self._spare_done = True, anyio.Event()
             self._preparing_tools = list(self.spare_tools)
             self.pool.start_soon(self._prepare_spare, self._preparing_tools)
