@@ -11,9 +11,8 @@ Usage: ``python -m bench.sessions [--chats N] [--runs R] [--gap S] [--[no-]spare
   Each new chat is one ``lm/provideLanguageModelChatResponse`` with a one-message history.
   It runs twice: cold (the first chat starts the agent) and pre-warmed (the previous run
   left the agent in the index's recently used list; ``initialize`` starts it, then the
-  bench waits for the pre-warm before the first chat). ``--spare-session``: the daemon is
-  asked to keep a spare ACP session ready (claude-agent-acp is kept none: its profile's
-  ``relists_tools`` is off, docs/sessions.md); default: the daemon's default (off).
+  bench waits for the pre-warm before the first chat). The daemon keeps a spare ACP
+  session ready (its default); ``--no-spare-session`` measures it without.
 
 Figures, each the median of R runs:
 - the time to answer a new chat, from the request to its answer: the 1st chat, then the
@@ -215,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--daemon-src", help="run lmbridge serve from this src folder (a checkout from before)")
     parser.add_argument(
         "--spare-session", action=argparse.BooleanOptionalAction, default=None,
-        help="pass lmbridge serve --spare-session or --no-spare-session (default: neither, the daemon's default: off)",
+        help="pass lmbridge serve --spare-session or --no-spare-session (default: neither, the daemon's default: on)",
     )  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "sessions.json")
     args = parser.parse_args(argv)

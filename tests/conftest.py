@@ -197,8 +197,9 @@ class Client(DaemonClient):
 #: Tests compare answers' text exactly: the "Starting <agent>…" line (shown when an
 #: agent takes longer than 0.5 s to start) waits 60 s here, unless a test sets it.
 QUIET_START = {"LMBRIDGE_START_NOTICE": "60"}
-#: Spare sessions off, whatever the environment: tests that count the sessions an agent
-#: opened (or which sessionId a chat got) rely on it; tests of the spare ask for it.
+#: The daemon keeps a spare ACP session per agent by default; tests that count the
+#: sessions an agent opened (or which sessionId a chat got) start it without, and tests
+#: of the spare (or of the default) ask for it (``--spare-session``, or no such env).
 NO_SPARE = {"LMBRIDGE_SPARE_SESSION": "0"}
 
 

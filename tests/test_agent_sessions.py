@@ -216,36 +216,77 @@ async def test_the_agent_used_last_starts_right_after_initialize(scripted: Any, 
     assert len(agent.events("session_new")) == 1
 
 
+def _tools(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"tools": [{"name": "search_workspace", "description": "Search", "inputSchema": schema}], "toolMode": "auto"}
+
+
+def _spare_endpoint(event: dict[str, Any]) -> bool:
+    """Whether a session/new was a spare's (its tools relay names a spare endpoint)."""
+    return any(s["args"][s["args"].index("--session") + 1].startswith("spare") for s in event["mcpServers"])
+
+
 @pytest.mark.parametrize("how", ["env", "option"])
 async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, daemon: Any, how: str) -> None:
     """The spare session (``$LMBRIDGE_SPARE_SESSION=1``, or ``--spare-session``, which wins
     over ``$LMBRIDGE_SPARE_SESSION=0``): after a chat opens its session, one more is opened
-    ahead, with its own tools endpoint; the next new chat takes it (no session/new while it
-    waits), and its VS Code tools appear on that endpoint."""
-    agent = scripted({"turns": [[{"text": "first"}], [{"mcp_connect": {}}, {"mcp_list": True}, {"text": "listed"}]]})
-    tools = {"tools": [{"name": "search_workspace", "description": "Search", "inputSchema": {"type": "object"}}], "toolMode": "auto"}
+    ahead, its tools endpoint serving the tools that chat offered from the start (agents
+    list them once); the next new chat offering the same tools takes it (no session/new
+    while it waits), and the agent lists them there."""
+    listed = [{"mcp_connect": {}}, {"mcp_list": True}, {"text": "listed"}]
+    agent = scripted({"initialize": CAPS["resume"], "turns": [[{"text": "first"}], listed]})
+    tools = _tools({"type": "object", "properties": {"q": {"type": "string"}}})
     with anyio.fail_after(LIMIT):
         # The fixture sets $LMBRIDGE_SPARE_SESSION=0.
         args, env = (["--spare-session"], {}) if how == "option" else ([], {"LMBRIDGE_SPARE_SESSION": "1"})
         async with daemon([agent], args=args, env=env) as c:
-            ok(await c.chat(agent.id, [user("first chat")]))
+            ok(await c.chat(agent.id, [user("first chat")], options=tools))
             await eventually(lambda: len(agent.events("session_new")) == 2, what="the spare session")
             spare = agent.events("session_new")[1]
-            assert spare["mcpServers"] and spare["mcpServers"][0]["name"]
+            assert _spare_endpoint(spare)
             second = await c.chat(agent.id, [user("second chat")], options=tools)
             ok(second)
             assert text_of(second) == "listed"
     prompts = agent.prompts()
     assert prompts[1]["sessionId"] == spare["sessionId"]
     # Nothing was opened for the second chat while it waited: every session but the first
-    # chat's was opened ahead, as a spare (its tools relay names a spare endpoint; the one
-    # opened once the second chat took its spare may come before or after its prompt).
-    def spare(event: dict[str, Any]) -> bool:
-        return any(s["args"][s["args"].index("--session") + 1].startswith("spare") for s in event["mcpServers"])
+    # chat's was opened ahead, as a spare (the one opened once the second chat took its
+    # spare may come before or after its prompt).
+    assert [_spare_endpoint(e) for e in agent.events("session_new")][:2] == [False, True]
+    assert not [e for e in agent.events("session_new")[1:] if not _spare_endpoint(e)]
+    assert [e["names"] for e in agent.events("mcp_tools")] == [["search_workspace"]]
+    second_sent = agent.frames("session/prompt")[1]["t"]
+    assert not [e for e in agent.events("session_close") if e["t"] < second_sent]  # the spare was taken, not closed
 
-    assert [spare(e) for e in agent.events("session_new")][:2] == [False, True]
-    assert not [e for e in agent.events("session_new")[1:] if not spare(e)]
-    assert [e["names"] for e in agent.events("mcp_tools")][-1] == ["search_workspace"]
+
+async def test_a_chat_offering_other_tools_than_the_spare_gets_a_fresh_session(scripted: Any, daemon: Any) -> None:
+    """A spare opened before any chat offered tools carries none: a chat offering some does
+    not take it (the agent would never list them), it is closed (session/close) and the chat
+    gets a fresh session with its own tools; the next spare carries those tools and a chat
+    offering them takes it; one offering the same tool with another schema does not."""
+    listed = [{"mcp_connect": {}}, {"mcp_list": True}, {"text": "listed"}]
+    agent = scripted({"initialize": CAPS["resume"], "turns": [[{"text": "first"}], listed, listed, listed]})
+    one = _tools({"type": "object", "properties": {"q": {"type": "string"}}})
+    other = _tools({"type": "object", "properties": {"query": {"type": "string"}}})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], args=["--spare-session"]) as c:
+            ok(await c.chat(agent.id, [user("first chat: no tools")]))
+            await eventually(lambda: len(agent.events("session_new")) == 2, what="the first spare")
+            empty = agent.events("session_new")[1]["sessionId"]
+            ok(await c.chat(agent.id, [user("second chat: tools")], options=one))
+            await eventually(lambda: len(agent.events("session_new")) == 4, what="the second spare")
+            ok(await c.chat(agent.id, [user("third chat: the same tools")], options=one))
+            ok(await c.chat(agent.id, [user("fourth chat: another schema")], options=other))
+    opened = agent.events("session_new")
+    prompts = [p["sessionId"] for p in agent.prompts()]
+    second_sent = agent.frames("session/prompt")[1]["t"]
+    assert empty in [e["sessionId"] for e in agent.events("session_close") if e["t"] < second_sent]  # not taken: closed
+    assert prompts[1] != empty and not _spare_endpoint(next(e for e in opened if e["sessionId"] == prompts[1]))
+    third = next(e for e in opened if e["sessionId"] == prompts[2])
+    assert _spare_endpoint(third) and third["sessionId"] != empty  # the spare opened with the second chat's tools
+    fourth = next(e for e in opened if e["sessionId"] == prompts[3])
+    assert not _spare_endpoint(fourth)  # another schema: a fresh session
+    assert [e["names"] for e in agent.events("mcp_tools")] == [["search_workspace"]] * 3
+    assert len(set(prompts)) == 4
 
 
 # ---------------------------------------------------------------- the agent's models and modes (§3)
@@ -453,5 +494,3 @@ async def test_a_late_answer_after_a_daemon_restart_wakes_the_dormant_session(sc
             ok(second)
             assert text_of(second) == "Woken."
     assert_woken(agent, "skip")
-
-

@@ -20,6 +20,7 @@ from lmbridge.mcp_bridge import (
     ToolBridge,
     ToolCall,
     result_content,
+    same_tools,
     select_tools,
     server_name,
 )
@@ -46,15 +47,38 @@ def test_select_tools_filters_own_tool_and_globs():
     assert [t.name for t in select_tools(tools, deny=["copilot_*"])] == ["search_workspace", "read_file"]
 
 
+Q = {"type": "object", "properties": {"q": {"type": "string"}}}
+SEARCH, READ = ToolInfo(name="search_workspace", description="Search", inputSchema=Q), ToolInfo(name="read_file", inputSchema=Q)
+
+
+@pytest.mark.parametrize(
+    ("spare", "chat", "same"),
+    [
+        ([], [], True),  # a spare opened before any chat offered tools: only for a chat offering none
+        ([], [SEARCH], False),
+        ([SEARCH], [], False),
+        ([SEARCH, READ], [SEARCH, READ], True),
+        ([SEARCH, READ], [READ, SEARCH], True),  # order aside
+        ([SEARCH], [SEARCH.model_copy(update={"description": "Find text"})], True),  # descriptions aside
+        ([SEARCH], [SEARCH, READ], False),  # one more tool
+        ([SEARCH, READ], [SEARCH], False),  # one fewer
+        ([SEARCH], [READ.model_copy(update={"name": "search_files"})], False),  # another name
+        ([SEARCH], [SEARCH.model_copy(update={"inputSchema": {"type": "object"}})], False),  # another schema
+        ([SEARCH], [SEARCH.model_copy(update={"inputSchema": None})], False),  # no schema
+        ([SEARCH, SEARCH], [SEARCH], True),  # a name offered twice counts once
+    ],
+)
+def test_same_tools(spare: list[ToolInfo], chat: list[ToolInfo], same: bool) -> None:
+    """Whether a chat offering ``chat`` may adopt a spare opened with ``spare``."""
+    assert same_tools(spare, chat) is same
+    assert same_tools(chat, spare) is same
+
+
 def test_agents_with_one_mcp_registry_per_process():
     fast = {"protocolVersion": 1, "agentCapabilities": {}, "agentInfo": {"name": "fast-agent-acp", "version": "0.10.48"}}
     assert Capabilities.of(fast).profile.shared_mcp_registry
-    assert not Capabilities.of(fast).profile.relists_tools  # so it is kept no spare session
-    for name in ("gemini-cli", "codex-acp", "@zed-industries/claude-agent-acp"):
-        assert not Capabilities.of({"agentInfo": {"name": name}}).profile.relists_tools
     for other in ({"agentInfo": {"name": "claude-agent-acp"}}, {"agentInfo": "fast-agent-acp"}, {}):
         assert not Capabilities.of(other).profile.shared_mcp_registry
-        assert Capabilities.of(other).profile.relists_tools  # an agent not known otherwise
     assert server_name("s1") == "vscode" and server_name("s1", per_session=True) == "vscode-s1"
 
 

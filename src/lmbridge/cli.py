@@ -64,8 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--spare-session", action=argparse.BooleanOptionalAction, default=None,
         help="keep one ACP session ready per running agent, so a new chat does not wait for session/new "
-        "(default: $LMBRIDGE_SPARE_SESSION, else off); not for agents that never list tools again "
-        "(claude-agent-acp, codex-acp, gemini-cli, fast-agent: docs/sessions.md)",
+        "(default: $LMBRIDGE_SPARE_SESSION, else on; --no-spare-session turns it off)",
     )  # fmt: skip
     serve.add_argument("--log-level", default=None, choices=LOG_LEVELS, help="default: $LMBRIDGE_LOG_LEVEL, else info")
     serve.add_argument("--log-json", action="store_true", help="log JSON lines on stderr")
@@ -196,7 +195,7 @@ def _serve(args: argparse.Namespace) -> int:
         config.index = SessionIndex(args.state_dir)
     # A recording replays without pre-warming or spare sessions (they start on their own).
     config.prewarm = not args.no_prewarm and _flag("LMBRIDGE_PREWARM", True) and args.record is None
-    spare = args.spare_session if args.spare_session is not None else _flag("LMBRIDGE_SPARE_SESSION", False)
+    spare = args.spare_session if args.spare_session is not None else _flag("LMBRIDGE_SPARE_SESSION", True)
     config.spare_session = spare and args.record is None
     if args.record is not None:
         from lmbridge.record import Recorder

@@ -35,6 +35,10 @@ log = get_logger("history")
 SAVE_PERIOD = 1.0  # seconds between writes of the session index while it changes
 
 
+class ShuttingDown(Exception):
+    """The daemon is shutting down (``HistoryActor.aclose``): the request gets no session."""
+
+
 class AtCapacity(Exception):
     """Every session an agent may have (``max_processes``) stayed busy with other chats
     for the whole wait (``session_wait``), or the request was withdrawn while it waited."""
@@ -100,6 +104,15 @@ class _Tick:
     pass
 
 
+@dataclass(frozen=True)
+class _Shutdown:
+    """``aclose``: from here on no session actor is started; ``done`` is set once every
+    session is closed and every waiting request answered."""
+
+    reason: str
+    done: anyio.Event
+
+
 class HistoryActor:
     """Routes chat requests to session actors. ``idle_timeout``: seconds a
     session may sit unused before it is evicted (its agent stopped, its pending
@@ -148,6 +161,7 @@ class HistoryActor:
         self._mcp: Any = None  # mcp_bridge.McpHost, started when a session first offers VS Code tools
         self._mcp_lock = anyio.Lock()
         self._dropped: list[SessionActor] = []  # actors closed but not finished yet
+        self.closing = False  # shut down (``_Shutdown`` handled): no session actor is started any more
         self._garbage = False  # actors finished since the last collection
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -163,6 +177,7 @@ class HistoryActor:
                 async for msg in self._mailbox:
                     self._handle(msg)
             finally:
+                self.closing = True
                 self._fail_waiting("the daemon is shutting down")
                 self.close_all("daemon shutting down")
 
@@ -212,11 +227,17 @@ class HistoryActor:
         return msg.result
 
     async def aclose(self, reason: str, timeout: float = 5.0) -> None:
-        """Close every session and wait (up to ``timeout`` seconds) for their agents to stop."""
-        actors = list(self.actors.values()) + self._dropped
-        self.close_all(reason)
+        """Shut down: every session closed (a request read before it, still on its way to this
+        actor, fails with ``ShuttingDown`` instead of starting one) and, up to ``timeout``
+        seconds, their agents stopped; then the agent pool. The shutdown goes through the
+        mailbox, in order with the requests: the loop owns the sessions, and nothing is
+        started after it (into the pool's task group, closed next)."""
+        handled = anyio.Event()
         with anyio.move_on_after(timeout):
-            for actor in actors:
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await self._send.send(_Shutdown(reason, handled))
+                await handled.wait()  # the loop may still be starting (it reads the session index first)
+            for actor in list(self._dropped):
                 await actor.finished.wait()
         await self.pool.aclose()
         with anyio.CancelScope(shield=True):
@@ -241,6 +262,8 @@ class HistoryActor:
     def prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
         """Start ``spec``'s agent process now (spawn + ``initialize``, and a spare session
         where those are on), so the first chat does not wait for it (issue #11 §1)."""
+        if self.closing:
+            return
         assert self._tg is not None
         self._tg.start_soon(self._prewarm, spec, cwd)
 
@@ -355,7 +378,10 @@ class HistoryActor:
 
     def _handle(self, msg: Any) -> None:
         now = time.monotonic()
-        if isinstance(msg, _Begin):
+        if isinstance(msg, _Begin) and self.closing:
+            msg.error = ShuttingDown("the daemon is shutting down")
+            msg.done.set()
+        elif isinstance(msg, _Begin):
             queue = self.queues.get(msg.spec.id, [])
             try:
                 granted = self._grant(msg, now, ahead=len(queue))
@@ -409,6 +435,11 @@ class HistoryActor:
         elif isinstance(msg, _Died):
             self._drop(msg.session_id, "agent gone")
             self._serve_queues(now)
+        elif isinstance(msg, _Shutdown):
+            self.closing = True
+            self._fail_waiting("the daemon is shutting down")
+            self.close_all(msg.reason)
+            msg.done.set()
         elif isinstance(msg, _Tick):
             self._collect_when_idle()
             for sid in self.core.idle(now, self.idle_timeout):
@@ -451,7 +482,7 @@ class HistoryActor:
     def _fail_waiting(self, reason: str) -> None:
         for queue in self.queues.values():
             for msg in queue:
-                msg.error = AtCapacity(f"agent {msg.spec.id!r}: {reason}")
+                msg.error = ShuttingDown(reason)
                 msg.done.set()
         self.queues.clear()
 

@@ -55,6 +55,15 @@ STOPPED_TEXT = "Tool execution was skipped: the user stopped the chat before it 
 CLOSED_TEXT = "Tool execution was cancelled: the session ended before VS Code answered."
 
 
+def same_tools(a: Sequence[ToolInfo], b: Sequence[ToolInfo]) -> bool:
+    """Whether two offers of VS Code tools are the same for an agent that lists them once:
+    the same names, each with the same ``inputSchema`` (order and descriptions aside; a
+    name offered twice counts once, the last as ``ToolBridge.set_tools`` keeps it). Pure.
+    A spare session opened with ``a`` is adopted by a chat offering ``b`` only when this
+    holds (docs/sessions.md, "The spare session")."""
+    return {t.name: t.inputSchema for t in a} == {t.name: t.inputSchema for t in b}
+
+
 def server_name(session_id: str, per_session: bool = False) -> str:
     """The MCP server's name in ``session/new``: ``vscode``, or ``vscode-<session>`` for an
     agent that keeps one registry of MCP servers for all its sessions and refuses a second

@@ -60,6 +60,7 @@ log = get_logger("server")
 MAX_FRAME = MAX_LINE  # bytes in one stdin line (framing.MAX_LINE: the same on every link)
 UNKNOWN_MODEL = -32602  # with data {"kind": "unknown_model"}
 AGENT_FAILED = -32000  # the agent could not start, crashed, or answered with an error
+SHUTTING_DOWN = "the daemon is shutting down"  # AGENT_FAILED's message for a request read before EOF
 
 
 def _rpc() -> Any:
@@ -133,7 +134,7 @@ class Config:
     max_processes: int = 4  # live ACP sessions per agent (--max-agent-processes)
     index: Any = None  # session_index.SessionIndex (lmbridge serve: the state folder's); None: nothing persisted
     prewarm: bool = False  # start the agents used last after initialize (needs ``index``)
-    spare_session: bool = False  # keep a spare ACP session per running agent process (--spare-session)
+    spare_session: bool = False  # keep a spare ACP session per running agent process (lmbridge serve: on; --no-spare-session)
     session_wait: float = 120.0  # seconds a new chat over the session cap waits for a free session (cap.SESSION_WAIT)
     # Seconds before "Starting <agent>…" is shown (None: LMBRIDGE_START_NOTICE or 0.5 s). Replay
     # passes infinity: a wall-clock notice is not part of a recording.
@@ -229,10 +230,18 @@ class Server:
             log.info("stdin closed: shutting down" if not self._reading.cancel_called else "stopped by a signal: shutting down")
             await self._stop()
             # Requests read before EOF are still answered (their agents are gone,
-            # so chat requests end with an error at once).
+            # so chat requests end with an error at once); one still running after
+            # that is answered here, before its task is cancelled: never dropped.
             with anyio.move_on_after(5):
                 while self._dispatching:
                     await anyio.sleep(0.01)
+            for ctx in list(self.inflight.values()):
+                if not ctx.answered:
+                    ctx.answered = True
+                    if ctx.job is not None:
+                        ctx.job.cancelled = True  # nothing more is sent for it
+                    self._error(ctx.id, AGENT_FAILED, SHUTTING_DOWN)
+            self.inflight.clear()
             await self._drain_out()
             tg.cancel_scope.cancel()
 
@@ -457,15 +466,18 @@ class Server:
             known = ", ".join(self.agents) or "none"
             return Error(UNKNOWN_MODEL, f"unknown model {p.modelId!r} (known: {known})", {"kind": "unknown_model"})
         if self.shutting_down:
-            return Error(AGENT_FAILED, "the daemon is shutting down")
+            return Error(AGENT_FAILED, SHUTTING_DOWN)
         from lmbridge.history import HistoryError
-        from lmbridge.history_actor import AtCapacity
+        from lmbridge.history_actor import AtCapacity, ShuttingDown
         from lmbridge.session_actor import Job
 
         rid = ctx.id
         ctx.chat = True  # $/cancelRequest may answer it from now on
         ctx.withdraw = anyio.Event()
-        history = await self._history()
+        try:
+            history = await self._history()
+        except ShuttingDown:
+            return Error(AGENT_FAILED, SHUTTING_DOWN)
         shown: list[dict[str, Any]] = []  # parts sent while it waited for a free session
 
         def waiting(text: str) -> None:
@@ -480,6 +492,8 @@ class Server:
             )
         except HistoryError as exc:
             return invalid_params(f"messages: {exc}")
+        except ShuttingDown:  # read before EOF, it reached the history actor after the shutdown
+            return Error(AGENT_FAILED, SHUTTING_DOWN)
         except AtCapacity as exc:
             if ctx.answered:
                 return Success({"stopReason": "cancelled"})  # already sent; _dispatch_one drops this copy
@@ -528,7 +542,12 @@ class Server:
 
     async def _prewarm(self) -> None:
         """The agents used last (the index's), started ahead of the first chat."""
-        history = await self._history()
+        from lmbridge.history_actor import ShuttingDown
+
+        try:
+            history = await self._history()
+        except ShuttingDown:
+            return
         cwd = self.workspace[0] if self.workspace else os.getcwd()
         for agent_id in history.recent:
             spec = self.agents.get(agent_id)
@@ -536,9 +555,14 @@ class Server:
                 history.prewarm(spec, cwd)
 
     async def _history(self) -> HistoryActor:
+        """The history actor, started on first use. Raises ``ShuttingDown`` when the
+        shutdown has begun before it was started (nothing is started then)."""
         async with self._history_lock:
             if self.history is None:
-                from lmbridge.history_actor import HistoryActor
+                from lmbridge.history_actor import HistoryActor, ShuttingDown
+
+                if self.shutting_down:
+                    raise ShuttingDown(SHUTTING_DOWN)
 
                 # What the imports built (the ACP schema's pydantic models: ~60k
                 # objects) lives as long as the daemon: out of the garbage

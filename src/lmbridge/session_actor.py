@@ -526,7 +526,7 @@ class SessionActor:
                 await self._start_bridge(job)
             return self.mcp_servers
 
-        how = Spare() if self.resume is None else Resume(self.resume)
+        how = Spare(tuple(self._offered(job))) if self.resume is None else Resume(self.resume)
         await self.acp.connect()
         try:
             opened = await self.acp.open(how, servers)

@@ -285,23 +285,48 @@ async def test_no_command_line_holds_a_credential_for_the_tools(tmp_path: Path) 
     assert set(server) == {"name", "command", "args", "env"} and server["env"] == []
 
 
-async def test_no_spare_session_for_claude_so_a_new_chat_has_its_vscode_tools(tmp_path: Path) -> None:
-    """``--spare-session``: a spare is opened ahead with no VS Code tools; claude-agent-acp
-    0.23.1 does not show its model the tools listed again after
-    ``notifications/tools/list_changed`` on the first turn (a chat that took a spare saw
-    none: seen), so it is kept no spare (its profile's ``relists_tools`` off): the second
-    chat opens its own session, and its model's calls of VS Code tools reach VS Code."""
+def vscode_names(body: dict[str, Any]) -> list[str]:
+    """The VS Code tools the model was offered in one Messages API request."""
+    return sorted(t["name"] for t in body.get("tools") or [] if str(t.get("name", "")).startswith("mcp__vscode__"))
+
+
+async def spare_ready(log: Path, count: int) -> None:
+    """Wait until the daemon has logged ``count`` spare sessions ready."""
+    while log.read_text(errors="replace").count("spare session ready") < count:
+        await anyio.sleep(0.1)
+
+
+async def test_a_chat_that_takes_the_spare_session_sees_its_vscode_tools(tmp_path: Path) -> None:
+    """The spare session (on by default) is opened with the VS Code tools the previous new
+    chat offered, served from the start (claude-agent-acp lists an MCP server's tools once, at
+    session start): a chat offering the same tools takes it, and its model is offered them
+    and its calls reach VS Code. A chat offering other tools does not take the spare (it is
+    closed): it gets a fresh session whose model is offered its own tools."""
     from lmbridge.client import tool_result
 
-    with FakeAnthropic([[{"text": "Hi."}], two_vscode_tools(), [{"text": "Found it all."}]]) as fake:
-        async with claude_bridge(tmp_path, fake.url, "--spare-session") as client:
+    both = ["mcp__vscode__read_file", "mcp__vscode__search_workspace"]
+
+    def call_both(body: dict[str, Any]) -> list[dict[str, Any]]:
+        return two_vscode_tools() if vscode_names(body) == both else [{"text": f"NO TOOLS: {vscode_names(body)}"}]
+
+    def say_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"text": f"TOOLS: {vscode_names(body)}"}]
+
+    read_only = {"tools": [VSCODE_TOOLS["tools"][1]]}
+    with FakeAnthropic([[{"text": "Hi."}], call_both, [{"text": "Found it all."}], say_tools]) as fake:
+        async with claude_bridge(tmp_path, fake.url) as client:
             log = tmp_path / "daemon.stderr"
             with anyio.fail_after(TIMEOUT):
-                first = await client.chat("claude", [user("Hello")], timeout=TIMEOUT)
+                first = await client.chat("claude", [user("Hello")], timeout=TIMEOUT, options=VSCODE_TOOLS)
                 assert first.error is None and "Hi." in text_of(first), (first.error, text_of(first))
-                await anyio.sleep(3)  # a spare, were one kept, would be ready by now (it is not waited for)
+                await spare_ready(log, 1)
                 _, seen, last = await run_tools(client, lambda p: tool_result(p["callId"], "x"))
-            assert [p["name"] for p in seen] == ["search_workspace", "read_file"]
-            assert last.result == {"stopReason": "end_turn"} and "Found it all." in text_of(last)
-            assert not any(r.get("is_error") for r in mcp_results(fake).values())
-    assert "how=spare" not in log.read_text(errors="replace") and "spare session ready" not in log.read_text(errors="replace")
+                assert [p["name"] for p in seen] == ["search_workspace", "read_file"], text_of(last)
+                assert last.result == {"stopReason": "end_turn"} and "Found it all." in text_of(last)
+                assert not any(r.get("is_error") for r in mcp_results(fake).values())
+                assert log.read_text(errors="replace").count("how=spare") == 1  # the second chat took the spare
+                await spare_ready(log, 2)
+                other = await client.chat("claude", [user("Read a.py")], timeout=TIMEOUT, options=read_only)
+                assert other.error is None and "TOOLS: ['mcp__vscode__read_file']" in text_of(other), (other.error, text_of(other))
+    text = log.read_text(errors="replace")
+    assert text.count("how=spare") == 1 and "spare session not taken: other tools" in text

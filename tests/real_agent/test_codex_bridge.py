@@ -521,31 +521,46 @@ async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
             assert output["call_id"] == fake.call_ids()[0] and answer in output["text"]
 
 
-async def test_no_spare_session_for_codex_so_a_new_chat_has_its_vscode_tools(tmp_path: Path) -> None:
-    """``--spare-session``: a spare is opened ahead with no VS Code tools; codex-acp
-    0.16.0 does not show its model tools listed again after ``notifications/tools/list_changed``
-    (a chat that took a spare saw no ``mcp__vscode``: seen), so it is kept no spare (its
-    profile's ``relists_tools`` off): the second chat opens its own session with its tools."""
+def vscode_namespace(body: dict[str, Any]) -> list[str]:
+    """The VS Code tools (the ``mcp__vscode`` namespace) one Responses API request offers the model."""
+    namespaces = {t["name"]: [i["name"] for i in t.get("tools") or []] for t in body.get("tools") or [] if t.get("type") == "namespace"}
+    return namespaces.get("mcp__vscode", [])
+
+
+async def test_a_chat_that_takes_the_spare_session_sees_its_vscode_tools(tmp_path: Path) -> None:
+    """The spare session (on by default) is opened with the VS Code tools the previous new
+    chat offered, served from the start (codex-acp lists an MCP server's tools once, at
+    session start): a chat offering the same tools takes it, and its model is offered them.
+    A chat offering other tools does not take the spare (it is closed): it gets a fresh
+    session whose model is offered its own tools."""
 
     def call_search(body: dict[str, Any]) -> list[dict[str, Any]]:
-        namespaces = {t["name"]: [i["name"] for i in t.get("tools") or []] for t in body.get("tools") or [] if t.get("type") == "namespace"}
-        if "search_workspace" not in namespaces.get("mcp__vscode", []):
-            return [{"text": f"NO TOOL: the model's namespaces were {namespaces}"}]
+        if "search_workspace" not in vscode_namespace(body):
+            return [{"text": f"NO TOOL: {vscode_namespace(body)}"}]
         return [{"function_call": {"name": "search_workspace", "namespace": "mcp__vscode", "arguments": {"q": "TODO"}}}]
 
-    with FakeResponses([[{"text": "Hi."}], call_search, [{"text": "Found the TODO."}]]) as fake:
-        async with bridge(tmp_path, fake, "--spare-session") as client:
-            with anyio.fail_after(TIMEOUT):
-                first = await chat(client, Conversation(workspace(tmp_path)).ask("Hello"))
-                assert first.error is None and "Hi." in text_of(first), (first.error, text_of(first))
-                await anyio.sleep(3)  # a spare, were one kept, would be ready by now (it is not waited for)
-                conv = Conversation(workspace(tmp_path))
-                call = await chat(client, conv.ask("Find the TODOs"), [SEARCH_TOOL])
-            assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, text_of(call))
-            (part,) = tool_calls(call)
-            assert (part["name"], part["input"]) == ("search_workspace", {"q": "TODO"})
-    assert "how=spare" not in log_of(tmp_path) and "spare session ready" not in log_of(tmp_path)
+    def say_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"text": f"TOOLS: search={'search_workspace' in vscode_namespace(body)} n={len(vscode_namespace(body))}"}]
 
+    with FakeResponses([[{"text": "Hi."}], call_search, say_tools]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            with anyio.fail_after(TIMEOUT):
+                first = await chat(client, Conversation(workspace(tmp_path)).ask("Hello"), [SEARCH_TOOL])
+                assert first.error is None and "Hi." in text_of(first), (first.error, text_of(first))
+                while log_of(tmp_path).count("spare session ready") < 1:
+                    await anyio.sleep(0.1)
+                call = await chat(client, Conversation(workspace(tmp_path)).ask("Find the TODOs"), [SEARCH_TOOL])
+                assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, text_of(call))
+                (part,) = tool_calls(call)
+                assert (part["name"], part["input"]) == ("search_workspace", {"q": "TODO"})
+                assert log_of(tmp_path).count("how=spare") == 1  # the second chat took the spare
+                while log_of(tmp_path).count("spare session ready") < 2:
+                    await anyio.sleep(0.1)
+                other = await chat(client, Conversation(workspace(tmp_path)).ask("Which tools?"))
+                assert other.error is None, other.error
+            offered = len(vscode_namespace(fake.responses_requests()[1]))
+            assert offered > 1 and f"TOOLS: search=False n={offered - 1}" in text_of(other), (offered, text_of(other))
+    assert log_of(tmp_path).count("how=spare") == 1 and "spare session not taken: other tools" in log_of(tmp_path)
 
 async def test_a_skipped_vscode_tool_reaches_the_model_as_declined(tmp_path: Path) -> None:
     call_search = {"function_call": {"name": "search_workspace", "namespace": "mcp__vscode", "arguments": {"q": "TODO"}}}

@@ -510,26 +510,51 @@ async def test_an_image_reaches_the_model_if_fast_agent_knows_it_sees(tmp_path: 
             assert images == ([f"data:image/png;base64,{PNG}"] if vision else []), parts
 
 
-async def test_no_spare_session_for_fast_agent_so_each_chat_keeps_its_tools(tmp_path: Path) -> None:
-    """--spare-session: fast-agent 0.10.48 never re-lists an MCP server's tools
-    on notifications/tools/list_changed, so a spare session, opened with an empty tool list,
-    would keep it when a chat adopts it (its profile: ``relists_tools`` off). It is kept no
-    spare: each chat opens its own session, with its own tools server (vscode-<session>),
-    and the chat's VS Code tools reach the model."""
-    with FakeOpenAIChat([call_vscode_tool("search_workspace", {"q": "one"}), [{"text": "First done."}], [{"text": "Second chat."}]]) as fake:
-        async with fast_agent_bridge(tmp_path, fake.url, "--spare-session") as client:
+def vscode_tools(body: dict) -> list[str]:
+    """The VS Code tools one chat completion request offers the model (``vscode-<server>__<tool>``)."""
+    return [t["function"]["name"] for t in body.get("tools") or [] if t["function"]["name"].startswith("vscode")]
+
+
+async def test_a_chat_that_takes_the_spare_session_sees_its_vscode_tools(tmp_path: Path) -> None:
+    """The spare session (on by default) is opened with the VS Code tools the previous new
+    chat offered, served from the start (fast-agent lists an MCP server's tools once, when it
+    connects): a chat offering the same tools takes it (its tools server is the spare's,
+    ``vscode-spare<n>``: fast-agent keeps one registry for all its sessions), and its model
+    is offered them and its call reaches VS Code. A chat offering other tools does not take
+    the spare (it is closed): it gets a fresh session whose model is offered its own tools."""
+
+    def search_if_offered(body: dict) -> list[dict]:
+        if not [n for n in vscode_tools(body) if n.endswith("__search_workspace")]:
+            return [{"text": f"NO TOOL: {vscode_tools(body)}"}]
+        return call_vscode_tool("search_workspace", {"q": "one"})(body)
+
+    def say_tools(body: dict) -> list[dict]:
+        names = vscode_tools(body)
+        return [{"text": f"TOOLS: search={any(n.endswith('__search_workspace') for n in names)} n={len(names)}"}]
+
+    with FakeOpenAIChat([[{"text": "Hi."}], search_if_offered, [{"text": "Found it."}], say_tools]) as fake:
+        async with fast_agent_bridge(tmp_path, fake.url) as client:
+            log = tmp_path / "daemon.stderr"
             with anyio.fail_after(TIMEOUT):
+                first = await send(client, copilot.Conversation(tmp_path / "workspace").ask("Hello"), extra_tools=[SEARCH_TOOL])
+                assert first.error is None and "Hi." in text_of(first), (first.error, text_of(first))
+                while log.read_text(errors="replace").count("spare session ready") < 1:
+                    await anyio.sleep(0.1)
                 conv = copilot.Conversation(tmp_path / "workspace")
                 call = await send(client, conv.ask("Search"), extra_tools=[SEARCH_TOOL])
-                assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, call.result)
+                assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, text_of(call))
                 (part,) = tool_calls(call)
                 conv.answered(call)
                 done = await send(client, conv.result(tool_result(part["callId"], "one.py:1")), extra_tools=[SEARCH_TOOL])
-                assert "First done." in text_of(done), (done.error, text_of(done))
-                second = await send(client, copilot.Conversation(tmp_path / "workspace").ask("Another chat"), extra_tools=[SEARCH_TOOL])
-            assert second.error is None and "Second chat." in text_of(second), (second.error, text_of(second))
-            names = {vscode_tool(body["tools"], "search_workspace") for body in fake.completions()}
-            assert len(names) == 2 and not [n for n in names if n.startswith("vscode-spare")], names
+                assert "Found it." in text_of(done), (done.error, text_of(done))
+                assert log.read_text(errors="replace").count("how=spare") == 1  # the second chat took the spare
+                while log.read_text(errors="replace").count("spare session ready") < 2:
+                    await anyio.sleep(0.1)
+                other = await send(client, copilot.Conversation(tmp_path / "workspace").ask("Which tools?"))
+                assert other.error is None, other.error
+            assert vscode_tool(fake.completions()[1]["tools"], "search_workspace").startswith("vscode-spare")
             assert "one.py:1" in fake.tool_messages()[0]["text"]
-    log = (tmp_path / "daemon.stderr").read_text(errors="replace")
-    assert "how=spare" not in log and "spare session ready" not in log and "refused" not in log, log
+            offered = len(vscode_tools(fake.completions()[1]))
+            assert offered > 1 and f"TOOLS: search=False n={offered - 1}" in text_of(other), (offered, text_of(other))
+    text = log.read_text(errors="replace")
+    assert text.count("how=spare") == 1 and "spare session not taken: other tools" in text

@@ -474,21 +474,37 @@ async def test_vscode_tool_stopped_then_the_next_message(tmp_path: Path, workspa
             assert all("error" in json.dumps(r["response"]).lower() for r in fake.function_responses())
 
 
-async def test_no_spare_session_for_gemini_so_a_new_chat_has_its_vscode_tools(tmp_path: Path, workspace: Path) -> None:
-    """``--spare-session``: a spare is opened ahead with no VS Code tools; gemini-cli
-    0.61.0 does not list them again for the model when told they changed (a chat that took
-    a spare was offered none: seen), so it is kept no spare (its profile's
-    ``relists_tools`` off): the second chat opens its own session, and its model is
-    offered the chat's tools."""
+async def test_a_chat_that_takes_the_spare_session_sees_its_vscode_tools(tmp_path: Path, workspace: Path) -> None:
+    """The spare session (on by default) is opened with the VS Code tools the previous new
+    chat offered, served from the start (gemini-cli lists an MCP server's tools once, at
+    session start): a chat offering the same tools (Agent mode offers every chat the same)
+    takes it, and its model is offered them and its call reaches VS Code. A chat offering
+    other tools does not take the spare (it is closed): it gets a fresh session whose model
+    is offered its own tools."""
     found = "src/app.py:3: # TODO tidy this"
-    script = [[{"text": "Hi."}], [{"call": {"name": "mcp_vscode_grep_search", "args": {"query": "TODO", "isRegexp": False}}}], [{"text": "Found one TODO."}]]
+
+    def vscode(body: dict[str, Any]) -> list[str]:
+        return [n for n in function_declarations(body) if n.startswith("mcp_vscode_")]
+
+    def grep_if_offered(body: dict[str, Any]) -> list[dict[str, Any]]:
+        if "mcp_vscode_grep_search" not in vscode(body):
+            return [{"text": f"NO TOOLS: {vscode(body)}"}]
+        return [{"call": {"name": "mcp_vscode_grep_search", "args": {"query": "TODO", "isRegexp": False}}}]
+
+    def say_tools(body: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"text": f"TOOLS: grep={'mcp_vscode_grep_search' in vscode(body)} n={len(vscode(body))}"}]
+
+    script = [[{"text": "Hi."}], grep_if_offered, [{"text": "Found one TODO."}], say_tools]
+    no_grep = options()
+    no_grep["tools"] = [t for t in no_grep["tools"] if t["name"] != "grep_search"]
     with FakeGemini(script) as fake:
-        async with gemini_bridge(tmp_path, fake.url, "--spare-session") as client:
+        async with gemini_bridge(tmp_path, fake.url) as client:
             log = tmp_path / "daemon.stderr"
             with anyio.fail_after(TIMEOUT):
                 first = await send(client, Conversation(workspace).ask("Hello."))
                 assert first.error is None and "Hi." in text_of(first), (first.error, text_of(first))
-                await anyio.sleep(3)  # a spare, were one kept, would be ready by now (it is not waited for)
+                while log.read_text(errors="replace").count("spare session ready") < 1:
+                    await anyio.sleep(0.1)
                 chat = Conversation(workspace)
                 call = await send(client, chat.ask("Find the TODOs."))
                 while call.result == {"stopReason": "tool_calls"}:
@@ -496,6 +512,13 @@ async def test_no_spare_session_for_gemini_so_a_new_chat_has_its_vscode_tools(tm
                     for part in tool_calls(call):
                         chat.result(tool_result(part["callId"], found))
                     call = await send(client, chat.messages)
-            assert call.result == {"stopReason": "end_turn"} and "Found one TODO." in text_of(call), (call.error, text_of(call))
-            assert "mcp_vscode_grep_search" in function_declarations(fake.main_requests()[1])
-    assert "how=spare" not in log.read_text(errors="replace") and "spare session ready" not in log.read_text(errors="replace")
+                assert call.result == {"stopReason": "end_turn"} and "Found one TODO." in text_of(call), (call.error, text_of(call))
+                assert log.read_text(errors="replace").count("how=spare") == 1  # the second chat took the spare
+                while log.read_text(errors="replace").count("spare session ready") < 2:
+                    await anyio.sleep(0.1)
+                other = await client.chat(MODEL, Conversation(workspace).ask("Which tools?"), timeout=TIMEOUT, options=no_grep)
+                assert other.error is None, other.error
+            offered = len(vscode(fake.main_requests()[1]))
+            assert offered > 1 and f"TOOLS: grep=False n={offered - 1}" in text_of(other), (offered, text_of(other))
+    text = log.read_text(errors="replace")
+    assert text.count("how=spare") == 1 and "spare session not taken: other tools" in text

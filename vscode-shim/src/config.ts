@@ -51,7 +51,7 @@ export const DEFAULTS = {
 	thinking: 'auto' as ThinkingDisplay,
 	maxAgentProcesses: 4,
 	prewarm: true,
-	spareSession: false,
+	spareSession: true,
 	sessionWait: 120,
 };
 

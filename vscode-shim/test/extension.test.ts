@@ -26,34 +26,34 @@ afterEach(async () => {
 describe('readSettings and launchSpec', () => {
 	test('defaults: `lmbridge serve` on PATH, info, thinking auto', () => {
 		const s = readSettings(config({}));
-		assert.deepEqual(launchSpec(s), { command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '120' }, cwd: undefined });
+		assert.deepEqual(launchSpec(s), { command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '120' }, cwd: undefined });
 		assert.equal(s.thinking, 'auto');
 	});
 	const rows: Array<[string, Record<string, unknown>, { command: string; args: string[]; env: Record<string, string> }]> = [
 		['a daemon command and args', { 'daemon.command': '/opt/lmbridge/bin/lmbridge', 'daemon.args': ['serve', '--idle-timeout', '60'] },
-			{ command: '/opt/lmbridge/bin/lmbridge', args: ['serve', '--idle-timeout', '60'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '120' } }],
+			{ command: '/opt/lmbridge/bin/lmbridge', args: ['serve', '--idle-timeout', '60'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '120' } }],
 		['a python path wins over the command', { pythonPath: '/venv/bin/python', 'daemon.command': 'ignored' },
-			{ command: '/venv/bin/python', args: ['-P', '-m', 'lmbridge', 'serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '120' } }],
+			{ command: '/venv/bin/python', args: ['-P', '-m', 'lmbridge', 'serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '120' } }],
 		['env and log level', { 'daemon.env': { A: 'b', N: 1 }, logLevel: 'debug' },
-			{ command: 'lmbridge', args: ['serve'], env: { A: 'b', N: '1', LMBRIDGE_LOG_LEVEL: 'debug', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '120' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { A: 'b', N: '1', LMBRIDGE_LOG_LEVEL: 'debug', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '120' } }],
 		['a log level the daemon would refuse falls back to info', { logLevel: 'trace' },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '120' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '120' } }],
 		['a process cap', { maxAgentProcesses: 2 },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '2', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '120' } }],
-		['no pre-warming, a spare session', { prewarm: false, spareSession: true },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '0', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '120' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '2', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '120' } }],
+		['no pre-warming, no spare session', { prewarm: false, spareSession: false },
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '0', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '120' } }],
 		['a session wait', { sessionWait: 30 },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '30' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '30' } }],
 		['no wait: the busy error at once', { sessionWait: 0 },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '0' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '0' } }],
 		['a wait the daemon would refuse falls back to 120', { sessionWait: -1 },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '120' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '120' } }],
 		['not booleans: the defaults', { prewarm: 'no', spareSession: 1 },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '120' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '120' } }],
 		['a cap the daemon would refuse falls back to 4', { maxAgentProcesses: 0 },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '120' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '120' } }],
 		['blank command: the default', { 'daemon.command': '  ' },
-			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '120' } }],
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '120' } }],
 	];
 	for (const [name, values, expected] of rows) {
 		test(name, () => {

@@ -24,9 +24,12 @@ within ``SESSION_TIMEOUT``. A stuck process is stopped: its chats get ``AgentGon
 with the agent's name and the request it missed; the next chat starts a new process
 (docs/sessions.md, "A stuck agent process").
 
-With ``spares`` on, each running process keeps one spare ACP session ready (opened
-with its own VS Code tools endpoint, which lists no tools until a chat adopts it), so a
-new chat does not wait for ``session/new``; the chat that takes it asks for the next.
+With ``spares`` on, each running process keeps one spare ACP session ready, so a new chat
+does not wait for ``session/new``. It is opened with its own VS Code tools endpoint, which
+serves from the start the tools the last new chat offered (agents list them once, at
+session start) and runs none until a chat adopts it; a chat offering the same tools
+(``mcp_bridge.same_tools``) adopts it, one offering others gets a fresh session and the
+spare is closed. The chat that takes it, or opens a fresh one, asks for the next.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from __future__ import annotations
 import math
 import os
 import weakref
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -52,6 +55,8 @@ log = get_logger("pool")
 
 #: Seconds an answer to a frame for no session may take to reach the agent.
 ORPHAN_WRITE_TIMEOUT = 10.0
+#: Seconds the agent may take to answer ``session/close`` for a spare no chat took.
+SPARE_CLOSE_TIMEOUT = 10.0
 
 
 def _seconds(name: str, default: float) -> float:
@@ -69,6 +74,7 @@ SESSION_TIMEOUT = _seconds("LMBRIDGE_SESSION_TIMEOUT", 20.0)
 class AgentStuck(AgentExited):
     """A running agent process missed a bound and was stopped (``AgentProcess.stuck``):
     the message names the agent and what it did not answer."""
+
 
 Sink = Any  # a session actor's mailbox (anyio MemoryObjectSendStream): ``send_nowait(item)``
 
@@ -118,6 +124,7 @@ class Spare:
     mcp_servers: list[dict[str, Any]]
     host: Any  # the mcp_bridge.McpHost the bridge is registered with
     config_options: Any = None  # its session/new answer's configOptions
+    tools: list[Any] = field(default_factory=list)  # the wire.ToolInfos its endpoint serves from the start
 
 
 @dataclass(frozen=True)
@@ -151,6 +158,8 @@ class AgentProcess:
         self.spare: Spare | None = None
         self._preparing = False
         self._spare_done = anyio.Event()  # set when the spare being opened is ready (or failed)
+        self._preparing_tools: list[Any] = []  # the tools the spare being opened offers
+        self.spare_tools: list[Any] = []  # the tools the last new chat offered (wire.ToolInfo): the next spare's
         self.stale = False  # said it needs a login: restarted once nobody uses it (retire)
         self.spawned_by: object = None  # the user whose connect started the running process
         self.stopped_stuck: weakref.WeakSet[AgentConnection] = weakref.WeakSet()  # connections stopped by ``stuck``
@@ -174,16 +183,20 @@ class AgentProcess:
             if self.running:
                 assert self.conn is not None
                 return self.conn
-            step("the start of its process")
             pool = self.pool
+            if not pool.open:
+                raise AgentExited(f"agent {self.label!r} not started: the daemon is shutting down")
+            step("the start of its process")
             pool.started += 1
             conn = await pool.launcher(
                 self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self,
                 session=f"p{pool.started}", recorder=pool.recorder,
             )  # fmt: skip
+            if not pool.start_soon(self._serve, conn):  # the pool closed while it was spawned
+                with anyio.CancelScope(shield=True):
+                    await conn.close()
+                raise AgentExited(f"agent {self.label!r} stopped: the daemon is shutting down")
             self._starting = conn
-            assert pool.tg is not None
-            pool.tg.start_soon(self._serve, conn)
             step("initialize")
             try:
                 try:
@@ -234,8 +247,7 @@ class AgentProcess:
             self.sessions.clear()
             self.responses.clear()
             self._drop_spare()
-        if self.pool.tg is not None:
-            self.pool.tg.start_soon(conn.close)  # _serve then tells every user (AgentGone)
+        self.pool.start_soon(conn.close)  # _serve then tells every user (AgentGone); closed with the pool if it is closing
         return AgentStuck(reason)
 
     def attach(self, user: object, mailbox: Sink) -> None:
@@ -270,28 +282,38 @@ class AgentProcess:
 
     # -- the spare session ------------------------------------------------------------
 
-    async def take_spare(self) -> Spare | None:
-        """The spare session: the one ready, or the one being opened (waited for: it is
-        further along than a session/new started now); the next is prepared at once."""
-        if self.spare is None and self._preparing:
+    async def take_spare(self, tools: Sequence[Any] = ()) -> Spare | None:
+        """The spare session for a new chat offering ``tools`` (``wire.ToolInfo``s, as the
+        chat's tools endpoint would serve them): the one ready, or the one being opened
+        (waited for: it is further along than a session/new started now), when it was
+        opened with the same tools (``mcp_bridge.same_tools``): agents list an MCP server's
+        tools once, at session start. A spare with other tools is closed and None returned
+        (the chat opens a fresh session). ``tools`` are kept for the next spare, which is
+        prepared at once."""
+        from lmbridge.mcp_bridge import same_tools
+
+        self.spare_tools = list(tools)
+        if self.spare is None and self._preparing and same_tools(self._preparing_tools, self.spare_tools):
             await self._spare_done.wait()
         spare, self.spare = self.spare, None
+        if spare is not None and not same_tools(spare.tools, self.spare_tools):
+            log.info("spare session not taken: other tools", agent=self.spec.id, acp_session=spare.session_id)
+            self._close_spare(spare)
+            spare = None
         if spare is not None:
             self.want_spare()
         return spare
 
     def want_spare(self) -> None:
-        """Prepare a spare session in the background, if spares are on, none is ready, and
-        the agent would see a chat's tools on it (``AgentProfile.relists_tools``)."""
-        if (
-            self.pool.spares and self.running and self.caps.profile.relists_tools
-            and self.spare is None and not self._preparing and self.pool.tg is not None
-        ):  # fmt: skip
+        """Prepare a spare session in the background, if spares are on and none is ready
+        or being opened; it offers the tools the last new chat offered (``spare_tools``)."""
+        if self.pool.spares and self.running and self.spare is None and not self._preparing and self.pool.open:
             self._preparing, self._spare_done = True, anyio.Event()
-            self.pool.tg.start_soon(self._prepare_spare)
+            self._preparing_tools = list(self.spare_tools)
+            self.pool.start_soon(self._prepare_spare, self._preparing_tools)
 
-    async def _prepare_spare(self) -> None:
-        from lmbridge.mcp_bridge import ToolBridge, error_result, server_name
+    async def _prepare_spare(self, tools: list[Any]) -> None:
+        from lmbridge.mcp_bridge import ToolBridge, error_result, same_tools, server_name
 
         async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
             call.resolve(error_result("no chat is using this session yet"))
@@ -303,13 +325,14 @@ class AgentProcess:
             self.pool.spares_made += 1
             bridge_id = f"spare{self.pool.spares_made}"
             bridge = ToolBridge(bridge_id, unclaimed, self.pool.recorder, server_name(bridge_id, self.caps.profile.shared_mcp_registry))
+            await bridge.set_tools(tools)  # served from the start: the agent lists them once
             await host.add(bridge)
             servers = [host.server_config(bridge)]
             sid, options = await new_session(self, conn, self.cwd, servers)  # bounded: a stuck process is stopped
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
-            self.spare, bridge = Spare(sid, bridge, servers, host, options), None
-            log.info("spare session ready", agent=self.spec.id, acp_session=sid)
+            self.spare, bridge = Spare(sid, bridge, servers, host, options, tools), None
+            log.info("spare session ready", agent=self.spec.id, acp_session=sid, tools=len(tools))
         except Exception as exc:
             log.info("no spare session", agent=self.spec.id, error=str(exc) or type(exc).__name__)
         finally:
@@ -317,6 +340,29 @@ class AgentProcess:
             self._spare_done.set()
             if bridge is not None and host is not None:
                 host.remove(bridge.session_id)
+        if self.spare is not None and not same_tools(self.spare.tools, self.spare_tools):
+            # A new chat offered other tools meanwhile: this one would never be taken.
+            spare, self.spare = self.spare, None
+            self._close_spare(spare)
+            self.want_spare()
+
+    def _close_spare(self, spare: Spare) -> None:
+        """Let go of ``spare``: its tools endpoint removed (nothing can reach it), and
+        ``session/close`` sent in the background where the agent offers it (bounded by
+        ``SPARE_CLOSE_TIMEOUT``; else the agent keeps it until the process ends)."""
+        spare.host.remove(spare.bridge.session_id)
+        conn = self.conn
+        if not self.caps.close or conn is None:
+            return
+
+        async def close() -> None:
+            with anyio.move_on_after(SPARE_CLOSE_TIMEOUT):
+                try:
+                    await conn.request("session/close", {"sessionId": spare.session_id})
+                except Exception as exc:  # refused, or the process ended: nothing else holds it
+                    log.info("spare session/close failed", agent=self.spec.id, error=str(exc) or type(exc).__name__)
+
+        self.pool.start_soon(close)  # nothing when the pool is closing: the process ends anyway
 
     def _drop_spare(self) -> None:
         spare, self.spare = self.spare, None
@@ -351,15 +397,15 @@ class AgentProcess:
             self._answer(item.id, error={"code": -32601, "message": f"method not found: {item.method}"})
 
     def _answer(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
-        conn, tg = self.conn or self._starting, self.pool.tg
-        if conn is None or tg is None:
+        conn = self.conn or self._starting
+        if conn is None:
             return
 
         async def write() -> None:
             with anyio.move_on_after(ORPHAN_WRITE_TIMEOUT):
                 await conn.respond(rid, result, error=error)
 
-        tg.start_soon(write)
+        self.pool.start_soon(write)  # the pool closing: the agent is being stopped, nobody to answer
 
     # -- lifetime -------------------------------------------------------------------
 
@@ -399,8 +445,7 @@ class AgentProcess:
                     self._drop_spare()
                     await conn.close()
 
-        assert self.pool.tg is not None
-        self.pool.tg.start_soon(reap)
+        self.pool.start_soon(reap)  # the pool closing: it stops every process itself
 
 
 class AgentPool:
@@ -434,14 +479,30 @@ class AgentPool:
             proc = self.processes[key] = AgentProcess(self, spec, cwd)
         return proc
 
+    @property
+    def open(self) -> bool:
+        """Whether tasks may be started in the pool's task group: it runs and ``aclose``
+        has not begun (from then on nothing is started: the group is cancelled, then gone)."""
+        return self.tg is not None and not self.closing
+
+    def start_soon(self, func: Callable[..., Any], *args: Any) -> bool:
+        """Run ``func(*args)`` in the pool's task group, if ``open``; False (nothing started) if not."""
+        if not self.open:
+            return False
+        assert self.tg is not None
+        self.tg.start_soon(func, *args)
+        return True
+
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             self.tg = tg
             task_status.started()
-            await anyio.sleep(math.inf)
+            if not self.closing:  # closed before it ran: nothing to wait for
+                await anyio.sleep(math.inf)
 
     async def aclose(self, timeout: float = 5.0) -> None:
-        """Stop every process (their users are gone or going): bounded by ``timeout`` seconds."""
+        """Stop every process (their users are gone or going): bounded by ``timeout`` seconds.
+        From its first line on, nothing more is started in the pool's task group (``open``)."""
         self.closing = True
         for proc in self.processes.values():
             proc._drop_spare()

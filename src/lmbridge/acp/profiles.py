@@ -52,9 +52,6 @@ class AgentProfile:
     permission is for. ``shared_mcp_registry``: one registry of MCP servers for all the
     process's sessions, so each session's VS Code tools server needs its own name
     (``mcp_bridge.server_name``), or a second chat's ``session/new`` is refused.
-    ``relists_tools``: it lists an MCP server's tools again on
-    ``notifications/tools/list_changed``; one that does not is kept no spare session
-    (opened ahead with no tools, a chat adopting it would never see its VS Code tools).
 
     ``permission_content_is_prompt``: a permission's ``toolCall.content`` is the agent's
     approval prompt (codex-acp: "Proposed Amendment … Available Decisions …"), not the
@@ -73,18 +70,15 @@ class AgentProfile:
     name: str
     tool_naming: ToolNaming = ToolNaming.NONE
     shared_mcp_registry: bool = False
-    relists_tools: bool = True
     permission_content_is_prompt: bool = False
     raw_output: Callable[[Any], str | None] | None = None
     cancel_breaks_history: bool = False
 
 
-CLAUDE = AgentProfile("claude", ToolNaming.CLAUDE_META, relists_tools=False)  # claude-agent-acp 0.23.1
-GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID, relists_tools=False)  # gemini-cli 0.61.0
-CODEX = AgentProfile("codex", ToolNaming.CODEX_RAW_INPUT, permission_content_is_prompt=True, raw_output=codex_output, relists_tools=False)  # codex-acp 0.16.0
-FAST_AGENT = AgentProfile(
-    "fast-agent", ToolNaming.TITLE, shared_mcp_registry=True, relists_tools=False, cancel_breaks_history=True
-)  # fast-agent 0.10.48
+CLAUDE = AgentProfile("claude", ToolNaming.CLAUDE_META)
+GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID)
+CODEX = AgentProfile("codex", ToolNaming.CODEX_RAW_INPUT, permission_content_is_prompt=True, raw_output=codex_output)
+FAST_AGENT = AgentProfile("fast-agent", ToolNaming.TITLE, shared_mcp_registry=True, cancel_breaks_history=True)  # fast-agent 0.10.48
 OTHER = AgentProfile("other")
 
 #: Every profile (for tests and docs).

@@ -11,8 +11,8 @@ A session is opened one of three ways (``AcpSession.open``):
   ``session/resume`` where offered, else ``session/load`` (the history it replays is routed
   to the caller, who does not show it), else, or when both are refused, ``session/new``
   (``Opened.lost``: the agent no longer holds the chat's earlier turns).
-* ``Spare()``: the process's spare session (opened ahead, ``acp.process.Spare``), or
-  ``session/new`` when none is ready.
+* ``Spare(tools)``: the process's spare session (opened ahead, ``acp.process.Spare``) when
+  it offers the same VS Code tools as the chat, else ``session/new``.
 
 The session decides nothing about turns: the turn machine (``turn``) does, and the session
 actor carries out its effects through this class. Frames that must go out in order with the
@@ -65,7 +65,11 @@ class Resume:
 
 @dataclass(frozen=True)
 class Spare:
-    """Take the process's spare session (opened ahead), else open a fresh one."""
+    """Take the process's spare session (opened ahead) if it offers the same VS Code
+    ``tools`` (``wire.ToolInfo``s, the chat's offer: ``AgentProcess.take_spare``), else
+    open a fresh one."""
+
+    tools: tuple[Any, ...] = ()
 
 
 How = New | Resume | Spare
@@ -208,7 +212,7 @@ class AcpSession:
         Raises ``AgentError`` (refused), ``AgentExited``, ``ValueError`` (no sessionId)."""
         assert self.conn is not None, "connect first"
         if isinstance(how, Spare):
-            spare = await self.process.take_spare()
+            spare = await self.process.take_spare(how.tools)
             if spare is not None:
                 self.process.open(spare.session_id, self.mailbox)
                 caps = self.process.caps
