@@ -54,6 +54,9 @@ def _seconds(name: str, default: float) -> float:
 # SESSION_TIMEOUT for each session request); while it waits, a line every START_PROGRESS seconds.
 START_PROGRESS = _seconds("LMBRIDGE_START_PROGRESS", turn.START_PROGRESS)
 CLOSE_TIMEOUT = 2.0  # seconds an agent may take to answer session/close before it is stopped
+#: Seconds a closed session's cancelled prompt may take to be answered after session/close:
+#: an agent may answer the close first and end the prompt it cancels just after.
+CLOSE_GRACE = 5.0
 WRITE_TIMEOUT = _seconds("LMBRIDGE_WRITE_TIMEOUT", 10.0)  # seconds one frame may take to reach an agent that stopped reading
 DRAIN_TIMEOUT = _seconds("LMBRIDGE_DRAIN_TIMEOUT", turn.DRAIN)
 START_NOTICE = _seconds("LMBRIDGE_START_NOTICE", turn.START_NOTICE)
@@ -609,6 +612,12 @@ class SessionActor:
     async def _close_then(self, seq: int) -> None:
         """``turn.CloseSession``: close the session, then tell the machine (``SessionClosed``)."""
         await self.acp.close(CLOSE_TIMEOUT)
+        # The close's answer may come before the answer to the prompt it ended (the agent
+        # ends that turn once it has answered): let the prompt's answer reach the machine
+        # first, or the session would be left for a fresh one although the prompt ended.
+        with anyio.move_on_after(CLOSE_GRACE):
+            while seq in self._prompts.values():
+                await anyio.sleep(0.05)
         self._send.send_nowait(turn.SessionClosed(seq))
 
     def _offered(self, job: Job) -> list[ToolInfo]:
