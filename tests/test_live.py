@@ -13,9 +13,9 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lmbridge.acp.profiles import CLAUDE, CODEX
-from lmbridge.live import FENCE, HEAD, TAIL, LiveOutput, clean
-from lmbridge.render import TERMINAL_UPDATE, TurnRenderer
+from lmbridge.core.live import FENCE, HEAD, TAIL, LiveOutput, clean
+from lmbridge.core.present import TERMINAL_UPDATE, TurnRenderer
+from lmbridge.core.profiles import CLAUDE, CODEX
 
 
 def text(parts: list[dict]) -> str:

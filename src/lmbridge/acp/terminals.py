@@ -13,7 +13,7 @@ Here (docs/agents.md, docs/protocol.md "Terminals"):
   and stderr as one stream, in its own process group (a kill ends what it started too).
 * Its output is kept bounded: at most ``outputByteLimit`` bytes (the agent's, capped at
   ``OUTPUT_LIMIT``), cut from the start at a character boundary (``truncated``). Each chunk
-  also goes to ``on_output`` (the session actor streams it into the chat: ``render``'s
+  also goes to ``on_output`` (the session actor streams it into the chat: ``core.present``'s
   ``TERMINAL_UPDATE``) and, where the shim mirrors terminals, to a VS Code terminal
   (``Mirror``: ``client/terminal/open``/``output``/``exit``).
 * Every terminal dies with its session (``aclose``), with the daemon (``TerminalHost.aclose``), when the user closes its VS Code terminal (``killed``), and a
@@ -120,7 +120,7 @@ class TerminalHost:
 
     def session(self, cwd: str | None, on_output: Callable[[dict[str, Any]], None], tg: TaskGroup) -> Terminals:
         """The terminals of one session: run in ``cwd``; ``on_output`` gets each
-        ``render.TERMINAL_UPDATE`` (output and exit); their tasks run in ``tg``."""
+        ``core.present.TERMINAL_UPDATE`` (output and exit); their tasks run in ``tg``."""
         terminals = Terminals(self, cwd, on_output, tg)
         self.sessions.add(terminals)
         return terminals

@@ -12,7 +12,7 @@ zero or more parts (issue #2, "Updates → parts"; seed 003 for part semantics):
 * ``plan`` → a markdown checklist, only when the entries changed.
 * A command's output (``_meta.terminal_output`` on a tool call update, or a terminal
   lmbridge runs for the agent: ``TERMINAL_UPDATE``) → one code block that grows under its
-  tool call, bounded, closed when the command ends (``live``); then it is not shown again
+  tool call, bounded, closed when the command ends (``core.live``); then it is not shown again
   from the call's result.
 * Unknown kinds, and fields that fail validation, are reported to ``warn``
   and skipped; the rest of the update, and every other update, survives
@@ -33,9 +33,9 @@ from typing import Any
 from acp import schema
 from pydantic import BaseModel, ValidationError
 
-from lmbridge.acp.profiles import OTHER, AgentProfile
-from lmbridge.framing import clip
-from lmbridge.live import LiveOutput, exit_line
+from lmbridge.core.live import LiveOutput, exit_line
+from lmbridge.core.profiles import OTHER, AgentProfile
+from lmbridge.core.text import clip
 
 Part = dict[str, Any]
 Warn = Callable[[str], None]
