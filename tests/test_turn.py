@@ -18,6 +18,7 @@ from lmbridge.core import turn
 from lmbridge.core.history import Last
 from lmbridge.core.permissions import ACTION_TOOL, ACTION_TOOLS, EDIT_TOOL, READ_TOOL, Answer
 from lmbridge.core.present import TurnRenderer
+from lmbridge.core.profiles import CLAUDE, CODEX
 from lmbridge.core.turn import (
     AgentExited,
     CancelJob,
@@ -170,6 +171,20 @@ def draining() -> Driver:
     return d
 
 
+def draining_command() -> Driver:
+    """DRAINING: the turn was cancelled while codex-acp ran a command (its profile:
+    ``cancel_leaves_commands``), which has streamed output and not ended."""
+    d = starting()
+    d.m.reset_renderer(TurnRenderer(profile=CODEX))
+    d(Ready())
+    call = {"toolCallId": "call_1", "title": "sleep 60", "kind": "execute", "content": [{"type": "terminal", "terminalId": "call_1"}]}
+    d(Update({"sessionUpdate": "tool_call", "status": "in_progress", **call}))
+    d(Update({"sessionUpdate": "tool_call_update", "toolCallId": "call_1", "_meta": {"terminal_output": {"terminal_id": "call_1", "data": "tick\n"}}}))
+    d(CancelJob(1))
+    assert d.state is State.DRAINING
+    return d
+
+
 def closing() -> Driver:
     """DRAINING: the cancelled turn outlived its drain deadline; its session is being closed."""
     d = draining()
@@ -226,6 +241,7 @@ SETUPS: dict[str, Callable[[], Driver]] = {
     "held_error": held_error,
     "streaming_with_job": streaming_with_job,
     "draining": draining,
+    "draining_command": draining_command,
     "closed": closed,
     "after_cancel": after_cancel,
     "closing": closing,
@@ -271,6 +287,7 @@ WALK: list[tuple[str, Callable[[Driver], Any], State]] = [
     ("awaiting", _prompt_end(), State.IDLE),
     ("streaming_with_job", lambda d: TimerFired(Timer.GATHER, d.timer(Timer.GATHER).tag), State.DRAINING),
     ("draining", _prompt_end("cancelled"), State.IDLE),
+    ("draining_command", _prompt_end("cancelled"), State.STARTING),
     ("draining", lambda d: PromptEnded(d.prompt().seq - 1, "end_turn"), State.DRAINING),
     ("draining_with_job", _prompt_end("cancelled"), State.STREAMING),
     ("idle", _prompt_end(), State.IDLE),
@@ -855,3 +872,57 @@ def test_new_words_queued_before_a_card_was_shown_stop_it_then_are_prompted() ->
     assert of(fx, Respond) == [Respond(7, "call-7", CANCELLED)] and d.state is State.DRAINING
     d(PromptEnded(d.prompt().seq, "cancelled"))
     assert d.prompt().job_id == 2 and d.state is State.STREAMING
+
+
+# ---------------------------------------------------------------- a command's live output
+
+
+def test_a_cancel_that_leaves_codex_command_running_closes_and_takes_up_its_session() -> None:
+    """codex-acp ends a cancelled turn at once but not its command (only session/close
+    does): the session is closed (ending the command) and taken up again; the next job
+    waits for it, then streams as usual."""
+    d = draining_command()
+    d(job(2))
+    fx = d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert d.state is State.STARTING
+    assert of(fx, NewSession) == [NewSession("a cancelled turn left a command running", take_up=True, close=True)]
+    d(Ready())
+    assert d.state is State.STREAMING and d.m.job is not None and d.m.job.id == 2
+
+
+def test_a_cancel_of_an_agent_that_ends_its_commands_keeps_the_session() -> None:
+    """claude-agent-acp kills its command on session/cancel: nothing more to do."""
+    d = starting()
+    d.m.reset_renderer(TurnRenderer(profile=CLAUDE))
+    d(Ready())
+    d(Update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "sleep 60", "kind": "execute", "status": "pending"}))
+    d(CancelJob(1))
+    fx = d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert d.state is State.IDLE and not of(fx, NewSession)
+
+
+def test_a_response_never_ends_inside_a_command_output_block() -> None:
+    """A card gathered while a command's output block is open ends the response
+    (``tool_calls``): the block is closed first, so the markdown stays whole."""
+    d = starting()
+    d.m.reset_renderer(TurnRenderer(profile=CODEX))
+    d(Ready())
+    d(Update({"sessionUpdate": "tool_call", "toolCallId": "c", "title": "make", "kind": "execute", "status": "in_progress"}))
+    fx = d(Update({"sessionUpdate": "tool_call_update", "toolCallId": "c", "_meta": {"terminal_output": {"terminal_id": "c", "data": "building\n"}}}))
+    assert texts(fx).endswith("building\n")
+    fx = d(ask(7)) + d.fire(Timer.GATHER)
+    assert of(fx, Finish)[0].stop_reason == "tool_calls"
+    assert texts(fx).startswith("````\n\n")  # closed before the card's call is shown
+    answer = texts(d.log)
+    assert answer.count("````") == 2 and answer.rstrip().endswith("(execute)")
+
+
+def test_a_response_ending_while_output_streams_closes_the_block() -> None:
+    """``Renderer.pause`` at a response's end: a block left open is closed."""
+    d = starting()
+    d.m.reset_renderer(TurnRenderer(profile=CODEX))
+    d(Ready())
+    d(Update({"sessionUpdate": "tool_call", "toolCallId": "c", "title": "make", "kind": "execute", "status": "in_progress"}))
+    d(Update({"sessionUpdate": "tool_call_update", "toolCallId": "c", "_meta": {"terminal_output": {"terminal_id": "c", "data": "no newline"}}}))
+    fx = d(PromptEnded(d.prompt().seq, "end_turn"))
+    assert texts(fx).startswith("\n````\n\n") and of(fx, Finish)

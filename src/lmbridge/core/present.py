@@ -340,6 +340,12 @@ class TurnRenderer:
         inside a code block (the next response starts a new one)."""
         return self._pause()
 
+    def left_running(self) -> bool:
+        """Whether a command the agent runs itself may outlive its cancelled turn: a started,
+        unfinished ``execute`` call of an agent whose profile says a cancel does not end its
+        commands (``AgentProfile.cancel_leaves_commands``)."""
+        return self.profile.cancel_leaves_commands and any(s.started and not s.finished and s.kind == "execute" for s in self.tools.values())
+
     def close(self) -> list[Part]:
         """End of turn: tool calls left open are closed (facts.md §3: agents leave
         them ``in_progress`` forever) and forgotten: a declined one as declined. Output

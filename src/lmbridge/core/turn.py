@@ -386,8 +386,9 @@ TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
     # ... kept for the next request (a request that came while the turn streamed has
     # stopped it when its cards were shown: it cannot answer them).
     (_S.AWAITING, PromptEnded): frozenset({_S.IDLE}),
-    # ... a drain that ends while its session is being closed stays DRAINING until closed.
-    (_S.DRAINING, PromptEnded): frozenset({_S.IDLE, _S.STREAMING, _S.DRAINING}),
+    # ... a drain that ends while its session is being closed stays DRAINING until closed;
+    # one that left a command running has its session closed and taken up (STARTING).
+    (_S.DRAINING, PromptEnded): frozenset({_S.IDLE, _S.STREAMING, _S.DRAINING, _S.STARTING}),
     (_S.IDLE, PromptEnded): frozenset({_S.IDLE}),
     (_S.STARTING, PromptEnded): frozenset({_S.STARTING}),
     # Gather window: the response ends ``tool_calls`` (and a request queued behind it that
@@ -418,6 +419,8 @@ class Renderer(Protocol):
     def known(self, tool_call_id: object) -> Mapping[str, Any] | None: ...
     def permission_tool(self, raw: Any) -> list[Part]: ...
     def declined(self, tool_call_id: object) -> None: ...
+    def pause(self) -> list[Part]: ...
+    def left_running(self) -> bool: ...
     def close(self) -> list[Part]: ...
 
 
@@ -502,6 +505,7 @@ class TurnMachine:
         # (CloseSession): until SessionClosed, nothing is sent to that session.
         self.closing: int | None = None
         self.whole = False  # the next prompt gets the whole conversation
+        self.command_left = False  # the cancelled prompt left a command of the agent's running (Renderer.left_running)
         self.agent_output = False  # the open prompt produced output for its job
         self.unsent: tuple[Any, ...] = ()
         self.held: PromptEnded | None = None  # the turn ended while no job streamed
@@ -642,6 +646,7 @@ class TurnMachine:
         for call_id in list(self.calls):
             self._answer(call_id, Answer.CANCELLED, None)
         self.buffer, self.buffered, self.left_out = [], 0, 0
+        self.command_left = self.command_left or (self.prompt_open and self.renderer.left_running())
         self.renderer.close()
         self.held = None
         if self.prompt_open and self.state is not State.DRAINING:
@@ -818,6 +823,7 @@ class TurnMachine:
             return  # stale
         self.closing = None
         self.recovering = True
+        self.command_left = False  # closing the session ended it
         self._go(State.STARTING)
         if self.prompt_open:
             # Still open after the close: that session is left for good (its late output
@@ -841,10 +847,20 @@ class TurnMachine:
             if ev.error is not None:
                 # Whatever ends a cancelled turn ends it as cancelled (facts.md §3).
                 self._fx.append(Log("info", "cancelled turn ended with an error", {"error": ev.error}))
+            running, self.command_left = self.command_left or self.renderer.left_running(), False
             self.renderer.close()
             self._report_dropped()
             if self.closing is not None:
                 return  # its session is being closed: SessionClosed goes on
+            if running:
+                # The agent ends a cancelled turn but not the command it runs (codex-acp:
+                # only session/close ends it, docs/agents.md): the session is closed, which
+                # ends the command, and taken up again.
+                self.recovering = True
+                self._go(State.STARTING)
+                self._fx.append(Log("info", "a cancelled turn left a command running: its session is closed and taken up", {"agent": self.agent}))
+                self._fx.append(NewSession("a cancelled turn left a command running", take_up=True, close=True))
+                return
             self._go(State.IDLE)
             self._next_waiting()
         elif self.state is State.AWAITING:
@@ -944,6 +960,8 @@ class TurnMachine:
             # neither text nor a tool call: say what happened instead.
             declined = any(a in (Answer.REJECT, Answer.DECLINED) for a in job.answers.values())
             self._emit(_text(f"_{self.agent} ended its turn{': the action was declined' if declined else ' without a reply'}._"))
+        for part in self.renderer.pause():  # the response must not end inside a command's output block
+            self._emit(part)
         self.job = None
         self._fx.append(StopTimer(Timer.GATHER))
         self._fx.append(Finish(job.id, stop_reason, last, pending))

@@ -129,6 +129,7 @@ class HistoryActor:
         models_changed: Any = None,
         start_notice: float | None = None,
         session_wait: float = cap.SESSION_WAIT,
+        terminals: Any = None,
     ) -> None:
         self.start_notice = start_notice  # SessionActor's notice (None: its default)
         # Seconds a request over the cap waits for a free session (``cap``); agent id → the
@@ -143,7 +144,7 @@ class HistoryActor:
         # One process per agent, shared by its chats (issue #11); it exits once idle.
         self.pool = AgentPool(
             idle_timeout, launcher=launcher, recorder=recorder, spares=spares, mcp_host=self._mcp_host,
-            on_ready=lambda agent_id, caps: self._send.send_nowait(_Images(agent_id, caps.images)),
+            on_ready=lambda agent_id, caps: self._send.send_nowait(_Images(agent_id, caps.images)), terminals=terminals,
         )  # fmt: skip
         self.recent: list[str] = []  # agents used last, most recent first (pre-warmed at start-up)
         # Agent id → its configOptions as last learnt (agent_models.to_json): its own models in

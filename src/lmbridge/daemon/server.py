@@ -30,6 +30,7 @@ import anyio
 from pydantic import ValidationError
 
 from lmbridge import __version__
+from lmbridge.acp.terminals import TerminalHost
 from lmbridge.core.agent_models import of_category, select_options, split_model_id
 from lmbridge.core.messages import PROTOCOL_VERSION, AgentSpec, CancelParams, ChatInformationParams, ChatResponseParams, InitializeParams, MessageCache, TokenCountParams, dump
 from lmbridge.core.text import clip
@@ -148,6 +149,9 @@ class Server:
         self.stray_responses = 0  # frames on stdin that were responses (never answered)
         self._dispatching = 0  # request tasks running
         self.message_cache = MessageCache()  # chat histories come again with every request
+        # terminal/* served to agents (acp.terminals): commands they run through lmbridge,
+        # mirrored in VS Code terminals where the shim serves them; all killed at the end.
+        self.terminals = TerminalHost()
         # stdout: encoded frames (bytes) and response parts ((request id, part))
         # not written yet, in order; written by a callback soon after they are
         # queued, or, while the reader lags, by the writer task once it caught up.
@@ -568,6 +572,7 @@ class Server:
                     models_changed=self._models_changed,
                     start_notice=self.config.start_notice,
                     session_wait=self.config.session_wait,
+                    terminals=self.terminals,
                 )
                 assert self._tg is not None
                 await self._tg.start(self.history.run)
@@ -578,6 +583,7 @@ class Server:
         self.shutting_down = True
         if self.history is not None:
             await self.history.aclose("daemon shutting down")
+        await self.terminals.aclose()  # any a session left (each session kills its own)
 
 
 def _offers(config_options: Any, value: str) -> bool:

@@ -32,6 +32,7 @@ from anyio.abc import TaskGroup
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
+from lmbridge.acp.terminals import TerminalError, Terminals
 from lmbridge.core import auth, permissions, turn
 from lmbridge.core.history import Fingerprint, Last, Pending, Turn, conversation, squeezed
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
@@ -216,6 +217,7 @@ class SessionActor:
         self._stop = False
         self._written = anyio.Event()  # the writer has sent everything and ended
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
+        self.terminals: Terminals | None = None  # terminal/* served to the agent (acp.terminals), from run() on
 
     def _renderer(self) -> TurnRenderer:
         return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id), self.process.caps.profile)
@@ -260,6 +262,10 @@ class SessionActor:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._writer)
+            if self.pool.terminals is not None:
+                # Each command's output and exit come back on the mailbox as updates (in order
+                # with the agent's), rendered live under its tool call (core.present).
+                self.terminals = self.pool.terminals.session(self.cwd, self._terminal_update, tg)
             try:
                 async for msg in self._mailbox:
                     # Everything already queued is handled before the next await on
@@ -363,8 +369,17 @@ class SessionActor:
             return turn.PermissionAsked(rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id)
         if msg.bad_id:
             self._respond(None, error=BAD_ID_ERROR)
+        elif rid is not None and msg.method.startswith("terminal/") and self.terminals is not None:
+            if params.get("sessionId") != self.acp_session:
+                self._respond(rid, error={"code": -32002, "message": f"{msg.method}: not a session of this client"})
+            elif msg.method == "terminal/create" and not self.machine.prompt_open:
+                # Commands run for a prompt turn only: never for a session between turns.
+                self._respond(rid, error={"code": -32000, "message": "terminal/create: no prompt turn is open in this session"})
+            else:
+                assert self._tg is not None
+                self._tg.start_soon(self._terminal, rid, msg.method, params)
         elif rid is not None:
-            # fs/* and terminal/* are not offered in clientCapabilities.
+            # fs/* is not offered in clientCapabilities.
             self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
         else:
             log.info("agent notification ignored", method=msg.method)
@@ -394,6 +409,8 @@ class SessionActor:
                 self._resolve_tool(fx)
             elif isinstance(fx, turn.SendCancel):
                 self._out.send_nowait(self.acp.cancel())
+                if self.terminals is not None:
+                    self.terminals.kill_running()  # a Stop ends the commands it runs too
             elif isinstance(fx, turn.StartAgent):
                 self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
             elif isinstance(fx, turn.NewSession):
@@ -684,12 +701,36 @@ class SessionActor:
 
     # -- stopping --------------------------------------------------------------------
 
+    async def _terminal(self, rid: int | str, method: str, params: dict[str, Any]) -> None:
+        """Serve one ``terminal/*`` request (``acp.terminals``) and queue its answer."""
+        assert self.terminals is not None
+        result: Any = None
+        error: dict[str, Any] | None = None
+        try:
+            result = await self.terminals.handle(method, params)
+        except TerminalError as exc:
+            error = exc.error()
+        try:
+            self._respond(rid, result, error=error)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the session has ended: the agent is being left
+
+    def _terminal_update(self, raw: dict[str, Any]) -> None:
+        """A terminal's output or exit (``core.present.TERMINAL_UPDATE``) to the mailbox."""
+        try:
+            self._send.send_nowait(turn.Update(raw))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the actor has ended
+
     async def _stop_agent(self) -> None:
         """Leave the agent: the ACP session closed where offered, the MCP endpoint removed,
-        every VS Code tool call still waiting given an error result. The process is the
-        pool's (it exits once idle). Runs shielded, after the machine's last answers."""
+        every VS Code tool call still waiting given an error result, every terminal killed.
+        The process is the pool's (it exits once idle). Runs shielded, after the machine's
+        last answers."""
         if self._starting is not None:
             self._starting.cancel()
+        if self.terminals is not None:
+            await self.terminals.aclose()
         for scope in self._timers.values():
             scope.cancel()
         for call_id in list(self.tool_calls):
