@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from lmbridge import __version__
 from lmbridge.agent_models import of_category, select_options, split_model_id
 from lmbridge.agents import merge, model_info
+from lmbridge.client_channel import ShimChannel
 from lmbridge.framing import MAX_LINE, BadLines, clip
 from lmbridge.log import get_logger
 from lmbridge.wire import (
@@ -155,7 +156,9 @@ class Server:
         self._cached_options: dict[str, Any] | None = None  # the state folder's agent options, read once
         self._cached_images: dict[str, bool] | None = None  # ... and which agents take images
         self.inflight: dict[Any, _Context] = {}  # requests being handled, by id (not null)
-        self.stray_responses = 0  # frames on stdin that were responses (never answered)
+        self.stray_responses = 0  # frames on stdin that were responses to no request in flight (never answered)
+        # Requests and notifications to the shim (client/*), and its answers.
+        self.client = ShimChannel(self.send)
         self._dispatching = 0  # request tasks running
         self.message_cache = MessageCache()  # chat histories come again with every request
         # stdout: encoded frames (bytes) and response parts ((request id, part))
@@ -227,6 +230,7 @@ class Server:
                     tg.start_soon(self._dispatch, line)
             if self.recorder is not None:
                 self.recorder.shim_eof()
+            self.client.close()  # no one reads our stdout any more: client/* requests fail at once
             log.info("stdin closed: shutting down" if not self._reading.cancel_called else "stopped by a signal: shutting down")
             await self._stop()
             # Requests read before EOF are still answered (their agents are gone,
@@ -316,11 +320,16 @@ class Server:
             self._error(None, -32600, "invalid request: not a JSON object")
             return
         if "method" not in request and ("result" in request or "error" in request):
-            # A response: the daemon sends the shim no requests, and answering a response
-            # would let two peers ping-pong errors. Never answered; logged once.
+            # A response: to one of the daemon's client/* requests, or to none (late, after
+            # its timeout, or never asked). Never answered: answering a response would let
+            # two peers ping-pong errors. One to no request is logged once, then counted.
+            if self.client.deliver(request):
+                return
             self.stray_responses += 1
             if self.stray_responses == 1:
                 log.warning("stdin: a response to no request, not answered (further ones are counted)", id=clip(repr(request.get("id")), 100))
+            elif self.stray_responses % 1000 == 0:
+                log.warning("stdin: responses to no request so far", count=self.stray_responses)
             return
         rid = request.get("id")
         if not (rid is None or usable_id(rid)):
@@ -382,6 +391,7 @@ class Server:
             message = f"invalid params: unsupported protocolVersion {p.protocolVersion}; this daemon speaks {PROTOCOL_VERSION}"
             return {"error": {"code": -32602, "message": message}}
         self.workspace = list(p.workspaceFolders)
+        self.client.set_capabilities(p.clientCapabilities.model_dump())
         self.verbatim = p.userTurns == "verbatim"
         problems: list[str] = []
         if p.agents:
