@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lmbridge.client_channel import (
+from lmbridge.daemon.server import Config, Server, Stdout
+from lmbridge.rpc.channel import (
     CLIENT_GONE,
     CLIENT_TIMEOUT,
     ID_PREFIX,
@@ -28,7 +29,6 @@ from lmbridge.client_channel import (
     NoClient,
     ShimChannel,
 )
-from lmbridge.server import Config, Server, Stdout
 
 pytestmark = pytest.mark.anyio
 
