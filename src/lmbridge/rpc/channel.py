@@ -37,8 +37,8 @@ MESSAGE_LIMIT = 2000
 
 #: JSON-RPC 2.0 / lmbridge error codes of a failed ``client/*`` request, as the daemon
 #: passes them on to an agent (docs/protocol.md, "Daemon → shim").
-CLIENT_GONE = -32001  # the shim is gone, or does not serve the capability
-CLIENT_TIMEOUT = -32002  # the shim did not answer in time
+CLIENT_GONE = -32010  # the shim is gone, or does not serve the capability
+CLIENT_TIMEOUT = -32011  # the shim did not answer in time
 
 
 class ClientFailed(Exception):
