@@ -1,5 +1,5 @@
 /**
- * The shim ↔ daemon wire contract, v1 (docs/protocol.md; issue 2, "Wire contract v1").
+ * The shim ↔ daemon wire contract, v1 (docs/protocol.md).
  *
  * Transport: the daemon's stdin/stdout, UTF-8, one JSON-RPC 2.0 object per line.
  * Names follow VS Code's classes so the conversion in convert.ts is one-to-one.

@@ -20,7 +20,7 @@
  * Start-up behaviour comes from FAKE_DAEMON_MODE: normal | exit-at-start | bad-protocol |
  * no-initialize | ignore-eof | ignore-sigterm | no-presets (an older daemon: no `agents/presets`).
  * FAKE_DAEMON_MODELS (JSON: [{id, name?, capabilities?}]) replaces the models it offers.
- * `agents/presets` answers PRESETS below (the shape the daemon's answer has, issue #12), and
+ * `agents/presets` answers PRESETS below (the shape the daemon's answer has, docs/agents.md), and
  * `initialize.agents` entries that are just `{id}` get the preset's name. Every frame received
  * is appended to the file FAKE_DAEMON_RECORD (one JSON per line) when set.
  */

@@ -24,7 +24,7 @@ export class LanguageModelToolResultPart {
 	constructor(public callId: string, public content: unknown[]) { }
 }
 
-/** What VS Code actually hands providers for tool results (facts.md §1). */
+/** What VS Code actually hands providers for tool results (docs/vscode.md). */
 export class LanguageModelToolResultPart2 extends LanguageModelToolResultPart { }
 
 export class LanguageModelDataPart {

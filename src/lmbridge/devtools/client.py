@@ -73,7 +73,7 @@ def approve(part: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def skip(part: Mapping[str, Any]) -> dict[str, Any]:
-    """What VS Code sends back when the user presses Skip (facts.md §1)."""
+    """What VS Code sends back when the user presses Skip (docs/vscode.md, "Skip and Stop")."""
     return tool_result(part["callId"], VSCODE_SKIP_TEXT)
 
 
