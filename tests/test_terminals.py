@@ -216,3 +216,52 @@ async def test_hostile_terminals_stay_bounded_and_die_with_the_session(scripted:
     assert len(answer.encode()) < HEAD + TAIL + 4096  # the flood's head only: it never ended in the turn
     assert answer.endswith("leaving them all running") or "leaving them all running" in answer
 
+
+
+# ---------------------------------------------------------------- the VS Code mirror
+
+
+async def test_vs_code_mirrors_the_terminal_and_closing_it_kills_the_command(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    """With a shim that serves ``terminal``: ``client/terminal/open`` (answered), the output
+    and the exit as notifications; the user closing that terminal (``$/terminalKilled``)
+    kills the command, and the agent sees it end killed."""
+    script, _gate = gated(tmp_path)  # never opened: only the close ends it
+    agent = scripted({"turns": [run_turn(script)]})
+    opened: list[dict[str, Any]] = []
+
+    async def serve(method: str, params: Any) -> Any:
+        assert method == "client/terminal/open", method
+        opened.append(params)
+        return {}
+
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], initialize=False) as c:
+            c.on_request = serve
+            await c.initialize(workspace=[str(tmp_path)], agents=[agent.spec], capabilities={"terminal": True})
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("run it")]})
+
+            def mirrored(method: str) -> list[dict[str, Any]]:
+                return [n["params"] for n in c.notifications if n.get("method") == method]
+
+            while not any("first" in n["data"] for n in mirrored("client/terminal/output")):
+                await anyio.sleep(0.05)
+            (open_params,) = opened
+            assert open_params["cwd"] == str(tmp_path) and open_params["terminalId"].startswith("term-") and PY in open_params["title"]
+            pid = int((tmp_path / "gate.pid").read_text())
+            await c.send_frame({"jsonrpc": "2.0", "method": "$/terminalKilled", "params": {"terminalId": open_params["terminalId"]}})
+            await wait_gone(pid)
+            await call.done.wait()
+            (exit_params,) = mirrored("client/terminal/exit")
+    assert exit_params["terminalId"] == open_params["terminalId"] and exit_params["signal"] in ("SIGTERM", "SIGKILL")
+    assert results(agent)["c2"]["result"]["signal"] in ("SIGTERM", "SIGKILL")
+    assert "killed by SIG" in text_of(call)
+
+
+async def test_without_the_shim_capability_nothing_is_mirrored(scripted: Any, shared: Any, tmp_path: Path) -> None:
+    agent = scripted({"turns": [run_turn("print('hello')")]})
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            call = await c.chat(agent.id, [user("run it")])
+            assert not [n for n in c.notifications if str(n.get("method")).startswith("client/")]
+            assert not [r for r in c.requests if str(r.get("method")).startswith("client/terminal")]
+    assert "hello" in text_of(call)

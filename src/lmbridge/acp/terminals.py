@@ -105,6 +105,47 @@ class Terminal:
         return {"exitCode": self.exit_code, "signal": self.signal}
 
 
+#: Bytes of one terminal's output mirrored in VS Code at most (past it a last line says so):
+#: a command printing without end must not flood the shim's pipe, which chats share.
+MIRROR_LIMIT = 4 << 20
+#: Seconds the shim may take to open a VS Code terminal.
+OPEN_TIMEOUT = 10.0
+
+
+class ClientMirror:
+    """``Mirror`` over the daemon → shim channel (``rpc.channel.ClientChannel``), where the
+    shim says it serves ``terminal`` (docs/protocol.md, "client/terminal/*"): a
+    ``client/terminal/open`` request, then ``client/terminal/output`` and
+    ``client/terminal/exit`` notifications, for the terminals it opened only. Output is
+    mirrored up to ``MIRROR_LIMIT`` bytes a terminal."""
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+        self.sent: dict[str, int] = {}  # terminal id → bytes of output mirrored
+
+    async def open(self, terminal_id: str, title: str, cwd: str) -> None:
+        if not self.channel.offers("terminal"):
+            return
+        await self.channel.request("client/terminal/open", {"terminalId": terminal_id, "title": title, "cwd": cwd}, OPEN_TIMEOUT)
+        self.sent[terminal_id] = 0
+
+    def output(self, terminal_id: str, data: str) -> None:
+        sent = self.sent.get(terminal_id)
+        if sent is None or sent >= MIRROR_LIMIT:
+            return
+        size = len(data.encode("utf-8", "surrogatepass"))
+        if sent + size > MIRROR_LIMIT:
+            data = data.encode("utf-8", "surrogatepass")[: MIRROR_LIMIT - sent].decode("utf-8", "ignore")
+            data += f"\n[… lmbridge mirrors at most {MIRROR_LIMIT >> 20} MiB of a command's output; the rest is left out here]\n"
+            size = MIRROR_LIMIT - sent
+        self.sent[terminal_id] = sent + size
+        self.channel.notify("client/terminal/output", {"terminalId": terminal_id, "data": data})
+
+    def exit(self, terminal_id: str, exit_code: int | None, signal: str | None) -> None:
+        if self.sent.pop(terminal_id, None) is not None:
+            self.channel.notify("client/terminal/exit", {"terminalId": terminal_id, "exitCode": exit_code, "signal": signal})
+
+
 class TerminalHost:
     """The daemon's terminals: ids, the VS Code mirror (when the shim serves it), and the
     kill of every one at the daemon's end. One per daemon; each session actor gets its

@@ -30,7 +30,7 @@ import anyio
 from pydantic import ValidationError
 
 from lmbridge import __version__
-from lmbridge.acp.terminals import TerminalHost
+from lmbridge.acp.terminals import ClientMirror, TerminalHost
 from lmbridge.core.agent_models import of_category, select_options, split_model_id
 from lmbridge.core.messages import PROTOCOL_VERSION, AgentSpec, CancelParams, ChatInformationParams, ChatResponseParams, InitializeParams, MessageCache, TokenCountParams, dump
 from lmbridge.core.text import clip
@@ -154,7 +154,7 @@ class Server:
         self.message_cache = MessageCache()  # chat histories come again with every request
         # terminal/* served to agents (acp.terminals): commands they run through lmbridge,
         # mirrored in VS Code terminals where the shim serves them; all killed at the end.
-        self.terminals = TerminalHost()
+        self.terminals = TerminalHost(ClientMirror(self.client))
         # stdout: encoded frames (bytes) and response parts ((request id, part))
         # not written yet, in order; written by a callback soon after they are
         # queued, or, while the reader lags, by the writer task once it caught up.
@@ -175,6 +175,7 @@ class Server:
             "agents/presets": self.presets,
             "shutdown": self.shutdown,
             "$/cancelRequest": self.cancel_request,
+            "$/terminalKilled": self.terminal_killed,
         }
 
     # -- frames -------------------------------------------------------------
@@ -451,6 +452,15 @@ class Server:
         elif target.withdraw is not None:
             target.withdraw.set()  # it waits for a free session: it gives up
         log.info("request cancelled", id=p.id)
+        return Success(None)
+
+    async def terminal_killed(self, ctx: _Context, **params: Any) -> Result:
+        """``$/terminalKilled {terminalId}``: the user closed a command's VS Code terminal:
+        the command is killed (its agent sees it end as any killed command)."""
+        terminal_id = params.get("terminalId")
+        if not isinstance(terminal_id, str) or set(params) - {"terminalId"}:
+            return invalid_params("$/terminalKilled: params must be {terminalId: string}")
+        self.terminals.killed(terminal_id)
         return Success(None)
 
     async def chat_response(self, ctx: _Context, **params: Any) -> Result:
