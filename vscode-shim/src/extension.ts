@@ -13,6 +13,7 @@ import { DaemonClient, DaemonClientOptions } from './daemon';
 import { readTextFile, writeTextFile } from './files';
 import { manageAgents } from './manage';
 import { LmBridgeProvider } from './provider';
+import { TerminalMirror } from './terminals';
 import { AGENT_ACTION_TOOLS, InitializeParams, Method, PROTOCOL_VERSION } from './wire';
 
 export const VENDOR = 'lmbridge';
@@ -57,7 +58,7 @@ export function initializeParams(version: string, current: Settings = settings()
 		workspaceFolders: folders,
 		userTurns: current.userTurns,
 		// What this extension serves of the daemon's client/* requests (registered in activate).
-		clientCapabilities: { fs: true },
+		clientCapabilities: { fs: true, terminal: true },
 	};
 	if (current.agents.length > 0) {
 		params.agents = current.agents;
@@ -105,6 +106,8 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		onAuthRequired: (data, message) => { void auth.notify(data, message); },
 	});
 	const tool = new AgentActionTool();
+	// Commands the daemon runs for agents, mirrored in VS Code terminals (terminals.ts).
+	const terminals = new TerminalMirror(terminalId => daemon.notify(Method.terminalKilled, { terminalId }), log);
 	const openSettings = () => vscode.commands.executeCommand('workbench.action.openSettings', `@ext:${context.extension?.id ?? 'lmbridge.lmbridge'}`);
 
 	context.subscriptions.push(
@@ -119,6 +122,10 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		})),
 		daemon.onRequest(Method.readTextFile, readTextFile),
 		daemon.onRequest(Method.writeTextFile, writeTextFile),
+		terminals,
+		daemon.onRequest(Method.terminalOpen, params => terminals.open(params)),
+		daemon.onNotification(Method.terminalOutput, params => terminals.output(params)),
+		daemon.onNotification(Method.terminalExit, params => terminals.exit(params)),
 		vscode.commands.registerCommand(COMMANDS.showLogs, () => log.show()),
 		vscode.commands.registerCommand(COMMANDS.restart, async () => {
 			bootstrap.reset();
