@@ -241,6 +241,8 @@ class Terminals:
         if cwd is not None and not isinstance(cwd, str):
             raise TerminalError(INVALID_PARAMS, "terminal/create: cwd must be a string")
         where = str(Path(self.cwd, cwd)) if cwd else self.cwd
+        if not Path(where).is_dir():
+            raise TerminalError(REFUSED, f"terminal/create: cwd {where} is not a directory")
         if len(self.terminals) >= MAX_TERMINALS:
             raise TerminalError(REFUSED, f"terminal/create: this session holds {MAX_TERMINALS} terminals already (release some)")
         try:
