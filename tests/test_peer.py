@@ -70,16 +70,16 @@ class Seen:
     def __init__(self) -> None:
         self.events: list[tuple[Any, ...]] = []
 
-    def on_request(self, rid: Any, method: str, params: Any) -> None:
+    def handle_request(self, rid: Any, method: str, params: Any) -> None:
         self.events.append(("request", rid, method, params))
 
-    def on_notification(self, method: str, params: Any) -> None:
+    def handle_notification(self, method: str, params: Any) -> None:
         self.events.append(("notification", method, params))
 
-    def on_response(self, rid: Any, result: Any, error: Any) -> None:
+    def handle_response(self, rid: Any, result: Any, error: Any) -> None:
         self.events.append(("response", rid, result, error))
 
-    def on_unusable(self, reason: str, line: bytes, value: Any) -> None:
+    def handle_unusable(self, reason: str, line: bytes, value: Any) -> None:
         self.events.append(("unusable", reason, line))
 
 

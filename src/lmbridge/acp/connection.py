@@ -1,7 +1,7 @@
 """The ACP client connection: one agent subprocess spoken to over stdio.
 
-JSON-RPC 2.0, one object a line (ACP v1, facts.md §3). Written on anyio rather
-than with the SDK's connection because of its sharp edges (facts.md §4): it
+JSON-RPC 2.0, one object a line (docs/agents.md, "ACP as agents speak it"). Written on anyio rather
+than with the SDK's connection because of its sharp edges (docs/agents.md, "The ACP Python SDK"): it
 drops a whole ``session/update`` that fails validation, has a 64 KiB line
 limit, and sends nothing on cancel. ACP *types* come from the SDK's schema
 (``render``, ``session_actor``); the wire is ``rpc.peer.Peer``'s (framing, ids,
@@ -38,7 +38,7 @@ from lmbridge.rpc import framing, record
 from lmbridge.rpc.framing import BadLines
 from lmbridge.rpc.peer import Id, Peer, batches
 
-AGENT_LINE = framing.AGENT_LINE  # bytes; agents send MB-long lines (facts.md §3), a longer one is dropped
+AGENT_LINE = framing.AGENT_LINE  # bytes; agents send MB-long lines (docs/agents.md), a longer one is dropped
 STDERR_TAIL = 20  # lines kept for error messages
 STDERR_LINE = 2000  # characters kept of each (an agent's 64 MiB stderr line made a 25 MB error)
 STDERR_ERROR = 2000  # characters of that tail quoted in an error the user reads
@@ -56,7 +56,7 @@ class AgentError(Exception):
         self.data = error.get("data")
         self.message = clip(str(error.get("message", "error")), 500)  # the agent's own words
         # The reason is often in data.message (codex-acp puts the model API's message there,
-        # facts.md §5) or data.details (fast-agent; the ACP TypeScript SDK's internal errors:
+        # docs/agents.md) or data.details (fast-agent; the ACP TypeScript SDK's internal errors:
         # gemini-cli's session/load): "Internal error" alone says nothing.
         reason = error_reason(self.data)
         detail = f": {clip(reason, 2000)}" if isinstance(reason, str) and reason.strip() else ""
@@ -277,26 +277,26 @@ class AgentConnection:
 
     # -- what the peer hands on (rpc.peer.Handler), in arrival order --------
 
-    def on_request(self, rid: Id | None, method: str, params: Any) -> None:
+    def handle_request(self, rid: Id | None, method: str, params: Any) -> None:
         # rid None: a request JSON-RPC cannot answer by its id (an object, a list, a bool,
         # null): nothing it asks is done (nothing approved by mistake); its session answers
         # it at once with id null, so the agent is not left waiting on our silence.
         self.events.send_nowait(Incoming(method, params, cast(int | str | None, rid), bad_id=rid is None))  # unbounded
 
-    def on_notification(self, method: str, params: Any) -> None:
+    def handle_notification(self, method: str, params: Any) -> None:
         self.events.send_nowait(Incoming(method, params))
 
-    def on_response(self, rid: Id | None, result: Any, error: dict[str, Any] | None) -> None:
+    def handle_response(self, rid: Id | None, result: Any, error: dict[str, Any] | None) -> None:
         assert type(rid) is int  # send_request's ids are new_id's
         self.events.send_nowait(Response(rid, result, AgentError("request", error) if error is not None else None))
 
-    def on_unusable(self, reason: str, line: bytes, value: Any) -> None:
+    def handle_unusable(self, reason: str, line: bytes, value: Any) -> None:
         # Logged bounded, never answered (answering a response lets two peers ping-pong errors).
         self.bad_lines.bad(line, reason, time.monotonic())
 
     async def _drain_stderr(self, done: anyio.Event) -> None:
-        """Read stderr to its end (an undrained pipe fills up and blocks the agent, facts.md
-        §3): each line clipped to ``STDERR_LINE`` characters (a longer one is never held whole)
+        """Read stderr to its end (an undrained pipe fills up and blocks the agent,
+        docs/agents.md): each line clipped to ``STDERR_LINE`` characters (a longer one is never held whole)
         into ``stderr_tail``, and logged at a bounded rate (``framing.Throttle``)."""
         assert self.process.stderr is not None
         lines = framing.Lines(4 * STDERR_LINE, head=4 * STDERR_LINE)  # bytes: up to 4 a character

@@ -9,20 +9,20 @@ assistant message VS Code would replay from them.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from anyio.abc import Process
+from anyio.abc import Process, TaskGroup
 
 from lmbridge import self_command
 from lmbridge.core.messages import VSCODE_SKIP_TEXT
 from lmbridge.core.permissions import ACTION_TOOLS
 from lmbridge.rpc.framing import MAX_LINE
 from lmbridge.rpc.jsonrpc import usable_id
-from lmbridge.rpc.peer import NOT_JSON, NOT_OBJECT, STRAY_RESPONSE, Id, Peer
+from lmbridge.rpc.peer import NOT_JSON, NOT_OBJECT, STRAY_RESPONSE, Id, LinkClosed, Peer
 
 
 class RPCError(Exception):
@@ -73,7 +73,7 @@ def approve(part: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def skip(part: Mapping[str, Any]) -> dict[str, Any]:
-    """What VS Code sends back when the user presses Skip (facts.md §1)."""
+    """What VS Code sends back when the user presses Skip (docs/vscode.md, "Skip and Stop")."""
     return tool_result(part["callId"], VSCODE_SKIP_TEXT)
 
 
@@ -115,8 +115,9 @@ def without_last_round(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, 
 class DaemonClient:
     """JSON-RPC over a daemon process's stdio (``rpc.peer.Peer``). Use ``DaemonClient.spawn``.
 
-    ``calls``: every request sent, by id; ``notifications``: every frame with a ``method``
-    (the daemon's requests too) but ``lm/responsePart``, which goes to its call's parts;
+    ``calls``: every request sent, by id; ``requests``: the daemon's requests (answered by
+    ``on_request``); ``notifications``: every other frame with a ``method`` but
+    ``lm/responsePart``, which goes to its call's parts;
     ``unmatched``: every frame that fits no request (a response to none, or answered
     already; a part of no request), and every line that is not a JSON object
     (``{"nonJsonLine": text}``, ``{"nonObjectFrame": value}``)."""
@@ -129,6 +130,11 @@ class DaemonClient:
         self.unmatched: list[dict[str, Any]] = []  # frames that fit no request
         self.on_frame: Callable[[str, dict[str, Any]], None] | None = None  # ("in"/"out", frame)
         self.on_unmatched: Callable[[dict[str, Any]], None] | None = None  # each frame that fits no request
+        # The daemon's client/* requests (docs/protocol.md, "Daemon → shim"): (method, params) →
+        # the result, or raises ``RPCError`` for an error answer. None: each is answered -32601.
+        self.on_request: Callable[[str, Any], Awaitable[Any]] | None = None
+        self.requests: list[dict[str, Any]] = []  # the daemon's requests, as they came
+        self._tg: TaskGroup | None = None
         assert process.stdout is not None and process.stdin is not None
         self.peer = Peer(process.stdout, process.stdin, self, link="daemon stdout", limit=MAX_LINE, warn=self._overlong, peer="the daemon")
         self.peer.on_received = self._received
@@ -155,6 +161,7 @@ class DaemonClient:
         )
         client = cls(process)
         async with anyio.create_task_group() as tg:
+            client._tg = tg
             tg.start_soon(client._read)
             try:
                 yield client
@@ -198,10 +205,13 @@ class DaemonClient:
         if self.on_unmatched:
             self.on_unmatched(frame)
 
-    def on_request(self, rid: Id | None, method: str, params: Any) -> None:
-        self.notifications.append({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+    def handle_request(self, rid: Id | None, method: str, params: Any) -> None:
+        frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        self.requests.append(frame)
+        if self._tg is not None:
+            self._tg.start_soon(self._answer, frame)
 
-    def on_notification(self, method: str, params: Any) -> None:
+    def handle_notification(self, method: str, params: Any) -> None:
         if method != "lm/responsePart":
             self.notifications.append({"jsonrpc": "2.0", "method": method, "params": params})
             return
@@ -218,7 +228,7 @@ class DaemonClient:
         if call.on_part:
             call.on_part(part)
 
-    def on_response(self, rid: Id | None, result: Any, error: dict[str, Any] | None) -> None:
+    def handle_response(self, rid: Id | None, result: Any, error: dict[str, Any] | None) -> None:
         call = self.calls[rid]
         if error is not None:
             call.error = RPCError(error)
@@ -226,7 +236,7 @@ class DaemonClient:
             call.result = result
         call.done.set()
 
-    def on_unusable(self, reason: str, line: bytes, value: Any) -> None:
+    def handle_unusable(self, reason: str, line: bytes, value: Any) -> None:
         if reason == NOT_JSON:
             self._unmatched({"nonJsonLine": line.decode("utf-8", "replace")})
         elif reason == NOT_OBJECT:
@@ -239,6 +249,21 @@ class DaemonClient:
 
     def _overlong(self, event: str, **fields: Any) -> None:
         self._unmatched({"nonJsonLine": fields.get("start", ""), "overlong": event})
+
+    async def _answer(self, frame: dict[str, Any]) -> None:
+        """Answer one of the daemon's requests, as the shim would (``handle_request``)."""
+        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": frame["id"]}
+        if self.on_request is None:
+            answer["error"] = {"code": -32601, "message": f"method not found: {frame.get('method')}"}
+        else:
+            try:
+                answer["result"] = await self.on_request(str(frame.get("method")), frame.get("params"))
+            except RPCError as exc:
+                answer["error"] = {"code": exc.code, "message": exc.message, **({"data": exc.data} if exc.data is not None else {})}
+        try:
+            await self.send_frame(answer)
+        except (LinkClosed, RPCError):
+            pass  # the daemon is gone
 
     async def send_raw(self, data: bytes | str) -> None:
         """Write bytes (or a str) to the daemon's stdin as they are."""
@@ -278,9 +303,16 @@ class DaemonClient:
         await self.send_frame({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": call.id}})
 
     async def initialize(
-        self, workspace: Sequence[str] = (), agents: Sequence[Mapping[str, Any]] = (), client_name: str = "lmbridge-client"
+        self,
+        workspace: Sequence[str] = (),
+        agents: Sequence[Mapping[str, Any]] = (),
+        client_name: str = "lmbridge-client",
+        capabilities: Mapping[str, bool] | None = None,
     ) -> Any:
+        """``initialize``; ``capabilities``: its ``clientCapabilities`` (what ``handle_request`` serves)."""
         params: dict[str, Any] = {"protocolVersion": 1, "clientInfo": {"name": client_name, "version": "1"}}
+        if capabilities:
+            params["clientCapabilities"] = dict(capabilities)
         if workspace:
             params["workspaceFolders"] = list(workspace)
         if agents:

@@ -3,9 +3,9 @@
 Newline-delimited JSON-RPC 2.0 (docs/protocol.md, "Transport"): ``Peer`` reads the
 stream with the one line reader (``framing.Lines``, the link's size policy), parses each
 line (``jsonrpc.parse_json``), and routes what it is, in arrival order, to its
-``Handler``: a request (``on_request``), a notification (``on_notification``), the
-answer to a request sent with ``send_request`` (``on_response``), or a line that is none
-of these (``on_unusable``: not JSON, not an object, a request whose id cannot be
+``Handler``: a request (``handle_request``), a notification (``handle_notification``), the
+answer to a request sent with ``send_request`` (``handle_response``), or a line that is none
+of these (``handle_unusable``: not JSON, not an object, a request whose id cannot be
 answered, a response to no request). The answer to a request sent with ``request`` wakes
 its waiter instead. A line over the limit is dropped as it streams, never held whole;
 what its first bytes say it was is answered (``framing.read_head``): a request gets
@@ -39,7 +39,7 @@ READ_SIZE = 256 * 1024
 #: machine) must not hold up every other link meanwhile.
 LINES_PER_TURN = 1000
 
-# Why a line is unusable (``Handler.on_unusable``'s ``reason``).
+# Why a line is unusable (``Handler.handle_unusable``'s ``reason``).
 NOT_JSON = "not JSON"
 NOT_OBJECT = "not a JSON object"
 BAD_ID = "a request whose id cannot be answered"
@@ -54,19 +54,19 @@ Report = Callable[..., None]
 class Handler(Protocol):
     """What a ``Peer`` hands on, in arrival order, from its read loop (never awaited)."""
 
-    def on_request(self, rid: Id | None, method: str, params: Any) -> None:
+    def handle_request(self, rid: Id | None, method: str, params: Any) -> None:
         """A request; ``rid`` None: its id cannot be answered by (an object, an array, a bool,
         null, ``1e400``): JSON-RPC answers it -32600 with id null, and nothing it asks is done
-        (``on_unusable`` said so just before)."""
+        (``handle_unusable`` said so just before)."""
 
-    def on_notification(self, method: str, params: Any) -> None:
+    def handle_notification(self, method: str, params: Any) -> None:
         """A notification (no ``id``)."""
 
-    def on_response(self, rid: Id | None, result: Any, error: dict[str, Any] | None) -> None:
+    def handle_response(self, rid: Id | None, result: Any, error: dict[str, Any] | None) -> None:
         """The answer to request ``rid`` sent with ``send_request`` (or ``expect``ed):
         ``error`` (a JSON-RPC error object) or ``result``."""
 
-    def on_unusable(self, reason: str, line: bytes, value: Any) -> None:
+    def handle_unusable(self, reason: str, line: bytes, value: Any) -> None:
         """A line that is not a usable frame: ``reason`` (``NOT_JSON``, ``NOT_OBJECT``,
         ``BAD_ID``, ``STRAY_RESPONSE``), the ``line`` as read, its JSON ``value`` (None
         when not JSON)."""
@@ -91,7 +91,7 @@ class _Pending:
 
     def __init__(self, rid: Id | None, event: anyio.Event | None) -> None:
         self.id = rid
-        self.event = event  # None: its answer goes to Handler.on_response
+        self.event = event  # None: its answer goes to Handler.handle_response
         self.result: Any = None
         self.error: dict[str, Any] | None = None
         self.failed: BaseException | None = None  # the link ended first
@@ -180,10 +180,10 @@ class Peer:
         try:
             frame = parse_json(line)
         except (ValueError, RecursionError):  # RecursionError: nested too deep for the decoder
-            self.handler.on_unusable(NOT_JSON, line, None)
+            self.handler.handle_unusable(NOT_JSON, line, None)
             return
         if type(frame) is not dict:
-            self.handler.on_unusable(NOT_OBJECT, line, frame)
+            self.handler.handle_unusable(NOT_OBJECT, line, frame)
             return
         self.route(frame, line)
 
@@ -195,20 +195,20 @@ class Peer:
         method = frame.get("method")
         if isinstance(method, str):
             if "id" not in frame:
-                self.handler.on_notification(method, frame.get("params"))
+                self.handler.handle_notification(method, frame.get("params"))
                 return
             rid = frame["id"]
             if usable_id(rid):
-                self.handler.on_request(rid, method, frame.get("params"))
+                self.handler.handle_request(rid, method, frame.get("params"))
                 return
-            self.handler.on_unusable(BAD_ID, line, frame)
-            self.handler.on_request(None, method, frame.get("params"))
+            self.handler.handle_unusable(BAD_ID, line, frame)
+            self.handler.handle_request(None, method, frame.get("params"))
             return
         rid = frame.get("id")
         pending = self._take(rid)
         if pending is None:
             # Never answered (answering a response lets two peers ping-pong errors).
-            self.handler.on_unusable(STRAY_RESPONSE, line, frame)
+            self.handler.handle_unusable(STRAY_RESPONSE, line, frame)
             return
         error: dict[str, Any] | None = None
         if "error" in frame:
@@ -229,7 +229,7 @@ class Peer:
 
     def _answered(self, pending: _Pending, result: Any, error: dict[str, Any] | None) -> None:
         if pending.event is None:
-            self.handler.on_response(pending.id, result, error)
+            self.handler.handle_response(pending.id, result, error)
             return
         pending.result, pending.error = result, error
         pending.event.set()
@@ -289,11 +289,11 @@ class Peer:
 
     def expect(self, rid: Id | None) -> None:
         """Route the answer to request ``rid`` (sent by the caller; any id JSON can hold) to
-        ``Handler.on_response``."""
+        ``Handler.handle_response``."""
         self._pending[rid] = _Pending(rid, None)
 
     async def send_request(self, rid: Id, method: str, params: Any) -> None:
-        """Send request ``rid`` (``new_id``); its answer comes to ``Handler.on_response``, in
+        """Send request ``rid`` (``new_id``); its answer comes to ``Handler.handle_response``, in
         order with everything else the peer sends."""
         self.expect(rid)
         await self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
