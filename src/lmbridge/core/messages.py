@@ -215,16 +215,28 @@ class ClientInfo(_Wire):
     version: str | None = None
 
 
+class ShimCapabilities(_Wire):
+    """``initialize``'s ``clientCapabilities``: what the shim serves of the daemon's
+    ``client/*`` requests and notifications (docs/protocol.md, "Daemon → shim"). Absent
+    (the console, replay, older shims): nothing, and the daemon sends no ``client/*``."""
+
+    fs: bool = False  # client/readTextFile, client/writeTextFile
+    terminal: bool = False  # client/terminal/*
+    sessionState: bool = False  # client/sessionState
+
+
 class InitializeParams(_Wire):
     """``initialize``. ``userTurns``: what the agent gets of a Copilot-rendered user
     turn: ``"request"`` the user's words and attachments (``user_message``), ``"verbatim"``
-    the text as it came (the shim's ``lmbridge.userTurns`` setting)."""
+    the text as it came (the shim's ``lmbridge.userTurns`` setting). ``clientCapabilities``:
+    what the shim serves of the daemon's requests (``ShimCapabilities``)."""
 
     protocolVersion: int
     clientInfo: ClientInfo | None = None
     workspaceFolders: list[str] = Field(default_factory=list)
     agents: list[AgentEntry] = Field(default_factory=list)
     userTurns: Literal["request", "verbatim"] = "request"
+    clientCapabilities: ShimCapabilities = Field(default_factory=ShimCapabilities)
 
 
 class ChatInformationParams(_Wire):
