@@ -13,7 +13,7 @@ sees every update before the response that ends a prompt. Lines that are not
 JSON objects are logged and skipped; very long lines (up to ``AGENT_LINE``) are
 fine, a longer one is dropped as it streams and logged, and the link goes on. When
 the agent exits, every request in flight fails with
-``AgentExited`` naming the exit code and the tail of its stderr.
+``AgentUnavailable`` naming the exit code and the tail of its stderr.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def error_reason(data: Any) -> str | None:
     return reason
 
 
-class AgentExited(Exception):
+class AgentUnavailable(Exception):
     """The agent process ended (or could not start); carries its stderr tail."""
 
 
@@ -187,7 +187,7 @@ class AgentConnection:
     ) -> AgentConnection:
         """Start the agent with the daemon's environment plus ``env``.
 
-        Raises ``AgentExited`` when the command cannot be started. The caller
+        Raises ``AgentUnavailable`` when the command cannot be started. The caller
         runs ``serve()`` in its task group and ``close()`` when done. ``session``
         names the link in ``recorder``'s recording (``agent:<session>``; ``lmbridge serve --record``).
         """
@@ -205,7 +205,7 @@ class AgentConnection:
                 start_new_session=True,  # our signals reach its children too
             )
         except OSError as exc:
-            error = AgentExited(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}")
+            error = AgentUnavailable(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}")
             if link is not None:
                 link.spawned(name, command, args, env, cwd, error=str(error))
             raise error from exc
@@ -263,7 +263,7 @@ class AgentConnection:
         return f"{reason}" + (f"; stderr:\n{tail}" if tail else "")
 
     def _fail_all(self) -> None:
-        self.peer.end(lambda: AgentExited(self.describe_exit()))
+        self.peer.end(lambda: AgentUnavailable(self.describe_exit()))
 
     async def _read_stdout_until(self, done: anyio.Event) -> None:
         try:
@@ -323,12 +323,12 @@ class AgentConnection:
         first, so the error says why (a broken pipe alone says nothing)."""
         with anyio.move_on_after(STDERR_GRACE + TERM_GRACE):
             await self.closed.wait()
-        return AgentExited(self.describe_exit())
+        return AgentUnavailable(self.describe_exit())
 
     async def request(self, method: str, params: Any) -> Any:
         """Send a request and wait for its result.
 
-        Raises ``AgentError`` for an error response, ``AgentExited`` if the agent
+        Raises ``AgentError`` for an error response, ``AgentUnavailable`` if the agent
         goes away first. Cancelling the caller abandons the wait (the late
         response is logged and dropped).
         """
@@ -340,18 +340,18 @@ class AgentConnection:
 
     async def send_request(self, rid: int, method: str, params: Any) -> None:
         """Send request ``rid`` (from ``new_id``); its answer comes as a ``Response`` on
-        the events stream, in order with the agent's notifications. Raises ``AgentExited``."""
+        the events stream, in order with the agent's notifications. Raises ``AgentUnavailable``."""
         await self.peer.send_request(rid, method, params)
 
     async def notify(self, method: str, params: Any) -> None:
-        """Send a notification (no answer expected). Raises ``AgentExited``."""
+        """Send a notification (no answer expected). Raises ``AgentUnavailable``."""
         await self.peer.notify(method, params)
 
     async def respond(self, rid: Id | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
         """Answer one of the agent's requests (exactly once, by the caller's contract)."""
         try:
             await self.peer.respond(rid, result, error)
-        except AgentExited:
+        except AgentUnavailable:
             log.info("answer to a gone agent dropped", agent=self.name, id=rid)
 
     def _kill(self) -> None:

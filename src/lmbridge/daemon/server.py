@@ -141,7 +141,7 @@ class Server:
         self.agents: dict[str, AgentSpec] = merge(config.agents)
         self.workspace: list[str] = []
         self.bad_lines = BadLines("shim stdin", log.warning)  # -32700 each; logged bounded
-        self.verbatim = False  # initialize's userTurns: Copilot's user turns forwarded as they are
+        self.verbatim = False  # initialize's userTurns: Copilot's user messages forwarded as they are
         self.history: HistoryActor | None = None
         self._cached_options: dict[str, Any] | None = None  # the state folder's agent options, read once
         self._cached_images: dict[str, bool] | None = None  # ... and which agents take images
@@ -441,7 +441,7 @@ class Server:
         if job is not None:
             job.cancelled = True
             if self.history is not None:
-                self.history.stopped(job.turn, job.fingerprint())  # before any request read after this cancel
+                self.history.stopped(job.decision, job.fingerprint())  # before any request read after this cancel
             if job.actor is not None:
                 job.actor.cancel(job)
         elif target.withdraw is not None:
@@ -487,7 +487,7 @@ class Server:
                 self.send_part(rid, part)
 
         try:
-            turn, actor = await history.begin(
+            decision, actor = await history.begin(
                 spec, p.messages, self.workspace[0] if self.workspace else os.getcwd(), waiting=waiting, withdraw=ctx.withdraw
             )
         except HistoryError as exc:
@@ -502,14 +502,14 @@ class Server:
         async def emit(part: dict[str, Any]) -> None:
             self.send_part(rid, part)
 
-        job = Job(turn=turn, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.verbatim, model=found[1] if found else None)
+        job = Job(decision=decision, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.verbatim, model=found[1] if found else None)
         for part in shown:  # VS Code replays it as part of this answer
             job.count(part)
         job.actor = actor
         ctx.job = job
         job.cancelled = ctx.answered  # cancelled while we classified
         if job.cancelled:
-            history.stopped(turn, job.fingerprint())
+            history.stopped(decision, job.fingerprint())
         await actor.submit(job)
         if job.cancelled:
             actor.cancel(job)
