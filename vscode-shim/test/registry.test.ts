@@ -7,46 +7,14 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
-import * as http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import * as tar from 'tar';
 import { zipSync } from 'fflate';
 import { installedVersions, installPrompt, registryFromWire, registryItems, withRegistryEntry } from '../src/manage';
 import { archiveKind, checkUrl, feedCachePath, inside, installAgent, loadFeed, registryPlatform, removeOtherVersions } from '../src/registry';
 import type { RegistryAgent } from '../src/wire';
-import { tempDir } from './helpers';
-
-/** A server on 127.0.0.1 answering from `routes` (path → body, or a redirect `{ location }`). */
-export async function serve(routes: Map<string, Buffer | string | { location: string }>): Promise<{ url: string; hits: string[]; close(): Promise<void> }> {
-	const hits: string[] = [];
-	const server = http.createServer((req, res) => {
-		hits.push(req.url ?? '');
-		const body = routes.get(req.url ?? '');
-		if (body === undefined) {
-			res.writeHead(404).end('not found');
-		} else if (typeof body === 'object' && !Buffer.isBuffer(body)) {
-			res.writeHead(302, { location: body.location }).end();
-		} else {
-			res.writeHead(200).end(body);
-		}
-	});
-	await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve));
-	const { port } = server.address() as AddressInfo;
-	return { url: `http://127.0.0.1:${port}`, hits, close: () => new Promise(resolve => server.close(() => resolve())) };
-}
-
-export const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
-
-/** A .tar.gz of the files under `dir` (paths as given: `preservePaths` keeps `../x` for hostile archives). */
-export async function tarGz(dir: string, entries: string[], preservePaths = false): Promise<Buffer> {
-	const out = path.join(tempDir('lmbridge-tar-'), 'a.tar.gz');
-	await tar.c({ gzip: true, file: out, cwd: dir, preservePaths, portable: true }, entries);
-	return fs.readFileSync(out);
-}
+import { serve, sha256, tarGz, tempDir } from './helpers';
 
 function binaryAgent(url: string, archive: Buffer | undefined, extra: Partial<RegistryAgent> = {}): RegistryAgent {
 	return {
