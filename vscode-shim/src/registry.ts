@@ -332,11 +332,20 @@ export async function installAgent(agent: RegistryAgent, deps: InstallDeps): Pro
 			fs.copyFileSync(archive, inside(root, cmdRel, `${agent.name}'s command`));
 		}
 		const cmd = inside(root, cmdRel, `${agent.name}'s command`);
-		const stat = fs.lstatSync(cmd, { throwIfNoEntry: false });
+		// It may be a link (bin/agent → ../lib/agent), to a file inside the archive only.
+		let target: string | undefined;
+		try {
+			target = inside(fs.realpathSync(root), path.relative(fs.realpathSync(root), fs.realpathSync(cmd)), `${agent.name}'s command`);
+		} catch (err) {
+			if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+				throw err;
+			}
+		}
+		const stat = target ? fs.statSync(target) : undefined;
 		if (!stat?.isFile()) {
 			throw new Error(`${agent.name}'s archive holds no file ${agent.cmd}`);
 		}
-		fs.chmodSync(cmd, stat.mode | 0o755);
+		fs.chmodSync(target!, stat.mode | 0o755);
 		const dest = path.join(base, agent.version);
 		fs.rmSync(dest, { recursive: true, force: true });
 		fs.renameSync(root, dest);

@@ -176,6 +176,17 @@ describe('installing a binary agent', () => {
 		});
 	}
 
+	test('a cmd that is a link to a file inside the archive', async () => {
+		const src = tempDir('lmbridge-linked-');
+		fs.mkdirSync(path.join(src, 'lib'));
+		fs.mkdirSync(path.join(src, 'bin'));
+		fs.writeFileSync(path.join(src, 'lib', 'tiny-1.0'), '#!/bin/sh\necho "linked agent"\n', { mode: 0o755 });
+		fs.symlinkSync('../lib/tiny-1.0', path.join(src, 'bin', 'tiny'));
+		routes.set('/linked.tar.gz', await tarGz(src, ['lib', 'bin']));
+		const entry = await installAgent(binaryAgent(`${server.url}/linked.tar.gz`, undefined, { args: [] }), { storageDir: tempDir() });
+		assert.equal(execFileSync(entry.command, { encoding: 'utf8' }), 'linked agent\n');
+	});
+
 	test('a .zip and a raw binary', async () => {
 		const storage = tempDir();
 		const zipped = await installAgent(binaryAgent(`${server.url}/tiny.zip`, routes.get('/tiny.zip') as Buffer, { args: [] }), { storageDir: storage });
