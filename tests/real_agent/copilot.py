@@ -2,7 +2,7 @@
 
 Built from a request captured in VS Code 1.139.1's Chat view (Copilot Chat 0.67.0, Agent
 mode: ``tests/fixtures/copilot/agent-first-turn.json``), so each agent is driven with what
-the shim forwards from the real panel, not a tidy version of it (facts.md §1, §7):
+the shim forwards from the real panel, not a tidy version of it (docs/vscode.md):
 
 - a **system** message, Copilot's own prompt (15 KB), with a ``cache_control`` data part;
 - a user message holding only Copilot's **global context** (``<environment_info>``,
@@ -63,7 +63,7 @@ def _reminders() -> str:
     return text[start : text.index("</reminderInstructions>") + len("</reminderInstructions>")]
 
 
-def user_turn(text: str, *, current: bool = True, date: str = "2026-11-25") -> dict[str, Any]:
+def user_message(text: str, *, current: bool = True, date: str = "2026-11-25") -> dict[str, Any]:
     """A user turn as Copilot renders it: the current turn in full scaffolding with a
     ``cache_control`` part, an earlier one with the date and the request only."""
     body = f"<context>\nThe current date is {date}.\n</context>\n"
@@ -86,7 +86,7 @@ def options(extra_tools: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
 
 
 class Conversation:
-    """One chat's history as VS Code keeps and re-sends it (facts.md §1)."""
+    """One chat's history as VS Code keeps and re-sends it (docs/vscode.md)."""
 
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
@@ -100,7 +100,7 @@ class Conversation:
         last_turn = max((i for i, t in enumerate(self._texts) if t is not None), default=-1)
         out = [system_message(), global_context(self.workspace)]
         for index, (message, text) in enumerate(zip(self._turns, self._texts, strict=True)):
-            out.append(user_turn(text, current=index == last_turn) if text is not None else copy.deepcopy(message))
+            out.append(user_message(text, current=index == last_turn) if text is not None else copy.deepcopy(message))
         return out
 
     def ask(self, text: str) -> list[dict[str, Any]]:

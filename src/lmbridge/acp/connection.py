@@ -1,7 +1,7 @@
 """The ACP client connection: one agent subprocess spoken to over stdio.
 
-JSON-RPC 2.0, one object a line (ACP v1, facts.md §3). Written on anyio rather
-than with the SDK's connection because of its sharp edges (facts.md §4): it
+JSON-RPC 2.0, one object a line (docs/agents.md, "ACP as agents speak it"). Written on anyio rather
+than with the SDK's connection because of its sharp edges (docs/agents.md, "The ACP Python SDK"): it
 drops a whole ``session/update`` that fails validation, has a 64 KiB line
 limit, and sends nothing on cancel. ACP *types* come from the SDK's schema
 (``render``, ``session_actor``); this module only frames and routes.
@@ -11,7 +11,7 @@ stream (notifications and the agent's requests alike), so a session actor
 sees every update before the response that ends a prompt. Lines that are not
 JSON objects are logged and skipped; very long lines (up to ``AGENT_LINE``) are
 fine, a longer one is dropped as it streams and logged, and the link goes on. When the agent exits, every request in flight fails with
-``AgentExited`` naming the exit code and the tail of its stderr.
+``AgentUnavailable`` naming the exit code and the tail of its stderr.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from lmbridge.rpc import framing, record
 from lmbridge.rpc.framing import BadLines
 from lmbridge.rpc.jsonrpc import parse_json, usable_id
 
-AGENT_LINE = framing.AGENT_LINE  # bytes; agents send MB-long lines (facts.md §3), a longer one is dropped
+AGENT_LINE = framing.AGENT_LINE  # bytes; agents send MB-long lines (docs/agents.md), a longer one is dropped
 READ_SIZE = 256 * 1024  # bytes asked of the agent's stdout per read
 # Lines routed between two turns of the event loop: a read of short lines (an agent writing
 # non-JSON as fast as the pipe takes it: 130,000 lines a read, ~1 s idle, 10 s on a busy
@@ -60,7 +60,7 @@ class AgentError(Exception):
         self.data = error.get("data")
         self.message = clip(str(error.get("message", "error")), 500)  # the agent's own words
         # The reason is often in data.message (codex-acp puts the model API's message there,
-        # facts.md §5) or data.details (fast-agent; the ACP TypeScript SDK's internal errors:
+        # docs/agents.md) or data.details (fast-agent; the ACP TypeScript SDK's internal errors:
         # gemini-cli's session/load): "Internal error" alone says nothing.
         reason = error_reason(self.data)
         detail = f": {clip(reason, 2000)}" if isinstance(reason, str) and reason.strip() else ""
@@ -86,7 +86,7 @@ def error_reason(data: Any) -> str | None:
     return reason
 
 
-class AgentExited(Exception):
+class AgentUnavailable(Exception):
     """The agent process ended (or could not start); carries its stderr tail."""
 
 
@@ -185,7 +185,7 @@ class AgentConnection:
     ) -> AgentConnection:
         """Start the agent with the daemon's environment plus ``env``.
 
-        Raises ``AgentExited`` when the command cannot be started. The caller
+        Raises ``AgentUnavailable`` when the command cannot be started. The caller
         runs ``serve()`` in its task group and ``close()`` when done. ``session``
         names the link in ``recorder``'s recording (``agent:<session>``; ``lmbridge serve --record``).
         """
@@ -203,7 +203,7 @@ class AgentConnection:
                 start_new_session=True,  # our signals reach its children too
             )
         except OSError as exc:
-            error = AgentExited(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}")
+            error = AgentUnavailable(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}")
             if link is not None:
                 link.spawned(name, command, args, env, cwd, error=str(error))
             raise error from exc
@@ -261,7 +261,7 @@ class AgentConnection:
         return f"{reason}" + (f"; stderr:\n{tail}" if tail else "")
 
     def _fail_all(self) -> None:
-        error = AgentExited(self.describe_exit())
+        error = AgentUnavailable(self.describe_exit())
         for waiter in self._waiters.values():
             waiter.error = error
             waiter.event.set()
@@ -379,8 +379,8 @@ class AgentConnection:
         waiter.event.set()
 
     async def _drain_stderr(self, done: anyio.Event) -> None:
-        """Read stderr to its end (an undrained pipe fills up and blocks the agent, facts.md
-        §3): each line clipped to ``STDERR_LINE`` characters (a longer one is never held whole)
+        """Read stderr to its end (an undrained pipe fills up and blocks the agent,
+        docs/agents.md): each line clipped to ``STDERR_LINE`` characters (a longer one is never held whole)
         into ``stderr_tail``, and logged at a bounded rate (``framing.Throttle``)."""
         assert self.process.stderr is not None
         receive = self.process.stderr.receive
@@ -412,7 +412,7 @@ class AgentConnection:
 
     async def _write(self, frame: dict[str, Any]) -> None:
         if self.closed.is_set():
-            raise AgentExited(self.describe_exit())
+            raise AgentUnavailable(self.describe_exit())
         # Lone surrogates (from JSON escapes) become JSON escapes again, not a crash.
         data = (json.dumps(frame, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "backslashreplace")
         if self.recorder is not None:
@@ -426,12 +426,12 @@ class AgentConnection:
             # so the error says why (a broken pipe alone says nothing).
             with anyio.move_on_after(STDERR_GRACE + TERM_GRACE):
                 await self.closed.wait()
-            raise AgentExited(self.describe_exit()) from exc
+            raise AgentUnavailable(self.describe_exit()) from exc
 
     async def request(self, method: str, params: Any) -> Any:
         """Send a request and wait for its result.
 
-        Raises ``AgentError`` for an error response, ``AgentExited`` if the agent
+        Raises ``AgentError`` for an error response, ``AgentUnavailable`` if the agent
         goes away first. Cancelling the caller abandons the wait (the late
         response is logged and dropped).
         """
@@ -457,7 +457,7 @@ class AgentConnection:
 
     async def send_request(self, rid: int, method: str, params: Any) -> None:
         """Send request ``rid`` (from ``new_id``); its answer comes as a ``Response`` on
-        the events stream, in order with the agent's notifications. Raises ``AgentExited``."""
+        the events stream, in order with the agent's notifications. Raises ``AgentUnavailable``."""
         self._routed.add(rid)
         await self._write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
 
@@ -474,7 +474,7 @@ class AgentConnection:
             frame["result"] = result
         try:
             await self._write(frame)
-        except AgentExited:
+        except AgentUnavailable:
             log.info("answer to a gone agent dropped", agent=self.name, id=rid)
 
     def _kill(self) -> None:
