@@ -57,7 +57,8 @@ test('a registry feed on 127.0.0.1: npx, uvx and binary agents installed into th
 		mock.setConfig({
 			'lmbridge.pythonPath': PYTHON,
 			'lmbridge.registry.url': `${server.url}/registry.json`,
-			'lmbridge.daemon.env': { LMBRIDGE_DEMO_SCRATCH: tempDir('lmbridge-scratch-'), LMBRIDGE_START_NOTICE: '60', LMBRIDGE_PREWARM: '0' },
+			// A state folder of its own: what another run learnt of the agents' models plays no part.
+			'lmbridge.daemon.env': { LMBRIDGE_DEMO_SCRATCH: tempDir('lmbridge-scratch-'), LMBRIDGE_START_NOTICE: '60', LMBRIDGE_PREWARM: '0', XDG_STATE_HOME: tempDir('lmbridge-state-') },
 		});
 		const api = activate(mock.context(storage) as never);
 		const provider = mock.state.providers.get('lmbridge') as vscode.LanguageModelChatProvider;
