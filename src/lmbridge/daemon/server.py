@@ -120,7 +120,7 @@ class Config:
     idle_timeout: float = 1800.0
     recorder: Any = None  # lmbridge.rpc.record.Recorder (--record): every frame on every link
     # How agents are started: AgentConnection.spawn's signature (None: that). Replay passes
-    # its player's, which plays recorded agents back.
+    # its player's: the recorded spawn, then a stand-in process that plays the agent back.
     launcher: Any = None
     max_processes: int = 4  # live ACP sessions per agent (--max-agent-processes)
     index: Any = None  # session_index.SessionIndex (lmbridge serve: the state folder's); None: nothing persisted
@@ -130,6 +130,8 @@ class Config:
     # Seconds before "Starting <agent>…" is shown (None: LMBRIDGE_START_NOTICE or 0.5 s). Replay
     # passes infinity: a wall-clock notice is not part of a recording.
     start_notice: float | None = None
+    # Answer ``debug/idle`` (lmbridge serve --debug-idle; docs/protocol.md): off by default.
+    debug_idle: bool = False
 
 
 class Server:
@@ -173,6 +175,8 @@ class Server:
             "shutdown": self.shutdown,
             "$/cancelRequest": self.cancel_request,
         }
+        if config.debug_idle:
+            self.methods["debug/idle"] = self.debug_idle
 
     # -- frames -------------------------------------------------------------
 
@@ -437,6 +441,14 @@ class Server:
             return _invalid(exc)
         # An estimate (~4 characters a token): agents do not expose a tokenizer.
         return Success({"count": (len(p.text) + 3) // 4})
+
+    async def debug_idle(self, ctx: _Context, **params: Any) -> Result:
+        """``debug/idle`` (only with ``Config.debug_idle``): answered ``null`` once every
+        other task of the daemon waits on something (input, a timer, an agent), so what
+        came before it has been handled as far as it can be; replay's step signal
+        (docs/protocol.md, "debug/idle")."""
+        await anyio.wait_all_tasks_blocked()
+        return Success(None)
 
     async def shutdown(self, ctx: _Context, **params: Any) -> Result:
         await self._stop()
