@@ -27,6 +27,7 @@ from lmbridge.acp.process import AgentPool
 from lmbridge.core import cap
 from lmbridge.core.history import Fingerprint, HistoryCore, HistoryError, Last, Pending, Session, Turn
 from lmbridge.core.messages import AgentSpec, Message
+from lmbridge.daemon.catalog import Catalog
 from lmbridge.daemon.session_actor import SessionActor, SessionHooks
 from lmbridge.log import get_logger
 
@@ -83,18 +84,6 @@ class _Opened:
 
 
 @dataclass(frozen=True)
-class _Learnt:
-    agent_id: str
-    config_options: Any
-
-
-@dataclass(frozen=True)
-class _Images:
-    agent_id: str
-    images: bool  # its promptCapabilities.image
-
-
-@dataclass(frozen=True)
 class _Died:
     session_id: str
 
@@ -121,12 +110,13 @@ class HistoryActor:
     def __init__(
         self,
         idle_timeout: float = 1800.0,
+        *,
+        catalog: Catalog | None = None,
         launcher: Any = None,
         recorder: Any = None,
         max_processes: int = 4,
         index: Any = None,
         spares: bool = False,
-        models_changed: Any = None,
         start_notice: float | None = None,
         session_wait: float = cap.SESSION_WAIT,
     ) -> None:
@@ -141,16 +131,12 @@ class HistoryActor:
         self.active_at: dict[str, float] = {}  # session id → wall-clock time it was last used (the index's "saved")
         self._dirty = False  # the index is behind the core
         # One process per agent, shared by its chats (issue #11); it exits once idle.
+        self.catalog = catalog or Catalog()
         self.pool = AgentPool(
             idle_timeout, launcher=launcher, recorder=recorder, spares=spares, mcp_host=self._mcp_host,
-            on_ready=lambda agent_id, caps: self._send.send_nowait(_Images(agent_id, caps.images)),
+            on_ready=lambda agent_id, caps: self.catalog.saw_images(agent_id, caps.images),
         )  # fmt: skip
         self.recent: list[str] = []  # agents used last, most recent first (pre-warmed at start-up)
-        # Agent id → its configOptions as last learnt (agent_models.to_json): its own models in
-        # the picker. ``models_changed()`` is called when they change (the server tells the shim).
-        self.options: dict[str, Any] = {}
-        self.images: dict[str, bool] = {}  # agent id → its promptCapabilities.image, as last seen (imageInput)
-        self.models_changed = models_changed or (lambda: None)
         self.max_processes = max_processes  # live ACP sessions per agent (claude runs a process for each)
         self.recorder = recorder  # record.Recorder, with --record
         self.actors: dict[str, SessionActor] = {}
@@ -277,8 +263,8 @@ class HistoryActor:
                 conn = await proc.connect(me, sink)
                 log.info("agent pre-warmed", agent=spec.id)
                 proc.want_spare()
-                if spec.id not in self.options:  # a probe session, closed at once: its models for the picker
-                    self._send.send_nowait(_Learnt(spec.id, await probe(proc, conn, cwd) or []))
+                if not self.catalog.knows_options(spec.id):  # a probe session, closed at once: its models for the picker
+                    self.catalog.learn(spec.id, await probe(proc, conn, cwd) or [])
         except Exception as exc:  # the first chat will say what is wrong, with the agent's name
             log.warning("pre-warming failed", agent=spec.id, error=str(exc) or type(exc).__name__)
         finally:
@@ -286,21 +272,6 @@ class HistoryActor:
 
     def _opened(self, session_id: str, acp_session: str, resumable: bool, config_options: Any = None) -> None:
         self._send.send_nowait(_Opened(session_id, acp_session, resumable, config_options))
-
-    def _learn(self, agent_id: str, config_options: Any) -> None:
-        """An agent's configOptions (in the actor's task): its models, cached and shown."""
-        from lmbridge.core.agent_models import select_options, to_json
-
-        if not isinstance(config_options, list):
-            return
-        learnt = to_json(select_options(config_options))
-        old = self.options.get(agent_id)
-        if old != learnt:
-            self.options = {**self.options, agent_id: learnt}  # replaced whole: the server reads it
-            self._dirty = True
-            log.info("agent options learnt", agent=agent_id, options=[o["id"] for o in learnt])
-            if old or learnt:  # "none" learnt for the first time changes no model list
-                self.models_changed()
 
     # -- the session index ------------------------------------------------------
 
@@ -310,8 +281,8 @@ class HistoryActor:
 
         entries = await anyio.to_thread.run_sync(self.index.load)
         self.recent = await anyio.to_thread.run_sync(self.index.recent)
-        self.options = await anyio.to_thread.run_sync(self.index.models)
-        self.images = await anyio.to_thread.run_sync(self.index.images)
+        await anyio.to_thread.run_sync(self.catalog.options)  # read now, off the event loop
+        await anyio.to_thread.run_sync(self.catalog.images)
         now, restored = time.monotonic(), 0
         for entry in entries:
             try:
@@ -337,13 +308,13 @@ class HistoryActor:
         return out
 
     async def _save(self) -> None:
-        if self.index is None or not self._dirty:
+        if self.index is None or not (self._dirty or self.catalog.dirty):
             return
         self._dirty = False
         try:
             await anyio.to_thread.run_sync(self.index.save, self._entries())
             await anyio.to_thread.run_sync(self.index.save_recent, self.recent)
-            await anyio.to_thread.run_sync(self.index.save_models, dict(self.options), dict(self.images))
+            await self.catalog.save()
         except OSError as exc:
             log.warning("session index not saved", path=str(self.index.path), error=str(exc))
 
@@ -424,14 +395,7 @@ class HistoryActor:
             if s is not None:
                 s.resume = msg.acp_session if msg.resumable else None
                 self._dirty = True
-                self._learn(s.model_id, msg.config_options)
-        elif isinstance(msg, _Learnt):
-            self._learn(msg.agent_id, msg.config_options)
-        elif isinstance(msg, _Images):
-            if self.images.get(msg.agent_id, False) != msg.images:
-                self.images = {**self.images, msg.agent_id: msg.images}  # replaced whole: the server reads it
-                self._dirty = True
-                self.models_changed()
+                self.catalog.learn(s.model_id, msg.config_options)
         elif isinstance(msg, _Died):
             self._drop(msg.session_id, "agent gone")
             self._serve_queues(now)

@@ -480,7 +480,8 @@ class Player:
 
     async def run(self) -> Result:
         from lmbridge.core.messages import AgentSpec
-        from lmbridge.daemon.server import Config, Server, Stdout
+        from lmbridge.daemon.root import Config, Server
+        from lmbridge.daemon.stdio import Stdout
 
         config = self.recording.header.get("config") or {}
         agents = [AgentSpec.model_validate(a) for a in config.get("agents") or []]
@@ -599,7 +600,7 @@ class Player:
     async def spawn(
         self, name: str, command: str, args: Sequence[str], env: Any, cwd: str | None, events: Any, session: str | None = None, recorder: Any = None
     ) -> Any:
-        """The daemon's launcher (``server.Config.launcher``): a played-back agent for this recording."""
+        """The daemon's launcher (``root.Config.launcher``): a played-back agent for this recording."""
         from lmbridge.acp.connection import AgentExited
 
         link = f"agent:{session or name}"
