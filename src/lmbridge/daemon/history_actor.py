@@ -16,7 +16,7 @@ import contextlib
 import gc
 import math
 import time
-from collections.abc import Callable, Sequence
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +26,9 @@ from anyio.abc import TaskGroup
 from lmbridge.acp.process import AgentPool
 from lmbridge.core import cap
 from lmbridge.core.history import Fingerprint, HistoryCore, HistoryError, Last, Pending, Session, Turn
-from lmbridge.core.messages import AgentSpec, Message
+from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog
-from lmbridge.daemon.session_actor import SessionActor, SessionHooks
+from lmbridge.daemon.session_actor import ChatRequest, Job, SessionActor, SessionHooks
 from lmbridge.log import get_logger
 
 log = get_logger("history")
@@ -47,13 +47,24 @@ class AtCapacity(Exception):
 
 @dataclass(eq=False)
 class _Begin:
-    spec: AgentSpec
-    messages: Sequence[Message]
-    cwd: str | None
-    waiting: Callable[[str], None] | None = None  # shows a line in the chat while it waits for room
+    """A chat request asks for a session (``begin``); ``done`` is set once it is granted
+    (``result``: its job, handed to its session actor) or refused (``error``)."""
+
+    request: ChatRequest
     done: anyio.Event = field(default_factory=anyio.Event)
-    result: tuple[Turn, SessionActor] | None = None
+    result: Job | None = None
     error: Exception | None = None
+
+    @property
+    def spec(self) -> AgentSpec:
+        return self.request.spec
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """The shim cancelled the request (``$/cancelRequest``)."""
+
+    request: ChatRequest
 
 
 @dataclass(frozen=True)
@@ -149,6 +160,9 @@ class HistoryActor:
         self._dropped: list[SessionActor] = []  # actors closed but not finished yet
         self.closing = False  # shut down (``_Shutdown`` handled): no session actor is started any more
         self._garbage = False  # actors finished since the last collection
+        # Requests granted a session, with their job and its actor (for ``stop``); let go
+        # of with the request.
+        self.running: weakref.WeakKeyDictionary[ChatRequest, tuple[Job, SessionActor]] = weakref.WeakKeyDictionary()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
@@ -169,48 +183,53 @@ class HistoryActor:
 
     # -- API for other tasks ------------------------------------------------
 
-    async def begin(
-        self,
-        spec: AgentSpec,
-        messages: Sequence[Message],
-        cwd: str | None,
-        *,
-        waiting: Callable[[str], None] | None = None,
-        withdraw: anyio.Event | None = None,
-    ) -> tuple[Turn, SessionActor]:
-        """Classify a request; returns its Turn and the session actor to run it.
+    def begin(self, request: ChatRequest) -> _Begin:
+        """Ask for a session for ``request`` (queued in order with everything else sent to
+        this actor; ``granted`` waits for the answer). Once granted, the request's ``Job``
+        has been handed to its session actor; ``stop`` cancels it."""
+        msg = _Begin(request)
+        try:
+            self._send.send_nowait(msg)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            msg.error = ShuttingDown("the daemon is shutting down")
+            msg.done.set()
+        return msg
+
+    async def granted(self, msg: _Begin) -> Job:
+        """The job ``begin`` got: classified, and run by its chat's session actor.
 
         A request that needs a session of its own while all ``max_processes`` of its
         agent's are busy waits (``cap.admit``), up to ``session_wait`` seconds, for the
-        first to become free; ``waiting(text)`` is called once, from the actor's task,
-        with the line to show meanwhile (``cap.waiting_notice``). ``withdraw`` set: the
-        request gives up waiting (the user cancelled it). At the bound it may take the
-        session of a chat whose card waited all that time (``cap.Close.AT_BOUND``).
+        first to become free; the actor shows a line in its chat meanwhile
+        (``ChatRequest.notice``, ``cap.waiting_notice``). At the bound it may take the
+        session of a chat whose card waited all that time (``cap.Close.AT_BOUND``). The
+        wait's timer lives here, in the requesting task; cancelled (the request's scope),
+        it stops waiting at once (``stop`` withdraws the request).
 
         Raises ``HistoryError`` when the messages cannot be answered, ``AtCapacity`` when
-        no session became free in time or the request was withdrawn while it waited.
+        no session became free in time, ``ShuttingDown`` after the shutdown began.
         """
-        msg = _Begin(spec, messages, cwd, waiting)
         started = time.monotonic()
-        await self._send.send(msg)
-        bound = anyio.move_on_after(self.session_wait)
-        try:
-            with bound:
-                if withdraw is None:
-                    await msg.done.wait()
-                else:
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(_set_then_cancel, msg.done, tg.cancel_scope)
-                        tg.start_soon(_set_then_cancel, withdraw, tg.cancel_scope)
-        finally:
-            if not msg.done.is_set():  # the actor decides: granted meanwhile, or refused
-                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    self._send.send_nowait(_Withdraw(msg, time.monotonic() - started, overdue=bound.cancelled_caught))
-        await msg.done.wait()
+        with anyio.move_on_after(self.session_wait) as bound:
+            await msg.done.wait()
+        if not msg.done.is_set():  # the actor decides: granted meanwhile, or refused
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._send.send_nowait(_Withdraw(msg, time.monotonic() - started, overdue=bound.cancelled_caught))
+            await msg.done.wait()
         if msg.error is not None:
             raise msg.error
         assert msg.result is not None
         return msg.result
+
+    def stop(self, request: ChatRequest) -> None:
+        """The shim cancelled ``request`` (``$/cancelRequest``; its parts stopped with its
+        scope). Queued in order with the requests, at once: its end (``Last.CANCELLED``) is
+        recorded before any request the server read after the cancel is classified, not
+        when the session actor gets to it (a later request could be matched without the
+        stop otherwise); the actor's own report of the same end is then a second one,
+        dropped. A request still waiting for a free session is withdrawn."""
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._send.send_nowait(_Stop(request))
 
     async def aclose(self, reason: str, timeout: float = 5.0) -> None:
         """Shut down: every session closed (a request read before it, still on its way to this
@@ -236,14 +255,6 @@ class HistoryActor:
 
     async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[Pending], turn: int | None = None) -> None:
         await self._send.send(_Ended(session_id, fingerprint, last, pending, turn))
-
-    def stopped(self, turn: Turn, fingerprint: Fingerprint) -> None:
-        """The shim cancelled the request running ``turn`` (``$/cancelRequest``), which
-        emitted ``fingerprint`` up to then: its end (``Last.CANCELLED``) is recorded now, in
-        the order the server read the cancel and the requests from stdin, not when the
-        session actor gets to it (a request read after the cancel may be matched first
-        otherwise). The actor's own report of the same end is then a second one, dropped."""
-        self._send.send_nowait(_Ended(turn.session_id, fingerprint, Last.CANCELLED, [], turn.number))
 
     def prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
         """Start ``spec``'s agent process now (spawn + ``initialize``, and a spare session
@@ -365,8 +376,9 @@ class HistoryActor:
             else:
                 self.queues[msg.spec.id] = [*queue, msg]
                 log.info("request waits for a free session", agent=msg.spec.id, waiting=len(queue) + 1, cap=self.max_processes)
-                if msg.waiting is not None:
-                    msg.waiting(cap.waiting_notice(msg.spec.name or msg.spec.id))
+                msg.request.notice(cap.waiting_notice(msg.spec.name or msg.spec.id))
+        elif isinstance(msg, _Stop):
+            self._stop(msg.request, now)
         elif isinstance(msg, _Withdraw):
             queue = self.queues.get(msg.begin.spec.id, [])
             if msg.begin in queue and not msg.begin.done.is_set():
@@ -416,17 +428,45 @@ class HistoryActor:
         names); False, changing nothing, when it must wait. Decided first, carried out only
         once there is room: a request that waits or is refused changes no session (a dormant
         one keeps its resume token). Raises ``HistoryError`` (nothing changed either)."""
-        plan = self.core.plan(msg.spec.id, msg.messages)
+        request = msg.request
+        plan = self.core.plan(msg.spec.id, request.messages)
         if plan.session_id not in self.actors:
             room = cap.admit(self._live(msg.spec.id), self.max_processes, ahead, overdue)
             if room.wait:
                 return False
             for sid in room.close:
                 self._drop(sid, f"closed to stay within {self.max_processes} agent processes")
-        turn = self.core.begin(msg.spec.id, msg.messages, now, plan=plan)
-        msg.result = (turn, self._actor(turn, msg))
+        turn = self.core.begin(msg.spec.id, request.messages, now, plan=plan)
         log.info("request", kind=turn.kind.value, session=turn.session_id, answers={k: v.value for k, v in turn.answers.items()})
+        actor = self._actor(turn, request)
+        job = msg.result = Job(turn, request)
+        self.running[request] = (job, actor)
+        actor.submit(job)  # the actor owns the job from here on
         return True
+
+    def _stop(self, request: ChatRequest, now: float) -> None:
+        """``stop``: a granted request's end recorded (what it emitted until its scope was
+        cancelled: nothing is counted after) and its turn stopped; a waiting one withdrawn."""
+        running = self.running.get(request)
+        if running is not None:
+            job, actor = running
+            turn = job.turn
+            if turn.session_id in self.core.sessions:
+                if self.core.end(turn.session_id, job.fingerprint(), Last.CANCELLED, [], now, turn=turn.number):
+                    self.active_at[turn.session_id] = time.time()
+                    self._dirty = True
+                    self._serve_queues(now)
+            actor.cancel(job)
+            return
+        queue = self.queues.get(request.spec.id, [])
+        for msg in queue:
+            if msg.request is request and not msg.done.is_set():
+                queue.remove(msg)
+                log.info("request withdrawn while it waited for a free session", agent=request.spec.id)
+                msg.error = AtCapacity(cap.busy_message(request.spec.id, self.max_processes, 0))
+                msg.done.set()
+                self._serve_queues(now)
+                return
 
     def _serve_queues(self, now: float) -> None:
         """A session may have become free: the requests waiting take it, oldest first."""
@@ -454,7 +494,7 @@ class HistoryActor:
         """The agent's live sessions (each has a session actor)."""
         return [self.core.sessions[sid] for sid, actor in self.actors.items() if actor.spec.id == agent_id and sid in self.core.sessions]
 
-    def _actor(self, turn: Turn, msg: _Begin) -> SessionActor:
+    def _actor(self, turn: Turn, msg: ChatRequest) -> SessionActor:
         actor = self.actors.get(turn.session_id)
         if actor is None:
             closing = [a.finished for a in self._dropped if a.spec.id == msg.spec.id and not a.finished.is_set()]
@@ -503,6 +543,3 @@ class HistoryActor:
             log.info("session dropped" if not asleep else "session asleep", session=session_id, reason=reason)
 
 
-async def _set_then_cancel(event: anyio.Event, scope: anyio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()

@@ -184,7 +184,7 @@ class Methods:
         cancelled chat's scope is cancelled, so nothing more is sent for it)."""
         for call in list(self.inflight.values()):
             if call.answer():
-                self.router.shut(call)
+                call.scope.cancel()  # nothing more is sent for it
                 self.out.error(call.id, AGENT_FAILED, SHUTTING_DOWN)
         self.inflight.clear()
 

@@ -14,7 +14,6 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import anyio
 from pydantic import ValidationError
 
 from lmbridge.core.agent_models import split_model_id
@@ -27,8 +26,9 @@ from lmbridge.log import get_logger
 if TYPE_CHECKING:
     from jsonrpcserver import Result
 
+    from lmbridge.core.present import Part
     from lmbridge.daemon.history_actor import HistoryActor
-    from lmbridge.daemon.session_actor import Job
+    from lmbridge.daemon.session_actor import ChatRequest
 
 log = get_logger("router")
 
@@ -44,8 +44,8 @@ class Router:
         self.history = history
         self.closing = closing
         self.message_cache = MessageCache()  # chat histories come again with every request
-        self.jobs: dict[int, tuple[Job, HistoryActor]] = {}  # by id(Call): the chats handed to a session actor
-        self._withdraw: dict[int, anyio.Event] = {}
+        # By id(Call): the chats handed to the history actor, until answered (``cancel``).
+        self.begun: dict[int, tuple[HistoryActor, ChatRequest]] = {}
 
     @property
     def cwd(self) -> str:
@@ -74,74 +74,64 @@ class Router:
             return Error(AGENT_FAILED, SHUTTING_DOWN)
         from lmbridge.core.history import HistoryError
         from lmbridge.daemon.history_actor import AtCapacity, ShuttingDown
-        from lmbridge.daemon.session_actor import Job
+        from lmbridge.daemon.session_actor import ChatRequest
 
-        rid = call.id
         call.chat = True  # $/cancelRequest may answer it from now on
-        withdraw = self._withdraw[id(call)] = anyio.Event()
         try:
-            try:
-                history = await self.history()
-            except ShuttingDown:
-                return Error(AGENT_FAILED, SHUTTING_DOWN)
-            shown: list[dict[str, Any]] = []  # parts sent while it waited for a free session
-
-            def waiting(text: str) -> None:
-                if not call.answered:
-                    part = {"type": "text", "value": text}
-                    shown.append(part)
-                    self.out.send_part(rid, part)
-
-            try:
-                turn, actor = await history.begin(spec, p.messages, self.cwd, waiting=waiting, withdraw=withdraw)
-            except HistoryError as exc:
-                return invalid_params(f"messages: {exc}")
-            except ShuttingDown:  # read before EOF, it reached the history actor after the shutdown
-                return Error(AGENT_FAILED, SHUTTING_DOWN)
-            except AtCapacity as exc:
-                if call.answered:
-                    return Success({"stopReason": "cancelled"})  # already sent; the dispatcher drops this copy
-                return Error(AGENT_FAILED, str(exc))
-        finally:
-            del self._withdraw[id(call)]
-
-        async def emit(part: dict[str, Any]) -> None:
-            self.out.send_part(rid, part)
-
-        job = Job(turn=turn, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.settings.verbatim, model=found[1] if found else None)
-        for part in shown:  # VS Code replays it as part of this answer
-            job.count(part)
-        job.actor = actor
-        self.jobs[id(call)] = (job, history)
+            # Not in the call's scope: a request cancelled while the history actor starts
+            # keeps its place in the order requests reach it.
+            history = await self.history()
+        except ShuttingDown:
+            return Error(AGENT_FAILED, SHUTTING_DOWN)
+        request = ChatRequest(
+            spec, tuple(p.messages), self.cwd, Parts(self.out, call), tools=tuple(p.options.tools), verbatim=self.settings.verbatim,
+            model=found[1] if found else None,
+        )  # fmt: skip
+        ticket = history.begin(request)
+        self.begun[id(call)] = (history, request)
+        if call.answered:  # cancelled before it reached the history actor: its end is recorded all the same
+            history.stop(request)
         try:
-            job.cancelled = call.answered  # cancelled while we classified
-            if job.cancelled:
-                history.stopped(turn, job.fingerprint())
-            await actor.submit(job)
-            if job.cancelled:
-                actor.cancel(job)
-            await job.done.wait()
+            with call.scope:
+                job = await history.granted(ticket)
+                await job.done.wait()
+        except HistoryError as exc:
+            return invalid_params(f"messages: {exc}")
+        except ShuttingDown:  # read before EOF, it reached the history actor after the shutdown
+            return Error(AGENT_FAILED, SHUTTING_DOWN)
+        except AtCapacity as exc:
+            if call.answered:
+                return Success({"stopReason": "cancelled"})  # already sent; the dispatcher drops this copy
+            return Error(AGENT_FAILED, str(exc))
         finally:
-            del self.jobs[id(call)]
-        if job.cancelled:
+            del self.begun[id(call)]
+        if call.scope.cancel_called:
             return Success({"stopReason": "cancelled"})  # already sent; the dispatcher drops this copy
         if job.error is not None:
             return Error(AGENT_FAILED, job.error, job.error_data) if job.error_data else Error(AGENT_FAILED, job.error)
         return Success({"stopReason": job.stop_reason})
 
     def cancel(self, call: Call) -> None:
-        """``$/cancelRequest`` named ``call`` (answered ``cancelled`` already): nothing more is
-        sent for it, and its end is recorded at once, before any request read after it."""
-        if id(call) in self.jobs:
-            job, history = self.jobs[id(call)]
-            job.cancelled = True
-            history.stopped(job.turn, job.fingerprint())  # before any request read after this cancel
-            if job.actor is not None:
-                job.actor.cancel(job)
-        elif id(call) in self._withdraw:
-            self._withdraw[id(call)].set()  # it waits for a free session: it gives up
+        """``$/cancelRequest`` named ``call`` (answered ``cancelled`` already): its scope is
+        cancelled (nothing more is sent for it) and, once it reached the history actor, it is
+        stopped there at once, before any request read after it is classified."""
+        call.scope.cancel()
+        if id(call) in self.begun:
+            history, request = self.begun[id(call)]
+            history.stop(request)
 
-    def shut(self, call: Call) -> None:
-        """The shutdown answered ``call``: nothing more is sent for it."""
-        if id(call) in self.jobs:
-            self.jobs[id(call)][0].cancelled = True
+
+class Parts:
+    """``session_actor.PartSink`` of one request: its parts as ``lm/responsePart`` frames,
+    none once the request's scope is cancelled."""
+
+    def __init__(self, out: StdoutWriter, call: Call) -> None:
+        self.out = out
+        self.call = call
+
+    def send(self, part: Part) -> None:
+        if not self.call.scope.cancel_called:
+            self.out.send_part(self.call.id, part)
+
+    def stopped(self) -> bool:
+        return self.call.scope.cancel_called

@@ -24,7 +24,7 @@ import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -63,45 +63,94 @@ START_NOTICE = _seconds("LMBRIDGE_START_NOTICE", turn.START_NOTICE)
 # Bytes of text kept for the next request while a permission card waits (issue #16).
 PENDING_OUTPUT = int(os.environ.get("LMBRIDGE_PENDING_OUTPUT_BYTES") or turn.BUFFER_LIMIT)
 
-Emit = Callable[[Part], Awaitable[None]]
+class PartSink(Protocol):
+    """Where one chat request's response parts go (``router.Parts``: ``lm/responsePart``
+    frames of that request). ``stopped()``: the request's task scope was cancelled
+    (``$/cancelRequest``, the shutdown): from then on nothing more is sent for it."""
+
+    def send(self, part: Part) -> None: ...
+
+    def stopped(self) -> bool: ...
+
+
+@dataclass(eq=False)
+class ChatRequest:
+    """One ``provideLanguageModelChatResponse`` on its way to a session actor.
+
+    Built by the router; the history actor owns it until it grants it a session (it
+    writes ``shown``: the line sent while it waits for a free session), then it becomes a
+    ``Job`` the session actor owns."""
+
+    spec: AgentSpec
+    messages: tuple[Message, ...]
+    cwd: str | None
+    parts: PartSink
+    tools: tuple[ToolInfo, ...] = ()  # the request's options.tools
+    verbatim: bool = False  # user turns as they came (initialize's userTurns)
+    model: str | None = None  # one of the agent's own models (a value of its "model" config option)
+    shown: list[Part] = field(default_factory=list)  # parts sent before it had a session
+
+    def notice(self, text: str) -> None:
+        """Show ``text`` in the chat while the request waits (``cap.waiting_notice``)."""
+        if not self.parts.stopped():
+            part: Part = {"type": "text", "value": text}
+            self.shown.append(part)
+            self.parts.send(part)
 
 
 @dataclass(eq=False)
 class Job:
-    """One ``provideLanguageModelChatResponse`` handed to a session actor.
-
-    ``emit`` sends one part to VS Code; ``done`` is set once, with
-    ``stop_reason`` or ``error``. ``cancelled`` is set by the server when the
-    shim cancels: from then on nothing more is emitted for this job.
-    """
+    """A ``ChatRequest`` granted a session: its ``turn`` (the history actor's
+    classification), run by the session actor of ``turn.session_id``, which owns it from
+    ``submit`` on: it sets ``id``, counts what the response emits (the fingerprint), and
+    sets ``done`` once, with ``stop_reason`` or ``error``."""
 
     turn: Turn
-    history: tuple[Message, ...]
-    emit: Emit
+    request: ChatRequest
     done: anyio.Event = field(default_factory=anyio.Event)
     stop_reason: str | None = None
     error: str | None = None
     error_data: dict[str, Any] | None = None  # the error's data: auth.problem's when the agent needs a login
-    cancelled: bool = False
-    actor: Any = None  # the SessionActor running it (for cancellation)
-    tools: tuple[ToolInfo, ...] = ()  # the request's options.tools
-    verbatim: bool = False  # user turns as they came (initialize's userTurns)
-    model: str | None = None  # one of the agent's own models (a value of its "model" config option)
-    id: int = 0  # set by the actor
+    id: int = 0  # set by the actor when it takes the job up
     # What this response emitted, for the history core's fingerprint.
     _text: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
     _shown: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))  # text + thinking
     call_ids: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        for part in self.request.shown:  # VS Code replays it as part of this answer
+            self.count(part)
+
+    @property
+    def history(self) -> tuple[Message, ...]:
+        return self.request.messages
+
+    @property
+    def tools(self) -> tuple[ToolInfo, ...]:
+        return self.request.tools
+
+    @property
+    def verbatim(self) -> bool:
+        return self.request.verbatim
+
+    @property
+    def model(self) -> str | None:
+        return self.request.model
+
+    @property
+    def cancelled(self) -> bool:
+        """The request was cancelled: nothing more is emitted for it."""
+        return self.request.parts.stopped()
+
     async def send(self, part: Part) -> None:
         if self.cancelled or self.done.is_set():
             return
         self.count(part)
-        await self.emit(part)
+        self.request.parts.send(part)
 
     def count(self, part: Part) -> None:
-        """Take ``part`` into the fingerprint (``send`` does; the server too, for a line it
-        sent before the job existed, while the request waited for a free session)."""
+        """Take ``part`` into the fingerprint (``send`` does; so does the job's start, for
+        the line sent before it existed, while the request waited for a free session)."""
         if part["type"] == "text":
             value = squeezed(part["value"])
             self._text.update(value)
@@ -222,20 +271,18 @@ class SessionActor:
 
     # -- public, called from other tasks -----------------------------------
 
-    async def submit(self, job: Job) -> None:
-        # No await between the check and the send: a closed actor reads no more
-        # jobs, so one submitted now fails at once instead of waiting forever.
+    def submit(self, job: Job) -> None:
+        """Hand ``job`` over: the actor owns it from now on. A closed actor reads no more
+        jobs: one submitted to it fails at once instead of waiting forever."""
         if self._closed:
             job.error = f"agent {self.spec.id!r}: its session has just ended; please retry"
             job.done.set()
             return
-        self._job_ids += 1
-        job.id = self._job_ids
         self._send.send_nowait(job)
 
     def cancel(self, job: Job) -> None:
-        """The shim cancelled ``job``'s request (already answered ``cancelled``)."""
-        job.cancelled = True
+        """The shim cancelled ``job``'s request (already answered ``cancelled``; its parts
+        stopped with its scope): the turn machine stops the agent's turn."""
         if not self._closed:
             self._send.send_nowait(_CancelJob(job))
 
@@ -317,6 +364,8 @@ class SessionActor:
         elif isinstance(msg, Job):
             if self.acp.conn is not None and not self.acp.conn.alive:
                 await self._handle(AgentGone(self.acp.conn))  # it died just before this job came: that first
+            self._job_ids += 1
+            msg.id = self._job_ids
             self.jobs[msg.id] = msg
             if self.bridge is not None:
                 await self.bridge.set_tools(self._offered(msg))
