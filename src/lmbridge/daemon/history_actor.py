@@ -17,8 +17,10 @@ import gc
 import math
 import time
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -28,12 +30,30 @@ from lmbridge.core import cap
 from lmbridge.core.history import Fingerprint, HistoryCore, HistoryError, Last, Pending, Session, Turn
 from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog
+from lmbridge.daemon.services import RecentAgents
 from lmbridge.daemon.session_actor import ChatRequest, Job, SessionActor, SessionHooks
 from lmbridge.log import get_logger
 
+if TYPE_CHECKING:
+    from lmbridge.rpc.record import Recorder
+    from lmbridge.tools.mcp_bridge import McpHost
+
 log = get_logger("history")
 
-SAVE_PERIOD = 1.0  # seconds between writes of the session index while it changes
+
+
+class SessionStore(Protocol):
+    """Where dormant sessions persist (``session_index.SessionIndex``)."""
+
+    path: Path
+
+    def load(self) -> list[dict[str, Any]]: ...
+
+    def save(self, entries: list[dict[str, Any]]) -> None: ...
+
+
+#: ``async () -> McpHost``: the daemon's MCP endpoint, started on first use (``services.ToolsHost``).
+McpHostGetter = Callable[[], Awaitable["McpHost"]]
 
 
 class ShuttingDown(Exception):
@@ -120,14 +140,15 @@ class HistoryActor:
 
     def __init__(
         self,
-        idle_timeout: float = 1800.0,
+        pool: AgentPool,
+        catalog: Catalog,
+        mcp_host: McpHostGetter,
+        recent: RecentAgents,
         *,
-        catalog: Catalog | None = None,
-        launcher: Any = None,
-        recorder: Any = None,
+        idle_timeout: float = 1800.0,
+        recorder: Recorder | None = None,
         max_processes: int = 4,
-        index: Any = None,
-        spares: bool = False,
+        index: SessionStore | None = None,
         start_notice: float | None = None,
         session_wait: float = cap.SESSION_WAIT,
     ) -> None:
@@ -137,26 +158,20 @@ class HistoryActor:
         self.session_wait = session_wait
         self.queues: dict[str, list[_Begin]] = {}
         self.core = HistoryCore()
-        self.index = index  # session_index.SessionIndex, or None: nothing persisted
+        self.index = index  # the state folder's session index, or None: nothing persisted
         self.cwds: dict[str, str | None] = {}  # session id → the cwd its agent session runs in
         self.active_at: dict[str, float] = {}  # session id → wall-clock time it was last used (the index's "saved")
         self._dirty = False  # the index is behind the core
-        # One process per agent, shared by its chats (issue #11); it exits once idle.
-        self.catalog = catalog or Catalog()
-        self.pool = AgentPool(
-            idle_timeout, launcher=launcher, recorder=recorder, spares=spares, mcp_host=self._mcp_host,
-            on_ready=lambda agent_id, caps: self.catalog.saw_images(agent_id, caps.images),
-        )  # fmt: skip
-        self.recent: list[str] = []  # agents used last, most recent first (pre-warmed at start-up)
+        self.pool = pool  # one process per agent, shared by its chats
+        self.catalog = catalog  # told each session's configOptions (the agent's own models)
+        self.recent = recent  # told each agent a session actor starts for
         self.max_processes = max_processes  # live ACP sessions per agent (claude runs a process for each)
         self.recorder = recorder  # record.Recorder, with --record
         self.actors: dict[str, SessionActor] = {}
         self.idle_timeout = idle_timeout
         self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
         self._tg: TaskGroup | None = None
-        self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=self._mcp_host, opened=self._opened)
-        self._mcp: Any = None  # mcp_bridge.McpHost, started when a session first offers VS Code tools
-        self._mcp_lock = anyio.Lock()
+        self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=mcp_host, opened=self._opened)
         self._dropped: list[SessionActor] = []  # actors closed but not finished yet
         self.closing = False  # shut down (``_Shutdown`` handled): no session actor is started any more
         self._garbage = False  # actors finished since the last collection
@@ -167,10 +182,8 @@ class HistoryActor:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            await tg.start(self.pool.run)
             if self.index is not None:
                 await self._restore()
-                tg.start_soon(self._saver)
             tg.start_soon(self._ticker)
             task_status.started()
             try:
@@ -234,9 +247,9 @@ class HistoryActor:
     async def aclose(self, reason: str, timeout: float = 5.0) -> None:
         """Shut down: every session closed (a request read before it, still on its way to this
         actor, fails with ``ShuttingDown`` instead of starting one) and, up to ``timeout``
-        seconds, their agents stopped; then the agent pool. The shutdown goes through the
-        mailbox, in order with the requests: the loop owns the sessions, and nothing is
-        started after it (into the pool's task group, closed next)."""
+        seconds, their agents stopped (the pool is closed next, by its owner). The shutdown
+        goes through the mailbox, in order with the requests: the loop owns the sessions,
+        and nothing is started after it."""
         handled = anyio.Event()
         with anyio.move_on_after(timeout):
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -244,9 +257,6 @@ class HistoryActor:
                 await handled.wait()  # the loop may still be starting (it reads the session index first)
             for actor in list(self._dropped):
                 await actor.finished.wait()
-        await self.pool.aclose()
-        with anyio.CancelScope(shield=True):
-            await self._save()
 
     def close_all(self, reason: str) -> None:
         """Close every session actor (their agents stop with them)."""
@@ -255,31 +265,6 @@ class HistoryActor:
 
     async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[Pending], turn: int | None = None) -> None:
         await self._send.send(_Ended(session_id, fingerprint, last, pending, turn))
-
-    def prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
-        """Start ``spec``'s agent process now (spawn + ``initialize``, and a spare session
-        where those are on), so the first chat does not wait for it (issue #11 §1)."""
-        if self.closing:
-            return
-        assert self._tg is not None
-        self._tg.start_soon(self._prewarm, spec, cwd)
-
-    async def _prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
-        from lmbridge.acp.session import probe
-
-        proc, me = self.pool.process(spec, cwd), object()
-        sink = anyio.create_memory_object_stream[Any](math.inf)[0]  # AgentGone, if it dies: nobody to tell
-        try:
-            with anyio.fail_after(self.pool.start_timeout + self.pool.session_timeout):
-                conn = await proc.connect(me, sink)
-                log.info("agent pre-warmed", agent=spec.id)
-                proc.want_spare()
-                if not self.catalog.knows_options(spec.id):  # a probe session, closed at once: its models for the picker
-                    self.catalog.learn(spec.id, await probe(proc, conn, cwd) or [])
-        except Exception as exc:  # the first chat will say what is wrong, with the agent's name
-            log.warning("pre-warming failed", agent=spec.id, error=str(exc) or type(exc).__name__)
-        finally:
-            proc.detach(me)
 
     def _opened(self, session_id: str, acp_session: str, resumable: bool, config_options: Any = None) -> None:
         self._send.send_nowait(_Opened(session_id, acp_session, resumable, config_options))
@@ -290,10 +275,8 @@ class HistoryActor:
         """Wake-able sessions of a previous daemon, dormant (``HistoryCore.restore``)."""
         from lmbridge.core.history import HistoryError
 
+        assert self.index is not None
         entries = await anyio.to_thread.run_sync(self.index.load)
-        self.recent = await anyio.to_thread.run_sync(self.index.recent)
-        await anyio.to_thread.run_sync(self.catalog.options)  # read now, off the event loop
-        await anyio.to_thread.run_sync(self.catalog.images)
         now, restored = time.monotonic(), 0
         for entry in entries:
             try:
@@ -318,37 +301,16 @@ class HistoryActor:
                 out.append(entry(data, s.model_id, self.cwds.get(sid), self.active_at.get(sid)))
         return out
 
-    async def _save(self) -> None:
-        if self.index is None or not (self._dirty or self.catalog.dirty):
+    async def save(self) -> None:
+        """Write the sessions to the index if they changed (in a thread; ``services.Saver``
+        calls it). Raises ``OSError``."""
+        if self.index is None or not self._dirty:
             return
         self._dirty = False
-        try:
-            await anyio.to_thread.run_sync(self.index.save, self._entries())
-            await anyio.to_thread.run_sync(self.index.save_recent, self.recent)
-            await self.catalog.save()
-        except OSError as exc:
-            log.warning("session index not saved", path=str(self.index.path), error=str(exc))
-
-    async def _saver(self) -> None:
-        while True:
-            await anyio.sleep(SAVE_PERIOD)
-            await self._save()
+        await anyio.to_thread.run_sync(self.index.save, self._entries())
 
     async def _died(self, session_id: str) -> None:
         await self._send.send(_Died(session_id))
-
-    async def _mcp_host(self) -> Any:
-        """The daemon's MCP endpoints (one HTTP port, one Unix socket), started on
-        first use so the MCP SDK stays off the start-up path."""
-        async with self._mcp_lock:
-            if self._mcp is None:
-                from lmbridge.tools.mcp_bridge import McpHost
-
-                host = McpHost()
-                assert self._tg is not None
-                await self._tg.start(host.run)
-                self._mcp = host
-            return self._mcp
 
     async def _ticker(self) -> None:
         period = max(0.05, min(self.idle_timeout / 4, 30.0))
@@ -504,9 +466,7 @@ class HistoryActor:
             )
             self.cwds[turn.session_id] = msg.cwd
             self.actors[turn.session_id] = actor
-            if self.recent[:1] != [msg.spec.id]:
-                self.recent = [msg.spec.id, *(a for a in self.recent if a != msg.spec.id)][:3]
-                self._dirty = True
+            self.recent.used(msg.spec.id)
             assert self._tg is not None
             self._tg.start_soon(actor.run)
         return actor

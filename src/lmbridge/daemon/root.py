@@ -23,12 +23,14 @@ from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog
 from lmbridge.daemon.methods import SHUTTING_DOWN, Call, Methods
 from lmbridge.daemon.router import Router
+from lmbridge.daemon.services import RecentAgents
 from lmbridge.daemon.stdio import RequestId, StdioReader, Stdout, StdoutWriter, stdin_lines, stdout_writer
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
-    from lmbridge.acp.process import Launcher
+    from lmbridge.acp.process import AgentPool, Launcher
     from lmbridge.daemon.history_actor import HistoryActor
+    from lmbridge.daemon.services import Prewarmer, Saver
     from lmbridge.daemon.session_index import SessionIndex
     from lmbridge.rpc.record import Recorder
 
@@ -70,7 +72,12 @@ class Server:
         self.catalog = Catalog(config.agents, config.index, changed=self._models_changed)
         self.router = Router(self.out, self.catalog, self._history, closing=lambda: self.shutting_down)
         self.methods = Methods(self.out, self.catalog, self.router, stop=self._stop, initialized=self._initialized)
+        self.recent = RecentAgents(config.index)
+        # Started with the first chat (so the ACP SDK is imported then, not at start-up):
         self.history: HistoryActor | None = None
+        self.pool: AgentPool | None = None
+        self.prewarmer: Prewarmer | None = None
+        self.saver: Saver | None = None
         self.shutting_down = False
         self.reader: StdioReader | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -123,13 +130,12 @@ class Server:
         from lmbridge.daemon.history_actor import ShuttingDown
 
         try:
-            history = await self._history()
+            await self._history()
         except ShuttingDown:
             return
-        for agent_id in history.recent:
-            spec = self.catalog.agents.get(agent_id)
-            if spec is not None and not self.shutting_down:
-                history.prewarm(spec, self.router.cwd)
+        assert self.prewarmer is not None
+        agents = [self.catalog.agents[a] for a in self.recent.agents if a in self.catalog.agents]
+        self.prewarmer.start(agents, self.router.cwd)
 
     async def _history(self) -> HistoryActor:
         """The history actor, started on first use. Raises ``ShuttingDown`` when the
@@ -141,30 +147,50 @@ class Server:
                 if self.shutting_down:
                     raise ShuttingDown(SHUTTING_DOWN)
 
+                from lmbridge.acp.process import AgentPool
+                from lmbridge.daemon.services import Prewarmer, Saver, ToolsHost
+
                 # What the imports built (the ACP schema's pydantic models: ~60k
                 # objects) lives as long as the daemon: out of the garbage
                 # collector's way, or each full collection walks it (tens of ms).
                 gc.freeze()
-                self.history = HistoryActor(
-                    self.config.idle_timeout,
-                    catalog=self.catalog,
-                    launcher=self.config.launcher,
-                    recorder=self.recorder,
-                    max_processes=self.config.max_processes,
-                    index=self.config.index,
-                    spares=self.config.spare_session,
-                    start_notice=self.config.start_notice,
-                    session_wait=self.config.session_wait,
-                )
-                assert self._tg is not None
-                await self._tg.start(self.history.run)
+                config, tg = self.config, self._tg
+                assert tg is not None
+                tools = ToolsHost(tg)
+                # One process per agent, shared by its chats; it exits once idle.
+                self.pool = pool = AgentPool(
+                    config.idle_timeout, launcher=config.launcher, recorder=self.recorder, spares=config.spare_session, mcp_host=tools,
+                    on_ready=lambda agent_id, caps: self.catalog.saw_images(agent_id, caps.images),
+                )  # fmt: skip
+                self.history = history = HistoryActor(
+                    pool, self.catalog, tools, self.recent,
+                    idle_timeout=config.idle_timeout, recorder=self.recorder, max_processes=config.max_processes, index=config.index,
+                    start_notice=config.start_notice, session_wait=config.session_wait,
+                )  # fmt: skip
+                self.prewarmer = Prewarmer(pool, self.catalog, tg, closing=lambda: self.shutting_down)
+                await tg.start(pool.run)
+                if config.index is not None:
+                    # Read off the event loop, before the first request needs them.
+                    await self.recent.load()
+                    await anyio.to_thread.run_sync(self.catalog.options)
+                    await anyio.to_thread.run_sync(self.catalog.images)
+                    self.saver = Saver([history, self.recent, self.catalog], str(config.index.path))
+                await tg.start(history.run)
+                if self.saver is not None:
+                    tg.start_soon(self.saver.run)
             return self.history
 
     async def _stop(self) -> None:
-        """Close every session (agents stop); requests in flight end with an error."""
+        """Close every session (agents stop), then the agent pool; write what changed to the
+        session index. Requests in flight end with an error."""
         self.shutting_down = True
         if self.history is not None:
             await self.history.aclose("daemon shutting down")
+        if self.pool is not None:
+            await self.pool.aclose()
+        if self.saver is not None:
+            with anyio.CancelScope(shield=True):
+                await self.saver.save()
 
 
 # Collect young objects after 50,000 net allocations, not 700: parsing a 2 MB chat
