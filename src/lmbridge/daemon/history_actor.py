@@ -133,6 +133,10 @@ class _Shutdown:
     done: anyio.Event
 
 
+#: What the history actor's mailbox carries.
+_Message = _Begin | _Stop | _Withdraw | _Ended | _Opened | _Died | _Tick | _Shutdown
+
+
 class HistoryActor:
     """Routes chat requests to session actors. ``idle_timeout``: seconds a
     session may sit unused before it is evicted (its agent stopped, its pending
@@ -169,7 +173,7 @@ class HistoryActor:
         self.recorder = recorder  # record.Recorder, with --record
         self.actors: dict[str, SessionActor] = {}
         self.idle_timeout = idle_timeout
-        self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
+        self._send, self._mailbox = anyio.create_memory_object_stream[_Message](math.inf)
         self._tg: TaskGroup | None = None
         self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=mcp_host, opened=self._opened)
         self._dropped: list[SessionActor] = []  # actors closed but not finished yet
@@ -320,7 +324,7 @@ class HistoryActor:
 
     # -- the loop -----------------------------------------------------------
 
-    def _handle(self, msg: Any) -> None:
+    def _handle(self, msg: _Message) -> None:
         now = time.monotonic()
         if isinstance(msg, _Begin) and self.closing:
             msg.error = ShuttingDown("the daemon is shutting down")

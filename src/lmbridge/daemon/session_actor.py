@@ -24,7 +24,7 @@ import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -41,6 +41,10 @@ from lmbridge.core.transcript import prompt_blocks
 from lmbridge.core.turn import JobInfo
 from lmbridge.daemon.catalog import auth_hint
 from lmbridge.log import get_logger
+
+if TYPE_CHECKING:
+    from lmbridge.rpc.record import Recorder
+    from lmbridge.tools.mcp_bridge import McpHost, ToolBridge, ToolCall
 
 log = get_logger("session")
 
@@ -113,8 +117,8 @@ class Job:
     error_data: dict[str, Any] | None = None  # the error's data: auth.problem's when the agent needs a login
     id: int = 0  # set by the actor when it takes the job up
     # What this response emitted, for the history core's fingerprint.
-    _text: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
-    _shown: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))  # text + thinking
+    _text: hashlib.blake2b = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
+    _shown: hashlib.blake2b = field(default_factory=lambda: hashlib.blake2b(digest_size=16))  # text + thinking
     call_ids: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -186,7 +190,7 @@ class _CancelJob:
 
 @dataclass(frozen=True)
 class _ToolInvoked:
-    call: Any  # mcp_bridge.ToolCall
+    call: ToolCall
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,7 @@ class SessionHooks:
     # (session id, what the response emitted, how it ended, the calls it left pending, Turn.number)
     ended: Callable[[str, Fingerprint, Last, list[Pending], int], Awaitable[None]]
     died: Callable[[str], Awaitable[None]]
-    mcp_host: Callable[[], Awaitable[Any]]  # the daemon's McpHost, started on first use
+    mcp_host: Callable[[], Awaitable[McpHost]]  # the daemon's MCP endpoint, started on first use
     # The chat's ACP sessionId, whether the agent can take it up again (session/resume or
     # session/load: for recovery after eviction, a crash, a restart), and the session's
     # configOptions as the agent answered them (its models and modes, agent_models).
@@ -225,7 +229,7 @@ class SessionActor:
         hooks: SessionHooks,
         *,
         pool: AgentPool | None = None,
-        recorder: Any = None,
+        recorder: Recorder | None = None,
         after: Sequence[anyio.Event] = (),
         resume: str | None = None,
         notice: float | None = None,
@@ -255,8 +259,8 @@ class SessionActor:
         self.jobs: dict[int, Job] = {}
         self._prompts: dict[int, int] = {}  # session/prompt request id → the machine's prompt number
         self._job_ids = 0
-        self.tool_calls: dict[str, Any] = {}  # callId → mcp_bridge.ToolCall the agent waits on
-        self.bridge: Any = None  # mcp_bridge.ToolBridge, when the agent is offered VS Code tools
+        self.tool_calls: dict[str, ToolCall] = {}  # callId → the VS Code tool call the agent waits on
+        self.bridge: ToolBridge | None = None  # when the agent is offered VS Code tools
         self.mcp_servers: list[dict[str, Any]] = []
         self._timers: dict[turn.Timer, anyio.CancelScope] = {}
         self._starting: anyio.CancelScope | None = None
@@ -592,7 +596,7 @@ class SessionActor:
             opened = await self.acp.open(how, servers)
         self._opening(opened)
         if opened.spare is not None:
-            await self.bridge.set_tools(self._offered(job))
+            await opened.spare.bridge.set_tools(self._offered(job))
 
     def _opening(self, opened: Opened) -> None:
         """A start opened ``opened``: the chat's from the ``Ready`` on; told to the history actor."""
@@ -691,7 +695,7 @@ class SessionActor:
         await self.bridge.set_tools(tools)
         self.mcp_servers = [host.server_config(self.bridge)]
 
-    async def _on_mcp_call(self, call: Any) -> None:
+    async def _on_mcp_call(self, call: ToolCall) -> None:
         # Runs in the MCP server's task: hand the call to the actor's loop.
         self._send.send_nowait(_ToolInvoked(call))
 
