@@ -13,7 +13,6 @@ and, with them, every agent process.
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import time
 import weakref
@@ -30,7 +29,7 @@ from lmbridge.core import cap
 from lmbridge.core.history import Fingerprint, HistoryCore, HistoryError, Last, Pending, Session, Turn
 from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog
-from lmbridge.daemon.services import RecentAgents
+from lmbridge.daemon.services import IdleCollector, RecentAgents
 from lmbridge.daemon.session_actor import ChatRequest, Job, SessionActor, SessionHooks
 from lmbridge.log import get_logger
 
@@ -178,7 +177,7 @@ class HistoryActor:
         self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=mcp_host, opened=self._opened)
         self._dropped: list[SessionActor] = []  # actors closed but not finished yet
         self.closing = False  # shut down (``_Shutdown`` handled): no session actor is started any more
-        self._garbage = False  # actors finished since the last collection
+        self.collector = IdleCollector()  # collects what dropped actors left, once idle
         # Requests granted a session, with their job and its actor (for ``stop``); let go
         # of with the request.
         self.running: weakref.WeakKeyDictionary[ChatRequest, tuple[Job, SessionActor]] = weakref.WeakKeyDictionary()
@@ -383,7 +382,8 @@ class HistoryActor:
             self.close_all(msg.reason)
             msg.done.set()
         elif isinstance(msg, _Tick):
-            self._collect_when_idle()
+            self._dropped = [a for a in self._dropped if not a.finished.is_set()]
+            self.collector.tick(busy=any(s.busy for s in self.core.sessions.values()))
             for sid in self.core.idle(now, self.idle_timeout):
                 log.info("session evicted", session=sid, idle_seconds=self.idle_timeout)
                 self._drop(sid, "evicted after being idle")
@@ -475,19 +475,6 @@ class HistoryActor:
             self._tg.start_soon(actor.run)
         return actor
 
-    def _collect_when_idle(self) -> None:
-        """Once dropped session actors have finished and no request runs, collect the
-        garbage they left (cycles: tasks, streams, processes). The daemon raises the
-        collector's threshold (``server.GC_THRESHOLDS``), so an idle daemon would
-        otherwise keep it. Finished actors are let go at every tick, busy or not."""
-        still = [a for a in self._dropped if not a.finished.is_set()]
-        self._garbage |= len(still) < len(self._dropped)
-        self._dropped = still
-        if not self._garbage or any(s.busy for s in self.core.sessions.values()):
-            return
-        self._garbage = False
-        gc.collect()
-
     def _drop(self, session_id: str, reason: str) -> None:
         """End the session's actor; the session sleeps if its agent session can be taken
         up again (``HistoryCore.sleep``), else it is forgotten."""
@@ -500,9 +487,8 @@ class HistoryActor:
         actor = self.actors.pop(session_id, None)
         if actor is not None:
             actor.close(reason)
-            still = [a for a in self._dropped if not a.finished.is_set()]
-            self._garbage |= len(still) < len(self._dropped)
-            self._dropped = [*still, actor]
+            self._dropped = [*(a for a in self._dropped if not a.finished.is_set()), actor]
+            self.collector.dropped(actor.finished)
         if known or actor is not None:
             log.info("session dropped" if not asleep else "session asleep", session=session_id, reason=reason)
 

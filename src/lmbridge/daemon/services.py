@@ -6,10 +6,12 @@ each the one owner of its state (docs/architecture.md, "Tasks and ownership").
 - ``RecentAgents``: the agents used last, kept in the session index.
 - ``Prewarmer``: starts the agents used last ahead of the first chat.
 - ``Saver``: writes what changed to the session index, once a second at most.
+- ``IdleCollector``: collects what dropped session actors left, once nothing runs.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -147,3 +149,32 @@ class Saver:
                 await part.save()
             except OSError as exc:
                 log.warning("session index not saved", path=self.where, error=str(exc))
+
+
+class IdleCollector:
+    """Once dropped session actors have finished and no request runs, collects the garbage
+    they left (cycles: tasks, streams, processes). The daemon raises the collector's
+    threshold (``root.GC_THRESHOLDS``), so an idle daemon would otherwise keep it. The
+    history actor tells it each actor it drops (``dropped``) and ticks it (``tick``)."""
+
+    def __init__(self) -> None:
+        self._closing: list[anyio.Event] = []  # the dropped actors' ``finished``, not set yet
+        self._garbage = False  # actors finished since the last collection
+
+    def dropped(self, finished: anyio.Event) -> None:
+        self._prune()
+        self._closing.append(finished)
+
+    def tick(self, busy: bool) -> None:
+        """``busy``: a request runs (no collection now). Finished actors are let go of at
+        every tick, busy or not."""
+        self._prune()
+        if not self._garbage or busy:
+            return
+        self._garbage = False
+        gc.collect()
+
+    def _prune(self) -> None:
+        still = [e for e in self._closing if not e.is_set()]
+        self._garbage |= len(still) < len(self._closing)
+        self._closing = still
