@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from jsonrpcserver import Result
 
     from lmbridge.daemon.router import Router
+    from lmbridge.rpc.channel import ShimChannel
 
 log = get_logger("methods")
 
@@ -129,6 +130,7 @@ class Methods:
         out: StdoutWriter,
         catalog: Catalog,
         router: Router,
+        client: ShimChannel,
         *,
         stop: Callable[[], Awaitable[None]],
         initialized: Callable[[], None] = lambda: None,
@@ -136,6 +138,7 @@ class Methods:
         self.out = out
         self.catalog = catalog
         self.router = router
+        self.client = client
         self.settings = router.settings
         self._stop = stop
         self._initialized = initialized
@@ -206,6 +209,7 @@ class Methods:
             message = f"invalid params: unsupported protocolVersion {p.protocolVersion}; this daemon speaks {PROTOCOL_VERSION}"
             return {"error": {"code": -32602, "message": message}}
         self.settings.workspace = list(p.workspaceFolders)
+        self.client.set_capabilities(p.clientCapabilities.model_dump())
         self.settings.verbatim = p.userTurns == "verbatim"
         problems = self.catalog.configure(p.agents)
         for problem in problems:

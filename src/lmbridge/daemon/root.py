@@ -26,6 +26,7 @@ from lmbridge.daemon.router import Router
 from lmbridge.daemon.services import RecentAgents
 from lmbridge.daemon.stdio import RequestId, StdioReader, Stdout, StdoutWriter, stdin_lines, stdout_writer
 from lmbridge.log import get_logger
+from lmbridge.rpc.channel import ShimChannel
 
 if TYPE_CHECKING:
     from lmbridge.acp.process import AgentPool, Launcher
@@ -69,9 +70,11 @@ class Server:
         self.config = config
         self.recorder = config.recorder
         self.out = StdoutWriter(config.recorder)
+        # Requests and notifications to the shim (client/*), and its answers.
+        self.client = ShimChannel(self.out.send)
         self.catalog = Catalog(config.agents, config.index, changed=self._models_changed)
         self.router = Router(self.out, self.catalog, self._history, closing=lambda: self.shutting_down)
-        self.methods = Methods(self.out, self.catalog, self.router, stop=self._stop, initialized=self._initialized)
+        self.methods = Methods(self.out, self.catalog, self.router, self.client, stop=self._stop, initialized=self._initialized)
         self.recent = RecentAgents(config.index)
         # Started with the first chat (so the ACP SDK is imported then, not at start-up):
         self.history: HistoryActor | None = None
@@ -89,11 +92,16 @@ class Server:
         """Requests being handled, by id (``methods.Methods.inflight``)."""
         return self.methods.inflight
 
+    @property
+    def stray_responses(self) -> int:
+        """Frames on stdin that were responses to no request in flight (``StdioReader``)."""
+        return self.reader.stray_responses if self.reader is not None else 0
+
     async def serve(self, lines: AsyncIterator[bytes], stdout: Stdout) -> None:
         """Run until ``lines`` ends (EOF): then stop every agent and return."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            reader = self.reader = StdioReader(self.methods, self.out, tg)
+            reader = self.reader = StdioReader(self.methods, self.out, tg, self.client.deliver)
             await tg.start(self.out.run, stdout)
             with self._reading:  # cancelled by stop_reading (SIGTERM): as at EOF
                 async for line in lines:
@@ -102,6 +110,7 @@ class Server:
                     reader.start(line)
             if self.recorder is not None:
                 self.recorder.shim_eof()
+            self.client.close()  # no one reads our stdout any more: client/* requests fail at once
             log.info("stdin closed: shutting down" if not self._reading.cancel_called else "stopped by a signal: shutting down")
             await self._stop()
             # Requests read before EOF are still answered (their agents are gone,
@@ -157,7 +166,7 @@ class Server:
                 config, tg = self.config, self._tg
                 assert tg is not None
                 tools = ToolsHost(tg)
-                # One process per agent, shared by its chats; it exits once idle.
+                # One process per agent, shared by its chats (docs/sessions.md); it exits once idle.
                 self.pool = pool = AgentPool(
                     config.idle_timeout, launcher=config.launcher, recorder=self.recorder, spares=config.spare_session, mcp_host=tools,
                     on_ready=lambda agent_id, caps: self.catalog.saw_images(agent_id, caps.images),

@@ -90,7 +90,8 @@ class RecentAgents:
 
 class Prewarmer:
     """Starts an agent's process ahead of its first chat (spawn + ``initialize``, and a
-    spare session where those are on), in ``tg``; for an agent whose models are not known
+    spare session where those are on: docs/sessions.md, "Pre-warming and the spare
+    session"), in ``tg``; for an agent whose models are not known
     yet, a probe session (closed at once) tells the catalog its models for the picker.
     A failure is logged only: the first chat says what is wrong, with the agent's name."""
 

@@ -235,15 +235,19 @@ class StdioReader:
     Answers here what is not a request it can dispatch (docs/protocol.md, "Errors"): not
     JSON (-32700), not a request object or a bad id (-32600), an unknown method (-32601),
     an id still in flight (-32600). A batch is handled element by element, each answered in
-    its own frame. A response on stdin (the daemon sends the shim no requests) is never
-    answered. A bug while dispatching is logged; it never ends the daemon."""
+    its own frame. A response on stdin is
+    delivered to ``responses`` (the daemon's own client/* requests), never answered. A bug
+    while dispatching is logged; it never ends the daemon."""
 
-    def __init__(self, methods: Dispatch, out: StdoutWriter, tg: anyio.abc.TaskGroup) -> None:
+    def __init__(self, methods: Dispatch, out: StdoutWriter, tg: anyio.abc.TaskGroup, responses: Callable[[Mapping[str, Any]], bool]) -> None:
         self.methods = methods
         self.out = out
         self.tg = tg
+        # Where a response frame goes (``rpc.channel.ShimChannel.deliver``: the shim's
+        # answer to one of the daemon's client/* requests); False: it answers no request.
+        self.responses = responses
         self.bad_lines = BadLines("shim stdin", log.warning)  # -32700 each; logged bounded
-        self.stray_responses = 0  # frames on stdin that were responses (never answered)
+        self.stray_responses = 0  # frames on stdin that were responses to no request in flight (never answered)
         self.dispatching = 0  # request tasks running
 
     def start(self, line: bytes) -> None:
@@ -301,11 +305,16 @@ class StdioReader:
             self.out.error(None, -32600, "invalid request: not a JSON object")
             return
         if "method" not in request and ("result" in request or "error" in request):
-            # A response: the daemon sends the shim no requests, and answering a response
-            # would let two peers ping-pong errors. Never answered; logged once.
+            # A response: to one of the daemon's client/* requests, or to none (late, after
+            # its timeout, or never asked). Never answered: answering a response would let
+            # two peers ping-pong errors. One to no request is logged once, then counted.
+            if self.responses(request):
+                return
             self.stray_responses += 1
             if self.stray_responses == 1:
                 log.warning("stdin: a response to no request, not answered (further ones are counted)", id=clip(repr(request.get("id")), 100))
+            elif self.stray_responses % 1000 == 0:
+                log.warning("stdin: responses to no request so far", count=self.stray_responses)
             return
         rid = request.get("id")
         if not (rid is None or usable_id(rid)):
