@@ -1,6 +1,6 @@
 """The history actor: the one owner of ``HistoryCore`` and of the session actors.
 
-Chat requests ask it for a ``Turn`` (``begin``); session actors report each
+Chat requests ask it for a ``Decision`` (``begin``); session actors report each
 response's end, the ACP session they opened and their agent's death; a ticker
 evicts idle sessions. A session whose agent session can be taken up again
 sleeps instead of being forgotten (``HistoryCore.sleep``), and is persisted in
@@ -26,7 +26,7 @@ from anyio.abc import TaskGroup
 
 from lmbridge.acp.process import AgentPool
 from lmbridge.core import cap
-from lmbridge.core.history import Fingerprint, HistoryCore, HistoryError, Last, Pending, Session, Turn
+from lmbridge.core.history import Decision, Fingerprint, HistoryCore, HistoryError, Last, Pending, Session
 from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog
 from lmbridge.daemon.services import IdleCollector, RecentAgents
@@ -102,7 +102,7 @@ class _Ended:
     fingerprint: Fingerprint
     last: Last
     pending: list[Pending]
-    turn: int | None = None  # Turn.number (None: the turn begun last)
+    request: int | None = None  # Decision.number (None: the request begun last)
 
 
 @dataclass(frozen=True)
@@ -266,8 +266,8 @@ class HistoryActor:
         for sid in list(self.actors):
             self._drop(sid, reason)
 
-    async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[Pending], turn: int | None = None) -> None:
-        await self._send.send(_Ended(session_id, fingerprint, last, pending, turn))
+    async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[Pending], request: int | None = None) -> None:
+        await self._send.send(_Ended(session_id, fingerprint, last, pending, request))
 
     def _opened(self, session_id: str, acp_session: str, resumable: bool, config_options: Any = None) -> None:
         self._send.send_nowait(_Opened(session_id, acp_session, resumable, config_options))
@@ -361,12 +361,12 @@ class HistoryActor:
                 self._serve_queues(now)  # those behind it may go now
         elif isinstance(msg, _Ended):
             if msg.session_id in self.core.sessions:
-                if self.core.end(msg.session_id, msg.fingerprint, msg.last, msg.pending, now, turn=msg.turn):
+                if self.core.end(msg.session_id, msg.fingerprint, msg.last, msg.pending, now, request=msg.request):
                     self.active_at[msg.session_id] = time.time()
                     self._dirty = True
                     self._serve_queues(now)
                 else:
-                    log.debug("response end not recorded (superseded or recorded already)", session=msg.session_id, turn=msg.turn)
+                    log.debug("response end not recorded (superseded or recorded already)", session=msg.session_id, request=msg.request)
         elif isinstance(msg, _Opened):
             s = self.core.sessions.get(msg.session_id)
             if s is not None:
@@ -402,10 +402,10 @@ class HistoryActor:
                 return False
             for sid in room.close:
                 self._drop(sid, f"closed to stay within {self.max_processes} agent processes")
-        turn = self.core.begin(msg.spec.id, request.messages, now, plan=plan)
-        log.info("request", kind=turn.kind.value, session=turn.session_id, answers={k: v.value for k, v in turn.answers.items()})
-        actor = self._actor(turn, request)
-        job = msg.result = Job(turn, request)
+        decision = self.core.begin(msg.spec.id, request.messages, now, plan=plan)
+        log.info("request", kind=decision.kind.value, session=decision.session_id, answers={k: v.value for k, v in decision.answers.items()})
+        actor = self._actor(decision, request)
+        job = msg.result = Job(decision, request)
         self.running[request] = (job, actor)
         actor.submit(job)  # the actor owns the job from here on
         return True
@@ -416,10 +416,10 @@ class HistoryActor:
         running = self.running.get(request)
         if running is not None:
             job, actor = running
-            turn = job.turn
-            if turn.session_id in self.core.sessions:
-                if self.core.end(turn.session_id, job.fingerprint(), Last.CANCELLED, [], now, turn=turn.number):
-                    self.active_at[turn.session_id] = time.time()
+            decision = job.decision
+            if decision.session_id in self.core.sessions:
+                if self.core.end(decision.session_id, job.fingerprint(), Last.CANCELLED, [], now, request=decision.number):
+                    self.active_at[decision.session_id] = time.time()
                     self._dirty = True
                     self._serve_queues(now)
             actor.cancel(job)
@@ -460,16 +460,16 @@ class HistoryActor:
         """The agent's live sessions (each has a session actor)."""
         return [self.core.sessions[sid] for sid, actor in self.actors.items() if actor.spec.id == agent_id and sid in self.core.sessions]
 
-    def _actor(self, turn: Turn, msg: ChatRequest) -> SessionActor:
-        actor = self.actors.get(turn.session_id)
+    def _actor(self, decision: Decision, msg: ChatRequest) -> SessionActor:
+        actor = self.actors.get(decision.session_id)
         if actor is None:
             closing = [a.finished for a in self._dropped if a.spec.id == msg.spec.id and not a.finished.is_set()]
             actor = SessionActor(
-                turn.session_id, msg.spec, msg.cwd, self.hooks, pool=self.pool, recorder=self.recorder, after=closing, resume=turn.resume,
+                decision.session_id, msg.spec, msg.cwd, self.hooks, pool=self.pool, recorder=self.recorder, after=closing, resume=decision.resume,
                 notice=self.start_notice,
             )
-            self.cwds[turn.session_id] = msg.cwd
-            self.actors[turn.session_id] = actor
+            self.cwds[decision.session_id] = msg.cwd
+            self.actors[decision.session_id] = actor
             self.recent.used(msg.spec.id)
             assert self._tg is not None
             self._tg.start_soon(actor.run)

@@ -115,7 +115,7 @@ class Call:
 @dataclass
 class Settings:
     """What ``initialize`` set: the workspace folders (the first is agents' cwd) and
-    whether Copilot's user turns are forwarded as they are (``userTurns: "verbatim"``)."""
+    whether Copilot's user messages are forwarded as they are (``userTurns: "verbatim"``)."""
 
     workspace: list[str] = field(default_factory=list)
     verbatim: bool = False

@@ -601,7 +601,7 @@ class Player:
         self, name: str, command: str, args: Sequence[str], env: Any, cwd: str | None, events: Any, session: str | None = None, recorder: Any = None
     ) -> Any:
         """The daemon's launcher (``root.Config.launcher``): a played-back agent for this recording."""
-        from lmbridge.acp.connection import AgentExited
+        from lmbridge.acp.connection import AgentUnavailable
 
         link = f"agent:{session or name}"
         expected = self.expected.get(link)
@@ -612,7 +612,7 @@ class Player:
             event["error"] = recorded["error"]
         self.output(link, event)
         if "error" in event:
-            raise AgentExited(str(event["error"]))
+            raise AgentUnavailable(str(event["error"]))
         process = FakeProcess(self, link)
         self.processes[link] = process
         return _connection_class()(name, process, events)
