@@ -71,7 +71,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -133,10 +133,7 @@ class Fingerprint:
 
     @classmethod
     def of_message(cls, message: Message) -> Fingerprint:
-        memo = _FINGERPRINTS.get(id(message))  # the hot path (every assistant message of every request), inline
-        if memo is not None and memo[0]() is message:
-            return memo[1]
-        return _remember(_FINGERPRINTS, message, cls._of_message(message))
+        return _memoized(_FINGERPRINTS, message, cls._of_message)  # every assistant message of every request
 
     @classmethod
     def _of_message(cls, message: Message) -> Fingerprint:
@@ -167,10 +164,15 @@ _FINGERPRINTS: dict[int, tuple[weakref.ref[Message], Fingerprint]] = {}
 _USER_KEYS: dict[int, tuple[weakref.ref[Message], UserKey]] = {}
 
 
-def _remember(table: dict[int, tuple[weakref.ref[Message], _T]], message: Message, value: _T) -> _T:
-    """Keep ``value`` as what was computed of ``message`` (a frozen object): the server hands
-    the same objects back for the messages VS Code replays, so each is digested once."""
+def _memoized(table: dict[int, tuple[weakref.ref[Message], _T]], message: Message, compute: Callable[[Message], _T]) -> _T:
+    """What ``compute`` gives for ``message`` (a frozen object), computed once: the server
+    hands the same objects back for the messages VS Code replays, so each is digested once.
+    ``table``'s entry dies with its message."""
     key = id(message)
+    memo = table.get(key)
+    if memo is not None and memo[0]() is message:
+        return memo[1]
+    value = compute(message)
 
     def forget(_: weakref.ref[Message], key: int = key) -> None:
         table.pop(key, None)
@@ -189,10 +191,7 @@ class UserKey:
 
     @classmethod
     def of_message(cls, message: Message) -> UserKey:
-        memo = _USER_KEYS.get(id(message))
-        if memo is not None and memo[0]() is message:
-            return memo[1]
-        return _remember(_USER_KEYS, message, cls._of_message(message))
+        return _memoized(_USER_KEYS, message, cls._of_message)
 
     @classmethod
     def _of_message(cls, message: Message) -> UserKey:

@@ -134,6 +134,7 @@ class Methods:
         *,
         stop: Callable[[], Awaitable[None]],
         initialized: Callable[[], None] = lambda: None,
+        debug_idle: bool = False,
     ) -> None:
         self.out = out
         self.catalog = catalog
@@ -152,6 +153,8 @@ class Methods:
             "shutdown": self.shutdown,
             "$/cancelRequest": self.cancel_request,
         }
+        if debug_idle:
+            self.table["debug/idle"] = self.debug_idle
 
     # -- stdio.Dispatch -------------------------------------------------------
 
@@ -246,6 +249,14 @@ class Methods:
             return invalid(exc)
         # An estimate (~4 characters a token): agents do not expose a tokenizer.
         return Success({"count": (len(p.text) + 3) // 4})
+
+    async def debug_idle(self, call: Call, **params: Any) -> Result:
+        """``debug/idle`` (only with ``Config.debug_idle``): answered ``null`` once every
+        other task of the daemon waits on something (input, a timer, an agent), so what
+        came before it has been handled as far as it can be; replay's step signal
+        (docs/protocol.md, "debug/idle")."""
+        await anyio.wait_all_tasks_blocked()
+        return Success(None)
 
     async def shutdown(self, call: Call, **params: Any) -> Result:
         await self._stop()

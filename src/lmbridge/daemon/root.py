@@ -45,8 +45,8 @@ class Config:
     agents: list[AgentSpec] = field(default_factory=list)
     idle_timeout: float = 1800.0
     recorder: Recorder | None = None  # --record: every frame on every link
-    # How agents are started (None: AgentConnection.spawn). Replay passes its player's,
-    # which plays recorded agents back.
+    # How agents are started (None: AgentConnection.spawn). Replay passes its player's:
+    # the recorded spawn, then a stand-in process that plays the agent back.
     launcher: Launcher | None = None
     max_processes: int = 4  # live ACP sessions per agent (--max-agent-processes)
     index: SessionIndex | None = None  # lmbridge serve: the state folder's; None: nothing persisted
@@ -56,6 +56,8 @@ class Config:
     # Seconds before "Starting <agent>…" is shown (None: LMBRIDGE_START_NOTICE or 0.5 s). Replay
     # passes infinity: a wall-clock notice is not part of a recording.
     start_notice: float | None = None
+    # Answer ``debug/idle`` (lmbridge serve --debug-idle; docs/protocol.md): off by default.
+    debug_idle: bool = False
 
 
 class Server:
@@ -74,7 +76,9 @@ class Server:
         self.client = ShimChannel(self.out.send)
         self.catalog = Catalog(config.agents, config.index, changed=self._models_changed)
         self.router = Router(self.out, self.catalog, self._history, closing=lambda: self.shutting_down)
-        self.methods = Methods(self.out, self.catalog, self.router, self.client, stop=self._stop, initialized=self._initialized)
+        self.methods = Methods(
+            self.out, self.catalog, self.router, self.client, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle
+        )
         self.recent = RecentAgents(config.index)
         # Started with the first chat (so the ACP SDK is imported then, not at start-up):
         self.history: HistoryActor | None = None
