@@ -150,6 +150,7 @@ class Methods:
             "lm/provideLanguageModelChatResponse": self.chat_response,
             "lm/provideTokenCount": self.token_count,
             "agents/presets": self.presets,
+            "agents/registry": self.registry,
             "shutdown": self.shutdown,
             "$/cancelRequest": self.cancel_request,
         }
@@ -241,6 +242,22 @@ class Methods:
         from lmbridge.daemon.catalog import PRESETS
 
         return Success({"presets": [p.info() for p in PRESETS.values()]})
+
+    async def registry(self, call: Call, **params: Any) -> Result:
+        """``agents/registry``: the agents of an ACP registry feed the shim fetched, for its
+        platform (core.registry; docs/protocol.md). Invalid params (-32602): no feed, a feed
+        with no ``agents`` list, an unknown platform."""
+        from lmbridge.core.registry import RegistryParams, registry_agents
+
+        try:
+            p = RegistryParams.model_validate(params)
+            agents, problems = registry_agents(p.feed, p.platform)
+        except ValidationError as exc:
+            return invalid(exc)
+        except ValueError as exc:
+            return invalid_params(str(exc))
+        log.info("registry read", agents=len(agents), left_out=len(problems), platform=p.platform)
+        return Success({"agents": agents, "problems": problems})
 
     async def token_count(self, call: Call, **params: Any) -> Result:
         try:
