@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
+from lmbridge.acp.terminals import ClientMirror, TerminalHost
 from lmbridge.core import cap
 from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog
@@ -26,7 +27,6 @@ from lmbridge.daemon.router import Router
 from lmbridge.daemon.services import RecentAgents
 from lmbridge.daemon.stdio import RequestId, StdioReader, Stdout, StdoutWriter, stdin_lines, stdout_writer
 from lmbridge.log import get_logger
-from lmbridge.acp.terminals import ClientMirror, TerminalHost
 from lmbridge.rpc.channel import ShimChannel
 
 if TYPE_CHECKING:
