@@ -7,6 +7,7 @@ No I/O, no clock: each test feeds events and reads the effects back.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from lmbridge.core.turn import (
     JobInfo,
     NewJob,
     NewSession,
+    NextJob,
     PermissionAsked,
     Phase,
     Prompt,
@@ -40,7 +42,9 @@ from lmbridge.core.turn import (
     Respond,
     SendCancel,
     SessionClosed,
+    Shutdown,
     StartAgent,
+    State,
     StartTimer,
     StopTimer,
     Timer,
@@ -322,6 +326,137 @@ def test_walk_the_phases(setup: str, event: Callable[[Driver], Any], after: Phas
     ev = event(d)
     d(ev)
     assert d.state is after
+
+
+def renewing() -> Driver:
+    """RENEWING: the session a cancelled turn outlived was closed; a fresh one is opening."""
+    d = closing()
+    d(job(2))
+    d(SessionClosed(d.prompt().seq))
+    assert d.m.state is State.RENEWING
+    return d
+
+
+SETUPS["renewing"] = renewing
+
+
+def _row(state: State, event: type, guard: str, action: str) -> turn.Row:
+    """The first row (as the machine looks them up) for ``state`` with this event, guard and action."""
+    return [r for r in turn.TABLE if state in r.states and r.event is event and r.guard == guard and r.action == action][0]
+
+
+def _finished(*ends: tuple[int, str]) -> Callable[[Driver, list[Any]], bool]:
+    return lambda d, fx: [(f.job_id, f.stop_reason) for f in of(fx, Finish)] == list(ends)
+
+
+def _failed(job_id: int, message: str) -> Callable[[Driver, list[Any]], bool]:
+    return lambda d, fx: of(fx, Fail) == [Fail(job_id, message)]
+
+
+# Every row of the table: a setup (its state reached by a real path), the event, the row
+# it must go through, and what its action must have done.
+ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[Driver, list[Any]], bool]]] = [
+    ("closed", lambda d: job(5), State.CLOSED, NewJob, "", "refuse_job",
+     _failed(5, "agent 'Demo': its session has just ended; please retry")),
+    ("streaming", lambda d: job(2, cancel_first=True), State.STREAMING, NewJob, "stops_the_turn", "stop_the_turn_and_queue",
+     lambda d, fx: _finished((1, "cancelled"))(d, fx) and SendCancel() in fx and [j.id for j in d.m.waiting] == [2]),
+    ("awaiting", lambda d: job(2, cancel_first=True), State.AWAITING, NewJob, "stops_the_turn", "stop_the_turn_and_queue",
+     lambda d, fx: of(fx, Respond) == [Respond(7, "call-7", CANCELLED)] and SendCancel() in fx),
+    ("held", lambda d: job(2, cancel_first=True), State.ENDED, NewJob, "stops_the_turn", "forget_the_turn_and_queue",
+     lambda d, fx: d.m.held is None and SendCancel() not in fx and of(fx, Prompt) == [Prompt(2, 2)] and "said while waiting" not in texts(fx)),
+    ("draining", lambda d: job(2, cancel_first=True), State.DRAINING, NewJob, "stops_the_turn", "forget_the_turn_and_queue",
+     lambda d, fx: SendCancel() not in fx and [j.id for j in d.m.waiting] == [2]),
+    ("starting", lambda d: job(2), State.STARTING, NewJob, "", "queue", lambda d, fx: fx == [] and [j.id for j in d.m.waiting] == [2]),
+    ("fresh", lambda d: job(1), State.NO_AGENT, NextJob, "", "start_agent",
+     lambda d, fx: of(fx, StartAgent) == [StartAgent(1)] and StartTimer(Timer.NOTICE, 0.5, 1) in fx),
+    ("awaiting", lambda d: job(2), State.AWAITING, NextJob, "cannot_go_on", "stop_the_turn_first",
+     lambda d, fx: SendCancel() in fx and [j.id for j in d.m.waiting] == [2] and not of(fx, Prompt)),
+    ("awaiting", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.AWAITING, NextJob, "", "go_on",
+     lambda d, fx: of(fx, Respond) == [Respond(7, "call-7", ALLOWED)] and not of(fx, Prompt) and d.m.job is not None and d.m.job.id == 2),
+    ("idle", lambda d: job(2), State.IDLE, NextJob, "has_prompt", "prompt", lambda d, fx: of(fx, Prompt) == [Prompt(2, 2)]),
+    ("held", lambda d: job(2), State.ENDED, NextJob, "has_prompt", "prompt", lambda d, fx: of(fx, Prompt) == [Prompt(2, 2)]),
+    ("held_error", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.ENDED, NextJob, "turn_failed", "tell_the_failure",
+     _failed(2, "agent 'Demo': model API said no")),
+    ("held", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.ENDED, NextJob, "", "tell_the_end",
+     lambda d, fx: _finished((2, "end_turn"))(d, fx) and "said while waiting" in texts(fx)),
+    ("idle", lambda d: job(2, has_prompt=False), State.IDLE, NextJob, "", "answer_at_once",
+     lambda d, fx: _finished((2, "end_turn"))(d, fx) and texts(fx) == "_Demo ended its turn without a reply._"),
+    ("starting", lambda d: CancelJob(1), State.STARTING, CancelJob, "streams", "cancel_the_start",
+     lambda d, fx: _finished((1, "cancelled"))(d, fx) and StopTimer(Timer.NOTICE) in fx),
+    ("streaming", lambda d: CancelJob(1), State.STREAMING, CancelJob, "streams", "stop",
+     lambda d, fx: _finished((1, "cancelled"))(d, fx) and SendCancel() in fx and StartTimer(Timer.DRAIN, 10.0, 1) in fx),
+    ("draining_with_job", lambda d: CancelJob(2), State.DRAINING, CancelJob, "waits", "unqueue",
+     lambda d, fx: _finished((2, "cancelled"))(d, fx) and not d.m.waiting),
+    ("starting", lambda d: Ready("boom"), State.STARTING, Ready, "failed", "die_at_start",
+     lambda d, fx: _failed(1, "agent 'Demo' failed to start: boom")(d, fx) and of(fx, Died)),
+    ("renewing", lambda d: Ready("refused"), State.RENEWING, Ready, "failed", "die_at_start",
+     lambda d, fx: _failed(2, "agent 'Demo' could not open a new session: refused")(d, fx)),
+    ("starting", lambda d: Ready(lost=True), State.STARTING, Ready, "", "up",
+     lambda d, fx: StopTimer(Timer.NOTICE) in fx and of(fx, Prompt) == [Prompt(1, 1, whole=True)]),
+    ("closed", lambda d: Ready(), State.CLOSED, Ready, "", "nothing", lambda d, fx: fx == []),
+    ("streaming", lambda d: chunk("x"), State.STREAMING, Update, "", "show", lambda d, fx: texts(fx) == "x"),
+    ("awaiting", lambda d: chunk("x"), State.AWAITING, Update, "", "keep", lambda d, fx: fx == [] and d.m.buffer == [{"type": "text", "value": "x"}]),
+    ("idle", lambda d: chunk("x"), State.IDLE, Update, "", "drop", lambda d, fx: [e.event for e in of(fx, turn.Log)] == ["output of an ended turn dropped"]),
+    ("streaming", lambda d: ask(50), State.STREAMING, PermissionAsked, "", "route_permission",
+     lambda d, fx: "call-50" in d.m.calls and of(fx, StartTimer)[0].timer is Timer.GATHER),
+    ("idle", lambda d: ask(50), State.IDLE, PermissionAsked, "", "route_permission", lambda d, fx: of(fx, Respond) == [Respond(50, "call-50", CANCELLED)]),
+    ("streaming", lambda d: ToolInvoked("m1", "vscode_tool", {}), State.STREAMING, ToolInvoked, "", "take_tool_call",
+     lambda d, fx: "m1" in d.m.calls and of(fx, StartTimer)[0].timer is Timer.GATHER),
+    ("idle", lambda d: ToolInvoked("m1", "vscode_tool", {}), State.IDLE, ToolInvoked, "", "refuse_tool_call",
+     lambda d, fx: of(fx, ResolveTool) == [ResolveTool("m1", Answer.CANCELLED)]),
+    ("after_cancel", _prompt_end(None, "HTTP 400"), State.STREAMING, PromptEnded, "first_after_a_cancel_failed", "renew_and_retry",
+     lambda d, fx: of(fx, NewSession) == [NewSession("the first turn after a cancel failed")] and not of(fx, Fail | Finish)),
+    ("streaming", _prompt_end(None, "model API said no"), State.STREAMING, PromptEnded, "failed", "fail_the_turn",
+     lambda d, fx: _failed(1, "agent 'Demo': model API said no")(d, fx) and of(fx, Died)),
+    ("streaming", _prompt_end(), State.STREAMING, PromptEnded, "current", "end_the_turn",
+     lambda d, fx: of(fx, Finish) == [Finish(1, "end_turn", Last.DONE)]),
+    ("awaiting", _prompt_end(), State.AWAITING, PromptEnded, "current", "hold_the_end",
+     lambda d, fx: d.m.held == PromptEnded(1, "end_turn") and not of(fx, Finish)),
+    ("draining", _prompt_end("cancelled"), State.DRAINING, PromptEnded, "current", "drained", lambda d, fx: StopTimer(Timer.DRAIN) in fx),
+    ("closing", _prompt_end("cancelled"), State.CLOSING, PromptEnded, "current", "drained", lambda d, fx: StopTimer(Timer.DRAIN) in fx),
+    ("asking", _timer(Timer.GATHER), State.STREAMING, TimerFired, "gathered", "show_the_cards",
+     lambda d, fx: of(fx, Finish)[0].stop_reason == "tool_calls" and [e.part["callId"] for e in of(fx, Emit) if e.part["type"] == "tool_call"] == ["call-7"]),
+    ("starting", _timer(Timer.NOTICE), State.STARTING, TimerFired, "still_starting", "say_starting", lambda d, fx: texts(fx) == "_Starting Demo…_\n\n"),
+    ("draining", _timer(Timer.DRAIN), State.DRAINING, TimerFired, "drain_deadline", "close_the_session",
+     lambda d, fx: of(fx, CloseSession) == [CloseSession(1)]),
+    ("closing", lambda d: SessionClosed(d.prompt().seq), State.CLOSING, SessionClosed, "current", "fresh_session",
+     lambda d, fx: of(fx, NewSession) == [NewSession("a cancelled turn did not end", take_up=False, close=False)] and d.m.whole),
+    ("closing_ended", lambda d: SessionClosed(d.prompt().seq), State.CLOSING_ENDED, SessionClosed, "current", "take_up_again",
+     lambda d, fx: of(fx, NewSession) == [NewSession("a cancelled turn ended only once its session was closed", take_up=True, close=False)]),
+    ("idle", lambda d: AgentExited("gone"), State.IDLE, AgentExited, "nothing_waits", "detach", lambda d, fx: of(fx, Detach) == [Detach()] and not of(fx, Fail)),
+    ("streaming", lambda d: AgentExited("gone"), State.STREAMING, AgentExited, "", "die", lambda d, fx: _failed(1, "gone")(d, fx) and of(fx, Died)),
+    ("streaming", lambda d: Close("bye"), State.STREAMING, Close, "", "cancel_and_close",
+     lambda d, fx: SendCancel() in fx and _failed(1, "session closed: bye")(d, fx) and of(fx, Shutdown)),
+    ("starting", lambda d: Close("bye"), State.STARTING, Close, "", "close",
+     lambda d, fx: SendCancel() not in fx and _failed(1, "session closed: bye")(d, fx) and of(fx, Shutdown)),
+]
+
+
+@pytest.mark.parametrize(("setup", "event", "state", "kind", "guard", "action", "check"), ROWS, ids=[f"{r[0]}-{r[5]}" for r in ROWS])
+def test_walk_the_table_row_by_row(
+    setup: str, event: Callable[[Driver], Any], state: State, kind: type, guard: str, action: str, check: Callable[[Driver, list[Any]], bool]
+) -> None:
+    d = SETUPS[setup]()
+    assert d.m.state is state
+    row = _row(state, kind, guard, action)
+    fx = d(event(d))
+    assert row in d.m.fired, f"{row} not taken: {[str(r) for r in d.m.fired]}"
+    i = d.m.fired.index(row)
+    before = d.m.entered[i - 1] if i else state
+    assert d.m.entered[i] is (row.target or before)
+    assert check(d, fx), fx
+
+
+def test_the_row_walk_covers_every_row() -> None:
+    walked = {_row(state, kind, guard, action) for _, _, state, kind, guard, action, _ in ROWS}
+    for row in turn.TABLE:
+        assert row in walked, f"row {row} never walked"
+
+
+def test_every_row_has_one_next_state_and_the_docs_print_the_table() -> None:
+    assert all(row.target is None or isinstance(row.target, State) for row in turn.TABLE)
+    docs = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert turn.table_text() in docs, "docs/architecture.md does not print the current turn table (turn.table_text())"
 
 
 def test_ready_outside_a_start_is_a_protocol_error() -> None:

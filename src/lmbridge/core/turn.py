@@ -481,6 +481,16 @@ TABLE: tuple[Row, ...] = (
 )
 
 
+def table_text(table: tuple[Row, ...] = TABLE) -> str:
+    """The table as markdown, one line a row (docs/architecture.md prints it)."""
+    lines = ["| # | state | event | guard | next state | action |", "|---|---|---|---|---|---|"]
+    for i, row in enumerate(table, 1):
+        states = "any but CLOSED" if row.states == _LIVE else "any" if row.states == tuple(State) else ", ".join(s.name for s in row.states)
+        target = row.target.name if row.target else "(stays)"
+        lines.append(f"| {i} | {states} | {row.event.__name__} | {row.guard or '—'} | {target} | {row.action} |")
+    return "\n".join(lines) + "\n"
+
+
 def _index(table: tuple[Row, ...]) -> dict[tuple[State, type], tuple[Row, ...]]:
     index: dict[tuple[State, type], list[Row]] = {}
     for row in table:
@@ -577,6 +587,7 @@ class TurnMachine:
         self.dropped = 0  # parts of ended turns dropped since the last report
         self.visible: int | None = None  # the last job that got text or a tool call
         self.fired: list[Row] = []  # the rows the last ``handle`` went through
+        self.entered: list[State] = []  # ... and the state each of them entered
         self._fx: list[Effect] = []
 
     # -- derived views (read by tests and logs; never stored) -------------------
@@ -609,7 +620,7 @@ class TurnMachine:
     def handle(self, event: Event) -> list[Effect]:
         """Feed one event; returns the effects to carry out, in order. Raises ``TurnError``
         for an event that cannot happen (``Ready`` outside a start)."""
-        self._fx, self.fired = [], []
+        self._fx, self.fired, self.entered = [], [], []
         self._step(event)
         while self.job is None and len(self.waiting) and self.state in TAKES_A_JOB:
             self._step(NextJob())
@@ -633,6 +644,7 @@ class TurnMachine:
         getattr(self, f"_do_{row.action}")(event)
         if row.target is not None:
             self.state = row.target
+        self.entered.append(self.state)
         if row.target in (State.IDLE, State.ENDED):
             self._report_dropped()  # a turn is over: what it dropped, told once
 
