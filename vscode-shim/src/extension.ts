@@ -10,6 +10,7 @@ import { BootstrapDeps, DaemonBootstrap } from './bootstrap';
 import { AgentActionTool } from './tool';
 import { DAEMON_SETTINGS, readSettings, SECTION, Settings, workspaceMachineSettings } from './config';
 import { DaemonClient, DaemonClientOptions } from './daemon';
+import { readTextFile, writeTextFile } from './files';
 import { manageAgents } from './manage';
 import { LmBridgeProvider } from './provider';
 import { AGENT_ACTION_TOOLS, InitializeParams, Method, PROTOCOL_VERSION } from './wire';
@@ -55,6 +56,8 @@ export function initializeParams(version: string, current: Settings = settings()
 		clientInfo: { name: 'lmbridge-vscode', version },
 		workspaceFolders: folders,
 		userTurns: current.userTurns,
+		// What this extension serves of the daemon's client/* requests (registered in activate).
+		clientCapabilities: { fs: true },
 	};
 	if (current.agents.length > 0) {
 		params.agents = current.agents;
@@ -114,6 +117,8 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 			log,
 			openSettings,
 		})),
+		daemon.onRequest(Method.readTextFile, readTextFile),
+		daemon.onRequest(Method.writeTextFile, writeTextFile),
 		vscode.commands.registerCommand(COMMANDS.showLogs, () => log.show()),
 		vscode.commands.registerCommand(COMMANDS.restart, async () => {
 			bootstrap.reset();

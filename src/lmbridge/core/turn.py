@@ -93,7 +93,7 @@ DRAIN = 10.0
 START_NOTICE = 0.5
 #: Seconds between the lines that say a start still waits (after the first notice).
 START_PROGRESS = 10.0
-#: Bytes of text kept for the next request of an open turn.
+#: Bytes of text kept for the next request of an open turn: bounded, so output nobody reads cannot grow without end.
 BUFFER_LIMIT = 1 << 20
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
 
@@ -169,7 +169,7 @@ class Ready:
     (``named``: the error already names the agent and says what failed). ``lost``: the
     session that is up has not seen the chat's earlier turns the agent held (a new
     session replaced one that could not be resumed or loaded): the next prompt tells
-    the whole conversation. A session resumed or loaded has not lost them (issue #11)."""
+    the whole conversation. A session resumed or loaded has not lost them (docs/sessions.md)."""
 
     error: str | None = None
     named: bool = False
@@ -370,7 +370,7 @@ class Died:
 class Detach:
     """The agent went away between turns (nothing was streaming or waiting): the session
     lives on, and the next job starts the agent again and takes its ACP session up
-    (issue #11: a crash of a shared process recovers every chat)."""
+    (a crash of a process shared by several chats recovers every chat)."""
 
 
 @dataclass(frozen=True)
@@ -688,7 +688,7 @@ class TurnMachine:
 
     def _if_first_after_a_cancel_failed(self, ev: PromptEnded) -> bool:
         """The first prompt after a cancel failed, or ended at once with nothing: an agent's
-        quirk (claude-agent-acp, gemini-cli; docs/agents.md), not the user's problem."""
+        quirk (claude-agent-acp, gemini-cli; docs/agents.md, "Quirks"), not the user's problem."""
         empty = ev.error is None and ev.stop_reason == "end_turn" and self.output == 0
         return self._if_current(ev) and self._first_after_a_cancel() and (empty or ev.error is not None)
 
@@ -820,7 +820,7 @@ class TurnMachine:
         self.held = None
 
     def _stop_turn(self) -> None:
-        """ACP cancellation (docs/architecture.md, "Stop"): every call answered cancelled,
+        """ACP cancellation (docs/agents.md, "ACP as agents speak it"): every call answered cancelled,
         ``session/cancel`` sent, the deadline started; the turn's output from now on dropped."""
         self._forget_turn()
         self._fx.append(SendCancel())
@@ -957,7 +957,7 @@ class TurnMachine:
         """Give a call to the streaming job and (re)start the gather window. Its tool call
         part goes out when the window closes, with the response's end (``tool_calls``): a
         permission the agent drops by ending its turn meanwhile never becomes a card that
-        nobody waits on ("a dead permission card")."""
+        nobody waits on (a dead permission card)."""
         assert self.job is not None
         call.shown_in = self.job.id
         self.generation += 1
@@ -1011,7 +1011,7 @@ class TurnMachine:
     def _do_drained(self, ev: PromptEnded) -> None:
         self._fx.append(StopTimer(Timer.DRAIN))
         if ev.error is not None:
-            # Whatever ends a cancelled turn ends it as cancelled (docs/architecture.md, "Stop").
+            # Whatever ends a cancelled turn ends it as cancelled: agents answer a cancel with end_turn or an error too.
             self._fx.append(Log("info", "cancelled turn ended with an error", {"error": ev.error}))
         self.renderer.close()
         self._report_dropped()
@@ -1050,7 +1050,7 @@ class TurnMachine:
         if stop == "cancelled":
             # Nobody cancelled this turn (that one would be DRAINING): the agent ended it
             # itself. codex-acp ends the whole turn so when a permission is rejected
-            # (docs/agents.md). For VS Code the response has simply ended: ``cancelled``
+            # (docs/agents.md, "Quirks"). For VS Code the response has simply ended: ``cancelled``
             # answers a $/cancelRequest only.
             self._fx.append(Log("info", "the agent cancelled its own turn", {"agent": self.agent}))
             stop = "end_turn"
