@@ -395,7 +395,7 @@ ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[
      lambda d, fx: StopTimer(Timer.NOTICE) in fx and of(fx, Prompt) == [Prompt(1, 1, whole=True)]),
     ("closed", lambda d: Ready(), State.CLOSED, Ready, "", "nothing", lambda d, fx: fx == []),
     ("streaming", lambda d: chunk("x"), State.STREAMING, Update, "", "show", lambda d, fx: texts(fx) == "x"),
-    ("awaiting", lambda d: chunk("x"), State.AWAITING, Update, "", "keep", lambda d, fx: fx == [] and d.m.buffer == [{"type": "text", "value": "x"}]),
+    ("awaiting", lambda d: chunk("x"), State.AWAITING, Update, "", "keep", lambda d, fx: fx == [] and d.m.kept.parts == [{"type": "text", "value": "x"}]),
     ("idle", lambda d: chunk("x"), State.IDLE, Update, "", "drop", lambda d, fx: [e.event for e in of(fx, turn.Log)] == ["output of an ended turn dropped"]),
     ("streaming", lambda d: ask(50), State.STREAMING, PermissionAsked, "", "route_permission",
      lambda d, fx: "call-50" in d.m.calls and of(fx, StartTimer)[0].timer is Timer.GATHER),
@@ -440,10 +440,11 @@ def test_walk_the_table_row_by_row(
     assert d.m.state is state
     row = _row(state, kind, guard, action)
     fx = d(event(d))
-    assert row in d.m.fired, f"{row} not taken: {[str(r) for r in d.m.fired]}"
-    i = d.m.fired.index(row)
-    before = d.m.entered[i - 1] if i else state
-    assert d.m.entered[i] is (row.target or before)
+    rows = [r for r, _ in d.m.trace]
+    assert row in rows, f"{row} not taken: {[str(r) for r in rows]}"
+    i = rows.index(row)
+    before = d.m.trace[i - 1][1] if i else state
+    assert d.m.trace[i][1] is (row.target or before)
     assert check(d, fx), fx
 
 
@@ -940,7 +941,7 @@ def test_each_update_kind_in_each_state(setup: str, kind: str) -> None:
     being cancelled or is closed shows none of it, ever; session-level updates are never
     output. Nothing changes the state."""
     d = SETUPS[setup]()
-    before, kept = d.state, len(d.m.buffer)
+    before, kept = d.state, len(d.m.kept.parts)
     fx = d(Update(UPDATES[kind]))
     emitted = [e.part for e in of(fx, Emit)]
     assert d.state is before
@@ -948,12 +949,12 @@ def test_each_update_kind_in_each_state(setup: str, kind: str) -> None:
         assert emitted, f"{kind} while streaming was not shown"
     else:
         assert not emitted, f"{kind} in {before.name} was shown: {emitted}"
-    grew = len(d.m.buffer) > kept
+    grew = len(d.m.kept.parts) > kept
     assert grew == (kind in OUTPUT and before is Phase.AWAITING)
     if before is Phase.AWAITING and kind in OUTPUT:  # and it reaches the next request of that turn
-        waiting = list(d.m.buffer)
+        waiting = list(d.m.kept.parts)
         fx = d(job(9, has_prompt=False, answers={"call-7": Answer.ALLOW}))
-        assert [e.part for e in of(fx, Emit)][: len(waiting)] == waiting and not d.m.buffer
+        assert [e.part for e in of(fx, Emit)][: len(waiting)] == waiting and not d.m.kept.parts
 
 
 def test_a_request_queued_before_a_card_was_shown_stops_it_rather_than_waiting_forever() -> None:

@@ -406,6 +406,18 @@ _LIVE = tuple(s for s in State if s is not State.CLOSED)
 
 
 @dataclass(frozen=True)
+class Timing:
+    """Seconds: ``drain`` (a cancelled turn's deadline), ``gather`` (the window that gathers
+    cards into one response), ``notice`` (before the first start notice), ``progress``
+    (between the later ones; infinite: none)."""
+
+    drain: float = DRAIN
+    gather: float = GATHER
+    notice: float = START_NOTICE
+    progress: float = START_PROGRESS
+
+
+@dataclass(frozen=True)
 class Row:
     """One decision: in any of ``states``, on ``event``, when ``guard`` holds (``""``:
     always), run ``action`` and enter ``target`` (``STAY``: the state it was in).
@@ -566,15 +578,13 @@ class TurnMachine:
     ) -> None:
         self.agent = agent
         self.renderer = renderer
-        self.drain, self.gather, self.notice, self.progress, self.buffer_limit = drain, gather, notice, progress, buffer_limit
+        self.timing = Timing(drain, gather, notice, progress)
         self.state = State.NO_AGENT
         self.job: JobInfo | None = None  # the job streaming (or being started for)
         self.waiting = JobQueue()
         self.calls: dict[str, _Call] = {}  # what the agent waits on, by callId
         self.tools: frozenset[str] = frozenset()  # what the latest request offered
-        self.buffer: list[Part] = []  # output kept for the next request (AWAITING, ENDED)
-        self.buffered = 0  # text bytes in buffer
-        self.left_out = 0  # text bytes dropped from buffer
+        self.kept = present.Kept(buffer_limit)  # output kept for the next request (AWAITING, ENDED)
         self.held: PromptEnded | None = None  # ENDED: how the turn ended
         self.prompt_seq = 0  # prompts sent
         self.cancelled_prompt: int | None = None  # the prompt last cancelled: the one after it is watched
@@ -586,8 +596,7 @@ class TurnMachine:
         self.notices = 0  # start notices shown for the current start
         self.dropped = 0  # parts of ended turns dropped since the last report
         self.visible: int | None = None  # the last job that got text or a tool call
-        self.fired: list[Row] = []  # the rows the last ``handle`` went through
-        self.entered: list[State] = []  # ... and the state each of them entered
+        self.trace: list[tuple[Row, State]] = []  # the rows the last ``handle`` went through, each with the state it entered
         self._fx: list[Effect] = []
 
     # -- derived views (read by tests and logs; never stored) -------------------
@@ -620,7 +629,7 @@ class TurnMachine:
     def handle(self, event: Event) -> list[Effect]:
         """Feed one event; returns the effects to carry out, in order. Raises ``TurnError``
         for an event that cannot happen (``Ready`` outside a start)."""
-        self._fx, self.fired, self.entered = [], [], []
+        self._fx, self.trace = [], []
         self._step(event)
         while self.job is None and len(self.waiting) and self.state in TAKES_A_JOB:
             self._step(NextJob())
@@ -640,11 +649,10 @@ class TurnMachine:
         row = self.row_for(event)
         if row is None:
             return
-        self.fired.append(row)
         getattr(self, f"_do_{row.action}")(event)
         if row.target is not None:
             self.state = row.target
-        self.entered.append(self.state)
+        self.trace.append((row, self.state))
         if row.target in (State.IDLE, State.ENDED):
             self._report_dropped()  # a turn is over: what it dropped, told once
 
@@ -740,7 +748,7 @@ class TurnMachine:
         self.job = self.waiting.pop()
         self.starts += 1
         self.notices = 0
-        self._fx.append(StartTimer(Timer.NOTICE, self.notice, self.starts))
+        self._fx.append(StartTimer(Timer.NOTICE, self.timing.notice, self.starts))
         self._fx.append(StartAgent(self.job.id))
 
     def _do_stop_the_turn_first(self, _: NextJob) -> None:
@@ -753,11 +761,8 @@ class TurnMachine:
             # Classified before the request ahead of it showed these calls: it cannot answer
             # them, and the turn that asked is over (when unsure, deny).
             self._answer(call_id, Answer.CANCELLED, None)
-        if self.left_out:
-            self._say(present.LeftOut(self.left_out))
-        for part in self.buffer:
+        for part in self.kept.take():
             self._emit(part)
-        self.buffer, self.buffered, self.left_out = [], 0, 0
         for call in [c for c in self.calls.values() if c.shown_in is None]:
             self._show(call)
         return job
@@ -815,7 +820,7 @@ class TurnMachine:
         """Every call answered cancelled, the output kept dropped, the turn's end forgotten."""
         for call_id in list(self.calls):
             self._answer(call_id, Answer.CANCELLED, None)
-        self.buffer, self.buffered, self.left_out = [], 0, 0
+        self.kept.clear()
         self.renderer.close()
         self.held = None
 
@@ -824,7 +829,7 @@ class TurnMachine:
         ``session/cancel`` sent, the deadline started; the turn's output from now on dropped."""
         self._forget_turn()
         self._fx.append(SendCancel())
-        self._fx.append(StartTimer(Timer.DRAIN, self.drain, self.prompt_seq))
+        self._fx.append(StartTimer(Timer.DRAIN, self.timing.drain, self.prompt_seq))
         self.cancelled_prompt = self.prompt_seq
 
     # -- actions: starting ----------------------------------------------------
@@ -845,11 +850,12 @@ class TurnMachine:
         pass  # closed while starting
 
     def _do_say_starting(self, _: TimerFired) -> None:
-        waited = self.notice + self.notices * self.progress if self.notices else None
+        t = self.timing
+        waited = t.notice + self.notices * t.progress if self.notices else None
         self._say(present.StartNotice(self.agent, waited))
         self.notices += 1
-        if math.isfinite(self.progress):  # the next line, while it still waits
-            self._fx.append(StartTimer(Timer.NOTICE, self.progress, self.starts))
+        if math.isfinite(t.progress):  # the next line, while it still waits
+            self._fx.append(StartTimer(Timer.NOTICE, t.progress, self.starts))
 
     # -- actions: the agent's traffic ----------------------------------------
 
@@ -859,7 +865,7 @@ class TurnMachine:
             self._emit(part)
 
     def _do_keep(self, ev: Update) -> None:
-        self._keep(self.renderer.update(ev.raw))
+        self.kept.add(self.renderer.update(ev.raw))
 
     def _do_drop(self, ev: Update) -> None:
         # A turn that has ended (or is starting, or being cancelled): never part of a later answer.
@@ -869,18 +875,6 @@ class TurnMachine:
         if self.dropped == 0:
             self._fx.append(Log("info", "output of an ended turn dropped", {"agent": self.agent, "state": self.phase.value}))
         self.dropped += len(parts)
-
-    def _keep(self, parts: list[Part]) -> None:
-        """Output while the turn waits for the next request: kept, text bounded in bytes."""
-        for part in parts:
-            self.buffer.append(part)
-            if part.get("type") in ("text", "thinking"):
-                self.buffered += len(str(part.get("value", "")).encode("utf-8", "surrogatepass"))
-        while self.buffered > self.buffer_limit:
-            i = next(i for i, p in enumerate(self.buffer) if p.get("type") in ("text", "thinking"))
-            size = len(str(self.buffer.pop(i).get("value", "")).encode("utf-8", "surrogatepass"))
-            self.buffered -= size
-            self.left_out += size
 
     def _do_route_permission(self, ev: PermissionAsked) -> None:
         """What the permission becomes is the permission rule's (``permissions.route``); a
@@ -917,7 +911,7 @@ class TurnMachine:
             for part in parts:
                 self._emit(part)
         else:
-            self._keep(parts)
+            self.kept.add(parts)
         if isinstance(decision, permissions.Decline):
             self._say_line(decision.line)
             if decision.outcome != CANCELLED_OUTCOME:
@@ -951,7 +945,7 @@ class TurnMachine:
         if self.state is State.STREAMING:
             self._emit(part)
         else:
-            self._keep([part])
+            self.kept.add([part])
 
     def _show(self, call: _Call) -> None:
         """Give a call to the streaming job and (re)start the gather window. Its tool call
@@ -961,7 +955,7 @@ class TurnMachine:
         assert self.job is not None
         call.shown_in = self.job.id
         self.generation += 1
-        self._fx.append(StartTimer(Timer.GATHER, self.gather, self.generation))
+        self._fx.append(StartTimer(Timer.GATHER, self.timing.gather, self.generation))
 
     def _shown(self) -> list[_Call]:
         return [c for c in self.calls.values() if self.job is not None and c.shown_in == self.job.id]
