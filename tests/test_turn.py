@@ -375,7 +375,7 @@ ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[
      lambda d, fx: of(fx, Respond) == [Respond(7, "call-7", ALLOWED)] and not of(fx, Prompt) and d.m.job is not None and d.m.job.id == 2),
     ("idle", lambda d: job(2), State.IDLE, NextJob, "has_prompt", "prompt", lambda d, fx: of(fx, Prompt) == [Prompt(2, 2)]),
     ("held", lambda d: job(2), State.ENDED, NextJob, "has_prompt", "prompt", lambda d, fx: of(fx, Prompt) == [Prompt(2, 2)]),
-    ("held_error", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.ENDED, NextJob, "turn_failed", "tell_the_failure",
+    ("held_error", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.ENDED, NextJob, "turn_failed", "tell_the_end",
      _failed(2, "agent 'Demo': model API said no")),
     ("held", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.ENDED, NextJob, "", "tell_the_end",
      lambda d, fx: _finished((2, "end_turn"))(d, fx) and "said while waiting" in texts(fx)),
@@ -406,7 +406,7 @@ ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[
      lambda d, fx: of(fx, ResolveTool) == [ResolveTool("m1", Answer.CANCELLED)]),
     ("after_cancel", _prompt_end(None, "HTTP 400"), State.STREAMING, PromptEnded, "first_after_a_cancel_failed", "renew_and_retry",
      lambda d, fx: of(fx, NewSession) == [NewSession("the first turn after a cancel failed")] and not of(fx, Fail | Finish)),
-    ("streaming", _prompt_end(None, "model API said no"), State.STREAMING, PromptEnded, "failed", "fail_the_turn",
+    ("streaming", _prompt_end(None, "model API said no"), State.STREAMING, PromptEnded, "failed", "end_the_turn",
      lambda d, fx: _failed(1, "agent 'Demo': model API said no")(d, fx) and of(fx, Died)),
     ("streaming", _prompt_end(), State.STREAMING, PromptEnded, "current", "end_the_turn",
      lambda d, fx: of(fx, Finish) == [Finish(1, "end_turn", Last.DONE)]),
@@ -432,7 +432,7 @@ ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[
 ]
 
 
-@pytest.mark.parametrize(("setup", "event", "state", "kind", "guard", "action", "check"), ROWS, ids=[f"{r[0]}-{r[5]}" for r in ROWS])
+@pytest.mark.parametrize(("setup", "event", "state", "kind", "guard", "action", "check"), ROWS, ids=[f"{r[0]}-{r[4] or 'always'}-{r[5]}" for r in ROWS])
 def test_walk_the_table_row_by_row(
     setup: str, event: Callable[[Driver], Any], state: State, kind: type, guard: str, action: str, check: Callable[[Driver, list[Any]], bool]
 ) -> None:

@@ -453,7 +453,7 @@ TABLE: tuple[Row, ...] = (
     _row(_S.AWAITING, NextJob, "cannot_go_on", _S.DRAINING, "stop_the_turn_first"),
     _row(_S.AWAITING, NextJob, "", _S.STREAMING, "go_on"),
     _row((_S.IDLE, _S.ENDED), NextJob, "has_prompt", _S.STREAMING, "prompt"),
-    _row(_S.ENDED, NextJob, "turn_failed", _S.CLOSED, "tell_the_failure"),
+    _row(_S.ENDED, NextJob, "turn_failed", _S.CLOSED, "tell_the_end"),
     _row(_S.ENDED, NextJob, "", _S.IDLE, "tell_the_end"),
     _row(_S.IDLE, NextJob, "", STAY, "answer_at_once"),
     # A Stop (``$/cancelRequest``).
@@ -473,7 +473,7 @@ TABLE: tuple[Row, ...] = (
     _row(tuple(State), ToolInvoked, "", STAY, "refuse_tool_call"),
     # The prompt ends.
     _row(_S.STREAMING, PromptEnded, "first_after_a_cancel_failed", _S.RENEWING, "renew_and_retry"),
-    _row(_S.STREAMING, PromptEnded, "failed", _S.CLOSED, "fail_the_turn"),
+    _row(_S.STREAMING, PromptEnded, "failed", _S.CLOSED, "end_the_turn"),
     _row(_S.STREAMING, PromptEnded, "current", _S.IDLE, "end_the_turn"),
     _row(_S.AWAITING, PromptEnded, "current", _S.ENDED, "hold_the_end"),
     _row(_S.DRAINING, PromptEnded, "current", _S.IDLE, "drained"),
@@ -608,11 +608,6 @@ class TurnMachine:
     @property
     def prompt_open(self) -> bool:
         return self.state in PROMPT_OPEN
-
-    @property
-    def started(self) -> bool:
-        """The agent is running."""
-        return self.state not in (State.NO_AGENT, State.STARTING, State.CLOSED)
 
     @property
     def after_cancel(self) -> bool:
@@ -779,13 +774,11 @@ class TurnMachine:
         self.whole, self.unsent = False, ()
 
     def _do_tell_the_end(self, _: NextJob) -> None:
+        """How the turn ended (``held``), told to this job: a failure fails it."""
         self._attach()
         held, self.held = self.held, None
         assert held is not None
-        self._end_turn(held)
-
-    def _do_tell_the_failure(self, ev: NextJob) -> None:
-        self._do_tell_the_end(ev)
+        self._do_end_the_turn(held)
 
     def _do_answer_at_once(self, _: NextJob) -> None:
         self._attach()
@@ -1027,13 +1020,8 @@ class TurnMachine:
         for call_id in list(self.calls):
             self._answer(call_id, Answer.CANCELLED, None)  # the turn ended without them
 
-    def _do_fail_the_turn(self, ev: PromptEnded) -> None:
-        self._end_turn(ev)
-
     def _do_end_the_turn(self, ev: PromptEnded) -> None:
-        self._end_turn(ev)
-
-    def _end_turn(self, ev: PromptEnded) -> None:
+        """The turn is over: the job ends with its stop reason, or fails with its error."""
         self._close_out()
         if ev.error is not None:
             self._fail(present.turn_failed(self.agent, ev.error, named=ev.named))
