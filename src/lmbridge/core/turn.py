@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -632,19 +632,25 @@ class TurnMachine:
         return fx
 
     def row_for(self, event: Event | NextJob) -> Row | None:
-        """The row ``event`` would go through now (None: it changes nothing)."""
-        for row in _ROWS.get((self.state, type(event)), ()):
-            if not row.guard or getattr(self, f"_if_{row.guard}")(event):
-                return row
+        """The row ``event`` would go through now (None: it changes nothing). Raises
+        ``TurnError`` for an event that cannot happen."""
+        found = self._match(event)
+        return found[0] if found else None
+
+    def _match(self, event: Event | NextJob) -> tuple[Row, Callable[[TurnMachine, Any], None]] | None:
+        for row, guard, action in _COMPILED.get((self.state, type(event)), ()):
+            if guard is None or guard(self, event):
+                return row, action
         if isinstance(event, Ready):
             raise TurnError(f"Ready cannot happen in state {self.state.name}")
         return None
 
     def _step(self, event: Event | NextJob) -> None:
-        row = self.row_for(event)
-        if row is None:
+        found = self._match(event)
+        if found is None:
             return
-        getattr(self, f"_do_{row.action}")(event)
+        row, action = found
+        action(self, event)
         if row.target is not None:
             self.state = row.target
         self.trace.append((row, self.state))
@@ -1120,11 +1126,12 @@ def _output_kinds(raw: Any) -> list[Part]:
     return [{"type": "dropped", "kind": kind}] if kind in _OUTPUT_KINDS else []
 
 
-def _check_table() -> None:
-    """Every guard and action a row names exists (a typo fails at import)."""
-    for row in TABLE:
-        assert not row.guard or callable(getattr(TurnMachine, f"_if_{row.guard}", None)), row
-        assert callable(getattr(TurnMachine, f"_do_{row.action}", None)), row
+def _compile(rows: dict[tuple[State, type], tuple[Row, ...]]) -> dict[tuple[State, type], tuple[tuple[Row, Any, Any], ...]]:
+    """Each row with its guard and action looked up once (a name no method has fails at import)."""
+    return {
+        key: tuple((row, getattr(TurnMachine, f"_if_{row.guard}") if row.guard else None, getattr(TurnMachine, f"_do_{row.action}")) for row in found)
+        for key, found in rows.items()
+    }
 
 
-_check_table()
+_COMPILED = _compile(_ROWS)
