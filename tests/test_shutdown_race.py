@@ -24,11 +24,13 @@ from conftest import alive
 from structlog.processors import format_exc_info
 from structlog.testing import capture_logs
 
-from lmbridge.acp.connection import AgentConnection, AgentExited
+from lmbridge.acp.connection import AgentConnection, AgentUnavailable
 from lmbridge.acp.process import AgentPool
 from lmbridge.core.messages import PROTOCOL_VERSION, AgentSpec
-from lmbridge.daemon.server import AGENT_FAILED, SHUTTING_DOWN, Config, Server, Stdout
+from lmbridge.daemon.methods import AGENT_FAILED, SHUTTING_DOWN
+from lmbridge.daemon.root import Config, Server
 from lmbridge.daemon.session_index import SessionIndex
+from lmbridge.daemon.stdio import Stdout
 from lmbridge.devtools.client import user
 
 pytestmark = pytest.mark.anyio
@@ -170,7 +172,7 @@ async def test_a_closed_pool_starts_no_agent_and_one_spawned_as_it_closes_is_sto
             async def connect() -> None:
                 try:
                     await proc.connect(object(), anyio.create_memory_object_stream[Any](math.inf)[0])
-                except AgentExited as exc:
+                except AgentUnavailable as exc:
                     failed.append(exc)
 
             tg.start_soon(connect)
@@ -180,7 +182,7 @@ async def test_a_closed_pool_starts_no_agent_and_one_spawned_as_it_closes_is_sto
         assert [str(e) for e in failed] == [f"agent {spec.id!r} stopped: the daemon is shutting down"]
         (pid,) = agent.pids()
         await until(lambda: not alive(pid), "the agent spawned as the pool closed to be stopped")
-        with pytest.raises(AgentExited, match="not started: the daemon is shutting down"):
+        with pytest.raises(AgentUnavailable, match="not started: the daemon is shutting down"):
             await proc.connect(object(), anyio.create_memory_object_stream[Any](math.inf)[0])
     assert len(agent.pids()) == 1
 
@@ -193,7 +195,7 @@ async def test_a_request_still_running_after_the_shutdown_wait_is_answered_befor
     async def hang(ctx: Any, **params: Any) -> Any:
         await anyio.sleep(math.inf)
 
-    daemon.server.methods["test/hang"] = hang
+    daemon.server.methods.table["test/hang"] = hang
     with anyio.fail_after(LIMIT):
         async with anyio.create_task_group() as tg:
             tg.start_soon(daemon.server.serve, daemon.lines(), daemon.stdout)

@@ -17,7 +17,7 @@ from lmbridge.core.permissions import Answer
 
 @dataclass(frozen=True)
 class JobInfo:
-    """What the turn machine needs of one chat request (the history core's ``Turn``).
+    """What the turn machine needs of one chat request (from the history core's ``Decision``).
 
     ``answers``: callId → Answer for the calls the previous response left
     pending. ``cancel_first``: the request stops the open turn (Stop, or

@@ -520,7 +520,7 @@ _ROWS = _index(TABLE)
 
 
 class Renderer(Protocol):
-    """``render.TurnRenderer``: ACP updates → response parts (create-or-update state)."""
+    """``present.TurnRenderer``: ACP updates → response parts (create-or-update state)."""
 
     def update(self, raw: Any) -> list[Part]: ...
     def known(self, tool_call_id: object) -> Mapping[str, Any] | None: ...

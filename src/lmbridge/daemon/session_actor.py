@@ -24,16 +24,16 @@ import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
+from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentUnavailable, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
 from lmbridge.core import auth, permissions, turn
-from lmbridge.core.history import Fingerprint, Last, Pending, Turn, conversation, squeezed
+from lmbridge.core.history import Decision, Fingerprint, Last, Pending, conversation, squeezed
 from lmbridge.core.jobs import JobInfo
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
 from lmbridge.core.permissions import Answer
@@ -41,6 +41,10 @@ from lmbridge.core.present import Part, TurnRenderer
 from lmbridge.core.transcript import prompt_blocks
 from lmbridge.daemon.catalog import auth_hint
 from lmbridge.log import get_logger
+
+if TYPE_CHECKING:
+    from lmbridge.rpc.record import Recorder
+    from lmbridge.tools.mcp_bridge import McpHost, ToolBridge, ToolCall
 
 log = get_logger("session")
 
@@ -63,45 +67,94 @@ START_NOTICE = _seconds("LMBRIDGE_START_NOTICE", turn.START_NOTICE)
 # Bytes of text kept for the next request while a permission card waits: bounded, so output nobody reads cannot grow without end.
 PENDING_OUTPUT = int(os.environ.get("LMBRIDGE_PENDING_OUTPUT_BYTES") or turn.BUFFER_LIMIT)
 
-Emit = Callable[[Part], Awaitable[None]]
+class PartSink(Protocol):
+    """Where one chat request's response parts go (``router.Parts``: ``lm/responsePart``
+    frames of that request). ``stopped()``: the request's task scope was cancelled
+    (``$/cancelRequest``, the shutdown): from then on nothing more is sent for it."""
+
+    def send(self, part: Part) -> None: ...
+
+    def stopped(self) -> bool: ...
+
+
+@dataclass(eq=False)
+class ChatRequest:
+    """One ``provideLanguageModelChatResponse`` on its way to a session actor.
+
+    Built by the router; the history actor owns it until it grants it a session (it
+    writes ``shown``: the line sent while it waits for a free session), then it becomes a
+    ``Job`` the session actor owns."""
+
+    spec: AgentSpec
+    messages: tuple[Message, ...]
+    cwd: str | None
+    parts: PartSink
+    tools: tuple[ToolInfo, ...] = ()  # the request's options.tools
+    verbatim: bool = False  # user messages as they came (initialize's userTurns)
+    model: str | None = None  # one of the agent's own models (a value of its "model" config option)
+    shown: list[Part] = field(default_factory=list)  # parts sent before it had a session
+
+    def notice(self, text: str) -> None:
+        """Show ``text`` in the chat while the request waits (``cap.waiting_notice``)."""
+        if not self.parts.stopped():
+            part: Part = {"type": "text", "value": text}
+            self.shown.append(part)
+            self.parts.send(part)
 
 
 @dataclass(eq=False)
 class Job:
-    """One ``provideLanguageModelChatResponse`` handed to a session actor.
+    """A ``ChatRequest`` granted a session: its ``turn`` (the history actor's
+    classification), run by the session actor of ``turn.session_id``, which owns it from
+    ``submit`` on: it sets ``id``, counts what the response emits (the fingerprint), and
+    sets ``done`` once, with ``stop_reason`` or ``error``."""
 
-    ``emit`` sends one part to VS Code; ``done`` is set once, with
-    ``stop_reason`` or ``error``. ``cancelled`` is set by the server when the
-    shim cancels: from then on nothing more is emitted for this job.
-    """
-
-    turn: Turn
-    history: tuple[Message, ...]
-    emit: Emit
+    decision: Decision
+    request: ChatRequest
     done: anyio.Event = field(default_factory=anyio.Event)
     stop_reason: str | None = None
     error: str | None = None
     error_data: dict[str, Any] | None = None  # the error's data: auth.problem's when the agent needs a login
-    cancelled: bool = False
-    actor: Any = None  # the SessionActor running it (for cancellation)
-    tools: tuple[ToolInfo, ...] = ()  # the request's options.tools
-    verbatim: bool = False  # user turns as they came (initialize's userTurns)
-    model: str | None = None  # one of the agent's own models (a value of its "model" config option)
-    id: int = 0  # set by the actor
+    id: int = 0  # set by the actor when it takes the job up
     # What this response emitted, for the history core's fingerprint.
-    _text: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
-    _shown: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))  # text + thinking
+    _text: hashlib.blake2b = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
+    _shown: hashlib.blake2b = field(default_factory=lambda: hashlib.blake2b(digest_size=16))  # text + thinking
     call_ids: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for part in self.request.shown:  # VS Code replays it as part of this answer
+            self.count(part)
+
+    @property
+    def history(self) -> tuple[Message, ...]:
+        return self.request.messages
+
+    @property
+    def tools(self) -> tuple[ToolInfo, ...]:
+        return self.request.tools
+
+    @property
+    def verbatim(self) -> bool:
+        return self.request.verbatim
+
+    @property
+    def model(self) -> str | None:
+        return self.request.model
+
+    @property
+    def cancelled(self) -> bool:
+        """The request was cancelled: nothing more is emitted for it."""
+        return self.request.parts.stopped()
 
     async def send(self, part: Part) -> None:
         if self.cancelled or self.done.is_set():
             return
         self.count(part)
-        await self.emit(part)
+        self.request.parts.send(part)
 
     def count(self, part: Part) -> None:
-        """Take ``part`` into the fingerprint (``send`` does; the server too, for a line it
-        sent before the job existed, while the request waited for a free session)."""
+        """Take ``part`` into the fingerprint (``send`` does; so does the job's start, for
+        the line sent before it existed, while the request waited for a free session)."""
         if part["type"] == "text":
             value = squeezed(part["value"])
             self._text.update(value)
@@ -115,7 +168,7 @@ class Job:
         return Fingerprint(self._text.digest(), tuple(self.call_ids), self._shown.digest())
 
     def info(self) -> JobInfo:
-        t = self.turn
+        t = self.decision
         return JobInfo(
             id=self.id,
             answers=t.answers,
@@ -137,7 +190,7 @@ class _CancelJob:
 
 @dataclass(frozen=True)
 class _ToolInvoked:
-    call: Any  # mcp_bridge.ToolCall
+    call: ToolCall
 
 
 @dataclass(frozen=True)
@@ -149,10 +202,10 @@ class _Close:
 class SessionHooks:
     """How a session actor reports to the history actor."""
 
-    # (session id, what the response emitted, how it ended, the calls it left pending, Turn.number)
+    # (session id, what the response emitted, how it ended, the calls it left pending, Decision.number)
     ended: Callable[[str, Fingerprint, Last, list[Pending], int], Awaitable[None]]
     died: Callable[[str], Awaitable[None]]
-    mcp_host: Callable[[], Awaitable[Any]]  # the daemon's McpHost, started on first use
+    mcp_host: Callable[[], Awaitable[McpHost]]  # the daemon's MCP endpoint, started on first use
     # The chat's ACP sessionId, whether the agent can take it up again (session/resume or
     # session/load: for recovery after eviction, a crash, a restart), and the session's
     # configOptions as the agent answered them (its models and modes, agent_models).
@@ -176,7 +229,7 @@ class SessionActor:
         hooks: SessionHooks,
         *,
         pool: AgentPool | None = None,
-        recorder: Any = None,
+        recorder: Recorder | None = None,
         after: Sequence[anyio.Event] = (),
         resume: str | None = None,
         notice: float | None = None,
@@ -206,8 +259,8 @@ class SessionActor:
         self.jobs: dict[int, Job] = {}
         self._prompts: dict[int, int] = {}  # session/prompt request id → the machine's prompt number
         self._job_ids = 0
-        self.tool_calls: dict[str, Any] = {}  # callId → mcp_bridge.ToolCall the agent waits on
-        self.bridge: Any = None  # mcp_bridge.ToolBridge, when the agent is offered VS Code tools
+        self.tool_calls: dict[str, ToolCall] = {}  # callId → the VS Code tool call the agent waits on
+        self.bridge: ToolBridge | None = None  # when the agent is offered VS Code tools
         self.mcp_servers: list[dict[str, Any]] = []
         self._timers: dict[turn.Timer, anyio.CancelScope] = {}
         self._starting: anyio.CancelScope | None = None
@@ -222,20 +275,18 @@ class SessionActor:
 
     # -- public, called from other tasks -----------------------------------
 
-    async def submit(self, job: Job) -> None:
-        # No await between the check and the send: a closed actor reads no more
-        # jobs, so one submitted now fails at once instead of waiting forever.
+    def submit(self, job: Job) -> None:
+        """Hand ``job`` over: the actor owns it from now on. A closed actor reads no more
+        jobs: one submitted to it fails at once instead of waiting forever."""
         if self._closed:
             job.error = f"agent {self.spec.id!r}: its session has just ended; please retry"
             job.done.set()
             return
-        self._job_ids += 1
-        job.id = self._job_ids
         self._send.send_nowait(job)
 
     def cancel(self, job: Job) -> None:
-        """The shim cancelled ``job``'s request (already answered ``cancelled``)."""
-        job.cancelled = True
+        """The shim cancelled ``job``'s request (already answered ``cancelled``; its parts
+        stopped with its scope): the turn machine stops the agent's turn."""
         if not self._closed:
             self._send.send_nowait(_CancelJob(job))
 
@@ -317,6 +368,8 @@ class SessionActor:
         elif isinstance(msg, Job):
             if self.acp.conn is not None and not self.acp.conn.alive:
                 await self._handle(AgentGone(self.acp.conn))  # it died just before this job came: that first
+            self._job_ids += 1
+            msg.id = self._job_ids
             self.jobs[msg.id] = msg
             if self.bridge is not None:
                 await self.bridge.set_tools(self._offered(msg))
@@ -424,7 +477,7 @@ class SessionActor:
         job = self.jobs.pop(fx.job_id, None)
         if job is None:
             return
-        await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending), job.turn.number)
+        await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending), job.decision.number)
         if not job.done.is_set():
             job.stop_reason = fx.stop_reason
             job.done.set()
@@ -438,7 +491,7 @@ class SessionActor:
         from lmbridge.tools.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT, error_result, result_content
 
         job = self.jobs.get(fx.job_id) if fx.job_id is not None else None
-        result: ToolResultPart | None = job.turn.results.get(fx.call_id) if job is not None else None
+        result: ToolResultPart | None = job.decision.results.get(fx.call_id) if job is not None else None
         if fx.answer is Answer.RESULT and result is not None:
             content: list[Any] = list(result_content(result))
             call.resolve(types.CallToolResult(content=content))
@@ -480,7 +533,7 @@ class SessionActor:
                 try:
                     with anyio.fail_after(WRITE_TIMEOUT):
                         await write(conn)
-                except AgentExited:
+                except AgentUnavailable:
                     continue  # _AgentGone reports it
                 except TimeoutError:
                     log.warning("agent stopped reading its stdin: stopping it", session=self.id, agent=self.spec.id)
@@ -507,7 +560,7 @@ class SessionActor:
                         await start
                 except TimeoutError:
                     error = f"no answer to {self.acp.step} within {backstop:g} s"
-                except AgentExited as exc:  # its message names the agent and says why (exit code, stderr, a missed bound)
+                except AgentUnavailable as exc:  # its message names the agent and says why (exit code, stderr, a missed bound)
                     error, named = str(exc) or "the agent exited", bool(str(exc))
                 except AgentError as exc:
                     problem = self._auth_problem(exc)
@@ -533,7 +586,7 @@ class SessionActor:
         await self.acp.connect()
         try:
             opened = await self.acp.open(how, servers)
-        except AgentExited:
+        except AgentUnavailable:
             if not self.acp.replaced():
                 raise
             # The shared process was found stuck (by this request or another) and stopped:
@@ -543,7 +596,7 @@ class SessionActor:
             opened = await self.acp.open(how, servers)
         self._opening(opened)
         if opened.spare is not None:
-            await self.bridge.set_tools(self._offered(job))
+            await opened.spare.bridge.set_tools(self._offered(job))
 
     def _opening(self, opened: Opened) -> None:
         """A start opened ``opened``: the chat's from the ``Ready`` on; told to the history actor."""
@@ -579,7 +632,7 @@ class SessionActor:
                     if options is not None and self.acp.id is not None:
                         caps = self.process.caps
                         self.hooks.opened(self.id, self.acp.id, caps.resume or caps.load, options)
-                except (AgentError, AgentExited) as exc:  # AgentStuck: the process is stopped, the turn told
+                except (AgentError, AgentUnavailable) as exc:  # AgentStuck: the process is stopped, the turn told
                     log.warning("config option not set", session=self.id, configId=config_id, value=value, error=str(exc) or type(exc).__name__)
         finally:
             try:
@@ -642,7 +695,7 @@ class SessionActor:
         await self.bridge.set_tools(tools)
         self.mcp_servers = [host.server_config(self.bridge)]
 
-    async def _on_mcp_call(self, call: Any) -> None:
+    async def _on_mcp_call(self, call: ToolCall) -> None:
         # Runs in the MCP server's task: hand the call to the actor's loop.
         self._send.send_nowait(_ToolInvoked(call))
 
@@ -650,7 +703,7 @@ class SessionActor:
 
     def _prompt(self, fx: turn.Prompt) -> None:
         job = self.jobs[fx.job_id]
-        context, prompt = self._whole_conversation(job) if fx.whole else (job.turn.context, job.turn.prompt)
+        context, prompt = self._whole_conversation(job) if fx.whole else (job.decision.context, job.decision.prompt)
         blocks = prompt_blocks(
             tuple(fx.unsent) + context, prompt, images=self.process.caps.images, embedded_context=self.process.caps.embedded_context, verbatim=job.verbatim
         )
@@ -668,13 +721,13 @@ class SessionActor:
     def _whole_conversation(job: Job) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
         """(context, prompt) for a fresh ACP session: everything VS Code shows
         before the job's prompt (system messages left out, as always) as context."""
-        answered = set(job.turn.answers)  # results of the permissions just answered: not context
+        answered = set(job.decision.answers)  # results of the permissions just answered: not context
         conv = []
         for m in conversation(job.history):
             content = [p for p in m.content if not (isinstance(p, ToolResultPart) and p.callId in answered)]
             if content:
                 conv.append(m if len(content) == len(m.content) else m.model_copy(update={"content": content}))
-        prompt = job.turn.prompt
+        prompt = job.decision.prompt
         # The prompt is the conversation's tail, save what the history core put before it
         # (what a woken session is told about its interrupted turn): only the tail goes.
         tail = 0
