@@ -11,10 +11,11 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { zipSync } from 'fflate';
-import { installedVersions, installPrompt, registryFromWire, registryItems, withRegistryEntry } from '../src/manage';
+import { installedVersions, installPrompt, offerUpdates, registryFromWire, registryItems, updatesAvailable, withRegistryEntry } from '../src/manage';
 import { archiveKind, checkUrl, feedCachePath, inside, installAgent, loadFeed, registryPlatform, removeOtherVersions } from '../src/registry';
 import type { RegistryAgent } from '../src/wire';
 import { serve, sha256, tarGz, tempDir } from './helpers';
+import { MockLogOutputChannel, mock } from './vscode-mock';
 
 function binaryAgent(url: string, archive: Buffer | undefined, extra: Partial<RegistryAgent> = {}): RegistryAgent {
 	return {
@@ -262,5 +263,47 @@ describe('the quick pick\'s registry part', () => {
 	});
 	test('an id the user uses for an agent of their own is not replaced', () => {
 		assert.throws(() => withRegistryEntry([{ id: 'old', command: 'mine' }], entry), /already has an agent "old" of your own/);
+	});
+});
+
+describe('updates offered when a window starts', () => {
+	const feed = { agents: [{ id: 'tiny', name: 'Tiny', version: '1.1.0' }] };
+	const fromDaemon: RegistryAgent[] = [
+		{ id: 'tiny', name: 'Tiny', version: '1.1.0', description: '', distribution: 'binary', args: [], env: {} },
+		{ id: 'same', name: 'Same', version: '2.0.0', description: '', distribution: 'npx', command: 'npx', args: [], env: {} },
+		{ id: 'mine', name: 'Mine', version: '9.0.0', description: '', distribution: 'npx', command: 'npx', args: [], env: {} },
+	];
+	test('the installed agents the feed has at another version', () => {
+		const installed = installedVersions([{ id: 'tiny', registry: { version: '1.0.0' } }, { id: 'same', registry: { version: '2.0.0' } }, { id: 'mine', command: 'x' }]);
+		assert.deepEqual(updatesAvailable(fromDaemon, installed).map(([a, from]) => [a.id, from, a.version]), [['tiny', '1.0.0', '1.1.0']]);
+	});
+	test('a notification naming them, whose button opens Manage ACP Agents; no fetch without a registry agent', async () => {
+		const server = await serve(new Map([['/registry.json', JSON.stringify(feed)]]));
+		try {
+			const asked: unknown[] = [];
+			let opened = 0;
+			const deps = {
+				presets: () => Promise.resolve({ presets: [] }),
+				registry: (f: unknown) => { asked.push(f); return Promise.resolve({ agents: fromDaemon, problems: [] }); },
+				registryUrl: () => `${server.url}/registry.json`,
+				storageDir: tempDir(),
+				log: new MockLogOutputChannel('lmbridge') as never,
+				openSettings: () => Promise.resolve(),
+			};
+			mock.reset();
+			mock.setConfig({ 'lmbridge.agents': [{ id: 'mine', command: 'x' }, { id: 'claude' }] });
+			assert.deepEqual(await offerUpdates(deps, () => Promise.resolve()), []);
+			assert.deepEqual(server.hits, [], 'nothing fetched');
+			mock.setConfig({ 'lmbridge.agents': [{ id: 'tiny', command: '/s/tiny', registry: { version: '1.0.0', distribution: 'binary' } }, { id: 'same', command: 'npx', registry: { version: '2.0.0' } }] });
+			mock.state.infoResponse = m => m.items[0];
+			assert.deepEqual(await offerUpdates(deps, () => { opened++; return Promise.resolve(); }), ['tiny']);
+			assert.deepEqual(asked, [feed]);
+			assert.deepEqual(mock.state.infoMessages, [{ message: 'ACP agent update available: Tiny 1.0.0 → 1.1.0.', items: ['Manage ACP Agents'] }]);
+			await new Promise(resolve => setImmediate(resolve));
+			assert.equal(opened, 1);
+		} finally {
+			await server.close();
+			mock.reset();
+		}
 	});
 });
