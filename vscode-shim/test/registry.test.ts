@@ -12,7 +12,7 @@ import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { zipSync } from 'fflate';
 import { installedVersions, installPrompt, offerUpdates, registryFromWire, registryItems, updatesAvailable, withRegistryEntry } from '../src/manage';
-import { archiveKind, checkUrl, feedCachePath, inside, installAgent, loadFeed, registryPlatform, removeOtherVersions } from '../src/registry';
+import { archiveKind, bunzip, checkUrl, feedCachePath, inside, installAgent, loadFeed, registryPlatform, removeOtherVersions } from '../src/registry';
 import type { RegistryAgent } from '../src/wire';
 import { serve, sha256, tarGz, tempDir } from './helpers';
 import { MockLogOutputChannel, mock } from './vscode-mock';
@@ -51,12 +51,14 @@ describe('what lmbridge fetches from', () => {
 		assert.equal(registryPlatform('freebsd', 'x64'), undefined);
 		assert.equal(registryPlatform('linux', 'ia32'), undefined);
 	});
-	test('archive kinds by name; installers and bzip2 refused', () => {
+	test('archive kinds by name; installers refused', () => {
 		assert.equal(archiveKind('https://h/a/agent-1.0.0.tar.gz'), 'tar.gz');
 		assert.equal(archiveKind('https://h/a/agent.TGZ'), 'tar.gz');
 		assert.equal(archiveKind('https://h/a/agent.zip?x=1'), 'zip');
 		assert.equal(archiveKind('https://h/a/agent-linux'), 'raw');
-		assert.throws(() => archiveKind('https://h/a/agent.tar.bz2'), /not supported yet/);
+		assert.equal(archiveKind('https://h/a/agent.tar.bz2'), 'tar.bz2');
+		assert.equal(archiveKind('https://h/a/agent.tbz2'), 'tar.bz2');
+		assert.equal(archiveKind('https://h/a/agent.tar'), 'tar');
 		assert.throws(() => archiveKind('https://h/a/agent.dmg'), /installers are not supported/);
 	});
 	test('paths inside a folder', () => {
@@ -186,6 +188,22 @@ describe('installing a binary agent', () => {
 		routes.set('/linked.tar.gz', await tarGz(src, ['lib', 'bin']));
 		const entry = await installAgent(binaryAgent(`${server.url}/linked.tar.gz`, undefined, { args: [] }), { storageDir: tempDir() });
 		assert.equal(execFileSync(entry.command, { encoding: 'utf8' }), 'linked agent\n');
+	});
+
+	test('a .tar.bz2, and a bzip2 bomb refused', async () => {
+		const src = tempDir('lmbridge-bz2-');
+		fs.mkdirSync(path.join(src, 'bin'));
+		fs.writeFileSync(path.join(src, 'bin', 'tiny'), '#!/bin/sh\necho "bzipped agent"\n', { mode: 0o755 });
+		const archive = path.join(tempDir(), 'tiny.tar.bz2');
+		execFileSync('tar', ['-cjf', archive, '-C', src, 'bin']);
+		routes.set('/tiny.tar.bz2', fs.readFileSync(archive));
+		const entry = await installAgent(binaryAgent(`${server.url}/tiny.tar.bz2`, fs.readFileSync(archive), { args: [] }), { storageDir: tempDir() });
+		assert.equal(execFileSync(entry.command, { encoding: 'utf8' }), 'bzipped agent\n');
+		const zeros = path.join(tempDir(), 'zeros');
+		fs.writeFileSync(zeros, Buffer.alloc(4 * 1024 * 1024));
+		execFileSync('bzip2', [zeros]);
+		assert.ok(fs.statSync(`${zeros}.bz2`).size < 1024);
+		assert.throws(() => bunzip(`${zeros}.bz2`, path.join(tempDir(), 'out'), 1024 * 1024), /unpacks to more than 1048576 bytes/);
 	});
 
 	test('a .zip and a raw binary', async () => {
