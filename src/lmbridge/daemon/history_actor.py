@@ -129,7 +129,10 @@ class HistoryActor:
         models_changed: Any = None,
         start_notice: float | None = None,
         session_wait: float = cap.SESSION_WAIT,
+        files: Any = None,
     ) -> None:
+        """``files``: an ``acp.files.Files`` serving the agents' fs/* requests (None: each
+        session's from disk, its cwd the workspace)."""
         self.start_notice = start_notice  # SessionActor's notice (None: its default)
         # Seconds a request over the cap waits for a free session (``cap``); agent id → the
         # requests waiting, oldest first. Each is answered once: granted, withdrawn or failed.
@@ -157,7 +160,7 @@ class HistoryActor:
         self.idle_timeout = idle_timeout
         self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
         self._tg: TaskGroup | None = None
-        self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=self._mcp_host, opened=self._opened)
+        self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=self._mcp_host, opened=self._opened, files=files)
         self._mcp: Any = None  # mcp_bridge.McpHost, started when a session first offers VS Code tools
         self._mcp_lock = anyio.Lock()
         self._dropped: list[SessionActor] = []  # actors closed but not finished yet

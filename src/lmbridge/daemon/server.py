@@ -559,6 +559,7 @@ class Server:
         shutdown has begun before it was started (nothing is started then)."""
         async with self._history_lock:
             if self.history is None:
+                from lmbridge.acp.files import Files
                 from lmbridge.daemon.history_actor import HistoryActor, ShuttingDown
 
                 if self.shutting_down:
@@ -578,6 +579,7 @@ class Server:
                     models_changed=self._models_changed,
                     start_notice=self.config.start_notice,
                     session_wait=self.config.session_wait,
+                    files=Files(self.client, lambda: self.workspace or [os.getcwd()]),  # the folders agents run in
                 )
                 assert self._tg is not None
                 await self._tg.start(self.history.run)
