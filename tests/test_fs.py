@@ -15,11 +15,11 @@ from typing import Any
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lmbridge.core import paths
-from lmbridge.devtools.client import RPCError, approve, assistant, tool_calls, user
+from lmbridge.devtools.client import RPCError, approve, assistant, skip, tool_calls, user
 
 # ---------------------------------------------------------------- the rule, pure
 
@@ -352,8 +352,6 @@ async def test_a_rejected_edit_writes_nothing(scripted: Any, daemon: Any, tmp_pa
         async with daemon([agent], workspace=[str(work)]) as c:
             first = await c.chat(agent.id, [user("write")])
             [card] = tool_calls(first)
-            from lmbridge.devtools.client import skip
-
             second = await c.chat(agent.id, [user("write"), assistant(first.parts), skip(card)])
             assert second.error is None
     assert fs_answers(agent)["after-reject"]["error"]["code"] == -32602
