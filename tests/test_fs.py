@@ -406,3 +406,25 @@ async def test_through_the_shim_reads_the_editors_text_and_writes_by_asking_it(s
     ]
     assert target.read_text() == "on disk\n"  # the editor writes, not the daemon
     assert all(r["id"].startswith("lmbridge-") for r in c.requests)
+
+
+@pytest.mark.anyio
+async def test_the_demo_agent_reads_and_appends_through_fs(daemon: Any, tmp_path: Path) -> None:
+    """The demo agent's "show me" and "append a line to" rows (what the Chat-view test drives
+    in VS Code), here from disk: the write waits for Allow, and lands once."""
+    work = Path(os.path.realpath(tmp_path)) / "work"
+    work.mkdir()
+    (work / "notes.md").write_text("# Notes\n")
+    with anyio.fail_after(LIMIT):
+        async with daemon(workspace=[str(work)]) as c:
+            shown = await c.chat("demo", [user("show me notes.md")])
+            assert "`notes.md` says:" in "".join(p["value"] for p in shown.parts if p["type"] == "text")
+            assert "# Notes" in "".join(p["value"] for p in shown.parts if p["type"] == "text")
+            first = await c.chat("demo", [user("append a line to notes.md")])
+            [card] = tool_calls(first)
+            assert "Append to notes.md" in card["input"]["title"]
+            assert (work / "notes.md").read_text() == "# Notes\n"  # nothing before Allow
+            second = await c.chat("demo", [user("append a line to notes.md"), assistant(first.parts), approve(card)])
+            assert second.error is None
+            assert "I appended a line to `notes.md`." in "".join(p["value"] for p in second.parts if p["type"] == "text")
+    assert (work / "notes.md").read_text() == "# Notes\nAppended by the demo agent.\n"
