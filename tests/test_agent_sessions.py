@@ -372,7 +372,7 @@ def rendered(words: str, *, current: bool) -> dict[str, Any]:
     one with less): every turn of every chat shares most of its lines with the others."""
     from tests.real_agent import copilot
 
-    return copilot.user_turn(words, current=current)
+    return copilot.user_message(words, current=current)
 
 
 def copilot_request(turns: list[tuple[str, Any]], new: str, workspace: Path) -> list[dict[str, Any]]:

@@ -190,11 +190,11 @@ def test_the_end_of_a_turn_a_later_request_overtook_is_not_recorded():
     first = core.begin("m", [u("one")], 0)
     second = core.begin("m", [u("one"), u("two")], 1)
     assert (second.kind, second.session_id, second.number) == (Kind.CONTINUATION, first.session_id, first.number + 1)
-    assert not core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 2, turn=first.number)
+    assert not core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 2, request=first.number)
     s = core.sessions[first.session_id]
     assert s.busy and len(s.items) == 2 and s.last is Last.DONE
-    assert core.end(first.session_id, fp(a("answer two")), Last.DONE, [], 3, turn=second.number)
-    assert not core.end(first.session_id, fp(a("again")), Last.CANCELLED, [], 4, turn=second.number)  # once
+    assert core.end(first.session_id, fp(a("answer two")), Last.DONE, [], 3, request=second.number)
+    assert not core.end(first.session_id, fp(a("again")), Last.CANCELLED, [], 4, request=second.number)  # once
     nxt = core.begin("m", [u("one"), u("two"), a("answer two"), u("three")], 5)
     assert (nxt.kind, nxt.session_id, nxt.prompt) == (Kind.CONTINUATION, first.session_id, (u("three"),))
 
@@ -204,10 +204,10 @@ def test_a_stop_recorded_before_the_next_request_is_matched():
     continues the session; the session actor's own later report of the same end is dropped."""
     core = HistoryCore()
     first = core.begin("m", [u("one")], 0)
-    assert core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 1, turn=first.number)
+    assert core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 1, request=first.number)
     turn = core.begin("m", [u("one"), a("partial"), u("two")], 2)
     assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, first.session_id)
-    assert not core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 3, turn=first.number)
+    assert not core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 3, request=first.number)
     assert core.sessions[first.session_id].busy
 
 

@@ -63,7 +63,7 @@ def _reminders() -> str:
     return text[start : text.index("</reminderInstructions>") + len("</reminderInstructions>")]
 
 
-def user_turn(text: str, *, current: bool = True, date: str = "2026-11-25") -> dict[str, Any]:
+def user_message(text: str, *, current: bool = True, date: str = "2026-11-25") -> dict[str, Any]:
     """A user turn as Copilot renders it: the current turn in full scaffolding with a
     ``cache_control`` part, an earlier one with the date and the request only."""
     body = f"<context>\nThe current date is {date}.\n</context>\n"
@@ -100,7 +100,7 @@ class Conversation:
         last_turn = max((i for i, t in enumerate(self._texts) if t is not None), default=-1)
         out = [system_message(), global_context(self.workspace)]
         for index, (message, text) in enumerate(zip(self._turns, self._texts, strict=True)):
-            out.append(user_turn(text, current=index == last_turn) if text is not None else copy.deepcopy(message))
+            out.append(user_message(text, current=index == last_turn) if text is not None else copy.deepcopy(message))
         return out
 
     def ask(self, text: str) -> list[dict[str, Any]]:

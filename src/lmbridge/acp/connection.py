@@ -11,7 +11,7 @@ stream (notifications and the agent's requests alike), so a session actor
 sees every update before the response that ends a prompt. Lines that are not
 JSON objects are logged and skipped; very long lines (up to ``AGENT_LINE``) are
 fine, a longer one is dropped as it streams and logged, and the link goes on. When the agent exits, every request in flight fails with
-``AgentExited`` naming the exit code and the tail of its stderr.
+``AgentUnavailable`` naming the exit code and the tail of its stderr.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def error_reason(data: Any) -> str | None:
     return reason
 
 
-class AgentExited(Exception):
+class AgentUnavailable(Exception):
     """The agent process ended (or could not start); carries its stderr tail."""
 
 
@@ -185,7 +185,7 @@ class AgentConnection:
     ) -> AgentConnection:
         """Start the agent with the daemon's environment plus ``env``.
 
-        Raises ``AgentExited`` when the command cannot be started. The caller
+        Raises ``AgentUnavailable`` when the command cannot be started. The caller
         runs ``serve()`` in its task group and ``close()`` when done. ``session``
         names the link in ``recorder``'s recording (``agent:<session>``; ``lmbridge serve --record``).
         """
@@ -203,7 +203,7 @@ class AgentConnection:
                 start_new_session=True,  # our signals reach its children too
             )
         except OSError as exc:
-            error = AgentExited(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}")
+            error = AgentUnavailable(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}")
             if link is not None:
                 link.spawned(name, command, args, env, cwd, error=str(error))
             raise error from exc
@@ -261,7 +261,7 @@ class AgentConnection:
         return f"{reason}" + (f"; stderr:\n{tail}" if tail else "")
 
     def _fail_all(self) -> None:
-        error = AgentExited(self.describe_exit())
+        error = AgentUnavailable(self.describe_exit())
         for waiter in self._waiters.values():
             waiter.error = error
             waiter.event.set()
@@ -412,7 +412,7 @@ class AgentConnection:
 
     async def _write(self, frame: dict[str, Any]) -> None:
         if self.closed.is_set():
-            raise AgentExited(self.describe_exit())
+            raise AgentUnavailable(self.describe_exit())
         # Lone surrogates (from JSON escapes) become JSON escapes again, not a crash.
         data = (json.dumps(frame, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "backslashreplace")
         if self.recorder is not None:
@@ -426,12 +426,12 @@ class AgentConnection:
             # so the error says why (a broken pipe alone says nothing).
             with anyio.move_on_after(STDERR_GRACE + TERM_GRACE):
                 await self.closed.wait()
-            raise AgentExited(self.describe_exit()) from exc
+            raise AgentUnavailable(self.describe_exit()) from exc
 
     async def request(self, method: str, params: Any) -> Any:
         """Send a request and wait for its result.
 
-        Raises ``AgentError`` for an error response, ``AgentExited`` if the agent
+        Raises ``AgentError`` for an error response, ``AgentUnavailable`` if the agent
         goes away first. Cancelling the caller abandons the wait (the late
         response is logged and dropped).
         """
@@ -457,7 +457,7 @@ class AgentConnection:
 
     async def send_request(self, rid: int, method: str, params: Any) -> None:
         """Send request ``rid`` (from ``new_id``); its answer comes as a ``Response`` on
-        the events stream, in order with the agent's notifications. Raises ``AgentExited``."""
+        the events stream, in order with the agent's notifications. Raises ``AgentUnavailable``."""
         self._routed.add(rid)
         await self._write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
 
@@ -474,7 +474,7 @@ class AgentConnection:
             frame["result"] = result
         try:
             await self._write(frame)
-        except AgentExited:
+        except AgentUnavailable:
             log.info("answer to a gone agent dropped", agent=self.name, id=rid)
 
     def _kill(self) -> None:

@@ -227,7 +227,7 @@ class ShimCapabilities(_Wire):
 
 class InitializeParams(_Wire):
     """``initialize``. ``userTurns``: what the agent gets of a Copilot-rendered user
-    turn: ``"request"`` the user's words and attachments (``user_turn``), ``"verbatim"``
+    turn: ``"request"`` the user's words and attachments (``user_message``), ``"verbatim"``
     the text as it came (the shim's ``lmbridge.userTurns`` setting). ``clientCapabilities``:
     what the shim serves of the daemon's requests (``ShimCapabilities``)."""
 
@@ -277,7 +277,7 @@ class CancelParams(_Wire):
 # ---------------------------------------------------------------- results
 
 
-class Capabilities(_Wire):
+class ModelCapabilities(_Wire):
     toolCalling: bool | int = True
     imageInput: bool = False
 
@@ -291,7 +291,7 @@ class ModelInfo(_Wire):
     version: str
     maxInputTokens: int
     maxOutputTokens: int
-    capabilities: Capabilities
+    capabilities: ModelCapabilities
     tooltip: str | None = None
     detail: str | None = None
 

@@ -120,7 +120,7 @@ class Config:
     idle_timeout: float = 1800.0
     recorder: Any = None  # lmbridge.rpc.record.Recorder (--record): every frame on every link
     # How agents are started: AgentConnection.spawn's signature (None: that). Replay passes
-    # its player's, which plays recorded agents back.
+    # its player's: the recorded spawn, then a stand-in process that plays the agent back.
     launcher: Any = None
     max_processes: int = 4  # live ACP sessions per agent (--max-agent-processes)
     index: Any = None  # session_index.SessionIndex (lmbridge serve: the state folder's); None: nothing persisted
@@ -130,6 +130,8 @@ class Config:
     # Seconds before "Starting <agent>…" is shown (None: LMBRIDGE_START_NOTICE or 0.5 s). Replay
     # passes infinity: a wall-clock notice is not part of a recording.
     start_notice: float | None = None
+    # Answer ``debug/idle`` (lmbridge serve --debug-idle; docs/protocol.md): off by default.
+    debug_idle: bool = False
 
 
 class Server:
@@ -141,7 +143,7 @@ class Server:
         self.agents: dict[str, AgentSpec] = merge(config.agents)
         self.workspace: list[str] = []
         self.bad_lines = BadLines("shim stdin", log.warning)  # -32700 each; logged bounded
-        self.verbatim = False  # initialize's userTurns: Copilot's user turns forwarded as they are
+        self.verbatim = False  # initialize's userTurns: Copilot's user messages forwarded as they are
         self.history: HistoryActor | None = None
         self._cached_options: dict[str, Any] | None = None  # the state folder's agent options, read once
         self._cached_images: dict[str, bool] | None = None  # ... and which agents take images
@@ -172,6 +174,8 @@ class Server:
             "shutdown": self.shutdown,
             "$/cancelRequest": self.cancel_request,
         }
+        if config.debug_idle:
+            self.methods["debug/idle"] = self.debug_idle
 
     # -- frames -------------------------------------------------------------
 
@@ -421,6 +425,14 @@ class Server:
         # An estimate (~4 characters a token): agents do not expose a tokenizer.
         return Success({"count": (len(p.text) + 3) // 4})
 
+    async def debug_idle(self, ctx: _Context, **params: Any) -> Result:
+        """``debug/idle`` (only with ``Config.debug_idle``): answered ``null`` once every
+        other task of the daemon waits on something (input, a timer, an agent), so what
+        came before it has been handled as far as it can be; replay's step signal
+        (docs/protocol.md, "debug/idle")."""
+        await anyio.wait_all_tasks_blocked()
+        return Success(None)
+
     async def shutdown(self, ctx: _Context, **params: Any) -> Result:
         await self._stop()
         return Success(None)
@@ -441,7 +453,7 @@ class Server:
         if job is not None:
             job.cancelled = True
             if self.history is not None:
-                self.history.stopped(job.turn, job.fingerprint())  # before any request read after this cancel
+                self.history.stopped(job.decision, job.fingerprint())  # before any request read after this cancel
             if job.actor is not None:
                 job.actor.cancel(job)
         elif target.withdraw is not None:
@@ -487,7 +499,7 @@ class Server:
                 self.send_part(rid, part)
 
         try:
-            turn, actor = await history.begin(
+            decision, actor = await history.begin(
                 spec, p.messages, self.workspace[0] if self.workspace else os.getcwd(), waiting=waiting, withdraw=ctx.withdraw
             )
         except HistoryError as exc:
@@ -502,14 +514,14 @@ class Server:
         async def emit(part: dict[str, Any]) -> None:
             self.send_part(rid, part)
 
-        job = Job(turn=turn, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.verbatim, model=found[1] if found else None)
+        job = Job(decision=decision, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.verbatim, model=found[1] if found else None)
         for part in shown:  # VS Code replays it as part of this answer
             job.count(part)
         job.actor = actor
         ctx.job = job
         job.cancelled = ctx.answered  # cancelled while we classified
         if job.cancelled:
-            history.stopped(turn, job.fingerprint())
+            history.stopped(decision, job.fingerprint())
         await actor.submit(job)
         if job.cancelled:
             actor.cancel(job)
