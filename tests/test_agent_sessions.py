@@ -368,7 +368,7 @@ async def test_the_index_keeps_when_each_chat_was_last_used(scripted: Any, daemo
 
 
 def rendered(words: str, *, current: bool) -> dict[str, Any]:
-    """A user turn as Copilot renders it (the current one in full scaffolding, an earlier
+    """A user message as Copilot renders it (the current one in full scaffolding, an earlier
     one with less): every turn of every chat shares most of its lines with the others."""
     from tests.real_agent import copilot
 

@@ -89,7 +89,7 @@ def _captured() -> list[Path]:
 
 @pytest.mark.parametrize("path", _captured(), ids=[p.stem for p in _captured()])
 def test_captured_copilot_turns(path: Path) -> None:
-    """Every captured request: its last user turn gives exactly what the user typed
+    """Every captured request: its last user message gives exactly what the user typed
     (``expect`` in the fixture), and nothing of Copilot's scaffolding reaches the agent."""
     fixture = json.loads(path.read_text(encoding="utf-8"))
     messages = [Message.model_validate(m) for m in fixture["params"]["messages"]]

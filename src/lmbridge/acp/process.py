@@ -39,17 +39,30 @@ import os
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge import __version__
-from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, Incoming, Response
+from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, EventSink, Incoming, Response
 from lmbridge.acp.session import new_session
 from lmbridge.core import auth, permissions, profiles
 from lmbridge.core.messages import AgentSpec
 from lmbridge.log import get_logger
+
+if TYPE_CHECKING:
+    from lmbridge.rpc.record import Recorder
+
+
+class Launcher(Protocol):
+    """How an agent process is started: ``AgentConnection.spawn``'s signature (replay
+    passes its player's, which plays a recorded agent back)."""
+
+    async def __call__(
+        self, name: str, command: str, args: Sequence[str], env: Mapping[str, str], cwd: str | None, events: EventSink,
+        session: str | None = None, recorder: Recorder | None = None,
+    ) -> AgentConnection: ...
 
 log = get_logger("pool")
 
