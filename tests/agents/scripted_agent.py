@@ -95,6 +95,10 @@ Steps (the first key decides):
                               answer the prompt now with this JSON-RPC error
   {"send": {...}}             write this object as a frame, as is (e.g. a request to
                               the client with an unknown method)
+  {"fs": {"method", ...params}, "id": "f1"}
+                              send the client this request (fs/read_text_file,
+                              fs/write_text_file, …; sessionId added unless given) and wait
+                              for its answer; logs event fs_answer (id, result or error)
   {"write_file": {"path", "content"}}
                               write a file (relative paths: against the session cwd)
   {"client": {"method", "params"}, "id": "c1"}
@@ -371,6 +375,16 @@ class Turn:
         elif kind == "client_await":
             handles = [value] if isinstance(value, str) else list(value)
             self.wait_for(lambda: all(a.client_answered(h) for h in handles), cancellable=False)
+        elif kind == "fs":
+            params = {k: v for k, v in value.items() if k != "method"}
+            params.setdefault("sessionId", sid)
+            with a.cond:
+                rpc_id = a.next_request_id
+                a.next_request_id += 1
+                handle = step.get("id", f"f{rpc_id}")
+                a.client_requests[rpc_id] = handle
+            a.send({"jsonrpc": "2.0", "id": rpc_id, "method": value["method"], "params": params})
+            self.wait_for(lambda: handle in a.client_answers, cancellable)
         elif kind == "write_file":
             path = Path(value["path"])
             if not path.is_absolute():
@@ -438,6 +452,8 @@ class ScriptedAgent:
         self.permission_by_rpc_id: dict[int, tuple[str, str]] = {}
         self.client_by_rpc_id: dict[int, str] = {}  # requests to the client (terminal/*, fs/*) → handle
         self.client_results: dict[str, dict[str, Any]] = {}  # handle → {"result"} or {"error"}
+        self.client_requests: dict[int, str] = {}  # rpc id → the "fs" step's handle
+        self.client_answers: dict[str, dict[str, Any]] = {}  # handle → the answer frame
         login_file = (scenario.get("auth_required") or {}).get("login_file")
         self.signed_in = bool(login_file) and os.path.exists(login_file)  # a login made before it started
 
@@ -546,8 +562,15 @@ class ScriptedAgent:
                 answer = {k: frame[k] for k in ("result", "error") if k in frame}
                 self.client_results[client] = answer
                 self.cond.notify_all()
+            fs_handle = self.client_requests.pop(frame.get("id"), None)  # type: ignore[arg-type]
+            if fs_handle is not None:
+                self.client_answers[fs_handle] = frame
+                self.cond.notify_all()
         if client is not None:
             self.log_event("client_result", id=client, **answer)
+            return
+        if fs_handle is not None:
+            self.log_event("fs_answer", id=fs_handle, result=frame.get("result"), error=frame.get("error"))
             return
         with self.cond:
             key = self.permission_by_rpc_id.get(frame.get("id"))  # type: ignore[arg-type]

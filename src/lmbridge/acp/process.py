@@ -134,10 +134,11 @@ def client_capabilities(*, terminal: bool) -> dict[str, Any]:
     ``terminal``: ``terminal/*`` is served (``acp.terminals``). ``_meta.terminal_output``:
     a command's output may come as ``_meta.terminal_output`` on its tool call's updates
     (codex-acp streams it; claude-agent-acp sends it once the command has ended): the
-    answer shows it as it comes (``core.live``). ``auth.terminal``: agents list the login
+    answer shows it as it comes (``core.live``). ``fs``: ``fs/read_text_file`` and
+    ``fs/write_text_file`` are served (``acp.files``). ``auth.terminal``: agents list the login
     they run in a terminal (``core.auth``)."""
     return {
-        "fs": {"readTextFile": False, "writeTextFile": False},
+        "fs": {"readTextFile": True, "writeTextFile": True},  # served by the session actor (acp/files.py: through VS Code, else disk)
         "terminal": terminal,
         "auth": {"terminal": True},
         "_meta": {"terminal_output": True},
@@ -422,6 +423,8 @@ class AgentProcess:
         # A request nobody can show: answered here, and never approved.
         if item.method == "session/request_permission":
             self._answer(item.id, {"outcome": dict(permissions.CANCELLED)})
+        elif item.method.startswith("fs/"):  # served, but only for a session of this process (acp/files.py)
+            self._answer(item.id, error={"code": -32602, "message": f"invalid params: sessionId {str(sid)[:100]!r} is no open session"})
         else:
             self._answer(item.id, error={"code": -32601, "message": f"method not found: {item.method}"})
 
