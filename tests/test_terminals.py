@@ -94,7 +94,7 @@ async def test_initialize_offers_terminals_and_terminal_output(scripted: Any, sh
     (init,) = agent.frames("initialize")
     caps = init["params"]["clientCapabilities"]
     assert caps["terminal"] is True and caps["_meta"] == {"terminal_output": True}
-    assert caps["fs"] == {"readTextFile": False, "writeTextFile": False}
+    assert caps["fs"] == {"readTextFile": True, "writeTextFile": True}  # served too (acp/files.py)
 
 
 async def test_a_terminal_streams_its_output_live_in_one_block(scripted: Any, shared: Any, tmp_path: Path) -> None:
