@@ -131,6 +131,7 @@ class Methods:
         catalog: Catalog,
         router: Router,
         client: ShimChannel,
+        settings: Settings,
         *,
         stop: Callable[[], Awaitable[None]],
         initialized: Callable[[], None] = lambda: None,
@@ -140,7 +141,7 @@ class Methods:
         self.catalog = catalog
         self.router = router
         self.client = client
-        self.settings = router.settings
+        self.settings = settings  # written by initialize only
         self._stop = stop
         self._initialized = initialized
         self.inflight: dict[RequestId, Call] = {}  # requests being handled, by id (not null)

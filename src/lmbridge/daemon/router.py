@@ -37,15 +37,17 @@ class Router:
     """Chat requests → session actors, their parts → stdout. ``history``: the history actor,
     started on first use (raises ``history_actor.ShuttingDown`` once the shutdown began)."""
 
-    def __init__(self, out: StdoutWriter, catalog: Catalog, history: Callable[[], Awaitable[HistoryActor]], *, closing: Callable[[], bool]) -> None:
+    def __init__(
+        self, out: StdoutWriter, catalog: Catalog, settings: Settings, history: Callable[[], Awaitable[HistoryActor]], *, closing: Callable[[], bool]
+    ) -> None:
         self.out = out
         self.catalog = catalog
-        self.settings = Settings()
+        self.settings = settings  # initialize's (methods.Methods writes it; read here)
         self.history = history
         self.closing = closing
         self.message_cache = MessageCache()  # chat histories come again with every request
-        # By id(Call): the chats handed to the history actor, until answered (``cancel``).
-        self.begun: dict[int, tuple[HistoryActor, ChatRequest]] = {}
+        # The chats handed to the history actor, until answered (``cancel``).
+        self.begun: dict[Call, tuple[HistoryActor, ChatRequest]] = {}
 
     @property
     def cwd(self) -> str:
@@ -88,7 +90,7 @@ class Router:
             model=found[1] if found else None,
         )  # fmt: skip
         ticket = history.begin(request)
-        self.begun[id(call)] = (history, request)
+        self.begun[call] = (history, request)
         if call.answered:  # cancelled before it reached the history actor: its end is recorded all the same
             history.stop(request)
         try:
@@ -104,7 +106,7 @@ class Router:
                 return Success({"stopReason": "cancelled"})  # already sent; the dispatcher drops this copy
             return Error(AGENT_FAILED, str(exc))
         finally:
-            del self.begun[id(call)]
+            del self.begun[call]
         if call.scope.cancel_called:
             return Success({"stopReason": "cancelled"})  # already sent; the dispatcher drops this copy
         if job.error is not None:
@@ -116,8 +118,8 @@ class Router:
         cancelled (nothing more is sent for it) and, once it reached the history actor, it is
         stopped there at once, before any request read after it is classified."""
         call.scope.cancel()
-        if id(call) in self.begun:
-            history, request = self.begun[id(call)]
+        if call in self.begun:
+            history, request = self.begun[call]
             history.stop(request)
 
 
