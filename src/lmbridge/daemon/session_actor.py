@@ -378,8 +378,12 @@ class SessionActor:
             else:
                 event = turn.PromptEnded(seq, stop_reason=_object(msg.result).get("stopReason"))
         elif isinstance(msg, Job):
-            if self.acp.conn is not None and not self.acp.conn.alive:
-                await self._handle(AgentGone(self.acp.conn))  # it died just before this job came: that first
+            conn = self.acp.conn
+            if conn is not None and (not conn.alive or conn.exit_reason is not None):
+                # It died, or is being stopped (found stuck, stopped reading: its exit is
+                # not reaped yet), just before this job came: that first, so the job starts
+                # on a new process instead of failing with the old one's end.
+                await self._handle(AgentGone(conn))
             self._job_ids += 1
             msg.id = self._job_ids
             self.jobs[msg.id] = msg
