@@ -289,12 +289,15 @@ class HistoryActor:
 
     def _learn(self, agent_id: str, config_options: Any) -> None:
         """An agent's configOptions (in the actor's task): its models, cached and shown."""
-        from lmbridge.agent_models import select_options, to_json
+        from lmbridge.agent_models import current_values, select_options, to_json
 
         if not isinstance(config_options, list):
             return
-        learnt = to_json(select_options(config_options))
         old = self.options.get(agent_id)
+        # The values first learnt stay the options' defaults (VS Code's model configuration
+        # schema, session_state): a later session's own choices do not move them.
+        current = {**current_values(config_options), **current_values(old)}
+        learnt = to_json(select_options(config_options), current)
         if old != learnt:
             self.options = {**self.options, agent_id: learnt}  # replaced whole: the server reads it
             self._dirty = True

@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge import auth, permissions, turn
+from lmbridge import auth, permissions, session_state, turn
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
@@ -87,6 +87,13 @@ class Job:
     tools: tuple[ToolInfo, ...] = ()  # the request's options.tools
     verbatim: bool = False  # user turns as they came (initialize's userTurns)
     model: str | None = None  # one of the agent's own models (a value of its "model" config option)
+    # VS Code's model configuration sent with this request (control id → value), and what of it
+    # changed since the previous request on the same model (session_state.picked): the user's choice.
+    configuration: dict[str, Any] | None = None
+    picked: dict[str, Any] = field(default_factory=dict)
+    request_id: Any = None  # the shim's request id (client/sessionState names it)
+    # Tells the shim the chat's state: (chat id, request id or None, session_state.to_wire(...)).
+    report: Callable[[str, Any, dict[str, Any]], None] | None = None
     id: int = 0  # set by the actor
     # What this response emitted, for the history core's fingerprint.
     _text: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
@@ -145,6 +152,28 @@ class _Close:
     reason: str
 
 
+@dataclass(eq=False)
+class SetControl:
+    """Set one of the chat's controls (``session_state``) on its live session, now.
+    ``done`` is set once, with ``error`` (a sentence for the user) or ``state`` (the
+    chat's state after it, as ``session_state.to_wire`` gives it)."""
+
+    control_id: str
+    value: str
+    done: anyio.Event = field(default_factory=anyio.Event)
+    error: str | None = None
+    state: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class _ControlSet:
+    """A ``SetControl``'s request came back (``answer``, or ``error``)."""
+
+    request: SetControl
+    answer: Any = None
+    error: str | None = None
+
+
 @dataclass
 class SessionHooks:
     """How a session actor reports to the history actor."""
@@ -199,6 +228,11 @@ class SessionActor:
         self._auth: dict[str, Any] | None = None  # auth.problem's data once the agent said it needs a login
         self.acp_session: str | None = None  # the session whose updates are shown (from Ready on)
         self._opened: Opened | None = None  # what a start opened, taken at Ready
+        # The session's modes, options, commands and usage (session_state), told to the shim.
+        self.state = session_state.SessionState()
+        self._fresh = False  # the session was opened new: the chat's choices are all set before its first prompt
+        self._report: Callable[[str, Any, dict[str, Any]], None] | None = None
+        self._request_id: Any = None  # the shim's id of the latest request this chat got
         self.machine = turn.TurnMachine(
             spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE if notice is None else notice,
             progress=START_PROGRESS if notice is None or math.isfinite(notice) else math.inf, buffer_limit=PENDING_OUTPUT
@@ -243,6 +277,15 @@ class SessionActor:
         """End the session: pending permissions cancelled, agent stopped."""
         if not self._closed:
             self._send.send_nowait(_Close(reason))
+
+    async def set_control(self, request: SetControl) -> None:
+        """Set a control on the live session (``SetControl``); returns once it is answered."""
+        if self._closed:
+            request.error = "this chat's agent session has ended; send a message first"
+            request.done.set()
+        else:
+            self._send.send_nowait(request)
+        await request.done.wait()
 
     # -- the loop -------------------------------------------------------------
 
@@ -318,6 +361,9 @@ class SessionActor:
             if self.acp.conn is not None and not self.acp.conn.alive:
                 await self._handle(AgentGone(self.acp.conn))  # it died just before this job came: that first
             self.jobs[msg.id] = msg
+            if msg.report is not None:
+                self._report, self._request_id = msg.report, msg.request_id
+                self._tell(msg.request_id)  # the shim learns which chat this request is (once a session is open)
             if self.bridge is not None:
                 await self.bridge.set_tools(self._offered(msg))
             event = turn.NewJob(msg.info())
@@ -336,9 +382,18 @@ class SessionActor:
                 opened, self._opened = self._opened, None
                 self.acp_session = opened.session_id
                 self.machine.reset_renderer(self._renderer())
+                self.state = session_state.opened({"configOptions": opened.config_options, "modes": opened.modes})
+                self._fresh = opened.how in ("new", "spare")
+                self._tell(self._request_id)
                 event = turn.Ready(msg.error, msg.named, opened.lost)
         elif isinstance(msg, _Close):
             event = turn.Close(msg.reason)
+        elif isinstance(msg, SetControl):
+            event = None
+            self._set_control(msg)
+        elif isinstance(msg, _ControlSet):
+            event = None
+            self._control_set(msg)
         else:  # turn.Ready, turn.PromptEnded, turn.TimerFired: from this actor's own tasks
             event = msg
         if event is not None:
@@ -349,7 +404,13 @@ class SessionActor:
         if msg.method == "session/update" and msg.id is None and not msg.bad_id:
             if params.get("sessionId") != self.acp_session:
                 return None  # a superseded ACP session
-            return turn.Update(params.get("update"))
+            change = params.get("update")
+            if isinstance(change, dict) and change.get("sessionUpdate") in session_state.STATE_KINDS:
+                new = session_state.update(self.state, change)
+                if new is not None:
+                    self.state = new
+                    self._tell(None)
+            return turn.Update(change)
         rid = msg.id
         if msg.method == "session/request_permission" and (rid is not None or msg.bad_id):
             if params.get("sessionId") != self.acp_session:
@@ -570,15 +631,21 @@ class SessionActor:
         return message
 
     async def _configure_then(self, changes: dict[str, str], write: Write) -> None:
-        """``session/set_config_option`` for each change (bounded), then the prompt is queued."""
+        """Each change set (bounded: ``session/set_config_option``, or ``session/set_mode``
+        for the older modes), then the prompt is queued."""
         try:
             for config_id, value in changes.items():
+                control = self.state.control(config_id)
                 try:
-                    options = await self.acp.set_config_option(config_id, value)  # bounded: acp.session
+                    if control is not None and control.legacy:
+                        answer = await self.acp.set_mode(value)  # bounded: acp.session
+                    else:
+                        answer = {"configOptions": await self.acp.set_config_option(config_id, value)}
+                        if answer["configOptions"] is not None and self.acp.id is not None:
+                            caps = self.process.caps
+                            self.hooks.opened(self.id, self.acp.id, caps.resume or caps.load, answer["configOptions"])
                     log.info("config option set", session=self.id, configId=config_id, value=value)
-                    if options is not None and self.acp.id is not None:
-                        caps = self.process.caps
-                        self.hooks.opened(self.id, self.acp.id, caps.resume or caps.load, options)
+                    self._send.send_nowait(_ControlSet(SetControl(config_id, value), answer))
                 except (AgentError, AgentExited) as exc:  # AgentStuck: the process is stopped, the turn told
                     log.warning("config option not set", session=self.id, configId=config_id, value=value, error=str(exc) or type(exc).__name__)
         finally:
@@ -586,6 +653,70 @@ class SessionActor:
                 self._out.send_nowait(write)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
+
+    # -- the chat's controls, commands and usage (session_state) -------------------------
+
+    def _tell(self, request_id: Any) -> None:
+        """Tell the shim the chat's state (``client/sessionState``), naming ``request_id``
+        when it answers the request the shim is serving now."""
+        if self._report is not None and self.acp_session is not None:
+            self._report(self.id, request_id, session_state.to_wire(self.state))
+
+    def _chosen(self, job: Job) -> dict[str, str]:
+        """The controls to set before ``job``'s prompt: on a session opened new, the agent's
+        ``mode`` setting and everything VS Code's model configuration says; on one that ran
+        before, only what the user changed since the previous request (``Job.picked``)."""
+        if self._fresh:
+            self._fresh = False
+            values: dict[str, Any] = {}
+            if self.spec.mode:
+                mode = next((c for c in self.state.controls if c.category == "mode"), None)
+                if mode is not None:
+                    values[mode.id] = self.spec.mode
+            values.update(job.configuration or {})
+        else:
+            values = dict(job.picked)
+        return session_state.wanted(self.state, values)
+
+    def _set_control(self, request: SetControl) -> None:
+        """``SetControl``: the request goes out in a child task; its answer comes back as ``_ControlSet``."""
+        session = self.acp.id
+        if session is None or self.acp_session is None:
+            request.error = "this chat's agent session is not open; send a message first"
+            request.done.set()
+            return
+        try:
+            method, _ = session_state.set_request(self.state, session, request.control_id, request.value)
+        except session_state.UnknownControl as exc:
+            request.error = str(exc)
+            request.done.set()
+            return
+
+        async def run() -> None:
+            try:
+                if method == "session/set_mode":
+                    answer = await self.acp.set_mode(request.value)
+                else:
+                    answer = {"configOptions": await self.acp.set_config_option(request.control_id, request.value)}
+            except (AgentError, AgentExited) as exc:
+                self._send.send_nowait(_ControlSet(request, error=f"the agent refused: {exc}" if str(exc) else "the agent refused"))
+            else:
+                self._send.send_nowait(_ControlSet(request, answer))
+
+        assert self._tg is not None
+        self._tg.start_soon(run)
+
+    def _control_set(self, msg: _ControlSet) -> None:
+        """A control's request came back: the state follows the agent's answer."""
+        request = msg.request
+        if msg.error is None:
+            self.state = session_state.after_set(self.state, request.control_id, request.value, msg.answer)
+            log.info("control set", session=self.id, control=request.control_id, value=request.value)
+            self._tell(None)
+            request.state = session_state.to_wire(self.state)
+        else:
+            request.error = msg.error
+        request.done.set()
 
     async def _recover_session(self, close: bool = True, take_up: bool = True) -> None:
         """The session cannot simply continue (``turn.NewSession``: the stale turn after a
@@ -657,8 +788,9 @@ class SessionActor:
         # The answer comes on the mailbox in order with the agent's updates (acp.connection.Response).
         rid, write = self.acp.prompt(blocks)
         self._prompts[rid] = fx.seq
-        changes = self.acp.wanted(job.model, self.spec.mode)
-        if changes:  # the model VS Code chose, the agent's mode: set before the prompt
+        changes: dict[str, str] = self.acp.wanted(job.model, None)
+        changes.update(self._chosen(job))
+        if changes:  # the model VS Code chose, the chat's mode and options: set before the prompt
             assert self._tg is not None
             self._tg.start_soon(self._configure_then, changes, write)
         else:
