@@ -57,10 +57,12 @@ chatview: $(STAMP) vsix
 chatview-first-run: $(STAMP) vsix
 	@eval "$$(tests/chatview/install.sh | sed 's/^/export /')" && CHATVIEW_FIRST_RUN=1 "$$NODE24" tests/chatview/chatview.mjs
 
-# ruff (pyflakes, pycodestyle, isort, bugbear, pyupgrade) and mypy (strict on the pure modules).
+# ruff (pyflakes, pycodestyle, isort, bugbear, pyupgrade), mypy (strict on core/, rpc/, acp/) and
+# the layout's import contract (import-linter; pyproject.toml, docs/architecture.md "Layout").
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # pytest exits 5 when it collects no tests; that is a failure here, not a pass.
 test-python: $(STAMP) real-agent-deps

@@ -10,8 +10,8 @@ import sys
 
 from pyinstrument import Profiler
 
-import lmbridge.history_actor  # noqa: F401  (the lazy imports of the first chat)
-import lmbridge.session_actor  # noqa: F401
+import lmbridge.daemon.history_actor  # noqa: F401  (the lazy imports of the first chat)
+import lmbridge.daemon.session_actor  # noqa: F401
 from lmbridge.cli import main
 
 out = sys.argv[1]

@@ -171,7 +171,7 @@ def user(text: str) -> dict[str, Any]:
 
 
 def assistant_of(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    from lmbridge.client import assistant
+    from lmbridge.devtools.client import assistant
 
     return assistant(parts)
 
@@ -180,7 +180,7 @@ class Chat:
     """One ``lm/provideLanguageModelChatResponse`` read to its end on a daemon."""
 
     def __init__(self, d: Peer, messages_json: str, on_text: list[tuple[int, str]] | None = None) -> None:
-        from lmbridge.client import chat_options  # Agent mode's tools: without them permissions are declined
+        from lmbridge.devtools.client import chat_options  # Agent mode's tools: without them permissions are declined
 
         options = json.dumps(chat_options())
         self.rid, data = d.request_bytes("lm/provideLanguageModelChatResponse", '{"modelId":"synth","options":' + options + ',"messages":' + messages_json + "}")
@@ -390,16 +390,16 @@ def bench_history_inproc(sizes: Sequence[int], reps: int) -> dict[int, dict[str,
     server's path (``json.loads`` of the frame, the messages through the
     server's ``MessageCache`` and ``ChatResponseParams``, ``HistoryCore.begin``),
     plus, for reference, validating every message afresh (no cache)."""
-    from lmbridge.history import Fingerprint, HistoryCore, Kind, Last
-    from lmbridge.wire import ChatResponseParams
+    from lmbridge.core.history import Fingerprint, HistoryCore, Kind, Last
+    from lmbridge.core.messages import ChatResponseParams
 
     try:
-        from lmbridge.wire import parse_json  # the server's parser
+        from lmbridge.rpc.jsonrpc import parse_json  # the server's parser
     except ImportError:
         parse_json = json.loads
 
     try:
-        from lmbridge.wire import MessageCache
+        from lmbridge.core.messages import MessageCache
     except ImportError:  # a daemon from before the cache (for before/after figures)
 
         class MessageCache:  # type: ignore[no-redef]
@@ -535,7 +535,7 @@ def bench_permission(d: Peer, runs: int) -> dict[str, Any]:
 
 
 def approve(part: dict[str, Any]) -> dict[str, Any]:
-    from lmbridge.client import approve as _approve
+    from lmbridge.devtools.client import approve as _approve
 
     return _approve(part)
 

@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lmbridge.acp.connection import AgentConnection, Incoming, Response  # noqa: E402
-from lmbridge.client import DaemonClient, user  # noqa: E402
+from lmbridge.devtools.client import DaemonClient, user  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.real_agent.claude import agent_environ, claude_agent_command, claude_agent_env  # noqa: E402
 

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from lmbridge.client import DaemonClient
+from lmbridge.devtools.client import DaemonClient
 
 # No test writes the session index into the user's state folder (issue #11): every daemon
 # a test starts without its own XDG_STATE_HOME gets this run's scratch one.

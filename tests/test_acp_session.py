@@ -18,7 +18,7 @@ from conftest import ScriptedAgent
 from lmbridge.acp.connection import AgentError, Incoming, Response
 from lmbridge.acp.process import AgentGone, AgentPool, AgentStuck
 from lmbridge.acp.session import AcpSession, New, Resume, Spare, probe
-from lmbridge.wire import AgentSpec
+from lmbridge.core.messages import AgentSpec
 
 pytestmark = pytest.mark.anyio
 

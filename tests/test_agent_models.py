@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lmbridge.agent_models import Choice, model_id, of_category, select_options, split_model_id
+from lmbridge.core.agent_models import Choice, model_id, of_category, select_options, split_model_id
 
 #: claude-agent-acp 0.23.1's session/new answer (facts.md §5), as it comes.
 CLAUDE = [

@@ -22,8 +22,8 @@ from conftest import alive
 from test_daemon import LIMIT, eventually, ok
 from test_lifecycle import CHAT, stop_while_streaming
 
-from lmbridge.client import assistant, text_of, user
-from lmbridge.transcript import CONTEXT_OPEN
+from lmbridge.core.transcript import CONTEXT_OPEN
+from lmbridge.devtools.client import assistant, text_of, user
 
 pytestmark = pytest.mark.anyio
 
@@ -351,7 +351,7 @@ async def test_pre_warming_probes_the_models_of_an_agent_it_does_not_know(script
 async def test_the_index_keeps_when_each_chat_was_last_used(scripted: Any, daemon: Any, tmp_path: Path) -> None:
     """A restored entry nobody used keeps its time; the chat used now gets a new one (the
     newest 200 are kept, so the oldest must be the least recently used)."""
-    from lmbridge.session_index import SessionIndex, entry
+    from lmbridge.daemon.session_index import SessionIndex, entry
 
     agent = scripted({"initialize": CAPS["resume"]})
     index = SessionIndex(tmp_path / "state" / "lmbridge")
@@ -431,7 +431,7 @@ def asking_turn() -> list[dict[str, Any]]:
 
 
 async def late_answer(c: Any, agent: Any, first: Any, how: str) -> Any:
-    from lmbridge.client import approve, skip, tool_calls
+    from lmbridge.devtools.client import approve, skip, tool_calls
 
     (part,) = tool_calls(first)
     result = approve(part) if how == "allow" else skip(part)

@@ -1,6 +1,6 @@
 """The two test agents, driven as real subprocesses by a tiny hand-written ACP client.
 
-* ``lmbridge.demo_agent`` (ships with the product, built on the ACP SDK);
+* ``lmbridge.devtools.demo_agent`` (ships with the product, built on the ACP SDK);
 * ``tests/agents/scripted_agent.py`` (raw JSON-RPC, scriptable, can misbehave).
 
 The client here is deliberately dumb: it records every frame and leaves all decisions
@@ -147,7 +147,7 @@ async def start_demo(tmp_path: Path) -> tuple[Peer, Path]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
     env["LMBRIDGE_DEMO_SCRATCH"] = str(scratch)
-    argv = [sys.executable, "-c", "from lmbridge.demo_agent import main; raise SystemExit(main())"]
+    argv = [sys.executable, "-c", "from lmbridge.devtools.demo_agent import main; raise SystemExit(main())"]
     return await Peer.start(argv, stderr=tmp_path / "demo.stderr", env=env), scratch
 
 

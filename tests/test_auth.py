@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lmbridge import auth
-from lmbridge.agents import PRESETS, auth_hint, merge, parse_agent_option, resolve
-from lmbridge.client import text_of, user
-from lmbridge.wire import AgentEntry, AgentSpec
+from lmbridge.core import auth
+from lmbridge.core.messages import AgentEntry, AgentSpec
+from lmbridge.daemon.catalog import PRESETS, auth_hint, merge, parse_agent_option, resolve
+from lmbridge.devtools.client import text_of, user
 
 # initialize's authMethods as the real agents sent them (probed here; docs/agents.md).
 CODEX = [

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from lmbridge.client import without_last_round
-from lmbridge.console import ConsoleError, daemon_command, parse_script
-from lmbridge.wire import VSCODE_SKIP_TEXT
+from lmbridge.core.messages import VSCODE_SKIP_TEXT
+from lmbridge.devtools.client import without_last_round
+from lmbridge.devtools.console import ConsoleError, daemon_command, parse_script
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTES_HEADER = "Notes from the lmbridge demo agent.\n"

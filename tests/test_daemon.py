@@ -24,11 +24,11 @@ import anyio
 import pytest
 from conftest import alive
 
-from lmbridge import permissions
-from lmbridge.client import RPCError, approve, assistant, skip, text_of, tool_calls, tool_result, user
-from lmbridge.permissions import EDIT_TOOL as AGENT_EDIT_TOOL
-from lmbridge.transcript import CONTEXT_OPEN
-from lmbridge.wire import VSCODE_SKIP_TEXT
+from lmbridge.core import permissions
+from lmbridge.core.messages import VSCODE_SKIP_TEXT
+from lmbridge.core.permissions import EDIT_TOOL as AGENT_EDIT_TOOL
+from lmbridge.core.transcript import CONTEXT_OPEN
+from lmbridge.devtools.client import RPCError, approve, assistant, skip, text_of, tool_calls, tool_result, user
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ import anyio
 import pytest
 from test_daemon import LIMIT, eventually, ok, only
 
-from lmbridge.client import approve, assistant, text_of, tool_calls, user
+from lmbridge.devtools.client import approve, assistant, text_of, tool_calls, user
 
 pytestmark = pytest.mark.anyio
 

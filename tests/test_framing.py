@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_daemon import LIMIT, eventually
 
-from lmbridge.framing import EVERY, FIRST, STDERR_FIRST, STDERR_RATE, BadLines, Head, Lines, Overlong, Throttle, read_head
+from lmbridge.rpc.framing import EVERY, FIRST, STDERR_FIRST, STDERR_RATE, BadLines, Head, Lines, Overlong, Throttle, read_head
 
 
 def reporter() -> tuple[BadLines, list[tuple[str, dict[str, Any]]]]:
@@ -74,7 +74,7 @@ async def test_agent_frames_the_daemon_cannot_use_are_dropped_and_the_turn_goes_
     """A sessionUpdate that is a list (it was a TypeError that ended the session), a line
     nested 1,000 deep, a 100 KB stderr line; then the agent's error with its reason in
     data.message (codex-acp's way): the user reads the reason, clipped."""
-    from lmbridge.client import text_of, user
+    from lmbridge.devtools.client import text_of, user
 
     agent = scripted({"turns": [[
         {"update": {"sessionUpdate": ["not", "a", "kind"]}},

@@ -7,19 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lmbridge.history import (
-    CLASSIFICATION,
-    Fingerprint,
-    HistoryCore,
-    HistoryError,
-    Kind,
-    Last,
-    Pending,
-    conversation,
-)
-from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
-from lmbridge.permissions import Answer
-from lmbridge.wire import VSCODE_SKIP_TEXT, Message, ToolResultPart
+from lmbridge.core.history import CLASSIFICATION, Fingerprint, HistoryCore, HistoryError, Kind, Last, Pending, conversation
+from lmbridge.core.messages import VSCODE_SKIP_TEXT, Message, ToolResultPart
+from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
+from lmbridge.core.permissions import Answer
 
 
 def u(text: str) -> Message:
@@ -478,7 +469,7 @@ def test_tool_calls_stopped():
 def test_every_mcp_call_gets_exactly_one_result(steps):
     """Over random interleavings of calls, results, skips, stops and evictions,
     each MCP call is resolved exactly once, as the session actor applies Turns."""
-    from lmbridge.mcp_bridge import ToolCall, error_result
+    from lmbridge.tools.mcp_bridge import ToolCall, error_result
 
     core = HistoryCore()
     calls: dict[str, ToolCall] = {}

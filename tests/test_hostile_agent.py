@@ -21,8 +21,8 @@ from typing import Any
 import anyio
 import pytest
 
-from lmbridge.client import Call, DaemonClient, assistant, is_agent_action, skip, text_of, tool_calls, user
-from lmbridge.wire import usable_id as answerable
+from lmbridge.devtools.client import Call, DaemonClient, assistant, is_agent_action, skip, text_of, tool_calls, user
+from lmbridge.rpc.jsonrpc import usable_id as answerable
 from tests.conftest import ROOT, alive
 from tests.fuzz.peer import descendants, rss
 

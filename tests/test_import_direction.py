@@ -5,14 +5,16 @@ Each module is imported alone, in a fresh interpreter."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-PURE = ["lmbridge.turn", "lmbridge.history", "lmbridge.permissions", "lmbridge.transcript", "lmbridge.wire", "lmbridge.acp.profiles",
-        "lmbridge.render", "lmbridge.user_turn", "lmbridge.agent_models", "lmbridge.auth", "lmbridge.cap"]  # fmt: skip
-IO = ["lmbridge.acp.connection", "lmbridge.acp.session", "lmbridge.acp.process", "lmbridge.session_actor", "lmbridge.history_actor", "lmbridge.server", "anyio"]
+PURE = ["lmbridge.core.turn", "lmbridge.core.history", "lmbridge.core.permissions", "lmbridge.core.transcript", "lmbridge.core.messages", "lmbridge.core.profiles",
+        "lmbridge.core.present", "lmbridge.core.user_turn", "lmbridge.core.agent_models", "lmbridge.core.auth", "lmbridge.core.cap", "lmbridge.core.text"]  # fmt: skip
+IO = ["lmbridge.acp.connection", "lmbridge.acp.session", "lmbridge.acp.process", "lmbridge.daemon.session_actor", "lmbridge.daemon.history_actor", "lmbridge.daemon.server", "anyio"]
 PROBE = "import importlib, json, sys; importlib.import_module(sys.argv[1]); print(json.dumps(sorted(set(json.loads(sys.argv[2])) & set(sys.modules))))"
 
 
@@ -29,3 +31,30 @@ def test_the_acp_layers_load_in_order() -> None:
     for module, above in (("lmbridge.acp.connection", ["lmbridge.acp.session", "lmbridge.acp.process"]), ("lmbridge.acp.session", ["lmbridge.acp.process"])):
         probe = subprocess.run([sys.executable, "-c", PROBE, module, json.dumps(above)], capture_output=True, text=True, timeout=120)
         assert probe.returncode == 0 and json.loads(probe.stdout) == [], (module, probe.stdout, probe.stderr)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "contract"),
+    [
+        ("core/text.py", "import lmbridge.log", "The pure core imports nothing outside core"),
+        ("rpc/framing.py", "import lmbridge.acp.connection", "The runtime's layers import downwards only"),
+        ("daemon/catalog.py", "import lmbridge.devtools.client", "Nothing in the runtime imports the developer tools"),
+    ],
+)
+def test_the_import_contract_catches_a_wrong_import(tmp_path: Path, module: str, line: str, contract: str) -> None:
+    """``make lint``'s import contract (pyproject.toml, [tool.importlinter]) holds on the tree,
+    and fails, naming the contract, when one module imports across it."""
+    lint = Path(sys.executable).with_name("lint-imports")
+    shutil.copytree(ROOT / "src", tmp_path / "src")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    env = {"PYTHONPATH": str(tmp_path / "src"), "PATH": "/usr/bin:/bin"}
+    kept = subprocess.run([str(lint), "--no-cache"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert kept.returncode == 0, kept.stdout
+    target = tmp_path / "src/lmbridge" / module
+    target.write_text(target.read_text() + f"\n{line}  # noqa\n")
+    broken = subprocess.run([str(lint), "--no-cache"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert broken.returncode != 0
+    assert f"{contract}" in broken.stdout and "BROKEN" in broken.stdout, broken.stdout

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lmbridge.wire import parse_json
+from lmbridge.rpc.jsonrpc import parse_json
 
 
 def _reject(name: str) -> Any:

@@ -1,6 +1,6 @@
 """Issue #10's bugs, each through the daemon as a subprocess with a scripted agent.
 
-Each of these failed before the turn lifecycle became ``lmbridge.turn``:
+Each of these failed before the turn lifecycle became ``lmbridge.core.turn``:
 1. a Stop poisoned the next turn (the cancelled turn's drain deadline ended it);
 2. a ``cache_control`` data part beside a tool result turned Allow into a cancel;
 3. an agent still starting kept the daemon (and itself) alive after stdin EOF;
@@ -23,8 +23,8 @@ import pytest
 from conftest import alive, children
 from test_daemon import LIMIT, eventually, ok, only, write_turn
 
-from lmbridge.client import approve, assistant, text_of, tool_calls, user
-from lmbridge.transcript import CONTEXT_OPEN, STOPPED_NOTE
+from lmbridge.core.transcript import CONTEXT_OPEN, STOPPED_NOTE
+from lmbridge.devtools.client import approve, assistant, text_of, tool_calls, user
 
 pytestmark = pytest.mark.anyio
 

@@ -14,18 +14,9 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from lmbridge.acp.process import Capabilities
-from lmbridge.mcp_bridge import (
-    CLOSED_TEXT,
-    McpHost,
-    ToolBridge,
-    ToolCall,
-    result_content,
-    same_tools,
-    select_tools,
-    server_name,
-)
-from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
-from lmbridge.wire import ToolInfo, ToolResultPart
+from lmbridge.core.messages import ToolInfo, ToolResultPart
+from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
+from lmbridge.tools.mcp_bridge import CLOSED_TEXT, McpHost, ToolBridge, ToolCall, result_content, same_tools, select_tools, server_name
 
 pytestmark = pytest.mark.anyio
 

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lmbridge.history import Fingerprint
-from lmbridge.wire import ChatResponseParams, Message, MessageCache
+from lmbridge.core.history import Fingerprint
+from lmbridge.core.messages import ChatResponseParams, Message, MessageCache
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
@@ -83,7 +83,7 @@ def test_fingerprint_memo_follows_the_message_object() -> None:
 
 # ---------------------------------------------------------------- identity fast path
 
-from lmbridge.history import HistoryCore, Last, Pending  # noqa: E402
+from lmbridge.core.history import HistoryCore, Last, Pending  # noqa: E402
 
 ops = st.lists(
     st.tuples(

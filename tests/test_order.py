@@ -20,8 +20,8 @@ import anyio
 import pytest
 from test_daemon import eventually, ok
 
-from lmbridge.client import Call, approve, assistant, chat_options, text_of, tool_calls, user
-from lmbridge.transcript import CONTEXT_OPEN
+from lmbridge.core.transcript import CONTEXT_OPEN
+from lmbridge.devtools.client import Call, approve, assistant, chat_options, text_of, tool_calls, user
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""The permission rule (lmbridge.permissions), walked as one table: the request shapes the
+"""The permission rule (lmbridge.core.permissions), walked as one table: the request shapes the
 agents send (claude-agent-acp, codex-acp, gemini-cli, fast-agent, as seen on the wire) and
 hostile ones × what the chat request offers → the decision; then × the answer VS Code
 brings back → the ACP outcome. Every shape that was once a hole is a row with the safe
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lmbridge import permissions as P
-from lmbridge.acp import profiles
-from lmbridge.permissions import ACTION_TOOL, ACTION_TOOLS, EDIT_TOOL, FETCH_TOOL, MODE_TOOL, READ_TOOL
-from lmbridge.wire import VSCODE_SKIP_TEXT, ToolResultPart
+from lmbridge.core import permissions as P
+from lmbridge.core import profiles
+from lmbridge.core.messages import VSCODE_SKIP_TEXT, ToolResultPart
+from lmbridge.core.permissions import ACTION_TOOL, ACTION_TOOLS, EDIT_TOOL, FETCH_TOOL, MODE_TOOL, READ_TOOL
 
 CLAUDE_OPTIONS = [
     {"optionId": "allow_always", "name": "Always Allow", "kind": "allow_always"},
@@ -310,7 +310,7 @@ def test_claude_names_the_tool_in_the_tool_call_it_announced_before() -> None:
     """claude-agent-acp 0.23.1 puts ``_meta.claudeCode.toolName`` on its ``tool_call`` and
     ``tool_call_update``, not on the permission's ``toolCall`` (as recorded): the request is
     read over what the renderer merged for that toolCallId."""
-    from lmbridge.render import TurnRenderer
+    from lmbridge.core.present import TurnRenderer
 
     r = TurnRenderer()
     meta = {"claudeCode": {"toolName": "mcp__vscode__grep_search"}}

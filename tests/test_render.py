@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
-from lmbridge.render import TurnRenderer
-from lmbridge.transcript import CONTEXT_OPEN, prompt_blocks
-from lmbridge.wire import Message
+from lmbridge.core.messages import Message
+from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
+from lmbridge.core.present import TurnRenderer
+from lmbridge.core.transcript import CONTEXT_OPEN, prompt_blocks
 
 
 def chunk(kind: str, text: str) -> dict:
@@ -202,7 +202,7 @@ CODEX_DONE = {
 
 
 def test_codex_s_approval_prompt_is_never_the_calls_output_its_raw_output_is():
-    from lmbridge.acp.profiles import CODEX
+    from lmbridge.core.profiles import CODEX
 
     r = TurnRenderer(profile=CODEX)
     shown = "".join(p["value"] for p in r.permission_tool(CODEX_PERMISSION_CALL))
@@ -234,7 +234,7 @@ def test_a_declined_call_left_open_closes_as_declined():
 
 
 def test_codex_output_reads_its_raw_output():
-    from lmbridge.acp.profiles import codex_output
+    from lmbridge.core.profiles import codex_output
 
     assert codex_output({"formatted_output": "a\n", "stdout": "b", "exit_code": 0}) == "a"
     assert codex_output({"aggregated_output": "a\nb\n", "exit_code": 2}) == "a\nb\nexit code 2"

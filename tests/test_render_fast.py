@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lmbridge import render
+from lmbridge.core import present as render
 
 values = st.one_of(st.none(), st.text(max_size=5), st.integers(), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2), st.lists(st.integers(), max_size=2))
 content = st.fixed_dictionaries(
@@ -44,7 +44,7 @@ def test_plain_chunks_take_the_fast_path() -> None:
 
 @given(st.text())
 def test_squeezed_is_the_text_without_whitespace(text: str) -> None:
-    from lmbridge.history import squeezed
+    from lmbridge.core.history import squeezed
 
     assert squeezed(text) == "".join(text.split()).encode()
     half = len(text) // 2

@@ -20,9 +20,9 @@ import anyio
 import pytest
 from conftest import Client
 
-from lmbridge.client import approve, assistant, tool_calls, user
-from lmbridge.record import HEADER_KEY
-from lmbridge.replay import Divergence, Matcher, load, replay
+from lmbridge.devtools.client import approve, assistant, tool_calls, user
+from lmbridge.devtools.replay import Divergence, Matcher, load, replay
+from lmbridge.rpc.record import HEADER_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -253,7 +253,7 @@ async def test_an_agent_that_cannot_start_replays(tmp_path: Path) -> None:
 
 
 def test_redactor_placeholders_are_stable_and_cover_options() -> None:
-    from lmbridge.record import Redactor
+    from lmbridge.rpc.record import Redactor
 
     r = Redactor()
     assert r.args(["--api-key", "sk-123456789", "-v", "--token=abcdefghijk", "--model", "x"]) == [
@@ -269,8 +269,8 @@ def test_redactor_placeholders_are_stable_and_cover_options() -> None:
 def test_a_start_notice_in_a_recording_is_not_expected(tmp_path: Path) -> None:
     """"Starting <agent>…" shows when the recorded agent started slowly: a wall-clock
     artefact, dropped when a recording is loaded (replay shows none)."""
-    from lmbridge.replay import load
-    from lmbridge.turn import is_start_notice, start_notice
+    from lmbridge.core.turn import is_start_notice, start_notice
+    from lmbridge.devtools.replay import load
 
     assert is_start_notice(start_notice("Claude Code")) and not is_start_notice("_Starting X…_\n\nmore text")
     path = tmp_path / "rec.jsonl"

@@ -29,11 +29,11 @@ from typing import Any
 import anyio
 import pytest
 
-from lmbridge import mcp_bridge
-from lmbridge.client import approve, assistant, is_agent_action, text_of, user
-from lmbridge.mcp_bridge import McpHost, ToolBridge
-from lmbridge.record import Recorder
-from lmbridge.wire import ToolInfo
+from lmbridge.core.messages import ToolInfo
+from lmbridge.devtools.client import approve, assistant, is_agent_action, text_of, user
+from lmbridge.rpc.record import Recorder
+from lmbridge.tools import mcp_bridge
+from lmbridge.tools.mcp_bridge import McpHost, ToolBridge
 from tests.conftest import children
 
 pytestmark = pytest.mark.anyio

@@ -1,6 +1,6 @@
 """The session cap queues instead of refusing (docs/sessions.md, "The session cap").
 
-The decision is pure (``lmbridge.cap``): its table, row by row, and hypothesis over random
+The decision is pure (``lmbridge.core.cap``): its table, row by row, and hypothesis over random
 sets of sessions. Then through the daemon with the scripted agent: a new chat over the cap
 waits with a line in the chat and takes the first session that becomes idle; a chat whose
 permission card the user still sees is not idle (its card is never cancelled for a new
@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from test_daemon import LIMIT, eventually, ok
 from test_lifecycle import CHAT
 
-from lmbridge.cap import CLOSABLE, Close, Room, Use, admit, busy_message, is_waiting_notice, use, waiting_notice
-from lmbridge.client import approve, assistant, text_of, tool_calls, user
-from lmbridge.history import Last, Session
+from lmbridge.core.cap import CLOSABLE, Close, Room, Use, admit, busy_message, is_waiting_notice, use, waiting_notice
+from lmbridge.core.history import Last, Session
+from lmbridge.devtools.client import approve, assistant, text_of, tool_calls, user
 
 # ---------------------------------------------------------------- the pure decision
 

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_history import a, fp, start, tr, u
 
-from lmbridge.history import MAX_DORMANT, HistoryCore, HistoryError, Kind, Last, Pending
-from lmbridge.permissions import Answer
-from lmbridge.session_index import MAX_ENTRIES, SessionIndex, entry, state_dir
+from lmbridge.core.history import MAX_DORMANT, HistoryCore, HistoryError, Kind, Last, Pending
+from lmbridge.core.permissions import Answer
+from lmbridge.daemon.session_index import MAX_ENTRIES, SessionIndex, entry, state_dir
 
 
 def test_a_session_without_a_resume_token_is_forgotten_not_slept() -> None:

@@ -26,10 +26,10 @@ from structlog.testing import capture_logs
 
 from lmbridge.acp.connection import AgentConnection, AgentExited
 from lmbridge.acp.process import AgentPool
-from lmbridge.client import user
-from lmbridge.server import AGENT_FAILED, SHUTTING_DOWN, Config, Server, Stdout
-from lmbridge.session_index import SessionIndex
-from lmbridge.wire import PROTOCOL_VERSION, AgentSpec
+from lmbridge.core.messages import PROTOCOL_VERSION, AgentSpec
+from lmbridge.daemon.server import AGENT_FAILED, SHUTTING_DOWN, Config, Server, Stdout
+from lmbridge.daemon.session_index import SessionIndex
+from lmbridge.devtools.client import user
 
 pytestmark = pytest.mark.anyio
 

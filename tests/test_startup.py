@@ -17,7 +17,7 @@ HEAVY = ("acp", "mcp", "jsonrpcserver", "jsonschema", "prompt_toolkit", "rich")
 PROBE = """
 import json, sys
 import anyio
-from lmbridge.server import Config, Server, Stdout
+from lmbridge.daemon.server import Config, Server, Stdout
 
 async def main():
     server = Server(Config())
@@ -51,7 +51,7 @@ def test_request_validation_agrees_with_jsonrpcserver_schema() -> None:
     from hypothesis import strategies as st
     from jsonrpcserver.main import default_validator
 
-    from lmbridge.server import validate_request
+    from lmbridge.daemon.server import validate_request
 
     values = st.one_of(
         st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=3),

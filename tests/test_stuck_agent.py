@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT, alive
 from test_daemon import eventually, ok
 
-from lmbridge.client import assistant, text_of, user
+from lmbridge.devtools.client import assistant, text_of, user
 
 pytestmark = pytest.mark.anyio
 

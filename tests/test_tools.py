@@ -13,9 +13,9 @@ import anyio
 import pytest
 from test_daemon import eventually
 
-from lmbridge.client import assistant, skip, text_of, tool_calls, tool_result, user
-from lmbridge.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT
-from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
+from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
+from lmbridge.devtools.client import assistant, skip, text_of, tool_calls, tool_result, user
+from lmbridge.tools.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT
 
 pytestmark = pytest.mark.anyio
 LIMIT = 120  # seconds per test body: ~2 s idle (docs/reliability.md, "Tests under load")

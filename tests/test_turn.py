@@ -1,4 +1,4 @@
-"""The turn state machine (``lmbridge.turn``): the table walked row by row, each bug of
+"""The turn state machine (``lmbridge.core.turn``): the table walked row by row, each bug of
 issue #10 at the machine, and hypothesis stateful tests over random interleavings.
 
 No I/O, no clock: each test feeds events and reads the effects back.
@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from lmbridge import turn
-from lmbridge.history import Last
-from lmbridge.permissions import ACTION_TOOL, ACTION_TOOLS, EDIT_TOOL, READ_TOOL, Answer
-from lmbridge.render import TurnRenderer
-from lmbridge.turn import (
+from lmbridge.core import turn
+from lmbridge.core.history import Last
+from lmbridge.core.permissions import ACTION_TOOL, ACTION_TOOLS, EDIT_TOOL, READ_TOOL, Answer
+from lmbridge.core.present import TurnRenderer
+from lmbridge.core.turn import (
     AgentExited,
     CancelJob,
     Close,

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lmbridge.transcript import prompt_blocks
-from lmbridge.user_turn import Attachment, UserTurn, parse_user_turn
-from lmbridge.wire import Message
+from lmbridge.core.messages import Message
+from lmbridge.core.transcript import prompt_blocks
+from lmbridge.core.user_turn import Attachment, UserTurn, parse_user_turn
 
 FIXTURES = Path(__file__).parent / "fixtures" / "copilot"
 
@@ -146,7 +146,7 @@ def test_never_raises_and_no_markup_is_verbatim(text: Any) -> None:
 def test_copilots_global_context_message_is_no_turn() -> None:
     """Agent mode sends its global context as a user message of its own before the first
     turn (seen in the real Chat view): it is neither the request nor a stopped turn."""
-    from lmbridge.history import split_prompt
+    from lmbridge.core.history import split_prompt
 
     glob = Message.model_validate({"role": "user", "content": [{"type": "text", "value": SCAFFOLD}]})
     turn = Message.model_validate({"role": "user", "content": [{"type": "text", "value": "<context>\nnow\n</context>\n<userRequest>\nhello there\n</userRequest>"}]})

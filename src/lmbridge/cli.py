@@ -107,18 +107,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         return _serve(args)
     if args.command == "mcp-stdio":
-        from lmbridge.mcp_stdio import main as relay_main
+        from lmbridge.tools.mcp_relay import main as relay_main
 
         return relay_main(args.socket, args.session)
     if args.command == "sessions":
         return _sessions(args)
     if args.command == "demo-agent":
-        from lmbridge.demo_agent import main as demo_agent_main
+        from lmbridge.devtools.demo_agent import main as demo_agent_main
 
         return demo_agent_main()
     if args.command == "console":
-        from lmbridge.console import ConsoleOptions
-        from lmbridge.console import main as console_main
+        from lmbridge.devtools.console import ConsoleOptions
+        from lmbridge.devtools.console import main as console_main
 
         return console_main(
             ConsoleOptions(
@@ -132,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     if args.command == "replay":
+        from lmbridge.devtools.replay import iter_files
+        from lmbridge.devtools.replay import main as replay_main
         from lmbridge.log import configure
-        from lmbridge.replay import iter_files
-        from lmbridge.replay import main as replay_main
 
         configure(args.log_level)
         return replay_main(list(iter_files(args.files)), realtime=args.realtime, timeout=args.timeout)
@@ -150,9 +150,9 @@ def _flag(name: str, default: bool) -> bool:
 def _serve(args: argparse.Namespace) -> int:
     import anyio
 
-    from lmbridge.agents import load_config, parse_agent_option
+    from lmbridge.daemon.catalog import load_config, parse_agent_option
+    from lmbridge.daemon.server import Config, run
     from lmbridge.log import configure
-    from lmbridge.server import Config, run
 
     configure(_log_level(args.log_level), args.log_json)
     config = Config()
@@ -190,7 +190,7 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
         config.session_wait = args.session_wait
     if not args.no_state and args.record is None:  # a recording replays without an index
-        from lmbridge.session_index import SessionIndex
+        from lmbridge.daemon.session_index import SessionIndex
 
         config.index = SessionIndex(args.state_dir)
     # A recording replays without pre-warming or spare sessions (they start on their own).
@@ -198,7 +198,7 @@ def _serve(args: argparse.Namespace) -> int:
     spare = args.spare_session if args.spare_session is not None else _flag("LMBRIDGE_SPARE_SESSION", True)
     config.spare_session = spare and args.record is None
     if args.record is not None:
-        from lmbridge.record import Recorder
+        from lmbridge.rpc.record import Recorder
 
         try:
             config.recorder = Recorder.open(args.record, config.agents, config.idle_timeout)
@@ -220,7 +220,7 @@ def _sessions(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from lmbridge.session_index import SessionIndex
+    from lmbridge.daemon.session_index import SessionIndex
 
     index = SessionIndex(args.state_dir)
     if args.clear:

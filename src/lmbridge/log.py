@@ -41,7 +41,7 @@ def configure(level: str = "info", json_logs: bool = False) -> None:
 
 def clip_values(logger: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """structlog processor: every value past ``VALUE_LIMIT`` characters (as text) clipped."""
-    from lmbridge.framing import clip
+    from lmbridge.core.text import clip
 
     for key, value in event.items():
         if isinstance(value, str):

@@ -109,11 +109,11 @@ def claude_agent_launch(home: Path, base_url: str) -> tuple[list[str], dict[str,
 
 @asynccontextmanager
 async def claude_bridge(tmp_path: Path, base_url: str, *args: str) -> AsyncIterator[Any]:
-    """``lmbridge serve *args`` (an initialized ``lmbridge.client.DaemonClient``) with claude as
+    """``lmbridge serve *args`` (an initialized ``lmbridge.devtools.client.DaemonClient``) with claude as
     model ``claude`` against ``base_url``. Its state folder, claude's HOME and its stderr
     (``daemon.stderr``) live in ``tmp_path``: a second bridge on the same ``tmp_path`` is VS
     Code reloaded. The daemon passes its environment on to agents: IS_SANDBOX is not in it."""
-    from lmbridge.client import DaemonClient
+    from lmbridge.devtools.client import DaemonClient
 
     node, entry = claude_agent_command()
     spec = {"id": "claude", "name": "Claude Code", "command": node, "args": [entry], "env": claude_agent_env(tmp_path / "home", base_url)}

@@ -113,10 +113,10 @@ def codex_agent_launch(home: Path, base_url: str, *, logged_in: bool = True) -> 
 
 @asynccontextmanager
 async def codex_bridge(tmp_path: Path, base_url: str, *args: str, logged_in: bool = True) -> AsyncIterator[Any]:
-    """``lmbridge serve *args`` (an initialized ``lmbridge.client.DaemonClient``) with codex as
+    """``lmbridge serve *args`` (an initialized ``lmbridge.devtools.client.DaemonClient``) with codex as
     model ``codex`` against ``base_url``. Its state folder, codex's HOME and the daemon's
     stderr (``daemon.stderr``) live in ``tmp_path``; the workspace is ``tmp_path/work``."""
-    from lmbridge.client import DaemonClient
+    from lmbridge.devtools.client import DaemonClient
 
     (tmp_path / "work").mkdir(exist_ok=True)
     spec = {

@@ -15,7 +15,7 @@ the shim forwards from the real panel, not a tidy version of it (facts.md ยง1, ย
   ``symposium-agent-action*`` tools), with their real schemas.
 
 ``Conversation`` keeps one chat's history the way VS Code does: ``ask`` a turn, ``answered``
-the response, ``result`` a tool result (``approve``/``skip`` of lmbridge.client), ``stopped``
+the response, ``result`` a tool result (``approve``/``skip`` of lmbridge.devtools.client), ``stopped``
 for Stop (the round dropped, the user turn kept).
 """
 
@@ -29,7 +29,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from lmbridge.client import Call, assistant
+from lmbridge.devtools.client import Call, assistant
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "copilot" / "agent-first-turn.json"
 CAPTURED_WORKSPACE = "/tmp/cv/r1/workspace"
@@ -115,7 +115,7 @@ class Conversation:
         self._texts.append(None)
 
     def result(self, message: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """A tool result message (lmbridge.client ``approve``/``skip``/``tool_result``), with
+        """A tool result message (lmbridge.devtools.client ``approve``/``skip``/``tool_result``), with
         Copilot's ``cache_control`` part beside the result; returns the messages to send."""
         with_marker = copy.deepcopy(dict(message))
         with_marker["content"] = [*with_marker["content"], dict(CACHE_CONTROL)]
@@ -126,6 +126,6 @@ class Conversation:
     def stopped(self) -> None:
         """The user pressed Stop during the last user turn's answer: what answered it (its
         responses and tool results) is dropped from the history, the user turn stays,
-        unanswered (lmbridge.client.without_last_round)."""
+        unanswered (lmbridge.devtools.client.without_last_round)."""
         last_turn = max(i for i, t in enumerate(self._texts) if t is not None)
         del self._turns[last_turn + 1 :], self._texts[last_turn + 1 :]

@@ -113,11 +113,11 @@ def fast_agent_launch(scratch: Path, base_url: str, *extra: str, model: str = MO
 async def fast_agent_bridge(
     tmp_path: Path, base_url: str, *args: str, agent_args: tuple[str, ...] = (), model: str = MODEL, shell: bool = False
 ) -> AsyncIterator[Any]:
-    """``lmbridge serve *args`` (an initialized ``lmbridge.client.DaemonClient``) with
+    """``lmbridge serve *args`` (an initialized ``lmbridge.devtools.client.DaemonClient``) with
     fast-agent as model ``fast-agent`` against ``base_url``. Its state folder, fast-agent's
     config, home and HOME, and the daemon's stderr (``daemon.stderr``) live in
     ``tmp_path``; the workspace (every session's cwd) is ``tmp_path / "workspace"``."""
-    from lmbridge.client import DaemonClient
+    from lmbridge.devtools.client import DaemonClient
 
     argv, agent_env = fast_agent_launch(tmp_path, base_url, *agent_args, model=model, shell=shell)
     spec = {"id": "fast-agent", "name": "fast-agent", "command": argv[0], "args": argv[1:], "env": agent_env}

@@ -96,11 +96,11 @@ def gemini_environ(home: Path, base_url: str, **kw: Any) -> dict[str, str]:
 
 @asynccontextmanager
 async def gemini_bridge(tmp_path: Path, base_url: str, *args: str, api_key: str | None = "x") -> AsyncIterator[Any]:
-    """``lmbridge serve *args`` (an initialized ``lmbridge.client.DaemonClient``) with
+    """``lmbridge serve *args`` (an initialized ``lmbridge.devtools.client.DaemonClient``) with
     gemini-cli as model ``gemini`` against ``base_url``. Its state folder, gemini's HOME
     and the daemon's stderr (``daemon.stderr``) live in ``tmp_path``; the workspace (the
     agent's cwd) is ``tmp_path / "ws"``. ``api_key=None``: gemini-cli gets no key."""
-    from lmbridge.client import DaemonClient
+    from lmbridge.devtools.client import DaemonClient
 
     argv = gemini_agent_command()
     home = tmp_path / "home"

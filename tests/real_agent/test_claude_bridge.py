@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lmbridge.client import DaemonClient, approve, assistant, skip, text_of, tool_calls, user  # noqa: E402
-from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: E402
+from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: E402
+from lmbridge.devtools.client import DaemonClient, approve, assistant, skip, text_of, tool_calls, user  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.real_agent.claude import claude_bridge  # noqa: E402
 
@@ -126,7 +126,7 @@ async def run_tools(client: DaemonClient, answer) -> tuple[list[dict], list[dict
     after each response ending in tool calls, ``answer(part)`` gives the user
     message with its result. claude-agent-acp runs MCP tools one after another,
     so the two calls of one model turn arrive in two responses."""
-    from lmbridge.client import tool_result
+    from lmbridge.devtools.client import tool_result
 
     history = [user("Find the TODOs and read a.py")]
     seen: list[dict] = []
@@ -153,7 +153,7 @@ def mcp_results(fake: FakeAnthropic) -> dict[str, dict]:
 
 
 async def test_two_vscode_tools_in_one_turn_both_results_return(tmp_path: Path) -> None:
-    from lmbridge.client import tool_result
+    from lmbridge.devtools.client import tool_result
 
     answers = {"search_workspace": "a.py:3: # TODO fix", "read_file": "print('hello')"}
     with FakeAnthropic([two_vscode_tools(), [{"text": "Found it all."}]]) as fake:
@@ -169,7 +169,7 @@ async def test_two_vscode_tools_in_one_turn_both_results_return(tmp_path: Path) 
 
 
 async def test_vscode_tools_one_skipped_one_allowed(tmp_path: Path) -> None:
-    from lmbridge.client import tool_result
+    from lmbridge.devtools.client import tool_result
 
     with FakeAnthropic([two_vscode_tools(), [{"text": "Partly done."}]]) as fake:
         async with bridge(tmp_path, fake) as client:
@@ -302,7 +302,7 @@ async def test_a_chat_that_takes_the_spare_session_sees_its_vscode_tools(tmp_pat
     session start): a chat offering the same tools takes it, and its model is offered them
     and its calls reach VS Code. A chat offering other tools does not take the spare (it is
     closed): it gets a fresh session whose model is offered its own tools."""
-    from lmbridge.client import tool_result
+    from lmbridge.devtools.client import tool_result
 
     both = ["mcp__vscode__read_file", "mcp__vscode__search_workspace"]
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lmbridge.client import DaemonClient, approve, assistant, chat_options, text_of, tool_calls, user  # noqa: E402
+from lmbridge.devtools.client import DaemonClient, approve, assistant, chat_options, text_of, tool_calls, user  # noqa: E402
 from tests.conftest import children  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.real_agent.claude import claude_bridge  # noqa: E402

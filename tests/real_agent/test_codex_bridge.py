@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lmbridge.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
-from lmbridge.mcp_bridge import STOPPED_TEXT  # noqa: E402
-from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: E402
+from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: E402
+from lmbridge.devtools.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
+from lmbridge.tools.mcp_bridge import STOPPED_TEXT  # noqa: E402
 from tests.conftest import children  # noqa: E402
 from tests.fakes.fake_openai_responses import FakeResponses, exec_command, input_texts  # noqa: E402
 from tests.real_agent.acp_probe import AcpProbe, AgentError, initialize_params  # noqa: E402
@@ -476,7 +476,7 @@ async def test_cancel_mid_stream_then_the_next_message(tmp_path: Path) -> None:
 
 
 def _with_actions(opts: dict[str, Any]) -> dict[str, Any]:
-    from lmbridge.client import chat_options
+    from lmbridge.devtools.client import chat_options
 
     return chat_options(opts)
 

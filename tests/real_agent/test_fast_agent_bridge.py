@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lmbridge.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
-from lmbridge.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: E402
+from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: E402
+from lmbridge.devtools.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
 from tests.fakes.fake_openai_chat import FakeOpenAIChat, message_text  # noqa: E402
 from tests.real_agent import copilot  # noqa: E402
 from tests.real_agent.fast_agent import fast_agent_bridge  # noqa: E402

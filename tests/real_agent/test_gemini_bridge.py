@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lmbridge.client import Call, DaemonClient, approve, is_agent_action, skip, text_of, tool_calls, tool_result  # noqa: E402
-from lmbridge.permissions import ACTION_TOOLS  # noqa: E402
+from lmbridge.core.permissions import ACTION_TOOLS  # noqa: E402
+from lmbridge.devtools.client import Call, DaemonClient, approve, is_agent_action, skip, text_of, tool_calls, tool_result  # noqa: E402
 from tests.fakes.fake_gemini import FakeGemini, function_declarations, texts  # noqa: E402
 from tests.real_agent.acp_probe import AcpProbe, AgentError, initialize_params, text_prompt  # noqa: E402
 from tests.real_agent.copilot import Conversation, options  # noqa: E402

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lmbridge.client import DaemonClient, text_of  # noqa: E402
+from lmbridge.devtools.client import DaemonClient, text_of  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.real_agent.claude import agent_environ, claude_agent_command, claude_agent_env  # noqa: E402
 from tests.real_agent.copilot import Conversation, options  # noqa: E402

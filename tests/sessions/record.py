@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate the replay corpus (``make record-sessions``): short real sessions, each
 recorded by ``lmbridge serve --record`` while this script plays VS Code's part through
-``lmbridge.client``, then replayed once to check it.
+``lmbridge.devtools.client``, then replayed once to check it.
 
     python tests/sessions/record.py                 # every scenario
     python tests/sessions/record.py demo-approve    # just these
@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lmbridge.client import Call, DaemonClient, approve, assistant, chat_options, skip, tool_calls, tool_result, user, without_last_round  # noqa: E402
-from lmbridge.replay import Divergence, replay  # noqa: E402
+from lmbridge.devtools.client import Call, DaemonClient, approve, assistant, chat_options, skip, tool_calls, tool_result, user, without_last_round  # noqa: E402
+from lmbridge.devtools.replay import Divergence, replay  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SCRIPTED_AGENT = ROOT / "tests" / "agents" / "scripted_agent.py"

@@ -31,10 +31,11 @@ import anyio
 from anyio.abc import Process, TaskGroup
 from anyio.lowlevel import checkpoint
 
-from lmbridge import framing, record
-from lmbridge.framing import BadLines, clip
+from lmbridge.core.text import clip
 from lmbridge.log import get_logger
-from lmbridge.wire import parse_json, usable_id
+from lmbridge.rpc import framing, record
+from lmbridge.rpc.framing import BadLines
+from lmbridge.rpc.jsonrpc import parse_json, usable_id
 
 AGENT_LINE = framing.AGENT_LINE  # bytes; agents send MB-long lines (facts.md §3), a longer one is dropped
 READ_SIZE = 256 * 1024  # bytes asked of the agent's stdout per read

@@ -44,12 +44,12 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge import __version__, auth, permissions
-from lmbridge.acp import profiles
+from lmbridge import __version__
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentExited, Incoming, Response
 from lmbridge.acp.session import new_session
+from lmbridge.core import auth, permissions, profiles
+from lmbridge.core.messages import AgentSpec
 from lmbridge.log import get_logger
-from lmbridge.wire import AgentSpec
 
 log = get_logger("pool")
 
@@ -290,7 +290,7 @@ class AgentProcess:
         tools once, at session start. A spare with other tools is closed and None returned
         (the chat opens a fresh session). ``tools`` are kept for the next spare, which is
         prepared at once."""
-        from lmbridge.mcp_bridge import same_tools
+        from lmbridge.tools.mcp_bridge import same_tools
 
         self.spare_tools = list(tools)
         if self.spare is None and self._preparing and same_tools(self._preparing_tools, self.spare_tools):
@@ -314,7 +314,7 @@ class AgentProcess:
             self.pool.start_soon(self._prepare_spare, self._preparing_tools)
 
     async def _prepare_spare(self, tools: list[Any]) -> None:
-        from lmbridge.mcp_bridge import ToolBridge, error_result, same_tools, server_name
+        from lmbridge.tools.mcp_bridge import ToolBridge, error_result, same_tools, server_name
 
         async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
             call.resolve(error_result("no chat is using this session yet"))

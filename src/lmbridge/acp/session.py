@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from lmbridge import auth
 from lmbridge.acp.connection import AgentConnection, AgentError, AgentExited
+from lmbridge.core import auth
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
@@ -274,7 +274,7 @@ class AcpSession:
     # -- config options ---------------------------------------------------------------
 
     def _learn(self, config_options: Any) -> None:
-        from lmbridge.agent_models import of_category, select_options
+        from lmbridge.core.agent_models import of_category, select_options
 
         options = select_options(config_options)
         raw = config_options if isinstance(config_options, list) else []

@@ -1,7 +1,7 @@
 """``lmbridge console``: an interactive developer console on the wire protocol.
 
 It plays VS Code's part against the daemon (``lmbridge serve``, or any command given
-with ``--cmd``) through :class:`lmbridge.client.DaemonClient`: it initializes with the
+with ``--cmd``) through :class:`lmbridge.devtools.client.DaemonClient`: it initializes with the
 current directory as the workspace, lists the models and chats with one of them,
 showing text, thinking and tool calls as they stream. Each ``symposium-agent-action``
 call (an agent's permission request) is asked **[a]llow / [s]kip / s[t]op** and
@@ -9,7 +9,7 @@ answered exactly as VS Code answers it:
 
 - Allow: a tool result whose text is the call's ``approvalToken`` (what the shim's tool
   returns);
-- Skip: a tool result with VS Code's Skip text (:data:`lmbridge.wire.VSCODE_SKIP_TEXT`);
+- Skip: a tool result with VS Code's Skip text (:data:`lmbridge.core.messages.VSCODE_SKIP_TEXT`);
 - Stop: nothing is sent at once (the request that asked has ended); the round with the
   call is dropped from the history, so the next request does not hold it, and the daemon
   cancels the agent's turn when that request arrives.
@@ -39,20 +39,7 @@ from typing import Any, Literal, Protocol, TextIO
 import anyio
 
 from lmbridge import self_command
-from lmbridge.client import (
-    Call,
-    DaemonClient,
-    RPCError,
-    approve,
-    assistant,
-    chat_options,
-    is_agent_action,
-    skip,
-    tool_calls,
-    tool_result,
-    user,
-    without_last_round,
-)
+from lmbridge.devtools.client import Call, DaemonClient, RPCError, approve, assistant, chat_options, is_agent_action, skip, tool_calls, tool_result, user, without_last_round
 
 Answer = Literal["allow", "skip", "stop"]
 QUESTION = "[a]llow / [s]kip / s[t]op? "

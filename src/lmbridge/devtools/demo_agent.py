@@ -113,7 +113,7 @@ from lmbridge import __version__
 
 __all__ = ["AGENT_NAME", "DemoAgent", "main"]
 
-log = logging.getLogger("lmbridge.demo_agent")
+log = logging.getLogger("lmbridge.devtools.demo_agent")
 
 AGENT_NAME = "lmbridge-demo"
 NOTES_HEADER = "Notes from the lmbridge demo agent.\n"

@@ -41,11 +41,6 @@ EVERY = 10.0
 #: Characters of a dropped line quoted in the log.
 EXCERPT = 200
 
-def clip(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, saying how much was left out (for what a user
-    or a log reads of a peer's text: it may be megabytes)."""
-    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more characters]"
-
 
 Report = Callable[..., None]  # log.warning-like: (event, **fields)
 

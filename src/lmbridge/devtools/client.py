@@ -20,9 +20,9 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from lmbridge import self_command
-from lmbridge.framing import MAX_LINE
-from lmbridge.permissions import ACTION_TOOLS
-from lmbridge.wire import VSCODE_SKIP_TEXT
+from lmbridge.core.messages import VSCODE_SKIP_TEXT
+from lmbridge.core.permissions import ACTION_TOOLS
+from lmbridge.rpc.framing import MAX_LINE
 
 
 class RPCError(Exception):

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath as Path
 from typing import Any
 
-from lmbridge import permissions
-from lmbridge.history import has_user_content
-from lmbridge.permissions import ACTION_TOOLS
-from lmbridge.user_turn import Attachment, UserTurn, parse_user_turn
-from lmbridge.wire import DataPart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
+from lmbridge.core import permissions
+from lmbridge.core.history import has_user_content
+from lmbridge.core.messages import DataPart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
+from lmbridge.core.permissions import ACTION_TOOLS
+from lmbridge.core.user_turn import Attachment, UserTurn, parse_user_turn
 
 Block = dict[str, Any]
 

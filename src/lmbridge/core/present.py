@@ -29,8 +29,8 @@ from typing import Any
 from acp import schema
 from pydantic import BaseModel, ValidationError
 
-from lmbridge.acp.profiles import OTHER, AgentProfile
-from lmbridge.framing import clip
+from lmbridge.core.profiles import OTHER, AgentProfile
+from lmbridge.core.text import clip
 
 Part = dict[str, Any]
 Warn = Callable[[str], None]

@@ -54,10 +54,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lmbridge import permissions
-from lmbridge.history import Last, Pending
-from lmbridge.permissions import CANCELLED as CANCELLED_OUTCOME
-from lmbridge.permissions import Answer
+from lmbridge.core import permissions
+from lmbridge.core.history import Last, Pending
+from lmbridge.core.permissions import CANCELLED as CANCELLED_OUTCOME
+from lmbridge.core.permissions import Answer
 
 Part = dict[str, Any]
 

@@ -51,8 +51,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lmbridge.acp.profiles import AgentProfile, ToolNaming
-from lmbridge.wire import ToolResultPart
+from lmbridge.core.messages import ToolResultPart
+from lmbridge.core.profiles import AgentProfile, ToolNaming
 
 # ---------------------------------------------------------------- the tools
 

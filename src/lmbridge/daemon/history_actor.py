@@ -23,12 +23,12 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge import cap
 from lmbridge.acp.process import AgentPool
-from lmbridge.history import Fingerprint, HistoryCore, HistoryError, Last, Pending, Session, Turn
+from lmbridge.core import cap
+from lmbridge.core.history import Fingerprint, HistoryCore, HistoryError, Last, Pending, Session, Turn
+from lmbridge.core.messages import AgentSpec, Message
+from lmbridge.daemon.session_actor import SessionActor, SessionHooks
 from lmbridge.log import get_logger
-from lmbridge.session_actor import SessionActor, SessionHooks
-from lmbridge.wire import AgentSpec, Message
 
 log = get_logger("history")
 
@@ -289,7 +289,7 @@ class HistoryActor:
 
     def _learn(self, agent_id: str, config_options: Any) -> None:
         """An agent's configOptions (in the actor's task): its models, cached and shown."""
-        from lmbridge.agent_models import current_values, select_options, to_json
+        from lmbridge.core.agent_models import current_values, select_options, to_json
 
         if not isinstance(config_options, list):
             return
@@ -309,7 +309,7 @@ class HistoryActor:
 
     async def _restore(self) -> None:
         """Wake-able sessions of a previous daemon, dormant (``HistoryCore.restore``)."""
-        from lmbridge.history import HistoryError
+        from lmbridge.core.history import HistoryError
 
         entries = await anyio.to_thread.run_sync(self.index.load)
         self.recent = await anyio.to_thread.run_sync(self.index.recent)
@@ -330,7 +330,7 @@ class HistoryActor:
             log.info("sessions restored from the index", count=restored, path=str(self.index.path))
 
     def _entries(self) -> list[dict[str, Any]]:
-        from lmbridge.session_index import entry
+        from lmbridge.daemon.session_index import entry
 
         out = []
         for sid, s in self.core.sessions.items():
@@ -363,7 +363,7 @@ class HistoryActor:
         first use so the MCP SDK stays off the start-up path."""
         async with self._mcp_lock:
             if self._mcp is None:
-                from lmbridge.mcp_bridge import McpHost
+                from lmbridge.tools.mcp_bridge import McpHost
 
                 host = McpHost()
                 assert self._tg is not None

@@ -26,9 +26,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from lmbridge import __version__, self_command
-from lmbridge.agent_models import Choice, model_id
-from lmbridge.auth import Hint
-from lmbridge.wire import AgentEntry, AgentSpec, Capabilities, ModelInfo
+from lmbridge.core.agent_models import Choice, model_id
+from lmbridge.core.auth import Hint
+from lmbridge.core.messages import AgentEntry, AgentSpec, Capabilities, ModelInfo
 
 MAX_INPUT_TOKENS = 200_000
 MAX_OUTPUT_TOKENS = 64_000

@@ -36,7 +36,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from lmbridge import __version__
-from lmbridge.record import FORMAT, HEADER_KEY, _dump, walk_strings
+from lmbridge.rpc.record import FORMAT, HEADER_KEY, _dump, walk_strings
 
 DEFAULT_TIMEOUT = 10.0  # seconds an expected output may take, beyond the recorded gap
 SHUTDOWN_TIMEOUT = 15.0  # seconds for the daemon to exit after the recording's last input
@@ -123,8 +123,8 @@ def load(path: str | Path) -> Recording:
 
 
 def _is_notice(data: dict[str, Any]) -> bool:
-    from lmbridge.cap import is_waiting_notice
-    from lmbridge.turn import is_start_notice
+    from lmbridge.core.cap import is_waiting_notice
+    from lmbridge.core.turn import is_start_notice
 
     frame = data.get("frame")
     params = frame.get("params") if isinstance(frame, dict) and frame.get("method") == "lm/responsePart" else None
@@ -479,8 +479,8 @@ class Player:
     # -- running
 
     async def run(self) -> Result:
-        from lmbridge.server import Config, Server, Stdout
-        from lmbridge.wire import AgentSpec
+        from lmbridge.core.messages import AgentSpec
+        from lmbridge.daemon.server import Config, Server, Stdout
 
         config = self.recording.header.get("config") or {}
         agents = [AgentSpec.model_validate(a) for a in config.get("agents") or []]

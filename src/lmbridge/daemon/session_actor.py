@@ -29,18 +29,18 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge import auth, permissions, session_state, turn
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
-from lmbridge.agents import auth_hint
-from lmbridge.history import Fingerprint, Last, Pending, Turn, conversation, squeezed
+from lmbridge.core import auth, permissions, session_state, turn
+from lmbridge.core.history import Fingerprint, Last, Pending, Turn, conversation, squeezed
+from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
+from lmbridge.core.permissions import Answer
+from lmbridge.core.present import Part, TurnRenderer
+from lmbridge.core.transcript import prompt_blocks
+from lmbridge.core.turn import JobInfo
+from lmbridge.daemon.catalog import auth_hint
 from lmbridge.log import get_logger
-from lmbridge.permissions import Answer
-from lmbridge.render import Part, TurnRenderer
-from lmbridge.transcript import prompt_blocks
-from lmbridge.turn import JobInfo
-from lmbridge.wire import AgentSpec, Message, ToolInfo, ToolResultPart
 
 log = get_logger("session")
 
@@ -496,7 +496,7 @@ class SessionActor:
             return
         from mcp import types
 
-        from lmbridge.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT, error_result, result_content
+        from lmbridge.tools.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT, error_result, result_content
 
         job = self.jobs.get(fx.job_id) if fx.job_id is not None else None
         result: ToolResultPart | None = job.turn.results.get(fx.call_id) if job is not None else None
@@ -754,7 +754,7 @@ class SessionActor:
     def _offered(self, job: Job) -> list[ToolInfo]:
         if not job.tools:
             return []
-        from lmbridge.mcp_bridge import select_tools
+        from lmbridge.tools.mcp_bridge import select_tools
 
         return select_tools(job.tools, self.spec.tools.allow, self.spec.tools.deny)
 
@@ -765,7 +765,7 @@ class SessionActor:
         tools = self._offered(job)
         if not tools:
             return
-        from lmbridge.mcp_bridge import ToolBridge, server_name
+        from lmbridge.tools.mcp_bridge import ToolBridge, server_name
 
         host = await self.hooks.mcp_host()
         self.bridge = ToolBridge(self.id, self._on_mcp_call, self.recorder, server_name(self.id, self.process.caps.profile.shared_mcp_registry))

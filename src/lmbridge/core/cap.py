@@ -29,7 +29,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lmbridge.history import Last, Session
+from lmbridge.core.history import Last, Session
 
 #: Seconds a request over the cap waits for a free session before it is refused as busy
 #: (``lmbridge serve --session-wait``, ``$LMBRIDGE_SESSION_WAIT``).

@@ -42,10 +42,11 @@ from anyio.abc import SocketAttribute
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.shared.message import SessionMessage
 
-from lmbridge import record, self_command
+from lmbridge import self_command
+from lmbridge.core.messages import DataPart, TextPart, ToolInfo, ToolResultPart
+from lmbridge.core.permissions import ACTION_TOOLS
 from lmbridge.log import get_logger
-from lmbridge.permissions import ACTION_TOOLS
-from lmbridge.wire import DataPart, TextPart, ToolInfo, ToolResultPart
+from lmbridge.rpc import record
 
 log = get_logger("mcp")
 

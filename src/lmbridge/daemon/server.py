@@ -30,30 +30,20 @@ import anyio
 from pydantic import ValidationError
 
 from lmbridge import __version__
-from lmbridge.agent_models import of_category, select_options, split_model_id
-from lmbridge.agents import merge, model_info
-from lmbridge.framing import MAX_LINE, BadLines, clip
+from lmbridge.core.agent_models import of_category, select_options, split_model_id
+from lmbridge.core.messages import PROTOCOL_VERSION, AgentSpec, CancelParams, ChatInformationParams, ChatResponseParams, InitializeParams, MessageCache, TokenCountParams, dump
+from lmbridge.core.text import clip
+from lmbridge.daemon.catalog import merge, model_info
 from lmbridge.log import get_logger
-from lmbridge.wire import (
-    PROTOCOL_VERSION,
-    AgentSpec,
-    CancelParams,
-    ChatInformationParams,
-    ChatResponseParams,
-    InitializeParams,
-    MessageCache,
-    TokenCountParams,
-    dump,
-    parse_json,
-    usable_id,
-)
+from lmbridge.rpc.framing import MAX_LINE, BadLines
+from lmbridge.rpc.jsonrpc import parse_json, usable_id
 
 if TYPE_CHECKING:
     from jsonrpcserver import Result
     from jsonrpcserver.methods import Methods
 
-    from lmbridge.history_actor import HistoryActor
-    from lmbridge.session_actor import Job
+    from lmbridge.daemon.history_actor import HistoryActor
+    from lmbridge.daemon.session_actor import Job
 
 log = get_logger("server")
 
@@ -82,7 +72,7 @@ def _warm_up() -> None:
         try:
             import jsonrpcserver  # noqa: F401
 
-            import lmbridge.history_actor  # noqa: F401
+            import lmbridge.daemon.history_actor  # noqa: F401
         except Exception as exc:  # the request that needs it will report it
             log.warning("warm-up import failed", error=repr(exc))
 
@@ -127,7 +117,7 @@ class Config:
 
     agents: list[AgentSpec] = field(default_factory=list)
     idle_timeout: float = 1800.0
-    recorder: Any = None  # lmbridge.record.Recorder (--record): every frame on every link
+    recorder: Any = None  # lmbridge.rpc.record.Recorder (--record): every frame on every link
     # How agents are started: AgentConnection.spawn's signature (None: that). Replay passes
     # its player's, which plays recorded agents back.
     launcher: Any = None
@@ -409,7 +399,7 @@ class Server:
 
     async def presets(self, ctx: _Context, **params: Any) -> Result:
         """``agents/presets``: the known agents an ``{"id": ...}`` entry can name (agents.PRESETS)."""
-        from lmbridge.agents import PRESETS
+        from lmbridge.daemon.catalog import PRESETS
 
         return Success({"presets": [p.info() for p in PRESETS.values()]})
 
@@ -467,9 +457,9 @@ class Server:
             return Error(UNKNOWN_MODEL, f"unknown model {p.modelId!r} (known: {known})", {"kind": "unknown_model"})
         if self.shutting_down:
             return Error(AGENT_FAILED, SHUTTING_DOWN)
-        from lmbridge.history import HistoryError
-        from lmbridge.history_actor import AtCapacity, ShuttingDown
-        from lmbridge.session_actor import Job
+        from lmbridge.core.history import HistoryError
+        from lmbridge.daemon.history_actor import AtCapacity, ShuttingDown
+        from lmbridge.daemon.session_actor import Job
 
         rid = ctx.id
         ctx.chat = True  # $/cancelRequest may answer it from now on
@@ -542,7 +532,7 @@ class Server:
 
     async def _prewarm(self) -> None:
         """The agents used last (the index's), started ahead of the first chat."""
-        from lmbridge.history_actor import ShuttingDown
+        from lmbridge.daemon.history_actor import ShuttingDown
 
         try:
             history = await self._history()
@@ -559,7 +549,7 @@ class Server:
         shutdown has begun before it was started (nothing is started then)."""
         async with self._history_lock:
             if self.history is None:
-                from lmbridge.history_actor import HistoryActor, ShuttingDown
+                from lmbridge.daemon.history_actor import HistoryActor, ShuttingDown
 
                 if self.shutting_down:
                     raise ShuttingDown(SHUTTING_DOWN)

@@ -75,10 +75,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from lmbridge import permissions
-from lmbridge.permissions import Answer
-from lmbridge.user_turn import is_scaffolding, words
-from lmbridge.wire import VSCODE_SKIP_TEXT, DataPart, Message, TextPart, ToolCallPart, ToolResultPart
+from lmbridge.core import permissions
+from lmbridge.core.messages import VSCODE_SKIP_TEXT, DataPart, Message, TextPart, ToolCallPart, ToolResultPart
+from lmbridge.core.permissions import Answer
+from lmbridge.core.user_turn import is_scaffolding, words
 
 _T = TypeVar("_T")
 

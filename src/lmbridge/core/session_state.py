@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from lmbridge.agent_models import Choice, select_options
+from lmbridge.core.agent_models import Choice, select_options
 
 #: The control id of the older ACP ``modes`` (set with ``session/set_mode``).
 LEGACY_MODE = "mode"
