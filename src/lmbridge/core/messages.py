@@ -85,9 +85,7 @@ class ToolResultPart(_Wire):
         return "".join(p.value for p in self.content if isinstance(p, TextPart)).strip()
 
 
-InputPart = Annotated[
-    TextPart | ThinkingPart | ToolCallPart | ToolResultPart | DataPart, Field(discriminator="type")
-]
+InputPart = Annotated[TextPart | ThinkingPart | ToolCallPart | ToolResultPart | DataPart, Field(discriminator="type")]
 ResponsePart = Annotated[TextPart | ThinkingPart | ToolCallPart, Field(discriminator="type")]
 
 
@@ -215,6 +213,15 @@ class ClientInfo(_Wire):
     version: str | None = None
 
 
+class ClientCapabilities(_Wire):
+    """What the client serves of the daemon's ``client/*`` methods (docs/protocol.md):
+    ``sessionState``: it takes ``client/sessionState`` notifications."""
+
+    fs: bool = False
+    terminal: bool = False
+    sessionState: bool = False
+
+
 class InitializeParams(_Wire):
     """``initialize``. ``userTurns``: what the agent gets of a Copilot-rendered user
     turn: ``"request"`` the user's words and attachments (``user_turn``), ``"verbatim"``
@@ -225,6 +232,7 @@ class InitializeParams(_Wire):
     workspaceFolders: list[str] = Field(default_factory=list)
     agents: list[AgentEntry] = Field(default_factory=list)
     userTurns: Literal["request", "verbatim"] = "request"
+    clientCapabilities: ClientCapabilities = Field(default_factory=ClientCapabilities)
 
 
 class ChatInformationParams(_Wire):
@@ -243,6 +251,8 @@ class ChatOptions(_Wire):
     tools: list[ToolInfo] = Field(default_factory=list)
     toolMode: Literal["auto", "required"] | None = None
     modelOptions: dict[str, Any] = Field(default_factory=dict)
+    # VS Code's model configuration (``options.modelConfiguration``): control id → value.
+    configuration: dict[str, Any] | None = None
 
 
 class ChatResponseParams(_Wire):
@@ -260,6 +270,15 @@ class TokenCountParams(_Wire):
 
 class CancelParams(_Wire):
     id: int | str
+
+
+class SetControlParams(_Wire):
+    """``chat/setControl``: set ``controlId`` to ``value`` on chat ``chatId``'s live session
+    (the ids ``client/sessionState`` gave)."""
+
+    chatId: str = Field(min_length=1)
+    controlId: str = Field(min_length=1)
+    value: str
 
 
 # ---------------------------------------------------------------- results
@@ -282,6 +301,9 @@ class ModelInfo(_Wire):
     capabilities: Capabilities
     tooltip: str | None = None
     detail: str | None = None
+    # VS Code's per-model configuration (session_state.configuration_schema): the agent's modes
+    # and options, chosen beside the model picker.
+    configurationSchema: dict[str, Any] | None = None
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

@@ -114,9 +114,7 @@ def _select_controls(config_options: Any) -> tuple[Control, ...]:
         if option.category == "model" or not option.choices:
             continue
         current = raw.get(option.id, {}).get("currentValue")
-        out.append(
-            Control(option.id, option.name[:TEXT_LIMIT], option.category, option.choices[:LIMIT], current if isinstance(current, str) else None)
-        )
+        out.append(Control(option.id, option.name[:TEXT_LIMIT], option.category, option.choices[:LIMIT], current if isinstance(current, str) else None))
     return tuple(out[:LIMIT])
 
 
@@ -306,3 +304,28 @@ def controls_from_json(options: Any) -> tuple[Control, ...]:
     """The controls of an agent's cached ``configOptions`` (agent_models.to_json's, which
     keeps no current value): for the model picker's schema before any session runs."""
     return _select_controls(options)
+
+
+#: What the user types to reach an agent's command whose name VS Code or Copilot Chat
+#: takes for its own (``/compact``, ``/review``, ``/init``): ``//compact``.
+ESCAPE = "//"
+
+
+def agent_command(blocks: list[dict[str, Any]], commands: tuple[Command, ...]) -> list[dict[str, Any]]:
+    """``session/prompt`` content with the escape undone: the first text block that reads
+    ``//<name> ...``, ``<name>`` one of the session's ``commands``, reads ``/<name> ...``
+    (ACP "Slash Commands": a command is a prompt that starts with ``/``). Anything else
+    is returned as it is."""
+    names = {c.name for c in commands}
+    for i, block in enumerate(blocks):
+        text = block.get("text") if block.get("type") == "text" else None
+        if not isinstance(text, str):
+            continue
+        stripped = text.lstrip()
+        if not stripped.startswith(ESCAPE):
+            return blocks
+        name = stripped[len(ESCAPE) :].split(None, 1)[0] if stripped[len(ESCAPE) :].strip() else ""
+        if name not in names:
+            return blocks
+        return [*blocks[:i], {**block, "text": stripped[1:]}, *blocks[i + 1 :]]
+    return blocks

@@ -22,10 +22,12 @@ import json
 import shlex
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from lmbridge import __version__, self_command
+from lmbridge.core import session_state
 from lmbridge.core.agent_models import Choice, model_id
 from lmbridge.core.auth import Hint
 from lmbridge.core.messages import AgentEntry, AgentSpec, Capabilities, ModelInfo
@@ -75,9 +77,21 @@ PRESETS: dict[str, Preset] = {
         Preset(
             # --no-shell: its own shell runs commands without asking (docs/agents.md); --home
             # (expanded by fast-agent): its state out of the workspace.
-            AgentSpec(id="fast-agent", name="fast-agent", command="uvx", args=[
-                "--python", "3.13", "--from", "fast-agent-mcp==0.10.48", "fast-agent-acp", "--no-shell", "--home", "~/.fast-agent",
-            ]),  # fmt: skip
+            AgentSpec(
+                id="fast-agent",
+                name="fast-agent",
+                command="uvx",
+                args=[
+                    "--python",
+                    "3.13",
+                    "--from",
+                    "fast-agent-mcp==0.10.48",
+                    "fast-agent-acp",
+                    "--no-shell",
+                    "--home",
+                    "~/.fast-agent",
+                ],
+            ),  # fmt: skip
             "fast-agent (fast-agent-mcp), any model it supports",
             "uv (uvx), which fetches Python 3.13",
             Hint(env=("OPENAI_API_KEY", "ANTHROPIC_API_KEY"), note="fast-agent also reads keys from fast-agent.secrets.yaml."),
@@ -158,19 +172,29 @@ def merge(*sources: Iterable[AgentSpec], problems: list[str] | None = None) -> d
     return out or {"demo": demo_agent()}
 
 
-def model_info(spec: AgentSpec, choice: Choice | None = None, images: bool = False) -> ModelInfo:
+def model_info(spec: AgentSpec, choice: Choice | None = None, images: bool = False, options: Any = None, context: int | None = None) -> ModelInfo:
     """The ``LanguageModelChatInformation`` VS Code shows for an agent, or for one of its
     own models (``choice``, a value of its ``model`` config option: agent_models).
-    ``images``: the agent's ``promptCapabilities.image`` as last seen (``imageInput``)."""
+    ``images``: the agent's ``promptCapabilities.image`` as last seen (``imageInput``).
+    ``options``: its configOptions as last learnt, whose modes and other select options
+    become the model's ``configurationSchema`` (session_state; the agent's ``mode``
+    setting is the mode's default). ``context``: the context window (tokens) the agent's
+    ``usage_update`` gave for this model, its ``maxInputTokens`` (else ``MAX_INPUT_TOKENS``)."""
     name = spec.name or spec.id
+    defaults: dict[str, str] = {}
+    controls = session_state.controls_from_json(options)
+    mode = next((c for c in controls if c.category == "mode"), None)
+    if spec.mode and mode is not None:
+        defaults[mode.id] = spec.mode
     return ModelInfo(
         id=spec.id if choice is None else model_id(spec.id, choice.value),
         name=name if choice is None else f"{name} · {choice.name}",
         family="acp",
         version=__version__,
-        maxInputTokens=MAX_INPUT_TOKENS,
+        maxInputTokens=context if context else MAX_INPUT_TOKENS,
         maxOutputTokens=MAX_OUTPUT_TOKENS,
         capabilities=Capabilities(toolCalling=True, imageInput=images),
         tooltip=f"ACP agent: {shlex.join([spec.command, *spec.args])}",
         detail="ACP agent",
+        configurationSchema=session_state.configuration_schema(controls, defaults),
     )

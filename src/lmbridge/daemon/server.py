@@ -30,8 +30,9 @@ import anyio
 from pydantic import ValidationError
 
 from lmbridge import __version__
-from lmbridge.core.agent_models import of_category, select_options, split_model_id
-from lmbridge.core.messages import PROTOCOL_VERSION, AgentSpec, CancelParams, ChatInformationParams, ChatResponseParams, InitializeParams, MessageCache, TokenCountParams, dump
+from lmbridge.core import session_state
+from lmbridge.core.agent_models import model_id, of_category, select_options, split_model_id
+from lmbridge.core.messages import PROTOCOL_VERSION, AgentSpec, CancelParams, ChatInformationParams, ChatResponseParams, InitializeParams, MessageCache, SetControlParams, TokenCountParams, dump
 from lmbridge.core.text import clip
 from lmbridge.daemon.catalog import merge, model_info
 from lmbridge.log import get_logger
@@ -49,6 +50,7 @@ log = get_logger("server")
 
 MAX_FRAME = MAX_LINE  # bytes in one stdin line (framing.MAX_LINE: the same on every link)
 UNKNOWN_MODEL = -32602  # with data {"kind": "unknown_model"}
+INVALID_PARAMS = -32602
 AGENT_FAILED = -32000  # the agent could not start, crashed, or answered with an error
 SHUTTING_DOWN = "the daemon is shutting down"  # AGENT_FAILED's message for a request read before EOF
 
@@ -141,6 +143,10 @@ class Server:
         self.workspace: list[str] = []
         self.bad_lines = BadLines("shim stdin", log.warning)  # -32700 each; logged bounded
         self.verbatim = False  # initialize's userTurns: Copilot's user turns forwarded as they are
+        self.session_state_client = False  # initialize's clientCapabilities.sessionState: client/sessionState is sent
+        # Model id → VS Code's model configuration last sent with it (what changed is the user's choice).
+        self.configurations: dict[str, dict[str, Any]] = {}
+        self.context_sizes: dict[str, int] = {}  # model id → the context window its agent's usage_update gave
         self.history: HistoryActor | None = None
         self._cached_options: dict[str, Any] | None = None  # the state folder's agent options, read once
         self._cached_images: dict[str, bool] | None = None  # ... and which agents take images
@@ -166,6 +172,7 @@ class Server:
             "lm/provideLanguageModelChatResponse": self.chat_response,
             "lm/provideTokenCount": self.token_count,
             "agents/presets": self.presets,
+            "chat/setControl": self.set_control,
             "shutdown": self.shutdown,
             "$/cancelRequest": self.cancel_request,
         }
@@ -345,9 +352,7 @@ class Server:
         if rid is not None and "id" in request:
             self.inflight[rid] = ctx
         try:
-            response = await _rpc().async_dispatch(
-                "", self.methods, context=ctx, deserializer=lambda _: request, validator=validate_request
-            )
+            response = await _rpc().async_dispatch("", self.methods, context=ctx, deserializer=lambda _: request, validator=validate_request)
         finally:
             if self.inflight.get(rid) is ctx:
                 del self.inflight[rid]
@@ -373,6 +378,7 @@ class Server:
             return {"error": {"code": -32602, "message": message}}
         self.workspace = list(p.workspaceFolders)
         self.verbatim = p.userTurns == "verbatim"
+        self.session_state_client = p.clientCapabilities.sessionState
         problems: list[str] = []
         if p.agents:
             self.agents = merge(self.config.agents, p.agents, problems=problems)
@@ -391,10 +397,10 @@ class Server:
             return _invalid(exc)
         models, options, images = [], self._options(), self._images()
         for spec in self.agents.values():
-            takes_images = images.get(spec.id, False)
-            models.append(dump(model_info(spec, images=takes_images)))
-            own = of_category(select_options(options.get(spec.id)), "model")
-            models += [dump(model_info(spec, choice, takes_images)) for choice in (own.choices if own else ())]
+            takes_images, agent_options = images.get(spec.id, False), options.get(spec.id)
+            models.append(dump(model_info(spec, images=takes_images, options=agent_options, context=self.context_sizes.get(spec.id))))
+            own = of_category(select_options(agent_options), "model")
+            models += [dump(model_info(spec, choice, takes_images, agent_options, self.context_sizes.get(model_id(spec.id, choice.value)))) for choice in (own.choices if own else ())]
         return Success({"models": models})
 
     async def presets(self, ctx: _Context, **params: Any) -> Result:
@@ -477,9 +483,7 @@ class Server:
                 self.send_part(rid, part)
 
         try:
-            turn, actor = await history.begin(
-                spec, p.messages, self.workspace[0] if self.workspace else os.getcwd(), waiting=waiting, withdraw=ctx.withdraw
-            )
+            turn, actor = await history.begin(spec, p.messages, self.workspace[0] if self.workspace else os.getcwd(), waiting=waiting, withdraw=ctx.withdraw)
         except HistoryError as exc:
             return invalid_params(f"messages: {exc}")
         except ShuttingDown:  # read before EOF, it reached the history actor after the shutdown
@@ -492,7 +496,14 @@ class Server:
         async def emit(part: dict[str, Any]) -> None:
             self.send_part(rid, part)
 
-        job = Job(turn=turn, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.verbatim, model=found[1] if found else None)
+        configuration = p.options.configuration
+        picked = session_state.picked(self.configurations.get(p.modelId), configuration or {})
+        if configuration is not None:
+            self.configurations[p.modelId] = configuration
+        job = Job(
+            turn=turn, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.verbatim, model=found[1] if found else None,
+            configuration=configuration, picked=picked, request_id=rid, report=self._report(p.modelId),
+        )  # fmt: skip
         for part in shown:  # VS Code replays it as part of this answer
             job.count(part)
         job.actor = actor
@@ -509,6 +520,40 @@ class Server:
         if job.error is not None:
             return Error(AGENT_FAILED, job.error, job.error_data) if job.error_data else Error(AGENT_FAILED, job.error)
         return Success({"stopReason": job.stop_reason})
+
+    async def set_control(self, ctx: _Context, **params: Any) -> Result:
+        """``chat/setControl``: one of a chat's controls set on its live session
+        (docs/protocol.md, "Per-chat controls")."""
+        try:
+            p = SetControlParams.model_validate(params)
+        except ValidationError as exc:
+            return _invalid(exc)
+        from lmbridge.daemon.session_actor import SetControl
+
+        actor = self.history.actors.get(p.chatId) if self.history is not None else None
+        if actor is None:
+            return Error(INVALID_PARAMS, "that chat has no live agent session (send it a message first)")
+        request = SetControl(p.controlId, p.value)
+        await actor.set_control(request)
+        if request.error is not None:
+            return Error(AGENT_FAILED, request.error)
+        return Success({"chatId": p.chatId, **(request.state or {})})
+
+    def _report(self, model: str) -> Callable[[str, Any, dict[str, Any]], None]:
+        """How a chat on ``model`` tells its state (session_state): ``client/sessionState``
+        to a shim that takes it; the context window of a ``usage_update`` becomes the
+        model's ``maxInputTokens`` (the model list is asked for again when it changes)."""
+
+        def report(chat: str, request_id: Any, state: dict[str, Any]) -> None:
+            size = state.get("usage", {}).get("size")
+            if isinstance(size, int) and size > 0 and self.context_sizes.get(model) != size:
+                self.context_sizes[model] = size
+                self._models_changed()
+            if self.session_state_client:
+                params = {"chatId": chat, "modelId": model, **({"requestId": request_id} if request_id is not None else {}), **state}
+                self.send({"jsonrpc": "2.0", "method": "client/sessionState", "params": params})
+
+        return report
 
     def _models_changed(self) -> None:
         """An agent's own models changed: the shim asks for the list again (``lm/modelsChanged``)."""

@@ -234,8 +234,12 @@ class SessionActor:
         self._report: Callable[[str, Any, dict[str, Any]], None] | None = None
         self._request_id: Any = None  # the shim's id of the latest request this chat got
         self.machine = turn.TurnMachine(
-            spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE if notice is None else notice,
-            progress=START_PROGRESS if notice is None or math.isfinite(notice) else math.inf, buffer_limit=PENDING_OUTPUT
+            spec.name or spec.id,
+            self._renderer(),
+            drain=DRAIN_TIMEOUT,
+            notice=START_NOTICE if notice is None else notice,
+            progress=START_PROGRESS if notice is None or math.isfinite(notice) else math.inf,
+            buffer_limit=PENDING_OUTPUT,
         )
         self.jobs: dict[int, Job] = {}
         self._prompts: dict[int, int] = {}  # session/prompt request id → the machine's prompt number
@@ -782,9 +786,8 @@ class SessionActor:
     def _prompt(self, fx: turn.Prompt) -> None:
         job = self.jobs[fx.job_id]
         context, prompt = self._whole_conversation(job) if fx.whole else (job.turn.context, job.turn.prompt)
-        blocks = prompt_blocks(
-            tuple(fx.unsent) + context, prompt, images=self.process.caps.images, embedded_context=self.process.caps.embedded_context, verbatim=job.verbatim
-        )
+        blocks = prompt_blocks(tuple(fx.unsent) + context, prompt, images=self.process.caps.images, embedded_context=self.process.caps.embedded_context, verbatim=job.verbatim)
+        blocks = session_state.agent_command(blocks, self.state.commands)  # "//compact": the agent's own command
         # The answer comes on the mailbox in order with the agent's updates (acp.connection.Response).
         rid, write = self.acp.prompt(blocks)
         self._prompts[rid] = fx.seq
