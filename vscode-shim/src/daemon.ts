@@ -86,6 +86,10 @@ export interface DaemonClientOptions {
 	now?(): number;
 	/** The daemon sent `lm/modelsChanged`: VS Code should ask for the models again. */
 	onModelsChanged?(): void;
+	/** The daemon sent `client/sessionState` (a chat's modes, commands, usage). */
+	onSessionState?(params: unknown): void;
+	/** The daemon process ended (asked to, or not): what it said about its chats is void. */
+	onExited?(): void;
 }
 
 export interface RequestOptions {
@@ -489,6 +493,10 @@ export class DaemonClient {
 			this.options.onModelsChanged?.();
 			return;
 		}
+		if (method === Method.sessionState) {
+			this.options.onSessionState?.(params);
+			return;
+		}
 		if (method !== Method.responsePart) {
 			this.log.debug(`daemon notification ignored: ${method}`);
 			return;
@@ -506,6 +514,7 @@ export class DaemonClient {
 		if (this.running === running) {
 			this.running = undefined;
 		}
+		this.options.onExited?.();
 		const how = describeExit(code, signal);
 		if (running.stopping) {
 			this.log.info(`the lmbridge daemon (pid ${running.proc.pid}) exited: ${how}`);

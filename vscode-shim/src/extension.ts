@@ -10,6 +10,8 @@ import { BootstrapDeps, DaemonBootstrap } from './bootstrap';
 import { AgentActionTool } from './tool';
 import { DAEMON_SETTINGS, readSettings, SECTION, Settings, workspaceMachineSettings } from './config';
 import { DaemonClient, DaemonClientOptions } from './daemon';
+import { ChatControls } from './controls';
+import { importAgents } from './import';
 import { manageAgents } from './manage';
 import { LmBridgeProvider } from './provider';
 import { AGENT_ACTION_TOOLS, InitializeParams, Method, PROTOCOL_VERSION } from './wire';
@@ -19,6 +21,9 @@ export const COMMANDS = {
 	manage: 'lmbridge.manage',
 	showLogs: 'lmbridge.showLogs',
 	restart: 'lmbridge.restartDaemon',
+	controls: 'lmbridge.agentControls',
+	commands: 'lmbridge.agentCommands',
+	importAgents: 'lmbridge.importAgents',
 } as const;
 
 export interface LmBridgeApi {
@@ -27,6 +32,7 @@ export interface LmBridgeApi {
 	tool: AgentActionTool;
 	auth: AuthNotifier;
 	bootstrap: DaemonBootstrap;
+	controls: ChatControls;
 }
 
 /** Test seams: the daemon client's options, and the bootstrap's process runner and platform. */
@@ -55,6 +61,7 @@ export function initializeParams(version: string, current: Settings = settings()
 		clientInfo: { name: 'lmbridge-vscode', version },
 		workspaceFolders: folders,
 		userTurns: current.userTurns,
+		clientCapabilities: { sessionState: true },
 	};
 	if (current.agents.length > 0) {
 		params.agents = current.agents;
@@ -86,11 +93,14 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		...bootstrapOverrides,
 	});
 	let provider!: LmBridgeProvider; // set below; the daemon only notifies once it runs
+	let controls!: ChatControls;
 	const daemon = new DaemonClient({
 		launch: () => bootstrap.launch(settings(), daemonCwd()),
 		initializeParams: () => initializeParams(version),
 		log,
 		onModelsChanged: () => provider.modelsChanged(),
+		onSessionState: params => controls.onState(params),
+		onExited: () => controls.reset(),
 		...clientOverrides,
 	});
 	active = daemon;
@@ -100,6 +110,12 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 	});
 	provider = new LmBridgeProvider(daemon, log, () => settings(), {
 		onAuthRequired: (data, message) => { void auth.notify(data, message); },
+	});
+	controls = new ChatControls({
+		setControl: (chatId, controlId, value) => daemon.request(Method.setControl, { chatId, controlId, value }),
+		modelName: modelId => provider.modelName(modelId),
+		log,
+		clickCommand: COMMANDS.controls,
 	});
 	const tool = new AgentActionTool();
 	const openSettings = () => vscode.commands.executeCommand('workbench.action.openSettings', `@ext:${context.extension?.id ?? 'lmbridge.lmbridge'}`);
@@ -115,6 +131,10 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 			openSettings,
 		})),
 		vscode.commands.registerCommand(COMMANDS.showLogs, () => log.show()),
+		controls,
+		vscode.commands.registerCommand(COMMANDS.controls, () => controls.pickControl()),
+		vscode.commands.registerCommand(COMMANDS.commands, () => controls.pickCommand()),
+		vscode.commands.registerCommand(COMMANDS.importAgents, () => importAgents({ log, home: os.homedir() })),
 		vscode.commands.registerCommand(COMMANDS.restart, async () => {
 			bootstrap.reset();
 			await daemon.restart('restart requested');
@@ -132,7 +152,7 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		}),
 		{ dispose: () => { void daemon.dispose(); } },
 	);
-	return { daemon, provider, tool, auth, bootstrap };
+	return { daemon, provider, tool, auth, bootstrap, controls };
 }
 
 export async function deactivate(): Promise<void> {
