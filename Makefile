@@ -78,12 +78,12 @@ test-shim:
 record-sessions: $(STAMP) real-agent-deps
 	$(PY) tests/sessions/record.py
 
-# What the bridge costs, against a direct ACP client (issue #6): figures in .bench/results.json.
+# What the bridge costs, against a direct ACP client (docs/performance.md): figures in .bench/results.json.
 .PHONY: bench
 bench: $(STAMP)
 	$(PY) -m bench
 
-# New chats and the agents' memory, lmbridge against a direct ACP client (issue #11): both with
+# New chats and the agents' memory, lmbridge against a direct ACP client (docs/sessions.md): both with
 # claude-agent-acp and the fake model server; figures in .bench/sessions.json.
 .PHONY: bench-sessions
 bench-sessions: $(STAMP) real-agent-deps
@@ -95,7 +95,7 @@ bench-sessions: $(STAMP) real-agent-deps
 bench-bounds: $(STAMP)
 	$(PY) -m bench.bounds
 
-# The soak run of issue #14 (docs/reliability.md): 1,000,000 generated stdin frames, 100,000
+# The soak run (docs/reliability.md): 1,000,000 generated stdin frames, 100,000
 # hostile agent frames, 1,000 new chats under the process cap, the hostile agent's
 # malformed-start, freeze and flood modes; figures in .fuzz/results.json.
 .PHONY: fuzz

@@ -1,1 +1,1 @@
-"""lmbridge benchmarks (issue #6): ``python -m bench`` / ``make bench``."""
+"""lmbridge benchmarks: ``python -m bench`` / ``make bench``."""

@@ -1,4 +1,4 @@
-"""``make bench``: what the bridge costs, measured against a direct ACP client (issue #6).
+"""``make bench``: what the bridge costs, measured against a direct ACP client.
 
 Usage: ``python -m bench [--quick] [--out PATH] [--runs N]``
 

@@ -1,5 +1,5 @@
 """``make bench-sessions``: new chats and agent memory, lmbridge against a direct ACP client
-(issue #11 §4). Both drive claude-agent-acp 0.23.1 against the fake Anthropic API
+(docs/sessions.md, "Measured"). Both drive claude-agent-acp 0.23.1 against the fake Anthropic API
 (``tests/fakes/fake_anthropic.py``), on this machine.
 
 Usage: ``python -m bench.sessions [--chats N] [--runs R] [--gap S] [--[no-]spare-session] [--daemon-src DIR] [--out PATH]``
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "sessions.json")
     args = parser.parse_args(argv)
-    os.environ.pop("IS_SANDBOX", None)  # this machine sets it; claude's session/new then fails as root (facts.md §5)
+    os.environ.pop("IS_SANDBOX", None)  # this machine sets it; claude's session/new then fails as root (docs/agents.md, "Running them offline")
     load_before = os.getloadavg()[0]  # a shared machine: other work moves every figure
     figures = anyio.run(main_async, args.chats, args.runs, args.gap, args.daemon_src, args.spare_session)
     figures["checks"] = checks(figures)

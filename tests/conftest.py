@@ -35,7 +35,7 @@ from hypothesis import settings
 
 from lmbridge.devtools.client import DaemonClient
 
-# No test writes the session index into the user's state folder (issue #11): every daemon
+# No test writes the session index into the user's state folder (docs/sessions.md, "The session index"): every daemon
 # a test starts without its own XDG_STATE_HOME gets this run's scratch one.
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="lmbridge-test-state-")
 

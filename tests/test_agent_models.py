@@ -1,4 +1,4 @@
-"""An agent's configOptions as VS Code models (issue #11 §3): the pure part, agent_models.py."""
+"""An agent's configOptions as VS Code models (docs/sessions.md): the pure part, agent_models.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from lmbridge.core.agent_models import Choice, model_id, of_category, select_options, split_model_id
 
-#: claude-agent-acp 0.23.1's session/new answer (facts.md §5), as it comes.
+#: claude-agent-acp 0.23.1's session/new answer (docs/agents.md), as it comes.
 CLAUDE = [
     {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "default",
      "options": [{"value": "default", "name": "Default"}, {"value": "acceptEdits", "name": "Accept Edits"},

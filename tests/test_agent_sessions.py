@@ -1,4 +1,4 @@
-"""Issue #11 through the daemon with scripted agents: one process per agent, and a chat
+"""docs/sessions.md through the daemon with scripted agents: one process per agent, and a chat
 that keeps its agent session (the agent's own memory) wherever it cannot simply continue.
 
 Recovery order, per what the agent offers in ``initialize``: ``session/resume``
@@ -60,7 +60,7 @@ def assert_recovered(agent: Any, caps: str, prompt: dict[str, Any], old: str, ne
 async def test_the_stale_turn_after_a_stop_keeps_the_agent_session(scripted: Any, shared: Any, caps: str) -> None:
     agent = scripted({"initialize": CAPS[caps], "turns": [
         [{"text": "Streaming..."}, {"sleep": 30}],
-        # claude-agent-acp after a cancel: the next prompt ends at once, empty (facts.md §5).
+        # claude-agent-acp after a cancel: the next prompt ends at once, empty (docs/agents.md).
         [{"stop": "end_turn"}],
         [{"text": "Recovered answer."}],
     ]})  # fmt: skip
@@ -198,7 +198,7 @@ async def test_a_cancel_in_one_chat_leaves_the_other_streaming(scripted: Any, sh
 
 @pytest.mark.parametrize("prewarm", [True, False])
 async def test_the_agent_used_last_starts_right_after_initialize(scripted: Any, daemon: Any, prewarm: bool) -> None:
-    """Pre-warming (issue #11 §1): a new daemon starts the agents used last (remembered in
+    """Pre-warming (docs/sessions.md): a new daemon starts the agents used last (remembered in
     the state folder) before any chat; ``LMBRIDGE_PREWARM=0`` (the shim's ``lmbridge.prewarm``) turns it off."""
     agent = scripted({})
     env = {} if prewarm else {"LMBRIDGE_PREWARM": "0"}
@@ -289,9 +289,9 @@ async def test_a_chat_offering_other_tools_than_the_spare_gets_a_fresh_session(s
     assert len(set(prompts)) == 4
 
 
-# ---------------------------------------------------------------- the agent's models and modes (§3)
+# ---------------------------------------------------------------- the agent's models and modes
 
-CONFIG = [  # claude-agent-acp 0.23.1's, trimmed (facts.md §5)
+CONFIG = [  # claude-agent-acp 0.23.1's, trimmed (docs/agents.md)
     {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "default",
      "options": [{"value": "default", "name": "Default"}, {"value": "plan", "name": "Plan Mode"}]},
     {"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "default",

@@ -1,4 +1,4 @@
-"""Agents that need a login or a key (issue #12 §2), presets (§3) and imageInput.
+"""Agents that need a login or a key (docs/agents.md, "Signing in"), presets and imageInput.
 
 The pure part (auth.py, agents.resolve) against the real agents' ``authMethods`` as they
 came on the wire; the daemon's part with the scripted agent: an automatic

@@ -1,4 +1,4 @@
-"""``python -m bench --quick`` runs and produces every figure (issue #6).
+"""``python -m bench --quick`` runs and produces every figure (docs/performance.md).
 
 A smoke run, not a timed test: the figures of a quick run mean nothing, only
 that each is there (``make bench`` measures them for real).

@@ -348,7 +348,7 @@ async def test_concurrent_permissions_surface_together_and_are_answered_each_on_
 async def test_stop_at_the_second_of_two_confirmations(scripted: Any, shared: Any, tmp_path: Path) -> None:
     # VS Code ran our tool for the first call (Allow: the token), then the user pressed
     # Stop at the second confirmation. The round is replayed with the first call only
-    # (facts.md §1: only tool calls with a stored result are kept), then a new message.
+    # (docs/vscode.md, "Kept rounds": only tool calls with a stored result are kept), then a new message.
     def ask(call_id: str) -> dict[str, Any]:
         return {"toolCall": {"toolCallId": call_id, "title": f"Action {call_id}", "status": "pending"}}
 

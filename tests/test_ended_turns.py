@@ -1,4 +1,4 @@
-"""Issue #16: output for a turn that has ended never shows up in a later answer, and what
+"""Output for a turn that has ended never shows up in a later answer, and what
 waits between two requests of one turn is bounded. Through the daemon as a subprocess,
 with the scripted agent's hostile steps: ``early`` (the prompt answered first, then a
 chunk, a thought, a tool call and a plan for the ended turn) and ``chatter`` (end_turn,

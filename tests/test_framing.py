@@ -47,7 +47,7 @@ def test_every_line_is_counted_once_and_reports_stay_bounded(times: list[float])
 @pytest.mark.anyio
 async def test_the_shim_link_survives_deep_nesting_and_ids_json_rpc_does_not_allow(daemon: Any) -> None:
     """A line nested 1,000 deep was a RecursionError that ended the daemon; an object id
-    on a known method was an unhashable-type crash (issue #14's first two frames)."""
+    on a known method was an unhashable-type crash (the first two frames of the soak run)."""
     with anyio.fail_after(LIMIT):
         async with daemon() as c:
             await c.send_raw("[" * 1000 + "]" * 1000 + "\n")

@@ -1,5 +1,5 @@
 """Generated stdin frames (hypothesis) against one daemon: it never exits, stays responsive,
-and answers every request with a usable id exactly once (issue #14, docs/reliability.md).
+and answers every request with a usable id exactly once (docs/reliability.md).
 
 Frames come from ``tests/fuzz/frames.py``: ids of every JSON type, deep nesting, huge
 and non-UTF-8 strings, unknown methods, wrong parameter types, notifications, batches,

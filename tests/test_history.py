@@ -89,7 +89,7 @@ def test_tool_results_each_permission_answered_on_its_own():
     core = HistoryCore()
     pending = [Pending("c1", "T1"), Pending("c2", "T2"), Pending("c3", "T3")]
     _, hist = start(core, "go", a("asking", "c1", "c2", "c3"), last=Last.PENDING, pending=pending)
-    # Copilot keeps only tool calls that have a result (facts.md §1): c3 has none.
+    # Copilot keeps only tool calls that have a result (docs/vscode.md, "Kept rounds"): c3 has none.
     turn = core.begin("m", hist + [tr("c1", "T1"), tr("c2", VSCODE_SKIP_TEXT)], 2)
     assert turn.kind is Kind.TOOL_RESULTS
     assert turn.answers == {"c1": Answer.ALLOW, "c2": Answer.REJECT, "c3": Answer.CANCELLED}
@@ -420,7 +420,7 @@ def test_thinking_shown_as_text_still_matches(replay):
     assert (t.kind, t.session_id) == (Kind.CONTINUATION, turn.session_id)
 
 
-# ---------------------------------------------------------------- VS Code tool calls (issue #4)
+# ---------------------------------------------------------------- VS Code tool calls (docs/tools.md)
 
 
 def test_tool_calls_result_skip_absent():

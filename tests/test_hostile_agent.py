@@ -1,5 +1,5 @@
 """A hostile ACP agent (tests/agents/hostile_agent.py) through the real daemon: one test per
-way an agent has broken it (issue #14), and a seeded random mix.
+way an agent has broken it (docs/reliability.md), and a seeded random mix.
 
 Invariants, whatever the agent does: the chat request is answered exactly once, within a
 bound; an error names the agent, says what happened, quotes the agent's own reason and is

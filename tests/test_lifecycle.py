@@ -1,4 +1,4 @@
-"""Issue #10's bugs, each through the daemon as a subprocess with a scripted agent.
+"""The turn lifecycle's bugs, each through the daemon as a subprocess with a scripted agent.
 
 Each of these failed before the turn lifecycle became ``lmbridge.core.turn``:
 1. a Stop poisoned the next turn (the cancelled turn's drain deadline ended it);
@@ -7,7 +7,7 @@ Each of these failed before the turn lifecycle became ``lmbridge.core.turn``:
 5. an error on the first prompt after a cancel reached the user;
 6. after a Stop, a fresh session got the stopped request as the new request.
 (4, the non-JSON flood, is in tests/test_framing.py.) Plus the no-tool decline and
-the start notice of issue #9.
+the start notice.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ async def test_bug2_copilot_data_parts_beside_an_allow_do_not_cancel_it(scripted
             first = await c.chat(agent.id, history)
             ok(first, "tool_calls")
             allow = approve(only(tool_calls(first)))
-            # As Copilot sends it (facts.md §1): a data part of its own in the result's message.
+            # As Copilot sends it (docs/vscode.md, "Copilot's data parts"): a data part of its own in the result's message.
             allow["content"].append({"type": "data", "mimeType": marker, "data": base64.b64encode(b'{"type":"ephemeral"}').decode()})
             second = await c.chat(agent.id, [*history, assistant(first.parts), allow])
             ok(second)
@@ -111,7 +111,7 @@ async def test_bug3_eof_while_an_agent_starts_answers_the_request_and_stops_the_
 async def test_bug5_an_error_on_the_first_prompt_after_a_stop_is_absorbed(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [
         [{"text": "Streaming..."}, {"sleep": 30}],
-        # gemini-cli after a Stop at a permission: the model API refuses its history (facts.md §5).
+        # gemini-cli after a Stop at a permission: the model API refuses its history (docs/agents.md).
         [{"error": {"code": -32603, "message": "Internal error", "data": {"message": "HTTP 400 function call without response"}}}],
         [{"text": "Recovered answer."}],
     ]})
@@ -214,7 +214,7 @@ async def test_sigterm_ends_the_daemon_like_eof(scripted: Any, daemon: Any) -> N
 
 @pytest.mark.parametrize("how", ["option", "env"])
 async def test_agent_processes_stay_under_the_cap_and_an_evicted_chat_continues(scripted: Any, daemon: Any, how: str) -> None:
-    """Issue #14 (the cap): new chats close the least recently used idle session of the
+    """The session cap (docs/sessions.md): new chats close the least recently used idle session of the
     agent; the closed chat, when it comes back, continues in a fresh session told the
     conversation; when every session is busy the new chat is told so. The demo agent
     answers each chat differently ("You said: ..."), so each chat is told apart. The cap
@@ -248,7 +248,7 @@ async def test_agent_processes_stay_under_the_cap_and_an_evicted_chat_continues(
 
 @pytest.mark.parametrize("offered", [True, False])
 async def test_a_session_closed_for_the_cap_gets_session_close_where_offered(scripted: Any, daemon: Any, offered: bool) -> None:
-    """Issues #14, #11: the least recently used idle session closed to make room is closed
+    """The cap and the session index: the least recently used idle session closed to make room is closed
     on the agent's side (ACP ``session/close``) when the agent offers it, before the new
     chat's session opens; the agent's one process serves both chats."""
     caps = {"agentCapabilities": {"sessionCapabilities": {"close": {}}}} if offered else {}

@@ -57,7 +57,7 @@ def test_diff_preview_is_a_diff_block():
 
 
 def test_update_before_create_and_duplicate_create():
-    # codex asks before announcing; claude sends two tool_calls with one id (facts.md §3).
+    # codex asks before announcing; claude sends two tool_calls with one id (docs/agents.md).
     r = TurnRenderer()
     assert r.update({"sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "in_progress"}) == []
     first = r.update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "Read", "status": "pending"})

@@ -1,4 +1,4 @@
-"""Dormant sessions and the persisted session index (issue #11 §2): the history core's
+"""Dormant sessions and the persisted session index (docs/sessions.md): the history core's
 ``sleep``/``export``/``restore``, the index file, and ``lmbridge sessions``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What ``lmbridge serve`` loads before it answers ``initialize`` (issue #6: start ≤ 300 ms).
+"""What ``lmbridge serve`` loads before it answers ``initialize`` (docs/performance.md: start ≤ 300 ms).
 
 The ACP SDK, the MCP SDK, the console's libraries and jsonrpcserver (with jsonschema,
 ~85 ms) stay off the start-up path; they load on the first request that needs them.

@@ -1,4 +1,4 @@
-"""VS Code-provided tools through the real daemon (issue #4), with a scripted agent
+"""VS Code-provided tools through the real daemon (docs/tools.md), with a scripted agent
 that speaks MCP to the daemon's synthetic server over the stdio fallback
 (``lmbridge mcp-stdio``): several calls in one turn, skip, stop, the tool list
 following each request (``tools/list_changed``), a relay naming a session that is

@@ -1,5 +1,5 @@
 """The turn state machine (``lmbridge.core.turn``): the table walked row by row, each bug of
-issue #10 at the machine, and hypothesis stateful tests over random interleavings.
+the lifecycle's bugs at the machine, and hypothesis stateful tests over random interleavings.
 
 No I/O, no clock: each test feeds events and reads the effects back.
 """
@@ -383,7 +383,7 @@ def test_permission_surfaces_with_the_tool_for_its_kind_and_gathers() -> None:
 
 
 def test_a_permission_the_agent_drops_by_ending_its_turn_is_never_a_card() -> None:
-    """Issue #14, "a dead permission card": asked, then the turn ends within the window."""
+    """A dead permission card: asked, then the turn ends within the window."""
     d = streaming()
     d(ask(1, "edit", "Write notes.txt"))
     fx = d(PromptEnded(d.prompt().seq, "end_turn"))
@@ -434,7 +434,7 @@ def test_answers_allow_only_with_allow_and_never_for_a_cancelled_request() -> No
 
 
 def test_bug1_a_stop_never_ends_the_next_turn() -> None:
-    """Issue #10 bug 1: the drain deadline of a cancelled turn ended whatever prompt was open."""
+    """The drain deadline of a cancelled turn ended whatever prompt was open."""
     d = draining()
     deadline = d.timer(Timer.DRAIN)
     fx = d(PromptEnded(d.prompt().seq, "cancelled"))
@@ -491,7 +491,7 @@ def test_bug5_an_error_on_the_first_prompt_after_a_cancel_recovers_in_a_new_or_r
     assert not of(fx, Fail) and of(fx, NewSession)
     fx = d(Ready(lost=lost))
     # A fresh ACP session gets the whole conversation; a resumed one (session/resume or
-    # session/load, issue #11) still holds it, and gets the job's own prompt again.
+    # session/load, docs/sessions.md) still holds it, and gets the job's own prompt again.
     assert of(fx, Prompt)[0].whole is lost
     d(chunk("Recovered."))
     assert of(d(PromptEnded(d.prompt().seq, "end_turn")), Finish) == [Finish(2, "end_turn", Last.DONE)]
@@ -510,7 +510,7 @@ def test_a_request_that_stops_the_turn_another_still_streams_ends_that_response(
 
 @pytest.mark.parametrize("lost", [False, True], ids=["resumed", "fresh"])
 def test_an_agent_gone_between_turns_is_started_again_by_the_next_job(lost: bool) -> None:
-    """Issue #11: a crash of the shared process while a chat sat idle fails nothing; its
+    """A crash of the shared process while a chat sat idle fails nothing; its
     next request starts the agent again (the actor takes its ACP session up again)."""
     d = idle()
     fx = d(AgentExited("agent 'a' exited with code -9"))
@@ -539,7 +539,7 @@ def test_a_silent_end_after_an_approval_is_not_the_quirk() -> None:
 
 def test_codex_ends_its_turn_cancelled_on_a_reject_and_vs_code_sees_a_finished_answer() -> None:
     """codex-acp 0.16.0 answers a rejected permission by ending the whole turn with
-    ``stopReason: cancelled`` and no output (facts.md §5). Nobody cancelled it: for VS Code
+    ``stopReason: cancelled`` and no output (docs/agents.md). Nobody cancelled it: for VS Code
     the response has ended (``end_turn``, not ``cancelled``), and it is not empty, which
     Copilot Chat would show as "Sorry, no response was returned."."""
     d = awaiting()
@@ -789,7 +789,7 @@ TurnInterleavings.TestCase.settings = settings(max_examples=400, stateful_step_c
 test_turn_interleavings = TurnInterleavings.TestCase
 
 
-# ---------------------------------------------------------------- issue #16: each update kind in each state
+# ---------------------------------------------------------------- output after a turn ended: each update kind in each state
 
 UPDATES = {
     "agent_message_chunk": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "T"}},

@@ -1,4 +1,4 @@
-"""``user_turn``: the user's words in Copilot-rendered user turns (issue #9).
+"""``user_turn``: the user's words in Copilot-rendered user turns (docs/vscode.md).
 
 Table-tested on real turns captured from VS Code 1.139.1's Chat view (Copilot Chat
 0.67.0, Agent mode; tests/fixtures/copilot/*.json, each an

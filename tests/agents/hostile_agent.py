@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A hostile ACP agent: one mode per way an agent has broken the daemon (issue #14), and a
+"""A hostile ACP agent: one mode per way an agent has broken the daemon (docs/reliability.md), and a
 seeded random mix of them all.
 
 Usage: ``python tests/agents/hostile_agent.py MODE [--seed N] [--frames N] [--log LOG.jsonl]

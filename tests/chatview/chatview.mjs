@@ -1,4 +1,4 @@
-// The real Chat view as the acceptance test (issue #9): VS Code 1.139.1 (code-server 4.139.1,
+// The real Chat view as the acceptance test: VS Code 1.139.1 (code-server 4.139.1,
 // GitHub Copilot Chat 0.67.0 built in) in headless Chromium, driven as a user drives it:
 // typing, clicking, reading what the page shows. Every wait is on the page (or the disk),
 // never a fixed sleep. Run by `make chatview` after tests/chatview/install.sh.
@@ -201,7 +201,7 @@ async function pickModel(name) {
 }
 
 async function dismissNotifications() {
-	// "Set BYOK utility models": harmless noise of an offline profile (facts.md §7), but it covers the chat.
+	// "Set BYOK utility models": harmless noise of an offline profile (docs/vscode.md, "The Chat view"), but it covers the chat.
 	const dismiss = page.locator('[aria-label="Dismiss notification"]');
 	await dismiss.first().waitFor({ timeout: 15_000 }).then(() => dismiss.first().click()).catch(() => {});
 }
@@ -244,7 +244,7 @@ execFileSync(process.env.NODE24, [process.env.CODE_SERVER, '--extensions-dir', d
 const server = spawn(process.env.NODE24, [process.env.CODE_SERVER, '--auth', 'none', '--bind-addr', `127.0.0.1:${ports.cs}`,
 	'--extensions-dir', dirs.ext, '--user-data-dir', dirs.user, '--disable-telemetry', '--disable-update-check',
 	'--disable-workspace-trust', dirs.ws], {
-	// force-disable-user-env: VS Code would replace PATH with a login shell's (facts.md §2).
+	// force-disable-user-env: VS Code would replace PATH with a login shell's (docs/vscode.md, "Running VS Code in tests").
 	env: { ...process.env, EXTENSIONS_GALLERY: '{}', VSCODE_FORCE_DISABLE_USER_ENV: '1', ...(FIRST_RUN ? { PATH: pathWithout('lmbridge') } : {}) },
 	stdio: ['ignore', fs.openSync(path.join(OUT, 'code-server.log'), 'w'), fs.openSync(path.join(OUT, 'code-server.err'), 'w')],
 	detached: true,
@@ -416,7 +416,7 @@ try {
 		});
 
 		await step('agent-models', async () => {
-			// The demo agent's own models (its configOptions, issue #11 §3) in VS Code's picker, learnt
+			// The demo agent's own models (its configOptions, docs/sessions.md) in VS Code's picker, learnt
 			// from its sessions; the same chat on "Loud": the option is set on its session.
 			await pickModel('lmbridge demo agent · Loud');
 			await send('which model now');

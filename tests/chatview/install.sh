@@ -14,7 +14,7 @@ log() { echo "chatview install: $*" >&2; }
 # installs print (npm's "added N packages" goes to stdout) goes to stderr.
 exec 3>&1 1>&2
 
-# Node 24: code-server 4.139 requires it (facts.md §2). The npm package carries node and its headers.
+# Node 24: code-server 4.139 requires it (docs/vscode.md). The npm package carries node and its headers.
 N24=$CACHE/node-$NODE_VERSION
 if [ ! -f "$N24/.installed" ]; then
   log "node $NODE_VERSION"

@@ -31,7 +31,7 @@ every further request is answered ``done_text`` ("Done.").
 with function calls that is not followed by a user turn holding exactly as many function
 responses. The real API answers HTTP 400 INVALID_ARGUMENT; so does the fake (and does not
 consume the script). That is what gemini-cli sends after a cancel at a permission
-(facts.md §5).
+(docs/agents.md).
 
 Every request, answered or refused, is recorded (thread-safe) in
 :attr:`FakeGemini.requests`; unknown paths are logged there too (kind ``"other"``) and

@@ -1,4 +1,4 @@
-"""``make fuzz``: the soak run of issue #14 (docs/reliability.md has the figures).
+"""``make fuzz``: the soak run (docs/reliability.md has the figures).
 
 Three parts, each against a fresh ``lmbridge serve`` (``--max-agent-processes 4``):
 

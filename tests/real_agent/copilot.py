@@ -2,7 +2,7 @@
 
 Built from a request captured in VS Code 1.139.1's Chat view (Copilot Chat 0.67.0, Agent
 mode: ``tests/fixtures/copilot/agent-first-turn.json``), so each agent is driven with what
-the shim forwards from the real panel, not a tidy version of it (facts.md §1, §7):
+the shim forwards from the real panel, not a tidy version of it (docs/vscode.md):
 
 - a **system** message, Copilot's own prompt (15 KB), with a ``cache_control`` data part;
 - a user message holding only Copilot's **global context** (``<environment_info>``,
@@ -86,7 +86,7 @@ def options(extra_tools: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
 
 
 class Conversation:
-    """One chat's history as VS Code keeps and re-sends it (facts.md §1)."""
+    """One chat's history as VS Code keeps and re-sends it (docs/vscode.md)."""
 
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace

@@ -1,6 +1,6 @@
 """How to run the real ``@google/gemini-cli`` (0.61.0) as an ACP agent offline.
 
-Recipe (facts.md §5, checked with gemini-cli 0.61.0, Node 20)::
+Recipe (docs/agents.md, "Running them offline"; checked with gemini-cli 0.61.0, Node 20)::
 
     make real-agent-deps   # tests/real_agent/install.sh: into the test cache (cache.py)
     env -u IS_SANDBOX HOME=<scratch> GEMINI_CLI_NO_RELAUNCH=true \\

@@ -103,7 +103,7 @@ async def test_stop_does_not_run_and_the_next_request_is_answered_promptly(tmp_p
             assert os.path.exists(tmp_path)
 
 
-# ---------------------------------------------------------------- VS Code tools (issue #4)
+# ---------------------------------------------------------------- VS Code tools (docs/tools.md)
 
 VSCODE_TOOLS = {
     "tools": [

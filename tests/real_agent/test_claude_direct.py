@@ -7,7 +7,7 @@ and ``session/cancel`` while a permission is pending, including the agent's
 "one turn behind after a cancel" quirk and the close+resume recovery.
 
 If one of the characterisation tests fails after an upgrade of the agent, the agent's
-behaviour changed: update /work/shared/facts.md and the bridge, not just the test.
+behaviour changed: update docs/agents.md and the bridge, not just the test.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue #11 with the real agent: claude-agent-acp 0.23.1 through ``lmbridge serve``, against
+"""Sessions that keep the agent's memory (docs/sessions.md) with the real agent: claude-agent-acp 0.23.1 through ``lmbridge serve``, against
 the fake Anthropic API, looking at what the fake model receives.
 
 The agent keeps its own memory of a chat: after a Stop at a permission (its stale-turn
@@ -165,7 +165,7 @@ async def test_a_crash_of_the_shared_process_recovers_every_chat(tmp_path: Path)
 
 
 async def test_claudes_own_models_are_in_the_picker_and_reach_the_model_api(tmp_path: Path) -> None:
-    """§3: claude's configOptions models listed as "Claude Code · …"; a chat on one gets
+    """claude's configOptions models listed as "Claude Code · …"; a chat on one gets
     session/set_config_option first, and the model API sees that model."""
     with FakeAnthropic([], done_text="Hi.") as fake:
         async with bridge(tmp_path, fake) as client:

@@ -216,7 +216,7 @@ async def test_approve_runs_the_command_and_the_model_gets_its_output(tmp_path: 
 
 
 async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path) -> None:
-    """codex ends the whole turn ``cancelled`` on a reject (facts.md §5): the model is not
+    """codex ends the whole turn ``cancelled`` on a reject (docs/agents.md): the model is not
     called again in that turn, and VS Code must see a finished turn, not an error."""
     marker = workspace(tmp_path) / "ran.txt"
     with FakeResponses([[exec_command(f"touch {marker}")]], done_text="Understood, I did not run it.") as fake:
@@ -321,7 +321,7 @@ async def test_two_commands_in_one_model_reply(tmp_path: Path) -> None:
 
 
 async def test_without_the_action_tools_the_command_is_declined_and_the_turn_finishes(tmp_path: Path) -> None:
-    """A request that offers no agent-action tool (Ask mode; facts.md §7) cannot ask the
+    """A request that offers no agent-action tool (Ask mode; docs/vscode.md, "The Chat view") cannot ask the
     user: the daemon gives codex its reject option, codex ends the turn (cancelled), and
     the answer says what codex wanted to do."""
     marker = workspace(tmp_path) / "ran.txt"
@@ -412,7 +412,7 @@ def remembers(body: dict[str, Any], output: str) -> bool:
 
 async def test_two_commands_one_allowed_one_skipped(tmp_path: Path) -> None:
     """Two cards in one response; the user allows one and skips the other. codex ends the
-    whole turn at the reject (facts.md §5), and (seen every time) the allowed command does
+    whole turn at the reject (docs/agents.md), and (seen every time) the allowed command does
     not run either: both calls reach the model as "aborted by user". VS Code sees a
     finished answer, and the chat goes on."""
     one, two = workspace(tmp_path) / "one.txt", workspace(tmp_path) / "two.txt"
@@ -682,8 +682,8 @@ async def test_on_the_wire_auth_methods_and_session_new_without_a_key(tmp_path: 
 
 
 # ---------------------------------------------------------------- on the wire (no daemon)
-# What lmbridge absorbs (facts.md §5). If one of these fails after an upgrade of codex-acp,
-# its behaviour changed: update facts.md and the daemon, not just the test.
+# What lmbridge absorbs (docs/agents.md). If one of these fails after an upgrade of codex-acp,
+# its behaviour changed: update docs/agents.md and the daemon, not just the test.
 
 
 async def _direct_session(probe: AcpProbe, work: Path) -> str:

@@ -320,7 +320,7 @@ async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
 async def test_two_actions_with_the_placeholder_id_pending(tmp_path: Path) -> None:
     """When the model's answer does not stream (fast-agent falls back to a non-streamed
     request after an empty stream), fast-agent announces no tool_call first and asks both
-    permissions with the placeholder toolCallId "pending" (facts.md §3): each is still its
+    permissions with the placeholder toolCallId "pending" (docs/agents.md): each is still its
     own card, and each answer reaches its own call."""
     allowed, skipped = tmp_path / "workspace" / "allowed.txt", tmp_path / "workspace" / "skipped.txt"
     script = [

@@ -1,4 +1,4 @@
-"""Real agents that are not signed in (issue #12 §2): the chat gets one actionable error
+"""Real agents that are not signed in (docs/agents.md, "Signing in"): the chat gets one actionable error
 naming the agent, with what the shim needs for its "Sign in…" button, and a key put in
 place afterwards works on the next message with no restart of anything.
 """

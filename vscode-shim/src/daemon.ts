@@ -18,12 +18,16 @@
  *   it), then SIGTERM, then SIGKILL, each after a grace period.
  * - Cancellation: the request's token sends `$/cancelRequest {id}` and the call settles
  *   at once with RequestCancelled; the daemon's later parts and answer for it are dropped.
+ * - The daemon's own requests and notifications (`client/*`, docs/protocol.md "Daemon →
+ *   shim") go to the handlers registered with `onRequest` / `onNotification`; a request
+ *   with no handler is answered "method not found". `initialize` says which the shim
+ *   serves (`clientCapabilities`).
  */
 import * as cp from 'child_process';
 import * as vscode from 'vscode';
-import { counter, Logger, RpcConnection } from './rpc';
+import { counter, Logger, RpcConnection, RpcHandlerError } from './rpc';
 import type { InitializeParams, InitializeResult, ResponsePartParams, WireResponsePart } from './wire';
-import { Method, PROTOCOL_VERSION } from './wire';
+import { ErrorCode, Method, PROTOCOL_VERSION } from './wire';
 
 export interface LaunchSpec {
 	command: string;
@@ -86,8 +90,6 @@ export interface DaemonClientOptions {
 	now?(): number;
 	/** The daemon sent `lm/modelsChanged`: VS Code should ask for the models again. */
 	onModelsChanged?(): void;
-	/** The daemon sent `client/sessionState` (a chat's modes, commands, usage). */
-	onSessionState?(params: unknown): void;
 	/** The daemon process ended (asked to, or not): what it said about its chats is void. */
 	onExited?(): void;
 }
@@ -136,8 +138,13 @@ export function stderrLevel(line: string): 'trace' | 'debug' | 'info' | 'warn' |
 	return 'info';
 }
 
+/** Serves one of the daemon's requests: its result, or throws (`RpcHandlerError` for a chosen code). */
+export type ClientRequestHandler = (params: unknown) => unknown;
+
 export class DaemonClient {
 	private running: Running | undefined;
+	private readonly requestHandlers = new Map<string, ClientRequestHandler>();
+	private readonly notificationHandlers = new Map<string, (params: unknown) => void>();
 	private starting: Promise<Running> | undefined;
 	private readonly parts = new Map<number, (part: WireResponsePart) => void>();
 	private crashes: number[] = [];
@@ -201,6 +208,26 @@ export class DaemonClient {
 				error => { if (!settled) { finish(); reject(error); } },
 			);
 		});
+	}
+
+	/** Serves the daemon's request `method` (one handler a method) until disposed. */
+	onRequest(method: string, handler: ClientRequestHandler): vscode.Disposable {
+		this.requestHandlers.set(method, handler);
+		return { dispose: () => { if (this.requestHandlers.get(method) === handler) { this.requestHandlers.delete(method); } } };
+	}
+
+	/** Takes the daemon's notification `method` (one handler a method) until disposed. */
+	onNotification(method: string, handler: (params: unknown) => void): vscode.Disposable {
+		this.notificationHandlers.set(method, handler);
+		return { dispose: () => { if (this.notificationHandlers.get(method) === handler) { this.notificationHandlers.delete(method); } } };
+	}
+
+	private serveRequest(method: string, params: unknown): unknown {
+		const handler = this.requestHandlers.get(method);
+		if (!handler) {
+			throw new RpcHandlerError(ErrorCode.MethodNotFound, `unknown method: ${method}`);
+		}
+		return handler(params);
 	}
 
 	// ------------------------------------------------------------ lifecycle
@@ -394,9 +421,10 @@ export class DaemonClient {
 
 		const conn = new RpcConnection(
 			line => { proc.stdin?.write(line); },
-			(method, params) => this.onNotification(method, params),
+			(method, params) => this.takeNotification(method, params),
 			this.log,
 			this.ids,
+			(method, params) => this.serveRequest(method, params),
 		);
 		let resolveExited!: () => void;
 		const running: Running = {
@@ -488,13 +516,18 @@ export class DaemonClient {
 		this.log[stderrLevel(line)](`[daemon] ${line}`);
 	}
 
-	private onNotification(method: string, params: unknown): void {
+	private takeNotification(method: string, params: unknown): void {
 		if (method === Method.modelsChanged) {
 			this.options.onModelsChanged?.();
 			return;
 		}
-		if (method === Method.sessionState) {
-			this.options.onSessionState?.(params);
+		const taker = this.notificationHandlers.get(method);
+		if (taker) {
+			try {
+				taker(params);
+			} catch (err) {
+				this.log.error(`daemon notification ${method}: ${err instanceof Error ? err.message : String(err)}`);
+			}
 			return;
 		}
 		if (method !== Method.responsePart) {

@@ -12,6 +12,7 @@ import { DAEMON_SETTINGS, readSettings, SECTION, Settings, workspaceMachineSetti
 import { DaemonClient, DaemonClientOptions } from './daemon';
 import { ChatControls } from './controls';
 import { importAgents } from './import';
+import { readTextFile, writeTextFile } from './files';
 import { manageAgents } from './manage';
 import { LmBridgeProvider } from './provider';
 import { AGENT_ACTION_TOOLS, InitializeParams, Method, PROTOCOL_VERSION } from './wire';
@@ -61,7 +62,8 @@ export function initializeParams(version: string, current: Settings = settings()
 		clientInfo: { name: 'lmbridge-vscode', version },
 		workspaceFolders: folders,
 		userTurns: current.userTurns,
-		clientCapabilities: { sessionState: true },
+		// What this extension serves of the daemon's client/* requests and notifications (registered in activate).
+		clientCapabilities: { fs: true, sessionState: true },
 	};
 	if (current.agents.length > 0) {
 		params.agents = current.agents;
@@ -99,7 +101,6 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		initializeParams: () => initializeParams(version),
 		log,
 		onModelsChanged: () => provider.modelsChanged(),
-		onSessionState: params => controls.onState(params),
 		onExited: () => controls.reset(),
 		...clientOverrides,
 	});
@@ -130,6 +131,9 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 			log,
 			openSettings,
 		})),
+		daemon.onRequest(Method.readTextFile, readTextFile),
+		daemon.onRequest(Method.writeTextFile, writeTextFile),
+		daemon.onNotification(Method.sessionState, params => controls.onState(params)),
 		vscode.commands.registerCommand(COMMANDS.showLogs, () => log.show()),
 		controls,
 		vscode.commands.registerCommand(COMMANDS.controls, () => controls.pickControl()),

@@ -2,6 +2,10 @@
  * JSON-RPC 2.0 over newline-delimited JSON (one object a line), transport-agnostic:
  * bytes from the daemon's stdout go in through `feed`, lines to its stdin go out
  * through the `write` callback. Knows nothing about processes or VS Code.
+ *
+ * Both sides send requests (docs/protocol.md, "Daemon → shim"): the daemon's (ids are
+ * strings starting with `lmbridge-`) go to `onRequest`, and each is answered exactly once,
+ * with its result or an error; none after `close` (the daemon is gone).
  */
 import { StringDecoder } from 'string_decoder';
 import type { RpcError } from './wire';
@@ -36,6 +40,16 @@ export function counter(start = 1): () => number {
 }
 
 export type NotificationHandler = (method: string, params: unknown) => void;
+/** Answers one of the daemon's requests: its result, or throws (`RpcHandlerError` for a chosen code). */
+export type RequestHandler = (method: string, params: unknown) => unknown;
+
+/** Thrown by a request handler: the daemon gets this code, message and data. */
+export class RpcHandlerError extends Error {
+	constructor(readonly code: number, message: string, readonly data?: unknown) {
+		super(message);
+		this.name = 'RpcHandlerError';
+	}
+}
 
 const MAX_LOGGED_LINE = 200;
 
@@ -51,6 +65,8 @@ export class RpcConnection {
 		private readonly log: Logger,
 		/** Request ids; the daemon client shares one counter across restarts so ids never repeat. */
 		private readonly nextId: () => number = counter(),
+		/** The daemon's requests; without it each is answered "method not found". */
+		private readonly onRequest?: RequestHandler,
 	) { }
 
 	get pendingCount(): number {
@@ -110,6 +126,31 @@ export class RpcConnection {
 		}
 	}
 
+	/** Answers one daemon request, once: its handler's result, or an error. */
+	private async answer(id: string | number, method: string, params: unknown): Promise<void> {
+		let reply: object;
+		if (!this.onRequest) {
+			reply = { jsonrpc: '2.0', id, error: { code: ErrorCode.MethodNotFound, message: `unknown method: ${method}` } };
+		} else {
+			try {
+				reply = { jsonrpc: '2.0', id, result: (await this.onRequest(method, params)) ?? null };
+			} catch (err) {
+				const error: RpcError = err instanceof RpcHandlerError
+					? { code: err.code, message: err.message, ...(err.data === undefined ? {} : { data: err.data }) }
+					: { code: ErrorCode.InternalError, message: err instanceof Error ? err.message : String(err) };
+				reply = { jsonrpc: '2.0', id, error };
+			}
+		}
+		if (this.closed) {
+			return; // the daemon is gone: nobody reads the answer
+		}
+		try {
+			this.send(reply);
+		} catch (err) {
+			this.log.debug(`could not answer the daemon's ${method}: ${err instanceof Error ? err.message : String(err)}`);
+		}
+	}
+
 	private send(message: object): void {
 		this.write(`${JSON.stringify(message)}\n`);
 	}
@@ -130,9 +171,10 @@ export class RpcConnection {
 		if (typeof m.method === 'string') {
 			if (m.id === undefined || m.id === null) {
 				this.onNotification(m.method, m.params);
+			} else if (typeof m.id !== 'string' && typeof m.id !== 'number') {
+				this.log.warn(`daemon stdout: skipped a request with no usable id: ${line.slice(0, MAX_LOGGED_LINE)}`);
 			} else {
-				// The contract has no requests daemon → shim.
-				this.send({ jsonrpc: '2.0', id: m.id, error: { code: ErrorCode.MethodNotFound, message: `unknown method: ${m.method}` } });
+				void this.answer(m.id, m.method, m.params);
 			}
 			return;
 		}

@@ -1,5 +1,5 @@
 /**
- * The shim ↔ daemon wire contract, v1 (docs/protocol.md; issue 2, "Wire contract v1").
+ * The shim ↔ daemon wire contract, v1 (docs/protocol.md).
  *
  * Transport: the daemon's stdin/stdout, UTF-8, one JSON-RPC 2.0 object per line.
  * Names follow VS Code's classes so the conversion in convert.ts is one-to-one.
@@ -48,6 +48,10 @@ export const Method = {
 	sessionState: 'client/sessionState',
 	/** Request shim → daemon: set one of a chat's controls on its live agent session. */
 	setControl: 'chat/setControl',
+	/** Request daemon → shim: a file's text as the editor has it (unsaved changes included). */
+	readTextFile: 'client/readTextFile',
+	/** Request daemon → shim: a file's new text, applied as a WorkspaceEdit and saved. */
+	writeTextFile: 'client/writeTextFile',
 } as const;
 
 // ---------------------------------------------------------------- shapes
@@ -120,9 +124,25 @@ export interface InitializeParams {
 	agents?: AgentSpec[];
 	/** What the agent gets of a Copilot-rendered user turn: the user's words (default) or the text as it came. */
 	userTurns?: 'request' | 'verbatim';
-	/** The `client/*` methods the shim serves (docs/protocol.md). */
-	clientCapabilities?: { fs?: boolean; terminal?: boolean; sessionState?: boolean };
+	/** What the shim serves of the daemon's `client/*` requests and notifications. */
+	clientCapabilities?: ClientCapabilities;
 }
+
+/** `initialize`'s `clientCapabilities` (docs/protocol.md, "Daemon → shim"). */
+export interface ClientCapabilities {
+	/** `client/readTextFile`, `client/writeTextFile`. */
+	fs?: boolean;
+	/** `client/terminal/*`. */
+	terminal?: boolean;
+	/** `client/sessionState`. */
+	sessionState?: boolean;
+}
+
+/** `client/readTextFile`: `line` is 1-based, `limit` a number of lines. → `{content}`. */
+export interface ReadTextFileParams { path: string; line?: number | null; limit?: number | null }
+export interface ReadTextFileResult { content: string }
+/** `client/writeTextFile` → `{}`. */
+export interface WriteTextFileParams { path: string; content: string }
 export interface InitializeResult { protocolVersion: number; serverInfo: { name: string; version: string } }
 
 export interface ChatInformationParams { silent?: boolean }

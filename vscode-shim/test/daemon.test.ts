@@ -43,6 +43,28 @@ describe('DaemonClient: start', () => {
 		assert.equal(changed, 1);
 	});
 
+	test('the daemon\'s requests reach the handler registered for their method, and are answered', async () => {
+		const { client } = track(fakeClient());
+		const notes: unknown[] = [];
+		const served = client.onRequest('client/readTextFile', params => ({ content: `text of ${(params as { path: string }).path}` }));
+		client.onNotification('client/sessionState', params => notes.push(params));
+		const parts: string[] = [];
+		await client.request('lm/provideLanguageModelChatResponse',
+			chat('script:[{"ask":{"method":"client/readTextFile","params":{"path":"/w/a.txt"}}},{"ask":{"method":"client/unknown","params":{}}},{"notify":"client/sessionState"}]'),
+			{ onPart: part => parts.push((part as { value: string }).value) });
+		assert.deepEqual(parts.map(p => JSON.parse(p.slice('answer: '.length))), [
+			{ jsonrpc: '2.0', id: 'lmbridge-1', result: { content: 'text of /w/a.txt' } },
+			{ jsonrpc: '2.0', id: 'lmbridge-2', error: { code: -32601, message: 'unknown method: client/unknown' } },
+		]);
+		assert.deepEqual(notes, [{}]);
+		served.dispose();
+		parts.length = 0;
+		await client.request('lm/provideLanguageModelChatResponse',
+			chat('script:[{"ask":{"method":"client/readTextFile","params":{"path":"/w/a.txt"}}}]'),
+			{ onPart: part => parts.push((part as { value: string }).value) });
+		assert.equal(JSON.parse(parts[0].slice('answer: '.length)).error.code, -32601, 'no handler once disposed');
+	});
+
 	test('one process serves concurrent and later requests', async () => {
 		const { client, frames } = track(fakeClient());
 		const [a, b] = await Promise.all([

@@ -263,7 +263,7 @@ describe('activate', () => {
 			workspaceFolders: [project, '/home/me/missing-folder'],
 			agents: [{ id: 'claude', name: 'Claude', command: 'claude-agent-acp' }],
 			userTurns: 'request',
-			clientCapabilities: { sessionState: true },
+			clientCapabilities: { fs: true, sessionState: true },
 		});
 	});
 

@@ -14,11 +14,13 @@
  *     {"ignoreCancel": true}            keep going after $/cancelRequest (a misbehaving daemon)
  *     {"stderr": text}                  write a line to stderr
  *     {"notify": method}                send a notification with this method (no params)
+ *     {"ask": {method, params}}         send the shim a request (id "lmbridge-<n>"), wait for its
+ *                                       answer and send it as a text part "answer: <JSON frame>"
  *   anything else: one text part "echo: <text>", then end_turn.
  * Start-up behaviour comes from FAKE_DAEMON_MODE: normal | exit-at-start | bad-protocol |
  * no-initialize | ignore-eof | ignore-sigterm | no-presets (an older daemon: no `agents/presets`).
  * FAKE_DAEMON_MODELS (JSON: [{id, name?, capabilities?}]) replaces the models it offers.
- * `agents/presets` answers PRESETS below (the shape the daemon's answer has, issue #12), and
+ * `agents/presets` answers PRESETS below (the shape the daemon's answer has, docs/agents.md), and
  * `initialize.agents` entries that are just `{id}` get the preset's name. Every frame received
  * is appended to the file FAKE_DAEMON_RECORD (one JSON per line) when set.
  */
@@ -28,7 +30,7 @@ import * as readline from 'readline';
 type Step =
 	| { part: unknown } | { sleep: number } | { result: unknown } | { error: { code: number; message: string; data?: unknown } }
 	| { exit: number } | { answerAndExit: number } | { hang: true } | { ignoreCancel: true } | { stderr: string }
-	| { notify: string };
+	| { notify: string } | { ask: { method: string; params: unknown } };
 
 const mode = process.env.FAKE_DAEMON_MODE ?? 'normal';
 const record = process.env.FAKE_DAEMON_RECORD;
@@ -55,6 +57,9 @@ const PRESETS = [
 	{ id: 'fast-agent', name: 'fast-agent', description: 'fast-agent, any model it supports.', requires: 'uv (Python 3.13)', command: 'uvx', args: ['--python', '3.13', 'fast-agent-mcp@0.10.48', 'acp'] },
 ];
 const cancelled = new Set<number | string>();
+/** The fake's own requests to the shim, waiting for its answer. */
+const asked = new Map<string, (frame: unknown) => void>();
+let askIds = 0;
 const answered = new Set<number | string>();
 
 function modelInfo(m: FakeModel) {
@@ -101,6 +106,12 @@ async function chat(id: number | string, params: { modelId: string; messages: ne
 			ignoreCancel = true;
 		} else if ('part' in step) {
 			send({ jsonrpc: '2.0', method: 'lm/responsePart', params: { requestId: id, part: step.part } });
+		} else if ('ask' in step) {
+			const askId = `lmbridge-${++askIds}`;
+			const answer = new Promise<unknown>(resolve => asked.set(askId, resolve));
+			send({ jsonrpc: '2.0', id: askId, method: step.ask.method, params: step.ask.params });
+			const frame = await answer;
+			send({ jsonrpc: '2.0', method: 'lm/responsePart', params: { requestId: id, part: { type: 'text', value: `answer: ${JSON.stringify(frame)}` } } });
 		} else if ('notify' in step) {
 			send({ jsonrpc: '2.0', method: step.notify, params: {} });
 		} else if ('sleep' in step) {
@@ -142,6 +153,11 @@ rl.on('line', line => {
 		return;
 	}
 	const { id, method, params } = msg;
+	if (method === undefined && typeof id === 'string' && asked.has(id)) {
+		asked.get(id)!(msg);
+		asked.delete(id);
+		return;
+	}
 	switch (method) {
 		case 'initialize':
 			if (mode === 'no-initialize') {

@@ -3,7 +3,7 @@
  * top-level `make test`) and its built-in demo agent. VS Code is the mock; the test plays
  * Copilot Chat's part: it sends the whole conversation each time, with a System message
  * first, invokes the tool the way VS Code does after the user's choice, and replays the
- * history as VS Code would after Allow, Skip and Stop (facts.md §1).
+ * history as VS Code would after Allow, Skip and Stop (docs/vscode.md).
  */
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';

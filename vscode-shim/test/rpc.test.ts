@@ -1,7 +1,7 @@
 /** JSON-RPC framing and routing (src/rpc.ts), fed byte by byte where it matters. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { RpcConnection, RpcRequestError } from '../src/rpc';
+import { counter, RpcConnection, RpcHandlerError, RpcRequestError } from '../src/rpc';
 import { MockLogOutputChannel } from './vscode-mock';
 
 function connection() {
@@ -94,10 +94,53 @@ describe('RpcConnection', () => {
 		assert.equal(log.matching('no usable id', 'warn').length, 1);
 	});
 
-	test('a request from the daemon gets "method not found" (the contract has none)', () => {
+	test('a request from the daemon without a handler gets "method not found"', async () => {
 		const { conn, written } = connection();
 		conn.feed('{"jsonrpc":"2.0","id":"d1","method":"fs/readTextFile","params":{}}\n');
+		await new Promise(resolve => setImmediate(resolve));
 		assert.deepEqual(written, [{ jsonrpc: '2.0', id: 'd1', error: { code: -32601, message: 'unknown method: fs/readTextFile' } }]);
+	});
+
+	test('the daemon\'s requests are answered once each: result, chosen error, or internal error', async () => {
+		const written: any[] = [];
+		const log = new MockLogOutputChannel('test');
+		const conn = new RpcConnection(line => written.push(JSON.parse(line)), () => undefined, log, counter(), async (method, params) => {
+			if (method === 'client/readTextFile') {
+				return { content: (params as any).path };
+			}
+			if (method === 'client/writeTextFile') {
+				return undefined; // answered {"result": null}
+			}
+			if (method === 'client/refused') {
+				throw new RpcHandlerError(-32602, 'outside the workspace', { path: '/etc' });
+			}
+			throw new Error('boom');
+		});
+		conn.feed('{"jsonrpc":"2.0","id":"lmbridge-1","method":"client/readTextFile","params":{"path":"/w/a"}}\n'
+			+ '{"jsonrpc":"2.0","id":"lmbridge-2","method":"client/writeTextFile","params":{}}\n'
+			+ '{"jsonrpc":"2.0","id":"lmbridge-3","method":"client/refused","params":{}}\n'
+			+ '{"jsonrpc":"2.0","id":"lmbridge-4","method":"client/other","params":{}}\n'
+			+ '{"jsonrpc":"2.0","id":{"bad":1},"method":"client/readTextFile","params":{}}\n');
+		await new Promise(resolve => setTimeout(resolve, 10));
+		const byId = new Map(written.map(f => [f.id, f]));
+		assert.equal(written.length, 4);
+		assert.deepEqual(byId.get('lmbridge-1'), { jsonrpc: '2.0', id: 'lmbridge-1', result: { content: '/w/a' } });
+		assert.deepEqual(byId.get('lmbridge-2'), { jsonrpc: '2.0', id: 'lmbridge-2', result: null });
+		assert.deepEqual(byId.get('lmbridge-3'), { jsonrpc: '2.0', id: 'lmbridge-3', error: { code: -32602, message: 'outside the workspace', data: { path: '/etc' } } });
+		assert.deepEqual(byId.get('lmbridge-4'), { jsonrpc: '2.0', id: 'lmbridge-4', error: { code: -32603, message: 'boom' } });
+		assert.equal(log.matching('no usable id', 'warn').length, 1);
+	});
+
+	test('a daemon request still running when the connection closes is not answered', async () => {
+		const written: any[] = [];
+		let release!: () => void;
+		const conn = new RpcConnection(line => written.push(JSON.parse(line)), () => undefined, new MockLogOutputChannel('test'), counter(),
+			() => new Promise(resolve => { release = () => resolve({}); }));
+		conn.feed('{"jsonrpc":"2.0","id":"lmbridge-1","method":"client/writeTextFile","params":{}}\n');
+		conn.close(new Error('daemon exited'));
+		release();
+		await new Promise(resolve => setTimeout(resolve, 10));
+		assert.deepEqual(written, []);
 	});
 
 	test('a forgotten request ignores its late answer', async () => {

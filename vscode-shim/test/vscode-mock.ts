@@ -4,6 +4,7 @@
  * types the shim builds and inspects; recording fakes for the UI it drives. Test-only
  * controls live on the exported `mock` object.
  */
+import * as nodeFs from 'fs';
 
 // ---------------------------------------------------------------- language model parts
 
@@ -23,7 +24,7 @@ export class LanguageModelToolResultPart {
 	constructor(public callId: string, public content: unknown[]) { }
 }
 
-/** What VS Code actually hands providers for tool results (facts.md §1). */
+/** What VS Code actually hands providers for tool results (docs/vscode.md). */
 export class LanguageModelToolResultPart2 extends LanguageModelToolResultPart { }
 
 export class LanguageModelDataPart {
@@ -176,6 +177,65 @@ export class Uri {
 	}
 }
 
+// ---------------------------------------------------------------- documents and edits
+
+export class Position {
+	constructor(readonly line: number, readonly character: number) { }
+}
+
+export class Range {
+	constructor(readonly start: Position, readonly end: Position) { }
+}
+
+type MockEdit = { kind: 'replace'; uri: Uri; range: Range; text: string } | { kind: 'create'; uri: Uri };
+
+export class WorkspaceEdit {
+	readonly edits: MockEdit[] = [];
+	replace(uri: Uri, range: Range, text: string): void {
+		this.edits.push({ kind: 'replace', uri, range, text });
+	}
+	insert(uri: Uri, position: Position, text: string): void {
+		this.edits.push({ kind: 'replace', uri, range: new Range(position, position), text });
+	}
+	createFile(uri: Uri, _options?: { ignoreIfExists?: boolean }): void {
+		this.edits.push({ kind: 'create', uri });
+	}
+}
+
+/** A text document: its text in memory (an edit makes it dirty), saved to disk by `save`. */
+export class MockTextDocument {
+	isDirty = false;
+	saves = 0;
+	/** The texts it had before each applied edit (what Ctrl+Z would go back through). */
+	readonly undo: string[] = [];
+	constructor(readonly uri: Uri, public text: string) { }
+	getText(): string {
+		return this.text;
+	}
+	positionAt(offset: number): Position {
+		const before = this.text.slice(0, Math.max(0, Math.min(offset, this.text.length)));
+		const lines = before.split('\n');
+		return new Position(lines.length - 1, lines[lines.length - 1].length);
+	}
+	offsetAt(position: Position): number {
+		const lines = this.text.split('\n');
+		let offset = 0;
+		for (let i = 0; i < position.line && i < lines.length; i++) {
+			offset += lines[i].length + 1;
+		}
+		return offset + position.character;
+	}
+	async save(): Promise<boolean> {
+		if (!this.isDirty) {
+			return false;
+		}
+		nodeFs.writeFileSync(this.uri.fsPath, this.text);
+		this.isDirty = false;
+		this.saves += 1;
+		return true;
+	}
+}
+
 // ---------------------------------------------------------------- the UI and the host
 
 export type LogLevelName = 'trace' | 'debug' | 'info' | 'warn' | 'error';
@@ -257,6 +317,8 @@ const state = {
 	channels: [] as MockLogOutputChannel[],
 	statusBarItems: [] as MockStatusBarItem[],
 	workspaceFolders: undefined as Array<{ uri: Uri; name: string; index: number }> | undefined,
+	documents: [] as MockTextDocument[],
+	appliedEdits: [] as WorkspaceEdit[],
 };
 
 export const workspace = {
@@ -287,6 +349,43 @@ export const workspace = {
 	onDidChangeConfiguration: state.configListeners.event,
 	get workspaceFolders() {
 		return state.workspaceFolders;
+	},
+	/** The documents VS Code has open (those a test opened with `mock.openDocument`, or read). */
+	get textDocuments(): MockTextDocument[] {
+		return state.documents;
+	},
+	async openTextDocument(uri: Uri): Promise<MockTextDocument> {
+		const open = state.documents.find(d => d.uri.fsPath === uri.fsPath);
+		if (open) {
+			return open;
+		}
+		const document = new MockTextDocument(uri, nodeFs.readFileSync(uri.fsPath, 'utf8'));
+		state.documents.push(document);
+		return document;
+	},
+	async applyEdit(edit: WorkspaceEdit): Promise<boolean> {
+		state.appliedEdits.push(edit);
+		for (const e of edit.edits) {
+			if (e.kind === 'create') {
+				if (!state.documents.some(d => d.uri.fsPath === e.uri.fsPath)) {
+					nodeFs.writeFileSync(e.uri.fsPath, '', { flag: 'a' });
+					state.documents.push(new MockTextDocument(e.uri, nodeFs.readFileSync(e.uri.fsPath, 'utf8')));
+				}
+				continue;
+			}
+			const document = await workspace.openTextDocument(e.uri);
+			const start = document.offsetAt(e.range.start);
+			const end = document.offsetAt(e.range.end);
+			document.undo.push(document.text);
+			document.text = document.text.slice(0, start) + e.text + document.text.slice(end);
+			document.isDirty = true;
+		}
+		return true;
+	},
+	fs: {
+		async stat(uri: Uri): Promise<{ size: number }> {
+			return { size: nodeFs.statSync(uri.fsPath).size };
+		},
 	},
 };
 
@@ -376,6 +475,16 @@ export const mock = {
 	setWorkspaceFolders(paths: string[] | undefined): void {
 		state.workspaceFolders = paths?.map((p, index) => ({ uri: Uri.file(p), name: p, index }));
 	},
+	/** Opens a document as an editor would, with `text` unsaved when given. */
+	openDocument(path: string, text?: string): MockTextDocument {
+		const document = new MockTextDocument(Uri.file(path), nodeFs.readFileSync(path, 'utf8'));
+		if (text !== undefined) {
+			document.text = text;
+			document.isDirty = true;
+		}
+		state.documents.push(document);
+		return document;
+	},
 	setThinkingPartAvailable(available: boolean): void {
 		LanguageModelThinkingPart = available ? MockThinkingPart : undefined;
 	},
@@ -400,6 +509,8 @@ export const mock = {
 		state.channels.length = 0;
 		state.statusBarItems.length = 0;
 		state.workspaceFolders = undefined;
+		state.documents.length = 0;
+		state.appliedEdits.length = 0;
 		LanguageModelThinkingPart = MockThinkingPart;
 	},
 	/** A minimal ExtensionContext (its extension folder has no bundled daemon; storage in `storage` when given). */

@@ -1,7 +1,7 @@
 """The ACP client connection: one agent subprocess spoken to over stdio.
 
-JSON-RPC 2.0, one object a line (ACP v1, facts.md §3). Written on anyio rather
-than with the SDK's connection because of its sharp edges (facts.md §4): it
+JSON-RPC 2.0, one object a line (docs/agents.md, "ACP as agents speak it"). Written on anyio rather
+than with the SDK's connection because of its sharp edges (docs/agents.md, "The ACP Python SDK"): it
 drops a whole ``session/update`` that fails validation, has a 64 KiB line
 limit, and sends nothing on cancel. ACP *types* come from the SDK's schema
 (``render``, ``session_actor``); this module only frames and routes.
@@ -37,7 +37,7 @@ from lmbridge.rpc import framing, record
 from lmbridge.rpc.framing import BadLines
 from lmbridge.rpc.jsonrpc import parse_json, usable_id
 
-AGENT_LINE = framing.AGENT_LINE  # bytes; agents send MB-long lines (facts.md §3), a longer one is dropped
+AGENT_LINE = framing.AGENT_LINE  # bytes; agents send MB-long lines (docs/agents.md), a longer one is dropped
 READ_SIZE = 256 * 1024  # bytes asked of the agent's stdout per read
 # Lines routed between two turns of the event loop: a read of short lines (an agent writing
 # non-JSON as fast as the pipe takes it: 130,000 lines a read, ~1 s idle, 10 s on a busy
@@ -60,7 +60,7 @@ class AgentError(Exception):
         self.data = error.get("data")
         self.message = clip(str(error.get("message", "error")), 500)  # the agent's own words
         # The reason is often in data.message (codex-acp puts the model API's message there,
-        # facts.md §5) or data.details (fast-agent; the ACP TypeScript SDK's internal errors:
+        # docs/agents.md) or data.details (fast-agent; the ACP TypeScript SDK's internal errors:
         # gemini-cli's session/load): "Internal error" alone says nothing.
         reason = error_reason(self.data)
         detail = f": {clip(reason, 2000)}" if isinstance(reason, str) and reason.strip() else ""
@@ -379,8 +379,8 @@ class AgentConnection:
         waiter.event.set()
 
     async def _drain_stderr(self, done: anyio.Event) -> None:
-        """Read stderr to its end (an undrained pipe fills up and blocks the agent, facts.md
-        §3): each line clipped to ``STDERR_LINE`` characters (a longer one is never held whole)
+        """Read stderr to its end (an undrained pipe fills up and blocks the agent,
+        docs/agents.md): each line clipped to ``STDERR_LINE`` characters (a longer one is never held whole)
         into ``stderr_tail``, and logged at a bounded rate (``framing.Throttle``)."""
         assert self.process.stderr is not None
         receive = self.process.stderr.receive

@@ -1,4 +1,4 @@
-"""The agent pool: one agent process per configured agent, shared by its chats (issue #11 §1).
+"""The agent pool: one agent process per configured agent, shared by its chats (docs/sessions.md, "One process per agent").
 
 A chat's session actor no longer starts an agent of its own: it asks the pool
 for the agent's ``AgentProcess`` and opens its ACP session on it. One process

@@ -1,4 +1,4 @@
-"""An agent's own models and modes as VS Code sees them (issue #11 §3). Pure: no I/O.
+"""An agent's own models and modes as VS Code sees them (docs/sessions.md, "The agent's models and modes"). Pure: no I/O.
 
 An ACP agent lists its settings in ``configOptions`` (in the answers to
 ``session/new``, ``session/resume``, ``session/load``): each a ``select`` with an

@@ -1,5 +1,5 @@
 """An agent that needs a login or a key: what the user is told, and what the daemon can do
-itself (issue #12 §2). Pure: no I/O.
+itself (docs/agents.md, "Signing in"). Pure: no I/O.
 
 ACP (schema v1 and the auth-methods RFD the agents already follow):
 

@@ -151,7 +151,7 @@ class Fingerprint:
     def matches(self, other: Fingerprint) -> bool:
         if self.call_ids or other.call_ids:
             # callIds are unique and ours, so any one identifies the message. VS Code
-            # replays only the tool calls that got a result (facts.md §1): Stop at the
+            # replays only the tool calls that got a result (docs/vscode.md, "Kept rounds"): Stop at the
             # second of two confirmations replays the first alone. So one side's
             # callIds may be a part of the other's.
             mine, theirs = set(self.call_ids), set(other.call_ids)
@@ -244,7 +244,7 @@ def conversation(messages: Sequence[Message]) -> list[Message]:
 def has_user_content(messages: Iterable[Message]) -> bool:
     """True when the messages hold something a user wrote: text or images in user
     messages. Tool results are not, nor are other data parts: Copilot adds
-    ``cache_control`` and ``stateful_marker`` parts of its own (facts.md §1)."""
+    ``cache_control`` and ``stateful_marker`` parts of its own (docs/vscode.md, "Copilot's data parts")."""
     return any(
         m.role == "user"
         and (
@@ -348,7 +348,7 @@ def late_note(pending: Sequence[Pending], results: dict[str, ToolResultPart]) ->
 
 
 def answer_for_tool(call_id: str, results: dict[str, ToolResultPart]) -> Answer:
-    """The answer a VS Code tool call gets (issue #4): its result, DECLINED when
+    """The answer a VS Code tool call gets (docs/tools.md): its result, DECLINED when
     VS Code's Skip text is all it holds, CANCELLED when it is absent (Stop).
 
     New user content beside a result does not withhold it: the tool already ran."""
@@ -460,7 +460,7 @@ def split_prompt(messages: Sequence[Message]) -> tuple[tuple[Message, ...], tupl
     """(context, prompt): the prompt is the last user turn, from the last user
     message with user content on (tool results after it stay with it). Earlier
     user turns with no answer after them were stopped by the user: they are
-    context (``transcript`` marks them so), never the request (issue #10, bug 6).
+    context (``transcript`` marks them so), never the request: after a Stop, a fresh session must not get the stopped request as the new one.
     A tail of tool results alone is the prompt as it is."""
     cut = len(messages)
     while cut > 0 and messages[cut - 1].role == "user":

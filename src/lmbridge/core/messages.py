@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 PROTOCOL_VERSION = 1
 
-#: The only text VS Code puts in a tool result when the user presses Skip (facts.md §1).
+#: The only text VS Code puts in a tool result when the user presses Skip (docs/vscode.md, "Skip and Stop").
 VSCODE_SKIP_TEXT = "The user chose to skip the tool call, they want to proceed without running it"
 
 StopReason = Literal["end_turn", "tool_calls", "cancelled", "max_tokens", "max_turn_requests", "refusal"]
@@ -100,14 +100,14 @@ class Message(_Wire):
 class MessageCache:
     """Validated ``Message``s by their JSON shape.
 
-    VS Code sends the whole conversation with every request (facts.md §1), so
+    VS Code sends the whole conversation with every request (docs/vscode.md), so
     a long chat would be validated again and again: with this cache each
     message is validated once and later requests reuse the (frozen, shared)
     Message objects, and with them their fingerprint memo. Bounded: two
     generations of at most ``limit`` messages or ``max_chars`` characters of keys
     each. The validated objects take several times their JSON's size (a 20,000-message,
     32 MiB bound let an agent's tool-call-heavy chats hold 180 MB more of the daemon's
-    RSS; issue #14's soak run): 8 MiB a generation still holds a 5,000-message chat.
+    RSS in the soak run, docs/reliability.md): 8 MiB a generation still holds a 5,000-message chat.
     """
 
     def __init__(self, limit: int = 10_000, max_chars: int = 8 * 2**20) -> None:
@@ -213,26 +213,28 @@ class ClientInfo(_Wire):
     version: str | None = None
 
 
-class ClientCapabilities(_Wire):
-    """What the client serves of the daemon's ``client/*`` methods (docs/protocol.md):
-    ``sessionState``: it takes ``client/sessionState`` notifications."""
+class ShimCapabilities(_Wire):
+    """``initialize``'s ``clientCapabilities``: what the shim serves of the daemon's
+    ``client/*`` requests and notifications (docs/protocol.md, "Daemon → shim"). Absent
+    (the console, replay, older shims): nothing, and the daemon sends no ``client/*``."""
 
-    fs: bool = False
-    terminal: bool = False
-    sessionState: bool = False
+    fs: bool = False  # client/readTextFile, client/writeTextFile
+    terminal: bool = False  # client/terminal/*
+    sessionState: bool = False  # client/sessionState
 
 
 class InitializeParams(_Wire):
     """``initialize``. ``userTurns``: what the agent gets of a Copilot-rendered user
     turn: ``"request"`` the user's words and attachments (``user_turn``), ``"verbatim"``
-    the text as it came (the shim's ``lmbridge.userTurns`` setting)."""
+    the text as it came (the shim's ``lmbridge.userTurns`` setting). ``clientCapabilities``:
+    what the shim serves of the daemon's requests (``ShimCapabilities``)."""
 
     protocolVersion: int
     clientInfo: ClientInfo | None = None
     workspaceFolders: list[str] = Field(default_factory=list)
     agents: list[AgentEntry] = Field(default_factory=list)
     userTurns: Literal["request", "verbatim"] = "request"
-    clientCapabilities: ClientCapabilities = Field(default_factory=ClientCapabilities)
+    clientCapabilities: ShimCapabilities = Field(default_factory=ShimCapabilities)
 
 
 class ChatInformationParams(_Wire):

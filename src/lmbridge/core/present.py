@@ -1,13 +1,13 @@
 """ACP ``session/update``s → wire response parts, as plain data (no I/O).
 
 One ``TurnRenderer`` lives for one agent session and turns each update into
-zero or more parts (issue #2, "Updates → parts"; seed 003 for part semantics):
+zero or more parts (docs/protocol.md has the parts):
 
 * ``agent_message_chunk`` → ``{"type": "text"}``; ``agent_thought_chunk`` →
   ``{"type": "thinking"}``; other content blocks become short markdown.
 * ``tool_call``, ``tool_call_update`` and a permission's ``toolCall`` are one
   create-or-update stream per ``toolCallId`` (agents send them in any order,
-  twice, or never: facts.md §3). A tool call renders as markdown text at most
+  twice, or never: docs/agents.md, "ACP as agents speak it"). A tool call renders as markdown text at most
   twice: when it starts and when it reaches a final status, never per update.
 * ``plan`` → a markdown checklist, only when the entries changed.
 * Unknown kinds, and fields that fail validation, are reported to ``warn``
@@ -59,7 +59,7 @@ IGNORED_KINDS = frozenset(
 )
 _ICONS = {"completed": "✓", "failed": "✗"}
 # fast-agent's toolCallId for a permission asked before it announced the call (its model
-# answer did not stream; facts.md §3): it names no tool call. Several permissions share
+# answer did not stream; docs/agents.md): it names no tool call. Several permissions share
 # it, and the call, once allowed, is announced under its own id.
 PLACEHOLDER_TOOL_CALL_IDS = frozenset({"pending"})
 
@@ -273,7 +273,7 @@ class TurnRenderer:
             state.declined = True
 
     def close(self) -> list[Part]:
-        """End of turn: tool calls left open are closed (facts.md §3: agents leave
+        """End of turn: tool calls left open are closed (docs/agents.md: agents leave
         them ``in_progress`` forever) and forgotten: a declined one as declined."""
         parts = [
             text_part(f"\n\n✗ {_title(s)} declined\n\n" if s.declined else f"\n\n_{clip(s.title or s.id, TITLE_LIMIT)}: ended without a result._\n\n")
@@ -346,7 +346,7 @@ def _preview(item: Any) -> str:
         new = (item.new_text or "").splitlines()
         if len(old) + len(new) > DIFF_LINES:
             # difflib is quadratic at worst and runs on the event loop: 60,000 lines held
-            # every chat for 11 s (issue #14). Past the bound, say what changed instead.
+            # every chat for 11 s (docs/reliability.md, "Bounds"). Past the bound, say what changed instead.
             return f"_{item.path}: {len(old)} → {len(new)} lines (too long to show as a diff)_"
         diff = list(difflib.unified_diff(old, new, item.path, item.path, lineterm="", n=1))
         return f"```diff\n{_clip(diff)}\n```"

@@ -2,7 +2,7 @@
 
 A turn's ``prompt`` messages become the content of one ``session/prompt``;
 its ``context`` (messages the agent has not seen that come before them, the
-whole conversation for a fresh session: issue #2 "Divergence") becomes one
+whole conversation for a fresh session: docs/architecture.md, "Divergence") becomes one
 leading text block that tells the agent what was said, so the agent's view
 equals VS Code's without re-sending anything it has seen.
 
@@ -141,7 +141,7 @@ def context_block(context: Sequence[Message], verbatim: bool = False) -> Block |
 
     A user turn followed by another user turn (or by the prompt) with no answer
     between them was stopped by the user: it is marked so (``STOPPED_NOTE``), so
-    the agent does not take it up again (issue #10, bug 6)."""
+    the agent does not take it up again."""
     if not context:
         return None
     actions = agent_actions(context)
@@ -168,7 +168,7 @@ def prompt_blocks(
     A Copilot-rendered user turn gives the user's words as a text block and each
     attachment as a ``resource`` block (``embedded_context``: the agent's
     ``promptCapabilities.embeddedContext``) or a ``resource_link``; the rest of
-    Copilot's scaffolding is dropped (issue #9), unless ``verbatim``.
+    Copilot's scaffolding is dropped (docs/vscode.md), unless ``verbatim``.
     ``images``: whether the agent's ``promptCapabilities.image`` allows image
     blocks; otherwise an image becomes a short text note. Data parts that are
     not images (Copilot's ``cache_control``/``stateful_marker``, JSON) are

@@ -1,4 +1,4 @@
-"""The turn lifecycle of one agent session: a pure state machine (issue #10).
+"""The turn lifecycle of one agent session: a pure state machine (docs/architecture.md, "The turn lifecycle").
 
 Rules of this file (after h11's ``_state.py``):
 
@@ -35,7 +35,7 @@ is the turn's, and the job is attached to it when there is one:
 ``CLOSED``     the session is over; every job and permission has been answered.
 
 Output of a turn that has ended (``IDLE``, ``STARTING``, ``DRAINING``) is never
-part of a later answer: it is dropped and counted (issue #16).
+part of a later answer: it is dropped and counted.
 
 Every timer is tagged with the sequence number of what started it (the gather
 window with the surfacing, the drain deadline with the prompt) and is stopped
@@ -69,7 +69,7 @@ DRAIN = 10.0
 START_NOTICE = 0.5
 #: Seconds between the lines that say a start still waits (after the first notice).
 START_PROGRESS = 10.0
-#: Bytes of text kept for the next request of an open turn (issue #16).
+#: Bytes of text kept for the next request of an open turn: bounded, so output nobody reads cannot grow without end.
 BUFFER_LIMIT = 1 << 20
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
 
@@ -134,7 +134,7 @@ class Ready:
     (``named``: the error already names the agent and says what failed). ``lost``: the
     session that is up has not seen the chat's earlier turns the agent held (a new
     session replaced one that could not be resumed or loaded): the next prompt tells
-    the whole conversation. A session resumed or loaded has not lost them (issue #11)."""
+    the whole conversation. A session resumed or loaded has not lost them (docs/sessions.md)."""
 
     error: str | None = None
     named: bool = False
@@ -335,7 +335,7 @@ class Died:
 class Detach:
     """The agent went away between turns (nothing was streaming or waiting): the session
     lives on, and the next job starts the agent again and takes its ACP session up
-    (issue #11: a crash of a shared process recovers every chat)."""
+    (a crash of a process shared by several chats recovers every chat)."""
 
 
 @dataclass(frozen=True)
@@ -495,7 +495,7 @@ class TurnMachine:
         self.prompt_seq = 0
         self.prompt_open = False
         self.generation = 0  # gather windows
-        self.watch = False  # the open prompt is the first after a cancel (agents' quirks, facts.md §5)
+        self.watch = False  # the open prompt is the first after a cancel (docs/agents.md, "Quirks")
         self.after_cancel = False  # the next prompt is
         self.recovering = False  # STARTING to recover the session after a cancel (no user waits on a start)
         # The prompt whose ACP session is being closed because it outlived its drain deadline
@@ -637,7 +637,7 @@ class TurnMachine:
         self._next_waiting()
 
     def _cancel_turn(self) -> None:
-        """ACP cancellation (facts.md §3): every call answered cancelled, ``session/cancel``
+        """ACP cancellation (docs/agents.md, "ACP as agents speak it"): every call answered cancelled, ``session/cancel``
         sent, and the turn's output from now on dropped."""
         for call_id in list(self.calls):
             self._answer(call_id, Answer.CANCELLED, None)
@@ -768,7 +768,7 @@ class TurnMachine:
         """Give a call to the streaming job and (re)start the gather window. Its tool call
         part goes out when the window closes, with the response's end (``tool_calls``): a
         permission the agent drops by ending its turn meanwhile never becomes a card that
-        nobody waits on (issue #14, "a dead permission card")."""
+        nobody waits on (a dead permission card)."""
         assert self.job is not None
         call.shown_in = self.job.id
         self.generation += 1
@@ -839,7 +839,7 @@ class TurnMachine:
             self.prompt_open = False
             self._fx.append(StopTimer(Timer.DRAIN))
             if ev.error is not None:
-                # Whatever ends a cancelled turn ends it as cancelled (facts.md §3).
+                # Whatever ends a cancelled turn ends it as cancelled: agents answer a cancel with end_turn or an error too.
                 self._fx.append(Log("info", "cancelled turn ended with an error", {"error": ev.error}))
             self.renderer.close()
             self._report_dropped()
@@ -863,7 +863,7 @@ class TurnMachine:
         empty = ev.error is None and ev.stop_reason == "end_turn" and not self.agent_output
         if self.watch and job.has_prompt and (empty or ev.error is not None):
             # The first prompt after a cancel failed or ended at once with nothing
-            # (claude-agent-acp, gemini-cli: facts.md §5): the agent's problem, not
+            # (claude-agent-acp, gemini-cli: docs/agents.md, "Quirks"): the agent's problem, not
             # the user's. A fresh ACP session gets the whole conversation.
             self.watch = False
             self._fx.append(Log("warning", "first turn after a cancel failed or was empty: the session is taken up again", {"agent": self.agent, "error": ev.error}))
@@ -885,7 +885,7 @@ class TurnMachine:
         if stop == "cancelled":
             # Nobody cancelled this turn (that one would be DRAINING): the agent ended it
             # itself. codex-acp ends the whole turn so when a permission is rejected
-            # (facts.md §5). For VS Code the response has simply ended: ``cancelled``
+            # (docs/agents.md, "Quirks"). For VS Code the response has simply ended: ``cancelled``
             # answers a $/cancelRequest only.
             self._fx.append(Log("info", "the agent cancelled its own turn", {"agent": self.agent}))
             stop = "end_turn"

@@ -1,4 +1,4 @@
-"""The user's words in a Copilot-rendered user turn (issue #9). Pure: no I/O.
+"""The user's words in a Copilot-rendered user turn (docs/vscode.md). Pure: no I/O.
 
 Rules of this module:
 
@@ -13,7 +13,7 @@ Rules of this module:
 Theory of operation
 -------------------
 In Agent mode Copilot Chat wraps the current user turn in its own scaffolding
-(facts.md §7; VS Code 1.139.1 / Copilot Chat 0.67.0, ``AgentUserMessage`` in
+(docs/vscode.md, "Copilot's scaffolding around the user's words"; VS Code 1.139.1 / Copilot Chat 0.67.0, ``AgentUserMessage`` in
 ``extensions/copilot/dist/extension.js``): a sequence of top-level elements
 such as ``<environment_info>``, ``<workspace_info>``, ``<userMemory>``,
 ``<sessionMemory>``, ``<repoMemory>``, ``<context>``, ``<reminderInstructions>``,

@@ -12,7 +12,7 @@ Config file (JSON)::
      "idleTimeout": 1800}
 
 An entry with no ``command`` names a **preset** (``PRESETS``: claude, codex, gemini,
-fast-agent, issue #12 §3): a known command with pinned package versions, a display name
+fast-agent, docs/agents.md "Presets"): a known command with pinned package versions, a display name
 and the sign-in hint; any field the entry gives wins over the preset's.
 """
 

@@ -140,7 +140,7 @@ class HistoryActor:
         self.cwds: dict[str, str | None] = {}  # session id → the cwd its agent session runs in
         self.active_at: dict[str, float] = {}  # session id → wall-clock time it was last used (the index's "saved")
         self._dirty = False  # the index is behind the core
-        # One process per agent, shared by its chats (issue #11); it exits once idle.
+        # One process per agent, shared by its chats (docs/sessions.md); it exits once idle.
         self.pool = AgentPool(
             idle_timeout, launcher=launcher, recorder=recorder, spares=spares, mcp_host=self._mcp_host,
             on_ready=lambda agent_id, caps: self._send.send_nowait(_Images(agent_id, caps.images)),
@@ -261,7 +261,7 @@ class HistoryActor:
 
     def prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
         """Start ``spec``'s agent process now (spawn + ``initialize``, and a spare session
-        where those are on), so the first chat does not wait for it (issue #11 §1)."""
+        where those are on), so the first chat does not wait for it (docs/sessions.md, "Pre-warming and the spare session")."""
         if self.closing:
             return
         assert self._tg is not None

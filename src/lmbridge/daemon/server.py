@@ -36,6 +36,7 @@ from lmbridge.core.messages import PROTOCOL_VERSION, AgentSpec, CancelParams, Ch
 from lmbridge.core.text import clip
 from lmbridge.daemon.catalog import merge, model_info
 from lmbridge.log import get_logger
+from lmbridge.rpc.channel import ShimChannel
 from lmbridge.rpc.framing import MAX_LINE, BadLines
 from lmbridge.rpc.jsonrpc import parse_json, usable_id
 
@@ -143,7 +144,6 @@ class Server:
         self.workspace: list[str] = []
         self.bad_lines = BadLines("shim stdin", log.warning)  # -32700 each; logged bounded
         self.verbatim = False  # initialize's userTurns: Copilot's user turns forwarded as they are
-        self.session_state_client = False  # initialize's clientCapabilities.sessionState: client/sessionState is sent
         # Model id → VS Code's model configuration last sent with it (what changed is the user's choice).
         self.configurations: dict[str, dict[str, Any]] = {}
         self.context_sizes: dict[str, int] = {}  # model id → the context window its agent's usage_update gave
@@ -151,7 +151,9 @@ class Server:
         self._cached_options: dict[str, Any] | None = None  # the state folder's agent options, read once
         self._cached_images: dict[str, bool] | None = None  # ... and which agents take images
         self.inflight: dict[Any, _Context] = {}  # requests being handled, by id (not null)
-        self.stray_responses = 0  # frames on stdin that were responses (never answered)
+        self.stray_responses = 0  # frames on stdin that were responses to no request in flight (never answered)
+        # Requests and notifications to the shim (client/*), and its answers.
+        self.client = ShimChannel(self.send)
         self._dispatching = 0  # request tasks running
         self.message_cache = MessageCache()  # chat histories come again with every request
         # stdout: encoded frames (bytes) and response parts ((request id, part))
@@ -224,6 +226,7 @@ class Server:
                     tg.start_soon(self._dispatch, line)
             if self.recorder is not None:
                 self.recorder.shim_eof()
+            self.client.close()  # no one reads our stdout any more: client/* requests fail at once
             log.info("stdin closed: shutting down" if not self._reading.cancel_called else "stopped by a signal: shutting down")
             await self._stop()
             # Requests read before EOF are still answered (their agents are gone,
@@ -313,11 +316,16 @@ class Server:
             self._error(None, -32600, "invalid request: not a JSON object")
             return
         if "method" not in request and ("result" in request or "error" in request):
-            # A response: the daemon sends the shim no requests, and answering a response
-            # would let two peers ping-pong errors. Never answered; logged once.
+            # A response: to one of the daemon's client/* requests, or to none (late, after
+            # its timeout, or never asked). Never answered: answering a response would let
+            # two peers ping-pong errors. One to no request is logged once, then counted.
+            if self.client.deliver(request):
+                return
             self.stray_responses += 1
             if self.stray_responses == 1:
                 log.warning("stdin: a response to no request, not answered (further ones are counted)", id=clip(repr(request.get("id")), 100))
+            elif self.stray_responses % 1000 == 0:
+                log.warning("stdin: responses to no request so far", count=self.stray_responses)
             return
         rid = request.get("id")
         if not (rid is None or usable_id(rid)):
@@ -377,8 +385,8 @@ class Server:
             message = f"invalid params: unsupported protocolVersion {p.protocolVersion}; this daemon speaks {PROTOCOL_VERSION}"
             return {"error": {"code": -32602, "message": message}}
         self.workspace = list(p.workspaceFolders)
+        self.client.set_capabilities(p.clientCapabilities.model_dump())
         self.verbatim = p.userTurns == "verbatim"
-        self.session_state_client = p.clientCapabilities.sessionState
         problems: list[str] = []
         if p.agents:
             self.agents = merge(self.config.agents, p.agents, problems=problems)
@@ -549,9 +557,9 @@ class Server:
             if isinstance(size, int) and size > 0 and self.context_sizes.get(model) != size:
                 self.context_sizes[model] = size
                 self._models_changed()
-            if self.session_state_client:
+            if self.client.offers("sessionState"):
                 params = {"chatId": chat, "modelId": model, **({"requestId": request_id} if request_id is not None else {}), **state}
-                self.send({"jsonrpc": "2.0", "method": "client/sessionState", "params": params})
+                self.client.notify("client/sessionState", params)
 
         return report
 

@@ -2,7 +2,7 @@
 
 It owns the chat's ACP session on its agent's shared process
 (``acp.process.AgentProcess``: one process per agent, sessions multiplexed by
-sessionId, issue #11) and the turn machine (``turn.TurnMachine``), and it decides nothing: everything it
+sessionId, docs/sessions.md) and the turn machine (``turn.TurnMachine``), and it decides nothing: everything it
 receives on its one mailbox (jobs, cancels, the agent's frames, prompt
 answers, MCP tool calls, timers) becomes a ``turn`` event, and it carries out
 the effects the machine returns. So the lifecycle's rules live in one pure
@@ -60,7 +60,7 @@ CLOSE_GRACE = 5.0
 WRITE_TIMEOUT = _seconds("LMBRIDGE_WRITE_TIMEOUT", 10.0)  # seconds one frame may take to reach an agent that stopped reading
 DRAIN_TIMEOUT = _seconds("LMBRIDGE_DRAIN_TIMEOUT", turn.DRAIN)
 START_NOTICE = _seconds("LMBRIDGE_START_NOTICE", turn.START_NOTICE)
-# Bytes of text kept for the next request while a permission card waits (issue #16).
+# Bytes of text kept for the next request while a permission card waits: bounded, so output nobody reads cannot grow without end.
 PENDING_OUTPUT = int(os.environ.get("LMBRIDGE_PENDING_OUTPUT_BYTES") or turn.BUFFER_LIMIT)
 
 Emit = Callable[[Part], Awaitable[None]]
@@ -724,7 +724,7 @@ class SessionActor:
 
     async def _recover_session(self, close: bool = True, take_up: bool = True) -> None:
         """The session cannot simply continue (``turn.NewSession``: the stale turn after a
-        cancel, facts.md §5; a cancelled turn that outlived its drain deadline): closed where
+        cancel, docs/agents.md "Quirks"; a cancelled turn that outlived its drain deadline): closed where
         the agent offers it (``close``), then taken up again (``take_up``:
         ``AcpSession.open(Resume)``), or, the old one left for good (its prompt still open),
         replaced by a fresh session told the conversation. For an agent whose profile says a
@@ -764,7 +764,7 @@ class SessionActor:
 
     async def _start_bridge(self, job: Job) -> None:
         """Offer the request's VS Code tools through the synthetic MCP server
-        (issue #4). Only a session whose first request carries tools gets one:
+        (docs/tools.md). Only a session whose first request carries tools gets one:
         ``mcpServers`` are fixed at ``session/new``."""
         tools = self._offered(job)
         if not tools:

@@ -1,4 +1,4 @@
-"""The persisted session index: which agent session each chat had (issue #11 §2).
+"""The persisted session index: which agent session each chat had (docs/sessions.md, "The session index").
 
 So that a new daemon (VS Code reloaded) continues the agent's own session
 rather than telling a fresh one the conversation. One JSON file,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from anyio.abc import Process
+from anyio.abc import Process, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from lmbridge import self_command
@@ -73,7 +73,7 @@ def approve(part: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def skip(part: Mapping[str, Any]) -> dict[str, Any]:
-    """What VS Code sends back when the user presses Skip (facts.md §1)."""
+    """What VS Code sends back when the user presses Skip (docs/vscode.md, "Skip and Stop")."""
     return tool_result(part["callId"], VSCODE_SKIP_TEXT)
 
 
@@ -123,6 +123,11 @@ class DaemonClient:
         self.unmatched: list[dict[str, Any]] = []  # frames that fit no request
         self.on_frame: Callable[[str, dict[str, Any]], None] | None = None  # ("in"/"out", frame)
         self.on_unmatched: Callable[[dict[str, Any]], None] | None = None  # each frame that fits no request
+        # The daemon's client/* requests (docs/protocol.md, "Daemon → shim"): (method, params) →
+        # the result, or raises ``RPCError`` for an error answer. None: each is answered -32601.
+        self.on_request: Callable[[str, Any], Awaitable[Any]] | None = None
+        self.requests: list[dict[str, Any]] = []  # the daemon's requests, as they came
+        self._tg: TaskGroup | None = None
 
     @classmethod
     @asynccontextmanager
@@ -145,6 +150,7 @@ class DaemonClient:
         )
         client = cls(process)
         async with anyio.create_task_group() as tg:
+            client._tg = tg
             tg.start_soon(client._read)
             try:
                 yield client
@@ -209,6 +215,11 @@ class DaemonClient:
             if call.on_part:
                 call.on_part(frame["params"]["part"])
             return
+        if "method" in frame and "id" in frame:
+            self.requests.append(frame)
+            if self._tg is not None:
+                self._tg.start_soon(self._answer, frame)
+            return
         if "method" in frame:
             self.notifications.append(frame)
             return
@@ -221,6 +232,21 @@ class DaemonClient:
         else:
             call.result = frame.get("result")
         call.done.set()
+
+    async def _answer(self, frame: dict[str, Any]) -> None:
+        """Answer one of the daemon's requests, as the shim would (``on_request``)."""
+        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": frame["id"]}
+        if self.on_request is None:
+            answer["error"] = {"code": -32601, "message": f"method not found: {frame.get('method')}"}
+        else:
+            try:
+                answer["result"] = await self.on_request(str(frame.get("method")), frame.get("params"))
+            except RPCError as exc:
+                answer["error"] = {"code": exc.code, "message": exc.message, **({"data": exc.data} if exc.data is not None else {})}
+        try:
+            await self.send_frame(answer)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass  # the daemon is gone
 
     async def send_raw(self, data: bytes | str) -> None:
         """Write bytes (or a str) to the daemon's stdin as they are."""
@@ -265,9 +291,16 @@ class DaemonClient:
         await self.send_frame({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": call.id}})
 
     async def initialize(
-        self, workspace: Sequence[str] = (), agents: Sequence[Mapping[str, Any]] = (), client_name: str = "lmbridge-client"
+        self,
+        workspace: Sequence[str] = (),
+        agents: Sequence[Mapping[str, Any]] = (),
+        client_name: str = "lmbridge-client",
+        capabilities: Mapping[str, bool] | None = None,
     ) -> Any:
+        """``initialize``; ``capabilities``: its ``clientCapabilities`` (what ``on_request`` serves)."""
         params: dict[str, Any] = {"protocolVersion": 1, "clientInfo": {"name": client_name, "version": "1"}}
+        if capabilities:
+            params["clientCapabilities"] = dict(capabilities)
         if workspace:
             params["workspaceFolders"] = list(workspace)
         if agents:

@@ -1,7 +1,7 @@
 """Newline-delimited JSON framing: the policy for lines that are not frames.
 
 Every link lmbridge speaks is one JSON object per line (the shim's stdio,
-each agent's stdio: ACP v1, facts.md §3). A line is at most ``MAX_LINE`` bytes
+each agent's stdio: docs/agents.md, "ACP as agents speak it"). A line is at most ``MAX_LINE`` bytes
 on the shim's stdin and ``AGENT_LINE`` on an agent's stdout; ``Lines`` splits
 an agent's output into lines and drops a longer one while it streams (it is
 never held whole: the daemon's memory stays bounded by the limit), handing on
@@ -27,7 +27,7 @@ from typing import Any
 
 #: Bytes in one line of the shim's stdin (a 10 MB chat request is fine; a longer line is skipped).
 MAX_LINE = 256 * 1024 * 1024
-#: Bytes in one line of an agent's stdout: agents send lines of megabytes (facts.md §3; the
+#: Bytes in one line of an agent's stdout: agents send lines of megabytes (docs/agents.md; the
 #: hostile agent's 60,000-line diff is ~1.4 MB); a longer line is dropped as it streams, so
 #: what the daemon holds of one line stays below this (docs/reliability.md, "Bounds").
 AGENT_LINE = 16 * 1024 * 1024

@@ -1,6 +1,6 @@
 """The synthetic MCP server: VS Code-provided tools offered to an agent.
 
-Seed 002 ("VS Code-Provided Tools"), issue #4. Each session has a ``ToolBridge``:
+docs/tools.md has the design. Each session has a ``ToolBridge``:
 an MCP server (the ``mcp`` SDK's low-level ``Server``) whose tool list is the
 request's ``options.tools`` (filtered per agent), and whose ``tools/call``
 becomes a ``tool_call`` part VS Code runs; the call waits until the next
@@ -89,7 +89,7 @@ def select_tools(tools: Sequence[ToolInfo], allow: Sequence[str] = (), deny: Seq
 
 def result_content(result: ToolResultPart) -> list[types.TextContent | types.ImageContent]:
     """A VS Code tool result as MCP content: text → text, images → image,
-    anything else but Copilot's markers (``DataPart.internal``) → JSON text (issue #4)."""
+    anything else but Copilot's markers (``DataPart.internal``) → JSON text (docs/tools.md, "What the agent sees")."""
     out: list[types.TextContent | types.ImageContent] = []
     for part in result.content:
         if isinstance(part, TextPart):

@@ -1,6 +1,6 @@
 """``lmbridge mcp-stdio``: the stdio face of the synthetic MCP server.
 
-The agent spawns this process as a stdio MCP server (issue #4); it connects to the
+The agent spawns this process as a stdio MCP server (docs/tools.md); it connects to the
 daemon's Unix socket, names the session whose VS Code tools it wants, and then copies
 bytes both ways. The MCP protocol itself is served by the daemon
 (``mcp_bridge.McpHost``), which serves this connection only when it comes from the
