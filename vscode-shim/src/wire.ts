@@ -95,7 +95,7 @@ export interface AgentSpec {
 	env?: Record<string, string>;
 	/** Which VS Code tools the agent is offered, as glob patterns on their names (docs/tools.md). */
 	tools?: { allow?: string[]; deny?: string[] };
-	/** The agent's mode (its `configOptions` option of category `mode`, e.g. claude's `acceptEdits`), set on each session. */
+	/** The agent's mode (its `configOptions` option of category `mode`, e.g. claude's `acceptEdits`), set on each new session unless the chat chose another. */
 	mode?: string;
 }
 
