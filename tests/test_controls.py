@@ -138,3 +138,18 @@ async def test_the_context_window_an_agent_reports_is_its_models_max_input_token
             listed = await c.request("lm/provideLanguageModelChatInformation", {})
             assert next(m for m in listed["models"] if m["id"] == agent.id)["maxInputTokens"] == 123456
             assert states(c) == []  # a client that did not say sessionState gets none
+
+
+async def test_commands_told_right_after_session_new_are_kept(scripted: Any, daemon: Any, tmp_path: Any) -> None:
+    """claude-agent-acp tells its commands just after answering session/new, before the
+    session is the chat's (and to the spare, before any chat takes it)."""
+    agent = scripted({"after_new": [COMMANDS], "default_turn": [{"text": "ok"}]})
+    with anyio.fail_after(LIMIT):
+        async with daemon(initialize=False) as c:
+            await initialize(c, [agent.spec], str(tmp_path))
+            first = await c.chat(agent.id, [user("hello")])
+            ok(first)
+            told = [s for s in states(c) if s.get("requestId") == first.id]
+            assert told and [x["name"] for x in told[-1]["commands"]] == ["compact", "review"]
+            ok(await c.chat(agent.id, [user("hello"), assistant(first.parts), user("//review it")]))
+    assert agent.frames("session/prompt")[-1]["params"]["prompt"][0]["text"] == "/review it"

@@ -38,6 +38,8 @@ Scenario JSON (all keys optional)::
                                      (with ignore_cancel: a turn that never ends early)
       "config_options": [...]        configOptions in the session/new, resume and load answers;
                                      session/set_config_option sets one (logged set_config_option)
+      "after_new": [update, ...]     session/update objects sent right after answering session/new,
+                                     before any prompt (claude-agent-acp tells its commands so)
       "modes": {...}                 ACP modes ({currentModeId, availableModes}) in the same answers;
                                      session/set_mode sets the session's (logged set_mode)
       "auth_required": {"message": s, "at": "new" | "prompt", "login_file": path}
@@ -561,6 +563,8 @@ class ScriptedAgent:
                 self.session_mcp[sid] = params.get("mcpServers") or []
             self.log_event("session_new", sessionId=sid, cwd=params.get("cwd"), mcpServers=params.get("mcpServers"))
             self.reply(rid, {"sessionId": sid, **self.config_answer(sid)})
+            for update in self.scenario.get("after_new", []):
+                self.update(sid, update)
         elif method in ("session/resume", "session/load"):
             self.take_up(rid, method, params)
         elif method == "session/close":

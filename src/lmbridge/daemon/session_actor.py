@@ -23,7 +23,7 @@ import math
 import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -233,6 +233,7 @@ class SessionActor:
         self._fresh = False  # the session was opened new: the chat's choices are all set before its first prompt
         self._report: Callable[[str, Any, dict[str, Any]], None] | None = None
         self._request_id: Any = None  # the shim's id of the latest request this chat got
+        self._early: list[Any] = []  # state updates of the session being opened, before its Ready
         self.machine = turn.TurnMachine(
             spec.name or spec.id,
             self._renderer(),
@@ -333,7 +334,7 @@ class SessionActor:
                 tg.cancel_scope.cancel()
 
     def _fail_unread(self) -> None:
-        """Jobs still in the mailbox (queued behind a close) end with an error."""
+        """Jobs and control requests still in the mailbox (queued behind a close) end with an error."""
         while True:
             try:
                 msg = self._mailbox.receive_nowait()
@@ -342,6 +343,10 @@ class SessionActor:
             if isinstance(msg, Job) and not msg.done.is_set():
                 msg.error = f"agent {self.spec.id!r}: its session has just ended; please retry"
                 msg.done.set()
+            request = msg if isinstance(msg, SetControl) else msg.request if isinstance(msg, _ControlSet) else None
+            if request is not None and not request.done.is_set():
+                request.error = "this chat's agent session has just ended; send a message first"
+                request.done.set()
         for job in self.jobs.values():  # a bug left it unanswered: never leave a request hanging
             if not job.done.is_set():
                 job.error = job.error or f"agent {self.spec.id!r}: its session has just ended; please retry"
@@ -382,11 +387,16 @@ class SessionActor:
             # The session a start opened is this actor's from here on: updates queued
             # before (session/load's replay of the history) were not for the user.
             event = msg
+            early, self._early = self._early, []
             if self._opened is not None:
                 opened, self._opened = self._opened, None
                 self.acp_session = opened.session_id
                 self.machine.reset_renderer(self._renderer())
-                self.state = session_state.opened({"configOptions": opened.config_options, "modes": opened.modes})
+                fresh = session_state.opened({"configOptions": opened.config_options, "modes": opened.modes})
+                # A session taken up again (or replaced) keeps the chat's commands and usage until the agent tells new ones.
+                self.state = replace(fresh, commands=fresh.commands or self.state.commands, usage=self.state.usage)
+                for change in early:
+                    self.state = session_state.update(self.state, change) or self.state
                 self._fresh = opened.how in ("new", "spare")
                 self._tell(self._request_id)
                 event = turn.Ready(msg.error, msg.named, opened.lost)
@@ -406,9 +416,14 @@ class SessionActor:
     async def _incoming(self, msg: Incoming) -> turn.Event | None:
         params = msg.params if isinstance(msg.params, dict) else {}
         if msg.method == "session/update" and msg.id is None and not msg.bad_id:
-            if params.get("sessionId") != self.acp_session:
-                return None  # a superseded ACP session
             change = params.get("update")
+            if params.get("sessionId") != self.acp_session:
+                # The session being opened may tell its state before it is the chat's (claude's
+                # commands, just after session/new): kept for its Ready. Else a superseded session.
+                state_kind = isinstance(change, dict) and change.get("sessionUpdate") in session_state.STATE_KINDS
+                if state_kind and params.get("sessionId") == self.acp.id and len(self._early) < 16:
+                    self._early.append(change)
+                return None
             if isinstance(change, dict) and change.get("sessionUpdate") in session_state.STATE_KINDS:
                 new = session_state.update(self.state, change)
                 if new is not None:
@@ -704,6 +719,11 @@ class SessionActor:
                     answer = {"configOptions": await self.acp.set_config_option(request.control_id, request.value)}
             except (AgentError, AgentExited) as exc:
                 self._send.send_nowait(_ControlSet(request, error=f"the agent refused: {exc}" if str(exc) else "the agent refused"))
+            except BaseException:  # the actor stops (its task group cancelled): never leave the caller waiting
+                if not request.done.is_set():
+                    request.error = "this chat's agent session has just ended; send a message first"
+                    request.done.set()
+                raise
             else:
                 self._send.send_nowait(_ControlSet(request, answer))
 
