@@ -39,6 +39,12 @@ from lmbridge.devtools.client import DaemonClient
 # a test starts without its own XDG_STATE_HOME gets this run's scratch one.
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="lmbridge-test-state-")
 
+# The stuck-agent bound (docs/reliability.md, "Bounds": 20 s of silence on a session request) is
+# a wall-clock bound a busy machine breaks: claude-agent-acp's session/resume takes 2-5 s idle and
+# was seen silent 20 s at load 16 on 2 cores. Tests not about stuck agents get 10x and more; those
+# that are (tests/test_stuck_agent.py, the hostile agent, the soak) set their own.
+os.environ.setdefault("LMBRIDGE_SESSION_TIMEOUT", "120")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Hypothesis's default 200 ms deadline per example is a wall-clock bound that a busy CI

@@ -368,11 +368,11 @@ async def test_the_index_keeps_when_each_chat_was_last_used(scripted: Any, daemo
 
 
 def rendered(words: str, *, current: bool) -> dict[str, Any]:
-    """A user turn as Copilot renders it (the current one in full scaffolding, an earlier
+    """A user message as Copilot renders it (the current one in full scaffolding, an earlier
     one with less): every turn of every chat shares most of its lines with the others."""
     from tests.real_agent import copilot
 
-    return copilot.user_turn(words, current=current)
+    return copilot.user_message(words, current=current)
 
 
 def copilot_request(turns: list[tuple[str, Any]], new: str, workspace: Path) -> list[dict[str, Any]]:

@@ -167,7 +167,7 @@ def test_script_stop_drops_the_round_and_the_next_message_works(tmp_path: Path) 
     assert not (tmp_path / "scratch" / "notes.txt").exists()
     assert "You said: Just say hi." in streamed_text(out)
     first, second = sent_chat_requests(out)
-    # The next request holds both user turns and neither the stopped round nor a result.
+    # The next request holds both user messages and neither the stopped round nor a result.
     assert [m["role"] for m in second["params"]["messages"]] == ["user", "user"]
     assert "tool_call" not in json.dumps(second["params"]["messages"])
     # Nothing went to the daemon between the stop and the next message.
@@ -354,7 +354,7 @@ def test_pty_ctrl_c_cancels_then_quits(tmp_path: Path) -> None:
         child.expect("You said: hello after the cancel")
         child.expect(PROMPT)
 
-        # The history holds the cancelled user turn without an answer.
+        # The history holds the cancelled user message without an answer.
         child.sendline("/history")
         child.expect(r"history: 3 message\(s\)")
         child.expect(PROMPT)

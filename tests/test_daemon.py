@@ -5,7 +5,7 @@ with scripted ACP agents (``tests/agents/scripted_agent.py``, one log per agent 
 conversation tests share one daemon per module (``shared``, unique model ids), tests of
 the daemon's lifetime, options and wire errors start their own (``daemon``). Each plays
 VS Code's part: it replays the history the way VS Code does (``assistant(parts)``, tool results
-as user messages, Copilot's re-rendered system and user turns), then checks both ends:
+as user messages, Copilot's re-rendered system and user messages), then checks both ends:
 what the shim received (parts, results, errors) and what the agent received (its log:
 prompts, permission outcomes, cancels, sessions, processes).
 """
@@ -512,11 +512,11 @@ async def test_output_while_no_request_streams_is_kept_for_the_next_response(scr
 # ---------------------------------------------------------------- history and sessions
 
 
-async def test_chats_whose_turns_were_all_stopped_are_found_by_their_user_turns(scripted: Any, shared: Any) -> None:
+async def test_chats_whose_turns_were_all_stopped_are_found_by_their_user_messages(scripted: Any, shared: Any) -> None:
     def asking(handle: str) -> list[dict[str, Any]]:
         return [{"text": "I need permission."}, {"permission": {}, "id": handle}, {"await": handle}]
 
-    # Same answers everywhere: only the (re-rendered) user turns tell the two chats apart.
+    # Same answers everywhere: only the (re-rendered) user messages tell the two chats apart.
     agent = scripted({"turns": [asking("p1"), asking("p2"), [{"text": "Finally an answer."}]], "turns_per_session": True})
     chats = {
         "A": ["please fix the login bug", "the one in auth.py", "just answer"],
@@ -541,7 +541,7 @@ async def test_chats_whose_turns_were_all_stopped_are_found_by_their_user_turns(
 
 
 async def test_two_concurrent_chats_never_cross(scripted: Any, shared: Any) -> None:
-    # Both chats get the same first answer: only their user turns tell them apart.
+    # Both chats get the same first answer: only their user messages tell them apart.
     agent = scripted({"turns": [[{"sleep": 0.2}, {"text": "Same answer."}], [{"text": "Second answer."}]], "turns_per_session": True})
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
@@ -836,7 +836,7 @@ async def test_cancelled_partial_answer_dropped_by_vscode(scripted: Any, shared:
             await eventually(lambda: call.parts, what="the first part")
             await c.cancel(call)
             await call.done.wait()
-            # VS Code shows the stopped turn without its answer: only user turns remain.
+            # VS Code shows the stopped turn without its answer: only user messages remain.
             history = [user("first question"), user("second question")]
             second = await c.chat(agent.id, history)
             ok(second)

@@ -53,7 +53,7 @@ def test_table_covers_every_combination():
     assert set(CLASSIFICATION) == {(ack, last, new) for ack in (True, False) for last in Last for new in (True, False)}
 
 
-def test_new_chat_single_user_turn_even_if_text_equals_another_chat():
+def test_new_chat_single_user_message_even_if_text_equals_another_chat():
     core = HistoryCore()
     s1, _ = start(core, "same")
     turn = core.begin("m", [sysm("copilot"), u("same")], 2)
@@ -117,14 +117,14 @@ def test_stopped_absent_tool_call_cancels_and_prompts():
     sid, hist = start(core)
     turn = core.begin("m", hist + [u("write it")], 2)
     core.end(sid, fp(a("asking", "c1")), Last.PENDING, [Pending("c1", "T1")], 3)
-    # Stop pressed at the confirmation: the round is gone, the user turn stays.
+    # Stop pressed at the confirmation: the round is gone, the user message stays.
     turn = core.begin("m", hist + [u("write it"), u("never mind")], 4)
     assert (turn.kind, turn.session_id) == (Kind.STOPPED, sid)
     assert turn.answers == {"c1": Answer.CANCELLED} and turn.cancel_first
     assert turn.prompt == (u("never mind"),) and turn.context == ()
 
 
-def test_stopped_first_turn_is_matched_by_user_turns():
+def test_stopped_first_turn_is_matched_by_user_messages():
     core = HistoryCore()
     sid, _ = start(core, "please write notes", a("asking", "c1"), last=Last.PENDING, pending=[Pending("c1", "T")])
     turn = core.begin("m", [sysm("changed"), u("please write notes"), u("stop that")], 2)
@@ -190,11 +190,11 @@ def test_the_end_of_a_turn_a_later_request_overtook_is_not_recorded():
     first = core.begin("m", [u("one")], 0)
     second = core.begin("m", [u("one"), u("two")], 1)
     assert (second.kind, second.session_id, second.number) == (Kind.CONTINUATION, first.session_id, first.number + 1)
-    assert not core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 2, turn=first.number)
+    assert not core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 2, request=first.number)
     s = core.sessions[first.session_id]
     assert s.busy and len(s.items) == 2 and s.last is Last.DONE
-    assert core.end(first.session_id, fp(a("answer two")), Last.DONE, [], 3, turn=second.number)
-    assert not core.end(first.session_id, fp(a("again")), Last.CANCELLED, [], 4, turn=second.number)  # once
+    assert core.end(first.session_id, fp(a("answer two")), Last.DONE, [], 3, request=second.number)
+    assert not core.end(first.session_id, fp(a("again")), Last.CANCELLED, [], 4, request=second.number)  # once
     nxt = core.begin("m", [u("one"), u("two"), a("answer two"), u("three")], 5)
     assert (nxt.kind, nxt.session_id, nxt.prompt) == (Kind.CONTINUATION, first.session_id, (u("three"),))
 
@@ -204,10 +204,10 @@ def test_a_stop_recorded_before_the_next_request_is_matched():
     continues the session; the session actor's own later report of the same end is dropped."""
     core = HistoryCore()
     first = core.begin("m", [u("one")], 0)
-    assert core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 1, turn=first.number)
+    assert core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 1, request=first.number)
     turn = core.begin("m", [u("one"), a("partial"), u("two")], 2)
     assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, first.session_id)
-    assert not core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 3, turn=first.number)
+    assert not core.end(first.session_id, fp(a("partial")), Last.CANCELLED, [], 3, request=first.number)
     assert core.sessions[first.session_id].busy
 
 
@@ -224,7 +224,7 @@ def test_cancelled_before_any_output_continues():
     [
         # regenerate: the last answer dropped, nothing new
         lambda h: h[:-1],
-        # edit the last user turn after a finished answer
+        # edit the last user message after a finished answer
         lambda h: h[:-2] + [u("edited")],
         # an earlier turn edited: history shorter than what the agent saw
         lambda h: h[:1],
@@ -254,7 +254,7 @@ def test_stop_then_retry_is_divergence():
     turn = core.begin("m", [u("zero"), a("answer to zero"), u("write")], 2)  # unrelated: no match
     assert turn.fresh
     turn = core.begin("m", hist[:1] + [u("retry")], 3)
-    assert turn.kind is Kind.STOPPED  # matched by user turns; new content → a new prompt
+    assert turn.kind is Kind.STOPPED  # matched by user messages; new content → a new prompt
 
 
 def test_tool_result_for_an_unknown_call_after_done_is_divergence():
@@ -534,7 +534,7 @@ REMINDERS = (
 
 
 def cur(words: str, date: str = "2026-11-25") -> Message:
-    """A user turn as Copilot renders the current one: full scaffolding around the words."""
+    """A user message as Copilot renders the current one: full scaffolding around the words."""
     return u(f"<context>\nThe current date is {date}.\n</context>\n{REMINDERS}<userRequest>\n{words}\n</userRequest>\n")
 
 
@@ -553,7 +553,7 @@ def copilot_chat(core: HistoryCore, words: str, answer: Message, now: float, **e
 
 def test_identical_answers_and_different_words_never_swap():
     # Chat A "remember alpha", chat B "remember bravo", the agent answers "OK" to both;
-    # every user turn shares most of its lines with every other (Copilot's scaffolding).
+    # every user message shares most of its lines with every other (Copilot's scaffolding).
     core = HistoryCore()
     sa, ha = copilot_chat(core, "remember alpha", a("OK"), 0)
     sb, hb = copilot_chat(core, "remember bravo", a("OK"), 1)  # B is the more recent

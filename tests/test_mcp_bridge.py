@@ -13,7 +13,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from lmbridge.acp.process import Capabilities
+from lmbridge.acp.process import AgentFeatures
 from lmbridge.core.messages import ToolInfo, ToolResultPart
 from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
 from lmbridge.tools.mcp_bridge import CLOSED_TEXT, McpHost, ToolBridge, ToolCall, result_content, same_tools, select_tools, server_name
@@ -67,12 +67,12 @@ def test_same_tools(spare: list[ToolInfo], chat: list[ToolInfo], same: bool) -> 
 
 def test_agents_with_one_mcp_registry_per_process():
     fast = {"protocolVersion": 1, "agentCapabilities": {}, "agentInfo": {"name": "fast-agent-acp", "version": "0.10.48"}}
-    assert Capabilities.of(fast).profile.shared_mcp_registry
-    assert not Capabilities.of(fast).profile.keeps_spare  # its sessions could not be taken up beside a spare
+    assert AgentFeatures.of(fast).profile.shared_mcp_registry
+    assert not AgentFeatures.of(fast).profile.keeps_spare  # its sessions could not be taken up beside a spare
     for name in ("gemini-cli", "codex-acp", "@zed-industries/claude-agent-acp", "other-agent"):
-        assert Capabilities.of({"agentInfo": {"name": name}}).profile.keeps_spare
+        assert AgentFeatures.of({"agentInfo": {"name": name}}).profile.keeps_spare
     for other in ({"agentInfo": {"name": "claude-agent-acp"}}, {"agentInfo": "fast-agent-acp"}, {}):
-        assert not Capabilities.of(other).profile.shared_mcp_registry
+        assert not AgentFeatures.of(other).profile.shared_mcp_registry
     assert server_name("s1") == "vscode" and server_name("s1", per_session=True) == "vscode-s1"
 
 

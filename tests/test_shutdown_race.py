@@ -24,7 +24,7 @@ from conftest import alive
 from structlog.processors import format_exc_info
 from structlog.testing import capture_logs
 
-from lmbridge.acp.connection import AgentConnection, AgentExited
+from lmbridge.acp.connection import AgentConnection, AgentUnavailable
 from lmbridge.acp.process import AgentPool
 from lmbridge.core.messages import PROTOCOL_VERSION, AgentSpec
 from lmbridge.daemon.server import AGENT_FAILED, SHUTTING_DOWN, Config, Server, Stdout
@@ -170,7 +170,7 @@ async def test_a_closed_pool_starts_no_agent_and_one_spawned_as_it_closes_is_sto
             async def connect() -> None:
                 try:
                     await proc.connect(object(), anyio.create_memory_object_stream[Any](math.inf)[0])
-                except AgentExited as exc:
+                except AgentUnavailable as exc:
                     failed.append(exc)
 
             tg.start_soon(connect)
@@ -180,7 +180,7 @@ async def test_a_closed_pool_starts_no_agent_and_one_spawned_as_it_closes_is_sto
         assert [str(e) for e in failed] == [f"agent {spec.id!r} stopped: the daemon is shutting down"]
         (pid,) = agent.pids()
         await until(lambda: not alive(pid), "the agent spawned as the pool closed to be stopped")
-        with pytest.raises(AgentExited, match="not started: the daemon is shutting down"):
+        with pytest.raises(AgentUnavailable, match="not started: the daemon is shutting down"):
             await proc.connect(object(), anyio.create_memory_object_stream[Any](math.inf)[0])
     assert len(agent.pids()) == 1
 

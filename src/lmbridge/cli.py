@@ -11,8 +11,12 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lmbridge import __version__
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 
@@ -68,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     serve.add_argument("--log-level", default=None, choices=LOG_LEVELS, help="default: $LMBRIDGE_LOG_LEVEL, else info")
     serve.add_argument("--log-json", action="store_true", help="log JSON lines on stderr")
+    serve.add_argument("--debug-idle", action="store_true", help="answer debug/idle once every task waits (replay's step signal; docs/protocol.md)")
     serve.add_argument(
         "--record", type=Path, metavar="FILE",
         help="write every frame on every link to FILE, secrets redacted (docs/recording.md); implies --no-state",
@@ -147,6 +152,23 @@ def _flag(name: str, default: bool) -> bool:
     return True if value in ("1", "true", "yes", "on") else False if value in ("0", "false", "no", "off") else default
 
 
+def _number(given: float | None, flag: str, parse: Callable[[str], float], valid: Callable[[float], bool], what: str) -> float | None:
+    """A number from its ``flag``, else from its variable ($LMBRIDGE_ and the flag's name
+    in capitals), else None. Raises ``ValueError`` naming the flag or variable and ``what``
+    it must be."""
+    variable = "LMBRIDGE_" + flag.removeprefix("--").replace("-", "_").upper()
+    source = flag
+    if given is None and os.environ.get(variable):
+        source = "$" + variable
+        try:
+            given = parse(os.environ[variable])
+        except ValueError:
+            raise ValueError(f"{source} must be {what}") from None
+    if given is not None and not valid(given):
+        raise ValueError(f"{source} must be {what}")
+    return given
+
+
 def _serve(args: argparse.Namespace) -> int:
     import anyio
 
@@ -167,28 +189,17 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     if args.idle_timeout is not None:
         config.idle_timeout = args.idle_timeout
-    if args.max_agent_processes is None and os.environ.get("LMBRIDGE_MAX_AGENT_PROCESSES"):
-        try:
-            args.max_agent_processes = int(os.environ["LMBRIDGE_MAX_AGENT_PROCESSES"])
-        except ValueError:
-            print("lmbridge serve: $LMBRIDGE_MAX_AGENT_PROCESSES must be a whole number", file=sys.stderr)
-            return 2
-    if args.max_agent_processes is not None:
-        if args.max_agent_processes < 1:
-            print("lmbridge serve: --max-agent-processes must be at least 1", file=sys.stderr)
-            return 2
-        config.max_processes = args.max_agent_processes
-    if args.session_wait is None and os.environ.get("LMBRIDGE_SESSION_WAIT"):
-        try:
-            args.session_wait = float(os.environ["LMBRIDGE_SESSION_WAIT"])
-        except ValueError:
-            print("lmbridge serve: $LMBRIDGE_SESSION_WAIT must be a number of seconds", file=sys.stderr)
-            return 2
-    if args.session_wait is not None:
-        if not math.isfinite(args.session_wait) or args.session_wait < 0:
-            print("lmbridge serve: --session-wait must be a number of seconds, at least 0", file=sys.stderr)
-            return 2
-        config.session_wait = args.session_wait
+    config.debug_idle = args.debug_idle
+    try:
+        processes = _number(args.max_agent_processes, "--max-agent-processes", int, lambda n: n >= 1, "a whole number, at least 1")
+        wait = _number(args.session_wait, "--session-wait", float, lambda n: math.isfinite(n) and n >= 0, "a number of seconds, at least 0")
+    except ValueError as exc:
+        print(f"lmbridge serve: {exc}", file=sys.stderr)
+        return 2
+    if processes is not None:
+        config.max_processes = int(processes)
+    if wait is not None:
+        config.session_wait = wait
     if not args.no_state and args.record is None:  # a recording replays without an index
         from lmbridge.daemon.session_index import SessionIndex
 

@@ -7,7 +7,7 @@ the shim forwards from the real panel, not a tidy version of it (docs/vscode.md)
 - a **system** message, Copilot's own prompt (15 KB), with a ``cache_control`` data part;
 - a user message holding only Copilot's **global context** (``<environment_info>``,
   ``<workspace_info>``, memories): no turn of the user's;
-- each user turn wrapped in Copilot's scaffolding (``<context>`` with the date,
+- each user message wrapped in Copilot's scaffolding (``<context>`` with the date,
   ``<reminderInstructions>``, then ``<userRequest>``), the current one ending with a
   ``cache_control`` data part; earlier turns replayed with less scaffolding;
 - tool results as one user message each, with a ``cache_control`` part beside the result;
@@ -16,7 +16,7 @@ the shim forwards from the real panel, not a tidy version of it (docs/vscode.md)
 
 ``Conversation`` keeps one chat's history the way VS Code does: ``ask`` a turn, ``answered``
 the response, ``result`` a tool result (``approve``/``skip`` of lmbridge.devtools.client), ``stopped``
-for Stop (the round dropped, the user turn kept).
+for Stop (the round dropped, the user message kept).
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def _reminders() -> str:
     return text[start : text.index("</reminderInstructions>") + len("</reminderInstructions>")]
 
 
-def user_turn(text: str, *, current: bool = True, date: str = "2026-11-25") -> dict[str, Any]:
-    """A user turn as Copilot renders it: the current turn in full scaffolding with a
+def user_message(text: str, *, current: bool = True, date: str = "2026-11-25") -> dict[str, Any]:
+    """A user message as Copilot renders it: the current turn in full scaffolding with a
     ``cache_control`` part, an earlier one with the date and the request only."""
     body = f"<context>\nThe current date is {date}.\n</context>\n"
     if current:
@@ -90,21 +90,21 @@ class Conversation:
 
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
-        self._turns: list[dict[str, Any]] = []  # user turns, responses and tool results, in order
+        self._turns: list[dict[str, Any]] = []  # user messages, responses and tool results, in order
         self._texts: list[str | None] = []  # the user's words of each entry of _turns (None: not a turn)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
         """The request's ``messages``: system, global context, then the turns, the last
-        user turn rendered as current."""
+        user message rendered as current."""
         last_turn = max((i for i, t in enumerate(self._texts) if t is not None), default=-1)
         out = [system_message(), global_context(self.workspace)]
         for index, (message, text) in enumerate(zip(self._turns, self._texts, strict=True)):
-            out.append(user_turn(text, current=index == last_turn) if text is not None else copy.deepcopy(message))
+            out.append(user_message(text, current=index == last_turn) if text is not None else copy.deepcopy(message))
         return out
 
     def ask(self, text: str) -> list[dict[str, Any]]:
-        """A new user turn; returns the messages to send."""
+        """A new user message; returns the messages to send."""
         self._turns.append({})
         self._texts.append(text)
         return self.messages
@@ -124,8 +124,8 @@ class Conversation:
         return self.messages
 
     def stopped(self) -> None:
-        """The user pressed Stop during the last user turn's answer: what answered it (its
-        responses and tool results) is dropped from the history, the user turn stays,
+        """The user pressed Stop during the last user message's answer: what answered it (its
+        responses and tool results) is dropped from the history, the user message stays,
         unanswered (lmbridge.devtools.client.without_last_round)."""
         last_turn = max(i for i, t in enumerate(self._texts) if t is not None)
         del self._turns[last_turn + 1 :], self._texts[last_turn + 1 :]

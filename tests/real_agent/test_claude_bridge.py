@@ -89,7 +89,7 @@ async def test_stop_does_not_run_and_the_next_request_is_answered_promptly(tmp_p
         async with bridge(tmp_path, fake) as client:
             with anyio.fail_after(TIMEOUT):
                 history, _ = await ask_for_bash(client, marker)
-                # Stop at the confirmation: VS Code drops the round, keeps the user turn.
+                # Stop at the confirmation: VS Code drops the round, keeps the user message.
                 started = time.monotonic()
                 call = await client.chat("claude", history[:1] + [user("Never mind, just say hi.")], timeout=TIMEOUT)
                 elapsed = time.monotonic() - started

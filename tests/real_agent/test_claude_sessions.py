@@ -101,7 +101,7 @@ async def test_after_a_daemon_restart_the_agent_still_holds_the_first_turn(tmp_p
         assert call.error is None and "Still here." in text_of(call)
         last = fake.main_requests()[-1]
         assert remembers_first_turn(last, f"touch {marker}")
-        # Continued, not told: no transcript of the conversation in the new user turn.
+        # Continued, not told: no transcript of the conversation in the new user message.
         assert "<conversation" not in str(last["messages"][-1]["content"])
     assert log_of(tmp_path).count("how=session/resume") == 1
 

@@ -252,7 +252,7 @@ async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path) -> Non
             conv = Conversation(workspace(tmp_path))
             with anyio.fail_after(TIMEOUT):
                 await ask_for_command(client, conv, "Please create ran.txt", marker)
-                conv.stopped()  # Stop at the card: VS Code drops the round, keeps the user turn
+                conv.stopped()  # Stop at the card: VS Code drops the round, keeps the user message
                 started = time.monotonic()
                 call = await chat(client, conv.ask("Never mind, just say hi."))
                 elapsed = time.monotonic() - started

@@ -388,7 +388,7 @@ async def test_after_a_daemon_restart_the_agent_still_holds_the_first_turn(tmp_p
         assert call.error is None and "Still here." in text_of(call), (call.error, text_of(call))
         last = fake.completions()[-1]
         assert remembers_first_turn(last, f"touch {marker}")
-        # Continued, not told: the new user turn alone, no transcript of the conversation.
+        # Continued, not told: the new user message alone, no transcript of the conversation.
         assert last["messages"][-1] == {"role": "user", "content": "And now?"}, last["messages"][-1]
     assert (tmp_path / "daemon.stderr").read_text(errors="replace").count("how=session/resume") == 1
 

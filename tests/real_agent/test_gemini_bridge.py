@@ -1,6 +1,6 @@
 """The real gemini-cli 0.61.0 through the real daemon, driven over the wire protocol with
 Copilot-shaped requests (tests/real_agent/copilot.py: Copilot's system prompt, its global
-context, scaffolded user turns, cache_control parts, Agent mode's 40-odd tools), against
+context, scaffolded user messages, cache_control parts, Agent mode's 40-odd tools), against
 the fake Gemini API (tests/fakes/fake_gemini.py).
 
 Each test asserts on real effects: a file on disk, what the fake model received (its
@@ -370,7 +370,7 @@ PNG_1PX = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEh
 
 
 def with_attachment_and_image(messages: list[dict[str, Any]], notes: Path | None, image: bool) -> list[dict[str, Any]]:
-    """The current user turn with ``notes`` attached the way Copilot renders it
+    """The current user message with ``notes`` attached the way Copilot renders it
     (``<attachments>`` before ``<userRequest>``) and a pasted image (a data part)."""
     turn = messages[-1]["content"]
     if notes is not None:

@@ -6,6 +6,7 @@ import * as os from 'os';
 import * as path from 'path';
 import type { ThinkingDisplay } from './convert';
 import type { LaunchSpec } from './daemon';
+import { DEFAULT_REGISTRY_URL } from './registry';
 import type { AgentSpec } from './wire';
 
 export const SECTION = 'lmbridge';
@@ -31,6 +32,8 @@ export interface Settings {
 	spareSession: boolean;
 	/** Seconds a new chat over the session cap waits for a free session (the daemon's $LMBRIDGE_SESSION_WAIT). */
 	sessionWait: number;
+	/** The ACP registry feed's URL (a machine setting: it chooses what can be installed); empty: no registry. */
+	registryUrl: string;
 }
 
 /**
@@ -39,7 +42,7 @@ export interface Settings {
  * settings only, never from a workspace's `.vscode/settings.json`; `readSettings` reads
  * them from the user's value alone too, whatever VS Code passes.
  */
-export const MACHINE_SETTINGS = ['agents', 'daemon.command', 'daemon.args', 'daemon.env', 'pythonPath'] as const;
+export const MACHINE_SETTINGS = ['agents', 'daemon.command', 'daemon.args', 'daemon.env', 'pythonPath', 'registry.url'] as const;
 
 /** Settings whose change requires a fresh daemon (it reads them at start-up). */
 export const DAEMON_SETTINGS = ['agents', 'daemon', 'pythonPath', 'logLevel', 'userTurns', 'maxAgentProcesses', 'prewarm', 'spareSession', 'sessionWait'].map(k => `${SECTION}.${k}`);
@@ -199,7 +202,13 @@ export function readSettings(config: ConfigLike): Settings {
 		prewarm: typeof config.get('prewarm') === 'boolean' ? config.get<boolean>('prewarm')! : DEFAULTS.prewarm,
 		spareSession: typeof config.get('spareSession') === 'boolean' ? config.get<boolean>('spareSession')! : DEFAULTS.spareSession,
 		sessionWait: seconds(config.get('sessionWait')) ?? DEFAULTS.sessionWait,
+		registryUrl: registryUrl(machineValue(config, 'registry.url')),
 	};
+}
+
+/** The feed's URL: the default when unset (or not a string), empty when the user set it empty. */
+function registryUrl(value: unknown): string {
+	return typeof value === 'string' ? value.trim() : DEFAULT_REGISTRY_URL;
 }
 
 function seconds(value: unknown): number | undefined {

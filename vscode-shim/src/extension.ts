@@ -15,6 +15,7 @@ import { importAgents } from './import';
 import { readTextFile, writeTextFile } from './files';
 import { manageAgents } from './manage';
 import { LmBridgeProvider } from './provider';
+import type { Fetch } from './registry';
 import { AGENT_ACTION_TOOLS, InitializeParams, Method, PROTOCOL_VERSION } from './wire';
 
 export const VENDOR = 'lmbridge';
@@ -39,6 +40,8 @@ export interface LmBridgeApi {
 /** Test seams: the daemon client's options, and the bootstrap's process runner and platform. */
 export interface ActivateOverrides extends Partial<DaemonClientOptions> {
 	bootstrap?: Partial<Pick<BootstrapDeps, 'run' | 'platform' | 'env' | 'withProgress' | 'storageDir' | 'wheelDir'>>;
+	/** The ACP registry's downloads (the feed, binary agents). */
+	fetchImpl?: Fetch;
 }
 
 let active: DaemonClient | undefined;
@@ -72,7 +75,7 @@ export function initializeParams(version: string, current: Settings = settings()
 }
 
 export function activate(context: vscode.ExtensionContext, overrides: ActivateOverrides = {}): LmBridgeApi {
-	const { bootstrap: bootstrapOverrides, ...clientOverrides } = overrides;
+	const { bootstrap: bootstrapOverrides, fetchImpl, ...clientOverrides } = overrides;
 	const log = vscode.window.createOutputChannel('lmbridge', { log: true });
 	const version = String((context.extension?.packageJSON as { version?: string } | undefined)?.version ?? '0.0.0');
 
@@ -88,8 +91,9 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 
 	// The daemon: the user's (pythonPath, daemon.command, PATH) or the one the vsix carries.
 	const extensionPath = context.extensionUri?.fsPath ?? context.extensionPath ?? path.resolve(__dirname, '..');
+	const storageDir = context.globalStorageUri?.fsPath ?? path.join(extensionPath, '.storage');
 	const bootstrap = new DaemonBootstrap({
-		storageDir: context.globalStorageUri?.fsPath ?? path.join(extensionPath, '.storage'),
+		storageDir,
 		wheelDir: path.join(extensionPath, 'daemon'),
 		log,
 		...bootstrapOverrides,
@@ -128,6 +132,10 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		...AGENT_ACTION_TOOLS.map(name => vscode.lm.registerTool(name, tool)),
 		vscode.commands.registerCommand(COMMANDS.manage, () => manageAgents({
 			presets: () => daemon.request(Method.agentPresets, {}),
+			registry: (feed, platform) => daemon.request(Method.agentRegistry, { feed, ...(platform ? { platform } : {}) }),
+			registryUrl: () => settings().registryUrl,
+			storageDir,
+			fetchImpl,
 			log,
 			openSettings,
 		})),

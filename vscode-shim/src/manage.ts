@@ -1,18 +1,27 @@
 /**
  * "lmbridge: Manage ACP Agents" (also the gear beside "ACP Agents" in the model picker):
- * a quick pick of the agents the daemon knows by id (`agents/presets`), the configured ones
- * marked, and "Open Settings". Picking a preset adds `{"id": …}` to the user's
- * `lmbridge.agents`; the settings change restarts the daemon with it (extension.ts).
- * The item building and the settings edit are pure and tested; the UI is a thin wrapper.
+ * a quick pick of the agents of the ACP registry feed (`lmbridge.registry.url`, fetched and
+ * cached by registry.ts, read by the daemon: `agents/registry`), then the agents the daemon
+ * knows by id (`agents/presets`: the fallback when the registry cannot be reached), the
+ * configured ones marked, updates offered, and "Open Settings". Picking a preset adds
+ * `{"id": …}` to the user's `lmbridge.agents`; picking a registry agent installs it (after the
+ * user confirms what will run) and adds its entry; the settings change restarts the daemon
+ * with it (extension.ts). The item building and the settings edit are pure and tested; the
+ * UI is a thin wrapper.
  */
 import * as vscode from 'vscode';
-import type { AgentPreset, AgentPresetsResult } from './wire';
+import { commandLine, Fetch, installAgent, loadFeed, registryPlatform, RegistryEntry, removeOtherVersions } from './registry';
+import type { AgentPreset, AgentPresetsResult, RegistryAgent } from './wire';
 
 export const OPEN_SETTINGS_ITEM = 'Open Settings';
 
 export interface ManageItem extends vscode.QuickPickItem {
 	/** The preset this item adds; absent for "Open Settings" and separators. */
 	presetId?: string;
+	/** The registry agent this item installs (or updates). */
+	registryAgent?: RegistryAgent;
+	/** A registry agent installed at another version than the feed's. */
+	update?: boolean;
 	configured?: boolean;
 	openSettings?: true;
 }
@@ -30,6 +39,23 @@ export function configuredIds(agents: unknown): Set<string> {
 	return ids;
 }
 
+/**
+ * The configured agents by id: the registry version an entry was installed at (its
+ * `registry.version`), or null for an entry that did not come from the registry.
+ */
+export function installedVersions(agents: unknown): Map<string, string | null> {
+	const out = new Map<string, string | null>();
+	if (Array.isArray(agents)) {
+		for (const a of agents) {
+			const e = a as { id?: unknown; registry?: { version?: unknown } } | null;
+			if (typeof e === 'object' && e !== null && typeof e.id === 'string') {
+				out.set(e.id.trim(), typeof e.registry?.version === 'string' ? e.registry.version : null);
+			}
+		}
+	}
+	return out;
+}
+
 /** The daemon's answer, keeping only well-formed presets. */
 export function presetsFromWire(result: unknown): AgentPreset[] {
 	const presets = (result as AgentPresetsResult | undefined)?.presets;
@@ -40,16 +66,85 @@ export function presetsFromWire(result: unknown): AgentPreset[] {
 		typeof p === 'object' && p !== null && typeof p.id === 'string' && !!p.id && typeof p.name === 'string');
 }
 
+/** The daemon's `agents/registry` answer, keeping only well-formed agents. */
+export function registryFromWire(result: unknown): { agents: RegistryAgent[]; problems: string[] } {
+	const r = result as { agents?: unknown; problems?: unknown } | undefined;
+	const agents = Array.isArray(r?.agents) ? r!.agents.filter((a): a is RegistryAgent => {
+		const x = a as Partial<RegistryAgent> | null;
+		return typeof x === 'object' && x !== null && typeof x.id === 'string' && !!x.id && typeof x.name === 'string'
+			&& typeof x.version === 'string' && ['npx', 'uvx', 'binary'].includes(String(x.distribution)) && Array.isArray(x.args);
+	}) : [];
+	const problems = Array.isArray(r?.problems) ? r!.problems.filter((p): p is string => typeof p === 'string') : [];
+	return { agents, problems };
+}
+
 /** One line saying how the preset starts: `npx -y @zed-industries/claude-agent-acp@0.23.1`. */
 export function presetCommandLine(preset: AgentPreset): string {
 	return [preset.command ?? '', ...(Array.isArray(preset.args) ? preset.args : [])].filter(Boolean).join(' ');
 }
 
-/** The quick pick's items: each preset (configured ones marked), then "Open Settings". */
-export function manageItems(presets: AgentPreset[], configured: Set<string>, problem?: string): ManageItem[] {
-	const items: ManageItem[] = presets.map(preset => {
+const sentence = (text: string | undefined) => (text?.trim() ? text.trim().replace(/([^.!?])$/, '$1.') : '');
+
+/** What the registry part of the quick pick shows: its agents, or why there are none. */
+export interface RegistryView {
+	agents: RegistryAgent[];
+	/** The configured agents (`installedVersions` of the user's lmbridge.agents). */
+	installed: Map<string, string | null>;
+	/** Set when the feed came from the cache: when it was fetched. */
+	cachedAt?: string;
+	/** Why the feed could not be had (then `agents` is empty), or why it is the cached copy. */
+	problem?: string;
+}
+
+/** The registry's items: a separator, each agent (installed ones marked, updates offered). */
+export function registryItems(view: RegistryView): ManageItem[] {
+	const heading = view.cachedAt ? `ACP Registry (cached ${view.cachedAt.slice(0, 10)})` : 'ACP Registry';
+	const items: ManageItem[] = [{ label: heading, kind: vscode.QuickPickItemKind.Separator }];
+	if (view.agents.length === 0) {
+		items.push({
+			label: '$(warning) The ACP registry could not be read',
+			description: 'lmbridge.registry.url',
+			detail: view.problem ? `${view.problem}. The built-in agents below need no registry.` : 'It lists no agents for this platform.',
+			openSettings: true,
+		});
+		return items;
+	}
+	for (const agent of view.agents) {
+		const installed = view.installed.get(agent.id);
+		const item: ManageItem = { label: agent.name, registryAgent: agent, configured: installed !== undefined };
+		if (installed === undefined) {
+			item.description = `${agent.id} · ${agent.version} · ${agent.distribution}`;
+		} else if (installed === null) {
+			item.label = `$(check) ${agent.name}`;
+			item.description = `${agent.id} · in lmbridge.agents, not from the registry`;
+		} else if (installed !== agent.version) {
+			item.label = `$(arrow-up) ${agent.name}`;
+			item.description = `${agent.id} · update ${installed} → ${agent.version}`;
+			item.update = true;
+		} else {
+			item.label = `$(check) ${agent.name}`;
+			item.description = `${agent.id} · ${agent.version} · installed`;
+		}
+		const detail = sentence(agent.description);
+		if (detail) {
+			item.detail = detail;
+		}
+		items.push(item);
+	}
+	return items;
+}
+
+/**
+ * The quick pick's items: the registry's (when given), each preset (configured ones marked),
+ * then "Open Settings".
+ */
+export function manageItems(presets: AgentPreset[], configured: Set<string>, problem?: string, registry?: RegistryView): ManageItem[] {
+	const items: ManageItem[] = registry ? registryItems(registry) : [];
+	if (registry && presets.length > 0) {
+		items.push({ label: 'Built in', kind: vscode.QuickPickItemKind.Separator });
+	}
+	for (const preset of presets) {
 		const isConfigured = configured.has(preset.id);
-		const sentence = (text: string | undefined) => (text?.trim() ? text.trim().replace(/([^.!?])$/, '$1.') : '');
 		const detail = [sentence(preset.description), preset.requires ? sentence(`Needs ${preset.requires}`) : ''].filter(Boolean).join(' ');
 		const item: ManageItem = {
 			label: isConfigured ? `$(check) ${preset.name}` : preset.name,
@@ -60,8 +155,8 @@ export function manageItems(presets: AgentPreset[], configured: Set<string>, pro
 		if (detail) {
 			item.detail = detail;
 		}
-		return item;
-	});
+		items.push(item);
+	}
 	if (items.length > 0) {
 		items.push({ label: '', kind: vscode.QuickPickItemKind.Separator });
 	}
@@ -80,24 +175,100 @@ export function withPreset(globalAgents: unknown, id: string): unknown[] {
 	return configuredIds(current).has(id) ? current : [...current, { id }];
 }
 
+/**
+ * The new user-level `lmbridge.agents` with a registry agent's entry added, or replacing the
+ * entry it installed before (an update: what the user added to it, such as `env` keys, a
+ * `mode` or `tools`, is kept; the registry's command, args and version are the new ones).
+ * Throws when the id is taken by an entry that did not come from the registry.
+ */
+export function withRegistryEntry(globalAgents: unknown, entry: RegistryEntry): unknown[] {
+	const current = Array.isArray(globalAgents) ? [...globalAgents] : [];
+	const index = current.findIndex(a => typeof a === 'object' && a !== null && (a as { id?: unknown }).id === entry.id);
+	if (index < 0) {
+		return [...current, entry];
+	}
+	const old = current[index] as Record<string, unknown>;
+	if (typeof old.registry !== 'object' || old.registry === null) {
+		throw new Error(`lmbridge.agents already has an agent "${entry.id}" of your own: rename it first`);
+	}
+	const oldEnv = typeof old.env === 'object' && old.env !== null ? old.env as Record<string, string> : {};
+	const env = { ...(entry.env ?? {}), ...oldEnv };
+	const merged: Record<string, unknown> = { ...old, ...entry };
+	if (Object.keys(env).length > 0) {
+		merged.env = env;
+	}
+	current[index] = merged;
+	return current;
+}
+
+/** The confirmation's text: what installing the agent will download and run. */
+export function installPrompt(agent: RegistryAgent, update?: string): { message: string; detail: string } {
+	const message = update ? `Update ${agent.name} from ${update} to ${agent.version}?` : `Install ${agent.name} ${agent.version} from the ACP registry?`;
+	const lines: string[] = [];
+	if (agent.distribution === 'binary') {
+		lines.push(`lmbridge downloads ${agent.archive} into its storage, unpacks it and runs ${commandLine(agent.cmd ?? '', agent.args)} from there as the agent.`);
+		lines.push(agent.sha256 ? `The download must match the registry's sha256 ${agent.sha256.toLowerCase()}.` : 'The registry gives no checksum for this download.');
+	} else {
+		lines.push(`The agent runs as: ${commandLine(agent.command ?? '', agent.args)}`);
+		lines.push(agent.distribution === 'npx' ? `npx fetches the package from the npm registry when the agent first starts (Node.js needed).` : `uvx fetches the package from PyPI when the agent first starts (uv needed).`);
+	}
+	if (Object.keys(agent.env).length > 0) {
+		lines.push(`Its environment: ${Object.keys(agent.env).join(', ')}.`);
+	}
+	lines.push('It can read, edit and run in your workspace when you use it in a chat, as your other agents can.');
+	return { message, detail: lines.join('\n\n') };
+}
+
 export interface ManageDeps {
 	/** `agents/presets` from the daemon. */
 	presets(): Promise<unknown>;
+	/** `agents/registry` from the daemon, for a feed and this platform. */
+	registry?(feed: unknown, platform: string | undefined): Promise<unknown>;
+	/** The feed's URL (`lmbridge.registry.url`, the user's value only); empty: no registry. */
+	registryUrl?(): string;
+	/** The extension's storage (the feed's cache, binary agents). */
+	storageDir?: string;
+	fetchImpl?: Fetch;
 	log: vscode.LogOutputChannel;
 	openSettings(): Thenable<unknown>;
 }
 
-/** The command. Resolves with the id added, if any. */
+async function registryView(deps: ManageDeps, installed: Map<string, string | null>): Promise<RegistryView | undefined> {
+	const url = deps.registryUrl?.().trim();
+	if (!url || !deps.registry || !deps.storageDir) {
+		return undefined;
+	}
+	try {
+		const feed = await loadFeed(url, deps.storageDir, deps.fetchImpl);
+		if (feed.problem) {
+			deps.log.warn(`the ACP registry at ${url} could not be read (${feed.problem}); using the copy fetched ${feed.fetchedAt}`);
+		}
+		const { agents, problems } = registryFromWire(await deps.registry(feed.feed, registryPlatform()));
+		for (const problem of problems) {
+			deps.log.info(`ACP registry: ${problem}`);
+		}
+		return { agents, installed, ...(feed.from === 'cache' ? { cachedAt: feed.fetchedAt, problem: feed.problem } : {}) };
+	} catch (err) {
+		const reason = err instanceof Error ? err.message : String(err);
+		deps.log.warn(`the ACP registry at ${url} could not be read: ${reason}`);
+		return { agents: [], installed, problem: reason };
+	}
+}
+
+/** The command. Resolves with the id added or updated, if any. */
 export async function manageAgents(deps: ManageDeps): Promise<string | undefined> {
 	const config = () => vscode.workspace.getConfiguration('lmbridge');
-	const items = deps.presets().then(
-		result => manageItems(presetsFromWire(result), configuredIds(config().inspect<unknown[]>('agents')?.globalValue)),
-		err => {
-			const reason = err instanceof Error ? err.message : String(err);
-			deps.log.warn(`could not list the agent presets: ${reason}`);
-			return manageItems([], new Set(), `The daemon did not list its agents (${reason}); add them in the settings.`);
-		},
-	);
+	const globalAgents = () => config().inspect<unknown[]>('agents')?.globalValue;
+	const items = Promise.all([
+		deps.presets().then(presetsFromWire, err => err instanceof Error ? err : new Error(String(err))),
+		registryView(deps, installedVersions(globalAgents())),
+	]).then(([presets, registry]) => {
+		if (presets instanceof Error) {
+			deps.log.warn(`could not list the agent presets: ${presets.message}`);
+			return manageItems([], new Set(), `The daemon did not list its agents (${presets.message}); add them in the settings.`, registry);
+		}
+		return manageItems(presets, configuredIds(globalAgents()), undefined, registry);
+	});
 	const picked = await vscode.window.showQuickPick(items, {
 		title: 'ACP Agents',
 		placeHolder: 'Pick an agent to add to the model picker',
@@ -106,6 +277,9 @@ export async function manageAgents(deps: ManageDeps): Promise<string | undefined
 	});
 	if (!picked) {
 		return undefined;
+	}
+	if (picked.registryAgent) {
+		return installFromRegistry(deps, picked);
 	}
 	if (picked.openSettings || !picked.presetId) {
 		await deps.openSettings();
@@ -126,4 +300,43 @@ export async function manageAgents(deps: ManageDeps): Promise<string | undefined
 	// A machine setting (config.ts MACHINE_SETTINGS): the user's value is the only one.
 	void vscode.window.showInformationMessage(`${name} was added: pick it in the chat's model picker, under ACP Agents.`);
 	return picked.presetId;
+}
+
+/** Installs (or updates) the picked registry agent, once the user confirms what will run. */
+async function installFromRegistry(deps: ManageDeps, picked: ManageItem): Promise<string | undefined> {
+	const agent = picked.registryAgent!;
+	const config = () => vscode.workspace.getConfiguration('lmbridge');
+	const installed = installedVersions(config().inspect<unknown[]>('agents')?.globalValue).get(agent.id);
+	if (installed !== undefined && !picked.update) {
+		const choice = await vscode.window.showInformationMessage(installed === null
+			? `lmbridge.agents already has an agent "${agent.id}" of your own: ${agent.name} from the registry would replace it; rename yours first.`
+			: `${agent.name} ${agent.version} is installed: pick it in the chat's model picker, under ACP Agents.`, OPEN_SETTINGS_ITEM);
+		if (choice === OPEN_SETTINGS_ITEM) {
+			await deps.openSettings();
+		}
+		return undefined;
+	}
+	const action = picked.update ? 'Update' : 'Install';
+	const prompt = installPrompt(agent, picked.update ? installed ?? undefined : undefined);
+	if (await vscode.window.showInformationMessage(prompt.message, { modal: true, detail: prompt.detail }, action) !== action) {
+		return undefined;
+	}
+	let entry: RegistryEntry;
+	try {
+		entry = await vscode.window.withProgress(
+			{ location: vscode.ProgressLocation.Notification, title: `${action === 'Update' ? 'Updating' : 'Installing'} ${agent.name}` },
+			progress => installAgent(agent, { storageDir: deps.storageDir!, fetchImpl: deps.fetchImpl, report: message => progress.report({ message }) }));
+		await config().update('agents', withRegistryEntry(config().inspect<unknown[]>('agents')?.globalValue, entry), vscode.ConfigurationTarget.Global);
+	} catch (err) {
+		const reason = err instanceof Error ? err.message : String(err);
+		deps.log.error(`could not install ${agent.id} ${agent.version} from the ACP registry: ${reason}`);
+		void vscode.window.showErrorMessage(`${agent.name} was not installed: ${reason}`);
+		return undefined;
+	}
+	deps.log.info(`${action === 'Update' ? 'updated' : 'installed'} ${agent.id} ${agent.version} (${agent.distribution}) from the ACP registry: ${commandLine(entry.command, entry.args)}`);
+	if (agent.distribution === 'binary') {
+		removeOtherVersions(deps.storageDir!, agent.id, agent.version);
+	}
+	void vscode.window.showInformationMessage(`${agent.name} ${agent.version} was ${action === 'Update' ? 'updated' : 'installed'}: pick it in the chat's model picker, under ACP Agents.`);
+	return agent.id;
 }

@@ -38,6 +38,8 @@ export const Method = {
 	shutdown: 'shutdown',
 	/** The agents the daemon knows by id alone (`{"id": "claude"}` in lmbridge.agents). */
 	agentPresets: 'agents/presets',
+	/** The agents of an ACP registry feed the shim fetched, for this platform. */
+	agentRegistry: 'agents/registry',
 	/** Notification daemon → shim while a chat response runs. */
 	responsePart: 'lm/responsePart',
 	/** Notification daemon → shim: the models changed (an agent's own models were learnt). */
@@ -162,6 +164,37 @@ export interface AgentPreset {
 	args?: string[];
 }
 export interface AgentPresetsResult { presets: AgentPreset[] }
+
+/** `agents/registry` params: the feed (`registry.json`) as fetched, and the registry's name of this platform. */
+export interface AgentRegistryParams { feed: unknown; platform?: string }
+
+/**
+ * One agent of the ACP registry feed, by the distribution the daemon chose for this platform
+ * (`npx`, then `uvx`, then `binary`). `npx`/`uvx`: `command` and `args` start it. `binary`:
+ * `archive` (with `sha256` where the registry gives one) is unpacked and `cmd` (relative to
+ * the unpacked folder) run with `args`.
+ */
+export interface RegistryAgent {
+	id: string;
+	name: string;
+	version: string;
+	description: string;
+	website?: string;
+	repository?: string;
+	license?: string;
+	distribution: 'npx' | 'uvx' | 'binary';
+	command?: string;
+	args: string[];
+	env: Record<string, string>;
+	archive?: string;
+	sha256?: string;
+	cmd?: string;
+}
+export interface AgentRegistryResult {
+	agents: RegistryAgent[];
+	/** Entries left out, and why (no distribution for this platform, malformed, …). */
+	problems: string[];
+}
 
 /** A command to run in a terminal to sign in to an agent. */
 export interface LoginCommand { command: string; args?: string[]; env?: Record<string, string> }

@@ -8,6 +8,7 @@ import type * as vscode from 'vscode';
 import { BUILD_REQUIREMENTS, REQUIREMENTS } from '../src/bootstrap';
 import { launchSpec, MACHINE_SETTINGS, parseAgents, PRESET_IDS, readSettings, workspaceMachineSettings } from '../src/config';
 import { activate, COMMANDS, deactivate, LmBridgeApi, VENDOR } from '../src/extension';
+import { DEFAULT_REGISTRY_URL } from '../src/registry';
 import { FAKE_DAEMON, isAlive, tempDir, waitFor } from './helpers';
 import { CancellationTokenSource, LanguageModelChatMessage, mock } from './vscode-mock';
 import { AGENT_ACTION_TOOLS } from '../src/wire';
@@ -64,7 +65,7 @@ describe('readSettings and launchSpec', () => {
 	test('a workspace value of a setting that chooses what runs is ignored, even when VS Code passes it on', () => {
 		const workspace: Record<string, unknown> = {
 			'daemon.command': '/repo/evil', 'daemon.args': ['serve', '--record', '/home/me/.bashrc'], 'daemon.env': { PYTHONPATH: '/repo' },
-			pythonPath: '/repo/python', agents: [{ id: 'x', command: '/repo/x' }], logLevel: 'debug',
+			pythonPath: '/repo/python', agents: [{ id: 'x', command: '/repo/x' }], logLevel: 'debug', 'registry.url': 'https://evil.example/registry.json',
 		};
 		const user: Record<string, unknown> = { 'daemon.env': { A: '1' } };
 		const defaults: Record<string, unknown> = { 'daemon.command': 'lmbridge', 'daemon.args': ['serve'], pythonPath: '', agents: [] };
@@ -76,7 +77,8 @@ describe('readSettings and launchSpec', () => {
 		assert.deepEqual(launchSpec(s).command, 'lmbridge');
 		assert.deepEqual(launchSpec(s).args, ['serve']);
 		assert.deepEqual([s.daemonEnv, s.pythonPath, s.agents, s.daemonCommandSet, s.logLevel], [{ A: '1' }, '', [], false, 'debug']);
-		assert.deepEqual(workspaceMachineSettings(leaky), ['lmbridge.agents', 'lmbridge.daemon.command', 'lmbridge.daemon.args', 'lmbridge.daemon.env', 'lmbridge.pythonPath']);
+		assert.equal(s.registryUrl, DEFAULT_REGISTRY_URL, 'a workspace cannot choose the registry agents are installed from');
+		assert.deepEqual(workspaceMachineSettings(leaky), ['lmbridge.agents', 'lmbridge.daemon.command', 'lmbridge.daemon.args', 'lmbridge.daemon.env', 'lmbridge.pythonPath', 'lmbridge.registry.url']);
 	});
 	test('~ expands to the home folder', () => {
 		assert.ok(!launchSpec(readSettings(config({ pythonPath: '~/venv/bin/python' }))).command.startsWith('~'));
@@ -193,7 +195,8 @@ describe('package.json contributions', () => {
 		const properties = manifest.contributes.configuration.properties as Record<string, { scope?: string }>;
 		const machine = Object.keys(properties).filter(key => properties[key].scope === 'machine').sort();
 		assert.deepEqual(machine, MACHINE_SETTINGS.map(key => `lmbridge.${key}`).sort());
-		assert.deepEqual(machine, ['lmbridge.agents', 'lmbridge.daemon.args', 'lmbridge.daemon.command', 'lmbridge.daemon.env', 'lmbridge.pythonPath']);
+		assert.deepEqual(machine, ['lmbridge.agents', 'lmbridge.daemon.args', 'lmbridge.daemon.command', 'lmbridge.daemon.env', 'lmbridge.pythonPath', 'lmbridge.registry.url']);
+		assert.equal((properties['lmbridge.registry.url'] as { default?: string }).default, DEFAULT_REGISTRY_URL);
 		for (const [key, schema] of Object.entries(properties)) {
 			assert.ok(schema.scope === undefined || schema.scope === 'machine', `${key}: ${schema.scope}`); // the others: window (the default)
 		}
@@ -214,7 +217,7 @@ describe('package.json contributions', () => {
 		assert.deepEqual(contributed, Object.values(COMMANDS).sort());
 		assert.deepEqual(Object.keys(manifest.contributes.configuration.properties).sort(), [
 			'lmbridge.agents', 'lmbridge.daemon.args', 'lmbridge.daemon.command', 'lmbridge.daemon.env',
-			'lmbridge.logLevel', 'lmbridge.maxAgentProcesses', 'lmbridge.prewarm', 'lmbridge.pythonPath', 'lmbridge.sessionWait', 'lmbridge.spareSession', 'lmbridge.thinking', 'lmbridge.userTurns',
+			'lmbridge.logLevel', 'lmbridge.maxAgentProcesses', 'lmbridge.prewarm', 'lmbridge.pythonPath', 'lmbridge.registry.url', 'lmbridge.sessionWait', 'lmbridge.spareSession', 'lmbridge.thinking', 'lmbridge.userTurns',
 		]);
 	});
 });
@@ -226,6 +229,8 @@ describe('activate', () => {
 			'lmbridge.daemon.command': process.execPath,
 			'lmbridge.daemon.args': [FAKE_DAEMON],
 			'lmbridge.daemon.env': { FAKE_DAEMON_RECORD: record },
+			// No ACP registry (the fake daemon has no agents/registry): registry.test.ts and registry-daemon.test.ts.
+			'lmbridge.registry.url': '',
 			...extra,
 		});
 		const context = mock.context();

@@ -1,7 +1,11 @@
 /** Shared helpers for the unit tests (bundled with the vscode mock). */
+import { createHash } from 'crypto';
 import * as fs from 'fs';
+import * as http from 'http';
+import type { AddressInfo } from 'net';
 import * as os from 'os';
 import * as path from 'path';
+import * as tar from 'tar';
 import * as vscode from 'vscode';
 import { DaemonClient, DaemonClientOptions } from '../src/daemon';
 import { LanguageModelChatMessage, MockLogOutputChannel } from './vscode-mock';
@@ -105,3 +109,31 @@ export const model = (id = 'fake'): vscode.LanguageModelChatInformation => ({
 });
 
 export const noOptions = { toolMode: 1 } as unknown as vscode.ProvideLanguageModelChatResponseOptions;
+
+/** A server on 127.0.0.1 answering from `routes` (path → body, or a redirect `{ location }`). */
+export async function serve(routes: Map<string, Buffer | string | { location: string }>): Promise<{ url: string; hits: string[]; close(): Promise<void> }> {
+	const hits: string[] = [];
+	const server = http.createServer((req, res) => {
+		hits.push(req.url ?? '');
+		const body = routes.get(req.url ?? '');
+		if (body === undefined) {
+			res.writeHead(404).end('not found');
+		} else if (typeof body === 'object' && !Buffer.isBuffer(body)) {
+			res.writeHead(302, { location: body.location }).end();
+		} else {
+			res.writeHead(200).end(body);
+		}
+	});
+	await new Promise<void>(resolve => server.listen(0, '127.0.0.1', resolve));
+	const { port } = server.address() as AddressInfo;
+	return { url: `http://127.0.0.1:${port}`, hits, close: () => new Promise(resolve => server.close(() => resolve())) };
+}
+
+export const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+/** A .tar.gz of the files under `dir` (paths as given: `preservePaths` keeps `../x` for hostile archives). */
+export async function tarGz(dir: string, entries: string[], preservePaths = false): Promise<Buffer> {
+	const out = path.join(tempDir('lmbridge-tar-'), 'a.tar.gz');
+	await tar.c({ gzip: true, file: out, cwd: dir, preservePaths, portable: true }, entries);
+	return fs.readFileSync(out);
+}

@@ -268,7 +268,13 @@ export class MockLogOutputChannel {
 	}
 }
 
-interface ErrorMessage { message: string; items: string[] }
+interface ErrorMessage { message: string; items: string[]; options?: { modal?: boolean; detail?: string } }
+
+/** A message's buttons, and its MessageOptions (`{modal, detail}`) when given before them. */
+function messageOf(message: string, rest: unknown[]): ErrorMessage {
+	const options = typeof rest[0] === 'object' && rest[0] !== null ? rest.shift() as ErrorMessage['options'] : undefined;
+	return { message, items: rest as string[], ...(options ? { options } : {}) };
+}
 
 export enum ProgressLocation { SourceControl = 1, Window = 10, Notification = 15 }
 export enum QuickPickItemKind { Separator = -1, Default = 0 }
@@ -395,18 +401,18 @@ export const window = {
 		state.channels.push(channel);
 		return channel;
 	},
-	showErrorMessage(message: string, ...items: string[]): Promise<string | undefined> {
-		const m = { message, items };
+	showErrorMessage(message: string, ...rest: unknown[]): Promise<string | undefined> {
+		const m = messageOf(message, rest);
 		state.errorMessages.push(m);
 		return Promise.resolve(state.errorResponse?.(m));
 	},
-	showWarningMessage(message: string, ...items: string[]): Promise<string | undefined> {
-		const m = { message, items };
+	showWarningMessage(message: string, ...rest: unknown[]): Promise<string | undefined> {
+		const m = messageOf(message, rest);
 		state.warningMessages.push(m);
 		return Promise.resolve(state.warningResponse?.(m));
 	},
-	showInformationMessage(message: string, ...items: string[]): Promise<string | undefined> {
-		const m = { message, items };
+	showInformationMessage(message: string, ...rest: unknown[]): Promise<string | undefined> {
+		const m = messageOf(message, rest);
 		state.infoMessages.push(m);
 		return Promise.resolve(state.infoResponse?.(m));
 	},

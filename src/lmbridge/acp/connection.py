@@ -4,14 +4,16 @@ JSON-RPC 2.0, one object a line (docs/agents.md, "ACP as agents speak it"). Writ
 than with the SDK's connection because of its sharp edges (docs/agents.md, "The ACP Python SDK"): it
 drops a whole ``session/update`` that fails validation, has a 64 KiB line
 limit, and sends nothing on cancel. ACP *types* come from the SDK's schema
-(``render``, ``session_actor``); this module only frames and routes.
+(``render``, ``session_actor``); the wire is ``rpc.peer.Peer``'s (framing, ids,
+routing, bad lines); this module runs the process and turns frames into events.
 
 Incoming traffic is delivered in arrival order as ``Incoming`` events on one
 stream (notifications and the agent's requests alike), so a session actor
 sees every update before the response that ends a prompt. Lines that are not
 JSON objects are logged and skipped; very long lines (up to ``AGENT_LINE``) are
-fine, a longer one is dropped as it streams and logged, and the link goes on. When the agent exits, every request in flight fails with
-``AgentExited`` naming the exit code and the tail of its stderr.
+fine, a longer one is dropped as it streams and logged, and the link goes on. When
+the agent exits, every request in flight fails with
+``AgentUnavailable`` naming the exit code and the tail of its stderr.
 """
 
 from __future__ import annotations
@@ -25,24 +27,18 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import anyio
-from anyio.abc import Process, TaskGroup
-from anyio.lowlevel import checkpoint
+from anyio.abc import Process
 
 from lmbridge.core.text import clip
 from lmbridge.log import get_logger
 from lmbridge.rpc import framing, record
 from lmbridge.rpc.framing import BadLines
-from lmbridge.rpc.jsonrpc import parse_json, usable_id
+from lmbridge.rpc.peer import Id, Peer, batches
 
 AGENT_LINE = framing.AGENT_LINE  # bytes; agents send MB-long lines (docs/agents.md), a longer one is dropped
-READ_SIZE = 256 * 1024  # bytes asked of the agent's stdout per read
-# Lines routed between two turns of the event loop: a read of short lines (an agent writing
-# non-JSON as fast as the pipe takes it: 130,000 lines a read, ~1 s idle, 10 s on a busy
-# machine) must not hold up every other chat and the shim's requests meanwhile.
-LINES_PER_TURN = 1000
 STDERR_TAIL = 20  # lines kept for error messages
 STDERR_LINE = 2000  # characters kept of each (an agent's 64 MiB stderr line made a 25 MB error)
 STDERR_ERROR = 2000  # characters of that tail quoted in an error the user reads
@@ -86,7 +82,7 @@ def error_reason(data: Any) -> str | None:
     return reason
 
 
-class AgentExited(Exception):
+class AgentUnavailable(Exception):
     """The agent process ended (or could not start); carries its stderr tail."""
 
 
@@ -103,7 +99,7 @@ class Incoming:
 
     method: str
     params: Any
-    id: int | str | None = None
+    id: int | str | None = None  # a float id (JSON allows one) is kept as it came, answered by it
     bad_id: bool = False
 
 
@@ -124,15 +120,6 @@ class EventSink(Protocol):
     object stream, or ``acp.process.AgentProcess``, which routes them by sessionId."""
 
     def send_nowait(self, item: Incoming | Response, /) -> None: ...
-
-
-class _Waiter:
-    __slots__ = ("event", "result", "error")
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.result: Any = None
-        self.error: BaseException | None = None
 
 
 async def _first(*events: anyio.Event) -> None:
@@ -159,17 +146,32 @@ class AgentConnection:
         self.process = process
         self.events = events
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
-        self._next_id = 0
-        self._waiters: dict[int, _Waiter] = {}
-        self._routed: set[int] = set()  # requests answered on the events stream (send_request)
-        self._send_lock = anyio.Lock()
         self.closed = anyio.Event()
         self.exit_reason: str | None = None
-        self.heard = time.monotonic()  # when its stdout last gave anything (acp.session: a slow answer vs a stuck process)
-        self.recorder: record.AgentLink | None = None  # lmbridge serve --record
         self.bad_lines = BadLines(f"agent {name!r} stdout", log.warning)
         self.stderr_log = framing.Throttle(f"agent {name!r}", log.bind(agent=name).debug, log.bind(agent=name).debug)
-        self._answers: TaskGroup  # set by the stdout reader
+        assert process.stdout is not None and process.stdin is not None
+        self.peer = Peer(
+            process.stdout, process.stdin, self, link=f"agent {name!r}", limit=AGENT_LINE, warn=log.bind(agent=name).warning,
+            remote_error=AgentError, broken=self._broken, peer="the agent",
+        )
+        self._recorder: record.AgentLink | None = None
+
+    @property
+    def recorder(self) -> record.AgentLink | None:
+        """Where this link is recorded (``lmbridge serve --record``), or None."""
+        return self._recorder
+
+    @recorder.setter
+    def recorder(self, link: record.AgentLink | None) -> None:
+        self._recorder = link
+        self.peer.on_received = link.received if link is not None else None
+        self.peer.on_sent = link.sent if link is not None else None
+
+    @property
+    def heard(self) -> float:
+        """When its stdout last gave anything (``time.monotonic()``; acp.session: a slow answer vs a stuck process)."""
+        return self.peer.heard
 
     @classmethod
     async def spawn(
@@ -185,7 +187,7 @@ class AgentConnection:
     ) -> AgentConnection:
         """Start the agent with the daemon's environment plus ``env``.
 
-        Raises ``AgentExited`` when the command cannot be started. The caller
+        Raises ``AgentUnavailable`` when the command cannot be started. The caller
         runs ``serve()`` in its task group and ``close()`` when done. ``session``
         names the link in ``recorder``'s recording (``agent:<session>``; ``lmbridge serve --record``).
         """
@@ -203,7 +205,7 @@ class AgentConnection:
                 start_new_session=True,  # our signals reach its children too
             )
         except OSError as exc:
-            error = AgentExited(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}")
+            error = AgentUnavailable(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}")
             if link is not None:
                 link.spawned(name, command, args, env, cwd, error=str(error))
             raise error from exc
@@ -261,17 +263,11 @@ class AgentConnection:
         return f"{reason}" + (f"; stderr:\n{tail}" if tail else "")
 
     def _fail_all(self) -> None:
-        error = AgentExited(self.describe_exit())
-        for waiter in self._waiters.values():
-            waiter.error = error
-            waiter.event.set()
-        self._waiters.clear()
+        self.peer.end(lambda: AgentUnavailable(self.describe_exit()))
 
     async def _read_stdout_until(self, done: anyio.Event) -> None:
         try:
-            async with anyio.create_task_group() as tg:
-                self._answers = tg  # where a dropped request's error answer is written
-                await self._read_stdout()
+            await self.peer.read()
         finally:
             done.set()
 
@@ -279,122 +275,34 @@ class AgentConnection:
         await self.process.wait()
         done.set()
 
-    async def _read_stdout(self) -> None:
-        """Split stdout into lines and route each. What one read returns is routed
-        with no event-loop round per frame (the streaming hot path), but one every
-        ``LINES_PER_TURN`` lines; a partial line waits for the rest. A line longer than
-        ``AGENT_LINE`` is dropped as it streams (never held whole) and the link goes on."""
-        assert self.process.stdout is not None
-        receive = self.process.stdout.receive
-        lines = framing.Lines(AGENT_LINE)
-        while True:
-            try:
-                data = await receive(READ_SIZE)
-                self.heard = time.monotonic()
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                last = lines.end()
-                if last is not None:
-                    self._frame(last)
-                return
-            for n, line in enumerate(lines.feed(data), 1):
-                self._frame(line)
-                if n % LINES_PER_TURN == 0:
-                    await checkpoint()
+    # -- what the peer hands on (rpc.peer.Handler), in arrival order --------
 
-    def _frame(self, line: bytes | framing.Overlong) -> None:
-        if isinstance(line, framing.Overlong):
-            self._overlong(line)
-            return
-        if not line.strip():
-            return
-        try:
-            frame = parse_json(line)
-        except (ValueError, RecursionError):  # RecursionError: nested too deep for the decoder
-            self.bad_lines.bad(line, "not JSON", time.monotonic())
-            return
-        if not isinstance(frame, dict):
-            self.bad_lines.bad(line, "not a JSON object", time.monotonic())
-            return
-        self._route(frame)
+    def handle_request(self, rid: Id | None, method: str, params: Any) -> None:
+        # rid None: a request JSON-RPC cannot answer by its id (an object, a list, a bool,
+        # null): nothing it asks is done (nothing approved by mistake); its session answers
+        # it at once with id null, so the agent is not left waiting on our silence.
+        self.events.send_nowait(Incoming(method, params, cast(int | str | None, rid), bad_id=rid is None))  # unbounded
 
-    def _overlong(self, line: framing.Overlong) -> None:
-        """A line past ``AGENT_LINE``, dropped as it streamed: logged, and what its start says
-        it was is answered, so nothing waits on it: our request it answered fails with an
-        ``AgentError`` saying so; the agent's request (a usable id) gets -32600 back."""
-        head = framing.read_head(line.head)
-        why = f"a line of {line.size:,} bytes, longer than lmbridge's limit of {AGENT_LINE:,} bytes"
-        log.warning(f"agent {self.name!r} sent {why}: dropped, the link goes on", agent=self.name, bytes=line.size,
-                    start=line.head[:framing.EXCERPT].decode("utf-8", errors="replace"), id=head.id, method=head.method)
-        if not head.has_id:
-            return
-        if head.method is not None:
-            if usable_id(head.id):
-                self._answers.start_soon(self.respond, head.id, None, {"code": -32600, "message": f"{head.method}: {why}: dropped"})
-            return
-        if head.body not in ("result", "error"):
-            return
-        rid = head.id
-        failed = AgentError("request", {"code": -32600, "message": f"the agent's answer was {why}: dropped"})
-        if type(rid) is int and rid in self._routed:
-            self._routed.discard(rid)
-            self.events.send_nowait(Response(rid, None, failed))
-            return
-        waiter = self._waiters.pop(rid, None) if type(rid) is int else None
-        if waiter is not None:
-            waiter.error = failed
-            waiter.event.set()
+    def handle_notification(self, method: str, params: Any) -> None:
+        self.events.send_nowait(Incoming(method, params))
 
-    def _route(self, frame: dict[str, Any]) -> None:
-        if self.recorder is not None:
-            self.recorder.received(frame)
-        method = frame.get("method")
-        if isinstance(method, str) and "id" in frame and not usable_id(frame["id"]):
-            # A request JSON-RPC cannot answer by its id (an object, a list, a bool, null):
-            # nothing it asks is done (nothing approved by mistake); its session answers it
-            # at once with id null, so the agent is not left waiting on our silence.
-            self.bad_lines.bad(json.dumps(frame)[:framing.EXCERPT].encode(), "a request whose id cannot be answered", time.monotonic())
-            self.events.send_nowait(Incoming(method, frame.get("params"), None, bad_id=True))
-            return
-        if isinstance(method, str):
-            self.events.send_nowait(Incoming(method, frame.get("params"), frame.get("id")))  # unbounded
-            return
-        rid = frame.get("id")
-        if type(rid) is int and rid in self._routed:  # not bool: true == 1 in Python
-            self._routed.discard(rid)
-            err = frame.get("error")
-            error = AgentError("request", err if isinstance(err, dict) else {"message": str(err)}) if "error" in frame else None
-            self.events.send_nowait(Response(rid, frame.get("result"), error))
-            return
-        waiter = self._waiters.pop(rid, None) if type(rid) is int else None
-        if waiter is None:
-            # Never answered (answering a response lets two peers ping-pong errors); counted
-            # and reported as any unusable line is, so a flood logs once.
-            self.bad_lines.bad(json.dumps(frame)[:framing.EXCERPT].encode(), "a response to no request", time.monotonic())
-            return
-        if "error" in frame:
-            err = frame["error"]
-            waiter.error = AgentError("request", err if isinstance(err, dict) else {"message": str(err)})
-        else:
-            waiter.result = frame.get("result")
-        waiter.event.set()
+    def handle_response(self, rid: Id | None, result: Any, error: dict[str, Any] | None) -> None:
+        assert type(rid) is int  # send_request's ids are new_id's
+        self.events.send_nowait(Response(rid, result, AgentError("request", error) if error is not None else None))
+
+    def handle_unusable(self, reason: str, line: bytes, value: Any) -> None:
+        # Logged bounded, never answered (answering a response lets two peers ping-pong errors).
+        self.bad_lines.bad(line, reason, time.monotonic())
 
     async def _drain_stderr(self, done: anyio.Event) -> None:
         """Read stderr to its end (an undrained pipe fills up and blocks the agent,
         docs/agents.md): each line clipped to ``STDERR_LINE`` characters (a longer one is never held whole)
         into ``stderr_tail``, and logged at a bounded rate (``framing.Throttle``)."""
         assert self.process.stderr is not None
-        receive = self.process.stderr.receive
         lines = framing.Lines(4 * STDERR_LINE, head=4 * STDERR_LINE)  # bytes: up to 4 a character
         try:
-            while True:
-                try:
-                    data = await receive(READ_SIZE)
-                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    last = lines.end()
-                    if last is not None:
-                        self._stderr_line(last)
-                    return
-                for line in lines.feed(data):
+            async for batch in batches(self.process.stderr, lines):
+                for line in batch:
                     self._stderr_line(line)
         finally:
             self.stderr_log.close()
@@ -410,71 +318,40 @@ class AgentConnection:
             self.stderr_tail.append(text)
             self.stderr_log.offer(text, size + 1, time.monotonic())
 
-    async def _write(self, frame: dict[str, Any]) -> None:
-        if self.closed.is_set():
-            raise AgentExited(self.describe_exit())
-        # Lone surrogates (from JSON escapes) become JSON escapes again, not a crash.
-        data = (json.dumps(frame, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "backslashreplace")
-        if self.recorder is not None:
-            self.recorder.sent(frame)
-        assert self.process.stdin is not None
-        try:
-            async with self._send_lock:
-                await self.process.stdin.send(data)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            # The agent is dying: let serve() record its exit code and stderr first,
-            # so the error says why (a broken pipe alone says nothing).
-            with anyio.move_on_after(STDERR_GRACE + TERM_GRACE):
-                await self.closed.wait()
-            raise AgentExited(self.describe_exit()) from exc
+    async def _broken(self, exc: BaseException) -> BaseException:
+        """A write failed: the agent is dying. Let serve() record its exit code and stderr
+        first, so the error says why (a broken pipe alone says nothing)."""
+        with anyio.move_on_after(STDERR_GRACE + TERM_GRACE):
+            await self.closed.wait()
+        return AgentUnavailable(self.describe_exit())
 
     async def request(self, method: str, params: Any) -> Any:
         """Send a request and wait for its result.
 
-        Raises ``AgentError`` for an error response, ``AgentExited`` if the agent
+        Raises ``AgentError`` for an error response, ``AgentUnavailable`` if the agent
         goes away first. Cancelling the caller abandons the wait (the late
         response is logged and dropped).
         """
-        self._next_id += 1
-        rid = self._next_id
-        waiter = _Waiter()
-        self._waiters[rid] = waiter
-        try:
-            await self._write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-            await waiter.event.wait()
-        finally:
-            self._waiters.pop(rid, None)
-        if isinstance(waiter.error, AgentError):
-            waiter.error.args = (f"{method}: {waiter.error.args[0].split(': ', 1)[-1]}",)
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.result
+        return await self.peer.request(method, params)
 
     def new_id(self) -> int:
         """A request id for ``send_request``."""
-        self._next_id += 1
-        return self._next_id
+        return self.peer.new_id()
 
     async def send_request(self, rid: int, method: str, params: Any) -> None:
         """Send request ``rid`` (from ``new_id``); its answer comes as a ``Response`` on
-        the events stream, in order with the agent's notifications. Raises ``AgentExited``."""
-        self._routed.add(rid)
-        await self._write({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        the events stream, in order with the agent's notifications. Raises ``AgentUnavailable``."""
+        await self.peer.send_request(rid, method, params)
 
     async def notify(self, method: str, params: Any) -> None:
-        """Send a notification (no answer expected)."""
-        await self._write({"jsonrpc": "2.0", "method": method, "params": params})
+        """Send a notification (no answer expected). Raises ``AgentUnavailable``."""
+        await self.peer.notify(method, params)
 
-    async def respond(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
+    async def respond(self, rid: Id | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
         """Answer one of the agent's requests (exactly once, by the caller's contract)."""
-        frame: dict[str, Any] = {"jsonrpc": "2.0", "id": rid}
-        if error is not None:
-            frame["error"] = dict(error)
-        else:
-            frame["result"] = result
         try:
-            await self._write(frame)
-        except AgentExited:
+            await self.peer.respond(rid, result, error)
+        except AgentUnavailable:
             log.info("answer to a gone agent dropped", agent=self.name, id=rid)
 
     def _kill(self) -> None:

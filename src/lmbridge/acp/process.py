@@ -45,7 +45,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge import __version__
-from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentExited, Incoming, Response
+from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, Incoming, Response
 from lmbridge.acp.session import new_session
 from lmbridge.core import auth, permissions, profiles
 from lmbridge.core.messages import AgentSpec
@@ -75,7 +75,7 @@ START_TIMEOUT = _seconds("LMBRIDGE_START_TIMEOUT", 180.0)
 SESSION_TIMEOUT = _seconds("LMBRIDGE_SESSION_TIMEOUT", 20.0)
 
 
-class AgentStuck(AgentExited):
+class AgentStuck(AgentUnavailable):
     """A running agent process missed a bound and was stopped (``AgentProcess.stuck``):
     the message names the agent and what it did not answer."""
 
@@ -89,8 +89,8 @@ def _object(value: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Capabilities:
-    """What an agent offered in its ``initialize`` answer (ACP ``AgentCapabilities``),
+class AgentFeatures:
+    """What an agent offered in its ``initialize`` answer (ACP ``AgentCapabilities``, ``authMethods``, ``agentInfo``),
     read defensively: a wrong-typed field is read as not offered."""
 
     images: bool = False  # promptCapabilities.image
@@ -103,7 +103,7 @@ class Capabilities:
     profile: profiles.AgentProfile = profiles.OTHER
 
     @classmethod
-    def of(cls, init: dict[str, Any]) -> Capabilities:
+    def of(cls, init: dict[str, Any]) -> AgentFeatures:
         caps = _object(init.get("agentCapabilities"))
         prompt = _object(caps.get("promptCapabilities"))
         sessions = _object(caps.get("sessionCapabilities"))
@@ -152,7 +152,7 @@ class AgentProcess:
         self.cwd = cwd
         self.conn: AgentConnection | None = None  # set once initialized
         self._starting: AgentConnection | None = None  # spawned, initialize not answered yet
-        self.caps = Capabilities()
+        self.caps = AgentFeatures()
         self.init: dict[str, Any] = {}  # the initialize answer
         self.users: dict[object, Sink] = {}  # session actor → its mailbox
         self.sessions: dict[str, Sink] = {}  # ACP sessionId → the mailbox of the actor that owns it
@@ -183,7 +183,7 @@ class AgentProcess:
         none runs. ``user`` is attached (it gets ``AgentGone``) until ``detach``.
 
         ``step`` is told what is being waited on (for a start timeout's message).
-        Raises ``AgentExited`` (could not start, or exited while starting),
+        Raises ``AgentUnavailable`` (could not start, or exited while starting),
         ``AgentError`` (``initialize`` refused), ``ValueError`` (not an ACP answer).
         """
         self.attach(user, mailbox)
@@ -193,7 +193,7 @@ class AgentProcess:
                 return self.conn
             pool = self.pool
             if not pool.open:
-                raise AgentExited(f"agent {self.label!r} not started: the daemon is shutting down")
+                raise AgentUnavailable(f"agent {self.label!r} not started: the daemon is shutting down")
             step("the start of its process")
             pool.started += 1
             conn = await pool.launcher(
@@ -203,7 +203,7 @@ class AgentProcess:
             if not pool.start_soon(self._serve, conn):  # the pool closed while it was spawned
                 with anyio.CancelScope(shield=True):
                     await conn.close()
-                raise AgentExited(f"agent {self.label!r} stopped: the daemon is shutting down")
+                raise AgentUnavailable(f"agent {self.label!r} stopped: the daemon is shutting down")
             self._starting = conn
             step("initialize")
             try:
@@ -220,7 +220,7 @@ class AgentProcess:
                         )
                 except TimeoutError:
                     conn.exit_reason = f"agent {self.label!r} did not answer initialize within {pool.start_timeout:g} s (LMBRIDGE_START_TIMEOUT)"
-                    raise AgentExited(conn.exit_reason) from None
+                    raise AgentUnavailable(conn.exit_reason) from None
                 if not isinstance(init, dict):
                     raise ValueError(f"initialize was answered with a JSON {type(init).__name__}, not an object: not an ACP agent?")
             except BaseException:
@@ -229,7 +229,7 @@ class AgentProcess:
                 raise
             finally:
                 self._starting = None
-            self.init, self.caps, self.conn, self.stale, self.spawned_by = init, Capabilities.of(init), conn, False, user
+            self.init, self.caps, self.conn, self.stale, self.spawned_by = init, AgentFeatures.of(init), conn, False, user
             pool.on_ready(self.spec.id, self.caps)
             return conn
 
@@ -475,7 +475,7 @@ class AgentPool:
 
     def __init__(
         self, idle: float = 1800.0, launcher: Any = None, recorder: Any = None, *, spares: bool = False, mcp_host: Any = None,
-        on_ready: Callable[[str, Capabilities], None] = lambda agent_id, caps: None,
+        on_ready: Callable[[str, AgentFeatures], None] = lambda agent_id, caps: None,
     ) -> None:
         self.idle = idle
         self.on_ready = on_ready  # told each process's capabilities once it is initialized

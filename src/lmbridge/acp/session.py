@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from lmbridge.acp.connection import AgentConnection, AgentError, AgentExited
+from lmbridge.acp.connection import AgentConnection, AgentError, AgentUnavailable
 from lmbridge.core import auth
 from lmbridge.log import get_logger
 
@@ -111,7 +111,7 @@ async def request(process: AgentProcess, conn: AgentConnection, method: str, par
     not answered within its pool's ``session_timeout`` and has sent nothing at all for that
     long (an agent replaying a long session with ``session/load``, or streaming other chats'
     answers, is slow, not stuck), or when the answer has taken the pool's ``start_timeout``
-    whatever it sent. Raises ``AgentError``, ``AgentExited``, ``AgentStuck`` (then
+    whatever it sent. Raises ``AgentError``, ``AgentUnavailable``, ``AgentStuck`` (then
     ``process.stuck`` has stopped the process)."""
     pool = process.pool
     seconds, cap = pool.session_timeout, max(pool.start_timeout, pool.session_timeout)
@@ -147,7 +147,7 @@ async def request(process: AgentProcess, conn: AgentConnection, method: str, par
 async def new_session(process: AgentProcess, conn: AgentConnection, cwd: str | None, mcp_servers: list[dict[str, Any]]) -> tuple[str, Any]:
     """``session/new`` on ``conn`` (``process``'s), bounded as ``request``: (sessionId, the
     answer's configOptions). For a session nobody routes yet (the process's spare). Raises
-    ``AgentError``, ``AgentExited``, ``AgentStuck``, ``ValueError`` (no sessionId)."""
+    ``AgentError``, ``AgentUnavailable``, ``AgentStuck``, ``ValueError`` (no sessionId)."""
     result = await request(process, conn, "session/new", {"cwd": cwd or "/", "mcpServers": mcp_servers})
     return _session_id(result), _object(result).get("configOptions")
 
@@ -190,7 +190,7 @@ class AcpSession:
     async def _request(self, method: str, params: Any) -> Any:
         """One request to the process, bounded (``request``)."""
         if self.conn is None:
-            raise AgentExited("no agent process is connected")
+            raise AgentUnavailable("no agent process is connected")
         self.step = method
         return await request(self.process, self.conn, method, params)
 
@@ -212,7 +212,7 @@ class AcpSession:
     async def open(self, how: How, mcp_servers: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Opened:
         """Open the session ``how`` says (module docstring). ``mcp_servers``: the
         ``mcpServers`` to open a fresh session with, asked for only when one is opened.
-        Raises ``AgentError`` (refused), ``AgentExited``, ``ValueError`` (no sessionId)."""
+        Raises ``AgentError`` (refused), ``AgentUnavailable``, ``ValueError`` (no sessionId)."""
         assert self.conn is not None, "connect first"
         if isinstance(how, Spare):
             spare = await self.process.take_spare(how.tools)
@@ -295,10 +295,10 @@ class AcpSession:
 
     async def set_config_option(self, config_id: str, value: str) -> Any:
         """``session/set_config_option``: the answer's ``configOptions`` if it is a list (then
-        learnt), else None. Raises ``AgentError``, ``AgentExited`` (also when no session is
+        learnt), else None. Raises ``AgentError``, ``AgentUnavailable`` (also when no session is
         open), ``AgentStuck``."""
         if self.id is None:
-            raise AgentExited("no session is open")
+            raise AgentUnavailable("no session is open")
         result = await self._request("session/set_config_option", {"sessionId": self.id, "configId": config_id, "value": value})
         self.config_values[config_id] = value
         options = _object(result).get("configOptions")
@@ -311,7 +311,7 @@ class AcpSession:
         """``session/set_mode`` (ACP "Session Modes"): the answer. Raises as
         ``set_config_option``."""
         if self.id is None:
-            raise AgentExited("no session is open")
+            raise AgentUnavailable("no session is open")
         return await self._request("session/set_mode", {"sessionId": self.id, "modeId": mode_id})
 
     # -- the turn's frames (sent by the caller's writer, in order) ----------------------
@@ -350,7 +350,7 @@ class AcpSession:
         with anyio.move_on_after(timeout):
             try:
                 await conn.request("session/close", {"sessionId": sid})
-            except (AgentError, AgentExited) as exc:
+            except (AgentError, AgentUnavailable) as exc:
                 self._log.info("session/close refused", error=str(exc))
 
     def forget(self) -> str | None:

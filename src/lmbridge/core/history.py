@@ -13,10 +13,10 @@ Theory of operation
 -------------------
 VS Code sends no session id: every ``provideLanguageModelChatResponse`` carries
 the whole conversation again. Copilot re-renders its system
-prompt and every user turn on each request, so user text is not byte-stable.
+prompt and every user message on each request, so user text is not byte-stable.
 What *is* stable is what the daemon itself emitted (the text of each response
-and the callIds of its tool calls) and, inside each user turn, the user's own
-words (``user_turn.words``: the request element's content, which Copilot renders
+and the callIds of its tool calls) and, inside each user message, the user's own
+words (``user_message.words``: the request element's content, which Copilot renders
 the same in the current turn and in the same turn replayed). So a session is a
 list of ``Item``s, one per non-system VS Code message the agent has seen:
 assistant items carry a ``Fingerprint`` of the response, user items the callIds
@@ -40,7 +40,7 @@ for confirmation, or edited/regenerated the turn). That, whether the response
 ended waiting on permissions, and whether new user content follows, decide the
 ``Kind`` (see ``CLASSIFICATION`` below, walked row by row by the tests).
 
-A request that holds a single user turn is always a new chat. A request that
+A request that holds a single user message is always a new chat. A request that
 matches no session (another model answered, the history was edited) is a
 divergence: a fresh agent session gets the conversation so far as context, so
 its view equals VS Code's.
@@ -71,14 +71,14 @@ from __future__ import annotations
 import enum
 import hashlib
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from lmbridge.core import permissions
 from lmbridge.core.messages import VSCODE_SKIP_TEXT, DataPart, Message, TextPart, ToolCallPart, ToolResultPart
 from lmbridge.core.permissions import Answer
-from lmbridge.core.user_turn import is_scaffolding, words
+from lmbridge.core.user_message import is_scaffolding, words
 
 _T = TypeVar("_T")
 
@@ -133,10 +133,7 @@ class Fingerprint:
 
     @classmethod
     def of_message(cls, message: Message) -> Fingerprint:
-        memo = _FINGERPRINTS.get(id(message))  # the hot path (every assistant message of every request), inline
-        if memo is not None and memo[0]() is message:
-            return memo[1]
-        return _remember(_FINGERPRINTS, message, cls._of_message(message))
+        return _memoized(_FINGERPRINTS, message, cls._of_message)  # every assistant message of every request
 
     @classmethod
     def _of_message(cls, message: Message) -> Fingerprint:
@@ -167,10 +164,15 @@ _FINGERPRINTS: dict[int, tuple[weakref.ref[Message], Fingerprint]] = {}
 _USER_KEYS: dict[int, tuple[weakref.ref[Message], UserKey]] = {}
 
 
-def _remember(table: dict[int, tuple[weakref.ref[Message], _T]], message: Message, value: _T) -> _T:
-    """Keep ``value`` as what was computed of ``message`` (a frozen object): the server hands
-    the same objects back for the messages VS Code replays, so each is digested once."""
+def _memoized(table: dict[int, tuple[weakref.ref[Message], _T]], message: Message, compute: Callable[[Message], _T]) -> _T:
+    """What ``compute`` gives for ``message`` (a frozen object), computed once: the server
+    hands the same objects back for the messages VS Code replays, so each is digested once.
+    ``table``'s entry dies with its message."""
     key = id(message)
+    memo = table.get(key)
+    if memo is not None and memo[0]() is message:
+        return memo[1]
+    value = compute(message)
 
     def forget(_: weakref.ref[Message], key: int = key) -> None:
         table.pop(key, None)
@@ -182,17 +184,14 @@ def _remember(table: dict[int, tuple[weakref.ref[Message], _T]], message: Messag
 @dataclass(frozen=True, slots=True)
 class UserKey:
     """What identifies one user message: the callIds of its tool results, in order, and
-    a digest of the user's words (``user_turn.words``, whitespace dropped)."""
+    a digest of the user's words (``user_message.words``, whitespace dropped)."""
 
     result_ids: tuple[str, ...]
     words: bytes
 
     @classmethod
     def of_message(cls, message: Message) -> UserKey:
-        memo = _USER_KEYS.get(id(message))
-        if memo is not None and memo[0]() is message:
-            return memo[1]
-        return _remember(_USER_KEYS, message, cls._of_message(message))
+        return _memoized(_USER_KEYS, message, cls._of_message)
 
     @classmethod
     def _of_message(cls, message: Message) -> UserKey:
@@ -263,7 +262,7 @@ def has_user_content(messages: Iterable[Message]) -> bool:
 class Kind(enum.Enum):
     """How a request relates to the session it was matched to."""
 
-    NEW_CHAT = "new_chat"  # one user turn: a fresh agent session
+    NEW_CHAT = "new_chat"  # one user message: a fresh agent session
     CONTINUATION = "continuation"  # last response acknowledged, new user content follows
     TOOL_RESULTS = "tool_results"  # results for every pending permission, nothing else new
     STOPPED = "stopped"  # the response that asked permission is absent: Stop was pressed
@@ -387,10 +386,10 @@ class Session:
     # Whether items[-1] is a response VS Code has not replayed yet (it may drop it).
     unacked: bool = False
     busy: bool = False
-    # The number of the turn begun last (``Turn.number``): only its end is recorded. A
+    # The number of the request begun last (``Decision.number``): only its end is recorded. A
     # response whose request was overtaken by a later one (a new message VS Code sent
     # before the Stop of the answer in progress) ends superseded: never recorded.
-    turn: int = 0
+    requests: int = 0
     last_active: float = 0.0
     # The agent's own session for this chat (its ACP sessionId), opaque here: set when it
     # can be taken up again (session/resume, session/load). ``dormant``: no agent session
@@ -407,7 +406,7 @@ class Session:
 
 
 @dataclass(frozen=True)
-class Turn:
+class Decision:
     """What the session actor must do for one request (the core's decision).
 
     ``session_id``: the session that runs it; ``fresh``: start a new agent
@@ -420,7 +419,7 @@ class Turn:
     (the whole earlier conversation for a fresh session). ``prompt``: the
     trailing user messages to send as ``session/prompt``; empty for
     TOOL_RESULTS, where the agent continues its open turn. ``number``: the
-    session's turn number, handed back to ``HistoryCore.end``.
+    session's request number, handed back to ``HistoryCore.end``.
     """
 
     kind: Kind
@@ -432,7 +431,7 @@ class Turn:
     results: dict[str, ToolResultPart] = field(default_factory=dict)
     context: tuple[Message, ...] = ()
     prompt: tuple[Message, ...] = ()
-    number: int = 0  # the session's turn number (``end`` records only the latest turn's)
+    number: int = 0  # the session's request number (``end`` records only the latest request's)
 
 
 @dataclass(frozen=True)
@@ -457,9 +456,9 @@ def _without_results(messages: Sequence[Message], call_ids: set[str]) -> list[Me
 
 
 def split_prompt(messages: Sequence[Message]) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
-    """(context, prompt): the prompt is the last user turn, from the last user
+    """(context, prompt): the prompt is the last user message, from the last user
     message with user content on (tool results after it stay with it). Earlier
-    user turns with no answer after them were stopped by the user: they are
+    user messages with no answer after them were stopped by the user: they are
     context (``transcript`` marks them so), never the request: after a Stop, a fresh session must not get the stopped request as the new one.
     A tail of tool results alone is the prompt as it is."""
     cut = len(messages)
@@ -471,9 +470,9 @@ def split_prompt(messages: Sequence[Message]) -> tuple[tuple[Message, ...], tupl
 
 
 class HistoryCore:
-    """All sessions of the daemon, and the request → session → turn decisions.
+    """All sessions of the daemon, and the request → session → ``Decision``s.
 
-    Use: ``begin(model_id, messages, now)`` → ``Turn``; when its response ends,
+    Use: ``begin(model_id, messages, now)`` → ``Decision``; when its response ends,
     ``end(session_id, fingerprint, last, pending, now)``; ``forget(session_id)``
     when the agent died or the session is evicted; ``idle(now, max_idle)``
     lists sessions to evict. ``now`` is in seconds (any monotonic origin).
@@ -592,8 +591,8 @@ class HistoryCore:
 
     # -- transitions ------------------------------------------------------
 
-    def begin(self, model_id: str, messages: Sequence[Message], now: float, plan: Plan | None = None) -> Turn:
-        """Match a chat request to a session and decide its Turn: carries out ``plan``
+    def begin(self, model_id: str, messages: Sequence[Message], now: float, plan: Plan | None = None) -> Decision:
+        """Match a chat request to a session and decide what to do with it: carries out ``plan``
         (``plan(model_id, messages)`` when not given).
 
         Records the request's new messages as seen and marks the session busy
@@ -606,15 +605,15 @@ class HistoryCore:
             return self._continue(s, p.kind, p.conv, p.start, now)
         conv = p.conv
         self._counter += 1
-        s = Session(id=f"s{self._counter}", model_id=model_id, busy=True, turn=1, last_active=now)
+        s = Session(id=f"s{self._counter}", model_id=model_id, busy=True, requests=1, last_active=now)
         self.sessions[s.id] = s
         self._see(s, conv)
         s.matched = list(conv)
         context, prompt = split_prompt(conv)
         kind = Kind.NEW_CHAT if len(conv) == 1 else Kind.DIVERGENCE
-        return Turn(kind=kind, session_id=s.id, fresh=True, context=context, prompt=prompt, number=s.turn)
+        return Decision(kind=kind, session_id=s.id, fresh=True, context=context, prompt=prompt, number=s.requests)
 
-    def _continue(self, s: Session, kind: Kind, conv: Sequence[Message], start: int, now: float) -> Turn:
+    def _continue(self, s: Session, kind: Kind, conv: Sequence[Message], start: int, now: float) -> Decision:
         tail = conv[start:]
         results = {p.callId: p for m in tail for p in m.content if isinstance(p, ToolResultPart)}
         note = None
@@ -649,10 +648,10 @@ class HistoryCore:
         s.matched = list(conv)  # items and conv now correspond one to one
         s.last, s.pending, s.unacked = Last.DONE, (), False
         s.busy, s.last_active = True, now
-        s.turn += 1
+        s.requests += 1
         resume = s.resume if s.dormant else None
         s.dormant = False
-        return Turn(
+        return Decision(
             kind=kind,
             session_id=s.id,
             resume=resume,
@@ -661,7 +660,7 @@ class HistoryCore:
             results={c: results[c] for c, a in answers.items() if a is Answer.RESULT},
             context=context,
             prompt=prompt,
-            number=s.turn,
+            number=s.requests,
         )
 
     def _see(self, s: Session, messages: Sequence[Message]) -> None:
@@ -681,25 +680,25 @@ class HistoryCore:
             s.opening = words
             self._by_opening.setdefault(words, set()).add(s.id)
 
-    def end(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: Sequence[Pending], now: float, turn: int | None = None) -> bool:
-        """Record the response the daemon streamed for the session's turn number ``turn``
-        (``Turn.number``; None: the turn begun last). Returns whether it was recorded.
+    def end(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: Sequence[Pending], now: float, request: int | None = None) -> bool:
+        """Record the response the daemon streamed for the session's request number ``request``
+        (``Decision.number``; None: the request begun last). Returns whether it was recorded.
 
         ``fingerprint``: of the text and tool calls it emitted; ``last``: how it
         ended; ``pending``: the permissions it waits on (``last`` PENDING).
         An empty response is not recorded: VS Code keeps nothing to match.
 
-        Only the end of the turn begun last counts, and only once. A response whose
-        turn a later request has overtaken (a new message VS Code sent before the
+        Only the end of the request begun last counts, and only once. A response whose
+        request a later one has overtaken (a new message VS Code sent before the
         Stop of the answer in progress, or while it streamed) is **superseded**: that
         request was matched without it, so VS Code will not replay it in its place;
         recording it after the later request's messages would misplace it, and would
-        mark the session idle while the later turn streams. Its end is dropped, and
-        so is a second end of the same turn (a Stop reported by the server, then by
+        mark the session idle while the later request streams. Its end is dropped, and
+        so is a second end of the same request (a Stop reported by the server, then by
         the session actor). Raises ``HistoryError`` for an unknown session.
         """
         s = self._get(session_id)
-        if (turn is not None and turn != s.turn) or not s.busy:
+        if (request is not None and request != s.requests) or not s.busy:
             return False
         s.busy, s.last_active = False, now
         s.last, s.pending = last, tuple(pending)

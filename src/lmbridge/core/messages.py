@@ -225,7 +225,7 @@ class ShimCapabilities(_Wire):
 
 class InitializeParams(_Wire):
     """``initialize``. ``userTurns``: what the agent gets of a Copilot-rendered user
-    turn: ``"request"`` the user's words and attachments (``user_turn``), ``"verbatim"``
+    turn: ``"request"`` the user's words and attachments (``user_message``), ``"verbatim"``
     the text as it came (the shim's ``lmbridge.userTurns`` setting). ``clientCapabilities``:
     what the shim serves of the daemon's requests (``ShimCapabilities``)."""
 
@@ -286,7 +286,7 @@ class SetControlParams(_Wire):
 # ---------------------------------------------------------------- results
 
 
-class Capabilities(_Wire):
+class ModelCapabilities(_Wire):
     toolCalling: bool | int = True
     imageInput: bool = False
 
@@ -300,7 +300,7 @@ class ModelInfo(_Wire):
     version: str
     maxInputTokens: int
     maxOutputTokens: int
-    capabilities: Capabilities
+    capabilities: ModelCapabilities
     tooltip: str | None = None
     detail: str | None = None
     # VS Code's per-model configuration (session_state.configuration_schema): the agent's modes

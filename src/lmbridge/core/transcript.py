@@ -22,7 +22,7 @@ from lmbridge.core import permissions
 from lmbridge.core.history import has_user_content
 from lmbridge.core.messages import DataPart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from lmbridge.core.permissions import ACTION_TOOLS
-from lmbridge.core.user_turn import Attachment, UserTurn, parse_user_turn
+from lmbridge.core.user_message import Attachment, UserInput, parse_user_message
 
 Block = dict[str, Any]
 
@@ -64,20 +64,20 @@ def agent_actions(messages: Sequence[Message]) -> Actions:
     return out
 
 
-def user_words(message: Message, verbatim: bool = False) -> UserTurn | None:
-    """The user's words in a user message's text parts (``user_turn``), or None when
+def user_words(message: Message, verbatim: bool = False) -> UserInput | None:
+    """The user's words in a user message's text parts (``user_message``), or None when
     it has no text. ``verbatim``: Copilot's markup is kept (the ``userTurns`` setting)."""
     text = "".join(p.value for p in message.content if isinstance(p, TextPart))
     if message.role != "user" or not text:
         return None
-    return UserTurn(text) if verbatim else parse_user_turn(text)
+    return UserInput(text) if verbatim else parse_user_message(text)
 
 
 def message_text(message: Message, actions: Actions | None = None, verbatim: bool = False) -> str:
     """A message as readable text, for the context block.
 
     ``actions``: our permission tool calls (``agent_actions``); their results are
-    told as the user's answer, never as the approval token itself. A user turn is
+    told as the user's answer, never as the approval token itself. A user message is
     the user's words (``user_words``) and the names of what they attached.
     """
     lines: list[str] = []
@@ -116,7 +116,7 @@ def message_text(message: Message, actions: Actions | None = None, verbatim: boo
 STOPPED_NOTE = "[stopped by the user before it was answered]"
 
 
-def _user_turn(message: Message) -> bool:
+def _from_user(message: Message) -> bool:
     return has_user_content((message,))
 
 
@@ -139,7 +139,7 @@ def attachment_block(a: Attachment, embedded_context: bool) -> Block | None:
 def context_block(context: Sequence[Message], verbatim: bool = False) -> Block | None:
     """One text block holding the earlier conversation, or None when there is none.
 
-    A user turn followed by another user turn (or by the prompt) with no answer
+    A user message followed by another user message (or by the prompt) with no answer
     between them was stopped by the user: it is marked so (``STOPPED_NOTE``), so
     the agent does not take it up again."""
     if not context:
@@ -151,8 +151,8 @@ def context_block(context: Sequence[Message], verbatim: bool = False) -> Block |
         if not text.strip():
             continue  # Copilot's global context message: nothing anyone said
         following = context[i + 1 :]
-        nxt = next((n for n in following if n.role == "assistant" or _user_turn(n)), None)
-        if _user_turn(m) and (nxt is None or nxt.role == "user"):
+        nxt = next((n for n in following if n.role == "assistant" or _from_user(n)), None)
+        if _from_user(m) and (nxt is None or nxt.role == "user"):
             text += f"\n{STOPPED_NOTE}"
         turns.append(f"## {m.role}\n{text}")
     if not turns:
@@ -165,7 +165,7 @@ def prompt_blocks(
 ) -> list[Block]:
     """The ``session/prompt`` content for a turn (ACP ``ContentBlock``s, schema v1).
 
-    A Copilot-rendered user turn gives the user's words as a text block and each
+    A Copilot-rendered user message gives the user's words as a text block and each
     attachment as a ``resource`` block (``embedded_context``: the agent's
     ``promptCapabilities.embeddedContext``) or a ``resource_link``; the rest of
     Copilot's scaffolding is dropped (docs/vscode.md), unless ``verbatim``.

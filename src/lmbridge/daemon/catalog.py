@@ -30,7 +30,7 @@ from lmbridge import __version__, self_command
 from lmbridge.core import session_state
 from lmbridge.core.agent_models import Choice, model_id
 from lmbridge.core.auth import Hint
-from lmbridge.core.messages import AgentEntry, AgentSpec, Capabilities, ModelInfo
+from lmbridge.core.messages import AgentEntry, AgentSpec, ModelCapabilities, ModelInfo
 
 MAX_INPUT_TOKENS = 200_000
 MAX_OUTPUT_TOKENS = 64_000
@@ -193,7 +193,7 @@ def model_info(spec: AgentSpec, choice: Choice | None = None, images: bool = Fal
         version=__version__,
         maxInputTokens=context if context else MAX_INPUT_TOKENS,
         maxOutputTokens=MAX_OUTPUT_TOKENS,
-        capabilities=Capabilities(toolCalling=True, imageInput=images),
+        capabilities=ModelCapabilities(toolCalling=True, imageInput=images),
         tooltip=f"ACP agent: {shlex.join([spec.command, *spec.args])}",
         detail="ACP agent",
         configurationSchema=session_state.configuration_schema(controls, defaults),

@@ -1,6 +1,6 @@
 """The history actor: the one owner of ``HistoryCore`` and of the session actors.
 
-Chat requests ask it for a ``Turn`` (``begin``); session actors report each
+Chat requests ask it for a ``Decision`` (``begin``); session actors report each
 response's end, the ACP session they opened and their agent's death; a ticker
 evicts idle sessions. A session whose agent session can be taken up again
 sleeps instead of being forgotten (``HistoryCore.sleep``), and is persisted in
@@ -25,7 +25,7 @@ from anyio.abc import TaskGroup
 
 from lmbridge.acp.process import AgentPool
 from lmbridge.core import cap
-from lmbridge.core.history import Fingerprint, HistoryCore, HistoryError, Last, Pending, Session, Turn
+from lmbridge.core.history import Decision, Fingerprint, HistoryCore, HistoryError, Last, Pending, Session
 from lmbridge.core.messages import AgentSpec, Message
 from lmbridge.daemon.session_actor import SessionActor, SessionHooks
 from lmbridge.log import get_logger
@@ -51,7 +51,7 @@ class _Begin:
     cwd: str | None
     waiting: Callable[[str], None] | None = None  # shows a line in the chat while it waits for room
     done: anyio.Event = field(default_factory=anyio.Event)
-    result: tuple[Turn, SessionActor] | None = None
+    result: tuple[Decision, SessionActor] | None = None
     error: Exception | None = None
 
 
@@ -71,7 +71,7 @@ class _Ended:
     fingerprint: Fingerprint
     last: Last
     pending: list[Pending]
-    turn: int | None = None  # Turn.number (None: the turn begun last)
+    request: int | None = None  # Decision.number (None: the request begun last)
 
 
 @dataclass(frozen=True)
@@ -191,8 +191,8 @@ class HistoryActor:
         *,
         waiting: Callable[[str], None] | None = None,
         withdraw: anyio.Event | None = None,
-    ) -> tuple[Turn, SessionActor]:
-        """Classify a request; returns its Turn and the session actor to run it.
+    ) -> tuple[Decision, SessionActor]:
+        """Classify a request; returns its Decision and the session actor to run it.
 
         A request that needs a session of its own while all ``max_processes`` of its
         agent's are busy waits (``cap.admit``), up to ``session_wait`` seconds, for the
@@ -248,16 +248,16 @@ class HistoryActor:
         for sid in list(self.actors):
             self._drop(sid, reason)
 
-    async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[Pending], turn: int | None = None) -> None:
-        await self._send.send(_Ended(session_id, fingerprint, last, pending, turn))
+    async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[Pending], request: int | None = None) -> None:
+        await self._send.send(_Ended(session_id, fingerprint, last, pending, request))
 
-    def stopped(self, turn: Turn, fingerprint: Fingerprint) -> None:
+    def stopped(self, decision: Decision, fingerprint: Fingerprint) -> None:
         """The shim cancelled the request running ``turn`` (``$/cancelRequest``), which
         emitted ``fingerprint`` up to then: its end (``Last.CANCELLED``) is recorded now, in
         the order the server read the cancel and the requests from stdin, not when the
         session actor gets to it (a request read after the cancel may be matched first
         otherwise). The actor's own report of the same end is then a second one, dropped."""
-        self._send.send_nowait(_Ended(turn.session_id, fingerprint, Last.CANCELLED, [], turn.number))
+        self._send.send_nowait(_Ended(decision.session_id, fingerprint, Last.CANCELLED, [], decision.number))
 
     def prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
         """Start ``spec``'s agent process now (spawn + ``initialize``, and a spare session
@@ -416,12 +416,12 @@ class HistoryActor:
                 self._serve_queues(now)  # those behind it may go now
         elif isinstance(msg, _Ended):
             if msg.session_id in self.core.sessions:
-                if self.core.end(msg.session_id, msg.fingerprint, msg.last, msg.pending, now, turn=msg.turn):
+                if self.core.end(msg.session_id, msg.fingerprint, msg.last, msg.pending, now, request=msg.request):
                     self.active_at[msg.session_id] = time.time()
                     self._dirty = True
                     self._serve_queues(now)
                 else:
-                    log.debug("response end not recorded (superseded or recorded already)", session=msg.session_id, turn=msg.turn)
+                    log.debug("response end not recorded (superseded or recorded already)", session=msg.session_id, request=msg.request)
         elif isinstance(msg, _Opened):
             s = self.core.sessions.get(msg.session_id)
             if s is not None:
@@ -462,9 +462,9 @@ class HistoryActor:
                 return False
             for sid in room.close:
                 self._drop(sid, f"closed to stay within {self.max_processes} agent processes")
-        turn = self.core.begin(msg.spec.id, msg.messages, now, plan=plan)
-        msg.result = (turn, self._actor(turn, msg))
-        log.info("request", kind=turn.kind.value, session=turn.session_id, answers={k: v.value for k, v in turn.answers.items()})
+        decision = self.core.begin(msg.spec.id, msg.messages, now, plan=plan)
+        msg.result = (decision, self._actor(decision, msg))
+        log.info("request", kind=decision.kind.value, session=decision.session_id, answers={k: v.value for k, v in decision.answers.items()})
         return True
 
     def _serve_queues(self, now: float) -> None:
@@ -493,16 +493,16 @@ class HistoryActor:
         """The agent's live sessions (each has a session actor)."""
         return [self.core.sessions[sid] for sid, actor in self.actors.items() if actor.spec.id == agent_id and sid in self.core.sessions]
 
-    def _actor(self, turn: Turn, msg: _Begin) -> SessionActor:
-        actor = self.actors.get(turn.session_id)
+    def _actor(self, decision: Decision, msg: _Begin) -> SessionActor:
+        actor = self.actors.get(decision.session_id)
         if actor is None:
             closing = [a.finished for a in self._dropped if a.spec.id == msg.spec.id and not a.finished.is_set()]
             actor = SessionActor(
-                turn.session_id, msg.spec, msg.cwd, self.hooks, pool=self.pool, recorder=self.recorder, after=closing, resume=turn.resume,
+                decision.session_id, msg.spec, msg.cwd, self.hooks, pool=self.pool, recorder=self.recorder, after=closing, resume=decision.resume,
                 notice=self.start_notice,
             )
-            self.cwds[turn.session_id] = msg.cwd
-            self.actors[turn.session_id] = actor
+            self.cwds[decision.session_id] = msg.cwd
+            self.actors[decision.session_id] = actor
             if self.recent[:1] != [msg.spec.id]:
                 self.recent = [msg.spec.id, *(a for a in self.recent if a != msg.spec.id)][:3]
                 self._dirty = True

@@ -122,7 +122,7 @@ class Config:
     idle_timeout: float = 1800.0
     recorder: Any = None  # lmbridge.rpc.record.Recorder (--record): every frame on every link
     # How agents are started: AgentConnection.spawn's signature (None: that). Replay passes
-    # its player's, which plays recorded agents back.
+    # its player's: the recorded spawn, then a stand-in process that plays the agent back.
     launcher: Any = None
     max_processes: int = 4  # live ACP sessions per agent (--max-agent-processes)
     index: Any = None  # session_index.SessionIndex (lmbridge serve: the state folder's); None: nothing persisted
@@ -132,6 +132,8 @@ class Config:
     # Seconds before "Starting <agent>…" is shown (None: LMBRIDGE_START_NOTICE or 0.5 s). Replay
     # passes infinity: a wall-clock notice is not part of a recording.
     start_notice: float | None = None
+    # Answer ``debug/idle`` (lmbridge serve --debug-idle; docs/protocol.md): off by default.
+    debug_idle: bool = False
 
 
 class Server:
@@ -143,7 +145,7 @@ class Server:
         self.agents: dict[str, AgentSpec] = merge(config.agents)
         self.workspace: list[str] = []
         self.bad_lines = BadLines("shim stdin", log.warning)  # -32700 each; logged bounded
-        self.verbatim = False  # initialize's userTurns: Copilot's user turns forwarded as they are
+        self.verbatim = False  # initialize's userTurns: Copilot's user messages forwarded as they are
         # Model id → VS Code's model configuration last sent with it (what changed is the user's choice).
         self.configurations: dict[str, dict[str, Any]] = {}
         self.context_sizes: dict[str, int] = {}  # model id → the context window its agent's usage_update gave
@@ -175,9 +177,12 @@ class Server:
             "lm/provideTokenCount": self.token_count,
             "agents/presets": self.presets,
             "chat/setControl": self.set_control,
+            "agents/registry": self.registry,
             "shutdown": self.shutdown,
             "$/cancelRequest": self.cancel_request,
         }
+        if config.debug_idle:
+            self.methods["debug/idle"] = self.debug_idle
 
     # -- frames -------------------------------------------------------------
 
@@ -417,6 +422,22 @@ class Server:
 
         return Success({"presets": [p.info() for p in PRESETS.values()]})
 
+    async def registry(self, ctx: _Context, **params: Any) -> Result:
+        """``agents/registry``: the agents of an ACP registry feed the shim fetched, for its
+        platform (core.registry; docs/protocol.md). Invalid params (-32602): no feed, a feed
+        with no ``agents`` list, an unknown platform."""
+        from lmbridge.core.registry import RegistryParams, registry_agents
+
+        try:
+            p = RegistryParams.model_validate(params)
+            agents, problems = registry_agents(p.feed, p.platform)
+        except ValidationError as exc:
+            return _invalid(exc)
+        except ValueError as exc:
+            return invalid_params(str(exc))
+        log.info("registry read", agents=len(agents), left_out=len(problems), platform=p.platform)
+        return Success({"agents": agents, "problems": problems})
+
     async def token_count(self, ctx: _Context, **params: Any) -> Result:
         try:
             p = TokenCountParams.model_validate(params)
@@ -424,6 +445,14 @@ class Server:
             return _invalid(exc)
         # An estimate (~4 characters a token): agents do not expose a tokenizer.
         return Success({"count": (len(p.text) + 3) // 4})
+
+    async def debug_idle(self, ctx: _Context, **params: Any) -> Result:
+        """``debug/idle`` (only with ``Config.debug_idle``): answered ``null`` once every
+        other task of the daemon waits on something (input, a timer, an agent), so what
+        came before it has been handled as far as it can be; replay's step signal
+        (docs/protocol.md, "debug/idle")."""
+        await anyio.wait_all_tasks_blocked()
+        return Success(None)
 
     async def shutdown(self, ctx: _Context, **params: Any) -> Result:
         await self._stop()
@@ -445,7 +474,7 @@ class Server:
         if job is not None:
             job.cancelled = True
             if self.history is not None:
-                self.history.stopped(job.turn, job.fingerprint())  # before any request read after this cancel
+                self.history.stopped(job.decision, job.fingerprint())  # before any request read after this cancel
             if job.actor is not None:
                 job.actor.cancel(job)
         elif target.withdraw is not None:
@@ -491,7 +520,9 @@ class Server:
                 self.send_part(rid, part)
 
         try:
-            turn, actor = await history.begin(spec, p.messages, self.workspace[0] if self.workspace else os.getcwd(), waiting=waiting, withdraw=ctx.withdraw)
+            decision, actor = await history.begin(
+                spec, p.messages, self.workspace[0] if self.workspace else os.getcwd(), waiting=waiting, withdraw=ctx.withdraw
+            )
         except HistoryError as exc:
             return invalid_params(f"messages: {exc}")
         except ShuttingDown:  # read before EOF, it reached the history actor after the shutdown
@@ -509,8 +540,8 @@ class Server:
         if configuration is not None:
             self.configurations[p.modelId] = configuration
         job = Job(
-            turn=turn, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.verbatim, model=found[1] if found else None,
-            configuration=configuration, picked=picked, request_id=rid, report=self._report(p.modelId),
+            decision=decision, history=tuple(p.messages), emit=emit, tools=tuple(p.options.tools), verbatim=self.verbatim,
+            model=found[1] if found else None, configuration=configuration, picked=picked, request_id=rid, report=self._report(p.modelId),
         )  # fmt: skip
         for part in shown:  # VS Code replays it as part of this answer
             job.count(part)
@@ -518,7 +549,7 @@ class Server:
         ctx.job = job
         job.cancelled = ctx.answered  # cancelled while we classified
         if job.cancelled:
-            history.stopped(turn, job.fingerprint())
+            history.stopped(decision, job.fingerprint())
         await actor.submit(job)
         if job.cancelled:
             actor.cancel(job)

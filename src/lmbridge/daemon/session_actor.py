@@ -29,11 +29,11 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentExited, Incoming, Response, error_reason
+from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentUnavailable, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
 from lmbridge.core import auth, permissions, session_state, turn
-from lmbridge.core.history import Fingerprint, Last, Pending, Turn, conversation, squeezed
+from lmbridge.core.history import Decision, Fingerprint, Last, Pending, conversation, squeezed
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
 from lmbridge.core.permissions import Answer
 from lmbridge.core.present import Part, TurnRenderer
@@ -75,7 +75,7 @@ class Job:
     shim cancels: from then on nothing more is emitted for this job.
     """
 
-    turn: Turn
+    decision: Decision
     history: tuple[Message, ...]
     emit: Emit
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -85,7 +85,7 @@ class Job:
     cancelled: bool = False
     actor: Any = None  # the SessionActor running it (for cancellation)
     tools: tuple[ToolInfo, ...] = ()  # the request's options.tools
-    verbatim: bool = False  # user turns as they came (initialize's userTurns)
+    verbatim: bool = False  # user messages as they came (initialize's userTurns)
     model: str | None = None  # one of the agent's own models (a value of its "model" config option)
     # VS Code's model configuration sent with this request (control id → value), and what of it
     # changed since the previous request on the same model (session_state.picked): the user's choice.
@@ -122,7 +122,7 @@ class Job:
         return Fingerprint(self._text.digest(), tuple(self.call_ids), self._shown.digest())
 
     def info(self) -> JobInfo:
-        t = self.turn
+        t = self.decision
         return JobInfo(
             id=self.id,
             answers=t.answers,
@@ -178,7 +178,7 @@ class _ControlSet:
 class SessionHooks:
     """How a session actor reports to the history actor."""
 
-    # (session id, what the response emitted, how it ended, the calls it left pending, Turn.number)
+    # (session id, what the response emitted, how it ended, the calls it left pending, Decision.number)
     ended: Callable[[str, Fingerprint, Last, list[Pending], int], Awaitable[None]]
     died: Callable[[str], Awaitable[None]]
     mcp_host: Callable[[], Awaitable[Any]]  # the daemon's McpHost, started on first use
@@ -504,7 +504,7 @@ class SessionActor:
         job = self.jobs.pop(fx.job_id, None)
         if job is None:
             return
-        await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending), job.turn.number)
+        await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending), job.decision.number)
         if not job.done.is_set():
             job.stop_reason = fx.stop_reason
             job.done.set()
@@ -518,7 +518,7 @@ class SessionActor:
         from lmbridge.tools.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT, error_result, result_content
 
         job = self.jobs.get(fx.job_id) if fx.job_id is not None else None
-        result: ToolResultPart | None = job.turn.results.get(fx.call_id) if job is not None else None
+        result: ToolResultPart | None = job.decision.results.get(fx.call_id) if job is not None else None
         if fx.answer is Answer.RESULT and result is not None:
             content: list[Any] = list(result_content(result))
             call.resolve(types.CallToolResult(content=content))
@@ -560,7 +560,7 @@ class SessionActor:
                 try:
                     with anyio.fail_after(WRITE_TIMEOUT):
                         await write(conn)
-                except AgentExited:
+                except AgentUnavailable:
                     continue  # _AgentGone reports it
                 except TimeoutError:
                     log.warning("agent stopped reading its stdin: stopping it", session=self.id, agent=self.spec.id)
@@ -587,7 +587,7 @@ class SessionActor:
                         await start
                 except TimeoutError:
                     error = f"no answer to {self.acp.step} within {backstop:g} s"
-                except AgentExited as exc:  # its message names the agent and says why (exit code, stderr, a missed bound)
+                except AgentUnavailable as exc:  # its message names the agent and says why (exit code, stderr, a missed bound)
                     error, named = str(exc) or "the agent exited", bool(str(exc))
                 except AgentError as exc:
                     problem = self._auth_problem(exc)
@@ -613,7 +613,7 @@ class SessionActor:
         await self.acp.connect()
         try:
             opened = await self.acp.open(how, servers)
-        except AgentExited:
+        except AgentUnavailable:
             if not self.acp.replaced():
                 raise
             # The shared process was found stuck (by this request or another) and stopped:
@@ -665,7 +665,7 @@ class SessionActor:
                             self.hooks.opened(self.id, self.acp.id, caps.resume or caps.load, answer["configOptions"])
                     log.info("config option set", session=self.id, configId=config_id, value=value)
                     self._send.send_nowait(_ControlSet(SetControl(config_id, value), answer))
-                except (AgentError, AgentExited) as exc:  # AgentStuck: the process is stopped, the turn told
+                except (AgentError, AgentUnavailable) as exc:  # AgentStuck: the process is stopped, the turn told
                     log.warning("config option not set", session=self.id, configId=config_id, value=value, error=str(exc) or type(exc).__name__)
         finally:
             try:
@@ -717,7 +717,7 @@ class SessionActor:
                     answer = await self.acp.set_mode(request.value)
                 else:
                     answer = {"configOptions": await self.acp.set_config_option(request.control_id, request.value)}
-            except (AgentError, AgentExited) as exc:
+            except (AgentError, AgentUnavailable) as exc:
                 self._send.send_nowait(_ControlSet(request, error=f"the agent refused: {exc}" if str(exc) else "the agent refused"))
             except BaseException:  # the actor stops (its task group cancelled): never leave the caller waiting
                 if not request.done.is_set():
@@ -805,8 +805,10 @@ class SessionActor:
 
     def _prompt(self, fx: turn.Prompt) -> None:
         job = self.jobs[fx.job_id]
-        context, prompt = self._whole_conversation(job) if fx.whole else (job.turn.context, job.turn.prompt)
-        blocks = prompt_blocks(tuple(fx.unsent) + context, prompt, images=self.process.caps.images, embedded_context=self.process.caps.embedded_context, verbatim=job.verbatim)
+        context, prompt = self._whole_conversation(job) if fx.whole else (job.decision.context, job.decision.prompt)
+        blocks = prompt_blocks(
+            tuple(fx.unsent) + context, prompt, images=self.process.caps.images, embedded_context=self.process.caps.embedded_context, verbatim=job.verbatim
+        )
         blocks = session_state.agent_command(blocks, self.state.commands)  # "//compact": the agent's own command
         # The answer comes on the mailbox in order with the agent's updates (acp.connection.Response).
         rid, write = self.acp.prompt(blocks)
@@ -823,13 +825,13 @@ class SessionActor:
     def _whole_conversation(job: Job) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
         """(context, prompt) for a fresh ACP session: everything VS Code shows
         before the job's prompt (system messages left out, as always) as context."""
-        answered = set(job.turn.answers)  # results of the permissions just answered: not context
+        answered = set(job.decision.answers)  # results of the permissions just answered: not context
         conv = []
         for m in conversation(job.history):
             content = [p for p in m.content if not (isinstance(p, ToolResultPart) and p.callId in answered)]
             if content:
                 conv.append(m if len(content) == len(m.content) else m.model_copy(update={"content": content}))
-        prompt = job.turn.prompt
+        prompt = job.decision.prompt
         # The prompt is the conversation's tail, save what the history core put before it
         # (what a woken session is told about its interrupted turn): only the tail goes.
         tail = 0

@@ -8,7 +8,6 @@ assistant message VS Code would replay from them.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -17,12 +16,13 @@ from typing import Any
 
 import anyio
 from anyio.abc import Process, TaskGroup
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from lmbridge import self_command
 from lmbridge.core.messages import VSCODE_SKIP_TEXT
 from lmbridge.core.permissions import ACTION_TOOLS
 from lmbridge.rpc.framing import MAX_LINE
+from lmbridge.rpc.jsonrpc import usable_id
+from lmbridge.rpc.peer import NOT_JSON, NOT_OBJECT, STRAY_RESPONSE, Id, LinkClosed, Peer
 
 
 class RPCError(Exception):
@@ -101,7 +101,7 @@ def without_last_round(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, 
     """The history VS Code sends after the user pressed **Stop** at a confirmation.
 
     A stopped round (the last assistant message, its text and tool calls, and any tool
-    results after it) is absent from the next request; the user turn before it stays,
+    results after it) is absent from the next request; the user message before it stays,
     without an answer. The daemon reads the missing tool call as Stop: it answers the
     permission ``cancelled`` and sends ``session/cancel``. Nothing is sent at Stop
     itself: the request that asked has already ended.
@@ -113,12 +113,19 @@ def without_last_round(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, 
 
 
 class DaemonClient:
-    """JSON-RPC over a daemon process's stdio. Use ``DaemonClient.spawn``."""
+    """JSON-RPC over a daemon process's stdio (``rpc.peer.Peer``). Use ``DaemonClient.spawn``.
+
+    ``calls``: every request sent, by id; ``requests``: the daemon's requests (answered by
+    ``on_request``); ``notifications``: every other frame with a ``method`` but
+    ``lm/responsePart``, which goes to its call's parts;
+    ``unmatched``: every frame that fits no request (a response to none, or answered
+    already; a part of no request), and every line that is not a JSON object
+    (``{"nonJsonLine": text}``, ``{"nonObjectFrame": value}``)."""
 
     def __init__(self, process: Process) -> None:
         self.process = process
         self.next_id = 0
-        self.calls: dict[int, Call] = {}
+        self.calls: dict[Any, Call] = {}
         self.notifications: list[dict[str, Any]] = []
         self.unmatched: list[dict[str, Any]] = []  # frames that fit no request
         self.on_frame: Callable[[str, dict[str, Any]], None] | None = None  # ("in"/"out", frame)
@@ -128,6 +135,10 @@ class DaemonClient:
         self.on_request: Callable[[str, Any], Awaitable[Any]] | None = None
         self.requests: list[dict[str, Any]] = []  # the daemon's requests, as they came
         self._tg: TaskGroup | None = None
+        assert process.stdout is not None and process.stdin is not None
+        self.peer = Peer(process.stdout, process.stdin, self, link="daemon stdout", limit=MAX_LINE, warn=self._overlong, peer="the daemon")
+        self.peer.on_received = self._received
+        self.peer.on_sent = self._sent
 
     @classmethod
     @asynccontextmanager
@@ -172,69 +183,75 @@ class DaemonClient:
         return await self.process.wait()
 
     async def _read(self) -> None:
-        assert self.process.stdout is not None
-        reader = BufferedByteReceiveStream(self.process.stdout)
-        while True:
-            try:
-                line = await reader.receive_until(b"\n", MAX_LINE)
-            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                break
-            try:
-                frame = json.loads(line)
-            except ValueError:
-                frame = {"nonJsonLine": line.decode("utf-8", "replace")}
-                self.unmatched.append(frame)
-                if self.on_unmatched:
-                    self.on_unmatched(frame)
-                continue
-            if not isinstance(frame, dict):
-                frame = {"nonObjectFrame": frame}
-            if self.on_frame:
-                self.on_frame("in", frame)
-            self._route(frame)
+        await self.peer.read()
+        self.peer.end(lambda: RPCError({"code": None, "message": "daemon exited"}))
         for call in self.calls.values():
             if not call.done.is_set():
                 call.error = RPCError({"code": None, "message": "daemon exited"})
                 call.done.set()
+
+    # -- what the peer hands on (rpc.peer.Handler), in arrival order --------
+
+    def _received(self, frame: dict[str, Any]) -> None:
+        if self.on_frame:
+            self.on_frame("in", frame)
+
+    def _sent(self, frame: dict[str, Any]) -> None:
+        if self.on_frame:
+            self.on_frame("out", dict(frame))
 
     def _unmatched(self, frame: dict[str, Any]) -> None:
         self.unmatched.append(frame)
         if self.on_unmatched:
             self.on_unmatched(frame)
 
-    def _route(self, frame: dict[str, Any]) -> None:
-        if frame.get("method") == "lm/responsePart":
-            call = self.calls.get((frame.get("params") or {}).get("requestId"))  # type: ignore[arg-type]
-            if call is None:
-                self._unmatched(frame)
-                return
-            if call.done.is_set():
-                call.late_parts += 1
-                return
-            call.parts.append(frame["params"]["part"])
-            if call.on_part:
-                call.on_part(frame["params"]["part"])
+    def handle_request(self, rid: Id | None, method: str, params: Any) -> None:
+        frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        self.requests.append(frame)
+        if self._tg is not None:
+            self._tg.start_soon(self._answer, frame)
+
+    def handle_notification(self, method: str, params: Any) -> None:
+        if method != "lm/responsePart":
+            self.notifications.append({"jsonrpc": "2.0", "method": method, "params": params})
             return
-        if "method" in frame and "id" in frame:
-            self.requests.append(frame)
-            if self._tg is not None:
-                self._tg.start_soon(self._answer, frame)
+        request_id = params.get("requestId") if isinstance(params, dict) else None
+        call = self.calls.get(request_id) if usable_id(request_id) else None
+        if call is None:
+            self._unmatched({"jsonrpc": "2.0", "method": method, "params": params})
             return
-        if "method" in frame:
-            self.notifications.append(frame)
+        if call.done.is_set():
+            call.late_parts += 1
             return
-        call = self.calls.get(frame.get("id"))  # type: ignore[arg-type]
-        if call is None or call.done.is_set():
-            self._unmatched(frame)
-            return
-        if "error" in frame:
-            call.error = RPCError(frame["error"])
+        part = params["part"]
+        call.parts.append(part)
+        if call.on_part:
+            call.on_part(part)
+
+    def handle_response(self, rid: Id | None, result: Any, error: dict[str, Any] | None) -> None:
+        call = self.calls[rid]
+        if error is not None:
+            call.error = RPCError(error)
         else:
-            call.result = frame.get("result")
+            call.result = result
         call.done.set()
 
+    def handle_unusable(self, reason: str, line: bytes, value: Any) -> None:
+        if reason == NOT_JSON:
+            self._unmatched({"nonJsonLine": line.decode("utf-8", "replace")})
+        elif reason == NOT_OBJECT:
+            frame = {"nonObjectFrame": value}
+            if self.on_frame:
+                self.on_frame("in", frame)
+            self._unmatched(frame)
+        elif reason == STRAY_RESPONSE:
+            self._unmatched(value)
+
+    def _overlong(self, event: str, **fields: Any) -> None:
+        self._unmatched({"nonJsonLine": fields.get("start", ""), "overlong": event})
+
     async def _answer(self, frame: dict[str, Any]) -> None:
-        """Answer one of the daemon's requests, as the shim would (``on_request``)."""
+        """Answer one of the daemon's requests, as the shim would (``handle_request``)."""
         answer: dict[str, Any] = {"jsonrpc": "2.0", "id": frame["id"]}
         if self.on_request is None:
             answer["error"] = {"code": -32601, "message": f"method not found: {frame.get('method')}"}
@@ -245,26 +262,20 @@ class DaemonClient:
                 answer["error"] = {"code": exc.code, "message": exc.message, **({"data": exc.data} if exc.data is not None else {})}
         try:
             await self.send_frame(answer)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        except (LinkClosed, RPCError):
             pass  # the daemon is gone
 
     async def send_raw(self, data: bytes | str) -> None:
         """Write bytes (or a str) to the daemon's stdin as they are."""
-        assert self.process.stdin is not None
-        await self.process.stdin.send(data.encode() if isinstance(data, str) else data)
+        await self.peer.send_raw(data.encode() if isinstance(data, str) else data)
 
     async def send_frame(self, frame: Mapping[str, Any]) -> None:
-        if self.on_frame:
-            self.on_frame("out", dict(frame))
-        await self.send_raw(json.dumps(frame) + "\n")
+        await self.peer.send(dict(frame))
 
     async def start(self, method: str, params: Any = None, on_part: Callable[[dict[str, Any]], None] | None = None) -> Call:
         """Send a request; returns its Call at once (await ``call.done``)."""
         self.next_id += 1
-        call = Call(self.next_id, on_part)
-        self.calls[call.id] = call
-        await self.send_frame({"jsonrpc": "2.0", "id": call.id, "method": method, "params": params if params is not None else {}})
-        return call
+        return await self.start_frame({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params if params is not None else {}}, on_part)
 
     async def start_frame(self, frame: Mapping[str, Any], on_part: Callable[[dict[str, Any]], None] | None = None) -> Call:
         """Send a request frame written by hand (any ``id``); its parts and its answer are
@@ -274,6 +285,7 @@ class DaemonClient:
             self.next_id = max(self.next_id, request_id)
         call = Call(request_id, on_part)
         self.calls[request_id] = call
+        self.peer.expect(request_id)
         await self.send_frame(frame)
         return call
 
@@ -297,7 +309,7 @@ class DaemonClient:
         client_name: str = "lmbridge-client",
         capabilities: Mapping[str, bool] | None = None,
     ) -> Any:
-        """``initialize``; ``capabilities``: its ``clientCapabilities`` (what ``on_request`` serves)."""
+        """``initialize``; ``capabilities``: its ``clientCapabilities`` (what ``handle_request`` serves)."""
         params: dict[str, Any] = {"protocolVersion": 1, "clientInfo": {"name": client_name, "version": "1"}}
         if capabilities:
             params["clientCapabilities"] = dict(capabilities)

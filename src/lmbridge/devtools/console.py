@@ -16,7 +16,7 @@ answered exactly as VS Code answers it:
 
 Several calls in one response are asked one by one and answered together in the next
 request. Ctrl-C while a request runs sends ``$/cancelRequest`` (the history keeps the
-user turn without an answer, as VS Code does); a second Ctrl-C, or one at an empty
+user message without an answer, as VS Code does); a second Ctrl-C, or one at an empty
 prompt, quits. ``--script FILE`` runs the same session from a file (format in
 docs/console.md). The daemon's command line is assembled in :func:`daemon_command`
 only, so daemon options (e.g. a future ``--record FILE``) are added in one place.
@@ -475,7 +475,7 @@ class Console:
     # -- chat ------------------------------------------------------------------
 
     async def send_message(self, text: str) -> None:
-        """One user turn: the request, then a request per round of permission answers."""
+        """One user message: the request, then a request per round of permission answers."""
         if self.model is None:
             self.error("no model: the daemon listed none; choose one with /model ID")
             return
@@ -490,7 +490,7 @@ class Console:
             reason = (call.result or {}).get("stopReason")
             self.out.line(f"[{reason}]", DIM)
             if reason == "cancelled":
-                return  # VS Code keeps the user turn without an answer
+                return  # VS Code keeps the user message without an answer
             self.history.append(assistant(call.parts))
             calls = tool_calls(call)
             if reason != "tool_calls" or not calls:

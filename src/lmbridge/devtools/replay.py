@@ -1,11 +1,14 @@
 """``lmbridge replay FILE...``: recorded sessions re-run through the real daemon.
 
-The recording's shim frames are fed to a real ``Server`` (in this process, on
-in-memory line streams); every agent it spawns is played back from the
-recording (a ``PlaybackConnection``: the real ``AgentConnection`` on a fake
-process). Walking the recording in order, each input (shim → daemon, agent →
-daemon, an agent's exit) is fed only once the daemon has produced every output
-recorded before it, on every link, each link compared in its own order. What is
+The recording's shim frames are fed to a real ``Server`` through its stdio alone (in
+this process, on line streams); every agent it starts is a stand-in process
+(``standin.py``, started by the daemon's own ``AgentConnection.spawn``) that plays the
+recorded agent back; the VS Code tools are reached through the stdio relay the daemon
+offers agents. Walking the recording in order, each input (shim → daemon, agent →
+daemon, an agent's exit, an agent's tools request) is fed only once the daemon has
+produced every output recorded before it, on every link, each link compared in its own
+order; after each input the player waits for the daemon's answer to ``debug/idle`` (it
+handled the input as far as it can). Nothing reads the daemon's state. What is
 legitimately nondeterministic is normalised (docs/replay.md): callIds and approval
 tokens are bound on first sight (recorded ↔ actual) and the
 actual values are substituted into later inputs; temp dirs, ports, the working
@@ -18,8 +21,6 @@ The first divergence raises ``Divergence`` with a readable report.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import json
 import math
 import os
@@ -27,13 +28,14 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import ByteReceiveStream, ByteSendStream
+from anyio.abc import ByteReceiveStream
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 from lmbridge import __version__
 from lmbridge.rpc.record import FORMAT, HEADER_KEY, _dump, walk_strings
@@ -46,6 +48,7 @@ CALL_ID = r"lmbridge-[A-Za-z0-9_.-]*?-[0-9a-f]{12}"
 BINDABLE = re.compile(rf"<redacted:approval-token:\d+>|\b{CALL_ID}\b")
 PORT = re.compile(r"\b(127\.0\.0\.1|localhost|\[::1\]):\d{2,5}\b")
 MERGEABLE = ("text", "thinking")
+IDLE_ID = "replay-idle-"  # the ids of the player's debug/idle requests (a recording's are the shim's)
 
 
 class RecordingError(Exception):
@@ -303,137 +306,126 @@ class Stream:
         return (len(self.items), len(last.text) if last.kind == "run" else None)
 
 
-# ---------------------------------------------------------------- the played-back agent
+# ---------------------------------------------------------------- the played-back agents and tools relays
+
+STANDIN = Path(__file__).with_name("standin.py")  # run as a script: no package import, a fast start
 
 
-class _Pipe(ByteReceiveStream):
-    """The agent's stdout or stderr: what the player feeds, as the daemon reads it."""
+class _StandIn:
+    """The player's end of one stand-in agent process (``standin.py``): what the daemon
+    writes to the agent comes in as outputs of ``link``; recorded agent output and the
+    agent's exit go out to it."""
 
-    def __init__(self) -> None:
-        self._send, self._receive = anyio.create_memory_object_stream[bytes](math.inf)
+    def __init__(self, player: Player, link: str, stream: anyio.abc.SocketStream) -> None:
+        self.player, self.link, self.stream = player, link, stream
+        self.sent = self.acked = 0
+        self.exited = False
+        self._acks = anyio.Event()
 
-    def feed(self, data: bytes) -> None:
-        self._send.send_nowait(data)
-
-    def end(self) -> None:
-        self._send.close()
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        return await self._receive.receive()
-
-    async def aclose(self) -> None:
-        self._receive.close()
-
-
-class _Stdin(ByteSendStream):
-    """The agent's stdin: each line the daemon writes goes to the player."""
-
-    def __init__(self, process: FakeProcess) -> None:
-        self.process = process
-        self.closed = False
-        self._partial = b""
-
-    async def send(self, item: bytes) -> None:
-        data = self._partial + item
-        *lines, self._partial = data.split(b"\n")
-        for line in lines:
-            if line.strip():
+    async def read(self, lines: Any) -> None:
+        async for raw in lines:
+            message = json.loads(raw)
+            if "in" in message:
                 try:
-                    frame: Any = json.loads(line)
+                    frame: Any = json.loads(message["in"])
                 except ValueError:
-                    frame = {"raw": line.decode("utf-8", "replace")}
-                self.process.player.output(self.process.link, frame)
-        if self.closed:
-            raise anyio.ClosedResourceError
-        if self.process.returncode is not None:
-            raise anyio.BrokenResourceError
+                    frame = {"raw": message["in"]}
+                self.player.output(self.link, frame)
+            elif "ack" in message:
+                self.acked = int(message["ack"])
+                self._acks.set()
+            elif message.get("eof") and not self.exited:
+                self.player.output(self.link, {"event": "close"})
+        self.exited = True  # the process is gone: nothing more will be acknowledged
+        self._acks.set()
 
-    async def send_eof(self) -> None:
-        await self.aclose()
+    async def tell(self, message: dict[str, Any]) -> None:
+        try:
+            await self.stream.send((json.dumps(message) + "\n").encode())
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self.exited = True
 
-    async def aclose(self) -> None:
-        if not self.closed and self.process.returncode is None:
-            self.process.player.output(self.process.link, {"event": "close"})
-        self.closed = True
+    async def print(self, line: str) -> None:
+        """Have the agent print ``line``; returns once it did (or is gone)."""
+        self.sent += 1
+        await self.tell({"out": line})
+        with anyio.move_on_after(self.player.timeout):  # a daemon that does not read: the waits report it
+            while self.acked < self.sent and not self.exited:
+                self._acks = anyio.Event()
+                await self._acks.wait()
 
-
-class FakeProcess:
-    """The process an agent would have been: fed and ended by the player."""
-
-    pid = -1  # never signalled: PlaybackConnection overrides close() and _kill()
-
-    def __init__(self, player: Player, link: str) -> None:
-        self.player = player
-        self.link = link
-        self.returncode: int | None = None
-        self._exited = anyio.Event()
-        self.stdin = _Stdin(self)
-        self.stdout = _Pipe()
-        self.stderr = _Pipe()
-
-    def exit(self, code: int | None, stderr: Sequence[str] = ()) -> None:
-        if self.returncode is not None:
-            return
-        for line in stderr:
-            self.stderr.feed((str(line) + "\n").encode())
-        self.stderr.end()
-        self.stdout.end()
-        self.returncode = code if code is not None else 0
-        self._exited.set()
-
-    async def wait(self) -> int:
-        await self._exited.wait()
-        assert self.returncode is not None
-        return self.returncode
-
-    def kill(self) -> None:
-        self.exit(-9)
-
-    def terminate(self) -> None:
-        self.exit(-15)
-
-    def send_signal(self, sig: int) -> None:
-        self.exit(-int(sig))
+    async def exit(self, code: int | None, stderr: Sequence[str]) -> None:
+        if not self.exited:
+            self.exited = True
+            await self.tell({"exit": code if code is not None else 0, "stderr": list(stderr)})
 
 
-@functools.cache
-def _connection_class() -> Any:
-    from lmbridge.acp.connection import AgentConnection
+class _Relay:
+    """The VS Code tools of one session reached as an agent reaches them: the stdio relay
+    (``lmbridge mcp-stdio``) the daemon offered in ``session/new``, started by the player;
+    every frame it returns (answers, ``notifications/tools/list_changed``) is an output of
+    ``link``."""
 
-    class PlaybackConnection(AgentConnection):
-        """The real ACP connection code on a played-back process."""
+    INIT_ID = "replay-initialize"
 
-        def _kill(self) -> None:
-            self.process.kill()
+    def __init__(self, player: Player, link: str, server: dict[str, Any]) -> None:
+        self.player, self.link, self.server = player, link, server
+        self.process: Any = None
+        self.methods: dict[str, str] = {}  # request id (as JSON) → method, for the answers
+        self._initialized = anyio.Event()
 
-        async def close(self) -> None:
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        env = {**os.environ, **{e["name"]: e["value"] for e in self.server.get("env") or () if isinstance(e, dict)}}
+        self.process = await anyio.open_process([self.server["command"], *self.server.get("args", [])], env=env, stderr=None)
+        tg.start_soon(self._read)
+        from mcp.types import LATEST_PROTOCOL_VERSION  # the latest: its results carry every field the handlers return
+
+        await self.send({"jsonrpc": "2.0", "id": self.INIT_ID, "method": "initialize", "params": {
+            "protocolVersion": LATEST_PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "lmbridge-replay", "version": __version__}}})  # fmt: skip
+        with anyio.fail_after(self.player.timeout):
+            await self._initialized.wait()
+        await self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    async def send(self, frame: Any) -> None:
+        if isinstance(frame, dict) and "id" in frame and isinstance(frame.get("method"), str):
+            self.methods[json.dumps(frame["id"])] = frame["method"]
+        await self.process.stdin.send((json.dumps(frame, ensure_ascii=False) + "\n").encode("utf-8", "backslashreplace"))
+
+    async def _read(self) -> None:
+        async for line in _read_lines(self.process.stdout):
+            try:
+                frame: Any = json.loads(line)
+            except ValueError:
+                frame = {"raw": line.decode("utf-8", "replace")}
+            if isinstance(frame, dict) and frame.get("id") == self.INIT_ID:
+                self._initialized.set()
+            else:
+                self.player.output(self.link, self._typed(frame))
+
+    def _typed(self, frame: Any) -> Any:
+        """A result as the MCP types read it, as a recording holds it (``record._dump``): the
+        wire leaves out fields at their defaults, the typed result has them all."""
+        import mcp_types
+
+        if not isinstance(frame, dict) or not isinstance(frame.get("result"), dict):
+            return frame
+        method = self.methods.get(json.dumps(frame.get("id")), "")
+        model: Any = {"tools/list": mcp_types.ListToolsResult, "tools/call": mcp_types.CallToolResult}.get(method)
+        if model is None:
+            return frame
+        try:
+            return {**frame, "result": _dump(model.model_validate(frame["result"]))}
+        except ValueError:
+            return frame  # compared as it came
+
+    async def close(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            await self.process.stdin.aclose()
+            with anyio.move_on_after(TERM_GRACE):
+                await self.process.wait()
             if self.process.returncode is None:
-                if self.process.stdin is not None:
-                    await self.process.stdin.aclose()
-                with anyio.move_on_after(TERM_GRACE):
-                    await self.process.wait()
-                if self.process.returncode is None:
-                    self.process.kill()
-            if not self.exit_reason:
-                self.exit_reason = f"agent {self.name!r} was stopped"
-
-    return PlaybackConnection
-
-
-@dataclass(frozen=True)
-class _McpSession:
-    """The MCP client session the tools handlers see (for ``tools/list_changed``)."""
-
-    player: Player
-    link: str
-
-    async def send_tool_list_changed(self) -> None:
-        self.player.output(self.link, {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
-
-
-@dataclass(frozen=True)
-class _McpContext:
-    session: _McpSession
+                self.process.kill()
+                await self.process.wait()
 
 
 # ---------------------------------------------------------------- the player
@@ -458,11 +450,15 @@ class Player:
         self.expected: dict[str, Stream] = {}
         self.actual: dict[str, Stream] = {}
         self.verified: dict[str, int] = {}
-        self.processes: dict[str, FakeProcess] = {}
+        self.standins: dict[str, _StandIn] = {}  # by link: the agents the daemon started
+        self._hello: dict[str, anyio.Event] = {}
+        self.relays: dict[str, _Relay] = {}  # by link (mcp:<session>)
         self.divergence: Divergence | None = None
-        self.server: Any = None
         self._tg: Any = None
-        self._mcp_contexts: dict[str, _McpContext] = {}
+        self._socket = ""  # where stand-ins reach the player
+        self._idle_answers: dict[str, anyio.Event] = {}
+        self._idle_count = 0
+        self._shim_closed = False
         self._progress = anyio.Event()
         self._lines_send, self._lines_receive = anyio.create_memory_object_stream[bytes](math.inf)
         # The inputs, each with how far every link's outputs must be before it is fed.
@@ -484,43 +480,59 @@ class Player:
 
         config = self.recording.header.get("config") or {}
         agents = [AgentSpec.model_validate(a) for a in config.get("agents") or []]
-        # Agents are played back: the server starts them through this player (its launcher).
-        server = self.server = Server(Config(agents=agents, idle_timeout=float(config.get("idleTimeout") or 1800.0), launcher=self.spawn, start_notice=math.inf))
+        # The daemon, on line streams as on its stdio; the agents it starts are stand-ins
+        # this player plays back (its launcher); it answers debug/idle, the step signal.
+        server = Server(
+            Config(agents=agents, idle_timeout=float(config.get("idleTimeout") or 1800.0), launcher=self.spawn, start_notice=math.inf, debug_idle=True)
+        )
         started = time.monotonic()
         served = anyio.Event()
         failure: Divergence | None = None
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
+        with tempfile.TemporaryDirectory(prefix="lmbridge-replay-") as scratch:
+            self._socket = os.path.join(scratch, "player.sock")
+            listener = await anyio.create_unix_listener(self._socket)
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(listener.serve, self._accept)
 
-            async def serve() -> None:
+                async def serve() -> None:
+                    try:
+                        await server.serve(self._lines(), Stdout(write=self._stdout))
+                    finally:
+                        served.set()
+                        for answered in self._idle_answers.values():
+                            answered.set()
+
+                tg.start_soon(serve)
                 try:
-                    await server.serve(self._lines(), Stdout(write=self._stdout))
+                    for index, (entry, marks, gap) in enumerate(self.steps):
+                        await self._wait(marks, self.timeout + gap, entry)
+                        if self.realtime:
+                            delay = started + entry.t - time.monotonic()
+                            if delay > 0:
+                                await anyio.sleep(delay)
+                        await self._feed(entry)
+                        following = self.steps[index + 1] if index + 1 < len(self.steps) else None
+                        # An agent's inputs with no output recorded between them go together, as
+                        # the agent sent them (two tool calls at once meet the same gather window).
+                        if following is None or entry.link == "shim" or following[0].link != entry.link or following[1] != marks:
+                            await self._idle()
+                        self._check()
+                    final = {link: stream.mark() for link, stream in self.expected.items()}
+                    await self._wait(final, self.timeout, None)
+                    with anyio.move_on_after(SHUTDOWN_TIMEOUT):
+                        await served.wait()
+                    self._check(final=True)
+                    if not served.is_set():
+                        raise Divergence(f"DIVERGENCE in {self.recording.path}: the daemon did not exit within {SHUTDOWN_TIMEOUT:.0f} s of the recording's end")
+                except Divergence as exc:
+                    failure = exc
                 finally:
-                    served.set()
-
-            tg.start_soon(serve)
-            try:
-                for entry, marks, gap in self.steps:
-                    await self._wait(marks, self.timeout + gap, entry)
-                    if self.realtime:
-                        delay = started + entry.t - time.monotonic()
-                        if delay > 0:
-                            await anyio.sleep(delay)
-                    self._feed(entry)
-                    await _settle()
-                    self._check()
-                final = {link: stream.mark() for link, stream in self.expected.items()}
-                await self._wait(final, self.timeout, None)
-                with anyio.move_on_after(SHUTDOWN_TIMEOUT):
-                    await served.wait()
-                self._check(final=True)
-                if not served.is_set():
-                    raise Divergence(f"DIVERGENCE in {self.recording.path}: the daemon did not exit within {SHUTDOWN_TIMEOUT:.0f} s of the recording's end")
-            except Divergence as exc:
-                failure = exc
-            finally:
-                self._lines_send.close()
-                tg.cancel_scope.cancel()
+                    self._lines_send.close()
+                    with anyio.CancelScope(shield=True):
+                        for relay in self.relays.values():
+                            await relay.close()
+                    tg.cancel_scope.cancel()
         if failure is not None:
             raise failure
         entries = self.recording.entries
@@ -530,10 +542,24 @@ class Player:
         async for line in self._lines_receive:
             yield line
 
-    def _feed(self, entry: Entry) -> None:
+    async def _idle(self) -> None:
+        """Wait (bounded) until the daemon answers ``debug/idle``: it handled the input
+        just fed as far as it can before the next one (docs/replay.md)."""
+        if self._shim_closed:
+            return
+        self._idle_count += 1
+        rid = f"{IDLE_ID}{self._idle_count}"
+        answered = self._idle_answers[rid] = anyio.Event()
+        self._lines_send.send_nowait((json.dumps({"jsonrpc": "2.0", "id": rid, "method": "debug/idle"}) + "\n").encode())
+        with anyio.move_on_after(self.timeout):
+            await answered.wait()
+        self._idle_answers.pop(rid, None)
+
+    async def _feed(self, entry: Entry) -> None:
         data = entry.data
         if entry.link == "shim":
             if entry.event == "eof":
+                self._shim_closed = True
                 self._lines_send.close()
             elif "raw" in data:
                 self._lines_send.send_nowait((str(data["raw"]) + "\n").encode())
@@ -542,48 +568,54 @@ class Player:
                 self._lines_send.send_nowait((json.dumps(frame, ensure_ascii=False) + "\n").encode("utf-8", "backslashreplace"))
             return
         if entry.link.startswith("mcp:"):
-            self._feed_mcp(entry)
+            await self._feed_mcp(entry)
             return
-        process = self.processes.get(entry.link)
-        if process is None:
+        standin = self.standins.get(entry.link)
+        if standin is None:
             raise self._report("no agent is running on this link (the daemon never spawned it)", entry.link, entry, None)
         if entry.event == "exit":
-            process.exit(data.get("code"), data.get("stderr") or ())
+            await standin.exit(data.get("code"), data.get("stderr") or ())
         elif "frame" in data:
-            frame = self.matcher.substitute(data["frame"])
-            process.stdout.feed((json.dumps(frame, ensure_ascii=False) + "\n").encode("utf-8", "backslashreplace"))
+            await standin.print(json.dumps(self.matcher.substitute(data["frame"]), ensure_ascii=False))
 
-    def _feed_mcp(self, entry: Entry) -> None:
-        """A tools/list or tools/call the agent made: through the session's real tools
-        handlers (the MCP transport, the SDK's, is not replayed)."""
-        import mcp_types
+    async def _feed_mcp(self, entry: Entry) -> None:
+        """A request the agent made of the VS Code tools server: sent through the stdio
+        relay the daemon offered that session's agent, as the agent sent it."""
+        relay = self.relays.get(entry.link)
+        if relay is None:
+            server = self._tools_server(entry.link.split(":", 1)[1])
+            if server is None:
+                raise self._report("the daemon offered this session no VS Code tools server over stdio", entry.link, entry, None)
+            relay = self.relays[entry.link] = _Relay(self, entry.link, server)
+            await relay.start(self._tg)
+        await relay.send(self.matcher.substitute(entry.data.get("frame") or {}))
 
-        session = entry.link.split(":", 1)[1]
-        history = self.server.history
-        actor = history.actors.get(session) if history is not None else None
-        bridge = getattr(actor, "bridge", None)
-        if bridge is None:
-            raise self._report("the session has no VS Code tools server", entry.link, entry, None)
-        frame = self.matcher.substitute(entry.data.get("frame") or {})
-        method, rid, params = frame.get("method"), frame.get("id"), frame.get("params")
-        if method == "tools/call":
-            parsed: Any
-            handle, parsed = bridge._call_tool, mcp_types.CallToolRequestParams.model_validate(params)
-        elif method == "tools/list":
-            handle, parsed = bridge._list_tools, (mcp_types.PaginatedRequestParams.model_validate(params) if params is not None else None)
-        else:
-            raise self._report(f"cannot replay MCP method {method!r}", entry.link, entry, None)
-        context = self._mcp_contexts.setdefault(entry.link, _McpContext(_McpSession(self, entry.link)))
+    def _tools_server(self, session: str) -> dict[str, Any] | None:
+        """The stdio MCP server entry for ``session``'s tools in the last ``session/new``,
+        ``session/load`` or ``session/resume`` the daemon sent an agent, else None."""
+        for link, stream in self.actual.items():
+            if not link.startswith("agent:"):
+                continue
+            for item in reversed(stream.items):
+                frame = item.value
+                if not isinstance(frame, dict) or frame.get("method") not in ("session/new", "session/load", "session/resume"):
+                    continue
+                for server in (frame.get("params") or {}).get("mcpServers") or ():
+                    args = server.get("args") if isinstance(server, dict) else None
+                    if isinstance(args, list) and "command" in server and any(a == "--session" and b == session for a, b in zip(args, args[1:])):
+                        return dict(server)
+        return None
 
-        async def call() -> None:
-            try:
-                result = await handle(context, parsed)
-            except Exception as exc:
-                self.output(entry.link, {"jsonrpc": "2.0", "id": rid, "error": {"message": str(exc)}})
-                return
-            self.output(entry.link, {"jsonrpc": "2.0", "id": rid, "result": _dump(result)})
-
-        self._tg.start_soon(call)
+    async def _accept(self, stream: anyio.abc.SocketStream) -> None:
+        """A stand-in agent connected: its first line names its link."""
+        lines = _read_lines(stream)
+        try:
+            hello = json.loads(await lines.__anext__())["hello"]
+        except (StopAsyncIteration, ValueError, KeyError):
+            return
+        standin = self.standins[hello] = _StandIn(self, hello, stream)
+        self._hello.setdefault(hello, anyio.Event()).set()
+        await standin.read(lines)
 
     # -- what the daemon does
 
@@ -594,13 +626,19 @@ class Player:
                     frame: Any = json.loads(line)
                 except ValueError:
                     frame = {"raw": line.decode("utf-8", "replace")}
+                rid = frame.get("id") if isinstance(frame, dict) else None
+                if isinstance(rid, str) and rid.startswith(IDLE_ID):  # the player's own request, not the recording's
+                    if rid in self._idle_answers:
+                        self._idle_answers[rid].set()
+                    continue
                 self.output("shim", frame)
 
     async def spawn(
         self, name: str, command: str, args: Sequence[str], env: Any, cwd: str | None, events: Any, session: str | None = None, recorder: Any = None
     ) -> Any:
-        """The daemon's launcher (``server.Config.launcher``): a played-back agent for this recording."""
-        from lmbridge.acp.connection import AgentExited
+        """The daemon's launcher (``server.Config.launcher``): the recorded spawn, then a
+        stand-in process (``standin.py``) in the agent's place, started as any agent is."""
+        from lmbridge.acp.connection import AgentConnection, AgentUnavailable
 
         link = f"agent:{session or name}"
         expected = self.expected.get(link)
@@ -611,10 +649,13 @@ class Player:
             event["error"] = recorded["error"]
         self.output(link, event)
         if "error" in event:
-            raise AgentExited(str(event["error"]))
-        process = FakeProcess(self, link)
-        self.processes[link] = process
-        return _connection_class()(name, process, events)
+            raise AgentUnavailable(str(event["error"]))
+        hello = self._hello.setdefault(link, anyio.Event())
+        conn = await AgentConnection.spawn(name, sys.executable, [str(STANDIN), self._socket, link], {}, None, events, session)
+        with anyio.move_on_after(self.timeout):
+            await hello.wait()
+        del self._hello[link]
+        return conn
 
     def output(self, link: str, value: Any) -> None:
         """Something the daemon sent (or did) on a link."""
@@ -782,24 +823,13 @@ def _excerpt(text: str, start: int, at: int) -> str:
     return ("…" if start else "") + shown + ("…" if len(text) > at + 40 else "")
 
 
-async def _settle(rounds: int = 500) -> None:
-    """Let the daemon run until every task waits on something (or ``rounds`` passes):
-    each input is handled before the next is fed."""
-    loop = asyncio.get_running_loop()
-    this = asyncio.current_task()
-    for _ in range(rounds):
-        await asyncio.sleep(0)
-        if getattr(loop, "_ready", None):
-            continue
-        busy = False
-        for task in asyncio.all_tasks(loop):
-            if task is this:
-                continue
-            waiter = getattr(task, "_fut_waiter", None)
-            if waiter is None or waiter.done():
-                busy = True
-                break
-        if not busy:
+async def _read_lines(stream: ByteReceiveStream) -> AsyncIterator[bytes]:
+    """The lines of ``stream`` (without their newline) until it ends."""
+    buffered = BufferedByteReceiveStream(stream)
+    while True:
+        try:
+            yield await buffered.receive_until(b"\n", 1 << 30)
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError, anyio.BrokenResourceError):
             return
 
 

@@ -32,7 +32,7 @@ import secrets
 import socket
 import struct
 import tempfile
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,8 @@ from lmbridge.core.messages import DataPart, TextPart, ToolInfo, ToolResultPart
 from lmbridge.core.permissions import ACTION_TOOLS
 from lmbridge.log import get_logger
 from lmbridge.rpc import record
+from lmbridge.rpc.framing import Lines, Overlong
+from lmbridge.rpc.peer import batches
 
 log = get_logger("mcp")
 
@@ -226,6 +228,18 @@ class ToolBridge:
         self.release_all(CLOSED_TEXT)
 
 
+#: Bytes in one line of a relay connection (a longer one is dropped as it streams), and in its first line.
+MCP_LINE = 64 * 1024 * 1024
+HELLO_LINE = 4096
+
+
+async def _lines(stream: Any) -> AsyncGenerator[bytes | Overlong, None]:
+    """A relay connection's lines, split by the one line reader (``rpc.framing.Lines``)."""
+    async for batch in batches(stream, Lines(MCP_LINE)):
+        for line in batch:
+            yield line
+
+
 def peer_uid(sock: socket.socket) -> int | None:
     """The user id the kernel gives for the process at the other end of a Unix socket
     (Linux ``SO_PEERCRED``; macOS and the BSDs ``LOCAL_PEERCRED``, a ``struct xucred``),
@@ -295,22 +309,22 @@ class McpHost:
     # -- Unix socket (stdio relay) ------------------------------------------
 
     async def _unix_client(self, stream: Any) -> None:
-        from anyio.streams.buffered import BufferedByteReceiveStream
-
         uid = peer_uid(stream.extra(SocketAttribute.raw_socket))
         if uid != os.getuid():
             log.warning("mcp stdio relay refused", reason="another user" if uid is not None else "its user is unknown", uid=uid)
             await stream.aclose()
             return
-        reader = BufferedByteReceiveStream(stream)
+        lines = _lines(stream)
         try:
             with anyio.fail_after(10):
-                hello = json.loads(await reader.receive_until(b"\n", 4096))
-            session = hello.get("session")
-        except (TimeoutError, ValueError, AttributeError, anyio.EndOfStream, anyio.IncompleteRead, anyio.DelimiterNotFound):
+                first = await anext(lines)
+            hello = json.loads(first) if isinstance(first, bytes) and len(first) <= HELLO_LINE else None
+            session = hello.get("session") if isinstance(hello, dict) else None
+        except (TimeoutError, ValueError, StopAsyncIteration):
             session = None
         if not isinstance(session, str) or session not in self.bridges:
             log.info("mcp stdio relay refused", reason="no such session")
+            await lines.aclose()
             await stream.aclose()
             return
         read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
@@ -334,11 +348,12 @@ class McpHost:
 
         async def pump_in() -> None:
             async with read_send:
-                while True:
-                    try:
-                        line = await reader.receive_until(b"\n", 64 * 1024 * 1024)
-                    except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                        return
+                async for line in lines:
+                    if isinstance(line, Overlong):
+                        await read_send.send(ValueError(f"a line of {line.size:,} bytes, longer than lmbridge's limit of {MCP_LINE:,} bytes: dropped"))
+                        continue
+                    if not line.strip():
+                        continue
                     try:
                         message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                     except Exception as exc:

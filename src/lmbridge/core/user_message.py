@@ -1,18 +1,18 @@
-"""The user's words in a Copilot-rendered user turn (docs/vscode.md). Pure: no I/O.
+"""The user's words in a Copilot-rendered user message (docs/vscode.md). Pure: no I/O.
 
 Rules of this module:
 
 * It reads one user message's text and returns what the user wrote and what
   they attached; everything else Copilot put around it is dropped.
 * When in doubt it returns the text as it is: the user's words are never lost.
-  A turn with no Copilot markup goes as it is.
-* ``words`` is the one thing of a user turn the history core matches sessions on:
-  the user's words alone, the same however Copilot rendered the turn (current or
+  A message with no Copilot markup goes as it is.
+* ``words`` is the one thing of a user message the history core matches sessions on:
+  the user's words alone, the same however Copilot rendered the message (current or
   replayed). It need not be faithful, only deterministic; it is never shown or sent.
 
 Theory of operation
 -------------------
-In Agent mode Copilot Chat wraps the current user turn in its own scaffolding
+In Agent mode Copilot Chat wraps the current user message in its own scaffolding
 (docs/vscode.md, "Copilot's scaffolding around the user's words"; VS Code 1.139.1 / Copilot Chat 0.67.0, ``AgentUserMessage`` in
 ``extensions/copilot/dist/extension.js``): a sequence of top-level elements
 such as ``<environment_info>``, ``<workspace_info>``, ``<userMemory>``,
@@ -58,7 +58,7 @@ class Attachment:
 
 
 @dataclass(frozen=True)
-class UserTurn:
+class UserInput:
     """What the user wrote (``request``) and attached. ``rendered``: Copilot's markup
     was found and removed; False means ``request`` is the text as it came."""
 
@@ -67,38 +67,38 @@ class UserTurn:
     rendered: bool = False
 
 
-def parse_user_turn(text: str) -> UserTurn:
-    """Split a Copilot-rendered user turn into the user's words and attachments.
+def parse_user_message(text: str) -> UserInput:
+    """Split a Copilot-rendered user message into the user's words and attachments.
 
-    Never raises; returns ``UserTurn(text)`` (verbatim) when the text has no request
+    Never raises; returns ``UserInput(text)`` (verbatim) when the text has no request
     element or does not parse as Copilot's element sequence.
     """
     elements = _top_level(text)
     if elements is None:
-        return UserTurn(text)
+        return UserInput(text)
     requests = [e for e in elements if e[0] in REQUEST_TAGS]
     if not requests:
         # Copilot's global context alone: nothing the user wrote.
-        return UserTurn("", rendered=True) if is_scaffolding(text) else UserTurn(text)
+        return UserInput("", rendered=True) if is_scaffolding(text) else UserInput(text)
     request = requests[-1][2].strip("\n")
     attachments: list[Attachment] = []
     for name, _attrs, body in elements:
         if name == "attachments":
             attachments += _attachments(body)
-    return UserTurn(request, tuple(attachments), rendered=True)
+    return UserInput(request, tuple(attachments), rendered=True)
 
 
 def words(text: str) -> str:
-    """What the user wrote in a user turn, as the history core compares it across requests.
+    """What the user wrote in a user message, as the history core compares it across requests.
 
-    Copilot renders the current turn with more scaffolding than the same turn replayed
+    Copilot renders the current user message with more scaffolding than the same message replayed
     later (the captured requests in ``tests/fixtures/copilot``), but the request element's content is the same in both: that is
-    the words. A turn without a request element counts with its complete top-level
+    the words. A message without a request element counts with its complete top-level
     elements left out (Copilot's context around plain words); one that does not parse
     counts as it is. Whitespace is the caller's to drop (``history`` squeezes it)."""
-    turn = parse_user_turn(text)
-    if turn.rendered:
-        return turn.request
+    parsed = parse_user_message(text)
+    if parsed.rendered:
+        return parsed.request
     if _top_level(text):
         return _OUTSIDE.sub("", text)
     return text

@@ -1,4 +1,4 @@
-"""``user_turn``: the user's words in Copilot-rendered user turns (docs/vscode.md).
+"""``user_message``: the user's words in Copilot-rendered user messages (docs/vscode.md).
 
 Table-tested on real turns captured from VS Code 1.139.1's Chat view (Copilot Chat
 0.67.0, Agent mode; tests/fixtures/copilot/*.json, each an
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from lmbridge.core.messages import Message
 from lmbridge.core.transcript import prompt_blocks
-from lmbridge.core.user_turn import Attachment, UserTurn, parse_user_turn
+from lmbridge.core.user_message import Attachment, UserInput, parse_user_message
 
 FIXTURES = Path(__file__).parent / "fixtures" / "copilot"
 
@@ -58,29 +58,29 @@ def main():
 </attachments>
 """
 
-CASES: list[tuple[str, str, UserTurn]] = [
-    ("plain text", "Please write a file with my notes.", UserTurn("Please write a file with my notes.")),
-    ("agent mode", SCAFFOLD + "<userRequest>\nPlease write a file with my notes.\n</userRequest>", UserTurn("Please write a file with my notes.", rendered=True)),
-    ("user_query tag", SCAFFOLD + "<user_query>\nhi\n</user_query>", UserTurn("hi", rendered=True)),
+CASES: list[tuple[str, str, UserInput]] = [
+    ("plain text", "Please write a file with my notes.", UserInput("Please write a file with my notes.")),
+    ("agent mode", SCAFFOLD + "<userRequest>\nPlease write a file with my notes.\n</userRequest>", UserInput("Please write a file with my notes.", rendered=True)),
+    ("user_query tag", SCAFFOLD + "<user_query>\nhi\n</user_query>", UserInput("hi", rendered=True)),
     (
         "attachments",
         SCAFFOLD + ATTACHED + "<userRequest>\nsummarise these\n</userRequest>",
-        UserTurn("summarise these", (
+        UserInput("summarise these", (
             Attachment("/home/u/ws/notes.md", "# Notes\n- buy milk", None, "file:notes.md"),
             Attachment("/home/u/ws/app.py", "def main():\n    return 1", (3, 4), "file:app.py:3-4"),
         ), rendered=True),
     ),
     ("the user types the tag", SCAFFOLD + "<userRequest>\nwhat does <userRequest>x</userRequest> mean?\n</userRequest>",
-     UserTurn("what does <userRequest>x</userRequest> mean?", rendered=True)),
-    ("the user types html", "<b>bold</b> and <i>", UserTurn("<b>bold</b> and <i>")),
-    ("never closed", SCAFFOLD + "<userRequest>\ncut off", UserTurn(SCAFFOLD + "<userRequest>\ncut off")),
-    ("request text first, then the element", "fix it\n<reminder>\nbe brief\n</reminder>\n<user_query>\nfix it\n</user_query>", UserTurn("fix it", rendered=True)),
+     UserInput("what does <userRequest>x</userRequest> mean?", rendered=True)),
+    ("the user types html", "<b>bold</b> and <i>", UserInput("<b>bold</b> and <i>")),
+    ("never closed", SCAFFOLD + "<userRequest>\ncut off", UserInput(SCAFFOLD + "<userRequest>\ncut off")),
+    ("request text first, then the element", "fix it\n<reminder>\nbe brief\n</reminder>\n<user_query>\nfix it\n</user_query>", UserInput("fix it", rendered=True)),
 ]
 
 
 @pytest.mark.parametrize(("text", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_table(text: str, expected: UserTurn) -> None:
-    assert parse_user_turn(text) == expected
+def test_table(text: str, expected: UserInput) -> None:
+    assert parse_user_message(text) == expected
 
 
 def _captured() -> list[Path]:
@@ -89,7 +89,7 @@ def _captured() -> list[Path]:
 
 @pytest.mark.parametrize("path", _captured(), ids=[p.stem for p in _captured()])
 def test_captured_copilot_turns(path: Path) -> None:
-    """Every captured request: its last user turn gives exactly what the user typed
+    """Every captured request: its last user message gives exactly what the user typed
     (``expect`` in the fixture), and nothing of Copilot's scaffolding reaches the agent."""
     fixture = json.loads(path.read_text(encoding="utf-8"))
     messages = [Message.model_validate(m) for m in fixture["params"]["messages"]]
@@ -131,16 +131,16 @@ _words = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1).filter
 
 @given(words=_words, scaffold=st.sampled_from(["", SCAFFOLD, SCAFFOLD + ATTACHED]))
 def test_the_users_words_always_survive(words: str, scaffold: str) -> None:
-    turn = parse_user_turn(f"{scaffold}<userRequest>\n{words}\n</userRequest>")
+    turn = parse_user_message(f"{scaffold}<userRequest>\n{words}\n</userRequest>")
     assert turn.request == words
 
 
 @given(st.text())
 def test_never_raises_and_no_markup_is_verbatim(text: Any) -> None:
-    turn = parse_user_turn(text)
+    turn = parse_user_message(text)
     assert turn.rendered or turn.request == text
     if "<" not in text:
-        assert turn == UserTurn(text)
+        assert turn == UserInput(text)
 
 
 def test_copilots_global_context_message_is_no_turn() -> None:
@@ -150,7 +150,7 @@ def test_copilots_global_context_message_is_no_turn() -> None:
 
     glob = Message.model_validate({"role": "user", "content": [{"type": "text", "value": SCAFFOLD}]})
     turn = Message.model_validate({"role": "user", "content": [{"type": "text", "value": "<context>\nnow\n</context>\n<userRequest>\nhello there\n</userRequest>"}]})
-    assert parse_user_turn(SCAFFOLD) == UserTurn("", rendered=True)
+    assert parse_user_message(SCAFFOLD) == UserInput("", rendered=True)
     context, prompt = split_prompt([glob, turn])
     assert prompt == (turn,)
     assert prompt_blocks(context, prompt, images=False) == [{"type": "text", "text": "hello there"}]

@@ -1,0 +1,263 @@
+"""``rpc.peer``: the one JSON-RPC 2.0 peer (the agent connection's and the dev client's wire)
+and ``rpc.jsonrpc.encode``, the one frame encoder: what each line is routed as, answers
+routed to their waiter or handler, over-long lines answered by their head, the end of a link."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import ByteReceiveStream, ByteSendStream
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lmbridge.rpc.jsonrpc import encode, parse_json
+from lmbridge.rpc.peer import BAD_ID, NOT_JSON, NOT_OBJECT, STRAY_RESPONSE, LinkClosed, Peer, RemoteError
+
+pytestmark = pytest.mark.anyio
+
+
+class Pipe(ByteReceiveStream):
+    """What the peer reads: bytes fed by the test, in reads of the sizes fed."""
+
+    def __init__(self) -> None:
+        self._send, self._receive = anyio.create_memory_object_stream[bytes](math.inf)
+
+    def feed(self, data: bytes) -> None:
+        self._send.send_nowait(data)
+
+    def end(self) -> None:
+        self._send.close()
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            raise
+
+    async def aclose(self) -> None:
+        self._receive.close()
+
+
+class Sink(ByteSendStream):
+    """What the peer writes: every write kept; ``broken`` makes writes fail as a dead pipe does."""
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.broken = False
+
+    async def send(self, item: bytes) -> None:
+        if self.broken:
+            raise anyio.BrokenResourceError
+        self.data += item
+
+    def frames(self) -> list[Any]:
+        return [json.loads(line) for line in self.data.splitlines()]
+
+    async def send_eof(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+class Seen:
+    """A Handler that keeps what it was handed, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def handle_request(self, rid: Any, method: str, params: Any) -> None:
+        self.events.append(("request", rid, method, params))
+
+    def handle_notification(self, method: str, params: Any) -> None:
+        self.events.append(("notification", method, params))
+
+    def handle_response(self, rid: Any, result: Any, error: Any) -> None:
+        self.events.append(("response", rid, result, error))
+
+    def handle_unusable(self, reason: str, line: bytes, value: Any) -> None:
+        self.events.append(("unusable", reason, line))
+
+
+def make(limit: int = 1 << 20) -> tuple[Peer, Pipe, Sink, Seen, list[tuple[str, dict[str, Any]]]]:
+    pipe, sink, seen, warned = Pipe(), Sink(), Seen(), []
+    peer = Peer(pipe, sink, seen, link="test link", limit=limit, warn=lambda event, **fields: warned.append((event, fields)))
+    return peer, pipe, sink, seen, warned
+
+
+ROUTES = [
+    (b'{"jsonrpc":"2.0","id":1,"method":"a","params":{"x":1}}', ("request", 1, "a", {"x": 1})),
+    (b'{"jsonrpc":"2.0","id":"s","method":"a"}', ("request", "s", "a", None)),
+    (b'{"jsonrpc":"2.0","method":"n","params":[1]}', ("notification", "n", [1])),
+    (b"not json", ("unusable", NOT_JSON, b"not json")),
+    (b"NaN", ("unusable", NOT_JSON, b"NaN")),
+    (b"[1,2]", ("unusable", NOT_OBJECT, b"[1,2]")),
+    (b'"x"', ("unusable", NOT_OBJECT, b'"x"')),
+    (b'{"jsonrpc":"2.0","id":9,"result":1}', ("unusable", STRAY_RESPONSE, b'{"jsonrpc":"2.0","id":9,"result":1}')),
+    (b'{"id":true,"result":1}', ("unusable", STRAY_RESPONSE, b'{"id":true,"result":1}')),
+    (b'{"id":{},"result":1}', ("unusable", STRAY_RESPONSE, b'{"id":{},"result":1}')),
+    (b'{"id":7,"method":123}', ("unusable", STRAY_RESPONSE, b'{"id":7,"method":123}')),
+]
+
+
+@pytest.mark.parametrize(("line", "event"), ROUTES)
+async def test_each_line_is_routed_as_what_it_is(line: bytes, event: tuple[Any, ...]) -> None:
+    peer, pipe, sink, seen, _ = make()
+    pipe.feed(line + b"\n   \n")
+    pipe.end()
+    await peer.read()
+    assert seen.events == [event]
+    assert sink.data == b""  # nothing is answered here: the handler decides
+
+
+@pytest.mark.parametrize("rid", [b"{}", b"[1]", b"true", b"null", b"1e400"])
+async def test_a_request_whose_id_cannot_be_answered_is_said_then_handed_on_without_it(rid: bytes) -> None:
+    peer, pipe, _, seen, _ = make()
+    line = b'{"jsonrpc":"2.0","id":' + rid + b',"method":"session/request_permission","params":{}}'
+    pipe.feed(line + b"\n")
+    pipe.end()
+    await peer.read()
+    assert seen.events == [("unusable", BAD_ID, line), ("request", None, "session/request_permission", {})]
+
+
+async def test_answers_go_to_their_waiter_or_in_order_to_the_handler() -> None:
+    peer, pipe, sink, seen, _ = make()
+    results: dict[str, Any] = {}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(peer.read)
+
+        async def ask(name: str, method: str) -> None:
+            try:
+                results[name] = await peer.request(method, {"q": name})
+            except RemoteError as exc:
+                results[name] = exc
+
+        tg.start_soon(ask, "ok", "m/ok")
+        tg.start_soon(ask, "bad", "m/bad")
+        routed = peer.new_id()
+        await peer.send_request(routed, "m/routed", {})
+        with anyio.fail_after(5):
+            while len(sink.frames()) < 3:
+                await anyio.sleep(0.01)
+        ids = {f["method"]: f["id"] for f in sink.frames()}
+        assert sorted(ids.values()) == [1, 2, 3]
+        pipe.feed(json.dumps({"jsonrpc": "2.0", "method": "before"}).encode() + b"\n")
+        pipe.feed(json.dumps({"jsonrpc": "2.0", "id": ids["m/routed"], "result": "r"}).encode() + b"\n")
+        pipe.feed(json.dumps({"jsonrpc": "2.0", "id": float(ids["m/ok"]), "result": "wrong type"}).encode() + b"\n")
+        pipe.feed(json.dumps({"jsonrpc": "2.0", "id": ids["m/ok"], "result": {"a": 1}}).encode() + b"\n")
+        pipe.feed(json.dumps({"jsonrpc": "2.0", "id": ids["m/bad"], "error": {"code": -1, "message": "no"}}).encode() + b"\n")
+        pipe.feed(json.dumps({"jsonrpc": "2.0", "id": ids["m/ok"], "result": "twice"}).encode() + b"\n")
+        pipe.end()
+    assert results["ok"] == {"a": 1}
+    assert isinstance(results["bad"], RemoteError) and results["bad"].error == {"code": -1, "message": "no"}
+    assert str(results["bad"]) == "m/bad: no (code -1)"
+    assert [e[:2] for e in seen.events] == [("notification", "before"), ("response", ids["m/routed"]), ("unusable", STRAY_RESPONSE), ("unusable", STRAY_RESPONSE)]
+    assert seen.events[1] == ("response", ids["m/routed"], "r", None)
+
+
+async def test_an_over_long_line_is_dropped_and_what_it_was_is_answered() -> None:
+    """A request of the peer's gets -32600 back by its id; our request it answered fails
+    saying so; a notification or unreadable start is only said."""
+    peer, pipe, sink, seen, warned = make(limit=100)
+    failure: list[BaseException] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(peer.read)
+
+        async def ask() -> None:
+            try:
+                await peer.request("m/ask", {})
+            except RemoteError as exc:
+                failure.append(exc)
+
+        tg.start_soon(ask)
+        with anyio.fail_after(5):
+            while not sink.data:
+                await anyio.sleep(0.01)
+        pad = b"x" * 200
+        pipe.feed(b'{"jsonrpc":"2.0","id":"p","method":"session/request_permission","params":{"' + pad + b'":1}}\n')
+        pipe.feed(b'{"jsonrpc":"2.0","id":1,"result":{"' + pad[:50])
+        pipe.feed(pad + b'":1}}\n')
+        pipe.feed(b'{"jsonrpc":"2.0","method":"session/update","params":{"' + pad + b'":1}}\n')
+        pipe.feed(b'{"jsonrpc":"2.0","id":2,"method":"ok"}\n')
+        pipe.end()
+    assert seen.events == [("request", 2, "ok", None)]
+    answer = sink.frames()[1]
+    assert answer["id"] == "p" and answer["error"]["code"] == -32600 and "longer than lmbridge's limit of 100 bytes" in answer["error"]["message"]
+    assert len(failure) == 1 and failure[0].error["code"] == -32600 and "the peer's answer was a line of" in str(failure[0])
+    assert len(warned) == 3 and all("test link sent a line of" in event and "dropped, the link goes on" in event for event, _ in warned)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=20))
+def test_routing_does_not_depend_on_how_reads_cut_the_stream(cuts: list[int]) -> None:
+    stream = b"".join(line + b"\n" for line, _ in ROUTES)
+
+    async def main() -> list[tuple[Any, ...]]:
+        peer, pipe, _, seen, _ = make()
+        at, n = 0, 0
+        while at < len(stream):
+            size = cuts[n % len(cuts)]
+            pipe.feed(stream[at:at + size])
+            at, n = at + size, n + 1
+        pipe.end()
+        await peer.read()
+        return seen.events
+
+    assert anyio.run(main) == [event for _, event in ROUTES]
+
+
+async def test_the_end_fails_every_waiter_and_every_later_send() -> None:
+    peer, _, sink, _, _ = make()
+    failed: list[BaseException] = []
+
+    async def ask() -> None:
+        try:
+            await peer.request("m", {})
+        except LookupError as exc:
+            failed.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask)
+        tg.start_soon(ask)
+        with anyio.fail_after(5):
+            while sink.data.count(b"\n") < 2:
+                await anyio.sleep(0.01)
+        peer.end(lambda: LookupError("gone: exit code 3"))
+    assert [str(e) for e in failed] == ["gone: exit code 3"] * 2
+    with pytest.raises(LookupError, match="exit code 3"):
+        await peer.notify("late", {})
+
+
+async def test_a_broken_write_raises_the_links_own_reason() -> None:
+    pipe, sink = Pipe(), Sink()
+
+    async def broken(exc: BaseException) -> BaseException:
+        return RuntimeError(f"it died ({type(exc).__name__})")
+
+    peer = Peer(pipe, sink, Seen(), link="l", limit=100, warn=lambda *a, **k: None, broken=broken)
+    sink.broken = True
+    with pytest.raises(RuntimeError, match=r"it died \(BrokenResourceError\)"):
+        await peer.notify("n", {})
+    plain = Peer(pipe, sink, Seen(), link="l", limit=100, warn=lambda *a, **k: None)
+    with pytest.raises(LinkClosed):
+        await plain.respond(1, {"ok": True})
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_the_encoder_writes_one_line_that_parses_back(value: Any) -> None:
+    """Any JSON value, lone surrogates included, is one line of UTF-8 that parses back to it."""
+    data = encode({"jsonrpc": "2.0", "id": 1, "result": value})
+    assert data.endswith(b"\n") and b"\n" not in data[:-1]
+    data.decode("utf-8")
+    assert parse_json(data[:-1]) == {"jsonrpc": "2.0", "id": 1, "result": value}
