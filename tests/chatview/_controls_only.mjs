@@ -45,13 +45,22 @@
 //                 (once the daemon lists them; until then "Open Settings" only)...
 //   28 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
 //                 daemon restarts with it and VS Code lists it among the language models
+//   24 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
+//                 an npx, a uvx and a binary agent) above the built-in agents...
+//   25 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
+//                 asks first, saying what it downloads and runs...
+//   26 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
+//                 added to the user settings; the daemon restarts with it...
+//   27 registry-answer ...and it answers in the chat, picked in the model picker
 // CHATVIEW_FIRST_RUN=1 (make chatview-first-run) instead installs the vsix into a fresh profile
 // with no lmbridge on PATH and no daemon setting: the extension builds its private environment
 // from the bundled wheel (pip, from PyPI) under a progress notification; steps 01 installing,
 // 02 setup, 03 stream.
 // On failure: which step, its screenshot, the code-server and extension host logs kept.
 import { execFileSync, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import fs from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { createRequire } from 'node:module';
@@ -229,9 +238,35 @@ async function dismissNotifications() {
 	await dismiss.first().waitFor({ timeout: 15_000 }).then(() => dismiss.first().click()).catch(() => {});
 }
 
+// ---------------------------------------------------------------- an ACP registry feed on 127.0.0.1
+
+/** The feed and a tiny binary agent (a .tar.gz of a script starting lmbridge's demo agent). */
+function registryFeed(base) {
+	const src = path.join(OUT, 'tiny-agent');
+	fs.mkdirSync(path.join(src, 'bin'), { recursive: true });
+	fs.writeFileSync(path.join(src, 'bin', 'tiny-agent'), `#!/bin/sh\nexec "${path.join(ROOT, '.venv', 'bin', 'python')}" -P -m lmbridge demo-agent "$@"\n`, { mode: 0o755 });
+	const archive = path.join(OUT, 'tiny-agent-1.0.0.tar.gz');
+	execFileSync('tar', ['-czf', archive, '-C', src, 'bin']);
+	const sha256 = createHash('sha256').update(fs.readFileSync(archive)).digest('hex');
+	const platform = `${{ darwin: 'darwin', linux: 'linux', win32: 'windows' }[process.platform]}-${{ x64: 'x86_64', arm64: 'aarch64' }[process.arch]}`;
+	const feed = { version: '1.0.0', agents: [
+		{ id: 'npx-agent', name: 'Npx Agent', version: '2.0.0', description: 'An ACP agent from npm', distribution: { npx: { package: '@example/npx-agent@2.0.0', args: ['--acp'] } } },
+		{ id: 'uvx-agent', name: 'Uvx Agent', version: '0.3.0', description: 'An ACP agent from PyPI', distribution: { uvx: { package: 'uvx-agent==0.3.0' } } },
+		{ id: 'tiny-agent', name: 'Tiny Agent', version: '1.0.0', description: 'A tiny ACP agent, as a binary', distribution: { binary: { [platform]: { archive: `${base}/tiny-agent-1.0.0.tar.gz`, sha256, cmd: './bin/tiny-agent' } } } },
+	] };
+	return new Map([['/registry.json', JSON.stringify(feed)], ['/tiny-agent-1.0.0.tar.gz', fs.readFileSync(archive)]]);
+}
+
 // ---------------------------------------------------------------- run
 
-const ports = { cs: await freePort() };
+const ports = { cs: await freePort(), registry: await freePort() };
+const registryBase = `http://127.0.0.1:${ports.registry}`;
+const registryFiles = registryFeed(registryBase);
+const registryServer = http.createServer((req, res) => {
+	const body = registryFiles.get(req.url);
+	if (body === undefined) res.writeHead(404).end();
+	else res.writeHead(200).end(body);
+}).listen(ports.registry, '127.0.0.1');
 // The settings that choose what runs are machine settings (package.json "scope": "machine"):
 // code-server's window is a remote one, where VS Code reads them from the machine's settings.
 const machineSettings = path.join(dirs.user, 'Machine', 'settings.json');
@@ -244,6 +279,7 @@ fs.writeFileSync(machineSettings, JSON.stringify({
 		'lmbridge.daemon.command': path.join(ROOT, '.venv', 'bin', 'lmbridge'),
 		'lmbridge.daemon.args': ['serve', '--record', record],
 		'lmbridge.daemon.env': { LMBRIDGE_DEMO_SCRATCH: dirs.ws },
+		'lmbridge.registry.url': `${registryBase}/registry.json`,
 		'lmbridge.agents': [
 			{ id: 'demo', name: 'lmbridge demo agent', command: path.join(ROOT, '.venv', 'bin', 'lmbridge'), args: ['demo-agent'] },
 			{ id: 'broken', name: 'Broken agent', command: path.join(OUT, 'no-such-agent') },
@@ -391,6 +427,8 @@ try {
 	if (html) fs.writeFileSync(path.join(OUT, `FAILED-${current}.chat.html`), html);
 } finally {
 	await browser.close().catch(() => {});
+	registryServer.closeAllConnections?.();
+	registryServer.close();
 	try { process.kill(-server.pid, 'SIGTERM'); } catch { /* gone */ }
 }
 

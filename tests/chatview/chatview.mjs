@@ -24,15 +24,12 @@
 //   14 run-card    ...but the agent asking to run a command gets a card of its own ("Run date",
 //                 another tool): the session approval of a mode switch never covers a command...
 //   15 run-skip    ...Skip: nothing ran, the agent says so and the chat is idle
-//   16 agent-models the agent's own models in the picker
-//   17 controls-agent an agent with modes, commands and usage (tests/agents/scripted_agent.py): once
-//                 its options are learnt, VS Code's configuration button beside the model picker
-//                 shows its mode...
-//   18 plan-mode   ...choosing "Plan Mode" there: the next message sets it on the chat's session
-//                 (session/set_config_option) and the status bar item says "Plan Mode · 1.2k/200k"...
-//   19 usage-item  ...whose tooltip gives the context used, the cost and the agent's commands
-//   20 agent-commands lmbridge: Agent Commands lists them; picking one types //name in the chat...
-//   21 slash-command ...and //compact reaches the agent as its /compact command
+//   16 editor-unsaved draft.md open in the editor with a line typed, not saved
+//   17 read-unsaved the agent reads it through lmbridge (fs/read_text_file): the editor's text, unsaved line included
+//   18 edit-card   the agent asks to append a line (kind edit): a card, nothing written yet
+//   19 edit-allow  Allow Once: the edit appears in the editor (a WorkspaceEdit) and is saved
+//   20 edit-undo   Ctrl+Z in the editor takes it back: the old text, the user's line kept
+//   21 agent-models the agent's own models in the picker
 //   22 fails-to-start an agent that cannot start: the user reads which and why
 //   23 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
 //                 message in the chat and, once the daemon reports auth_required, a notification
@@ -80,24 +77,10 @@ const started = Date.now();
 const dirs = { user: path.join(OUT, 'user-data'), ext: path.join(OUT, 'extensions'), ws: path.join(OUT, 'workspace') };
 for (const d of [path.join(dirs.user, 'User'), dirs.ext, dirs.ws]) fs.mkdirSync(d, { recursive: true });
 const notes = path.join(dirs.ws, 'notes.txt');
+const draft = path.join(dirs.ws, 'draft.md');
 const record = path.join(OUT, 'daemon-record.jsonl');
 const FIRST_RUN = process.env.CHATVIEW_FIRST_RUN === '1';
 const authToken = path.join(OUT, 'auth-agent-token');
-// An agent with a mode option, slash commands and usage (tests/agents/scripted_agent.py): it tells
-// its commands and usage every turn and answers with what its session was told.
-const controlsScenario = path.join(OUT, 'controls-agent.json');
-const controlsLog = path.join(OUT, 'controls-agent.jsonl');
-fs.writeFileSync(controlsScenario, JSON.stringify({
-	config_options: [{ id: 'mode', name: 'Mode', category: 'mode', type: 'select', currentValue: 'default',
-		options: [{ value: 'default', name: 'Default' }, { value: 'plan', name: 'Plan Mode' }] }],
-	default_turn: [
-		{ update: { sessionUpdate: 'available_commands_update', availableCommands: [
-			{ name: 'compact', description: 'Compact the conversation' }, { name: 'review', description: 'Review the changes', input: { hint: 'what to review' } }] } },
-		{ update: { sessionUpdate: 'usage_update', used: 1200, size: 200000, cost: { amount: 0.42, currency: 'USD' } } },
-		{ recall: 'Got: ' },
-	],
-}));
-const controlsFrames = () => (fs.existsSync(controlsLog) ? fs.readFileSync(controlsLog, 'utf8') : '').split('\n').filter(Boolean).map(l => JSON.parse(l));
 
 let page;
 let current = 'setup';
@@ -141,6 +124,7 @@ async function waitForDisk(predicate, what) {
 // ---------------------------------------------------------------- the page
 
 const chatInput = () => page.locator('.interactive-input-part .monaco-editor').first();
+const editorLines = () => page.locator('.part.editor .monaco-editor .view-lines');
 
 // The chat list is virtual: rows are absolutely placed and their DOM order is not the chat's.
 // The latest request or response is the row with the highest data-index.
@@ -283,8 +267,6 @@ fs.writeFileSync(machineSettings, JSON.stringify({
 		'lmbridge.agents': [
 			{ id: 'demo', name: 'lmbridge demo agent', command: path.join(ROOT, '.venv', 'bin', 'lmbridge'), args: ['demo-agent'] },
 			{ id: 'broken', name: 'Broken agent', command: path.join(OUT, 'no-such-agent') },
-			{ id: 'controls', name: 'Scripted controls agent', command: path.join(ROOT, '.venv', 'bin', 'python'),
-				args: [path.join(ROOT, 'tests', 'agents', 'scripted_agent.py'), controlsScenario, '--log', controlsLog] },
 			{ id: 'auth', name: 'Auth agent', command: path.join(ROOT, '.venv', 'bin', 'python'),
 				args: [path.join(ROOT, 'tests', 'chatview', 'auth_agent.py')], env: { AUTH_AGENT_TOKEN: authToken } },
 		],
@@ -476,6 +458,58 @@ try {
 			check(!/I ran/.test(await responseText()), 'Skip: the agent says it ran the command');
 		});
 
+		await step('editor-unsaved', async () => {
+			// A file open in the editor with a line typed and not saved.
+			fs.writeFileSync(draft, '# Draft\nsaved line\n');
+			await runCommand('Go to File', /Go to File/);
+			await page.keyboard.type('draft.md');
+			await page.locator('.quick-input-list .monaco-list-row', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
+			await page.keyboard.press('Enter');
+			await page.locator('.tab', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
+			await editorLines().first().click();
+			await page.keyboard.press('Control+End');
+			await page.keyboard.type('unsaved line');
+			await page.locator('.tab.dirty', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
+			check(!fs.readFileSync(draft, 'utf8').includes('unsaved line'), 'the typed line was saved');
+		});
+
+		await step('read-unsaved', async () => {
+			// The agent reads the file through lmbridge (fs/read_text_file): it gets the editor's text.
+			await send('show me draft.md');
+			await waitForResponseText(/`?draft\.md`? says:/);
+			await waitForIdle();
+			const text = await responseText();
+			check(text.includes('unsaved line'), `the agent did not get the editor's unsaved text: ${JSON.stringify(text.slice(0, 400))}`);
+		});
+
+		await step('edit-card', async () => {
+			await send('append a line to draft.md');
+			const text = await (await waitForCardWith('Append to draft.md')).innerText();
+			check(/edit/.test(text), `the card does not say it is an edit: ${JSON.stringify(text.slice(0, 400))}`);
+			check(!fs.readFileSync(draft, 'utf8').includes('Appended'), 'the file was written before the user answered');
+		});
+
+		await step('edit-allow', async () => {
+			// Allow Once: the edit is applied in the editor (a WorkspaceEdit) and saved.
+			await card().locator('a[aria-label="More Actions..."]').click();
+			const item = page.locator('.context-view .action-item', { hasText: /^Allow Once/ }).filter({ visible: true }).first();
+			await item.hover();
+			await page.keyboard.press('Enter');
+			await waitForResponseText(/I appended a line to/);
+			await waitForIdle();
+			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => e.innerText.includes('Appended by the demo agent.'))`, null, { timeout: WAIT });
+			await waitForDisk(() => fs.readFileSync(draft, 'utf8') === '# Draft\nsaved line\nunsaved line\nAppended by the demo agent.\n', 'the edit saved to disk');
+		});
+
+		await step('edit-undo', async () => {
+			// Ctrl+Z in the editor takes the agent's edit back: the old text, the user's line kept.
+			await editorLines().first().click();
+			await page.keyboard.press('Control+Z');
+			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => !e.innerText.includes('Appended by the demo agent.') && e.innerText.includes('unsaved line'))`, null, { timeout: WAIT });
+			// Back to the chat for the next steps.
+			await chatInput().click();
+		});
+
 		await step('agent-models', async () => {
 			// The demo agent's own models (its configOptions, docs/sessions.md) in VS Code's picker, learnt
 			// from its sessions; the same chat on "Loud": the option is set on its session.
@@ -483,55 +517,6 @@ try {
 			await send('which model now');
 			await waitForResponseText(/YOU SAID: WHICH MODEL NOW/);
 			await waitForIdle();
-		});
-
-		await step('controls-agent', async () => {
-			await pickModel('Scripted controls agent');
-			await send('hello controls');
-			await waitForResponseText(/Got: .*hello controls/);
-			await waitForIdle();
-			// Its options learnt (lm/modelsChanged), VS Code shows the mode beside the model picker.
-			await page.locator('.interactive-input-part a.model-picker-config').filter({ visible: true }).first().waitFor({ timeout: WAIT });
-		});
-
-		await step('plan-mode', async () => {
-			await page.locator('.interactive-input-part a.model-picker-config').filter({ visible: true }).first().click();
-			await page.locator('.action-widget [role="menuitemradio"]', { hasText: 'Plan Mode' }).first().click();
-			await page.locator('.interactive-input-part a.model-picker-config', { hasText: 'Plan Mode' }).first().waitFor({ timeout: WAIT });
-			await send('make a plan');
-			await waitForResponseText(/Got: .*make a plan/);
-			await waitForIdle();
-			const sets = controlsFrames().filter(f => f.event === 'set_config_option').map(f => `${f.configId}=${f.value}`);
-			check(sets.includes('mode=plan'), `plan mode was not set on the chat's session: ${JSON.stringify(sets)}`);
-			await page.locator('.statusbar-item', { hasText: 'Plan Mode · 1.2k/200k' }).first().waitFor({ timeout: WAIT });
-		});
-
-		await step('usage-item', async () => {
-			await page.locator('.statusbar-item', { hasText: 'Plan Mode · 1.2k/200k' }).first().hover();
-			const hover = page.locator('.monaco-hover, .workbench-hover').filter({ hasText: 'Context: 1,200 of 200,000 tokens' }).first();
-			await hover.waitFor({ timeout: WAIT });
-			const text = await hover.innerText();
-			check(/Cost: 0\.42 USD/.test(text) && /\/\/compact/.test(text), `the tooltip lacks the cost or the commands: ${JSON.stringify(text.slice(0, 400))}`);
-		});
-
-		await step('agent-commands', async () => {
-			await page.mouse.move(700, 400);
-			await runCommand('lmbridge: Agent Commands');
-			const row = page.locator('.quick-input-list .monaco-list-row', { hasText: '//compact' }).first();
-			await row.waitFor({ timeout: WAIT });
-			const text = await page.locator('.quick-input-list').first().innerText();
-			check(/Compact the conversation/.test(text) && /\/\/review/.test(text), `the commands are not listed: ${JSON.stringify(text.slice(0, 300))}`);
-			await row.click();
-			await page.waitForFunction(`(document.querySelector('.interactive-input-part .monaco-editor .view-lines')?.textContent ?? '').includes('//compact')`, null, { timeout: WAIT });
-		});
-
-		await step('slash-command', async () => {
-			await page.keyboard.type('now');
-			await page.keyboard.press('Enter');
-			await waitForResponseText(/Got: .*\/compact now/);
-			await waitForIdle();
-			const prompts = controlsFrames().filter(f => f.method === 'session/prompt').map(f => f.params.prompt[0]?.text);
-			check(prompts.at(-1) === '/compact now', `the agent did not get its /compact command: ${JSON.stringify(prompts.at(-1))}`);
 		});
 
 		await step('fails-to-start', async () => {
