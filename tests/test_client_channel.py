@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lmbridge.daemon.server import Config, Server, Stdout
+from lmbridge.daemon.root import Config, Server
+from lmbridge.daemon.stdio import Stdout
 from lmbridge.rpc.channel import (
     CLIENT_GONE,
     CLIENT_TIMEOUT,

@@ -14,7 +14,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lmbridge.rpc.jsonrpc import encode, parse_json
+from lmbridge.rpc.jsonrpc import Answer, Call, Invalid, classify, encode, parse_json, validate_request
 from lmbridge.rpc.peer import BAD_ID, NOT_JSON, NOT_OBJECT, STRAY_RESPONSE, LinkClosed, Peer, RemoteError
 
 pytestmark = pytest.mark.anyio
@@ -261,3 +261,56 @@ def test_the_encoder_writes_one_line_that_parses_back(value: Any) -> None:
     assert data.endswith(b"\n") and b"\n" not in data[:-1]
     data.decode("utf-8")
     assert parse_json(data[:-1]) == {"jsonrpc": "2.0", "id": 1, "result": value}
+
+
+# ------------------------------------------------------------------ classify: the server's rules (docs/protocol.md, "Transport")
+
+KNOWN = {"lm/provideTokenCount", "initialize"}
+
+CLASSIFY = [
+    (7, Invalid(None, -32600, "invalid request: not a JSON object")),
+    ("x", Invalid(None, -32600, "invalid request: not a JSON object")),
+    (None, Invalid(None, -32600, "invalid request: not a JSON object")),
+    ([1], Invalid(None, -32600, "invalid request: not a JSON object")),
+    ({"jsonrpc": "2.0", "id": 3, "result": {}}, "answer"),
+    ({"jsonrpc": "2.0", "id": "lmbridge-1", "error": {"code": 1, "message": "m"}}, "answer"),
+    ({"jsonrpc": "2.0", "id": {}, "method": "initialize"}, Invalid(None, -32600, "invalid request: id must be a string, a finite number or null")),
+    ({"jsonrpc": "2.0", "id": [1], "method": "initialize"}, Invalid(None, -32600, "invalid request: id must be a string, a finite number or null")),
+    ({"jsonrpc": "2.0", "id": True, "method": "initialize"}, Invalid(None, -32600, "invalid request: id must be a string, a finite number or null")),
+    ({"jsonrpc": "2.0", "id": float("inf"), "method": "initialize"}, Invalid(None, -32600, "invalid request: id must be a string, a finite number or null")),
+    ({"jsonrpc": "2.0", "id": 7, "method": 123}, Invalid(7, -32600, "invalid request: method must be a string")),
+    ({"jsonrpc": "2.0", "id": 7}, Invalid(7, -32600, "invalid request: method must be a string")),
+    ({"jsonrpc": "2.0", "id": 8, "method": "nope"}, Invalid(8, -32601, "method not found: nope")),
+    ({"jsonrpc": "1.0", "id": 8, "method": "nope"}, Invalid(8, -32601, "method not found: nope")),
+    ({"jsonrpc": "2.0", "method": "$/nope"}, None),
+    ({"jsonrpc": "1.0", "id": 9, "method": "initialize"}, Invalid(9, -32600, "invalid request: not a JSON-RPC 2.0 request object")),
+    ({"jsonrpc": "2.0", "id": 9, "method": "initialize", "extra": 1}, Invalid(9, -32600, "invalid request: not a JSON-RPC 2.0 request object")),
+    ({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": 5}, Invalid(9, -32600, "invalid request: not a JSON-RPC 2.0 request object")),
+    ({"jsonrpc": "2.0", "method": "initialize", "params": "x"}, Invalid(None, -32600, "invalid request: not a JSON-RPC 2.0 request object")),
+    ({}, Invalid(None, -32600, "invalid request: not a JSON-RPC 2.0 request object")),
+    ({"jsonrpc": "2.0", "id": None, "method": "initialize"}, "call"),
+    ({"jsonrpc": "2.0", "id": 1.5, "method": "lm/provideTokenCount", "params": []}, "call"),
+    ({"jsonrpc": "2.0", "method": "initialize", "params": {}}, "call"),
+]
+
+
+@pytest.mark.parametrize(("value", "expected"), CLASSIFY)
+def test_each_frame_a_server_reads_is_what_the_protocol_table_says(value: Any, expected: Any) -> None:
+    got = classify(value, KNOWN.__contains__)
+    if expected == "answer":
+        assert isinstance(got, Answer) and got.frame is value
+    elif expected == "call":
+        assert isinstance(got, Call) and got.frame is value and got.method == value["method"]
+        assert got.has_id == ("id" in value) and got.id == value.get("id")
+    else:
+        assert got == expected
+
+
+@given(json_values)
+def test_classify_never_fails_and_a_call_is_what_jsonrpcserver_accepts(value: Any) -> None:
+    got = classify(value, lambda method: True)
+    assert got is None or isinstance(got, Call | Answer | Invalid)
+    if isinstance(got, Call):
+        assert validate_request(value) is value
+    if isinstance(got, Invalid):
+        assert got.code in (-32600, -32601) and (got.id is None or isinstance(got.id, str | int | float))

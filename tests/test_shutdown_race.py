@@ -27,8 +27,10 @@ from structlog.testing import capture_logs
 from lmbridge.acp.connection import AgentConnection, AgentUnavailable
 from lmbridge.acp.process import AgentPool
 from lmbridge.core.messages import PROTOCOL_VERSION, AgentSpec
-from lmbridge.daemon.server import AGENT_FAILED, SHUTTING_DOWN, Config, Server, Stdout
+from lmbridge.daemon.methods import AGENT_FAILED, SHUTTING_DOWN
+from lmbridge.daemon.root import Config, Server
 from lmbridge.daemon.session_index import SessionIndex
+from lmbridge.daemon.stdio import Stdout
 from lmbridge.devtools.client import user
 
 pytestmark = pytest.mark.anyio
@@ -193,7 +195,7 @@ async def test_a_request_still_running_after_the_shutdown_wait_is_answered_befor
     async def hang(ctx: Any, **params: Any) -> Any:
         await anyio.sleep(math.inf)
 
-    daemon.server.methods["test/hang"] = hang
+    daemon.server.methods.table["test/hang"] = hang
     with anyio.fail_after(LIMIT):
         async with anyio.create_task_group() as tg:
             tg.start_soon(daemon.server.serve, daemon.lines(), daemon.stdout)

@@ -17,7 +17,8 @@ HEAVY = ("acp", "mcp", "jsonrpcserver", "jsonschema", "prompt_toolkit", "rich")
 PROBE = """
 import json, sys
 import anyio
-from lmbridge.daemon.server import Config, Server, Stdout
+from lmbridge.daemon.root import Config, Server
+from lmbridge.daemon.stdio import Stdout
 
 async def main():
     server = Server(Config())
@@ -51,7 +52,7 @@ def test_request_validation_agrees_with_jsonrpcserver_schema() -> None:
     from hypothesis import strategies as st
     from jsonrpcserver.main import default_validator
 
-    from lmbridge.daemon.server import validate_request
+    from lmbridge.rpc.jsonrpc import validate_request
 
     values = st.one_of(
         st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=3),

@@ -173,7 +173,7 @@ def _serve(args: argparse.Namespace) -> int:
     import anyio
 
     from lmbridge.daemon.catalog import load_config, parse_agent_option
-    from lmbridge.daemon.server import Config, run
+    from lmbridge.daemon.root import Config, run
     from lmbridge.log import configure
 
     configure(_log_level(args.log_level), args.log_json)

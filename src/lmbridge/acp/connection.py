@@ -336,7 +336,9 @@ class AgentConnection:
 
     def new_id(self) -> int:
         """A request id for ``send_request``."""
-        return self.peer.new_id()
+        rid = self.peer.new_id()
+        assert type(rid) is int  # the peer's ids: 1, 2, …
+        return rid
 
     async def send_request(self, rid: int, method: str, params: Any) -> None:
         """Send request ``rid`` (from ``new_id``); its answer comes as a ``Response`` on

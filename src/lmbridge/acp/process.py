@@ -39,18 +39,31 @@ import os
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge import __version__
-from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, Incoming, Response
+from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, EventSink, Incoming, Response
 from lmbridge.acp.session import new_session
 from lmbridge.core import auth, permissions, profiles
 from lmbridge.core.messages import AgentSpec
 from lmbridge.core.session_state import STATE_KINDS
 from lmbridge.log import get_logger
+
+if TYPE_CHECKING:
+    from lmbridge.rpc.record import Recorder
+
+
+class Launcher(Protocol):
+    """How an agent process is started: ``AgentConnection.spawn``'s signature (replay
+    passes its player's, which plays a recorded agent back)."""
+
+    async def __call__(
+        self, name: str, command: str, args: Sequence[str], env: Mapping[str, str], cwd: str | None, events: EventSink,
+        session: str | None = None, recorder: Recorder | None = None,
+    ) -> AgentConnection: ...
 
 log = get_logger("pool")
 
@@ -213,8 +226,9 @@ class AgentProcess:
                             "initialize",
                             {
                                 "protocolVersion": 1,
-                                # auth.terminal: agents list the login they run in a terminal (auth.py)
-                                "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False, "auth": {"terminal": True}},
+                                # auth.terminal: agents list the login they run in a terminal (auth.py).
+                                # fs: served by the session actor (acp/files.py: through VS Code, else disk).
+                                "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False, "auth": {"terminal": True}},
                                 "clientInfo": {"name": "lmbridge", "version": __version__},
                             },
                         )
@@ -413,6 +427,8 @@ class AgentProcess:
         # A request nobody can show: answered here, and never approved.
         if item.method == "session/request_permission":
             self._answer(item.id, {"outcome": dict(permissions.CANCELLED)})
+        elif item.method.startswith("fs/"):  # served, but only for a session of this process (acp/files.py)
+            self._answer(item.id, error={"code": -32602, "message": f"invalid params: sessionId {str(sid)[:100]!r} is no open session"})
         else:
             self._answer(item.id, error={"code": -32601, "message": f"method not found: {item.method}"})
 

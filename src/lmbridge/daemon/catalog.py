@@ -20,17 +20,21 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import anyio
 from pydantic import ValidationError
 
 from lmbridge import __version__, self_command
 from lmbridge.core import session_state
-from lmbridge.core.agent_models import Choice, model_id
+from lmbridge.core.agent_models import Choice, current_values, model_id, of_category, select_options, to_json
 from lmbridge.core.auth import Hint
 from lmbridge.core.messages import AgentEntry, AgentSpec, ModelCapabilities, ModelInfo
+from lmbridge.log import get_logger
+
+log = get_logger("catalog")
 
 MAX_INPUT_TOKENS = 200_000
 MAX_OUTPUT_TOKENS = 64_000
@@ -198,3 +202,95 @@ def model_info(spec: AgentSpec, choice: Choice | None = None, images: bool = Fal
         detail="ACP agent",
         configurationSchema=session_state.configuration_schema(controls, defaults),
     )
+
+
+class ModelStore(Protocol):
+    """Where what was learnt of the agents persists (``session_index.SessionIndex``)."""
+
+    def models(self) -> dict[str, Any]: ...
+
+    def images(self) -> dict[str, bool]: ...
+
+    def save_models(self, agents: dict[str, Any], images: dict[str, bool] | None = None) -> None: ...
+
+
+class Catalog:
+    """The agents the daemon offers and what it learnt of them: the one owner of both.
+
+    ``agents``: by id, the configured ones merged with ``initialize``'s (``configure``).
+    ``options()``: agent id → its configOptions as last learnt (``agent_models.to_json``: its
+    own models in the picker); ``images()``: agent id → its ``promptCapabilities.image`` as
+    last seen. Both start from ``store`` (the state folder's, read on first use) and are
+    replaced whole on a change, which calls ``changed()`` (the shim is told
+    ``lm/modelsChanged``) and marks them ``dirty`` until ``save``."""
+
+    def __init__(self, configured: Sequence[AgentSpec] = (), store: ModelStore | None = None, changed: Callable[[], None] = lambda: None) -> None:
+        self.configured = list(configured)
+        self.agents: dict[str, AgentSpec] = merge(self.configured)
+        self.store = store
+        self.changed = changed
+        self.dirty = False
+        self._options: dict[str, Any] | None = None
+        self._images: dict[str, bool] | None = None
+        self.context_sizes: dict[str, int] = {}  # model id → the context window its agent's usage_update gave
+
+    def configure(self, entries: Sequence[AgentSpec]) -> list[str]:
+        """``initialize.agents`` (none: the configured ones stay): the problems of the
+        entries left out."""
+        problems: list[str] = []
+        if entries:
+            self.agents = merge(self.configured, entries, problems=problems)
+        return problems
+
+    def options(self) -> dict[str, Any]:
+        if self._options is None:
+            self._options = self.store.models() if self.store is not None else {}
+        return self._options
+
+    def images(self) -> dict[str, bool]:
+        if self._images is None:
+            self._images = self.store.images() if self.store is not None else {}
+        return self._images
+
+    def offers(self, agent_id: str, value: str) -> bool:
+        """Whether ``value`` is one of the agent's own models (its ``model`` config option)."""
+        own = of_category(select_options(self.options().get(agent_id)), "model")
+        return own is not None and any(c.value == value for c in own.choices)
+
+    def knows_options(self, agent_id: str) -> bool:
+        return agent_id in self.options()
+
+    def learn(self, agent_id: str, config_options: Any) -> None:
+        """An agent's configOptions (a session's, or a probe's): its models, kept and shown."""
+        if not isinstance(config_options, list):
+            return
+        old = self.options().get(agent_id)
+        # The values first learnt stay the options' defaults (VS Code's model configuration
+        # schema, session_state): a later session's own choices do not move them.
+        learnt = to_json(select_options(config_options), {**current_values(config_options), **current_values(old)})
+        if old != learnt:
+            self._options = {**self.options(), agent_id: learnt}
+            self.dirty = True
+            log.info("agent options learnt", agent=agent_id, options=[o["id"] for o in learnt])
+            if old or learnt:  # "none" learnt for the first time changes no model list
+                self.changed()
+
+    def saw_context(self, model: str, size: int) -> None:
+        """A model's context window (tokens), from its agent's ``usage_update``: its ``maxInputTokens``."""
+        if self.context_sizes.get(model) != size:
+            self.context_sizes[model] = size
+            self.changed()
+
+    def saw_images(self, agent_id: str, images: bool) -> None:
+        """An agent process's ``promptCapabilities.image`` (once it is initialized)."""
+        if self.images().get(agent_id, False) != images:
+            self._images = {**self.images(), agent_id: images}
+            self.dirty = True
+            self.changed()
+
+    async def save(self) -> None:
+        """Persist what changed since the last save (in a thread). Raises ``OSError``."""
+        if self.store is None or not self.dirty:
+            return
+        self.dirty = False
+        await anyio.to_thread.run_sync(self.store.save_models, dict(self.options()), dict(self.images()))

@@ -13,12 +13,13 @@ and, with them, every agent process.
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import time
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -26,13 +27,33 @@ from anyio.abc import TaskGroup
 from lmbridge.acp.process import AgentPool
 from lmbridge.core import cap
 from lmbridge.core.history import Decision, Fingerprint, HistoryCore, HistoryError, Last, Pending, Session
-from lmbridge.core.messages import AgentSpec, Message
-from lmbridge.daemon.session_actor import SessionActor, SessionHooks
+from lmbridge.core.messages import AgentSpec
+from lmbridge.daemon.catalog import Catalog
+from lmbridge.daemon.services import IdleCollector, RecentAgents
+from lmbridge.daemon.session_actor import ChatRequest, Job, SessionActor, SessionHooks
 from lmbridge.log import get_logger
+
+if TYPE_CHECKING:
+    from lmbridge.acp.files import Files
+    from lmbridge.rpc.record import Recorder
+    from lmbridge.tools.mcp_bridge import McpHost
 
 log = get_logger("history")
 
-SAVE_PERIOD = 1.0  # seconds between writes of the session index while it changes
+
+
+class SessionStore(Protocol):
+    """Where dormant sessions persist (``session_index.SessionIndex``)."""
+
+    path: Path
+
+    def load(self) -> list[dict[str, Any]]: ...
+
+    def save(self, entries: list[dict[str, Any]]) -> None: ...
+
+
+#: ``async () -> McpHost``: the daemon's MCP endpoint, started on first use (``services.ToolsHost``).
+McpHostGetter = Callable[[], Awaitable["McpHost"]]
 
 
 class ShuttingDown(Exception):
@@ -46,13 +67,24 @@ class AtCapacity(Exception):
 
 @dataclass(eq=False)
 class _Begin:
-    spec: AgentSpec
-    messages: Sequence[Message]
-    cwd: str | None
-    waiting: Callable[[str], None] | None = None  # shows a line in the chat while it waits for room
+    """A chat request asks for a session (``begin``); ``done`` is set once it is granted
+    (``result``: its job, handed to its session actor) or refused (``error``)."""
+
+    request: ChatRequest
     done: anyio.Event = field(default_factory=anyio.Event)
-    result: tuple[Decision, SessionActor] | None = None
+    result: Job | None = None
     error: Exception | None = None
+
+    @property
+    def spec(self) -> AgentSpec:
+        return self.request.spec
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """The shim cancelled the request (``$/cancelRequest``)."""
+
+    request: ChatRequest
 
 
 @dataclass(frozen=True)
@@ -83,18 +115,6 @@ class _Opened:
 
 
 @dataclass(frozen=True)
-class _Learnt:
-    agent_id: str
-    config_options: Any
-
-
-@dataclass(frozen=True)
-class _Images:
-    agent_id: str
-    images: bool  # its promptCapabilities.image
-
-
-@dataclass(frozen=True)
 class _Died:
     session_id: str
 
@@ -113,6 +133,10 @@ class _Shutdown:
     done: anyio.Event
 
 
+#: What the history actor's mailbox carries.
+_Message = _Begin | _Stop | _Withdraw | _Ended | _Opened | _Died | _Tick | _Shutdown
+
+
 class HistoryActor:
     """Routes chat requests to session actors. ``idle_timeout``: seconds a
     session may sit unused before it is evicted (its agent stopped, its pending
@@ -120,57 +144,53 @@ class HistoryActor:
 
     def __init__(
         self,
+        pool: AgentPool,
+        catalog: Catalog,
+        mcp_host: McpHostGetter,
+        recent: RecentAgents,
+        *,
         idle_timeout: float = 1800.0,
-        launcher: Any = None,
-        recorder: Any = None,
+        recorder: Recorder | None = None,
         max_processes: int = 4,
-        index: Any = None,
-        spares: bool = False,
-        models_changed: Any = None,
+        index: SessionStore | None = None,
         start_notice: float | None = None,
         session_wait: float = cap.SESSION_WAIT,
+        files: Files | None = None,
     ) -> None:
+        """``files``: an ``acp.files.Files`` serving the agents' fs/* requests (None: each
+        session's from disk, its cwd the workspace)."""
         self.start_notice = start_notice  # SessionActor's notice (None: its default)
         # Seconds a request over the cap waits for a free session (``cap``); agent id → the
         # requests waiting, oldest first. Each is answered once: granted, withdrawn or failed.
         self.session_wait = session_wait
         self.queues: dict[str, list[_Begin]] = {}
         self.core = HistoryCore()
-        self.index = index  # session_index.SessionIndex, or None: nothing persisted
+        self.index = index  # the state folder's session index, or None: nothing persisted
         self.cwds: dict[str, str | None] = {}  # session id → the cwd its agent session runs in
         self.active_at: dict[str, float] = {}  # session id → wall-clock time it was last used (the index's "saved")
         self._dirty = False  # the index is behind the core
-        # One process per agent, shared by its chats (docs/sessions.md); it exits once idle.
-        self.pool = AgentPool(
-            idle_timeout, launcher=launcher, recorder=recorder, spares=spares, mcp_host=self._mcp_host,
-            on_ready=lambda agent_id, caps: self._send.send_nowait(_Images(agent_id, caps.images)),
-        )  # fmt: skip
-        self.recent: list[str] = []  # agents used last, most recent first (pre-warmed at start-up)
-        # Agent id → its configOptions as last learnt (agent_models.to_json): its own models in
-        # the picker. ``models_changed()`` is called when they change (the server tells the shim).
-        self.options: dict[str, Any] = {}
-        self.images: dict[str, bool] = {}  # agent id → its promptCapabilities.image, as last seen (imageInput)
-        self.models_changed = models_changed or (lambda: None)
+        self.pool = pool  # one process per agent, shared by its chats
+        self.catalog = catalog  # told each session's configOptions (the agent's own models)
+        self.recent = recent  # told each agent a session actor starts for
         self.max_processes = max_processes  # live ACP sessions per agent (claude runs a process for each)
         self.recorder = recorder  # record.Recorder, with --record
         self.actors: dict[str, SessionActor] = {}
         self.idle_timeout = idle_timeout
-        self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
+        self._send, self._mailbox = anyio.create_memory_object_stream[_Message](math.inf)
         self._tg: TaskGroup | None = None
-        self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=self._mcp_host, opened=self._opened)
-        self._mcp: Any = None  # mcp_bridge.McpHost, started when a session first offers VS Code tools
-        self._mcp_lock = anyio.Lock()
+        self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=mcp_host, opened=self._opened, files=files)
         self._dropped: list[SessionActor] = []  # actors closed but not finished yet
         self.closing = False  # shut down (``_Shutdown`` handled): no session actor is started any more
-        self._garbage = False  # actors finished since the last collection
+        self.collector = IdleCollector()  # collects what dropped actors left, once idle
+        # Requests granted a session, with their job and its actor (for ``stop``); let go
+        # of with the request.
+        self.running: weakref.WeakKeyDictionary[ChatRequest, tuple[Job, SessionActor]] = weakref.WeakKeyDictionary()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            await tg.start(self.pool.run)
             if self.index is not None:
                 await self._restore()
-                tg.start_soon(self._saver)
             tg.start_soon(self._ticker)
             task_status.started()
             try:
@@ -183,55 +203,60 @@ class HistoryActor:
 
     # -- API for other tasks ------------------------------------------------
 
-    async def begin(
-        self,
-        spec: AgentSpec,
-        messages: Sequence[Message],
-        cwd: str | None,
-        *,
-        waiting: Callable[[str], None] | None = None,
-        withdraw: anyio.Event | None = None,
-    ) -> tuple[Decision, SessionActor]:
-        """Classify a request; returns its Decision and the session actor to run it.
+    def begin(self, request: ChatRequest) -> _Begin:
+        """Ask for a session for ``request`` (queued in order with everything else sent to
+        this actor; ``granted`` waits for the answer). Once granted, the request's ``Job``
+        has been handed to its session actor; ``stop`` cancels it."""
+        msg = _Begin(request)
+        try:
+            self._send.send_nowait(msg)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            msg.error = ShuttingDown("the daemon is shutting down")
+            msg.done.set()
+        return msg
+
+    async def granted(self, msg: _Begin) -> Job:
+        """The job ``begin`` got: classified, and run by its chat's session actor.
 
         A request that needs a session of its own while all ``max_processes`` of its
         agent's are busy waits (``cap.admit``), up to ``session_wait`` seconds, for the
-        first to become free; ``waiting(text)`` is called once, from the actor's task,
-        with the line to show meanwhile (``cap.waiting_notice``). ``withdraw`` set: the
-        request gives up waiting (the user cancelled it). At the bound it may take the
-        session of a chat whose card waited all that time (``cap.Close.AT_BOUND``).
+        first to become free; the actor shows a line in its chat meanwhile
+        (``ChatRequest.notice``, ``cap.waiting_notice``). At the bound it may take the
+        session of a chat whose card waited all that time (``cap.Close.AT_BOUND``). The
+        wait's timer lives here, in the requesting task; cancelled (the request's scope),
+        it stops waiting at once (``stop`` withdraws the request).
 
         Raises ``HistoryError`` when the messages cannot be answered, ``AtCapacity`` when
-        no session became free in time or the request was withdrawn while it waited.
+        no session became free in time, ``ShuttingDown`` after the shutdown began.
         """
-        msg = _Begin(spec, messages, cwd, waiting)
         started = time.monotonic()
-        await self._send.send(msg)
-        bound = anyio.move_on_after(self.session_wait)
-        try:
-            with bound:
-                if withdraw is None:
-                    await msg.done.wait()
-                else:
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(_set_then_cancel, msg.done, tg.cancel_scope)
-                        tg.start_soon(_set_then_cancel, withdraw, tg.cancel_scope)
-        finally:
-            if not msg.done.is_set():  # the actor decides: granted meanwhile, or refused
-                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    self._send.send_nowait(_Withdraw(msg, time.monotonic() - started, overdue=bound.cancelled_caught))
-        await msg.done.wait()
+        with anyio.move_on_after(self.session_wait) as bound:
+            await msg.done.wait()
+        if not msg.done.is_set():  # the actor decides: granted meanwhile, or refused
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self._send.send_nowait(_Withdraw(msg, time.monotonic() - started, overdue=bound.cancelled_caught))
+            await msg.done.wait()
         if msg.error is not None:
             raise msg.error
         assert msg.result is not None
         return msg.result
 
+    def stop(self, request: ChatRequest) -> None:
+        """The shim cancelled ``request`` (``$/cancelRequest``; its parts stopped with its
+        scope). Queued in order with the requests, at once: its end (``Last.CANCELLED``) is
+        recorded before any request the server read after the cancel is classified, not
+        when the session actor gets to it (a later request could be matched without the
+        stop otherwise); the actor's own report of the same end is then a second one,
+        dropped. A request still waiting for a free session is withdrawn."""
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._send.send_nowait(_Stop(request))
+
     async def aclose(self, reason: str, timeout: float = 5.0) -> None:
         """Shut down: every session closed (a request read before it, still on its way to this
         actor, fails with ``ShuttingDown`` instead of starting one) and, up to ``timeout``
-        seconds, their agents stopped; then the agent pool. The shutdown goes through the
-        mailbox, in order with the requests: the loop owns the sessions, and nothing is
-        started after it (into the pool's task group, closed next)."""
+        seconds, their agents stopped (the pool is closed next, by its owner). The shutdown
+        goes through the mailbox, in order with the requests: the loop owns the sessions,
+        and nothing is started after it."""
         handled = anyio.Event()
         with anyio.move_on_after(timeout):
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -239,9 +264,6 @@ class HistoryActor:
                 await handled.wait()  # the loop may still be starting (it reads the session index first)
             for actor in list(self._dropped):
                 await actor.finished.wait()
-        await self.pool.aclose()
-        with anyio.CancelScope(shield=True):
-            await self._save()
 
     def close_all(self, reason: str) -> None:
         """Close every session actor (their agents stop with them)."""
@@ -251,59 +273,8 @@ class HistoryActor:
     async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[Pending], request: int | None = None) -> None:
         await self._send.send(_Ended(session_id, fingerprint, last, pending, request))
 
-    def stopped(self, decision: Decision, fingerprint: Fingerprint) -> None:
-        """The shim cancelled the request running ``turn`` (``$/cancelRequest``), which
-        emitted ``fingerprint`` up to then: its end (``Last.CANCELLED``) is recorded now, in
-        the order the server read the cancel and the requests from stdin, not when the
-        session actor gets to it (a request read after the cancel may be matched first
-        otherwise). The actor's own report of the same end is then a second one, dropped."""
-        self._send.send_nowait(_Ended(decision.session_id, fingerprint, Last.CANCELLED, [], decision.number))
-
-    def prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
-        """Start ``spec``'s agent process now (spawn + ``initialize``, and a spare session
-        where those are on), so the first chat does not wait for it (docs/sessions.md, "Pre-warming and the spare session")."""
-        if self.closing:
-            return
-        assert self._tg is not None
-        self._tg.start_soon(self._prewarm, spec, cwd)
-
-    async def _prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
-        from lmbridge.acp.session import probe
-
-        proc, me = self.pool.process(spec, cwd), object()
-        sink = anyio.create_memory_object_stream[Any](math.inf)[0]  # AgentGone, if it dies: nobody to tell
-        try:
-            with anyio.fail_after(self.pool.start_timeout + self.pool.session_timeout):
-                conn = await proc.connect(me, sink)
-                log.info("agent pre-warmed", agent=spec.id)
-                proc.want_spare()
-                if spec.id not in self.options:  # a probe session, closed at once: its models for the picker
-                    self._send.send_nowait(_Learnt(spec.id, await probe(proc, conn, cwd) or []))
-        except Exception as exc:  # the first chat will say what is wrong, with the agent's name
-            log.warning("pre-warming failed", agent=spec.id, error=str(exc) or type(exc).__name__)
-        finally:
-            proc.detach(me)
-
     def _opened(self, session_id: str, acp_session: str, resumable: bool, config_options: Any = None) -> None:
         self._send.send_nowait(_Opened(session_id, acp_session, resumable, config_options))
-
-    def _learn(self, agent_id: str, config_options: Any) -> None:
-        """An agent's configOptions (in the actor's task): its models, cached and shown."""
-        from lmbridge.core.agent_models import current_values, select_options, to_json
-
-        if not isinstance(config_options, list):
-            return
-        old = self.options.get(agent_id)
-        # The values first learnt stay the options' defaults (VS Code's model configuration
-        # schema, session_state): a later session's own choices do not move them.
-        current = {**current_values(config_options), **current_values(old)}
-        learnt = to_json(select_options(config_options), current)
-        if old != learnt:
-            self.options = {**self.options, agent_id: learnt}  # replaced whole: the server reads it
-            self._dirty = True
-            log.info("agent options learnt", agent=agent_id, options=[o["id"] for o in learnt])
-            if old or learnt:  # "none" learnt for the first time changes no model list
-                self.models_changed()
 
     # -- the session index ------------------------------------------------------
 
@@ -311,10 +282,8 @@ class HistoryActor:
         """Wake-able sessions of a previous daemon, dormant (``HistoryCore.restore``)."""
         from lmbridge.core.history import HistoryError
 
+        assert self.index is not None
         entries = await anyio.to_thread.run_sync(self.index.load)
-        self.recent = await anyio.to_thread.run_sync(self.index.recent)
-        self.options = await anyio.to_thread.run_sync(self.index.models)
-        self.images = await anyio.to_thread.run_sync(self.index.images)
         now, restored = time.monotonic(), 0
         for entry in entries:
             try:
@@ -339,37 +308,16 @@ class HistoryActor:
                 out.append(entry(data, s.model_id, self.cwds.get(sid), self.active_at.get(sid)))
         return out
 
-    async def _save(self) -> None:
+    async def save(self) -> None:
+        """Write the sessions to the index if they changed (in a thread; ``services.Saver``
+        calls it). Raises ``OSError``."""
         if self.index is None or not self._dirty:
             return
         self._dirty = False
-        try:
-            await anyio.to_thread.run_sync(self.index.save, self._entries())
-            await anyio.to_thread.run_sync(self.index.save_recent, self.recent)
-            await anyio.to_thread.run_sync(self.index.save_models, dict(self.options), dict(self.images))
-        except OSError as exc:
-            log.warning("session index not saved", path=str(self.index.path), error=str(exc))
-
-    async def _saver(self) -> None:
-        while True:
-            await anyio.sleep(SAVE_PERIOD)
-            await self._save()
+        await anyio.to_thread.run_sync(self.index.save, self._entries())
 
     async def _died(self, session_id: str) -> None:
         await self._send.send(_Died(session_id))
-
-    async def _mcp_host(self) -> Any:
-        """The daemon's MCP endpoints (one HTTP port, one Unix socket), started on
-        first use so the MCP SDK stays off the start-up path."""
-        async with self._mcp_lock:
-            if self._mcp is None:
-                from lmbridge.tools.mcp_bridge import McpHost
-
-                host = McpHost()
-                assert self._tg is not None
-                await self._tg.start(host.run)
-                self._mcp = host
-            return self._mcp
 
     async def _ticker(self) -> None:
         period = max(0.05, min(self.idle_timeout / 4, 30.0))
@@ -379,7 +327,7 @@ class HistoryActor:
 
     # -- the loop -----------------------------------------------------------
 
-    def _handle(self, msg: Any) -> None:
+    def _handle(self, msg: _Message) -> None:
         now = time.monotonic()
         if isinstance(msg, _Begin) and self.closing:
             msg.error = ShuttingDown("the daemon is shutting down")
@@ -397,8 +345,9 @@ class HistoryActor:
             else:
                 self.queues[msg.spec.id] = [*queue, msg]
                 log.info("request waits for a free session", agent=msg.spec.id, waiting=len(queue) + 1, cap=self.max_processes)
-                if msg.waiting is not None:
-                    msg.waiting(cap.waiting_notice(msg.spec.name or msg.spec.id))
+                msg.request.notice(cap.waiting_notice(msg.spec.name or msg.spec.id))
+        elif isinstance(msg, _Stop):
+            self._stop(msg.request, now)
         elif isinstance(msg, _Withdraw):
             queue = self.queues.get(msg.begin.spec.id, [])
             if msg.begin in queue and not msg.begin.done.is_set():
@@ -427,14 +376,7 @@ class HistoryActor:
             if s is not None:
                 s.resume = msg.acp_session if msg.resumable else None
                 self._dirty = True
-                self._learn(s.model_id, msg.config_options)
-        elif isinstance(msg, _Learnt):
-            self._learn(msg.agent_id, msg.config_options)
-        elif isinstance(msg, _Images):
-            if self.images.get(msg.agent_id, False) != msg.images:
-                self.images = {**self.images, msg.agent_id: msg.images}  # replaced whole: the server reads it
-                self._dirty = True
-                self.models_changed()
+                self.catalog.learn(s.model_id, msg.config_options)
         elif isinstance(msg, _Died):
             self._drop(msg.session_id, "agent gone")
             self._serve_queues(now)
@@ -444,7 +386,8 @@ class HistoryActor:
             self.close_all(msg.reason)
             msg.done.set()
         elif isinstance(msg, _Tick):
-            self._collect_when_idle()
+            self._dropped = [a for a in self._dropped if not a.finished.is_set()]
+            self.collector.tick(busy=any(s.busy for s in self.core.sessions.values()))
             for sid in self.core.idle(now, self.idle_timeout):
                 log.info("session evicted", session=sid, idle_seconds=self.idle_timeout)
                 self._drop(sid, "evicted after being idle")
@@ -455,17 +398,45 @@ class HistoryActor:
         names); False, changing nothing, when it must wait. Decided first, carried out only
         once there is room: a request that waits or is refused changes no session (a dormant
         one keeps its resume token). Raises ``HistoryError`` (nothing changed either)."""
-        plan = self.core.plan(msg.spec.id, msg.messages)
+        request = msg.request
+        plan = self.core.plan(msg.spec.id, request.messages)
         if plan.session_id not in self.actors:
             room = cap.admit(self._live(msg.spec.id), self.max_processes, ahead, overdue)
             if room.wait:
                 return False
             for sid in room.close:
                 self._drop(sid, f"closed to stay within {self.max_processes} agent processes")
-        decision = self.core.begin(msg.spec.id, msg.messages, now, plan=plan)
-        msg.result = (decision, self._actor(decision, msg))
+        decision = self.core.begin(msg.spec.id, request.messages, now, plan=plan)
         log.info("request", kind=decision.kind.value, session=decision.session_id, answers={k: v.value for k, v in decision.answers.items()})
+        actor = self._actor(decision, request)
+        job = msg.result = Job(decision, request)
+        self.running[request] = (job, actor)
+        actor.submit(job)  # the actor owns the job from here on
         return True
+
+    def _stop(self, request: ChatRequest, now: float) -> None:
+        """``stop``: a granted request's end recorded (what it emitted until its scope was
+        cancelled: nothing is counted after) and its turn stopped; a waiting one withdrawn."""
+        running = self.running.get(request)
+        if running is not None:
+            job, actor = running
+            decision = job.decision
+            if decision.session_id in self.core.sessions:
+                if self.core.end(decision.session_id, job.fingerprint(), Last.CANCELLED, [], now, request=decision.number):
+                    self.active_at[decision.session_id] = time.time()
+                    self._dirty = True
+                    self._serve_queues(now)
+            actor.cancel(job)
+            return
+        queue = self.queues.get(request.spec.id, [])
+        for msg in queue:
+            if msg.request is request and not msg.done.is_set():
+                queue.remove(msg)
+                log.info("request withdrawn while it waited for a free session", agent=request.spec.id)
+                msg.error = AtCapacity(cap.busy_message(request.spec.id, self.max_processes, 0))
+                msg.done.set()
+                self._serve_queues(now)
+                return
 
     def _serve_queues(self, now: float) -> None:
         """A session may have become free: the requests waiting take it, oldest first."""
@@ -493,7 +464,7 @@ class HistoryActor:
         """The agent's live sessions (each has a session actor)."""
         return [self.core.sessions[sid] for sid, actor in self.actors.items() if actor.spec.id == agent_id and sid in self.core.sessions]
 
-    def _actor(self, decision: Decision, msg: _Begin) -> SessionActor:
+    def _actor(self, decision: Decision, msg: ChatRequest) -> SessionActor:
         actor = self.actors.get(decision.session_id)
         if actor is None:
             closing = [a.finished for a in self._dropped if a.spec.id == msg.spec.id and not a.finished.is_set()]
@@ -503,25 +474,10 @@ class HistoryActor:
             )
             self.cwds[decision.session_id] = msg.cwd
             self.actors[decision.session_id] = actor
-            if self.recent[:1] != [msg.spec.id]:
-                self.recent = [msg.spec.id, *(a for a in self.recent if a != msg.spec.id)][:3]
-                self._dirty = True
+            self.recent.used(msg.spec.id)
             assert self._tg is not None
             self._tg.start_soon(actor.run)
         return actor
-
-    def _collect_when_idle(self) -> None:
-        """Once dropped session actors have finished and no request runs, collect the
-        garbage they left (cycles: tasks, streams, processes). The daemon raises the
-        collector's threshold (``server.GC_THRESHOLDS``), so an idle daemon would
-        otherwise keep it. Finished actors are let go at every tick, busy or not."""
-        still = [a for a in self._dropped if not a.finished.is_set()]
-        self._garbage |= len(still) < len(self._dropped)
-        self._dropped = still
-        if not self._garbage or any(s.busy for s in self.core.sessions.values()):
-            return
-        self._garbage = False
-        gc.collect()
 
     def _drop(self, session_id: str, reason: str) -> None:
         """End the session's actor; the session sleeps if its agent session can be taken
@@ -535,13 +491,9 @@ class HistoryActor:
         actor = self.actors.pop(session_id, None)
         if actor is not None:
             actor.close(reason)
-            still = [a for a in self._dropped if not a.finished.is_set()]
-            self._garbage |= len(still) < len(self._dropped)
-            self._dropped = [*still, actor]
+            self._dropped = [*(a for a in self._dropped if not a.finished.is_set()), actor]
+            self.collector.dropped(actor.finished)
         if known or actor is not None:
             log.info("session dropped" if not asleep else "session asleep", session=session_id, reason=reason)
 
 
-async def _set_then_cancel(event: anyio.Event, scope: anyio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()

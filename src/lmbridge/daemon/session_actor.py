@@ -24,15 +24,16 @@ import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
+from lmbridge.acp import files as acp_files
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentUnavailable, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
-from lmbridge.core import auth, permissions, session_state, turn
+from lmbridge.core import auth, paths, permissions, session_state, turn
 from lmbridge.core.history import Decision, Fingerprint, Last, Pending, conversation, squeezed
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
 from lmbridge.core.permissions import Answer
@@ -41,6 +42,11 @@ from lmbridge.core.transcript import prompt_blocks
 from lmbridge.core.turn import JobInfo
 from lmbridge.daemon.catalog import auth_hint
 from lmbridge.log import get_logger
+from lmbridge.rpc.channel import NoClient
+
+if TYPE_CHECKING:
+    from lmbridge.rpc.record import Recorder
+    from lmbridge.tools.mcp_bridge import McpHost, ToolBridge, ToolCall
 
 log = get_logger("session")
 
@@ -63,30 +69,32 @@ START_NOTICE = _seconds("LMBRIDGE_START_NOTICE", turn.START_NOTICE)
 # Bytes of text kept for the next request while a permission card waits: bounded, so output nobody reads cannot grow without end.
 PENDING_OUTPUT = int(os.environ.get("LMBRIDGE_PENDING_OUTPUT_BYTES") or turn.BUFFER_LIMIT)
 
-Emit = Callable[[Part], Awaitable[None]]
+class PartSink(Protocol):
+    """Where one chat request's response parts go (``router.Parts``: ``lm/responsePart``
+    frames of that request). ``stopped()``: the request's task scope was cancelled
+    (``$/cancelRequest``, the shutdown): from then on nothing more is sent for it."""
+
+    def send(self, part: Part) -> None: ...
+
+    def stopped(self) -> bool: ...
 
 
 @dataclass(eq=False)
-class Job:
-    """One ``provideLanguageModelChatResponse`` handed to a session actor.
+class ChatRequest:
+    """One ``provideLanguageModelChatResponse`` on its way to a session actor.
 
-    ``emit`` sends one part to VS Code; ``done`` is set once, with
-    ``stop_reason`` or ``error``. ``cancelled`` is set by the server when the
-    shim cancels: from then on nothing more is emitted for this job.
-    """
+    Built by the router; the history actor owns it until it grants it a session (it
+    writes ``shown``: the line sent while it waits for a free session), then it becomes a
+    ``Job`` the session actor owns."""
 
-    decision: Decision
-    history: tuple[Message, ...]
-    emit: Emit
-    done: anyio.Event = field(default_factory=anyio.Event)
-    stop_reason: str | None = None
-    error: str | None = None
-    error_data: dict[str, Any] | None = None  # the error's data: auth.problem's when the agent needs a login
-    cancelled: bool = False
-    actor: Any = None  # the SessionActor running it (for cancellation)
+    spec: AgentSpec
+    messages: tuple[Message, ...]
+    cwd: str | None
+    parts: PartSink
     tools: tuple[ToolInfo, ...] = ()  # the request's options.tools
     verbatim: bool = False  # user messages as they came (initialize's userTurns)
     model: str | None = None  # one of the agent's own models (a value of its "model" config option)
+    shown: list[Part] = field(default_factory=list)  # parts sent before it had a session
     # VS Code's model configuration sent with this request (control id → value), and what of it
     # changed since the previous request on the same model (session_state.picked): the user's choice.
     configuration: dict[str, Any] | None = None
@@ -94,21 +102,68 @@ class Job:
     request_id: Any = None  # the shim's request id (client/sessionState names it)
     # Tells the shim the chat's state: (chat id, request id or None, session_state.to_wire(...)).
     report: Callable[[str, Any, dict[str, Any]], None] | None = None
-    id: int = 0  # set by the actor
+
+    def notice(self, text: str) -> None:
+        """Show ``text`` in the chat while the request waits (``cap.waiting_notice``)."""
+        if not self.parts.stopped():
+            part: Part = {"type": "text", "value": text}
+            self.shown.append(part)
+            self.parts.send(part)
+
+
+@dataclass(eq=False)
+class Job:
+    """A ``ChatRequest`` granted a session: its ``turn`` (the history actor's
+    classification), run by the session actor of ``turn.session_id``, which owns it from
+    ``submit`` on: it sets ``id``, counts what the response emits (the fingerprint), and
+    sets ``done`` once, with ``stop_reason`` or ``error``."""
+
+    decision: Decision
+    request: ChatRequest
+    done: anyio.Event = field(default_factory=anyio.Event)
+    stop_reason: str | None = None
+    error: str | None = None
+    error_data: dict[str, Any] | None = None  # the error's data: auth.problem's when the agent needs a login
+    id: int = 0  # set by the actor when it takes the job up
     # What this response emitted, for the history core's fingerprint.
-    _text: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
-    _shown: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))  # text + thinking
+    _text: hashlib.blake2b = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
+    _shown: hashlib.blake2b = field(default_factory=lambda: hashlib.blake2b(digest_size=16))  # text + thinking
     call_ids: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for part in self.request.shown:  # VS Code replays it as part of this answer
+            self.count(part)
+
+    @property
+    def history(self) -> tuple[Message, ...]:
+        return self.request.messages
+
+    @property
+    def tools(self) -> tuple[ToolInfo, ...]:
+        return self.request.tools
+
+    @property
+    def verbatim(self) -> bool:
+        return self.request.verbatim
+
+    @property
+    def model(self) -> str | None:
+        return self.request.model
+
+    @property
+    def cancelled(self) -> bool:
+        """The request was cancelled: nothing more is emitted for it."""
+        return self.request.parts.stopped()
 
     async def send(self, part: Part) -> None:
         if self.cancelled or self.done.is_set():
             return
         self.count(part)
-        await self.emit(part)
+        self.request.parts.send(part)
 
     def count(self, part: Part) -> None:
-        """Take ``part`` into the fingerprint (``send`` does; the server too, for a line it
-        sent before the job existed, while the request waited for a free session)."""
+        """Take ``part`` into the fingerprint (``send`` does; so does the job's start, for
+        the line sent before it existed, while the request waited for a free session)."""
         if part["type"] == "text":
             value = squeezed(part["value"])
             self._text.update(value)
@@ -144,7 +199,7 @@ class _CancelJob:
 
 @dataclass(frozen=True)
 class _ToolInvoked:
-    call: Any  # mcp_bridge.ToolCall
+    call: ToolCall
 
 
 @dataclass(frozen=True)
@@ -181,11 +236,14 @@ class SessionHooks:
     # (session id, what the response emitted, how it ended, the calls it left pending, Decision.number)
     ended: Callable[[str, Fingerprint, Last, list[Pending], int], Awaitable[None]]
     died: Callable[[str], Awaitable[None]]
-    mcp_host: Callable[[], Awaitable[Any]]  # the daemon's McpHost, started on first use
+    mcp_host: Callable[[], Awaitable[McpHost]]  # the daemon's MCP endpoint, started on first use
     # The chat's ACP sessionId, whether the agent can take it up again (session/resume or
     # session/load: for recovery after eviction, a crash, a restart), and the session's
     # configOptions as the agent answered them (its models and modes, agent_models).
     opened: Callable[[str, str, bool, Any], None] = lambda session_id, acp_session, resumable, config_options: None
+    # The agents' fs/* requests (through VS Code, or the disk). None: from disk, the session's
+    # cwd the only workspace folder.
+    files: acp_files.Files | None = None
 
 
 class SessionActor:
@@ -205,7 +263,7 @@ class SessionActor:
         hooks: SessionHooks,
         *,
         pool: AgentPool | None = None,
-        recorder: Any = None,
+        recorder: Recorder | None = None,
         after: Sequence[anyio.Event] = (),
         resume: str | None = None,
         notice: float | None = None,
@@ -245,8 +303,8 @@ class SessionActor:
         self.jobs: dict[int, Job] = {}
         self._prompts: dict[int, int] = {}  # session/prompt request id → the machine's prompt number
         self._job_ids = 0
-        self.tool_calls: dict[str, Any] = {}  # callId → mcp_bridge.ToolCall the agent waits on
-        self.bridge: Any = None  # mcp_bridge.ToolBridge, when the agent is offered VS Code tools
+        self.tool_calls: dict[str, ToolCall] = {}  # callId → the VS Code tool call the agent waits on
+        self.bridge: ToolBridge | None = None  # when the agent is offered VS Code tools
         self.mcp_servers: list[dict[str, Any]] = []
         self._timers: dict[turn.Timer, anyio.CancelScope] = {}
         self._starting: anyio.CancelScope | None = None
@@ -254,6 +312,13 @@ class SessionActor:
         self._closed = False
         self._stop = False
         self._written = anyio.Event()  # the writer has sent everything and ended
+        cwd_only: list[str] = [cwd] if cwd else []
+        self.files = hooks.files or acp_files.Files(NoClient(), lambda: cwd_only)
+        # Permissions asked and not answered yet (rid → params), and the resolved paths an
+        # answered edit permission lets fs/write_text_file write, one write each, until the
+        # next prompt (docs/agents.md, "What protects what").
+        self._asked: dict[Any, Any] = {}
+        self._may_write: list[str] = []
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
 
     def _renderer(self) -> TurnRenderer:
@@ -261,20 +326,18 @@ class SessionActor:
 
     # -- public, called from other tasks -----------------------------------
 
-    async def submit(self, job: Job) -> None:
-        # No await between the check and the send: a closed actor reads no more
-        # jobs, so one submitted now fails at once instead of waiting forever.
+    def submit(self, job: Job) -> None:
+        """Hand ``job`` over: the actor owns it from now on. A closed actor reads no more
+        jobs: one submitted to it fails at once instead of waiting forever."""
         if self._closed:
             job.error = f"agent {self.spec.id!r}: its session has just ended; please retry"
             job.done.set()
             return
-        self._job_ids += 1
-        job.id = self._job_ids
         self._send.send_nowait(job)
 
     def cancel(self, job: Job) -> None:
-        """The shim cancelled ``job``'s request (already answered ``cancelled``)."""
-        job.cancelled = True
+        """The shim cancelled ``job``'s request (already answered ``cancelled``; its parts
+        stopped with its scope): the turn machine stops the agent's turn."""
         if not self._closed:
             self._send.send_nowait(_CancelJob(job))
 
@@ -369,10 +432,12 @@ class SessionActor:
         elif isinstance(msg, Job):
             if self.acp.conn is not None and not self.acp.conn.alive:
                 await self._handle(AgentGone(self.acp.conn))  # it died just before this job came: that first
+            self._job_ids += 1
+            msg.id = self._job_ids
             self.jobs[msg.id] = msg
-            if msg.report is not None:
-                self._report, self._request_id = msg.report, msg.request_id
-                self._tell(msg.request_id)  # the shim learns which chat this request is (once a session is open)
+            if msg.request.report is not None:
+                self._report, self._request_id = msg.request.report, msg.request.request_id
+                self._tell(msg.request.request_id)  # the shim learns which chat this request is (once a session is open)
             if self.bridge is not None:
                 await self.bridge.set_tools(self._offered(msg))
             event = turn.NewJob(msg.info())
@@ -440,11 +505,16 @@ class SessionActor:
             if self.bridge is not None:
                 bridge = permissions.Bridge(self.bridge.name, frozenset(self.bridge.tools), self.process.caps.profile)
             call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
+            if not msg.bad_id:
+                self._asked[rid] = msg.params
             return turn.PermissionAsked(rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id)
         if msg.bad_id:
             self._respond(None, error=BAD_ID_ERROR)
+        elif rid is not None and msg.method in acp_files.METHODS:
+            assert self._tg is not None
+            self._tg.start_soon(self._serve_file, rid, msg.method, params)
         elif rid is not None:
-            # fs/* and terminal/* are not offered in clientCapabilities.
+            # terminal/* is not offered in clientCapabilities.
             self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
         else:
             log.info("agent notification ignored", method=msg.method)
@@ -467,8 +537,10 @@ class SessionActor:
                     job.done.set()
             elif isinstance(fx, turn.Respond):
                 log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
+                self._approved(self._asked.pop(fx.rid, None), fx.outcome)
                 self._respond(fx.rid, {"outcome": dict(fx.outcome)})
             elif isinstance(fx, turn.RespondError):
+                self._asked.pop(fx.rid, None)
                 self._respond(fx.rid, error=fx.error)
             elif isinstance(fx, turn.ResolveTool):
                 self._resolve_tool(fx)
@@ -482,6 +554,7 @@ class SessionActor:
                 assert self._tg is not None
                 self._tg.start_soon(self._close_then, fx.seq)
             elif isinstance(fx, turn.Prompt):
+                self._may_write.clear()  # an approval covers the turn it was given in
                 self._prompt(fx)
             elif isinstance(fx, turn.StartTimer):
                 self._start_timer(fx)
@@ -541,6 +614,46 @@ class SessionActor:
         self._tg.start_soon(fire)
 
     # -- writes to the agent -------------------------------------------------------
+
+    # -- files (fs/*) --------------------------------------------------------------
+
+    def _approved(self, params: Any, outcome: Mapping[str, Any]) -> None:
+        """An answered permission: the files an approved edit names may be written once each."""
+        for path in paths.approved_writes(params, dict(outcome)):
+            try:
+                self._may_write.append(self.files.allowed(path))
+            except acp_files.FsError:
+                pass  # outside the workspace: a write there is refused anyway
+        del self._may_write[: -paths.MAX_PATHS]  # bounded: the latest approvals kept
+
+    async def _serve_file(self, rid: int | str, method: str, params: Mapping[str, Any]) -> None:
+        """Answer one fs/* request of the agent's (a task of its own: the shim may take a while)."""
+        try:
+            if params.get("sessionId") != self.acp_session:
+                raise acp_files.FsError(acp_files.INVALID_PARAMS, "invalid params: sessionId is not this session's")
+            if method == acp_files.READ:
+                result = await self.files.read(params)
+            else:
+                p = acp_files.write_params(params)
+                real = self.files.allowed(p.path)
+                if real not in self._may_write:
+                    raise acp_files.FsError(
+                        acp_files.INVALID_PARAMS,
+                        f"refused: lmbridge writes {p.path} only after the user approved an edit of it in this turn "
+                        "(ask with session/request_permission, kind edit, naming the file)",
+                    )
+                self._may_write.remove(real)  # one approved edit, one write
+                result = await self.files.write(p, real)
+        except acp_files.FsError as exc:
+            log.info("file request refused", session=self.id, method=method, error=exc.message)
+            self._respond(rid, error=exc.error())
+            return
+        except Exception as exc:  # a bug here answers this request, and ends nothing else
+            log.exception("file request failed", session=self.id, method=method)
+            self._respond(rid, error={"code": acp_files.INTERNAL_ERROR, "message": f"internal error: {exc!r}"[:500]})
+            return
+        log.info("file request served", session=self.id, method=method, through="vscode" if self.files.through_vscode else "disk")
+        self._respond(rid, result)
 
     def _respond(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
         """Queue the answer to one of the agent's requests; the writer task sends frames in order."""
@@ -623,7 +736,7 @@ class SessionActor:
             opened = await self.acp.open(how, servers)
         self._opening(opened)
         if opened.spare is not None:
-            await self.bridge.set_tools(self._offered(job))
+            await opened.spare.bridge.set_tools(self._offered(job))
 
     def _opening(self, opened: Opened) -> None:
         """A start opened ``opened``: the chat's from the ``Ready`` on; told to the history actor."""
@@ -692,9 +805,9 @@ class SessionActor:
                 mode = next((c for c in self.state.controls if c.category == "mode"), None)
                 if mode is not None:
                     values[mode.id] = self.spec.mode
-            values.update(job.configuration or {})
+            values.update(job.request.configuration or {})
         else:
-            values = dict(job.picked)
+            values = dict(job.request.picked)
         return session_state.wanted(self.state, values)
 
     def _set_control(self, request: SetControl) -> None:
@@ -797,7 +910,7 @@ class SessionActor:
         await self.bridge.set_tools(tools)
         self.mcp_servers = [host.server_config(self.bridge)]
 
-    async def _on_mcp_call(self, call: Any) -> None:
+    async def _on_mcp_call(self, call: ToolCall) -> None:
         # Runs in the MCP server's task: hand the call to the actor's loop.
         self._send.send_nowait(_ToolInvoked(call))
 

@@ -476,7 +476,8 @@ class Player:
 
     async def run(self) -> Result:
         from lmbridge.core.messages import AgentSpec
-        from lmbridge.daemon.server import Config, Server, Stdout
+        from lmbridge.daemon.root import Config, Server
+        from lmbridge.daemon.stdio import Stdout
 
         config = self.recording.header.get("config") or {}
         agents = [AgentSpec.model_validate(a) for a in config.get("agents") or []]
@@ -636,7 +637,7 @@ class Player:
     async def spawn(
         self, name: str, command: str, args: Sequence[str], env: Any, cwd: str | None, events: Any, session: str | None = None, recorder: Any = None
     ) -> Any:
-        """The daemon's launcher (``server.Config.launcher``): the recorded spawn, then a
+        """The daemon's launcher (``root.Config.launcher``): the recorded spawn, then a
         stand-in process (``standin.py``) in the agent's place, started as any agent is."""
         from lmbridge.acp.connection import AgentConnection, AgentUnavailable
 

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import anyio
+
+from lmbridge.rpc.peer import Outgoing
 
 #: The prefix of every id the daemon gives a request it sends the shim.
 ID_PREFIX = "lmbridge-"
@@ -105,26 +106,17 @@ class NoClient:
         return None
 
 
-@dataclass(eq=False)
-class _Waiting:
-    """One request in flight: set once, by its answer or by ``close``."""
-
-    method: str
-    done: anyio.Event = field(default_factory=anyio.Event)
-    result: Any = None
-    failure: ClientFailed | None = None
-
-
 class ShimChannel:
     """``ClientChannel`` over the daemon's stdio. ``send``: queues one frame (a dict) for
     stdout, in order with every other frame. ``capabilities``: ``initialize``'s
     ``clientCapabilities`` (``set_capabilities``). ``late``: responses delivered to no
-    request in flight."""
+    request in flight. The requests in flight are the link's ``rpc.peer.Outgoing``, the
+    table of ids and waiters every link shares."""
 
     def __init__(self, send: Callable[[dict[str, Any]], None]) -> None:
         self._send = send
-        self._ids = itertools.count(1)
-        self._waiting: dict[str, _Waiting] = {}
+        counter = itertools.count(1)
+        self.requests = Outgoing(lambda: f"{ID_PREFIX}{next(counter)}")
         self._capabilities: frozenset[str] = frozenset()
         self._gone: str | None = None
         self.late = 0
@@ -132,7 +124,7 @@ class ShimChannel:
     @property
     def in_flight(self) -> int:
         """Requests sent and not ended yet."""
-        return len(self._waiting)
+        return len(self.requests)
 
     def set_capabilities(self, capabilities: Mapping[str, Any]) -> None:
         """``initialize``'s ``clientCapabilities``: a capability counts when it is ``true``."""
@@ -144,21 +136,24 @@ class ShimChannel:
     async def request(self, method: str, params: Mapping[str, Any], timeout: float = DEFAULT_TIMEOUT) -> Any:
         if self._gone is not None:
             raise ClientGone(CLIENT_GONE, f"{method}: {self._gone}")
-        rid = f"{ID_PREFIX}{next(self._ids)}"
-        waiting = _Waiting(method)
-        self._waiting[rid] = waiting
+        rid = self.requests.new_id()
+        pending = self.requests.add(rid, method, wait=True)
+        assert pending.event is not None
         try:
             self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": dict(params)})
             with anyio.move_on_after(timeout):
-                await waiting.done.wait()
+                await pending.event.wait()
         finally:
             # Ended here (answer, timeout, the caller cancelled): a later answer is late.
-            self._waiting.pop(rid, None)
-        if not waiting.done.is_set():
+            self.requests.drop(pending)
+        if not pending.event.is_set():
             raise ClientTimeout(CLIENT_TIMEOUT, f"{method}: VS Code did not answer within {timeout:g} s")
-        if waiting.failure is not None:
-            raise waiting.failure
-        return waiting.result
+        if pending.failed is not None:
+            raise pending.failed
+        assert pending.frame is not None
+        if "error" in pending.frame:
+            raise _shim_error(method, pending.frame.get("error"))
+        return pending.frame.get("result")
 
     def notify(self, method: str, params: Mapping[str, Any]) -> None:
         if self._gone is None:
@@ -169,15 +164,12 @@ class ShimChannel:
         True when it ended a request in flight, False when it answers none (the caller
         logs it, bounded; it is never answered)."""
         rid = frame.get("id")
-        waiting = self._waiting.pop(rid, None) if isinstance(rid, str) else None
-        if waiting is None:
+        pending = self.requests.take(rid) if isinstance(rid, str) else None
+        if pending is None or pending.event is None:
             self.late += 1
             return False
-        if "error" in frame:
-            waiting.failure = _shim_error(waiting.method, frame.get("error"))
-        else:
-            waiting.result = frame.get("result")
-        waiting.done.set()
+        pending.frame = dict(frame)
+        pending.event.set()
         return True
 
     def close(self, reason: str = "VS Code is gone (the daemon's stdin closed)") -> None:
@@ -185,10 +177,7 @@ class ShimChannel:
         every later one at once; notifications are dropped."""
         if self._gone is None:
             self._gone = reason
-        waiting, self._waiting = self._waiting, {}
-        for w in waiting.values():
-            w.failure = ClientGone(CLIENT_GONE, f"{w.method}: {reason}")
-            w.done.set()
+        self.requests.end(lambda method: ClientGone(CLIENT_GONE, f"{method}: {reason}"))
 
 
 def _shim_error(method: str, error: Any) -> ClientError:

@@ -20,6 +20,7 @@ they start elsewhere (a stream, a task group).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
@@ -84,17 +85,71 @@ class LinkClosed(Exception):
     """The link is closed: nothing can be sent, no answer will come."""
 
 
-class _Pending:
-    """A request of ours not answered yet: awaited (``event``) or routed to the handler."""
+class Pending:
+    """One request of ours not answered yet: awaited (``event``) or routed to the handler
+    (``event`` None). Ended once: by its answer (``frame``), or by the link's end (``failed``)."""
 
-    __slots__ = ("id", "event", "result", "error", "failed")
+    __slots__ = ("id", "method", "event", "frame", "failed")
 
-    def __init__(self, rid: Id | None, event: anyio.Event | None) -> None:
-        self.id = rid
-        self.event = event  # None: its answer goes to Handler.handle_response
-        self.result: Any = None
-        self.error: dict[str, Any] | None = None
+    def __init__(self, rid: Id | None, method: str, event: anyio.Event | None) -> None:
+        self.id, self.method, self.event = rid, method, event
+        self.frame: dict[str, Any] | None = None  # the answer, once it came
         self.failed: BaseException | None = None  # the link ended first
+
+
+class Outgoing:
+    """The requests of ours on one link that wait for their answer (JSON-RPC 2.0 §4: an
+    answer names its request by id): the one table of ids and waiters of every link (the
+    ``Peer``'s; the daemon's requests to the shim, ``rpc.channel.ShimChannel``). ``ids``:
+    where fresh ids come from (1, 2, … by default). No I/O."""
+
+    def __init__(self, ids: Callable[[], Id] | None = None) -> None:
+        self.new_id: Callable[[], Id] = ids or itertools.count(1).__next__
+        self._pending: dict[Id | None, Pending] = {}
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, rid: Id | None, method: str, wait: bool) -> Pending:
+        """Request ``rid`` is (about to be) sent: its answer is awaited (``wait``) or routed."""
+        pending = Pending(rid, method, anyio.Event() if wait else None)
+        self._pending[rid] = pending
+        return pending
+
+    def take(self, rid: Any) -> Pending | None:
+        """The request of ours ``rid`` answers, no longer waiting (of the same type: ``1.0``
+        does not answer ``1``; null only if a request was sent with id null)."""
+        if rid is not None and not usable_id(rid):
+            return None
+        pending = self._pending.get(rid)
+        if pending is None or type(pending.id) is not type(rid):
+            return None
+        del self._pending[rid]
+        return pending
+
+    def drop(self, pending: Pending) -> None:
+        """Its caller stopped waiting (answered, timed out, cancelled): a later answer is a
+        response to no request."""
+        if self._pending.get(pending.id) is pending:
+            del self._pending[pending.id]
+
+    def end(self, error: Callable[[str], BaseException]) -> None:
+        """The link is over: every awaited request fails with ``error(method)``; answers
+        routed to a handler are no longer expected."""
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            if p.event is not None:
+                p.failed = error(p.method)
+                p.event.set()
+
+
+def error_of(frame: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An answer's JSON-RPC error object (a malformed one as ``{"message": text}``), or None
+    when it is a result."""
+    if "error" not in frame:
+        return None
+    err = frame["error"]
+    return err if type(err) is dict else {"message": str(err)}
 
 
 async def batches(stream: ByteReceiveStream, lines: Lines, size: int = READ_SIZE) -> AsyncIterator[list[bytes | Overlong]]:
@@ -148,8 +203,7 @@ class Peer:
         self.heard = time.monotonic()  # when a read last gave anything
         self._receive, self._send = receive, send
         self._broken = broken or self._closed
-        self._next_id = 0
-        self._pending: dict[Id | None, _Pending] = {}
+        self.requests = Outgoing()
         self._lock = anyio.Lock()
         self._ended: Callable[[], BaseException] | None = None
         self._answers: TaskGroup | None = None  # where a dropped request's answer is written
@@ -204,34 +258,19 @@ class Peer:
             self.handler.handle_unusable(BAD_ID, line, frame)
             self.handler.handle_request(None, method, frame.get("params"))
             return
-        rid = frame.get("id")
-        pending = self._take(rid)
+        pending = self.requests.take(frame.get("id"))
         if pending is None:
             # Never answered (answering a response lets two peers ping-pong errors).
             self.handler.handle_unusable(STRAY_RESPONSE, line, frame)
             return
-        error: dict[str, Any] | None = None
-        if "error" in frame:
-            err = frame["error"]
-            error = err if type(err) is dict else {"message": str(err)}
-        self._answered(pending, frame.get("result"), error)
+        self._answered(pending, frame)
 
-    def _take(self, rid: Any) -> _Pending | None:
-        """The request of ours ``rid`` answers (of the same type: ``1.0`` does not answer ``1``;
-        null only if a request was sent with id null: ``expect(None)``)."""
-        if rid is not None and not usable_id(rid):
-            return None
-        pending = self._pending.get(rid)
-        if pending is None or type(pending.id) is not type(rid):
-            return None
-        del self._pending[rid]
-        return pending
-
-    def _answered(self, pending: _Pending, result: Any, error: dict[str, Any] | None) -> None:
+    def _answered(self, pending: Pending, frame: dict[str, Any]) -> None:
         if pending.event is None:
-            self.handler.handle_response(pending.id, result, error)
+            assert pending.id is not None or "id" in frame
+            self.handler.handle_response(pending.id, frame.get("result"), error_of(frame))
             return
-        pending.result, pending.error = result, error
+        pending.frame = frame
         pending.event.set()
 
     def _overlong(self, line: Overlong) -> None:
@@ -250,9 +289,9 @@ class Peer:
             return
         if head.body not in ("result", "error"):
             return
-        pending = self._take(head.id)
+        pending = self.requests.take(head.id)
         if pending is not None:
-            self._answered(pending, None, {"code": INVALID_REQUEST, "message": f"{self.peer}'s answer was {why}: dropped"})
+            self._answered(pending, {"id": head.id, "error": {"code": INVALID_REQUEST, "message": f"{self.peer}'s answer was {why}: dropped"}})
 
     async def _answer_dropped(self, rid: Id, error: dict[str, Any]) -> None:
         try:
@@ -282,20 +321,19 @@ class Peer:
     async def _closed(self, exc: BaseException) -> BaseException:
         return LinkClosed(f"{self.link}: the link is closed ({exc!r})")
 
-    def new_id(self) -> int:
+    def new_id(self) -> Id:
         """A fresh request id (1, 2, …)."""
-        self._next_id += 1
-        return self._next_id
+        return self.requests.new_id()
 
     def expect(self, rid: Id | None) -> None:
         """Route the answer to request ``rid`` (sent by the caller; any id JSON can hold) to
         ``Handler.handle_response``."""
-        self._pending[rid] = _Pending(rid, None)
+        self.requests.add(rid, "", wait=False)
 
     async def send_request(self, rid: Id, method: str, params: Any) -> None:
         """Send request ``rid`` (``new_id``); its answer comes to ``Handler.handle_response``, in
         order with everything else the peer sends."""
-        self.expect(rid)
+        self.requests.add(rid, method, wait=False)
         await self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
 
     async def request(self, method: str, params: Any) -> Any:
@@ -303,20 +341,20 @@ class Peer:
         an error answer, what the link ended with if it ends first. Cancelling the caller
         abandons the wait (a late answer is then a response to no request)."""
         rid = self.new_id()
-        pending = _Pending(rid, anyio.Event())
-        self._pending[rid] = pending
+        pending = self.requests.add(rid, method, wait=True)
         try:
             await self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
             assert pending.event is not None
             await pending.event.wait()
         finally:
-            if self._pending.get(rid) is pending:
-                del self._pending[rid]
+            self.requests.drop(pending)
         if pending.failed is not None:
             raise pending.failed
-        if pending.error is not None:
-            raise self.remote_error(method, pending.error)
-        return pending.result
+        assert pending.frame is not None
+        error = error_of(pending.frame)
+        if error is not None:
+            raise self.remote_error(method, error)
+        return pending.frame.get("result")
 
     async def notify(self, method: str, params: Any) -> None:
         """Send a notification (no answer expected)."""
@@ -335,9 +373,4 @@ class Peer:
         """The link is over: every request of ours still waiting fails with ``error()``, as
         does every later ``send``; answers routed to the handler are no longer expected."""
         self._ended = error
-        failed = error()
-        for pending in self._pending.values():
-            if pending.event is not None:
-                pending.failed = failed
-                pending.event.set()
-        self._pending.clear()
+        self.requests.end(lambda method: error())

@@ -1,0 +1,320 @@
+"""The daemon's JSON-RPC methods (docs/protocol.md, "Methods"), dispatched by ``jsonrpcserver``.
+
+``Methods`` validates each method's params with the wire models (``core.messages``),
+answers what needs no agent itself (``initialize``, the model list, presets, token
+counts), and hands chat requests to the ``router.Router``. It keeps the requests in flight
+by id (``Call``), so that ``$/cancelRequest`` finds the one it names: the cancelled request
+is answered ``{"stopReason": "cancelled"}`` at once, its task scope is cancelled, and
+nothing more is sent for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from pydantic import ValidationError
+
+from lmbridge import __version__
+from lmbridge.core.agent_models import model_id, of_category, select_options
+from lmbridge.core.messages import PROTOCOL_VERSION, CancelParams, ChatInformationParams, InitializeParams, TokenCountParams, dump
+from lmbridge.daemon.catalog import Catalog, model_info
+from lmbridge.daemon.stdio import RequestId, StdoutWriter
+from lmbridge.log import get_logger
+from lmbridge.rpc.jsonrpc import validate_request
+
+if TYPE_CHECKING:
+    from jsonrpcserver import Result
+
+    from lmbridge.daemon.router import Router
+    from lmbridge.rpc.channel import ShimChannel
+
+log = get_logger("methods")
+
+UNKNOWN_MODEL = -32602  # with data {"kind": "unknown_model"}
+AGENT_FAILED = -32000  # the agent could not start, crashed, or answered with an error
+SHUTTING_DOWN = "the daemon is shutting down"  # AGENT_FAILED's message for a request read before EOF
+
+#: A jsonrpcserver method: the call's context first, then the request's params by name.
+Method = Callable[..., Awaitable["Result"]]
+
+
+def _rpc() -> Any:
+    """``jsonrpcserver``, imported on first use: with ``jsonschema`` it costs
+    ~85 ms, so it stays off the start-up path (``initialize`` is answered
+    without it, and it is imported right after)."""
+    import jsonrpcserver
+
+    return jsonrpcserver
+
+
+def warm_up() -> None:
+    """Import, in a thread, what the next requests need: jsonrpcserver, and for the
+    first chat the actors and the ACP SDK (~0.7 s here), which that chat would
+    otherwise wait for. Called once ``initialize`` is answered; a request that
+    needs a module still loading waits for it, as it would have anyway."""
+
+    def load() -> None:
+        try:
+            import jsonrpcserver  # noqa: F401
+
+            import lmbridge.daemon.history_actor  # noqa: F401
+        except Exception as exc:  # the request that needs it will report it
+            log.warning("warm-up import failed", error=repr(exc))
+
+    threading.Thread(target=load, name="lmbridge-warm-up", daemon=True).start()
+
+
+def Success(*args: Any) -> Result:
+    result: Result = _rpc().Success(*args)
+    return result
+
+
+def Error(*args: Any) -> Result:
+    result: Result = _rpc().Error(*args)
+    return result
+
+
+def invalid(exc: ValidationError) -> Result:
+    """-32602 naming the first field ``exc`` found wrong."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "params"
+    return invalid_params(f"{where}: {first['msg']}")
+
+
+def invalid_params(message: str) -> Result:
+    return Error(-32602, f"invalid params: {message}")
+
+
+@dataclass(eq=False)
+class Call:
+    """One request being handled (jsonrpcserver passes it as every method's first
+    argument). Answered once: ``answer`` says whether this caller is the one that answers
+    it (the method's own result, or ``$/cancelRequest``'s ``cancelled``, or the shutdown's
+    error, whichever comes first). ``scope``: the cancel scope the method runs in, which
+    ``$/cancelRequest`` cancels (a chat request's only)."""
+
+    id: RequestId
+    chat: bool = False  # a chat request: $/cancelRequest may answer it from now on
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    _answered: bool = False
+
+    @property
+    def answered(self) -> bool:
+        return self._answered
+
+    def answer(self) -> bool:
+        """Claim the answer: True the first time only."""
+        first, self._answered = not self._answered, True
+        return first
+
+
+@dataclass
+class Settings:
+    """What ``initialize`` set: the workspace folders (the first is agents' cwd) and
+    whether Copilot's user messages are forwarded as they are (``userTurns: "verbatim"``)."""
+
+    workspace: list[str] = field(default_factory=list)
+    verbatim: bool = False
+
+
+class Methods:
+    """The method table and the requests in flight. ``stop``: the daemon's shutdown
+    (``shutdown``); ``initialized``: called once ``initialize`` is answered (pre-warming)."""
+
+    def __init__(
+        self,
+        out: StdoutWriter,
+        catalog: Catalog,
+        router: Router,
+        client: ShimChannel,
+        *,
+        stop: Callable[[], Awaitable[None]],
+        initialized: Callable[[], None] = lambda: None,
+        debug_idle: bool = False,
+    ) -> None:
+        self.out = out
+        self.catalog = catalog
+        self.router = router
+        self.client = client
+        self.settings = router.settings
+        self._stop = stop
+        self._initialized = initialized
+        self.inflight: dict[RequestId, Call] = {}  # requests being handled, by id (not null)
+        self.table: dict[str, Method] = {
+            "initialize": self.initialize,
+            "lm/provideLanguageModelChatInformation": self.chat_information,
+            "lm/provideLanguageModelChatResponse": self.chat_response,
+            "lm/provideTokenCount": self.token_count,
+            "agents/presets": self.presets,
+            "agents/registry": self.registry,
+            "chat/setControl": self.set_control,
+            "shutdown": self.shutdown,
+            "$/cancelRequest": self.cancel_request,
+        }
+        if debug_idle:
+            self.table["debug/idle"] = self.debug_idle
+
+    # -- stdio.Dispatch -------------------------------------------------------
+
+    def known(self, method: str) -> bool:
+        return method in self.table
+
+    def in_flight(self, rid: RequestId) -> bool:
+        return rid in self.inflight
+
+    async def dispatch(self, request: dict[str, Any]) -> None:
+        """Run one request's method (in this task) and queue its answer, unless a
+        ``$/cancelRequest`` or the shutdown answered it already."""
+        rid = request.get("id")
+        if request.get("method") == "initialize" and "id" in request and isinstance(request.get("params", {}), dict):
+            # The first frame the shim sends, answered before jsonrpcserver is loaded.
+            self.out.send({"jsonrpc": "2.0", **self._initialize(request.get("params", {})), "id": rid})
+            asyncio.get_running_loop().call_soon(warm_up)  # after the answer is written
+            self._initialized()
+            return
+        call = Call(rid)
+        if rid is not None and "id" in request:
+            self.inflight[rid] = call
+        try:
+            response = await _rpc().async_dispatch("", self.table, context=call, deserializer=lambda _: request, validator=validate_request)
+        finally:
+            if self.inflight.get(rid) is call:
+                del self.inflight[rid]
+        if response and call.answer():  # answered already: a cancelled chat, or the shutdown's error
+            self.out.send_raw(response)
+
+    def fail_inflight(self) -> None:
+        """The shutdown: every request still in flight is answered with the reason (a
+        cancelled chat's scope is cancelled, so nothing more is sent for it)."""
+        for call in list(self.inflight.values()):
+            if call.answer():
+                call.scope.cancel()  # nothing more is sent for it
+                self.out.error(call.id, AGENT_FAILED, SHUTTING_DOWN)
+        self.inflight.clear()
+
+    # -- methods ------------------------------------------------------------
+
+    async def initialize(self, call: Call, **params: Any) -> Result:
+        answer = self._initialize(params)
+        return Success(answer["result"]) if "result" in answer else Error(answer["error"]["code"], answer["error"]["message"])
+
+    def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``initialize``: ``{"result": ...}`` or ``{"error": ...}``."""
+        try:
+            p = InitializeParams.model_validate(params)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "params"
+            return {"error": {"code": -32602, "message": f"invalid params: {where}: {first['msg']}"}}
+        if p.protocolVersion != PROTOCOL_VERSION:
+            message = f"invalid params: unsupported protocolVersion {p.protocolVersion}; this daemon speaks {PROTOCOL_VERSION}"
+            return {"error": {"code": -32602, "message": message}}
+        self.settings.workspace = list(p.workspaceFolders)
+        self.client.set_capabilities(p.clientCapabilities.model_dump())
+        self.settings.verbatim = p.userTurns == "verbatim"
+        problems = self.catalog.configure(p.agents)
+        for problem in problems:
+            log.warning("agent left out", problem=problem)
+        log.info("initialized", client=p.clientInfo and p.clientInfo.name, agents=list(self.catalog.agents))
+        result: dict[str, Any] = {"protocolVersion": PROTOCOL_VERSION, "serverInfo": {"name": "lmbridge", "version": __version__}}
+        if problems:
+            result["agentProblems"] = problems
+        return {"result": result}
+
+    async def chat_information(self, call: Call, **params: Any) -> Result:
+        try:
+            ChatInformationParams.model_validate(params)
+        except ValidationError as exc:
+            return invalid(exc)
+        models, options, images = [], self.catalog.options(), self.catalog.images()
+        for spec in self.catalog.agents.values():
+            takes_images, agent_options, context = images.get(spec.id, False), options.get(spec.id), self.catalog.context_sizes
+            models.append(dump(model_info(spec, images=takes_images, options=agent_options, context=context.get(spec.id))))
+            own = of_category(select_options(agent_options), "model")
+            models += [dump(model_info(spec, choice, takes_images, agent_options, context.get(model_id(spec.id, choice.value)))) for choice in (own.choices if own else ())]
+        return Success({"models": models})
+
+    async def presets(self, call: Call, **params: Any) -> Result:
+        """``agents/presets``: the known agents an ``{"id": ...}`` entry can name (catalog.PRESETS)."""
+        from lmbridge.daemon.catalog import PRESETS
+
+        return Success({"presets": [p.info() for p in PRESETS.values()]})
+
+    async def registry(self, call: Call, **params: Any) -> Result:
+        """``agents/registry``: the agents of an ACP registry feed the shim fetched, for its
+        platform (core.registry; docs/protocol.md). Invalid params (-32602): no feed, a feed
+        with no ``agents`` list, an unknown platform."""
+        from lmbridge.core.registry import RegistryParams, registry_agents
+
+        try:
+            p = RegistryParams.model_validate(params)
+            agents, problems = registry_agents(p.feed, p.platform)
+        except ValidationError as exc:
+            return invalid(exc)
+        except ValueError as exc:
+            return invalid_params(str(exc))
+        log.info("registry read", agents=len(agents), left_out=len(problems), platform=p.platform)
+        return Success({"agents": agents, "problems": problems})
+
+    async def token_count(self, call: Call, **params: Any) -> Result:
+        try:
+            p = TokenCountParams.model_validate(params)
+        except ValidationError as exc:
+            return invalid(exc)
+        # An estimate (~4 characters a token): agents do not expose a tokenizer.
+        return Success({"count": (len(p.text) + 3) // 4})
+
+    async def debug_idle(self, call: Call, **params: Any) -> Result:
+        """``debug/idle`` (only with ``Config.debug_idle``): answered ``null`` once every
+        other task of the daemon waits on something (input, a timer, an agent), so what
+        came before it has been handled as far as it can be; replay's step signal
+        (docs/protocol.md, "debug/idle")."""
+        await anyio.wait_all_tasks_blocked()
+        return Success(None)
+
+    async def shutdown(self, call: Call, **params: Any) -> Result:
+        await self._stop()
+        return Success(None)
+
+    async def cancel_request(self, call: Call, **params: Any) -> Result:
+        try:
+            p = CancelParams.model_validate(params)
+        except ValidationError as exc:
+            return invalid(exc)
+        target = self.inflight.get(p.id)
+        if target is None or not target.chat or not target.answer():
+            return Success(None)  # done already, or not a chat: nothing to stop
+        del self.inflight[p.id]
+        # Answer now, before anything else queued for stdout after this point.
+        self.out.send({"jsonrpc": "2.0", "result": {"stopReason": "cancelled"}, "id": p.id})
+        self.router.cancel(target)
+        log.info("request cancelled", id=p.id)
+        return Success(None)
+
+    async def set_control(self, call: Call, **params: Any) -> Result:
+        """``chat/setControl``: one of a chat's controls set on its live session
+        (docs/protocol.md, "Per-chat controls")."""
+        from lmbridge.core.messages import SetControlParams
+
+        try:
+            p = SetControlParams.model_validate(params)
+        except ValidationError as exc:
+            return invalid(exc)
+        from lmbridge.daemon.session_actor import SetControl
+
+        actor = self.router.actor(p.chatId)
+        if actor is None:
+            return Error(-32602, "that chat has no live agent session (send it a message first)")
+        request = SetControl(p.controlId, p.value)
+        await actor.set_control(request)
+        if request.error is not None:
+            return Error(AGENT_FAILED, request.error)
+        return Success({"chatId": p.chatId, **(request.state or {})})
+
+    async def chat_response(self, call: Call, **params: Any) -> Result:
+        return await self.router.chat(call, params)

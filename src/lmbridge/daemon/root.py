@@ -1,0 +1,236 @@
+"""The composition root: builds the daemon's services, wires them, owns their task group.
+
+``lmbridge serve`` runs ``run(config)``: the daemon on this process's stdio until EOF or
+SIGTERM (docs/architecture.md, "Tasks and ownership"; docs/reliability.md, "Shutdown").
+
+Start-up cost matters (the shim waits for ``initialize``): the history and session actors,
+and with them the ACP SDK, are imported on the first chat request, not before.
+"""
+
+from __future__ import annotations
+
+import gc
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+
+from lmbridge.core import cap
+from lmbridge.core.messages import AgentSpec
+from lmbridge.daemon.catalog import Catalog
+from lmbridge.daemon.methods import SHUTTING_DOWN, Call, Methods
+from lmbridge.daemon.router import Router
+from lmbridge.daemon.services import RecentAgents
+from lmbridge.daemon.stdio import RequestId, StdioReader, Stdout, StdoutWriter, stdin_lines, stdout_writer
+from lmbridge.log import get_logger
+from lmbridge.rpc.channel import ShimChannel
+
+if TYPE_CHECKING:
+    from lmbridge.acp.process import AgentPool, Launcher
+    from lmbridge.daemon.history_actor import HistoryActor
+    from lmbridge.daemon.services import Prewarmer, Saver
+    from lmbridge.daemon.session_index import SessionIndex
+    from lmbridge.rpc.record import Recorder
+
+log = get_logger("daemon")
+
+
+@dataclass
+class Config:
+    """What ``lmbridge serve`` was started with."""
+
+    agents: list[AgentSpec] = field(default_factory=list)
+    idle_timeout: float = 1800.0
+    recorder: Recorder | None = None  # --record: every frame on every link
+    # How agents are started (None: AgentConnection.spawn). Replay passes its player's:
+    # the recorded spawn, then a stand-in process that plays the agent back.
+    launcher: Launcher | None = None
+    max_processes: int = 4  # live ACP sessions per agent (--max-agent-processes)
+    index: SessionIndex | None = None  # lmbridge serve: the state folder's; None: nothing persisted
+    prewarm: bool = False  # start the agents used last after initialize (needs ``index``)
+    spare_session: bool = False  # keep a spare ACP session per running agent process (lmbridge serve: on; --no-spare-session)
+    session_wait: float = cap.SESSION_WAIT  # seconds a new chat over the session cap waits for a free session
+    # Seconds before "Starting <agent>…" is shown (None: LMBRIDGE_START_NOTICE or 0.5 s). Replay
+    # passes infinity: a wall-clock notice is not part of a recording.
+    start_notice: float | None = None
+    # Answer ``debug/idle`` (lmbridge serve --debug-idle; docs/protocol.md): off by default.
+    debug_idle: bool = False
+
+
+class Server:
+    """The daemon: reads frames from ``lines``, writes frames to ``stdout`` (``serve``).
+
+    Services, each the one owner of its state: ``out`` (stdout), ``catalog`` (the agents
+    and what was learnt of them), ``methods`` (the method table and the requests in
+    flight), ``router`` (chat requests to session actors), and the history actor, started
+    on the first chat (it owns the sessions and, through them, every agent process)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.recorder = config.recorder
+        self.out = StdoutWriter(config.recorder)
+        # Requests and notifications to the shim (client/*), and its answers.
+        self.client = ShimChannel(self.out.send)
+        self.catalog = Catalog(config.agents, config.index, changed=self._models_changed)
+        self.router = Router(self.out, self.catalog, self._history, closing=lambda: self.shutting_down, client=self.client)
+        self.methods = Methods(
+            self.out, self.catalog, self.router, self.client, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle
+        )
+        self.recent = RecentAgents(config.index)
+        # Started with the first chat (so the ACP SDK is imported then, not at start-up):
+        self.history: HistoryActor | None = None
+        self.pool: AgentPool | None = None
+        self.prewarmer: Prewarmer | None = None
+        self.saver: Saver | None = None
+        self.shutting_down = False
+        self.reader: StdioReader | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._history_lock = anyio.Lock()
+        self._reading = anyio.CancelScope()
+
+    @property
+    def inflight(self) -> dict[RequestId, Call]:
+        """Requests being handled, by id (``methods.Methods.inflight``)."""
+        return self.methods.inflight
+
+    @property
+    def stray_responses(self) -> int:
+        """Frames on stdin that were responses to no request in flight (``StdioReader``)."""
+        return self.reader.stray_responses if self.reader is not None else 0
+
+    async def serve(self, lines: AsyncIterator[bytes], stdout: Stdout) -> None:
+        """Run until ``lines`` ends (EOF): then stop every agent and return."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            reader = self.reader = StdioReader(self.methods, self.out, tg, self.client.deliver)
+            await tg.start(self.out.run, stdout)
+            with self._reading:  # cancelled by stop_reading (SIGTERM): as at EOF
+                async for line in lines:
+                    if self.recorder is not None:
+                        self.recorder.shim_in(line)
+                    reader.start(line)
+            if self.recorder is not None:
+                self.recorder.shim_eof()
+            self.client.close()  # no one reads our stdout any more: client/* requests fail at once
+            log.info("stdin closed: shutting down" if not self._reading.cancel_called else "stopped by a signal: shutting down")
+            await self._stop()
+            # Requests read before EOF are still answered (their agents are gone,
+            # so chat requests end with an error at once); one still running after
+            # that is answered here, before its task is cancelled: never dropped.
+            await reader.idle(5)
+            self.methods.fail_inflight()
+            await self.out.drain()
+            tg.cancel_scope.cancel()
+
+    def stop_reading(self) -> None:
+        """Stop reading stdin and shut down as at EOF (what SIGTERM does): requests
+        already read are answered, every agent is stopped."""
+        self._reading.cancel()
+
+    def _models_changed(self) -> None:
+        """An agent's own models changed: the shim asks for the list again (``lm/modelsChanged``)."""
+        self.out.send({"jsonrpc": "2.0", "method": "lm/modelsChanged", "params": {}})
+
+    def _initialized(self) -> None:
+        if self.config.prewarm and self.config.index is not None and self._tg is not None:
+            self._tg.start_soon(self._prewarm)
+
+    async def _prewarm(self) -> None:
+        """The agents used last (the index's), started ahead of the first chat."""
+        from lmbridge.daemon.history_actor import ShuttingDown
+
+        try:
+            await self._history()
+        except ShuttingDown:
+            return
+        assert self.prewarmer is not None
+        agents = [self.catalog.agents[a] for a in self.recent.agents if a in self.catalog.agents]
+        self.prewarmer.start(agents, self.router.cwd)
+
+    async def _history(self) -> HistoryActor:
+        """The history actor, started on first use. Raises ``ShuttingDown`` when the
+        shutdown has begun before it was started (nothing is started then)."""
+        async with self._history_lock:
+            if self.history is None:
+                from lmbridge.daemon.history_actor import HistoryActor, ShuttingDown
+
+                if self.shutting_down:
+                    raise ShuttingDown(SHUTTING_DOWN)
+
+                from lmbridge.acp.files import Files
+                from lmbridge.acp.process import AgentPool
+                from lmbridge.daemon.services import Prewarmer, Saver, ToolsHost
+
+                # What the imports built (the ACP schema's pydantic models: ~60k
+                # objects) lives as long as the daemon: out of the garbage
+                # collector's way, or each full collection walks it (tens of ms).
+                gc.freeze()
+                config, tg = self.config, self._tg
+                assert tg is not None
+                tools = ToolsHost(tg)
+                # One process per agent, shared by its chats (docs/sessions.md); it exits once idle.
+                self.pool = pool = AgentPool(
+                    config.idle_timeout, launcher=config.launcher, recorder=self.recorder, spares=config.spare_session, mcp_host=tools,
+                    on_ready=lambda agent_id, caps: self.catalog.saw_images(agent_id, caps.images),
+                )  # fmt: skip
+                settings = self.router.settings
+                # The agents' fs/* requests: through the shim when it offers fs, else the disk;
+                # inside the workspace folders (the daemon's cwd without any: where agents run).
+                files = Files(self.client, lambda: settings.workspace or [self.router.cwd])
+                self.history = history = HistoryActor(
+                    pool, self.catalog, tools, self.recent,
+                    idle_timeout=config.idle_timeout, recorder=self.recorder, max_processes=config.max_processes, index=config.index,
+                    start_notice=config.start_notice, session_wait=config.session_wait, files=files,
+                )  # fmt: skip
+                self.prewarmer = Prewarmer(pool, self.catalog, tg, closing=lambda: self.shutting_down)
+                await tg.start(pool.run)
+                if config.index is not None:
+                    # Read off the event loop, before the first request needs them.
+                    await self.recent.load()
+                    await anyio.to_thread.run_sync(self.catalog.options)
+                    await anyio.to_thread.run_sync(self.catalog.images)
+                    self.saver = Saver([history, self.recent, self.catalog], str(config.index.path))
+                await tg.start(history.run)
+                if self.saver is not None:
+                    tg.start_soon(self.saver.run)
+            return self.history
+
+    async def _stop(self) -> None:
+        """Close every session (agents stop), then the agent pool; write what changed to the
+        session index. Requests in flight end with an error."""
+        self.shutting_down = True
+        if self.history is not None:
+            await self.history.aclose("daemon shutting down")
+        if self.pool is not None:
+            await self.pool.aclose()
+        if self.saver is not None:
+            with anyio.CancelScope(shield=True):
+                await self.saver.save()
+
+
+# Collect young objects after 50,000 net allocations, not 700: parsing a 2 MB chat
+# request makes ~20,000 objects that live until the request ends; with the default they
+# went through ~40 young and ~4 middle collections a request and set off a full one
+# every few requests (~20 ms). Measured at 5,000 messages: 16.0 → 12.4 ms end to end.
+GC_THRESHOLDS = (50_000, 20, 10)
+
+
+async def run(config: Config) -> None:
+    """``lmbridge serve``: the daemon on this process's stdio until EOF."""
+    gc.set_threshold(*GC_THRESHOLDS)
+    server = Server(config)
+
+    async def on_signals(scope: anyio.CancelScope) -> None:
+        with scope, anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+            async for _ in signals:
+                server.stop_reading()  # SIGTERM ends the daemon like EOF: agents stopped, answers sent
+                return
+
+    watcher = anyio.CancelScope()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(on_signals, watcher)
+        await server.serve(stdin_lines(), await stdout_writer())
+        watcher.cancel()

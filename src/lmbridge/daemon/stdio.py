@@ -1,0 +1,380 @@
+"""The daemon's stdio: stdin read as lines, each line dispatched as JSON-RPC 2.0, and the
+one writer of stdout.
+
+Implements the framing and dispatch rules of the shim ↔ daemon contract v1
+(docs/protocol.md, "Framing" and "Errors"). ``StdioReader`` splits stdin into frames and
+dispatches each request in its own task through ``jsonrpcserver`` (so a long chat request
+never blocks the next frame); ``StdoutWriter`` owns stdout, so frames never interleave.
+
+``initialize`` is answered before ``jsonrpcserver`` is imported (with ``jsonschema`` it
+costs ~85 ms): the shim waits for that answer (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+import anyio.abc
+
+from lmbridge.core.text import clip
+from lmbridge.log import get_logger
+from lmbridge.rpc.framing import MAX_LINE, BadLines
+from lmbridge.rpc.jsonrpc import parse_json, usable_id, valid_request
+
+if TYPE_CHECKING:
+    from lmbridge.rpc.record import Recorder
+
+log = get_logger("stdio")
+
+MAX_FRAME = MAX_LINE  # bytes in one stdin line (framing.MAX_LINE: the same on every link)
+
+#: A JSON-RPC id the daemon can answer by: a string, a finite number or None (null).
+RequestId = str | int | float | None
+
+
+# ---------------------------------------------------------------- stdout
+
+
+@dataclass
+class Stdout:
+    """Where frames go. ``write`` never waits (a pipe's transport buffers what
+    the reader has not taken yet); ``paused()``: that buffer is over its
+    high-water mark; ``drain()`` waits until it is not; ``buffered()``: bytes
+    not handed to the OS yet."""
+
+    write: Callable[[bytes], None]
+    paused: Callable[[], bool] = lambda: False
+    drain: Callable[[], Awaitable[None]] = field(default=lambda: asyncio.sleep(0))
+    buffered: Callable[[], int] = lambda: 0
+
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+# The only characters UTF-8 cannot encode are lone surrogates (JSON allows them
+# escaped, JavaScript strings hold them); in JSON text they can only sit inside a
+# string, where "backslashreplace" writes exactly JSON's escape for them: \udc00.
+_JSON_ESCAPE = "backslashreplace"
+_MERGEABLE = ("text", "thinking")
+
+#: One item queued for stdout: an encoded frame, or one response part ``(request id, part)``.
+Queued = bytes | tuple[RequestId, Mapping[str, Any]]
+
+
+def encode_batch(batch: list[Queued]) -> bytes:
+    """Frames queued for stdout → the bytes to write, in order.
+
+    Items are encoded frames (bytes) or response parts ``(request id, part)``;
+    a run of consecutive parts of the same request and type (text, or
+    thinking with the same id) becomes one part holding their values joined.
+    """
+    out: list[bytes] = []
+    run_rid: Any = None
+    run_part: Mapping[str, Any] | None = None
+    run_values: list[str] = []
+
+    def flush() -> None:
+        if run_part is None:
+            return
+        part = run_part if len(run_values) == 1 else {**run_part, "value": "".join(run_values)}
+        out.append(f'{{"jsonrpc":"2.0","method":"lm/responsePart","params":{{"requestId":{_encode(run_rid)},"part":{_encode(part)}}}}}\n'.encode("utf-8", _JSON_ESCAPE))
+
+    for item in batch:
+        if type(item) is tuple:
+            rid, part = item
+            kind = part.get("type")
+            if (
+                run_part is not None
+                and kind in _MERGEABLE
+                and kind == run_part.get("type")
+                and rid == run_rid
+                and type(rid) is type(run_rid)
+                and part.get("id") == run_part.get("id")
+                and type(part.get("value")) is str
+            ):
+                run_values.append(part["value"])
+                continue
+            flush()
+            if kind in _MERGEABLE and type(part.get("value")) is str:
+                run_rid, run_part, run_values = rid, part, [part["value"]]
+            else:
+                run_part, run_values = None, []
+                out.append(f'{{"jsonrpc":"2.0","method":"lm/responsePart","params":{{"requestId":{_encode(rid)},"part":{_encode(part)}}}}}\n'.encode("utf-8", _JSON_ESCAPE))
+        else:
+            assert isinstance(item, bytes)
+            flush()
+            run_part, run_values = None, []
+            out.append(item)
+    flush()
+    return b"".join(out)
+
+
+class StdoutWriter:
+    """The one owner of stdout. Frames are queued in order and written by an event-loop
+    callback soon after (everything queued in one loop round goes out in one write,
+    consecutive text parts of one request merged: ``encode_batch``); while the reader
+    lags (the pipe is over its high-water mark) ``run`` waits for it, and what piled up
+    meanwhile is merged likewise. ``recorder`` (``--record``) gets every byte written."""
+
+    def __init__(self, recorder: Recorder | None = None) -> None:
+        self.recorder = recorder
+        self._stdout: Stdout | None = None
+        self._pending: list[Queued] = []  # not written yet, in order
+        self._flush_handle: asyncio.Handle | None = None
+        self._blocked = False  # the pipe is over its high-water mark
+        self._lagging = anyio.Event()
+
+    def send(self, frame: Mapping[str, Any]) -> None:
+        """Queue one frame (frames go out in the order queued)."""
+        self._queue((_encode(frame) + "\n").encode("utf-8", _JSON_ESCAPE))
+
+    def send_raw(self, line: str) -> None:
+        """Queue one frame encoded already (``line`` without its newline)."""
+        self._queue((line + "\n").encode())
+
+    def send_part(self, rid: RequestId, part: Mapping[str, Any]) -> None:
+        """Queue one ``lm/responsePart`` of request ``rid`` (encoded when written)."""
+        self._queue((rid, part))
+
+    def error(self, rid: RequestId, code: int, message: str) -> None:
+        """Queue a JSON-RPC error response."""
+        self.send({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": rid})
+
+    def _queue(self, item: Queued) -> None:
+        self._pending.append(item)
+        if self._flush_handle is None and not self._blocked and self._stdout is not None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Write everything queued in one write (a callback, not a task: no task switch
+        per part)."""
+        self._flush_handle = None
+        if self._blocked or not self._pending or self._stdout is None:
+            return
+        batch, self._pending = self._pending, []
+        data = encode_batch(batch)
+        self._stdout.write(data)
+        if self.recorder is not None:
+            self.recorder.shim_out(data)
+        if self._stdout.paused():
+            self._blocked = True
+            self._lagging.set()
+
+    async def run(self, stdout: Stdout, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Write to ``stdout`` from now on (what was queued before first); whenever a
+        write left the pipe full, wait for the reader to catch up, then write what piled
+        up meanwhile. Runs until cancelled."""
+        self._stdout = stdout
+        self._flush()
+        task_status.started()
+        while True:
+            await self._lagging.wait()
+            self._lagging = anyio.Event()
+            await stdout.drain()
+            self._blocked = False
+            self._flush()
+
+    async def drain(self, timeout: float = 2.0) -> None:
+        """Wait, up to ``timeout`` seconds, until everything queued has reached the OS."""
+        assert self._stdout is not None
+        with anyio.move_on_after(timeout):
+            while self._pending or self._blocked or self._stdout.buffered():
+                await anyio.sleep(0.01)
+
+
+# ---------------------------------------------------------------- stdin
+
+
+class Dispatch(Protocol):
+    """What a request frame is handed to (``methods.Methods``)."""
+
+    def known(self, method: str) -> bool:
+        """Whether ``method`` is one of the daemon's methods."""
+        ...
+
+    def in_flight(self, rid: RequestId) -> bool:
+        """Whether a request with id ``rid`` is still being handled."""
+        ...
+
+    async def dispatch(self, request: dict[str, Any]) -> None:
+        """Handle one valid JSON-RPC 2.0 request or notification; answer it (requests) once."""
+        ...
+
+
+class StdioReader:
+    """Reads frames and hands each request to ``methods`` in its own task (in ``tg``).
+
+    Answers here what is not a request it can dispatch (docs/protocol.md, "Errors"): not
+    JSON (-32700), not a request object or a bad id (-32600), an unknown method (-32601),
+    an id still in flight (-32600). A batch is handled element by element, each answered in
+    its own frame. A response on stdin is
+    delivered to ``responses`` (the daemon's own client/* requests), never answered. A bug
+    while dispatching is logged; it never ends the daemon."""
+
+    def __init__(self, methods: Dispatch, out: StdoutWriter, tg: anyio.abc.TaskGroup, responses: Callable[[Mapping[str, Any]], bool]) -> None:
+        self.methods = methods
+        self.out = out
+        self.tg = tg
+        # Where a response frame goes (``rpc.channel.ShimChannel.deliver``: the shim's
+        # answer to one of the daemon's client/* requests); False: it answers no request.
+        self.responses = responses
+        self.bad_lines = BadLines("shim stdin", log.warning)  # -32700 each; logged bounded
+        self.stray_responses = 0  # frames on stdin that were responses to no request in flight (never answered)
+        self.dispatching = 0  # request tasks running
+
+    def start(self, line: bytes) -> None:
+        """Dispatch ``line`` in a task of its own."""
+        self.dispatching += 1
+        self.tg.start_soon(self._dispatch, line)
+
+    async def idle(self, timeout: float) -> None:
+        """Wait, up to ``timeout`` seconds, until no request task runs."""
+        with anyio.move_on_after(timeout):
+            while self.dispatching:
+                await anyio.sleep(0.01)
+
+    async def _dispatch(self, line: bytes) -> None:
+        try:
+            await self._dispatch_line(line)
+        except Exception as exc:  # a bug here must not end the daemon (and every chat with it)
+            log.exception("frame dispatch failed", error=clip(repr(exc), 500))
+        finally:
+            self.dispatching -= 1
+
+    async def _dispatch_line(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            request = parse_json(line)
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to decode
+            self.bad_lines.bad(line, "not JSON", time.monotonic())
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            self.out.error(None, -32700, f"parse error: {reason}"[:500])
+            return
+        if isinstance(request, list):
+            # A batch: each element is handled as if it came on its own line, and
+            # answered in its own frame (the daemon never writes arrays).
+            if not request:
+                self.out.error(None, -32600, "invalid request: empty batch")
+            for element in request:
+                self.dispatching += 1
+                self.tg.start_soon(self._dispatch_element, element)
+            return
+        await self._dispatch_one(request)
+
+    async def _dispatch_element(self, request: Any) -> None:
+        try:
+            await self._dispatch_one(request)
+        except Exception as exc:
+            log.exception("frame dispatch failed", error=clip(repr(exc), 500))
+        finally:
+            self.dispatching -= 1
+
+    async def _dispatch_one(self, request: Any) -> None:
+        """One request or notification (any JSON value): answered exactly once if it has
+        a usable id, never if it is a notification."""
+        if not isinstance(request, dict):
+            self.out.error(None, -32600, "invalid request: not a JSON object")
+            return
+        if "method" not in request and ("result" in request or "error" in request):
+            # A response: to one of the daemon's client/* requests, or to none (late, after
+            # its timeout, or never asked). Never answered: answering a response would let
+            # two peers ping-pong errors. One to no request is logged once, then counted.
+            if self.responses(request):
+                return
+            self.stray_responses += 1
+            if self.stray_responses == 1:
+                log.warning("stdin: a response to no request, not answered (further ones are counted)", id=clip(repr(request.get("id")), 100))
+            elif self.stray_responses % 1000 == 0:
+                log.warning("stdin: responses to no request so far", count=self.stray_responses)
+            return
+        rid = request.get("id")
+        if not (rid is None or usable_id(rid)):
+            # JSON-RPC 2.0 ids are strings, numbers or null: an object or array id cannot be answered by it.
+            self.out.error(None, -32600, "invalid request: id must be a string, a finite number or null")
+            return
+        method = request.get("method")
+        if "id" in request and not isinstance(method, str):
+            # Not a request, but its id is readable: the error carries it, so the caller is not left waiting.
+            self.out.error(rid, -32600, "invalid request: method must be a string")
+            return
+        if isinstance(method, str) and not self.methods.known(method) and "id" in request:
+            self.out.error(rid, -32601, f"method not found: {clip(method, 200)}")
+            return
+        if not valid_request(request):
+            # Not a JSON-RPC 2.0 request (a "jsonrpc" other than "2.0", params neither object
+            # nor array): answered by its id when it has one (jsonrpcserver would say null).
+            self.out.error(rid if "id" in request else None, -32600, "invalid request: not a JSON-RPC 2.0 request object")
+            return
+        if rid is not None and self.methods.in_flight(rid):
+            # Ids identify requests in flight (JSON-RPC 2.0 §4): a second one would make its answer ambiguous.
+            self.out.error(rid, -32600, "invalid request: a request with this id is still in flight")
+            return
+        await self.methods.dispatch(request)
+
+
+def _widen_pipe(fd: int) -> None:
+    """Give a pipe 1 MiB of buffer instead of 64 KiB (Linux): a 2 MB chat request
+    crosses in 2 rounds between the processes instead of 35."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)  # Linux only (Python ≥ 3.10)
+    except (OSError, ImportError, AttributeError, ValueError):
+        pass  # not a pipe, not Linux, or over the limit: the default is fine
+
+
+PIPE_SIZE = 1 << 20  # bytes; Linux's default limit for an unprivileged process
+
+
+async def stdin_lines() -> AsyncIterator[bytes]:
+    """The daemon's stdin as lines. Pipes and terminals are read by the event
+    loop; regular files (``lmbridge serve < frames.jsonl``) from a thread."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_FRAME)
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+        _widen_pipe(sys.stdin.fileno())
+    except ValueError:
+        while line := await anyio.to_thread.run_sync(sys.stdin.buffer.readline):
+            yield line
+        return
+    while True:
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial.strip():
+                yield exc.partial
+            return
+        except asyncio.LimitOverrunError as exc:
+            await reader.readexactly(exc.consumed)  # drop the oversized frame's start
+            log.error("frame longer than the limit skipped", limit=MAX_FRAME)
+            continue
+        yield line
+
+
+async def stdout_writer() -> Stdout:
+    """The daemon's stdout (a pipe: through the event loop; a file or terminal: blocking)."""
+    loop = asyncio.get_running_loop()
+    try:
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout.buffer)
+    except ValueError:
+
+        def write_blocking(data: bytes) -> None:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+
+        return Stdout(write_blocking)
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    _, high = transport.get_write_buffer_limits()
+    return Stdout(
+        write=transport.write,
+        paused=lambda: transport.get_write_buffer_size() > high,
+        drain=writer.drain,
+        buffered=transport.get_write_buffer_size,
+    )
