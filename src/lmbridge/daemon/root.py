@@ -76,7 +76,7 @@ class Server:
         self.client = ShimChannel(self.out.send)
         self.catalog = Catalog(config.agents, config.index, changed=self._models_changed)
         self.settings = Settings()
-        self.router = Router(self.out, self.catalog, self.settings, self._history, closing=lambda: self.shutting_down)
+        self.router = Router(self.out, self.catalog, self.settings, self._history, closing=lambda: self.shutting_down, client=self.client)
         self.methods = Methods(
             self.out, self.catalog, self.router, self.client, self.settings, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle
         )
