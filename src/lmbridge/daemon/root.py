@@ -22,7 +22,7 @@ from lmbridge.acp.terminals import ClientMirror, TerminalHost
 from lmbridge.core import cap
 from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog
-from lmbridge.daemon.methods import SHUTTING_DOWN, Call, Methods
+from lmbridge.daemon.methods import SHUTTING_DOWN, Call, Methods, Settings
 from lmbridge.daemon.router import Router
 from lmbridge.daemon.services import RecentAgents
 from lmbridge.daemon.stdio import RequestId, StdioReader, Stdout, StdoutWriter, stdin_lines, stdout_writer
@@ -79,9 +79,10 @@ class Server:
         # mirrored in VS Code terminals where the shim serves them; all killed at the end.
         self.terminals = TerminalHost(ClientMirror(self.client))
         self.catalog = Catalog(config.agents, config.index, changed=self._models_changed)
-        self.router = Router(self.out, self.catalog, self._history, closing=lambda: self.shutting_down)
+        self.settings = Settings()
+        self.router = Router(self.out, self.catalog, self.settings, self._history, closing=lambda: self.shutting_down, client=self.client)
         self.methods = Methods(
-            self.out, self.catalog, self.router, self.client, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle,
+            self.out, self.catalog, self.router, self.client, self.settings, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle,
             terminal_killed=self.terminals.killed,
         )
         self.recent = RecentAgents(config.index)
