@@ -23,8 +23,9 @@ from lmbridge import __version__
 from lmbridge.core.agent_models import of_category, select_options
 from lmbridge.core.messages import PROTOCOL_VERSION, CancelParams, ChatInformationParams, InitializeParams, TokenCountParams, dump
 from lmbridge.daemon.catalog import Catalog, model_info
-from lmbridge.daemon.stdio import RequestId, StdoutWriter, validate_request
+from lmbridge.daemon.stdio import RequestId, StdoutWriter
 from lmbridge.log import get_logger
+from lmbridge.rpc.jsonrpc import validate_request
 
 if TYPE_CHECKING:
     from jsonrpcserver import Result
