@@ -1075,7 +1075,7 @@ async def test_invalid_updates_and_unknown_kinds_are_skipped_without_losing_othe
 
 async def test_agent_requests_the_client_does_not_offer_get_method_not_found(scripted: Any, shared: Any) -> None:
     agent = scripted({"turns": [[
-        {"send": {"jsonrpc": "2.0", "id": 900, "method": "fs/read_text_file", "params": {"sessionId": "s1", "path": "/etc/hostname"}}},
+        {"send": {"jsonrpc": "2.0", "id": 900, "method": "x/not_offered", "params": {"sessionId": "s1", "path": "/etc/hostname"}}},
         {"sleep": 0.2},
         {"text": "done"},
     ]]})

@@ -95,6 +95,10 @@ Steps (the first key decides):
                               answer the prompt now with this JSON-RPC error
   {"send": {...}}             write this object as a frame, as is (e.g. a request to
                               the client with an unknown method)
+  {"fs": {"method", ...params}, "id": "f1"}
+                              send the client this request (fs/read_text_file,
+                              fs/write_text_file, …; sessionId added unless given) and wait
+                              for its answer; logs event fs_answer (id, result or error)
   {"write_file": {"path", "content"}}
                               write a file (relative paths: against the session cwd)
   {"mcp_connect": {...}}      start the session's first mcpServers entry (stdio only)
@@ -357,6 +361,16 @@ class Turn:
             for handle in [value] if isinstance(value, str) else list(value):
                 if a.mcp.wait(a.mcp_calls[handle], lambda: cancellable and self.cancelled) is None:
                     raise TurnCancelled
+        elif kind == "fs":
+            params = {k: v for k, v in value.items() if k != "method"}
+            params.setdefault("sessionId", sid)
+            with a.cond:
+                rpc_id = a.next_request_id
+                a.next_request_id += 1
+                handle = step.get("id", f"f{rpc_id}")
+                a.client_requests[rpc_id] = handle
+            a.send({"jsonrpc": "2.0", "id": rpc_id, "method": value["method"], "params": params})
+            self.wait_for(lambda: handle in a.client_answers, cancellable)
         elif kind == "write_file":
             path = Path(value["path"])
             if not path.is_absolute():
@@ -422,6 +436,8 @@ class ScriptedAgent:
         # (sessionId, permission handle) -> {"rpc_id", "options", "answered", "outcome", "kind"}
         self.permissions: dict[tuple[str, str], dict[str, Any]] = {}
         self.permission_by_rpc_id: dict[int, tuple[str, str]] = {}
+        self.client_requests: dict[int, str] = {}  # rpc id → the "fs" step's handle
+        self.client_answers: dict[str, dict[str, Any]] = {}  # handle → the answer frame
         login_file = (scenario.get("auth_required") or {}).get("login_file")
         self.signed_in = bool(login_file) and os.path.exists(login_file)  # a login made before it started
 
@@ -507,6 +523,14 @@ class ScriptedAgent:
         return "other"
 
     def on_response(self, frame: dict[str, Any]) -> None:
+        with self.cond:
+            fs_handle = self.client_requests.pop(frame.get("id"), None)  # type: ignore[arg-type]
+            if fs_handle is not None:
+                self.client_answers[fs_handle] = frame
+                self.cond.notify_all()
+        if fs_handle is not None:
+            self.log_event("fs_answer", id=fs_handle, result=frame.get("result"), error=frame.get("error"))
+            return
         with self.cond:
             key = self.permission_by_rpc_id.get(frame.get("id"))  # type: ignore[arg-type]
             if key is None:

@@ -24,18 +24,23 @@
 //   14 run-card    ...but the agent asking to run a command gets a card of its own ("Run date",
 //                 another tool): the session approval of a mode switch never covers a command...
 //   15 run-skip    ...Skip: nothing ran, the agent says so and the chat is idle
-//   16 agent-models the agent's own models in the picker
-//   17 fails-to-start an agent that cannot start: the user reads which and why
-//   18 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
+//   16 editor-unsaved draft.md open in the editor with a line typed, not saved
+//   17 read-unsaved the agent reads it through lmbridge (fs/read_text_file): the editor's text, unsaved line included
+//   18 edit-card   the agent asks to append a line (kind edit): a card, nothing written yet
+//   19 edit-allow  Allow Once: the edit appears in the editor (a WorkspaceEdit) and is saved
+//   20 edit-undo   Ctrl+Z in the editor takes it back: the old text, the user's line kept
+//   21 agent-models the agent's own models in the picker
+//   22 fails-to-start an agent that cannot start: the user reads which and why
+//   23 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
 //                 message in the chat and, once the daemon reports auth_required, a notification
 //                 with Sign in… and Open Settings
-//   19 sign-in     Sign in… opens a terminal named for the agent running its login command (with
+//   24 sign-in     Sign in… opens a terminal named for the agent running its login command (with
 //                 no login command from the daemon, the test runs it as the user would)...
-//   20 signed-in   ...Enter in that terminal: the login ends, signed in...
-//   21 after-sign-in ...and the next message is answered, nothing restarted
-//   22 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
+//   25 signed-in   ...Enter in that terminal: the login ends, signed in...
+//   26 after-sign-in ...and the next message is answered, nothing restarted
+//   27 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
 //                 (once the daemon lists them; until then "Open Settings" only)...
-//   23 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
+//   28 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
 //                 daemon restarts with it and VS Code lists it among the language models
 //   24 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
 //                 an npx, a uvx and a binary agent) above the built-in agents...
@@ -72,6 +77,7 @@ const started = Date.now();
 const dirs = { user: path.join(OUT, 'user-data'), ext: path.join(OUT, 'extensions'), ws: path.join(OUT, 'workspace') };
 for (const d of [path.join(dirs.user, 'User'), dirs.ext, dirs.ws]) fs.mkdirSync(d, { recursive: true });
 const notes = path.join(dirs.ws, 'notes.txt');
+const draft = path.join(dirs.ws, 'draft.md');
 const record = path.join(OUT, 'daemon-record.jsonl');
 const FIRST_RUN = process.env.CHATVIEW_FIRST_RUN === '1';
 const authToken = path.join(OUT, 'auth-agent-token');
@@ -118,6 +124,7 @@ async function waitForDisk(predicate, what) {
 // ---------------------------------------------------------------- the page
 
 const chatInput = () => page.locator('.interactive-input-part .monaco-editor').first();
+const editorLines = () => page.locator('.part.editor .monaco-editor .view-lines');
 
 // The chat list is virtual: rows are absolutely placed and their DOM order is not the chat's.
 // The latest request or response is the row with the highest data-index.
@@ -449,6 +456,58 @@ try {
 			await waitForResponseText(/I did not run it: permission was declined\./);
 			await waitForIdle();
 			check(!/I ran/.test(await responseText()), 'Skip: the agent says it ran the command');
+		});
+
+		await step('editor-unsaved', async () => {
+			// A file open in the editor with a line typed and not saved.
+			fs.writeFileSync(draft, '# Draft\nsaved line\n');
+			await runCommand('Go to File', /Go to File/);
+			await page.keyboard.type('draft.md');
+			await page.locator('.quick-input-list .monaco-list-row', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
+			await page.keyboard.press('Enter');
+			await page.locator('.tab', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
+			await editorLines().first().click();
+			await page.keyboard.press('Control+End');
+			await page.keyboard.type('unsaved line');
+			await page.locator('.tab.dirty', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
+			check(!fs.readFileSync(draft, 'utf8').includes('unsaved line'), 'the typed line was saved');
+		});
+
+		await step('read-unsaved', async () => {
+			// The agent reads the file through lmbridge (fs/read_text_file): it gets the editor's text.
+			await send('show me draft.md');
+			await waitForResponseText(/`?draft\.md`? says:/);
+			await waitForIdle();
+			const text = await responseText();
+			check(text.includes('unsaved line'), `the agent did not get the editor's unsaved text: ${JSON.stringify(text.slice(0, 400))}`);
+		});
+
+		await step('edit-card', async () => {
+			await send('append a line to draft.md');
+			const text = await (await waitForCardWith('Append to draft.md')).innerText();
+			check(/edit/.test(text), `the card does not say it is an edit: ${JSON.stringify(text.slice(0, 400))}`);
+			check(!fs.readFileSync(draft, 'utf8').includes('Appended'), 'the file was written before the user answered');
+		});
+
+		await step('edit-allow', async () => {
+			// Allow Once: the edit is applied in the editor (a WorkspaceEdit) and saved.
+			await card().locator('a[aria-label="More Actions..."]').click();
+			const item = page.locator('.context-view .action-item', { hasText: /^Allow Once/ }).filter({ visible: true }).first();
+			await item.hover();
+			await page.keyboard.press('Enter');
+			await waitForResponseText(/I appended a line to/);
+			await waitForIdle();
+			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => e.innerText.includes('Appended by the demo agent.'))`, null, { timeout: WAIT });
+			await waitForDisk(() => fs.readFileSync(draft, 'utf8') === '# Draft\nsaved line\nunsaved line\nAppended by the demo agent.\n', 'the edit saved to disk');
+		});
+
+		await step('edit-undo', async () => {
+			// Ctrl+Z in the editor takes the agent's edit back: the old text, the user's line kept.
+			await editorLines().first().click();
+			await page.keyboard.press('Control+Z');
+			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => !e.innerText.includes('Appended by the demo agent.') && e.innerText.includes('unsaved line'))`, null, { timeout: WAIT });
+			// Back to the chat for the next steps.
+			await chatInput().click();
 		});
 
 		await step('agent-models', async () => {

@@ -95,11 +95,15 @@ def gemini_environ(home: Path, base_url: str, **kw: Any) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def gemini_bridge(tmp_path: Path, base_url: str, *args: str, api_key: str | None = "x") -> AsyncIterator[Any]:
+async def gemini_bridge(
+    tmp_path: Path, base_url: str, *args: str, api_key: str | None = "x", capabilities: dict[str, bool] | None = None
+) -> AsyncIterator[Any]:
     """``lmbridge serve *args`` (an initialized ``lmbridge.devtools.client.DaemonClient``) with
     gemini-cli as model ``gemini`` against ``base_url``. Its state folder, gemini's HOME
     and the daemon's stderr (``daemon.stderr``) live in ``tmp_path``; the workspace (the
-    agent's cwd) is ``tmp_path / "ws"``. ``api_key=None``: gemini-cli gets no key."""
+    agent's cwd) is ``tmp_path / "ws"``. ``api_key=None``: gemini-cli gets no key.
+    ``capabilities``: ``initialize``'s ``clientCapabilities`` (the client then serves
+    ``client/*`` through its ``on_request``, set before the first chat)."""
     from lmbridge.devtools.client import DaemonClient
 
     argv = gemini_agent_command()
@@ -113,6 +117,6 @@ async def gemini_bridge(tmp_path: Path, base_url: str, *args: str, api_key: str 
             env.pop(name)
     with open(tmp_path / "daemon.stderr", "ab") as stderr:
         async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
-            await client.initialize(workspace=[str(workspace)], agents=[spec])
+            await client.initialize(workspace=[str(workspace)], agents=[spec], capabilities=capabilities)
             yield client
             await client.close(timeout=60)  # EOF: the daemon stops the agent, ~1-3 s idle (4.5 s loaded)

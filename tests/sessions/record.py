@@ -66,13 +66,20 @@ def venv_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def recording(path: Path, agents: list[dict[str, Any]], env: dict[str, str] | None = None, scratch: Path | None = None) -> AsyncIterator[Run]:
+async def recording(
+    path: Path, agents: list[dict[str, Any]], env: dict[str, str] | None = None, scratch: Path | None = None,
+    serve: Callable[[str, Any], Awaitable[Any]] | None = None,
+) -> AsyncIterator[Run]:
+    """``serve``: the client answers the daemon's ``client/*`` requests with it (and says
+    ``clientCapabilities.fs``), as the VS Code extension does."""
     scratch = scratch or Path(tempfile.mkdtemp(prefix="lmbridge-rec-"))
     workspace = scratch / "ws"
     workspace.mkdir(exist_ok=True)
     command = [sys.executable, "-m", "lmbridge", "serve", "--record", str(path)]
     async with DaemonClient.spawn(command, env=env or venv_env(), stderr=sys.stderr) as client:
-        await client.initialize(workspace=[str(workspace)], agents=agents, client_name="record-sessions")
+        client.on_request = serve
+        capabilities = {"fs": True} if serve is not None else None
+        await client.initialize(workspace=[str(workspace)], agents=agents, client_name="record-sessions", capabilities=capabilities)
         yield Run(client, scratch, workspace)
     shutil.rmtree(scratch, ignore_errors=True)
 
@@ -130,6 +137,30 @@ async def demo_two_files(path: Path) -> None:
         first, second = tool_calls(call)
         history.append(assistant(call.parts))
         await chat(run, "demo", history + [approve(first), skip(second)], "end_turn")
+
+
+async def demo_files(path: Path) -> None:
+    """fs/* through the shim: the agent reads a file the "editor" holds unsaved text of, then
+    appends a line to it after Allow; the editor answers client/readTextFile and
+    client/writeTextFile (the recording holds both directions)."""
+    editor = {"notes.md": "# Notes\nunsaved line\n"}
+
+    async def serve(method: str, params: Any) -> Any:
+        name = Path(params["path"]).name
+        if method == "client/readTextFile":
+            return {"content": editor[name]}
+        editor[name] = params["content"]
+        return {}
+
+    scratch = Path(tempfile.mkdtemp(prefix="lmbridge-rec-"))
+    async with recording(path, [demo_spec(scratch)], scratch=scratch, serve=serve) as run:
+        await chat(run, "demo", [user("show me notes.md")], "end_turn")
+        history = [user("append a line to notes.md")]
+        call = await chat(run, "demo", history, "tool_calls")
+        (perm,) = tool_calls(call)
+        await chat(run, "demo", [*history, assistant(call.parts), approve(perm)], "end_turn")
+    if editor["notes.md"] != "# Notes\nunsaved line\nAppended by the demo agent.\n":
+        raise RuntimeError(f"the edit did not reach the editor: {editor}")
 
 
 async def demo_cancel(path: Path) -> None:
@@ -316,6 +347,7 @@ SCENARIOS: dict[str, tuple[str, Scenario, Callable[[], str | None] | None]] = {
     "demo-stop": ("demo agent: write a file, Stop, then a new message", demo_stop, None),
     "demo-cancel": ("demo agent: cancel mid-stream, then continue", demo_cancel, None),
     "demo-two-files": ("demo agent: two concurrent permissions, one allowed and one skipped", demo_two_files, None),
+    "demo-files": ("demo agent: reads a file through the editor (fs/*), appends a line after Allow", demo_files, None),
     "agent-crash": ("scripted agent crashes mid-turn; the next request starts a fresh agent", agent_crash, None),
     "claude-approve": ("claude-agent-acp: Bash command, Allow", claude_approve, claude_available),
     "claude-skip": ("claude-agent-acp: Bash command, Skip", claude_skip, claude_available),

@@ -218,8 +218,9 @@ class AgentProcess:
                             "initialize",
                             {
                                 "protocolVersion": 1,
-                                # auth.terminal: agents list the login they run in a terminal (auth.py)
-                                "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False, "auth": {"terminal": True}},
+                                # auth.terminal: agents list the login they run in a terminal (auth.py).
+                                # fs: served by the session actor (acp/files.py: through VS Code, else disk).
+                                "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False, "auth": {"terminal": True}},
                                 "clientInfo": {"name": "lmbridge", "version": __version__},
                             },
                         )
@@ -407,6 +408,8 @@ class AgentProcess:
         # A request nobody can show: answered here, and never approved.
         if item.method == "session/request_permission":
             self._answer(item.id, {"outcome": dict(permissions.CANCELLED)})
+        elif item.method.startswith("fs/"):  # served, but only for a session of this process (acp/files.py)
+            self._answer(item.id, error={"code": -32602, "message": f"invalid params: sessionId {str(sid)[:100]!r} is no open session"})
         else:
             self._answer(item.id, error={"code": -32601, "message": f"method not found: {item.method}"})
 

@@ -34,6 +34,7 @@ from lmbridge.daemon.session_actor import ChatRequest, Job, SessionActor, Sessio
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
+    from lmbridge.acp.files import Files
     from lmbridge.rpc.record import Recorder
     from lmbridge.tools.mcp_bridge import McpHost
 
@@ -154,7 +155,10 @@ class HistoryActor:
         index: SessionStore | None = None,
         start_notice: float | None = None,
         session_wait: float = cap.SESSION_WAIT,
+        files: Files | None = None,
     ) -> None:
+        """``files``: an ``acp.files.Files`` serving the agents' fs/* requests (None: each
+        session's from disk, its cwd the workspace)."""
         self.start_notice = start_notice  # SessionActor's notice (None: its default)
         # Seconds a request over the cap waits for a free session (``cap``); agent id → the
         # requests waiting, oldest first. Each is answered once: granted, withdrawn or failed.
@@ -174,7 +178,7 @@ class HistoryActor:
         self.idle_timeout = idle_timeout
         self._send, self._mailbox = anyio.create_memory_object_stream[_Message](math.inf)
         self._tg: TaskGroup | None = None
-        self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=mcp_host, opened=self._opened)
+        self.hooks = SessionHooks(ended=self._ended, died=self._died, mcp_host=mcp_host, opened=self._opened, files=files)
         self._dropped: list[SessionActor] = []  # actors closed but not finished yet
         self.closing = False  # shut down (``_Shutdown`` handled): no session actor is started any more
         self.collector = IdleCollector()  # collects what dropped actors left, once idle

@@ -161,6 +161,7 @@ class Server:
                 if self.shutting_down:
                     raise ShuttingDown(SHUTTING_DOWN)
 
+                from lmbridge.acp.files import Files
                 from lmbridge.acp.process import AgentPool
                 from lmbridge.daemon.services import Prewarmer, Saver, ToolsHost
 
@@ -176,10 +177,14 @@ class Server:
                     config.idle_timeout, launcher=config.launcher, recorder=self.recorder, spares=config.spare_session, mcp_host=tools,
                     on_ready=lambda agent_id, caps: self.catalog.saw_images(agent_id, caps.images),
                 )  # fmt: skip
+                settings = self.router.settings
+                # The agents' fs/* requests: through the shim when it offers fs, else the disk;
+                # inside the workspace folders (the daemon's cwd without any: where agents run).
+                files = Files(self.client, lambda: settings.workspace or [self.router.cwd])
                 self.history = history = HistoryActor(
                     pool, self.catalog, tools, self.recent,
                     idle_timeout=config.idle_timeout, recorder=self.recorder, max_processes=config.max_processes, index=config.index,
-                    start_notice=config.start_notice, session_wait=config.session_wait,
+                    start_notice=config.start_notice, session_wait=config.session_wait, files=files,
                 )  # fmt: skip
                 self.prewarmer = Prewarmer(pool, self.catalog, tg, closing=lambda: self.shutting_down)
                 await tg.start(pool.run)

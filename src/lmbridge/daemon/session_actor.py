@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 from anyio.abc import TaskGroup
 
+from lmbridge.acp import files as acp_files
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentUnavailable, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
-from lmbridge.core import auth, permissions, turn
+from lmbridge.core import auth, paths, permissions, turn
 from lmbridge.core.history import Decision, Fingerprint, Last, Pending, conversation, squeezed
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
 from lmbridge.core.permissions import Answer
@@ -41,6 +42,7 @@ from lmbridge.core.transcript import prompt_blocks
 from lmbridge.core.turn import JobInfo
 from lmbridge.daemon.catalog import auth_hint
 from lmbridge.log import get_logger
+from lmbridge.rpc.channel import NoClient
 
 if TYPE_CHECKING:
     from lmbridge.rpc.record import Recorder
@@ -210,6 +212,9 @@ class SessionHooks:
     # session/load: for recovery after eviction, a crash, a restart), and the session's
     # configOptions as the agent answered them (its models and modes, agent_models).
     opened: Callable[[str, str, bool, Any], None] = lambda session_id, acp_session, resumable, config_options: None
+    # The agents' fs/* requests (through VS Code, or the disk). None: from disk, the session's
+    # cwd the only workspace folder.
+    files: acp_files.Files | None = None
 
 
 class SessionActor:
@@ -268,6 +273,13 @@ class SessionActor:
         self._closed = False
         self._stop = False
         self._written = anyio.Event()  # the writer has sent everything and ended
+        cwd_only: list[str] = [cwd] if cwd else []
+        self.files = hooks.files or acp_files.Files(NoClient(), lambda: cwd_only)
+        # Permissions asked and not answered yet (rid → params), and the resolved paths an
+        # answered edit permission lets fs/write_text_file write, one write each, until the
+        # next prompt (docs/agents.md, "What protects what").
+        self._asked: dict[Any, Any] = {}
+        self._may_write: list[str] = []
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
 
     def _renderer(self) -> TurnRenderer:
@@ -413,11 +425,16 @@ class SessionActor:
             if self.bridge is not None:
                 bridge = permissions.Bridge(self.bridge.name, frozenset(self.bridge.tools), self.process.caps.profile)
             call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
+            if not msg.bad_id:
+                self._asked[rid] = msg.params
             return turn.PermissionAsked(rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id)
         if msg.bad_id:
             self._respond(None, error=BAD_ID_ERROR)
+        elif rid is not None and msg.method in acp_files.METHODS:
+            assert self._tg is not None
+            self._tg.start_soon(self._serve_file, rid, msg.method, params)
         elif rid is not None:
-            # fs/* and terminal/* are not offered in clientCapabilities.
+            # terminal/* is not offered in clientCapabilities.
             self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
         else:
             log.info("agent notification ignored", method=msg.method)
@@ -440,8 +457,10 @@ class SessionActor:
                     job.done.set()
             elif isinstance(fx, turn.Respond):
                 log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
+                self._approved(self._asked.pop(fx.rid, None), fx.outcome)
                 self._respond(fx.rid, {"outcome": dict(fx.outcome)})
             elif isinstance(fx, turn.RespondError):
+                self._asked.pop(fx.rid, None)
                 self._respond(fx.rid, error=fx.error)
             elif isinstance(fx, turn.ResolveTool):
                 self._resolve_tool(fx)
@@ -455,6 +474,7 @@ class SessionActor:
                 assert self._tg is not None
                 self._tg.start_soon(self._close_then, fx.seq)
             elif isinstance(fx, turn.Prompt):
+                self._may_write.clear()  # an approval covers the turn it was given in
                 self._prompt(fx)
             elif isinstance(fx, turn.StartTimer):
                 self._start_timer(fx)
@@ -514,6 +534,46 @@ class SessionActor:
         self._tg.start_soon(fire)
 
     # -- writes to the agent -------------------------------------------------------
+
+    # -- files (fs/*) --------------------------------------------------------------
+
+    def _approved(self, params: Any, outcome: Mapping[str, Any]) -> None:
+        """An answered permission: the files an approved edit names may be written once each."""
+        for path in paths.approved_writes(params, dict(outcome)):
+            try:
+                self._may_write.append(self.files.allowed(path))
+            except acp_files.FsError:
+                pass  # outside the workspace: a write there is refused anyway
+        del self._may_write[: -paths.MAX_PATHS]  # bounded: the latest approvals kept
+
+    async def _serve_file(self, rid: int | str, method: str, params: Mapping[str, Any]) -> None:
+        """Answer one fs/* request of the agent's (a task of its own: the shim may take a while)."""
+        try:
+            if params.get("sessionId") != self.acp_session:
+                raise acp_files.FsError(acp_files.INVALID_PARAMS, "invalid params: sessionId is not this session's")
+            if method == acp_files.READ:
+                result = await self.files.read(params)
+            else:
+                p = acp_files.write_params(params)
+                real = self.files.allowed(p.path)
+                if real not in self._may_write:
+                    raise acp_files.FsError(
+                        acp_files.INVALID_PARAMS,
+                        f"refused: lmbridge writes {p.path} only after the user approved an edit of it in this turn "
+                        "(ask with session/request_permission, kind edit, naming the file)",
+                    )
+                self._may_write.remove(real)  # one approved edit, one write
+                result = await self.files.write(p, real)
+        except acp_files.FsError as exc:
+            log.info("file request refused", session=self.id, method=method, error=exc.message)
+            self._respond(rid, error=exc.error())
+            return
+        except Exception as exc:  # a bug here answers this request, and ends nothing else
+            log.exception("file request failed", session=self.id, method=method)
+            self._respond(rid, error={"code": acp_files.INTERNAL_ERROR, "message": f"internal error: {exc!r}"[:500]})
+            return
+        log.info("file request served", session=self.id, method=method, through="vscode" if self.files.through_vscode else "disk")
+        self._respond(rid, result)
 
     def _respond(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
         """Queue the answer to one of the agent's requests; the writer task sends frames in order."""

@@ -39,7 +39,6 @@ from lmbridge.rpc.jsonrpc import (
     parse_json,
     usable_id,
 )
-from lmbridge.rpc.jsonrpc import validate_request as validate_request  # jsonrpcserver's validator (methods)
 from lmbridge.rpc.peer import READ_SIZE, batches
 
 if TYPE_CHECKING:

@@ -14,6 +14,16 @@ the turn was cancelled, ends with the same plan with every entry completed.
 ==============================  ==========================================================
 Prompt                          What the agent does
 ==============================  ==========================================================
+contains "show me NAME"         ``fs/read_text_file`` of ``<cwd>/NAME`` through the client;
+                                says "`NAME` says:" and the text in a code block (the
+                                client's error, if it refused).
+contains "append a line to      reads ``<cwd>/NAME`` through the client, ``tool_call``
+NAME"                           "Append to NAME" (kind edit, pending, a ``diff``), then
+                                ``session/request_permission`` (locations: the file) with
+                                the four options below. allow_* -> ``fs/write_text_file``
+                                of the text plus "Appended by the demo agent.", says "I
+                                appended a line to `NAME`."; reject_* -> says "I did not
+                                change `NAME`: permission was declined."
 contains "write" or "file"      ``tool_call`` "Write notes.txt" (kind edit, pending), then
 (case-insensitive)              ``session/request_permission`` with options Allow
                                 (allow_once, id ``allow``), Always allow (allow_always,
@@ -47,11 +57,12 @@ anything else                   "Hello from the demo agent. You said: <prompt>" 
 image blocks                    "I received an image of N bytes." before the above.
 ==============================  ==========================================================
 
-The first row that matches wins, in the table's order. The scratch folder for writes is
+The first row that matches wins, in the table's order. NAME is the word after the phrase
+(a relative path, under the session's cwd). The scratch folder for writes is
 ``$LMBRIDGE_DEMO_SCRATCH`` if set, otherwise a new private folder
 ``<tempdir>/lmbridge-demo-<sessionId>-<random>/`` (``tempfile.mkdtemp``, 0700, made at the
-session's first write: never one another user made first). The session's cwd is
-remembered but never written to.
+session's first write: never one another user made first). The session's cwd is written
+to only through the client (``fs/write_text_file``), never by the agent itself.
 
 ACP methods implemented: ``initialize`` (protocol version 1, agentInfo
 ``lmbridge-demo``, image prompts accepted, no ``session/load``), ``authenticate``
@@ -60,7 +71,8 @@ option of category ``model``: ``plain`` or ``loud``, so VS Code's picker shows t
 agent's own models), ``session/set_config_option``, ``session/prompt`` and the
 ``session/cancel`` notification. Sent to the client:
 ``session/update`` (agent_thought_chunk, plan, agent_message_chunk, tool_call,
-tool_call_update) and ``session/request_permission``. Anything else is answered with
+tool_call_update), ``session/request_permission``, ``fs/read_text_file`` and
+``fs/write_text_file``. Anything else is answered with
 JSON-RPC -32601 by the SDK.
 
 ``session/cancel`` stops the running turn at once: the turn's work is cancelled where it
@@ -130,6 +142,9 @@ PERMISSION_STAGGER = 0.005
 THOUGHT_SNIPPET = 60
 # What the "plan mode" row asks to leave plan mode with (rawInput {"plan": ...}).
 DEMO_PLAN = "1. Read the request.\n2. Answer it."
+APPENDED = "Appended by the demo agent.\n"
+_SHOW = re.compile(r"show me ([\w./-]+)", re.IGNORECASE)
+_APPEND = re.compile(r"append a line to ([\w./-]+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -265,6 +280,15 @@ class DemoAgent:
         sid = session.session_id
         text = "".join(b.text for b in blocks if isinstance(b, TextContentBlock))
         lowered = text.lower()
+        shown, appended = _SHOW.search(text), _APPEND.search(text)
+        if shown or appended:
+            await self._think(sid, text)
+            if shown:
+                await self._show(session, shown.group(1).rstrip("."))
+            else:
+                assert appended is not None
+                await self._append(session, appended.group(1).rstrip("."), scope)
+            return
         writes = "write" in lowered or "file" in lowered
         slow = not writes and "slow" in lowered
         leaves_plan_mode = not writes and not slow and "plan mode" in lowered
@@ -348,6 +372,46 @@ class DemoAgent:
             ),
         )
         await self._say(sid, f"I wrote `{path}`.\n")
+
+    async def _show(self, session: _Session, name: str) -> None:
+        """Read ``<cwd>/name`` through the client and say what it holds."""
+        sid = session.session_id
+        try:
+            read = await self._conn.read_text_file(session_id=sid, path=os.path.join(session.cwd, name))
+        except acp.RequestError as exc:
+            await self._say(sid, f"I could not read `{name}`: {exc}\n")
+            return
+        await self._say(sid, f"`{name}` says:\n\n```\n{read.content}\n```\n")
+
+    async def _append(self, session: _Session, name: str, scope: anyio.CancelScope) -> None:
+        """Read ``<cwd>/name`` through the client, ask to add a line, and write it through the client."""
+        sid = session.session_id
+        path = os.path.join(session.cwd, name)
+        try:
+            before = (await self._conn.read_text_file(session_id=sid, path=path)).content
+        except acp.RequestError as exc:
+            await self._say(sid, f"I could not read `{name}`: {exc}\n")
+            return
+        after = before + ("" if before.endswith("\n") or not before else "\n") + APPENDED
+        call_id = f"append-{uuid.uuid4().hex[:12]}"
+        start = acp.start_edit_tool_call(call_id, f"Append to {name}", path, after)
+        start = start.model_copy(update={"content": [acp.tool_diff_content(path, after, before)]})
+        await self._update(sid, start)
+        kind = await self._ask_permission(sid, start, scope, locations=[ToolCallLocation(path=path)])
+        if kind is None:
+            return
+        if kind.startswith("reject"):
+            await self._update(sid, acp.update_tool_call(call_id, status="failed"))
+            await self._say(sid, f"I did not change `{name}`: permission was declined.\n")
+            return
+        try:
+            await self._conn.write_text_file(session_id=sid, path=path, content=after)
+        except acp.RequestError as exc:
+            await self._update(sid, acp.update_tool_call(call_id, status="failed"))
+            await self._say(sid, f"I could not write `{name}`: {exc}\n")
+            return
+        await self._update(sid, acp.update_tool_call(call_id, status="completed"))
+        await self._say(sid, f"I appended a line to `{name}`.\n")
 
     async def _pretend(self, session: _Session, scope: anyio.CancelScope, action: _Pretend) -> None:
         """Ask permission for ``action`` and say how it went; allowed, it only pretends: nothing runs."""
