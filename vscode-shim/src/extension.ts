@@ -11,7 +11,7 @@ import { AgentActionTool } from './tool';
 import { DAEMON_SETTINGS, readSettings, SECTION, Settings, workspaceMachineSettings } from './config';
 import { DaemonClient, DaemonClientOptions } from './daemon';
 import { readTextFile, writeTextFile } from './files';
-import { manageAgents } from './manage';
+import { manageAgents, ManageDeps, offerUpdates } from './manage';
 import { LmBridgeProvider } from './provider';
 import type { Fetch } from './registry';
 import { AGENT_ACTION_TOOLS, InitializeParams, Method, PROTOCOL_VERSION } from './wire';
@@ -29,6 +29,8 @@ export interface LmBridgeApi {
 	tool: AgentActionTool;
 	auth: AuthNotifier;
 	bootstrap: DaemonBootstrap;
+	/** The registry agents with an update, checked once at activation (manage.ts offerUpdates). */
+	updates: Promise<string[]>;
 }
 
 /** Test seams: the daemon client's options, and the bootstrap's process runner and platform. */
@@ -111,20 +113,22 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 	const tool = new AgentActionTool();
 	const openSettings = () => vscode.commands.executeCommand('workbench.action.openSettings', `@ext:${context.extension?.id ?? 'lmbridge.lmbridge'}`);
 
+	const manageDeps: ManageDeps = {
+		presets: () => daemon.request(Method.agentPresets, {}),
+		registry: (feed, platform) => daemon.request(Method.agentRegistry, { feed, ...(platform ? { platform } : {}) }),
+		registryUrl: () => settings().registryUrl,
+		storageDir,
+		fetchImpl,
+		log,
+		openSettings,
+	};
+
 	context.subscriptions.push(
 		log,
 		provider,
 		vscode.lm.registerLanguageModelChatProvider(VENDOR, provider),
 		...AGENT_ACTION_TOOLS.map(name => vscode.lm.registerTool(name, tool)),
-		vscode.commands.registerCommand(COMMANDS.manage, () => manageAgents({
-			presets: () => daemon.request(Method.agentPresets, {}),
-			registry: (feed, platform) => daemon.request(Method.agentRegistry, { feed, ...(platform ? { platform } : {}) }),
-			registryUrl: () => settings().registryUrl,
-			storageDir,
-			fetchImpl,
-			log,
-			openSettings,
-		})),
+		vscode.commands.registerCommand(COMMANDS.manage, () => manageAgents(manageDeps)),
 		daemon.onRequest(Method.readTextFile, readTextFile),
 		daemon.onRequest(Method.writeTextFile, writeTextFile),
 		vscode.commands.registerCommand(COMMANDS.showLogs, () => log.show()),
@@ -145,7 +149,12 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		}),
 		{ dispose: () => { void daemon.dispose(); } },
 	);
-	return { daemon, provider, tool, auth, bootstrap };
+	// Agents installed from the ACP registry: say once when the feed has a new version of one.
+	const updates = offerUpdates(manageDeps, () => vscode.commands.executeCommand(COMMANDS.manage)).catch(err => {
+		log.warn(`could not check the ACP registry for updates: ${err instanceof Error ? err.message : String(err)}`);
+		return [];
+	});
+	return { daemon, provider, tool, auth, bootstrap, updates };
 }
 
 export async function deactivate(): Promise<void> {
