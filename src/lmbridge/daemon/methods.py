@@ -11,7 +11,6 @@ nothing more is sent for it.
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -111,7 +110,6 @@ def takes(model: type[P]) -> Callable[[Callable[[Methods, Call, P], Awaitable[Re
     (``validated``): the method gets the model, or the caller -32602."""
 
     def wrap(method: Callable[[Methods, Call, P], Awaitable[Result]]) -> Callable[..., Awaitable[Result]]:
-        @functools.wraps(method)
         async def run(self: Methods, call: Call, **params: Any) -> Result:
             try:
                 p = validated(model, params)
@@ -119,6 +117,9 @@ def takes(model: type[P]) -> Callable[[Callable[[Methods, Call, P], Awaitable[Re
                 return invalid_params(exc)
             return await method(self, call, p)
 
+        # Not functools.wraps: jsonrpcserver binds the params to the signature it sees, which
+        # must stay (call, **params), not the method's (call, model).
+        run.__name__, run.__doc__ = method.__name__, method.__doc__
         return run
 
     return wrap
