@@ -356,3 +356,121 @@ def _preview(item: Any) -> str:
     if kind == "terminal":
         return f"_terminal {item.terminal_id}_"
     return ""
+
+
+# ---------------------------------------------------------------- what the user reads about the turn
+#
+# The turn machine (``turn``) decides *that* the user is told something; these say *what*.
+# Each note is plain data the machine hands over; ``note`` makes it the part the user reads.
+
+
+@dataclass(frozen=True)
+class StartNotice:
+    """The agent takes long to start: ``waited`` None for the first line, else the seconds
+    waited so far (each later line while it still starts)."""
+
+    agent: str
+    waited: float | None = None
+
+
+@dataclass(frozen=True)
+class EmptyAnswer:
+    """A response would end with neither text nor a tool call (Copilot Chat shows "Sorry,
+    no response was returned." for it): ``declined``, the request declined an action."""
+
+    agent: str
+    declined: bool
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """``size`` bytes of output kept for the next request were left out (over the bound)."""
+
+    size: int
+
+
+Note = StartNotice | EmptyAnswer | LeftOut
+
+
+class Kept:
+    """Output kept while no request streams, for the next request of the same turn.
+
+    Text (and thinking) is bounded to ``limit`` bytes (UTF-8): past it the oldest text
+    gives way, counted, and ``take`` puts one ``LeftOut`` line first; tool calls and
+    other parts are never dropped.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[Part] = []
+        self.size = 0  # text bytes in parts
+        self.left_out = 0  # text bytes that gave way
+
+    def add(self, parts: list[Part]) -> None:
+        for part in parts:
+            self.parts.append(part)
+            if part.get("type") in ("text", "thinking"):
+                self.size += _size(part)
+        while self.size > self.limit:
+            i = next(i for i, p in enumerate(self.parts) if p.get("type") in ("text", "thinking"))
+            size = _size(self.parts.pop(i))
+            self.size -= size
+            self.left_out += size
+
+    def take(self) -> list[Part]:
+        """Everything kept, in order (after the line saying what was left out), and forget it."""
+        parts = ([note(LeftOut(self.left_out))] if self.left_out else []) + self.parts
+        self.clear()
+        return parts
+
+    def clear(self) -> None:
+        self.parts, self.size, self.left_out = [], 0, 0
+
+
+def _size(part: Part) -> int:
+    return len(str(part.get("value", "")).encode("utf-8", "surrogatepass"))
+
+
+def start_notice(agent: str, waited: float | None = None) -> str:
+    """The text shown when ``agent`` takes longer than the start notice's seconds to start;
+    with ``waited`` (seconds), each later line while it still starts."""
+    if waited is None:
+        return f"_Starting {agent}…_\n\n"
+    return f"_Starting {agent}: still waiting after {waited:.0f} s (a first start may be downloading it)…_\n\n"
+
+
+def is_start_notice(text: object) -> bool:
+    """Whether ``text`` is a ``start_notice`` (a wall-clock artefact: replay skips it)."""
+    return isinstance(text, str) and text.startswith("_Starting ") and text.endswith("…_\n\n") and "\n" not in text[:-2]
+
+
+def note(n: Note) -> Part:
+    """The text part the user reads for ``n``."""
+    if isinstance(n, StartNotice):
+        return text_part(start_notice(n.agent, n.waited))
+    if isinstance(n, EmptyAnswer):
+        return text_part(f"_{n.agent} ended its turn{': the action was declined' if n.declined else ' without a reply'}._")
+    return text_part(f"\n\n_[{n.size} bytes of output left out]_\n\n")
+
+
+def session_gone(agent: str) -> str:
+    """A request that came after its session ended (the error the user reads)."""
+    return f"agent {agent!r}: its session has just ended; please retry"
+
+
+def start_failed(agent: str, error: str, *, named: bool, renewing: bool) -> str:
+    """The agent (``renewing`` False) or a new ACP session for it failed to start;
+    ``named``: ``error`` names the agent already."""
+    if named:
+        return error
+    return f"agent {agent!r} {'could not open a new session' if renewing else 'failed to start'}: {error}"
+
+
+def turn_failed(agent: str, error: str, *, named: bool) -> str:
+    """The agent answered ``session/prompt`` with an error."""
+    return error if named else f"agent {agent!r}: {error}"
+
+
+def session_closed(reason: str) -> str:
+    """Requests still open when the session is closed (daemon shutdown, eviction...)."""
+    return f"session closed: {reason}"

@@ -35,11 +35,11 @@ from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
 from lmbridge.core import auth, paths, permissions, turn
 from lmbridge.core.history import Decision, Fingerprint, Last, Pending, conversation, squeezed
+from lmbridge.core.jobs import JobInfo
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
 from lmbridge.core.permissions import Answer
 from lmbridge.core.present import Part, TurnRenderer
 from lmbridge.core.transcript import prompt_blocks
-from lmbridge.core.turn import JobInfo
 from lmbridge.daemon.catalog import auth_hint
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import NoClient
