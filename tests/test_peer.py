@@ -347,3 +347,19 @@ async def test_the_daemon_answers_an_over_long_request_on_stdin_by_its_head() ->
     frames = [json.loads(line) for line in b"".join(written).splitlines()]
     assert len(frames) == 1 and frames[0]["id"] == 5 and frames[0]["error"]["code"] == -32600
     assert "lm/provideLanguageModelChatResponse: a line of 300,000,000 bytes, longer than lmbridge's limit" in frames[0]["error"]["message"]
+
+
+def test_a_method_gets_its_params_validated_once_with_the_signature_jsonrpcserver_binds() -> None:
+    """``methods.takes``: jsonrpcserver binds a request's params to the signature it sees,
+    ``(call, **params)``; the method gets the wire model, or the caller -32602 naming the field."""
+    import inspect
+
+    from lmbridge.core.messages import TokenCountParams
+    from lmbridge.daemon.methods import InvalidParams, Methods, validated
+
+    for name in ("initialize", "chat_information", "token_count", "cancel_request"):
+        assert [p.kind for p in inspect.signature(getattr(Methods, name)).parameters.values()][-1] is inspect.Parameter.VAR_KEYWORD, name
+    assert validated(TokenCountParams, {"modelId": "m", "text": "abcd"}).text == "abcd"
+    with pytest.raises(InvalidParams) as caught:
+        validated(TokenCountParams, {"modelId": "m"})
+    assert caught.value.message == "invalid params: text: Field required"
