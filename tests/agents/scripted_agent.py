@@ -38,6 +38,10 @@ Scenario JSON (all keys optional)::
                                      (with ignore_cancel: a turn that never ends early)
       "config_options": [...]        configOptions in the session/new, resume and load answers;
                                      session/set_config_option sets one (logged set_config_option)
+      "after_new": [update, ...]     session/update objects sent right after answering session/new,
+                                     before any prompt (claude-agent-acp tells its commands so)
+      "modes": {...}                 ACP modes ({currentModeId, availableModes}) in the same answers;
+                                     session/set_mode sets the session's (logged set_mode)
       "auth_required": {"message": s, "at": "new" | "prompt", "login_file": path}
                                      until signed in, session/new ("new", the default) or every
                                      session/prompt ("prompt") fails -32000 with message s
@@ -431,6 +435,7 @@ class ScriptedAgent:
         self.session_prompts: dict[str, int] = {}
         self.session_memory: dict[str, list[str]] = {}  # sessionId → the text of each prompt it got
         self.config_values: dict[str, dict[str, Any]] = {}  # sessionId → configId → value set
+        self.modes: dict[str, Any] = {}  # sessionId → the mode set with session/set_mode
         self.turns: dict[str, list[Turn]] = {}
         self.open_prompts: dict[str, int] = {}  # sessionId → its prompts not answered yet
         # (sessionId, permission handle) -> {"rpc_id", "options", "answered", "outcome", "kind"}
@@ -582,6 +587,8 @@ class ScriptedAgent:
                 self.session_mcp[sid] = params.get("mcpServers") or []
             self.log_event("session_new", sessionId=sid, cwd=params.get("cwd"), mcpServers=params.get("mcpServers"))
             self.reply(rid, {"sessionId": sid, **self.config_answer(sid)})
+            for update in self.scenario.get("after_new", []):
+                self.update(sid, update)
         elif method in ("session/resume", "session/load"):
             self.take_up(rid, method, params)
         elif method == "session/close":
@@ -598,6 +605,11 @@ class ScriptedAgent:
             self.config_values.setdefault(sid, {})[config_id] = value
             self.log_event("set_config_option", sessionId=sid, configId=config_id, value=value)
             self.reply(rid, self.config_answer(sid))
+        elif method == "session/set_mode" and "modes" in self.scenario:
+            sid, mode = params.get("sessionId"), params.get("modeId")
+            self.modes[sid] = mode
+            self.log_event("set_mode", sessionId=sid, modeId=mode)
+            self.reply(rid, {})
         elif method == "authenticate":
             self.signed_in = True
             self.log_event("authenticate", methodId=params.get("methodId"))
@@ -654,10 +666,13 @@ class ScriptedAgent:
 
     def config_answer(self, sid: str) -> dict[str, Any]:
         """``{"configOptions": [...]}`` with this session's current values (scenario "config_options")."""
+        out: dict[str, Any] = {}
+        if "modes" in self.scenario:
+            out["modes"] = {**self.scenario["modes"], **({"currentModeId": self.modes[sid]} if sid in self.modes else {})}
         if "config_options" not in self.scenario:
-            return {}
+            return out
         values = self.config_values.get(sid, {})
-        return {"configOptions": [{**o, "currentValue": values.get(o["id"], o.get("currentValue"))} for o in self.scenario["config_options"]]}
+        return {**out, "configOptions": [{**o, "currentValue": values.get(o["id"], o.get("currentValue"))} for o in self.scenario["config_options"]]}
 
     def reply(self, rid: Any, result: Any) -> None:
         self.send({"jsonrpc": "2.0", "id": rid, "result": result})

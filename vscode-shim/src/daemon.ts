@@ -90,6 +90,8 @@ export interface DaemonClientOptions {
 	now?(): number;
 	/** The daemon sent `lm/modelsChanged`: VS Code should ask for the models again. */
 	onModelsChanged?(): void;
+	/** The daemon process ended (asked to, or not): what it said about its chats is void. */
+	onExited?(): void;
 }
 
 export interface RequestOptions {
@@ -545,6 +547,7 @@ export class DaemonClient {
 		if (this.running === running) {
 			this.running = undefined;
 		}
+		this.options.onExited?.();
 		const how = describeExit(code, signal);
 		if (running.stopping) {
 			this.log.info(`the lmbridge daemon (pid ${running.proc.pid}) exited: ${how}`);

@@ -10,6 +10,8 @@ import { BootstrapDeps, DaemonBootstrap } from './bootstrap';
 import { AgentActionTool } from './tool';
 import { DAEMON_SETTINGS, readSettings, SECTION, Settings, workspaceMachineSettings } from './config';
 import { DaemonClient, DaemonClientOptions } from './daemon';
+import { ChatControls } from './controls';
+import { importAgents } from './import';
 import { readTextFile, writeTextFile } from './files';
 import { manageAgents, ManageDeps, offerUpdates } from './manage';
 import { LmBridgeProvider } from './provider';
@@ -21,6 +23,9 @@ export const COMMANDS = {
 	manage: 'lmbridge.manage',
 	showLogs: 'lmbridge.showLogs',
 	restart: 'lmbridge.restartDaemon',
+	controls: 'lmbridge.agentControls',
+	commands: 'lmbridge.agentCommands',
+	importAgents: 'lmbridge.importAgents',
 } as const;
 
 export interface LmBridgeApi {
@@ -29,6 +34,7 @@ export interface LmBridgeApi {
 	tool: AgentActionTool;
 	auth: AuthNotifier;
 	bootstrap: DaemonBootstrap;
+	controls: ChatControls;
 	/** The registry agents with an update, checked once at activation (manage.ts offerUpdates). */
 	updates: Promise<string[]>;
 }
@@ -61,8 +67,8 @@ export function initializeParams(version: string, current: Settings = settings()
 		clientInfo: { name: 'lmbridge-vscode', version },
 		workspaceFolders: folders,
 		userTurns: current.userTurns,
-		// What this extension serves of the daemon's client/* requests (registered in activate).
-		clientCapabilities: { fs: true },
+		// What this extension serves of the daemon's client/* requests and notifications (registered in activate).
+		clientCapabilities: { fs: true, sessionState: true },
 	};
 	if (current.agents.length > 0) {
 		params.agents = current.agents;
@@ -95,11 +101,13 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		...bootstrapOverrides,
 	});
 	let provider!: LmBridgeProvider; // set below; the daemon only notifies once it runs
+	let controls!: ChatControls;
 	const daemon = new DaemonClient({
 		launch: () => bootstrap.launch(settings(), daemonCwd()),
 		initializeParams: () => initializeParams(version),
 		log,
 		onModelsChanged: () => provider.modelsChanged(),
+		onExited: () => controls.reset(),
 		...clientOverrides,
 	});
 	active = daemon;
@@ -109,6 +117,12 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 	});
 	provider = new LmBridgeProvider(daemon, log, () => settings(), {
 		onAuthRequired: (data, message) => { void auth.notify(data, message); },
+	});
+	controls = new ChatControls({
+		setControl: (chatId, controlId, value) => daemon.request(Method.setControl, { chatId, controlId, value }),
+		modelName: modelId => provider.modelName(modelId),
+		log,
+		clickCommand: COMMANDS.controls,
 	});
 	const tool = new AgentActionTool();
 	const openSettings = () => vscode.commands.executeCommand('workbench.action.openSettings', `@ext:${context.extension?.id ?? 'lmbridge.lmbridge'}`);
@@ -131,7 +145,12 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		vscode.commands.registerCommand(COMMANDS.manage, () => manageAgents(manageDeps)),
 		daemon.onRequest(Method.readTextFile, readTextFile),
 		daemon.onRequest(Method.writeTextFile, writeTextFile),
+		daemon.onNotification(Method.sessionState, params => controls.onState(params)),
 		vscode.commands.registerCommand(COMMANDS.showLogs, () => log.show()),
+		controls,
+		vscode.commands.registerCommand(COMMANDS.controls, () => controls.pickControl()),
+		vscode.commands.registerCommand(COMMANDS.commands, () => controls.pickCommand()),
+		vscode.commands.registerCommand(COMMANDS.importAgents, () => importAgents({ log, home: os.homedir() })),
 		vscode.commands.registerCommand(COMMANDS.restart, async () => {
 			bootstrap.reset();
 			await daemon.restart('restart requested');
@@ -154,7 +173,7 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		log.warn(`could not check the ACP registry for updates: ${err instanceof Error ? err.message : String(err)}`);
 		return [];
 	});
-	return { daemon, provider, tool, auth, bootstrap, updates };
+	return { daemon, provider, tool, auth, bootstrap, updates, controls };
 }
 
 export async function deactivate(): Promise<void> {

@@ -49,6 +49,7 @@ from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavaila
 from lmbridge.acp.session import new_session
 from lmbridge.core import auth, permissions, profiles
 from lmbridge.core.messages import AgentSpec
+from lmbridge.core.session_state import STATE_KINDS
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
@@ -65,6 +66,9 @@ class Launcher(Protocol):
     ) -> AgentConnection: ...
 
 log = get_logger("pool")
+
+#: Sessions nobody routes yet whose state updates are kept (``AgentProcess.unrouted``).
+UNROUTED_SESSIONS = 16
 
 #: Seconds an answer to a frame for no session may take to reach the agent.
 ORPHAN_WRITE_TIMEOUT = 10.0
@@ -165,6 +169,10 @@ class AgentProcess:
         self.init: dict[str, Any] = {}  # the initialize answer
         self.users: dict[object, Sink] = {}  # session actor → its mailbox
         self.sessions: dict[str, Sink] = {}  # ACP sessionId → the mailbox of the actor that owns it
+        # ACP sessionId → the latest session-state update of each kind (session_state.STATE_KINDS)
+        # of a session nobody routes yet: an agent tells its commands just after answering
+        # session/new (claude-agent-acp), before the session is routed, or to the spare.
+        self.unrouted: dict[str, dict[str, Incoming]] = {}
         self.responses: dict[int, Sink] = {}  # session/prompt request id → the mailbox of the actor that sent it
         self._lock = anyio.Lock()
         self._idle: anyio.CancelScope | None = None
@@ -271,8 +279,11 @@ class AgentProcess:
             self._idle = None
 
     def open(self, session_id: str, mailbox: Sink) -> None:
-        """Route the frames of ACP session ``session_id`` to ``mailbox`` from now on."""
+        """Route the frames of ACP session ``session_id`` to ``mailbox`` from now on (first
+        the state updates it got while nobody routed it)."""
         self.sessions[session_id] = mailbox
+        for item in self.unrouted.pop(session_id, {}).values():
+            mailbox.send_nowait(item)
 
     def expect(self, rid: int, mailbox: Sink) -> None:
         """Route the answer to request ``rid`` (sent with ``send_request``) to ``mailbox``."""
@@ -403,6 +414,14 @@ class AgentProcess:
             self._answer(None, error=BAD_ID_ERROR)
             return
         if item.id is None:
+            kind = _object(params.get("update")).get("sessionUpdate")
+            if item.method == "session/update" and isinstance(sid, str) and kind in STATE_KINDS:
+                kept = self.unrouted.pop(sid, {})
+                kept[kind] = item
+                self.unrouted[sid] = kept  # the most recent last
+                while len(self.unrouted) > UNROUTED_SESSIONS:
+                    del self.unrouted[next(iter(self.unrouted))]
+                return
             log.debug("agent notification for no open session dropped", agent=self.spec.id, method=item.method, sessionId=sid)
             return
         # A request nobody can show: answered here, and never approved.

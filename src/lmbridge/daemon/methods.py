@@ -20,7 +20,7 @@ import anyio
 from pydantic import BaseModel, ValidationError
 
 from lmbridge import __version__
-from lmbridge.core.agent_models import of_category, select_options
+from lmbridge.core.agent_models import model_id, of_category, select_options
 from lmbridge.core.messages import PROTOCOL_VERSION, CancelParams, ChatInformationParams, InitializeParams, TokenCountParams, dump
 from lmbridge.daemon.catalog import Catalog, model_info
 from lmbridge.daemon.stdio import RequestId, StdoutWriter
@@ -167,6 +167,7 @@ class Methods:
         catalog: Catalog,
         router: Router,
         client: ShimChannel,
+        settings: Settings,
         *,
         stop: Callable[[], Awaitable[None]],
         initialized: Callable[[], None] = lambda: None,
@@ -176,7 +177,7 @@ class Methods:
         self.catalog = catalog
         self.router = router
         self.client = client
-        self.settings = router.settings
+        self.settings = settings  # written by initialize only
         self._stop = stop
         self._initialized = initialized
         self.inflight: dict[RequestId, Call] = {}  # requests being handled, by id (not null)
@@ -187,6 +188,7 @@ class Methods:
             "lm/provideTokenCount": self.token_count,
             "agents/presets": self.presets,
             "agents/registry": self.registry,
+            "chat/setControl": self.set_control,
             "shutdown": self.shutdown,
             "$/cancelRequest": self.cancel_request,
         }
@@ -263,10 +265,10 @@ class Methods:
     async def chat_information(self, call: Call, p: ChatInformationParams) -> Result:
         models, options, images = [], self.catalog.options(), self.catalog.images()
         for spec in self.catalog.agents.values():
-            takes_images = images.get(spec.id, False)
-            models.append(dump(model_info(spec, images=takes_images)))
-            own = of_category(select_options(options.get(spec.id)), "model")
-            models += [dump(model_info(spec, choice, takes_images)) for choice in (own.choices if own else ())]
+            takes_images, agent_options, context = images.get(spec.id, False), options.get(spec.id), self.catalog.context_sizes
+            models.append(dump(model_info(spec, images=takes_images, options=agent_options, context=context.get(spec.id))))
+            own = of_category(select_options(agent_options), "model")
+            models += [dump(model_info(spec, choice, takes_images, agent_options, context.get(model_id(spec.id, choice.value)))) for choice in (own.choices if own else ())]
         return Success({"models": models})
 
     async def presets(self, call: Call, **params: Any) -> Result:
@@ -320,6 +322,25 @@ class Methods:
         log.info("request cancelled", id=p.id)
         return Success(None)
 
+    async def set_control(self, call: Call, **params: Any) -> Result:
+        """``chat/setControl``: one of a chat's controls set on its live session
+        (docs/protocol.md, "Per-chat controls")."""
+        from lmbridge.core.messages import SetControlParams
+
+        try:
+            p = validated(SetControlParams, params)
+        except InvalidParams as exc:
+            return invalid_params(exc)
+        from lmbridge.daemon.session_actor import SetControl
+
+        actor = self.router.actor(p.chatId)
+        if actor is None:
+            return Error(-32602, "that chat has no live agent session (send it a message first)")
+        request = SetControl(p.controlId, p.value)
+        await actor.set_control(request)
+        if request.error is not None:
+            return Error(AGENT_FAILED, request.error)
+        return Success({"chatId": p.chatId, **(request.state or {})})
+
     async def chat_response(self, call: Call, **params: Any) -> Result:
         return await self.router.chat(call, params)
-

@@ -21,7 +21,7 @@ import anyio.abc
 from lmbridge.core import cap
 from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog
-from lmbridge.daemon.methods import SHUTTING_DOWN, Call, Methods
+from lmbridge.daemon.methods import SHUTTING_DOWN, Call, Methods, Settings
 from lmbridge.daemon.router import Router
 from lmbridge.daemon.services import RecentAgents
 from lmbridge.daemon.stdio import RequestId, StdioReader, Stdout, StdoutWriter, stdin_lines, stdout_writer
@@ -76,9 +76,10 @@ class Server:
         # Requests and notifications to the shim (client/*), and its answers.
         self.client = ShimChannel(self.out.send)
         self.catalog = Catalog(config.agents, config.index, changed=self._models_changed)
-        self.router = Router(self.out, self.catalog, self._history, closing=lambda: self.shutting_down)
+        self.settings = Settings()
+        self.router = Router(self.out, self.catalog, self.settings, self._history, closing=lambda: self.shutting_down, client=self.client)
         self.methods = Methods(
-            self.out, self.catalog, self.router, self.client, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle
+            self.out, self.catalog, self.router, self.client, self.settings, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle
         )
         self.recent = RecentAgents(config.index)
         # Started with the first chat (so the ACP SDK is imported then, not at start-up):

@@ -1,0 +1,443 @@
+// The real Chat view as the acceptance test: VS Code 1.139.1 (code-server 4.139.1,
+// GitHub Copilot Chat 0.67.0 built in) in headless Chromium, driven as a user drives it:
+// typing, clicking, reading what the page shows. Every wait is on the page (or the disk),
+// never a fixed sleep. Run by `make chatview` after tests/chatview/install.sh.
+//
+// Environment (from install.sh): NODE24, CODE_SERVER, BROWSER_MODULES. Optional:
+// CHATVIEW_OUT (the run folder; default .chatview/<time> in the repository).
+//
+// Steps (each leaves NN-name.png in the run folder):
+//   01 setup       chat enabled with "Chat: Manage Language Models", the lmbridge demo model picked, Agent mode
+//   02 stream      a turn streams text
+//   03 words       the agent received the user's words, not Copilot's scaffolding
+//   04 card        the agent's permission request is an inline card with the action's title and details
+//   05 allow-once  Allow Once → the action ran (the file is on disk) and the answer goes on
+//   06 skip        Skip → the action did not run and the agent finished its turn
+//   07 stop-card   Stop while a card is pending → the turn ends at once, nothing ran...
+//   08 after-stop  ...and the next message in the same chat is answered
+//   09 stop-stream Stop while text streams...
+//   10 after-stream-stop ...and the next message is answered
+//   11 mode-card   the agent asks to leave plan mode (kind switch_mode): a card "Leave plan mode"...
+//   12 allow-session ...its default button, Allow in this Session: the agent goes on...
+//   13 mode-again  ...and VS Code now approves that tool by itself: the next such request is
+//                 answered with no card...
+//   14 run-card    ...but the agent asking to run a command gets a card of its own ("Run date",
+//                 another tool): the session approval of a mode switch never covers a command...
+//   15 run-skip    ...Skip: nothing ran, the agent says so and the chat is idle
+//   16 agent-models the agent's own models in the picker
+//   17 controls-agent an agent with modes, commands and usage (tests/agents/scripted_agent.py): once
+//                 its options are learnt, VS Code's configuration button beside the model picker
+//                 shows its mode...
+//   18 plan-mode   ...choosing "Plan Mode" there: the next message sets it on the chat's session
+//                 (session/set_config_option) and the status bar item says "Plan Mode · 1.2k/200k"...
+//   19 usage-item  ...whose tooltip gives the context used, the cost and the agent's commands
+//   20 agent-commands lmbridge: Agent Commands lists them; picking one types //name in the chat...
+//   21 slash-command ...and //compact reaches the agent as its /compact command
+//   22 fails-to-start an agent that cannot start: the user reads which and why
+//   23 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
+//                 message in the chat and, once the daemon reports auth_required, a notification
+//                 with Sign in… and Open Settings
+//   24 sign-in     Sign in… opens a terminal named for the agent running its login command (with
+//                 no login command from the daemon, the test runs it as the user would)...
+//   25 signed-in   ...Enter in that terminal: the login ends, signed in...
+//   26 after-sign-in ...and the next message is answered, nothing restarted
+//   27 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
+//                 (once the daemon lists them; until then "Open Settings" only)...
+//   28 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
+//                 daemon restarts with it and VS Code lists it among the language models
+//   24 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
+//                 an npx, a uvx and a binary agent) above the built-in agents...
+//   25 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
+//                 asks first, saying what it downloads and runs...
+//   26 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
+//                 added to the user settings; the daemon restarts with it...
+//   27 registry-answer ...and it answers in the chat, picked in the model picker
+// CHATVIEW_FIRST_RUN=1 (make chatview-first-run) instead installs the vsix into a fresh profile
+// with no lmbridge on PATH and no daemon setting: the extension builds its private environment
+// from the bundled wheel (pip, from PyPI) under a progress notification; steps 01 installing,
+// 02 setup, 03 stream.
+// On failure: which step, its screenshot, the code-server and extension host logs kept.
+import { execFileSync, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const require = createRequire(path.join(process.env.BROWSER_MODULES, '/'));
+const sparticuz = require('@sparticuz/chromium');
+const chromium = sparticuz.default ?? sparticuz;
+const { chromium: playwright } = require('playwright-core');
+
+const OUT = process.env.CHATVIEW_OUT || path.join(ROOT, '.chatview', new Date().toISOString().replace(/[:.]/g, '-'));
+// ms: the longest any one thing the user waits for may take. ≥10x idle (docs/reliability.md, "Tests
+// under load"): the slowest, the first answer (the daemon and the agent start), takes ~5 s idle.
+const WAIT = 120_000;
+const started = Date.now();
+const dirs = { user: path.join(OUT, 'user-data'), ext: path.join(OUT, 'extensions'), ws: path.join(OUT, 'workspace') };
+for (const d of [path.join(dirs.user, 'User'), dirs.ext, dirs.ws]) fs.mkdirSync(d, { recursive: true });
+const notes = path.join(dirs.ws, 'notes.txt');
+const record = path.join(OUT, 'daemon-record.jsonl');
+const FIRST_RUN = process.env.CHATVIEW_FIRST_RUN === '1';
+const authToken = path.join(OUT, 'auth-agent-token');
+// An agent with a mode option, slash commands and usage (tests/agents/scripted_agent.py): it tells
+// its commands and usage every turn and answers with what its session was told.
+const controlsScenario = path.join(OUT, 'controls-agent.json');
+const controlsLog = path.join(OUT, 'controls-agent.jsonl');
+fs.writeFileSync(controlsScenario, JSON.stringify({
+	config_options: [{ id: 'mode', name: 'Mode', category: 'mode', type: 'select', currentValue: 'default',
+		options: [{ value: 'default', name: 'Default' }, { value: 'plan', name: 'Plan Mode' }] }],
+	default_turn: [
+		{ update: { sessionUpdate: 'available_commands_update', availableCommands: [
+			{ name: 'compact', description: 'Compact the conversation' }, { name: 'review', description: 'Review the changes', input: { hint: 'what to review' } }] } },
+		{ update: { sessionUpdate: 'usage_update', used: 1200, size: 200000, cost: { amount: 0.42, currency: 'USD' } } },
+		{ recall: 'Got: ' },
+	],
+}));
+const controlsFrames = () => (fs.existsSync(controlsLog) ? fs.readFileSync(controlsLog, 'utf8') : '').split('\n').filter(Boolean).map(l => JSON.parse(l));
+
+let page;
+let current = 'setup';
+let shot = 0;
+const results = [];
+
+async function step(name, fn) {
+	current = name;
+	const t0 = Date.now();
+	await fn();
+	shot += 1;
+	const file = `${String(shot).padStart(2, '0')}-${name}.png`;
+	await page.screenshot({ path: path.join(OUT, file) });
+	results.push({ step: name, screenshot: file, ms: Date.now() - t0 });
+	console.log(`chatview: ✓ ${name} (${((Date.now() - t0) / 1000).toFixed(1)} s) ${file}`);
+}
+
+function check(condition, message) {
+	if (!condition) throw new Error(message);
+}
+
+/** PATH without the folders that hold `name` (the first run must find no daemon). */
+function pathWithout(name) {
+	return (process.env.PATH ?? '').split(path.delimiter).filter(d => d && !fs.existsSync(path.join(d, name))).join(path.delimiter);
+}
+
+async function freePort() {
+	return new Promise(resolve => {
+		const srv = net.createServer().listen(0, '127.0.0.1', () => { const { port } = srv.address(); srv.close(() => resolve(port)); });
+	});
+}
+
+async function waitForDisk(predicate, what) {
+	const deadline = Date.now() + WAIT;
+	while (!predicate()) {
+		if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+		await new Promise(r => setTimeout(r, 50)); // polling the disk: there is no event to wait on
+	}
+}
+
+// ---------------------------------------------------------------- the page
+
+const chatInput = () => page.locator('.interactive-input-part .monaco-editor').first();
+
+// The chat list is virtual: rows are absolutely placed and their DOM order is not the chat's.
+// The latest request or response is the row with the highest data-index.
+const LATEST = `(kind) => {
+	let best = null, index = -1;
+	for (const el of document.querySelectorAll('.interactive-item-container.interactive-' + kind)) {
+		const i = Number(el.closest('.monaco-list-row')?.getAttribute('data-index') ?? -1);
+		if (i > index) { index = i; best = el; }
+	}
+	return best;
+}`;
+const latestText = kind => page.evaluate(`(${LATEST})(${JSON.stringify(kind)})?.innerText ?? ''`);
+
+async function send(text) {
+	await chatInput().click();
+	await page.keyboard.type(text);
+	await page.keyboard.press('Enter');
+	// The list is virtual (old rows leave the DOM): wait for this request to be the last one shown.
+	await page.waitForFunction(`(${LATEST})('request')?.textContent?.includes(${JSON.stringify(text)})`, null, { timeout: WAIT });
+}
+
+async function responseText() {
+	return (await latestText('response')).replace(/\s+/g, ' ').trim();
+}
+
+async function waitForResponseText(pattern) {
+	await page.waitForFunction(`new RegExp(${JSON.stringify(pattern.source)}).test(((${LATEST})('response')?.textContent ?? '').replace(/\\s+/g, ' '))`, null, { timeout: WAIT });
+}
+
+async function waitForIdle() {
+	// The request is over when the response stops showing its progress.
+	await page.waitForFunction(`(() => {
+		const last = (${LATEST})('response');
+		return !!last && !last.classList.contains('chat-response-loading');
+	})()`, null, { timeout: WAIT });
+}
+
+// The inline confirmation card (a hidden copy sits in the tool carousel).
+// VS Code 1.139 shows pending confirmations in a carousel above the input: its header has the
+// title (our confirmation title), its body our message, its buttons Allow in this Session ▾ / Skip.
+const card = () => page.locator('[aria-label="Tool confirmation carousel"], .chat-confirmation-widget-container').filter({ visible: true }).first();
+
+async function waitForCard(title) {
+	await card().waitFor({ state: 'visible', timeout: WAIT });
+	const text = await card().innerText();
+	check(text.includes(title), `the card does not show the action's title ${JSON.stringify(title)}: ${JSON.stringify(text.slice(0, 300))}`);
+	return text;
+}
+
+/** A pending card showing `title`, once it is there (an earlier card may still be fading out). */
+async function waitForCardWith(title) {
+	const pending = page.locator('[aria-label="Tool confirmation carousel"], .chat-confirmation-widget-container')
+		.filter({ visible: true, hasText: title }).first();
+	await pending.waitFor({ state: 'visible', timeout: WAIT });
+	return pending;
+}
+
+async function stop() {
+	await page.locator('.interactive-input-part a[aria-label^="Cancel"], .interactive-input-part a[aria-label^="Stop"]').first().click();
+}
+
+async function runCommand(title, match = new RegExp(`^${title}`)) {
+	// The command exists once Copilot Chat has activated: until then the palette lacks it.
+	const deadline = Date.now() + WAIT;
+	for (;;) {
+		await page.keyboard.press('F1');
+		await page.keyboard.type(title);
+		const row = page.locator('.quick-input-list .monaco-list-row', { hasText: match }).first();
+		try {
+			await row.waitFor({ timeout: 10_000 }); // ~0.3 s idle once the command exists
+			await row.click();
+			return;
+		} catch (err) {
+			if (Date.now() > deadline) throw err;
+			await page.keyboard.press('Escape');
+		}
+	}
+}
+
+async function pickModel(name) {
+	const picker = page.locator('.interactive-input-part .model-picker-item [aria-label^="Models"]').first();
+	await picker.waitFor({ timeout: WAIT });
+	if ((await picker.getAttribute('aria-label')) === `Models, ${name}`) return;
+	await picker.click();
+	await page.getByPlaceholder('Search models').fill(name); // the picker lists favourites; search finds the rest
+	const item = page.getByText(name, { exact: true }).filter({ visible: true }).last();
+	await item.waitFor({ timeout: WAIT });
+	await item.click();
+	await page.locator(`.interactive-input-part .model-picker-item [aria-label="Models, ${name}"]`).first().waitFor({ timeout: WAIT });
+}
+
+async function dismissNotifications() {
+	// "Set BYOK utility models": harmless noise of an offline profile (docs/vscode.md, "The Chat view"), but it covers the chat.
+	const dismiss = page.locator('[aria-label="Dismiss notification"]');
+	await dismiss.first().waitFor({ timeout: 15_000 }).then(() => dismiss.first().click()).catch(() => {});
+}
+
+// ---------------------------------------------------------------- an ACP registry feed on 127.0.0.1
+
+/** The feed and a tiny binary agent (a .tar.gz of a script starting lmbridge's demo agent). */
+function registryFeed(base) {
+	const src = path.join(OUT, 'tiny-agent');
+	fs.mkdirSync(path.join(src, 'bin'), { recursive: true });
+	fs.writeFileSync(path.join(src, 'bin', 'tiny-agent'), `#!/bin/sh\nexec "${path.join(ROOT, '.venv', 'bin', 'python')}" -P -m lmbridge demo-agent "$@"\n`, { mode: 0o755 });
+	const archive = path.join(OUT, 'tiny-agent-1.0.0.tar.gz');
+	execFileSync('tar', ['-czf', archive, '-C', src, 'bin']);
+	const sha256 = createHash('sha256').update(fs.readFileSync(archive)).digest('hex');
+	const platform = `${{ darwin: 'darwin', linux: 'linux', win32: 'windows' }[process.platform]}-${{ x64: 'x86_64', arm64: 'aarch64' }[process.arch]}`;
+	const feed = { version: '1.0.0', agents: [
+		{ id: 'npx-agent', name: 'Npx Agent', version: '2.0.0', description: 'An ACP agent from npm', distribution: { npx: { package: '@example/npx-agent@2.0.0', args: ['--acp'] } } },
+		{ id: 'uvx-agent', name: 'Uvx Agent', version: '0.3.0', description: 'An ACP agent from PyPI', distribution: { uvx: { package: 'uvx-agent==0.3.0' } } },
+		{ id: 'tiny-agent', name: 'Tiny Agent', version: '1.0.0', description: 'A tiny ACP agent, as a binary', distribution: { binary: { [platform]: { archive: `${base}/tiny-agent-1.0.0.tar.gz`, sha256, cmd: './bin/tiny-agent' } } } },
+	] };
+	return new Map([['/registry.json', JSON.stringify(feed)], ['/tiny-agent-1.0.0.tar.gz', fs.readFileSync(archive)]]);
+}
+
+// ---------------------------------------------------------------- run
+
+const ports = { cs: await freePort(), registry: await freePort() };
+const registryBase = `http://127.0.0.1:${ports.registry}`;
+const registryFiles = registryFeed(registryBase);
+const registryServer = http.createServer((req, res) => {
+	const body = registryFiles.get(req.url);
+	if (body === undefined) res.writeHead(404).end();
+	else res.writeHead(200).end(body);
+}).listen(ports.registry, '127.0.0.1');
+// The settings that choose what runs are machine settings (package.json "scope": "machine"):
+// code-server's window is a remote one, where VS Code reads them from the machine's settings.
+const machineSettings = path.join(dirs.user, 'Machine', 'settings.json');
+fs.mkdirSync(path.dirname(machineSettings), { recursive: true });
+fs.writeFileSync(machineSettings, JSON.stringify({
+	...(FIRST_RUN ? {
+		// Nothing about the daemon: the extension finds none and installs the one it carries.
+		'lmbridge.daemon.env': { LMBRIDGE_DEMO_SCRATCH: dirs.ws },
+	} : {
+		'lmbridge.daemon.command': path.join(ROOT, '.venv', 'bin', 'lmbridge'),
+		'lmbridge.daemon.args': ['serve', '--record', record],
+		'lmbridge.daemon.env': { LMBRIDGE_DEMO_SCRATCH: dirs.ws },
+		'lmbridge.registry.url': `${registryBase}/registry.json`,
+		'lmbridge.agents': [
+			{ id: 'demo', name: 'lmbridge demo agent', command: path.join(ROOT, '.venv', 'bin', 'lmbridge'), args: ['demo-agent'] },
+			{ id: 'broken', name: 'Broken agent', command: path.join(OUT, 'no-such-agent') },
+			{ id: 'controls', name: 'Scripted controls agent', command: path.join(ROOT, '.venv', 'bin', 'python'),
+				args: [path.join(ROOT, 'tests', 'agents', 'scripted_agent.py'), controlsScenario, '--log', controlsLog] },
+			{ id: 'auth', name: 'Auth agent', command: path.join(ROOT, '.venv', 'bin', 'python'),
+				args: [path.join(ROOT, 'tests', 'chatview', 'auth_agent.py')], env: { AUTH_AGENT_TOKEN: authToken } },
+		],
+	}),
+}, null, 1));
+fs.writeFileSync(path.join(dirs.user, 'User', 'settings.json'), JSON.stringify({
+	'lmbridge.logLevel': 'debug',
+	'workbench.startupEditor': 'none',
+	'security.workspace.trust.enabled': false,
+	'telemetry.telemetryLevel': 'off',
+	'extensions.autoUpdate': false,
+	'extensions.autoCheckUpdates': false,
+}, null, 1));
+const vsix = fs.readdirSync(path.join(ROOT, 'vscode-shim')).filter(f => f.endsWith('.vsix')).sort().pop();
+check(vsix, 'no vsix in vscode-shim/: run make vsix');
+execFileSync(process.env.NODE24, [process.env.CODE_SERVER, '--extensions-dir', dirs.ext, '--user-data-dir', dirs.user,
+	'--install-extension', path.join(ROOT, 'vscode-shim', vsix)], { stdio: ['ignore', 'ignore', 'inherit'] });
+const server = spawn(process.env.NODE24, [process.env.CODE_SERVER, '--auth', 'none', '--bind-addr', `127.0.0.1:${ports.cs}`,
+	'--extensions-dir', dirs.ext, '--user-data-dir', dirs.user, '--disable-telemetry', '--disable-update-check',
+	'--disable-workspace-trust', dirs.ws], {
+	// force-disable-user-env: VS Code would replace PATH with a login shell's (docs/vscode.md, "Running VS Code in tests").
+	env: { ...process.env, EXTENSIONS_GALLERY: '{}', VSCODE_FORCE_DISABLE_USER_ENV: '1', ...(FIRST_RUN ? { PATH: pathWithout('lmbridge') } : {}) },
+	stdio: ['ignore', fs.openSync(path.join(OUT, 'code-server.log'), 'w'), fs.openSync(path.join(OUT, 'code-server.err'), 'w')],
+	detached: true,
+});
+const browser = await playwright.launch({
+	executablePath: await chromium.executablePath(), headless: true,
+	args: [...chromium.args, '--no-sandbox', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
+});
+
+let failed = null;
+let bootstrapStarted = Date.now();
+let installSeconds = null;
+try {
+	page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+	const listening = Date.now() + WAIT;
+	for (;;) { // code-server answers once it listens
+		try { await page.goto(`http://127.0.0.1:${ports.cs}/?folder=${encodeURIComponent(dirs.ws)}`); break; } catch (e) { if (Date.now() > listening) throw e; await new Promise(r => setTimeout(r, 100)); }
+	}
+
+	if (FIRST_RUN) {
+		await step('installing', async () => {
+			// Listing the models starts the daemon: none is found, so the extension installs its own.
+			await page.locator('.interactive-input-part').first().waitFor({ timeout: WAIT });
+			bootstrapStarted = Date.now();
+			await runCommand('Chat: Manage Language Models');
+			await page.locator('.notification-toast', { hasText: 'Installing the lmbridge daemon' }).first().waitFor({ timeout: WAIT });
+		});
+		await step('setup', async () => {
+			// pip fetches the daemon's dependencies from PyPI: allow it minutes.
+			await page.getByText('lmbridge demo agent').first().waitFor({ timeout: 10 * WAIT });
+			installSeconds = Number(((Date.now() - bootstrapStarted) / 1000).toFixed(1));
+			console.log(`chatview: the private daemon environment was ready ${installSeconds} s after the models were first asked for`);
+			await page.keyboard.press('Escape');
+			await pickModel('lmbridge demo agent');
+			await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'Agent' }).first().waitFor({ timeout: WAIT });
+			await dismissNotifications();
+			const storage = path.join(dirs.user, 'User', 'globalStorage', 'lmbridge.lmbridge');
+			const venvs = fs.readdirSync(storage).filter(f => /^daemon-[0-9a-f]+$/.test(f));
+			check(venvs.length === 1, `expected one private daemon environment in ${storage}, found ${JSON.stringify(venvs)}`);
+		});
+		await step('stream', async () => {
+			await send('hello there');
+			await waitForResponseText(/You said: hello there/);
+			await waitForIdle();
+		});
+	} else {
+		await step('setup', async () => {
+			await page.locator('.interactive-input-part').first().waitFor({ timeout: WAIT });
+			await runCommand('Chat: Manage Language Models');
+			await page.getByText('lmbridge demo agent').first().waitFor({ timeout: WAIT });
+			await page.keyboard.press('Escape');
+			// The picker: the lmbridge demo model, and Agent mode.
+			await pickModel('lmbridge demo agent');
+			await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'lmbridge' }).first().waitFor({ timeout: WAIT });
+			await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'Agent' }).first().waitFor({ timeout: WAIT });
+			await dismissNotifications();
+		});
+
+		await step('stream', async () => {
+			await send('hello there');
+			await waitForResponseText(/You said: hello there/);
+			await waitForIdle();
+		});
+
+		await step('controls-agent', async () => {
+			await pickModel('Scripted controls agent');
+			await send('hello controls');
+			await waitForResponseText(/Got: .*hello controls/);
+			await waitForIdle();
+			// Its options learnt (lm/modelsChanged), VS Code shows the mode beside the model picker.
+			await page.locator('.interactive-input-part a.model-picker-config').filter({ visible: true }).first().waitFor({ timeout: WAIT });
+		});
+
+		await step('plan-mode', async () => {
+			await page.locator('.interactive-input-part a.model-picker-config').filter({ visible: true }).first().click();
+			await page.locator('.action-widget [role="menuitemradio"]', { hasText: 'Plan Mode' }).first().click();
+			await page.locator('.interactive-input-part a.model-picker-config', { hasText: 'Plan Mode' }).first().waitFor({ timeout: WAIT });
+			await send('make a plan');
+			await waitForResponseText(/Got: .*make a plan/);
+			await waitForIdle();
+			const sets = controlsFrames().filter(f => f.event === 'set_config_option').map(f => `${f.configId}=${f.value}`);
+			check(sets.includes('mode=plan'), `plan mode was not set on the chat's session: ${JSON.stringify(sets)}`);
+			await page.locator('.statusbar-item', { hasText: 'Plan Mode · 1.2k/200k' }).first().waitFor({ timeout: WAIT });
+		});
+
+		await step('usage-item', async () => {
+			await page.locator('.statusbar-item', { hasText: 'Plan Mode · 1.2k/200k' }).first().hover();
+			const hover = page.locator('.monaco-hover, .workbench-hover').filter({ hasText: 'Context: 1,200 of 200,000 tokens' }).first();
+			await hover.waitFor({ timeout: WAIT });
+			const text = await hover.innerText();
+			check(/Cost: 0\.42 USD/.test(text) && /\/\/compact/.test(text), `the tooltip lacks the cost or the commands: ${JSON.stringify(text.slice(0, 400))}`);
+		});
+
+		await step('agent-commands', async () => {
+			await page.mouse.move(700, 400);
+			await runCommand('lmbridge: Agent Commands');
+			const row = page.locator('.quick-input-list .monaco-list-row', { hasText: '//compact' }).first();
+			await row.waitFor({ timeout: WAIT });
+			const text = await page.locator('.quick-input-list').first().innerText();
+			check(/Compact the conversation/.test(text) && /\/\/review/.test(text), `the commands are not listed: ${JSON.stringify(text.slice(0, 300))}`);
+			await row.click();
+			await page.waitForFunction(`(document.querySelector('.interactive-input-part .monaco-editor .view-lines')?.textContent ?? '').includes('//compact')`, null, { timeout: WAIT });
+		});
+
+		await step('slash-command', async () => {
+			await page.keyboard.type('now');
+			await page.keyboard.press('Enter');
+			await waitForResponseText(/Got: .*\/compact now/);
+			await waitForIdle();
+			const prompts = controlsFrames().filter(f => f.method === 'session/prompt').map(f => f.params.prompt[0]?.text);
+			check(prompts.at(-1) === '/compact now', `the agent did not get its /compact command: ${JSON.stringify(prompts.at(-1))}`);
+		});
+
+	}
+} catch (err) {
+	failed = err;
+	await page?.screenshot({ path: path.join(OUT, `FAILED-${current}.png`) }).catch(() => {});
+	const html = await page?.locator('.interactive-session').first().innerHTML().catch(() => '');
+	if (html) fs.writeFileSync(path.join(OUT, `FAILED-${current}.chat.html`), html);
+} finally {
+	await browser.close().catch(() => {});
+	registryServer.closeAllConnections?.();
+	registryServer.close();
+	try { process.kill(-server.pid, 'SIGTERM'); } catch { /* gone */ }
+}
+
+const seconds = ((Date.now() - started) / 1000).toFixed(1);
+fs.writeFileSync(path.join(OUT, 'result.json'), JSON.stringify({ ok: !failed, failedStep: failed ? current : null, error: failed ? String(failed.stack ?? failed) : null, seconds: Number(seconds), ...(FIRST_RUN ? { bootstrapSeconds: installSeconds } : {}), steps: results }, null, 1));
+if (failed) {
+	// The extension host's log (with the lmbridge output channel) stays beside the screenshots.
+	console.error(`chatview: ✗ step "${current}" failed: ${failed.message ?? failed}`);
+	console.error(`chatview: screenshots, code-server and extension host logs kept in ${OUT} (user-data/logs)`);
+	process.exit(1);
+}
+console.log(`chatview: all ${results.length} steps passed in ${seconds} s; screenshots in ${OUT}`);
