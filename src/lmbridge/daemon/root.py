@@ -28,6 +28,7 @@ from lmbridge.daemon.services import RecentAgents
 from lmbridge.daemon.stdio import RequestId, StdioReader, Stdout, StdoutWriter, stdin_lines, stdout_writer
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import ShimChannel
+from lmbridge.rpc.framing import Overlong
 
 if TYPE_CHECKING:
     from lmbridge.acp.process import AgentPool, Launcher
@@ -107,7 +108,7 @@ class Server:
         """Frames on stdin that were responses to no request in flight (``StdioReader``)."""
         return self.reader.stray_responses if self.reader is not None else 0
 
-    async def serve(self, lines: AsyncIterator[bytes], stdout: Stdout) -> None:
+    async def serve(self, lines: AsyncIterator[bytes | Overlong], stdout: Stdout) -> None:
         """Run until ``lines`` ends (EOF): then stop every agent and return."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
@@ -115,7 +116,7 @@ class Server:
             await tg.start(self.out.run, stdout)
             with self._reading:  # cancelled by stop_reading (SIGTERM): as at EOF
                 async for line in lines:
-                    if self.recorder is not None:
+                    if self.recorder is not None and isinstance(line, bytes):
                         self.recorder.shim_in(line)
                     reader.start(line)
             if self.recorder is not None:

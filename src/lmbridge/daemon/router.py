@@ -14,13 +14,11 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from lmbridge.core import session_state
 from lmbridge.core.agent_models import split_model_id
 from lmbridge.core.messages import ChatResponseParams, MessageCache
 from lmbridge.daemon.catalog import Catalog
-from lmbridge.daemon.methods import AGENT_FAILED, SHUTTING_DOWN, UNKNOWN_MODEL, Call, Error, Settings, Success, invalid, invalid_params
+from lmbridge.daemon.methods import AGENT_FAILED, SHUTTING_DOWN, UNKNOWN_MODEL, Call, Error, InvalidParams, Settings, Success, invalid_params, validated
 from lmbridge.daemon.stdio import StdoutWriter
 from lmbridge.log import get_logger
 
@@ -72,11 +70,11 @@ class Router:
         try:
             messages = self.message_cache.messages(params.get("messages"))
             if messages is None:  # not valid: validate it all, for the error
-                p = ChatResponseParams.model_validate(params)
-            else:
-                p = ChatResponseParams.model_validate({**params, "messages": []}).model_copy(update={"messages": messages})
-        except ValidationError as exc:
-            return invalid(exc)
+                p = validated(ChatResponseParams, params)
+            else:  # the history comes again with every request: its messages are validated once (MessageCache)
+                p = validated(ChatResponseParams, {**params, "messages": []}).model_copy(update={"messages": messages})
+        except InvalidParams as exc:
+            return invalid_params(exc)
         agents = self.catalog.agents
         found = split_model_id(p.modelId, agents)
         spec = agents.get(found[0]) if found is not None else None
