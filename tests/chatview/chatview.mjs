@@ -275,6 +275,8 @@ fs.writeFileSync(machineSettings, JSON.stringify({
 fs.writeFileSync(path.join(dirs.user, 'User', 'settings.json'), JSON.stringify({
 	'lmbridge.logLevel': 'debug',
 	'workbench.startupEditor': 'none',
+	// A line typed in the editor stays unsaved until the agent's edit saves it (the fs steps).
+	'files.autoSave': 'off',
 	'security.workspace.trust.enabled': false,
 	'telemetry.telemetryLevel': 'off',
 	'extensions.autoUpdate': false,
