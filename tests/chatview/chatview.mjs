@@ -10,25 +10,25 @@
 //   01 setup       chat enabled with "Chat: Manage Language Models", the lmbridge demo model picked, Agent mode
 //   02 stream      a turn streams text
 //   03 words       the agent received the user's words, not Copilot's scaffolding
-//   04 card        the agent's permission request is an inline card with the action's title and details
-//   05 allow-once  Allow Once → the action ran (the file is on disk) and the answer goes on
-//   06 skip        Skip → the action did not run and the agent finished its turn
-//   07 stop-card   Stop while a card is pending → the turn ends at once, nothing ran...
-//   08 after-stop  ...and the next message in the same chat is answered
-//   09 stop-stream Stop while text streams...
-//   10 after-stream-stop ...and the next message is answered
-//   11 mode-card   the agent asks to leave plan mode (kind switch_mode): a card "Leave plan mode"...
-//   12 allow-session ...its default button, Allow in this Session: the agent goes on...
-//   13 mode-again  ...and VS Code now approves that tool by itself: the next such request is
+//   04 editor-unsaved draft.md open in the editor with a line typed, not saved
+//   05 read-unsaved the agent reads it through lmbridge (fs/read_text_file): the editor's text, unsaved line included
+//   06 edit-card   the agent asks to append a line (kind edit): a card, nothing written yet
+//   07 edit-allow  Allow Once: the edit appears in the editor (a WorkspaceEdit) and is saved
+//   08 edit-undo   Ctrl+Z in the editor takes it back: the old text, the user's line kept
+//   09 card        the agent's permission request is an inline card with the action's title and details
+//   10 allow-once  Allow Once → the action ran (the file is on disk) and the answer goes on
+//   11 skip        Skip → the action did not run and the agent finished its turn
+//   12 stop-card   Stop while a card is pending → the turn ends at once, nothing ran...
+//   13 after-stop  ...and the next message in the same chat is answered
+//   14 stop-stream Stop while text streams...
+//   15 after-stream-stop ...and the next message is answered
+//   16 mode-card   the agent asks to leave plan mode (kind switch_mode): a card "Leave plan mode"...
+//   17 allow-session ...its default button, Allow in this Session: the agent goes on...
+//   18 mode-again  ...and VS Code now approves that tool by itself: the next such request is
 //                 answered with no card...
-//   14 run-card    ...but the agent asking to run a command gets a card of its own ("Run date",
+//   19 run-card    ...but the agent asking to run a command gets a card of its own ("Run date",
 //                 another tool): the session approval of a mode switch never covers a command...
-//   15 run-skip    ...Skip: nothing ran, the agent says so and the chat is idle
-//   16 editor-unsaved draft.md open in the editor with a line typed, not saved
-//   17 read-unsaved the agent reads it through lmbridge (fs/read_text_file): the editor's text, unsaved line included
-//   18 edit-card   the agent asks to append a line (kind edit): a card, nothing written yet
-//   19 edit-allow  Allow Once: the edit appears in the editor (a WorkspaceEdit) and is saved
-//   20 edit-undo   Ctrl+Z in the editor takes it back: the old text, the user's line kept
+//   20 run-skip    ...Skip: nothing ran, the agent says so and the chat is idle
 //   21 agent-models the agent's own models in the picker
 //   22 fails-to-start an agent that cannot start: the user reads which and why
 //   23 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
@@ -42,13 +42,13 @@
 //                 (once the daemon lists them; until then "Open Settings" only)...
 //   28 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
 //                 daemon restarts with it and VS Code lists it among the language models
-//   24 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
+//   29 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
 //                 an npx, a uvx and a binary agent) above the built-in agents...
-//   25 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
+//   30 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
 //                 asks first, saying what it downloads and runs...
-//   26 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
+//   31 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
 //                 added to the user settings; the daemon restarts with it...
-//   27 registry-answer ...and it answers in the chat, picked in the model picker
+//   32 registry-answer ...and it answers in the chat, picked in the model picker
 // CHATVIEW_FIRST_RUN=1 (make chatview-first-run) instead installs the vsix into a fresh profile
 // with no lmbridge on PATH and no daemon setting: the extension builds its private environment
 // from the bundled wheel (pip, from PyPI) under a progress notification; steps 01 installing,
@@ -360,6 +360,58 @@ try {
 			check(!/environment_info|workspace_info|userRequest|reminderInstructions|conversation-so-far/.test(text), `Copilot's scaffolding reached the agent: ${JSON.stringify(text.slice(0, 400))}`);
 		});
 
+		await step('editor-unsaved', async () => {
+			// A file open in the editor with a line typed and not saved.
+			fs.writeFileSync(draft, '# Draft\nsaved line\n');
+			await runCommand('Go to File', /Go to File/);
+			await page.keyboard.type('draft.md');
+			await page.locator('.quick-input-list .monaco-list-row', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
+			await page.keyboard.press('Enter');
+			await page.locator('.tab', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
+			await editorLines().first().click();
+			await page.keyboard.press('Control+End');
+			await page.keyboard.type('unsaved line');
+			await page.locator('.tab.dirty', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
+			check(!fs.readFileSync(draft, 'utf8').includes('unsaved line'), 'the typed line was saved');
+		});
+
+		await step('read-unsaved', async () => {
+			// The agent reads the file through lmbridge (fs/read_text_file): it gets the editor's text.
+			await send('show me draft.md');
+			await waitForResponseText(/`?draft\.md`? says:/);
+			await waitForIdle();
+			const text = await responseText();
+			check(text.includes('unsaved line'), `the agent did not get the editor's unsaved text: ${JSON.stringify(text.slice(0, 400))}`);
+		});
+
+		await step('edit-card', async () => {
+			await send('append a line to draft.md');
+			const text = await (await waitForCardWith('Append to draft.md')).innerText();
+			check(/edit/.test(text), `the card does not say it is an edit: ${JSON.stringify(text.slice(0, 400))}`);
+			check(!fs.readFileSync(draft, 'utf8').includes('Appended'), 'the file was written before the user answered');
+		});
+
+		await step('edit-allow', async () => {
+			// Allow Once: the edit is applied in the editor (a WorkspaceEdit) and saved.
+			await card().locator('a[aria-label="More Actions..."]').click();
+			const item = page.locator('.context-view .action-item', { hasText: /^Allow Once/ }).filter({ visible: true }).first();
+			await item.hover();
+			await page.keyboard.press('Enter');
+			await waitForResponseText(/I appended a line to/);
+			await waitForIdle();
+			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => e.innerText.includes('Appended by the demo agent.'))`, null, { timeout: WAIT });
+			await waitForDisk(() => fs.readFileSync(draft, 'utf8') === '# Draft\nsaved line\nunsaved line\nAppended by the demo agent.\n', 'the edit saved to disk');
+		});
+
+		await step('edit-undo', async () => {
+			// Ctrl+Z in the editor takes the agent's edit back: the old text, the user's line kept.
+			await editorLines().first().click();
+			await page.keyboard.press('Control+Z');
+			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => !e.innerText.includes('Appended by the demo agent.') && e.innerText.includes('unsaved line'))`, null, { timeout: WAIT });
+			// Back to the chat for the next steps.
+			await chatInput().click();
+		});
+
 		await step('card', async () => {
 			await send('please write my notes');
 			const text = await waitForCard('Write notes.txt');
@@ -458,58 +510,6 @@ try {
 			await waitForResponseText(/I did not run it: permission was declined\./);
 			await waitForIdle();
 			check(!/I ran/.test(await responseText()), 'Skip: the agent says it ran the command');
-		});
-
-		await step('editor-unsaved', async () => {
-			// A file open in the editor with a line typed and not saved.
-			fs.writeFileSync(draft, '# Draft\nsaved line\n');
-			await runCommand('Go to File', /Go to File/);
-			await page.keyboard.type('draft.md');
-			await page.locator('.quick-input-list .monaco-list-row', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
-			await page.keyboard.press('Enter');
-			await page.locator('.tab', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
-			await editorLines().first().click();
-			await page.keyboard.press('Control+End');
-			await page.keyboard.type('unsaved line');
-			await page.locator('.tab.dirty', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
-			check(!fs.readFileSync(draft, 'utf8').includes('unsaved line'), 'the typed line was saved');
-		});
-
-		await step('read-unsaved', async () => {
-			// The agent reads the file through lmbridge (fs/read_text_file): it gets the editor's text.
-			await send('show me draft.md');
-			await waitForResponseText(/`?draft\.md`? says:/);
-			await waitForIdle();
-			const text = await responseText();
-			check(text.includes('unsaved line'), `the agent did not get the editor's unsaved text: ${JSON.stringify(text.slice(0, 400))}`);
-		});
-
-		await step('edit-card', async () => {
-			await send('append a line to draft.md');
-			const text = await (await waitForCardWith('Append to draft.md')).innerText();
-			check(/edit/.test(text), `the card does not say it is an edit: ${JSON.stringify(text.slice(0, 400))}`);
-			check(!fs.readFileSync(draft, 'utf8').includes('Appended'), 'the file was written before the user answered');
-		});
-
-		await step('edit-allow', async () => {
-			// Allow Once: the edit is applied in the editor (a WorkspaceEdit) and saved.
-			await card().locator('a[aria-label="More Actions..."]').click();
-			const item = page.locator('.context-view .action-item', { hasText: /^Allow Once/ }).filter({ visible: true }).first();
-			await item.hover();
-			await page.keyboard.press('Enter');
-			await waitForResponseText(/I appended a line to/);
-			await waitForIdle();
-			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => e.innerText.includes('Appended by the demo agent.'))`, null, { timeout: WAIT });
-			await waitForDisk(() => fs.readFileSync(draft, 'utf8') === '# Draft\nsaved line\nunsaved line\nAppended by the demo agent.\n', 'the edit saved to disk');
-		});
-
-		await step('edit-undo', async () => {
-			// Ctrl+Z in the editor takes the agent's edit back: the old text, the user's line kept.
-			await editorLines().first().click();
-			await page.keyboard.press('Control+Z');
-			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => !e.innerText.includes('Appended by the demo agent.') && e.innerText.includes('unsaved line'))`, null, { timeout: WAIT });
-			// Back to the chat for the next steps.
-			await chatInput().click();
 		});
 
 		await step('agent-models', async () => {
