@@ -125,6 +125,8 @@ async function waitForDisk(predicate, what) {
 
 const chatInput = () => page.locator('.interactive-input-part .monaco-editor').first();
 const editorLines = () => page.locator('.part.editor .monaco-editor .view-lines');
+// An editor's text as shown (in page context, for an element e): Monaco draws spaces as no-break spaces.
+const EDITOR_TEXT = "e.innerText.replace(/\\u00a0/g, ' ')";
 
 // The chat list is virtual: rows are absolutely placed and their DOM order is not the chat's.
 // The latest request or response is the row with the highest data-index.
@@ -399,7 +401,7 @@ try {
 			await page.keyboard.press('Enter');
 			await waitForResponseText(/I appended a line to/);
 			await waitForIdle();
-			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => e.innerText.includes('Appended by the demo agent.'))`, null, { timeout: WAIT });
+			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => ${EDITOR_TEXT}.includes('Appended by the demo agent.'))`, null, { timeout: WAIT });
 			await waitForDisk(() => fs.readFileSync(draft, 'utf8') === '# Draft\nsaved line\nunsaved line\nAppended by the demo agent.\n', 'the edit saved to disk');
 		});
 
@@ -407,7 +409,7 @@ try {
 			// Ctrl+Z in the editor takes the agent's edit back: the old text, the user's line kept.
 			await editorLines().first().click();
 			await page.keyboard.press('Control+Z');
-			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => !e.innerText.includes('Appended by the demo agent.') && e.innerText.includes('unsaved line'))`, null, { timeout: WAIT });
+			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => !${EDITOR_TEXT}.includes('Appended by the demo agent.') && ${EDITOR_TEXT}.includes('unsaved line'))`, null, { timeout: WAIT });
 			// Back to the chat for the next steps.
 			await chatInput().click();
 		});
