@@ -19,6 +19,7 @@ from lmbridge.core import turn
 from lmbridge.core.history import Last
 from lmbridge.core.permissions import ACTION_TOOL, ACTION_TOOLS, EDIT_TOOL, READ_TOOL, Answer
 from lmbridge.core.present import TurnRenderer
+from lmbridge.core.profiles import CLAUDE, CODEX
 from lmbridge.core.turn import (
     AgentExited,
     CancelJob,
@@ -174,6 +175,20 @@ def draining() -> Driver:
     return d
 
 
+def draining_command() -> Driver:
+    """DRAINING: the turn was cancelled while codex-acp ran a command (its profile:
+    ``cancel_leaves_commands``), which has streamed output and not ended."""
+    d = starting()
+    d.m.reset_renderer(TurnRenderer(profile=CODEX))
+    d(Ready())
+    call = {"toolCallId": "call_1", "title": "sleep 60", "kind": "execute", "content": [{"type": "terminal", "terminalId": "call_1"}]}
+    d(Update({"sessionUpdate": "tool_call", "status": "in_progress", **call}))
+    d(Update({"sessionUpdate": "tool_call_update", "toolCallId": "call_1", "_meta": {"terminal_output": {"terminal_id": "call_1", "data": "tick\n"}}}))
+    d(CancelJob(1))
+    assert d.state is Phase.DRAINING
+    return d
+
+
 def closing() -> Driver:
     """DRAINING: the cancelled turn outlived its drain deadline; its session is being closed."""
     d = draining()
@@ -230,6 +245,7 @@ SETUPS: dict[str, Callable[[], Driver]] = {
     "held_error": held_error,
     "streaming_with_job": streaming_with_job,
     "draining": draining,
+    "draining_command": draining_command,
     "closed": closed,
     "after_cancel": after_cancel,
     "closing": closing,
@@ -275,6 +291,7 @@ WALK: list[tuple[str, Callable[[Driver], Any], Phase]] = [
     ("awaiting", _prompt_end(), Phase.IDLE),
     ("streaming_with_job", lambda d: TimerFired(Timer.GATHER, d.timer(Timer.GATHER).tag), Phase.DRAINING),
     ("draining", _prompt_end("cancelled"), Phase.IDLE),
+    ("draining_command", _prompt_end("cancelled"), Phase.STARTING),
     ("draining", lambda d: PromptEnded(d.prompt().seq - 1, "end_turn"), Phase.DRAINING),
     ("draining_with_job", _prompt_end("cancelled"), Phase.STREAMING),
     ("idle", _prompt_end(), Phase.IDLE),
@@ -413,6 +430,8 @@ ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[
     ("awaiting", _prompt_end(), State.AWAITING, PromptEnded, "current", "hold_the_end",
      lambda d, fx: d.m.held == PromptEnded(1, "end_turn") and not of(fx, Finish)),
     ("draining", _prompt_end("cancelled"), State.DRAINING, PromptEnded, "current", "drained", lambda d, fx: StopTimer(Timer.DRAIN) in fx),
+    ("draining_command", _prompt_end("cancelled"), State.DRAINING, PromptEnded, "left_a_command", "close_and_take_up",
+     lambda d, fx: StopTimer(Timer.DRAIN) in fx and of(fx, NewSession) == [NewSession("a cancelled turn left a command running", take_up=True, close=True)]),
     ("closing", _prompt_end("cancelled"), State.CLOSING, PromptEnded, "current", "drained", lambda d, fx: StopTimer(Timer.DRAIN) in fx),
     ("asking", _timer(Timer.GATHER), State.STREAMING, TimerFired, "gathered", "show_the_cards",
      lambda d, fx: of(fx, Finish)[0].stop_reason == "tool_calls" and [e.part["callId"] for e in of(fx, Emit) if e.part["type"] == "tool_call"] == ["call-7"]),
@@ -980,3 +999,57 @@ def test_new_words_queued_before_a_card_was_shown_stop_it_then_are_prompted() ->
     assert of(fx, Respond) == [Respond(7, "call-7", CANCELLED)] and d.state is Phase.DRAINING
     d(PromptEnded(d.prompt().seq, "cancelled"))
     assert d.prompt().job_id == 2 and d.state is Phase.STREAMING
+
+
+# ---------------------------------------------------------------- a command's live output
+
+
+def test_a_cancel_that_leaves_codex_command_running_closes_and_takes_up_its_session() -> None:
+    """codex-acp ends a cancelled turn at once but not its command (only session/close
+    does): the session is closed (ending the command) and taken up again; the next job
+    waits for it, then streams as usual."""
+    d = draining_command()
+    d(job(2))
+    fx = d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert d.state is Phase.STARTING
+    assert of(fx, NewSession) == [NewSession("a cancelled turn left a command running", take_up=True, close=True)]
+    d(Ready())
+    assert d.state is Phase.STREAMING and d.m.job is not None and d.m.job.id == 2
+    assert not d.m.command_left
+
+
+def test_a_cancel_of_an_agent_that_ends_its_commands_keeps_the_session() -> None:
+    """claude-agent-acp kills its command on session/cancel: nothing more to do."""
+    d = starting()
+    d.m.reset_renderer(TurnRenderer(profile=CLAUDE))
+    d(Ready())
+    d(Update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "sleep 60", "kind": "execute", "status": "pending"}))
+    d(CancelJob(1))
+    fx = d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert d.state is Phase.IDLE and not of(fx, NewSession)
+
+
+def test_a_response_never_ends_inside_a_command_output_block() -> None:
+    """A card gathered while a command's output block is open ends the response
+    (``tool_calls``): the block is closed first, so the markdown stays whole."""
+    d = starting()
+    d.m.reset_renderer(TurnRenderer(profile=CODEX))
+    d(Ready())
+    d(Update({"sessionUpdate": "tool_call", "toolCallId": "c", "title": "make", "kind": "execute", "status": "in_progress"}))
+    fx = d(Update({"sessionUpdate": "tool_call_update", "toolCallId": "c", "_meta": {"terminal_output": {"terminal_id": "c", "data": "building\n"}}}))
+    assert texts(fx).endswith("building\n")
+    fx = d(ask(7)) + d.fire(Timer.GATHER)
+    assert of(fx, Finish)[0].stop_reason == "tool_calls"
+    assert texts(fx).startswith("````\n\n")  # closed before the card's call is shown
+    assert texts(d.log).count("````") == 2
+
+
+def test_a_response_ending_while_output_streams_closes_the_block() -> None:
+    """``Renderer.pause`` at a response's end: a block left open is closed."""
+    d = starting()
+    d.m.reset_renderer(TurnRenderer(profile=CODEX))
+    d(Ready())
+    d(Update({"sessionUpdate": "tool_call", "toolCallId": "c", "title": "make", "kind": "execute", "status": "in_progress"}))
+    d(Update({"sessionUpdate": "tool_call_update", "toolCallId": "c", "_meta": {"terminal_output": {"terminal_id": "c", "data": "no newline"}}}))
+    fx = d(PromptEnded(d.prompt().seq, "end_turn"))
+    assert texts(fx).startswith("\n````\n\n") and of(fx, Finish)

@@ -105,6 +105,15 @@ Steps (the first key decides):
                               for its answer; logs event fs_answer (id, result or error)
   {"write_file": {"path", "content"}}
                               write a file (relative paths: against the session cwd)
+  {"client": {"method", "params"}, "id": "c1"}
+                              send a request to the client (terminal/*, fs/*), do not wait;
+                              sessionId is added to params; a string param "$c0.key" is
+                              replaced by the result's key of earlier request c0 (a
+                              terminalId). Each answer is logged as event client_result
+                              (id, method, result or error)
+  {"client_await": ["c1", ...]}
+                              wait for those answers (a cancel does not interrupt it: an
+                              agent waiting on a command waits for it)
   {"mcp_connect": {...}}      start the session's first mcpServers entry (stdio only)
                               and do the MCP handshake; {"session": s} replaces the
                               --session it is given (to test a refusal: logs event
@@ -365,6 +374,11 @@ class Turn:
             for handle in [value] if isinstance(value, str) else list(value):
                 if a.mcp.wait(a.mcp_calls[handle], lambda: cancellable and self.cancelled) is None:
                     raise TurnCancelled
+        elif kind == "client":
+            a.client_request(sid, str(step.get("id") or f"c{a.next_request_id}"), value)
+        elif kind == "client_await":
+            handles = [value] if isinstance(value, str) else list(value)
+            self.wait_for(lambda: all(a.client_answered(h) for h in handles), cancellable=False)
         elif kind == "fs":
             params = {k: v for k, v in value.items() if k != "method"}
             params.setdefault("sessionId", sid)
@@ -441,6 +455,8 @@ class ScriptedAgent:
         # (sessionId, permission handle) -> {"rpc_id", "options", "answered", "outcome", "kind"}
         self.permissions: dict[tuple[str, str], dict[str, Any]] = {}
         self.permission_by_rpc_id: dict[int, tuple[str, str]] = {}
+        self.client_by_rpc_id: dict[int, str] = {}  # requests to the client (terminal/*, fs/*) → handle
+        self.client_results: dict[str, dict[str, Any]] = {}  # handle → {"result"} or {"error"}
         self.client_requests: dict[int, str] = {}  # rpc id → the "fs" step's handle
         self.client_answers: dict[str, dict[str, Any]] = {}  # handle → the answer frame
         login_file = (scenario.get("auth_required") or {}).get("login_file")
@@ -513,6 +529,23 @@ class ScriptedAgent:
         self.send({"jsonrpc": "2.0", "id": rpc_id, "method": "session/request_permission", "params": params})
         return handle
 
+    def client_request(self, session_id: str, handle: str, spec: dict[str, Any]) -> None:
+        params = {"sessionId": session_id}
+        for key, value in (spec.get("params") or {}).items():
+            if isinstance(value, str) and value.startswith("$") and "." in value:
+                ref, field = value[1:].split(".", 1)
+                with self.cond:
+                    value = (self.client_results.get(ref) or {}).get("result", {}).get(field)
+            params[key] = value
+        with self.cond:
+            rpc_id = self.next_request_id
+            self.next_request_id += 1
+            self.client_by_rpc_id[rpc_id] = handle
+        self.send({"jsonrpc": "2.0", "id": rpc_id, "method": spec["method"], "params": params})
+
+    def client_answered(self, handle: str) -> bool:
+        return handle in self.client_results
+
     def permission_answered(self, session_id: str, handle: str) -> bool:
         entry = self.permissions.get((session_id, handle))
         return bool(entry and entry["answered"])
@@ -529,10 +562,18 @@ class ScriptedAgent:
 
     def on_response(self, frame: dict[str, Any]) -> None:
         with self.cond:
+            client = self.client_by_rpc_id.pop(frame.get("id"), None)  # type: ignore[arg-type]
+            if client is not None:
+                answer = {k: frame[k] for k in ("result", "error") if k in frame}
+                self.client_results[client] = answer
+                self.cond.notify_all()
             fs_handle = self.client_requests.pop(frame.get("id"), None)  # type: ignore[arg-type]
             if fs_handle is not None:
                 self.client_answers[fs_handle] = frame
                 self.cond.notify_all()
+        if client is not None:
+            self.log_event("client_result", id=client, **answer)
+            return
         if fs_handle is not None:
             self.log_event("fs_answer", id=fs_handle, result=frame.get("result"), error=frame.get("error"))
             return

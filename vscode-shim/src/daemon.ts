@@ -210,6 +210,14 @@ export class DaemonClient {
 		});
 	}
 
+	/** Sends the daemon a notification if it runs (never starts it: with no daemon there is
+	 *  nothing to tell). */
+	notify(method: string, params: unknown): void {
+		if (this.running && !this.running.dead) {
+			this.running.conn.notify(method, params);
+		}
+	}
+
 	/** Serves the daemon's request `method` (one handler a method) until disposed. */
 	onRequest(method: string, handler: ClientRequestHandler): vscode.Disposable {
 		this.requestHandlers.set(method, handler);

@@ -16,6 +16,7 @@ import { readTextFile, writeTextFile } from './files';
 import { manageAgents, ManageDeps, offerUpdates } from './manage';
 import { LmBridgeProvider } from './provider';
 import type { Fetch } from './registry';
+import { TerminalMirror } from './terminals';
 import { AGENT_ACTION_TOOLS, InitializeParams, Method, PROTOCOL_VERSION } from './wire';
 
 export const VENDOR = 'lmbridge';
@@ -68,7 +69,7 @@ export function initializeParams(version: string, current: Settings = settings()
 		workspaceFolders: folders,
 		userTurns: current.userTurns,
 		// What this extension serves of the daemon's client/* requests and notifications (registered in activate).
-		clientCapabilities: { fs: true, sessionState: true },
+		clientCapabilities: { fs: true, terminal: true, sessionState: true },
 	};
 	if (current.agents.length > 0) {
 		params.agents = current.agents;
@@ -125,6 +126,8 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		clickCommand: COMMANDS.controls,
 	});
 	const tool = new AgentActionTool();
+	// Commands the daemon runs for agents, mirrored in VS Code terminals (terminals.ts).
+	const terminals = new TerminalMirror(terminalId => daemon.notify(Method.terminalKilled, { terminalId }), log);
 	const openSettings = () => vscode.commands.executeCommand('workbench.action.openSettings', `@ext:${context.extension?.id ?? 'lmbridge.lmbridge'}`);
 
 	const manageDeps: ManageDeps = {
@@ -145,6 +148,10 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		vscode.commands.registerCommand(COMMANDS.manage, () => manageAgents(manageDeps)),
 		daemon.onRequest(Method.readTextFile, readTextFile),
 		daemon.onRequest(Method.writeTextFile, writeTextFile),
+		terminals,
+		daemon.onRequest(Method.terminalOpen, params => terminals.open(params)),
+		daemon.onNotification(Method.terminalOutput, params => terminals.output(params)),
+		daemon.onNotification(Method.terminalExit, params => terminals.exit(params)),
 		daemon.onNotification(Method.sessionState, params => controls.onState(params)),
 		vscode.commands.registerCommand(COMMANDS.showLogs, () => log.show()),
 		controls,

@@ -54,6 +54,13 @@ export const Method = {
 	readTextFile: 'client/readTextFile',
 	/** Request daemon → shim: a file's new text, applied as a WorkspaceEdit and saved. */
 	writeTextFile: 'client/writeTextFile',
+	/** Request daemon → shim: mirror a command lmbridge runs for an agent in a VS Code terminal. */
+	terminalOpen: 'client/terminal/open',
+	/** Notifications daemon → shim: that command's output, then its end. */
+	terminalOutput: 'client/terminal/output',
+	terminalExit: 'client/terminal/exit',
+	/** Notification shim → daemon: the user closed (or Ctrl+C'd) that terminal: kill the command. */
+	terminalKilled: '$/terminalKilled',
 } as const;
 
 // ---------------------------------------------------------------- shapes

@@ -47,6 +47,7 @@ from anyio.abc import TaskGroup
 from lmbridge import __version__
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, EventSink, Incoming, Response
 from lmbridge.acp.session import new_session
+from lmbridge.acp.terminals import TerminalHost
 from lmbridge.core import auth, permissions, profiles
 from lmbridge.core.messages import AgentSpec
 from lmbridge.core.session_state import STATE_KINDS
@@ -130,6 +131,22 @@ class AgentFeatures:
             auth_methods=auth.methods(methods) if isinstance(methods, list) else (),
             profile=profiles.profile_of(_object(init.get("agentInfo")).get("name")),
         )
+
+
+def client_capabilities(*, terminal: bool) -> dict[str, Any]:
+    """``initialize``'s ``clientCapabilities``: what lmbridge serves an agent (docs/agents.md).
+    ``terminal``: ``terminal/*`` is served (``acp.terminals``). ``_meta.terminal_output``:
+    a command's output may come as ``_meta.terminal_output`` on its tool call's updates
+    (codex-acp streams it; claude-agent-acp sends it once the command has ended): the
+    answer shows it as it comes (``core.live``). ``fs``: ``fs/read_text_file`` and
+    ``fs/write_text_file`` are served (``acp.files``). ``auth.terminal``: agents list the login
+    they run in a terminal (``core.auth``)."""
+    return {
+        "fs": {"readTextFile": True, "writeTextFile": True},  # served by the session actor (acp/files.py: through VS Code, else disk)
+        "terminal": terminal,
+        "auth": {"terminal": True},
+        "_meta": {"terminal_output": True},
+    }
 
 
 @dataclass(frozen=True)
@@ -226,9 +243,7 @@ class AgentProcess:
                             "initialize",
                             {
                                 "protocolVersion": 1,
-                                # auth.terminal: agents list the login they run in a terminal (auth.py).
-                                # fs: served by the session actor (acp/files.py: through VS Code, else disk).
-                                "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False, "auth": {"terminal": True}},
+                                "clientCapabilities": client_capabilities(terminal=pool.terminals is not None),
                                 "clientInfo": {"name": "lmbridge", "version": __version__},
                             },
                         )
@@ -491,8 +506,9 @@ class AgentPool:
 
     def __init__(
         self, idle: float = 1800.0, launcher: Any = None, recorder: Any = None, *, spares: bool = False, mcp_host: Any = None,
-        on_ready: Callable[[str, AgentFeatures], None] = lambda agent_id, caps: None,
+        on_ready: Callable[[str, AgentFeatures], None] = lambda agent_id, caps: None, terminals: TerminalHost | None = None,
     ) -> None:
+        self.terminals = terminals  # terminal/* served to the agents (acp.terminals); None: not offered
         self.idle = idle
         self.on_ready = on_ready  # told each process's capabilities once it is initialized
         self.launcher = launcher or AgentConnection.spawn

@@ -476,6 +476,7 @@ TABLE: tuple[Row, ...] = (
     _row(_S.STREAMING, PromptEnded, "failed", _S.CLOSED, "end_the_turn"),
     _row(_S.STREAMING, PromptEnded, "current", _S.IDLE, "end_the_turn"),
     _row(_S.AWAITING, PromptEnded, "current", _S.ENDED, "hold_the_end"),
+    _row(_S.DRAINING, PromptEnded, "left_a_command", _S.RENEWING, "close_and_take_up"),
     _row(_S.DRAINING, PromptEnded, "current", _S.IDLE, "drained"),
     _row(_S.CLOSING, PromptEnded, "current", _S.CLOSING_ENDED, "drained"),
     # Timers.
@@ -526,6 +527,8 @@ class Renderer(Protocol):
     def known(self, tool_call_id: object) -> Mapping[str, Any] | None: ...
     def permission_tool(self, raw: Any) -> list[Part]: ...
     def declined(self, tool_call_id: object) -> None: ...
+    def pause(self) -> list[Part]: ...
+    def left_running(self) -> bool: ...
     def close(self) -> list[Part]: ...
 
 
@@ -590,6 +593,7 @@ class TurnMachine:
         self.cancelled_prompt: int | None = None  # the prompt last cancelled: the one after it is watched
         self.output = 0  # parts of the agent's output the open prompt showed
         self.whole = False  # the ACP session has seen none of the chat: the next prompt tells it all
+        self.command_left = False  # the stopped turn left a command of the agent's running (Renderer.left_running)
         self.unsent: tuple[Any, ...] = ()  # messages of requests stopped before the agent saw them
         self.generation = 0  # gather windows
         self.starts = 0  # agent starts (the notice timer's tag)
@@ -691,6 +695,11 @@ class TurnMachine:
 
     def _if_current(self, ev: PromptEnded | SessionClosed) -> bool:
         return ev.seq == self.prompt_seq
+
+    def _if_left_a_command(self, ev: PromptEnded) -> bool:
+        """The cancelled turn ended, but a command it ran may run on (codex-acp: only
+        ``session/close`` ends it; ``Renderer.left_running``)."""
+        return ev.seq == self.prompt_seq and self.command_left
 
     def _first_after_a_cancel(self) -> bool:
         return self.job is not None and self.job.has_prompt and self.cancelled_prompt is not None and self.prompt_seq == self.cancelled_prompt + 1
@@ -820,6 +829,7 @@ class TurnMachine:
         for call_id in list(self.calls):
             self._answer(call_id, Answer.CANCELLED, None)
         self.kept.clear()
+        self.command_left = self.command_left or (self.state.phase in (Phase.STREAMING, Phase.AWAITING) and self.renderer.left_running())
         self.renderer.close()
         self.held = None
 
@@ -993,10 +1003,20 @@ class TurnMachine:
         # Still open after the close: that session is left for good (its late output and
         # answer are for a session this chat no longer has). A fresh one is told the conversation.
         self.whole = True
+        self.command_left = False  # closing the session ended it
         self._fx.append(Log("warning", "cancelled turn still open after its session was closed: a fresh session", {"agent": self.agent}))
         self._fx.append(NewSession("a cancelled turn did not end", take_up=False, close=False))
 
+    def _do_close_and_take_up(self, ev: PromptEnded) -> None:
+        # The agent ended the cancelled turn but not the command it ran (codex-acp: docs/agents.md,
+        # "A command's output, and terminals"): closing the session ends it; then it is taken up.
+        self._do_drained(ev)
+        self.command_left = False
+        self._fx.append(Log("info", "a cancelled turn left a command running: its session is closed and taken up", {"agent": self.agent}))
+        self._fx.append(NewSession("a cancelled turn left a command running", take_up=True, close=True))
+
     def _do_take_up_again(self, _: SessionClosed) -> None:
+        self.command_left = False  # closing the session ended it
         # It ended (the close ended it, or it ended late): the session can be taken up
         # again, with the agent's own memory of the chat.
         self._fx.append(NewSession("a cancelled turn ended only once its session was closed", take_up=True, close=False))
@@ -1091,6 +1111,8 @@ class TurnMachine:
             # neither text nor a tool call: say what happened instead.
             declined = any(a in (Answer.REJECT, Answer.DECLINED) for a in job.answers.values())
             self._say(present.EmptyAnswer(self.agent, declined))
+        for part in self.renderer.pause():  # the response must not end inside a command's output block
+            self._emit(part)
         self.job = None
         self._fx.append(StopTimer(Timer.GATHER))
         self._fx.append(Finish(job.id, stop_reason, last, pending))

@@ -14,13 +14,11 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from lmbridge.core import session_state
 from lmbridge.core.agent_models import split_model_id
 from lmbridge.core.messages import ChatResponseParams, MessageCache
 from lmbridge.daemon.catalog import Catalog
-from lmbridge.daemon.methods import AGENT_FAILED, SHUTTING_DOWN, UNKNOWN_MODEL, Call, Error, Settings, Success, invalid, invalid_params
+from lmbridge.daemon.methods import AGENT_FAILED, SHUTTING_DOWN, UNKNOWN_MODEL, Call, Error, InvalidParams, Settings, Success, invalid_params, validated
 from lmbridge.daemon.stdio import StdoutWriter
 from lmbridge.log import get_logger
 
@@ -43,6 +41,7 @@ class Router:
         self,
         out: StdoutWriter,
         catalog: Catalog,
+        settings: Settings,
         history: Callable[[], Awaitable[HistoryActor]],
         *,
         closing: Callable[[], bool],
@@ -54,12 +53,12 @@ class Router:
         self.started: HistoryActor | None = None  # the history actor, once a chat started it
         # Model id → VS Code's model configuration last sent with it (what changed is the user's choice).
         self.configurations: dict[str, dict[str, Any]] = {}
-        self.settings = Settings()
+        self.settings = settings  # initialize's (methods.Methods writes it; read here)
         self.history = history
         self.closing = closing
         self.message_cache = MessageCache()  # chat histories come again with every request
-        # By id(Call): the chats handed to the history actor, until answered (``cancel``).
-        self.begun: dict[int, tuple[HistoryActor, ChatRequest]] = {}
+        # The chats handed to the history actor, until answered (``cancel``).
+        self.begun: dict[Call, tuple[HistoryActor, ChatRequest]] = {}
 
     @property
     def cwd(self) -> str:
@@ -71,11 +70,11 @@ class Router:
         try:
             messages = self.message_cache.messages(params.get("messages"))
             if messages is None:  # not valid: validate it all, for the error
-                p = ChatResponseParams.model_validate(params)
-            else:
-                p = ChatResponseParams.model_validate({**params, "messages": []}).model_copy(update={"messages": messages})
-        except ValidationError as exc:
-            return invalid(exc)
+                p = validated(ChatResponseParams, params)
+            else:  # the history comes again with every request: its messages are validated once (MessageCache)
+                p = validated(ChatResponseParams, {**params, "messages": []}).model_copy(update={"messages": messages})
+        except InvalidParams as exc:
+            return invalid_params(exc)
         agents = self.catalog.agents
         found = split_model_id(p.modelId, agents)
         spec = agents.get(found[0]) if found is not None else None
@@ -106,7 +105,7 @@ class Router:
             model=found[1] if found else None, configuration=configuration, picked=picked, request_id=call.id, report=self._report(p.modelId),
         )  # fmt: skip
         ticket = history.begin(request)
-        self.begun[id(call)] = (history, request)
+        self.begun[call] = (history, request)
         if call.answered:  # cancelled before it reached the history actor: its end is recorded all the same
             history.stop(request)
         try:
@@ -122,7 +121,7 @@ class Router:
                 return Success({"stopReason": "cancelled"})  # already sent; the dispatcher drops this copy
             return Error(AGENT_FAILED, str(exc))
         finally:
-            del self.begun[id(call)]
+            del self.begun[call]
         if call.scope.cancel_called:
             return Success({"stopReason": "cancelled"})  # already sent; the dispatcher drops this copy
         if job.error is not None:
@@ -153,8 +152,8 @@ class Router:
         cancelled (nothing more is sent for it) and, once it reached the history actor, it is
         stopped there at once, before any request read after it is classified."""
         call.scope.cancel()
-        if id(call) in self.begun:
-            history, request = self.begun[id(call)]
+        if call in self.begun:
+            history, request = self.begun[call]
             history.stop(request)
 
 

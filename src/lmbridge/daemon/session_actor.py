@@ -33,6 +33,7 @@ from lmbridge.acp import files as acp_files
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentUnavailable, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
+from lmbridge.acp.terminals import TerminalError, Terminals
 from lmbridge.core import auth, paths, permissions, session_state, turn
 from lmbridge.core.history import Decision, Fingerprint, Last, Pending, conversation, squeezed
 from lmbridge.core.jobs import JobInfo
@@ -320,6 +321,7 @@ class SessionActor:
         self._asked: dict[Any, Any] = {}
         self._may_write: list[str] = []
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
+        self.terminals: Terminals | None = None  # terminal/* served to the agent (acp.terminals), from run() on
 
     def _renderer(self) -> TurnRenderer:
         return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id), self.process.caps.profile)
@@ -371,6 +373,10 @@ class SessionActor:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._writer)
+            if self.pool.terminals is not None:
+                # Each command's output and exit come back on the mailbox as updates (in order
+                # with the agent's), rendered live under its tool call (core.present).
+                self.terminals = self.pool.terminals.session(self.cwd, self._terminal_update, tg)
             try:
                 async for msg in self._mailbox:
                     # Everything already queued is handled before the next await on
@@ -430,8 +436,12 @@ class SessionActor:
             else:
                 event = turn.PromptEnded(seq, stop_reason=_object(msg.result).get("stopReason"))
         elif isinstance(msg, Job):
-            if self.acp.conn is not None and not self.acp.conn.alive:
-                await self._handle(AgentGone(self.acp.conn))  # it died just before this job came: that first
+            conn = self.acp.conn
+            if conn is not None and (not conn.alive or conn.exit_reason is not None):
+                # It died, or is being stopped (found stuck, stopped reading: its exit is
+                # not reaped yet), just before this job came: that first, so the job starts
+                # on a new process instead of failing with the old one's end.
+                await self._handle(AgentGone(conn))
             self._job_ids += 1
             msg.id = self._job_ids
             self.jobs[msg.id] = msg
@@ -513,8 +523,16 @@ class SessionActor:
         elif rid is not None and msg.method in acp_files.METHODS:
             assert self._tg is not None
             self._tg.start_soon(self._serve_file, rid, msg.method, params)
+        elif rid is not None and msg.method.startswith("terminal/") and self.terminals is not None:
+            if params.get("sessionId") != self.acp_session:
+                self._respond(rid, error={"code": -32002, "message": f"{msg.method}: not a session of this client"})
+            elif msg.method == "terminal/create" and not self.machine.prompt_open:
+                # Commands run for a prompt turn only: never for a session between turns.
+                self._respond(rid, error={"code": -32000, "message": "terminal/create: no prompt turn is open in this session"})
+            else:
+                assert self._tg is not None
+                self._tg.start_soon(self._terminal, rid, msg.method, params)
         elif rid is not None:
-            # terminal/* is not offered in clientCapabilities.
             self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
         else:
             log.info("agent notification ignored", method=msg.method)
@@ -546,6 +564,8 @@ class SessionActor:
                 self._resolve_tool(fx)
             elif isinstance(fx, turn.SendCancel):
                 self._out.send_nowait(self.acp.cancel())
+                if self.terminals is not None:
+                    self.terminals.kill_running()  # a Stop ends the commands it runs too
             elif isinstance(fx, turn.StartAgent):
                 self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
             elif isinstance(fx, turn.NewSession):
@@ -954,12 +974,36 @@ class SessionActor:
 
     # -- stopping --------------------------------------------------------------------
 
+    async def _terminal(self, rid: int | str, method: str, params: dict[str, Any]) -> None:
+        """Serve one ``terminal/*`` request (``acp.terminals``) and queue its answer."""
+        assert self.terminals is not None
+        result: Any = None
+        error: dict[str, Any] | None = None
+        try:
+            result = await self.terminals.handle(method, params)
+        except TerminalError as exc:
+            error = exc.error()
+        try:
+            self._respond(rid, result, error=error)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the session has ended: the agent is being left
+
+    def _terminal_update(self, raw: dict[str, Any]) -> None:
+        """A terminal's output or exit (``core.present.TERMINAL_UPDATE``) to the mailbox."""
+        try:
+            self._send.send_nowait(turn.Update(raw))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the actor has ended
+
     async def _stop_agent(self) -> None:
         """Leave the agent: the ACP session closed where offered, the MCP endpoint removed,
-        every VS Code tool call still waiting given an error result. The process is the
-        pool's (it exits once idle). Runs shielded, after the machine's last answers."""
+        every VS Code tool call still waiting given an error result, every terminal killed.
+        The process is the pool's (it exits once idle). Runs shielded, after the machine's
+        last answers."""
         if self._starting is not None:
             self._starting.cancel()
+        if self.terminals is not None:
+            await self.terminals.aclose()
         for scope in self._timers.values():
             scope.cancel()
         for call_id in list(self.tool_calls):
