@@ -11,6 +11,7 @@ and no agent process outlives it (``daemon`` fixture).
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -379,3 +380,25 @@ async def test_malformed_starts_are_each_answered_once_naming_the_agent(daemon: 
     for huge in ("start-huge-valid", "start-valid-huge"):
         assert all("longer than lmbridge's limit" in said for said in outcome[huge]), (huge, outcome[huge])
     assert all("the agent's own reason" in said for said in outcome["start-error-valid"] + outcome["start-valid-error"]), outcome
+
+
+async def test_terminals_that_print_without_end_never_exit_and_are_never_released(daemon: Any, hostile: Any) -> None:
+    """4 MB of a command's output as ``_meta.terminal_output`` that never ends, and three
+    commands through ``terminal/create`` never released (one printing without end, two
+    never exiting): the answer stays bounded (each command's block at most
+    ``live.HEAD + live.TAIL``), every request is answered once, and the commands die with
+    the daemon (``bridge``: no process outlives it)."""
+    from lmbridge.core.live import HEAD, TAIL
+
+    agent = hostile("terminals", "--long-mb", "4")
+    async with bridge(daemon, agent) as client:
+        call = await chat(client, agent, [user("run things")])
+        assert call.error is None and "survived" in text_of(call), call.error
+        terminals = [e for e in agent.entries() if e.get("event") == "terminal"]
+        assert len(terminals) == 3 and all(str(e["terminalId"]).startswith("term-") for e in terminals), terminals
+        marker = terminals[0]["marker"]
+        running = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+        assert running.count(marker) >= 3  # still running after the turn: released by nobody
+    agent.check_requests_answered_once()
+    assert len(text_of(call).encode()) < 2 * (HEAD + TAIL) + 4096  # 4 MB in, two bounded blocks out
+    assert marker not in subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout

@@ -314,3 +314,52 @@ def test_classify_never_fails_and_a_call_is_what_jsonrpcserver_accepts(value: An
         assert validate_request(value) is value
     if isinstance(got, Invalid):
         assert got.code in (-32600, -32601) and (got.id is None or isinstance(got.id, str | int | float))
+
+
+async def test_the_daemon_answers_an_over_long_request_on_stdin_by_its_head() -> None:
+    """A stdin line past the limit is dropped as it streamed (``Overlong``); a request whose
+    start shows a usable id gets -32600 with it, a notification nothing."""
+    from lmbridge.daemon.stdio import StdioReader, Stdout, StdoutWriter
+    from lmbridge.rpc.framing import Overlong
+
+    class Methods:
+        def known(self, method: str) -> bool:
+            return True
+
+        def in_flight(self, rid: Any) -> bool:
+            return False
+
+        async def dispatch(self, request: dict[str, Any]) -> None:
+            raise AssertionError("nothing of a dropped line is dispatched")
+
+    written: list[bytes] = []
+    out = StdoutWriter()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(out.run, Stdout(written.append))
+            reader = StdioReader(Methods(), out, tg, lambda frame: False)
+            reader.start(Overlong(300_000_000, b'{"jsonrpc":"2.0","id":5,"method":"lm/provideLanguageModelChatResponse","params":{"modelId"'))
+            reader.start(Overlong(300_000_000, b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{'))
+            reader.start(Overlong(300_000_000, b'{"jsonrpc":"2.0","id":{"a":1},"method":"x","params":{'))
+            await reader.idle(5)
+            await out.drain()
+            tg.cancel_scope.cancel()
+    frames = [json.loads(line) for line in b"".join(written).splitlines()]
+    assert len(frames) == 1 and frames[0]["id"] == 5 and frames[0]["error"]["code"] == -32600
+    assert "lm/provideLanguageModelChatResponse: a line of 300,000,000 bytes, longer than lmbridge's limit" in frames[0]["error"]["message"]
+
+
+def test_a_method_gets_its_params_validated_once_with_the_signature_jsonrpcserver_binds() -> None:
+    """``methods.takes``: jsonrpcserver binds a request's params to the signature it sees,
+    ``(call, **params)``; the method gets the wire model, or the caller -32602 naming the field."""
+    import inspect
+
+    from lmbridge.core.messages import TokenCountParams
+    from lmbridge.daemon.methods import InvalidParams, Methods, validated
+
+    for name in ("initialize", "chat_information", "token_count", "cancel_request"):
+        assert [p.kind for p in inspect.signature(getattr(Methods, name)).parameters.values()][-1] is inspect.Parameter.VAR_KEYWORD, name
+    assert validated(TokenCountParams, {"modelId": "m", "text": "abcd"}).text == "abcd"
+    with pytest.raises(InvalidParams) as caught:
+        validated(TokenCountParams, {"modelId": "m"})
+    assert caught.value.message == "invalid params: text: Field required"

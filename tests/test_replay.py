@@ -269,7 +269,7 @@ def test_redactor_placeholders_are_stable_and_cover_options() -> None:
 def test_a_start_notice_in_a_recording_is_not_expected(tmp_path: Path) -> None:
     """"Starting <agent>…" shows when the recorded agent started slowly: a wall-clock
     artefact, dropped when a recording is loaded (replay shows none)."""
-    from lmbridge.core.turn import is_start_notice, start_notice
+    from lmbridge.core.present import is_start_notice, start_notice
     from lmbridge.devtools.replay import load
 
     assert is_start_notice(start_notice("Claude Code")) and not is_start_notice("_Starting X…_\n\nmore text")

@@ -52,7 +52,7 @@ def test_request_validation_agrees_with_jsonrpcserver_schema() -> None:
     from hypothesis import strategies as st
     from jsonrpcserver.main import default_validator
 
-    from lmbridge.daemon.stdio import validate_request
+    from lmbridge.rpc.jsonrpc import validate_request
 
     values = st.one_of(
         st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=3),

@@ -7,6 +7,7 @@ No I/O, no clock: each test feeds events and reads the effects back.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from lmbridge.core import turn
 from lmbridge.core.history import Last
 from lmbridge.core.permissions import ACTION_TOOL, ACTION_TOOLS, EDIT_TOOL, READ_TOOL, Answer
 from lmbridge.core.present import TurnRenderer
+from lmbridge.core.profiles import CLAUDE, CODEX
 from lmbridge.core.turn import (
     AgentExited,
     CancelJob,
@@ -31,7 +33,9 @@ from lmbridge.core.turn import (
     JobInfo,
     NewJob,
     NewSession,
+    NextJob,
     PermissionAsked,
+    Phase,
     Prompt,
     PromptEnded,
     Ready,
@@ -39,6 +43,7 @@ from lmbridge.core.turn import (
     Respond,
     SendCancel,
     SessionClosed,
+    Shutdown,
     StartAgent,
     StartTimer,
     State,
@@ -96,8 +101,8 @@ class Driver:
         return fx
 
     @property
-    def state(self) -> State:
-        return self.m.state
+    def state(self) -> Phase:
+        return self.m.phase
 
     def timer(self, timer: Timer) -> StartTimer:
         return [e for e in self.log if isinstance(e, StartTimer) and e.timer is timer][-1]
@@ -120,21 +125,21 @@ def fresh() -> Driver:
 def starting() -> Driver:
     d = Driver()
     d(job(1))
-    assert d.state is State.STARTING
+    assert d.state is Phase.STARTING
     return d
 
 
 def streaming() -> Driver:
     d = starting()
     d(Ready())
-    assert d.state is State.STREAMING
+    assert d.state is Phase.STREAMING
     return d
 
 
 def idle() -> Driver:
     d = streaming()
     d(PromptEnded(d.prompt().seq, "end_turn"))
-    assert d.state is State.IDLE
+    assert d.state is Phase.IDLE
     return d
 
 
@@ -142,7 +147,7 @@ def awaiting() -> Driver:
     d = streaming()
     d(ask(7))
     d.fire(Timer.GATHER)
-    assert d.state is State.AWAITING
+    assert d.state is Phase.AWAITING
     return d
 
 
@@ -151,7 +156,7 @@ def held() -> Driver:
     d = awaiting()
     d(chunk("said while waiting"))
     d(PromptEnded(d.prompt().seq, "end_turn"))
-    assert d.state is State.IDLE and d.m.held is not None
+    assert d.state is Phase.IDLE and d.m.held is not None
     return d
 
 
@@ -159,14 +164,28 @@ def held_error() -> Driver:
     """IDLE: the turn failed while no request streamed."""
     d = awaiting()
     d(PromptEnded(d.prompt().seq, None, "model API said no"))
-    assert d.state is State.IDLE and d.m.held is not None
+    assert d.state is Phase.IDLE and d.m.held is not None
     return d
 
 
 def draining() -> Driver:
     d = streaming()
     d(CancelJob(1))
-    assert d.state is State.DRAINING
+    assert d.state is Phase.DRAINING
+    return d
+
+
+def draining_command() -> Driver:
+    """DRAINING: the turn was cancelled while codex-acp ran a command (its profile:
+    ``cancel_leaves_commands``), which has streamed output and not ended."""
+    d = starting()
+    d.m.reset_renderer(TurnRenderer(profile=CODEX))
+    d(Ready())
+    call = {"toolCallId": "call_1", "title": "sleep 60", "kind": "execute", "content": [{"type": "terminal", "terminalId": "call_1"}]}
+    d(Update({"sessionUpdate": "tool_call", "status": "in_progress", **call}))
+    d(Update({"sessionUpdate": "tool_call_update", "toolCallId": "call_1", "_meta": {"terminal_output": {"terminal_id": "call_1", "data": "tick\n"}}}))
+    d(CancelJob(1))
+    assert d.state is Phase.DRAINING
     return d
 
 
@@ -174,7 +193,7 @@ def closing() -> Driver:
     """DRAINING: the cancelled turn outlived its drain deadline; its session is being closed."""
     d = draining()
     fx = d.fire(Timer.DRAIN)
-    assert d.state is State.DRAINING and of(fx, CloseSession) == [CloseSession(d.prompt().seq)]
+    assert d.state is Phase.DRAINING and of(fx, CloseSession) == [CloseSession(d.prompt().seq)]
     return d
 
 
@@ -182,14 +201,14 @@ def closing_ended() -> Driver:
     """DRAINING: ... and the cancelled prompt ended meanwhile (the close ended it)."""
     d = closing()
     d(PromptEnded(d.prompt().seq, "cancelled"))
-    assert d.state is State.DRAINING and not d.m.prompt_open
+    assert d.state is Phase.DRAINING and not d.m.prompt_open
     return d
 
 
 def closed() -> Driver:
     d = streaming()
     d(Close("test"))
-    assert d.state is State.CLOSED
+    assert d.state is Phase.CLOSED
     return d
 
 
@@ -198,7 +217,7 @@ def after_cancel() -> Driver:
     d = draining()
     d(job(2))
     d(PromptEnded(d.prompt().seq, "cancelled"))
-    assert d.state is State.STREAMING and d.m.watch
+    assert d.state is Phase.STREAMING and d.m.watch
     return d
 
 
@@ -208,7 +227,7 @@ def streaming_with_job() -> Driver:
     d = streaming()
     d(job(2))
     d(ask(7))
-    assert d.state is State.STREAMING and [j.id for j in d.m.waiting] == [2]
+    assert d.state is Phase.STREAMING and [j.id for j in d.m.waiting] == [2]
     return d
 
 
@@ -226,6 +245,7 @@ SETUPS: dict[str, Callable[[], Driver]] = {
     "held_error": held_error,
     "streaming_with_job": streaming_with_job,
     "draining": draining,
+    "draining_command": draining_command,
     "closed": closed,
     "after_cancel": after_cancel,
     "closing": closing,
@@ -243,63 +263,64 @@ def _timer(timer: Timer, stale: bool = False) -> Callable[[Driver], Any]:
     return lambda d: TimerFired(timer, d.timer(timer).tag - 1 if stale else d.timer(timer).tag)
 
 
-WALK: list[tuple[str, Callable[[Driver], Any], State]] = [
-    ("fresh", lambda d: job(1), State.STARTING),
-    ("idle", lambda d: job(2), State.STREAMING),
-    ("idle", lambda d: job(2, has_prompt=False), State.IDLE),
-    ("held", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.IDLE),
-    ("held_error", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.CLOSED),
-    ("starting", lambda d: job(2), State.STARTING),
-    ("streaming", lambda d: job(2, has_prompt=False), State.STREAMING),
-    ("streaming", lambda d: job(2, cancel_first=True), State.DRAINING),
-    ("awaiting", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.STREAMING),
-    ("awaiting", lambda d: job(2, cancel_first=True, answers={"call-7": Answer.CANCELLED}), State.DRAINING),
-    ("draining", lambda d: job(2), State.DRAINING),
-    ("idle", lambda d: CancelJob(1), State.IDLE),
-    ("starting", lambda d: CancelJob(1), State.STARTING),
-    ("streaming", lambda d: CancelJob(1), State.DRAINING),
-    ("streaming", lambda d: CancelJob(99), State.STREAMING),
-    ("awaiting", lambda d: CancelJob(1), State.AWAITING),
-    ("draining", lambda d: CancelJob(1), State.DRAINING),
-    ("starting", lambda d: Ready(), State.STREAMING),
-    ("start_cancelled", lambda d: Ready(), State.IDLE),
-    ("starting", lambda d: Ready("boom"), State.CLOSED),
-    ("streaming", _prompt_end(), State.IDLE),
-    ("streaming", lambda d: PromptEnded(d.prompt().seq - 1, "end_turn"), State.STREAMING),
-    ("streaming", _prompt_end(None, "model API said no"), State.CLOSED),
-    ("after_cancel", _prompt_end(None, "HTTP 400"), State.STARTING),
-    ("awaiting", _prompt_end(), State.IDLE),
-    ("streaming_with_job", lambda d: TimerFired(Timer.GATHER, d.timer(Timer.GATHER).tag), State.DRAINING),
-    ("draining", _prompt_end("cancelled"), State.IDLE),
-    ("draining", lambda d: PromptEnded(d.prompt().seq - 1, "end_turn"), State.DRAINING),
-    ("draining_with_job", _prompt_end("cancelled"), State.STREAMING),
-    ("idle", _prompt_end(), State.IDLE),
-    ("held", lambda d: AgentExited("gone"), State.CLOSED),  # a held answer dies with it
-    ("starting", lambda d: PromptEnded(5, "end_turn"), State.STARTING),
-    ("streaming", lambda d: TimerFired(Timer.GATHER, 0), State.STREAMING),  # nothing pending: nothing to end
-    ("awaiting", _timer(Timer.GATHER), State.AWAITING),
-    ("asking", _timer(Timer.GATHER), State.AWAITING),
-    ("draining", _timer(Timer.DRAIN), State.DRAINING),
-    ("draining", _timer(Timer.DRAIN, stale=True), State.DRAINING),
-    ("closing", _prompt_end("cancelled"), State.DRAINING),
-    ("closing", lambda d: SessionClosed(d.prompt().seq), State.STARTING),
-    ("closing_ended", lambda d: SessionClosed(d.prompt().seq), State.STARTING),
-    ("closing", lambda d: SessionClosed(d.prompt().seq - 1), State.DRAINING),
-    ("draining", lambda d: SessionClosed(d.prompt().seq), State.DRAINING),  # none asked
-    ("idle", lambda d: TimerFired(Timer.GATHER, 0), State.IDLE),
-    ("starting", _timer(Timer.NOTICE), State.STARTING),
-    ("closed", lambda d: job(5), State.CLOSED),
-    ("closed", lambda d: Ready(), State.CLOSED),
+WALK: list[tuple[str, Callable[[Driver], Any], Phase]] = [
+    ("fresh", lambda d: job(1), Phase.STARTING),
+    ("idle", lambda d: job(2), Phase.STREAMING),
+    ("idle", lambda d: job(2, has_prompt=False), Phase.IDLE),
+    ("held", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), Phase.IDLE),
+    ("held_error", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), Phase.CLOSED),
+    ("starting", lambda d: job(2), Phase.STARTING),
+    ("streaming", lambda d: job(2, has_prompt=False), Phase.STREAMING),
+    ("streaming", lambda d: job(2, cancel_first=True), Phase.DRAINING),
+    ("awaiting", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), Phase.STREAMING),
+    ("awaiting", lambda d: job(2, cancel_first=True, answers={"call-7": Answer.CANCELLED}), Phase.DRAINING),
+    ("draining", lambda d: job(2), Phase.DRAINING),
+    ("idle", lambda d: CancelJob(1), Phase.IDLE),
+    ("starting", lambda d: CancelJob(1), Phase.STARTING),
+    ("streaming", lambda d: CancelJob(1), Phase.DRAINING),
+    ("streaming", lambda d: CancelJob(99), Phase.STREAMING),
+    ("awaiting", lambda d: CancelJob(1), Phase.AWAITING),
+    ("draining", lambda d: CancelJob(1), Phase.DRAINING),
+    ("starting", lambda d: Ready(), Phase.STREAMING),
+    ("start_cancelled", lambda d: Ready(), Phase.IDLE),
+    ("starting", lambda d: Ready("boom"), Phase.CLOSED),
+    ("streaming", _prompt_end(), Phase.IDLE),
+    ("streaming", lambda d: PromptEnded(d.prompt().seq - 1, "end_turn"), Phase.STREAMING),
+    ("streaming", _prompt_end(None, "model API said no"), Phase.CLOSED),
+    ("after_cancel", _prompt_end(None, "HTTP 400"), Phase.STARTING),
+    ("awaiting", _prompt_end(), Phase.IDLE),
+    ("streaming_with_job", lambda d: TimerFired(Timer.GATHER, d.timer(Timer.GATHER).tag), Phase.DRAINING),
+    ("draining", _prompt_end("cancelled"), Phase.IDLE),
+    ("draining_command", _prompt_end("cancelled"), Phase.STARTING),
+    ("draining", lambda d: PromptEnded(d.prompt().seq - 1, "end_turn"), Phase.DRAINING),
+    ("draining_with_job", _prompt_end("cancelled"), Phase.STREAMING),
+    ("idle", _prompt_end(), Phase.IDLE),
+    ("held", lambda d: AgentExited("gone"), Phase.CLOSED),  # a held answer dies with it
+    ("starting", lambda d: PromptEnded(5, "end_turn"), Phase.STARTING),
+    ("streaming", lambda d: TimerFired(Timer.GATHER, 0), Phase.STREAMING),  # nothing pending: nothing to end
+    ("awaiting", _timer(Timer.GATHER), Phase.AWAITING),
+    ("asking", _timer(Timer.GATHER), Phase.AWAITING),
+    ("draining", _timer(Timer.DRAIN), Phase.DRAINING),
+    ("draining", _timer(Timer.DRAIN, stale=True), Phase.DRAINING),
+    ("closing", _prompt_end("cancelled"), Phase.DRAINING),
+    ("closing", lambda d: SessionClosed(d.prompt().seq), Phase.STARTING),
+    ("closing_ended", lambda d: SessionClosed(d.prompt().seq), Phase.STARTING),
+    ("closing", lambda d: SessionClosed(d.prompt().seq - 1), Phase.DRAINING),
+    ("draining", lambda d: SessionClosed(d.prompt().seq), Phase.DRAINING),  # none asked
+    ("idle", lambda d: TimerFired(Timer.GATHER, 0), Phase.IDLE),
+    ("starting", _timer(Timer.NOTICE), Phase.STARTING),
+    ("closed", lambda d: job(5), Phase.CLOSED),
+    ("closed", lambda d: Ready(), Phase.CLOSED),
 ]
 for name in ("idle", "starting", "streaming", "awaiting"):
-    WALK.append((name, lambda d: SessionClosed(1), State[name.upper()]))  # stale
+    WALK.append((name, lambda d: SessionClosed(1), Phase[name.upper()]))  # stale
 for name in ("idle", "starting", "streaming", "awaiting", "draining"):
     WALK += [
-        (name, lambda d: chunk("x"), State[name.upper()]),
-        (name, lambda d: ask(50), State[name.upper()]),
-        (name, lambda d: ToolInvoked("m1", "vscode_tool", {}), State[name.upper()]),
-        (name, lambda d: AgentExited("gone"), State.IDLE if name == "idle" else State.CLOSED),
-        (name, lambda d: Close("bye"), State.CLOSED),
+        (name, lambda d: chunk("x"), Phase[name.upper()]),
+        (name, lambda d: ask(50), Phase[name.upper()]),
+        (name, lambda d: ToolInvoked("m1", "vscode_tool", {}), Phase[name.upper()]),
+        (name, lambda d: AgentExited("gone"), Phase.IDLE if name == "idle" else Phase.CLOSED),
+        (name, lambda d: Close("bye"), Phase.CLOSED),
     ]
 CLOSED_EVENTS = (
     CancelJob(1),
@@ -313,26 +334,149 @@ CLOSED_EVENTS = (
     Close("x"),
 )
 for event in CLOSED_EVENTS:
-    WALK.append(("closed", lambda d, e=event: e, State.CLOSED))
+    WALK.append(("closed", lambda d, e=event: e, Phase.CLOSED))
 
 
 @pytest.mark.parametrize(("setup", "event", "after"), WALK)
-def test_walk_the_table(setup: str, event: Callable[[Driver], Any], after: State) -> None:
+def test_walk_the_phases(setup: str, event: Callable[[Driver], Any], after: Phase) -> None:
     d = SETUPS[setup]()
     ev = event(d)
     d(ev)
     assert d.state is after
-    assert after in turn.TRANSITIONS[(SETUPS[setup]().state, type(ev))]
 
 
-def test_the_walk_covers_every_row_and_target() -> None:
-    reached: set[tuple[State, type, State]] = set()
-    for setup, event, after in WALK:
-        d = SETUPS[setup]()
-        reached.add((d.state, type(event(d)), after))
-    for (state, kind), targets in turn.TRANSITIONS.items():
-        for target in targets:
-            assert (state, kind, target) in reached, f"row {state.name} + {kind.__name__} → {target.name} never walked"
+def renewing() -> Driver:
+    """RENEWING: the session a cancelled turn outlived was closed; a fresh one is opening."""
+    d = closing()
+    d(job(2))
+    d(SessionClosed(d.prompt().seq))
+    assert d.m.state is State.RENEWING
+    return d
+
+
+SETUPS["renewing"] = renewing
+
+
+def _row(state: State, event: type, guard: str, action: str) -> turn.Row:
+    """The first row (as the machine looks them up) for ``state`` with this event, guard and action."""
+    return [r for r in turn.TABLE if state in r.states and r.event is event and r.guard == guard and r.action == action][0]
+
+
+def _finished(*ends: tuple[int, str]) -> Callable[[Driver, list[Any]], bool]:
+    return lambda d, fx: [(f.job_id, f.stop_reason) for f in of(fx, Finish)] == list(ends)
+
+
+def _failed(job_id: int, message: str) -> Callable[[Driver, list[Any]], bool]:
+    return lambda d, fx: of(fx, Fail) == [Fail(job_id, message)]
+
+
+# Every row of the table: a setup (its state reached by a real path), the event, the row
+# it must go through, and what its action must have done.
+ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[Driver, list[Any]], bool]]] = [
+    ("closed", lambda d: job(5), State.CLOSED, NewJob, "", "refuse_job",
+     _failed(5, "agent 'Demo': its session has just ended; please retry")),
+    ("streaming", lambda d: job(2, cancel_first=True), State.STREAMING, NewJob, "stops_the_turn", "stop_the_turn_and_queue",
+     lambda d, fx: _finished((1, "cancelled"))(d, fx) and SendCancel() in fx and [j.id for j in d.m.waiting] == [2]),
+    ("awaiting", lambda d: job(2, cancel_first=True), State.AWAITING, NewJob, "stops_the_turn", "stop_the_turn_and_queue",
+     lambda d, fx: of(fx, Respond) == [Respond(7, "call-7", CANCELLED)] and SendCancel() in fx),
+    ("held", lambda d: job(2, cancel_first=True), State.ENDED, NewJob, "stops_the_turn", "forget_the_turn_and_queue",
+     lambda d, fx: d.m.held is None and SendCancel() not in fx and of(fx, Prompt) == [Prompt(2, 2)] and "said while waiting" not in texts(fx)),
+    ("draining", lambda d: job(2, cancel_first=True), State.DRAINING, NewJob, "stops_the_turn", "forget_the_turn_and_queue",
+     lambda d, fx: SendCancel() not in fx and [j.id for j in d.m.waiting] == [2]),
+    ("starting", lambda d: job(2), State.STARTING, NewJob, "", "queue", lambda d, fx: fx == [] and [j.id for j in d.m.waiting] == [2]),
+    ("fresh", lambda d: job(1), State.NO_AGENT, NextJob, "", "start_agent",
+     lambda d, fx: of(fx, StartAgent) == [StartAgent(1)] and StartTimer(Timer.NOTICE, 0.5, 1) in fx),
+    ("awaiting", lambda d: job(2), State.AWAITING, NextJob, "cannot_go_on", "stop_the_turn_first",
+     lambda d, fx: SendCancel() in fx and [j.id for j in d.m.waiting] == [2] and not of(fx, Prompt)),
+    ("awaiting", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.AWAITING, NextJob, "", "go_on",
+     lambda d, fx: of(fx, Respond) == [Respond(7, "call-7", ALLOWED)] and not of(fx, Prompt) and d.m.job is not None and d.m.job.id == 2),
+    ("idle", lambda d: job(2), State.IDLE, NextJob, "has_prompt", "prompt", lambda d, fx: of(fx, Prompt) == [Prompt(2, 2)]),
+    ("held", lambda d: job(2), State.ENDED, NextJob, "has_prompt", "prompt", lambda d, fx: of(fx, Prompt) == [Prompt(2, 2)]),
+    ("held_error", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.ENDED, NextJob, "turn_failed", "tell_the_end",
+     _failed(2, "agent 'Demo': model API said no")),
+    ("held", lambda d: job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}), State.ENDED, NextJob, "", "tell_the_end",
+     lambda d, fx: _finished((2, "end_turn"))(d, fx) and "said while waiting" in texts(fx)),
+    ("idle", lambda d: job(2, has_prompt=False), State.IDLE, NextJob, "", "answer_at_once",
+     lambda d, fx: _finished((2, "end_turn"))(d, fx) and texts(fx) == "_Demo ended its turn without a reply._"),
+    ("starting", lambda d: CancelJob(1), State.STARTING, CancelJob, "streams", "cancel_the_start",
+     lambda d, fx: _finished((1, "cancelled"))(d, fx) and StopTimer(Timer.NOTICE) in fx),
+    ("streaming", lambda d: CancelJob(1), State.STREAMING, CancelJob, "streams", "stop",
+     lambda d, fx: _finished((1, "cancelled"))(d, fx) and SendCancel() in fx and StartTimer(Timer.DRAIN, 10.0, 1) in fx),
+    ("draining_with_job", lambda d: CancelJob(2), State.DRAINING, CancelJob, "waits", "unqueue",
+     lambda d, fx: _finished((2, "cancelled"))(d, fx) and not d.m.waiting),
+    ("starting", lambda d: Ready("boom"), State.STARTING, Ready, "failed", "die_at_start",
+     lambda d, fx: _failed(1, "agent 'Demo' failed to start: boom")(d, fx) and of(fx, Died)),
+    ("renewing", lambda d: Ready("refused"), State.RENEWING, Ready, "failed", "die_at_start",
+     lambda d, fx: _failed(2, "agent 'Demo' could not open a new session: refused")(d, fx)),
+    ("starting", lambda d: Ready(lost=True), State.STARTING, Ready, "", "up",
+     lambda d, fx: StopTimer(Timer.NOTICE) in fx and of(fx, Prompt) == [Prompt(1, 1, whole=True)]),
+    ("closed", lambda d: Ready(), State.CLOSED, Ready, "", "nothing", lambda d, fx: fx == []),
+    ("streaming", lambda d: chunk("x"), State.STREAMING, Update, "", "show", lambda d, fx: texts(fx) == "x"),
+    ("awaiting", lambda d: chunk("x"), State.AWAITING, Update, "", "keep", lambda d, fx: fx == [] and d.m.kept.parts == [{"type": "text", "value": "x"}]),
+    ("idle", lambda d: chunk("x"), State.IDLE, Update, "", "drop", lambda d, fx: [e.event for e in of(fx, turn.Log)] == ["output of an ended turn dropped"]),
+    ("streaming", lambda d: ask(50), State.STREAMING, PermissionAsked, "", "route_permission",
+     lambda d, fx: "call-50" in d.m.calls and of(fx, StartTimer)[0].timer is Timer.GATHER),
+    ("idle", lambda d: ask(50), State.IDLE, PermissionAsked, "", "route_permission", lambda d, fx: of(fx, Respond) == [Respond(50, "call-50", CANCELLED)]),
+    ("streaming", lambda d: ToolInvoked("m1", "vscode_tool", {}), State.STREAMING, ToolInvoked, "", "take_tool_call",
+     lambda d, fx: "m1" in d.m.calls and of(fx, StartTimer)[0].timer is Timer.GATHER),
+    ("idle", lambda d: ToolInvoked("m1", "vscode_tool", {}), State.IDLE, ToolInvoked, "", "refuse_tool_call",
+     lambda d, fx: of(fx, ResolveTool) == [ResolveTool("m1", Answer.CANCELLED)]),
+    ("after_cancel", _prompt_end(None, "HTTP 400"), State.STREAMING, PromptEnded, "first_after_a_cancel_failed", "renew_and_retry",
+     lambda d, fx: of(fx, NewSession) == [NewSession("the first turn after a cancel failed")] and not of(fx, Fail | Finish)),
+    ("streaming", _prompt_end(None, "model API said no"), State.STREAMING, PromptEnded, "failed", "end_the_turn",
+     lambda d, fx: _failed(1, "agent 'Demo': model API said no")(d, fx) and of(fx, Died)),
+    ("streaming", _prompt_end(), State.STREAMING, PromptEnded, "current", "end_the_turn",
+     lambda d, fx: of(fx, Finish) == [Finish(1, "end_turn", Last.DONE)]),
+    ("awaiting", _prompt_end(), State.AWAITING, PromptEnded, "current", "hold_the_end",
+     lambda d, fx: d.m.held == PromptEnded(1, "end_turn") and not of(fx, Finish)),
+    ("draining", _prompt_end("cancelled"), State.DRAINING, PromptEnded, "current", "drained", lambda d, fx: StopTimer(Timer.DRAIN) in fx),
+    ("draining_command", _prompt_end("cancelled"), State.DRAINING, PromptEnded, "left_a_command", "close_and_take_up",
+     lambda d, fx: StopTimer(Timer.DRAIN) in fx and of(fx, NewSession) == [NewSession("a cancelled turn left a command running", take_up=True, close=True)]),
+    ("closing", _prompt_end("cancelled"), State.CLOSING, PromptEnded, "current", "drained", lambda d, fx: StopTimer(Timer.DRAIN) in fx),
+    ("asking", _timer(Timer.GATHER), State.STREAMING, TimerFired, "gathered", "show_the_cards",
+     lambda d, fx: of(fx, Finish)[0].stop_reason == "tool_calls" and [e.part["callId"] for e in of(fx, Emit) if e.part["type"] == "tool_call"] == ["call-7"]),
+    ("starting", _timer(Timer.NOTICE), State.STARTING, TimerFired, "still_starting", "say_starting", lambda d, fx: texts(fx) == "_Starting Demo…_\n\n"),
+    ("draining", _timer(Timer.DRAIN), State.DRAINING, TimerFired, "drain_deadline", "close_the_session",
+     lambda d, fx: of(fx, CloseSession) == [CloseSession(1)]),
+    ("closing", lambda d: SessionClosed(d.prompt().seq), State.CLOSING, SessionClosed, "current", "fresh_session",
+     lambda d, fx: of(fx, NewSession) == [NewSession("a cancelled turn did not end", take_up=False, close=False)] and d.m.whole),
+    ("closing_ended", lambda d: SessionClosed(d.prompt().seq), State.CLOSING_ENDED, SessionClosed, "current", "take_up_again",
+     lambda d, fx: of(fx, NewSession) == [NewSession("a cancelled turn ended only once its session was closed", take_up=True, close=False)]),
+    ("idle", lambda d: AgentExited("gone"), State.IDLE, AgentExited, "nothing_waits", "detach", lambda d, fx: of(fx, Detach) == [Detach()] and not of(fx, Fail)),
+    ("streaming", lambda d: AgentExited("gone"), State.STREAMING, AgentExited, "", "die", lambda d, fx: _failed(1, "gone")(d, fx) and of(fx, Died)),
+    ("streaming", lambda d: Close("bye"), State.STREAMING, Close, "", "cancel_and_close",
+     lambda d, fx: SendCancel() in fx and _failed(1, "session closed: bye")(d, fx) and of(fx, Shutdown)),
+    ("starting", lambda d: Close("bye"), State.STARTING, Close, "", "close",
+     lambda d, fx: SendCancel() not in fx and _failed(1, "session closed: bye")(d, fx) and of(fx, Shutdown)),
+]
+
+
+@pytest.mark.parametrize(("setup", "event", "state", "kind", "guard", "action", "check"), ROWS, ids=[f"{r[0]}-{r[4] or 'always'}-{r[5]}" for r in ROWS])
+def test_walk_the_table_row_by_row(
+    setup: str, event: Callable[[Driver], Any], state: State, kind: type, guard: str, action: str, check: Callable[[Driver, list[Any]], bool]
+) -> None:
+    d = SETUPS[setup]()
+    assert d.m.state is state
+    row = _row(state, kind, guard, action)
+    fx = d(event(d))
+    rows = [r for r, _ in d.m.trace]
+    assert row in rows, f"{row} not taken: {[str(r) for r in rows]}"
+    i = rows.index(row)
+    before = d.m.trace[i - 1][1] if i else state
+    assert d.m.trace[i][1] is (row.target or before)
+    assert check(d, fx), fx
+
+
+def test_the_row_walk_covers_every_row() -> None:
+    walked = {_row(state, kind, guard, action) for _, _, state, kind, guard, action, _ in ROWS}
+    for row in turn.TABLE:
+        assert row in walked, f"row {row} never walked"
+
+
+def test_every_row_has_one_next_state_and_the_docs_print_the_table() -> None:
+    assert all(row.target is None or isinstance(row.target, State) for row in turn.TABLE)
+    docs = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert turn.table_text() in docs, "docs/architecture.md does not print the current turn table (turn.table_text())"
 
 
 def test_ready_outside_a_start_is_a_protocol_error() -> None:
@@ -379,7 +523,7 @@ def test_permission_surfaces_with_the_tool_for_its_kind_and_gathers() -> None:
     fx = d2.fire(Timer.GATHER)
     finish = of(fx, Finish)[0]
     assert finish.stop_reason == "tool_calls" and finish.last is Last.PENDING
-    assert [p.call_id for p in finish.pending] == ["call-1", "call-2"] and d2.state is State.AWAITING
+    assert [p.call_id for p in finish.pending] == ["call-1", "call-2"] and d2.state is Phase.AWAITING
 
 
 def test_a_permission_the_agent_drops_by_ending_its_turn_is_never_a_card() -> None:
@@ -420,7 +564,7 @@ def test_a_call_the_user_stopped_is_not_declined() -> None:
     """A Stop answers the card ``cancelled``: nobody declined it (its output is dropped)."""
     d = awaiting()
     d(job(2, has_prompt=True, cancel_first=True))
-    assert d.state is State.DRAINING and d.m.renderer.tools == {}
+    assert d.state is Phase.DRAINING and d.m.renderer.tools == {}
 
 
 def test_answers_allow_only_with_allow_and_never_for_a_cancelled_request() -> None:
@@ -440,10 +584,10 @@ def test_bug1_a_stop_never_ends_the_next_turn() -> None:
     fx = d(PromptEnded(d.prompt().seq, "cancelled"))
     assert StopTimer(Timer.DRAIN) in fx  # the deadline dies with the drain
     d(job(2))
-    assert d.state is State.STREAMING
+    assert d.state is Phase.STREAMING
     d(ask(9))
     assert d(TimerFired(Timer.DRAIN, deadline.tag)) == []  # had it fired anyway: nothing
-    assert d.state is State.STREAMING
+    assert d.state is Phase.STREAMING
     fx = d.fire(Timer.GATHER)
     assert of(fx, Finish)[0].stop_reason == "tool_calls"
     fx = d(job(3, has_prompt=False, answers={"call-9": Answer.ALLOW}))
@@ -457,10 +601,10 @@ def test_a_cancelled_turn_never_ended_is_never_prompted_again_its_session_is_rep
     closed: a fresh session (never taken up) is told the whole conversation."""
     d = closing()
     d(job(2))
-    assert d.state is State.DRAINING and [j.id for j in d.m.waiting] == [2]
+    assert d.state is Phase.DRAINING and [j.id for j in d.m.waiting] == [2]
     d(chunk("OLD output"))  # the stuck turn's output goes nowhere
     fx = d(SessionClosed(d.prompt().seq))
-    assert d.state is State.STARTING and of(fx, NewSession) == [NewSession("a cancelled turn did not end", take_up=False, close=False)]
+    assert d.state is Phase.STARTING and of(fx, NewSession) == [NewSession("a cancelled turn did not end", take_up=False, close=False)]
     stuck = d.prompt().seq
     fx = d(Ready(lost=True))
     (prompt,) = of(fx, Prompt)
@@ -477,7 +621,7 @@ def test_a_cancelled_turn_that_ends_once_its_session_is_closed_is_taken_up_again
     d = closing()
     d(job(2))
     assert not of(d(PromptEnded(d.prompt().seq, "cancelled")), Prompt)
-    assert d.state is State.DRAINING  # not prompted before the close is over
+    assert d.state is Phase.DRAINING  # not prompted before the close is over
     fx = d(SessionClosed(d.prompt().seq))
     assert of(fx, NewSession) == [NewSession("a cancelled turn ended only once its session was closed", take_up=True, close=False)]
     (prompt,) = of(d(Ready()), Prompt)
@@ -505,7 +649,7 @@ def test_a_request_that_stops_the_turn_another_still_streams_ends_that_response(
     fx = d(job(3, has_prompt=False, cancel_first=True))
     assert of(fx, Finish) == [Finish(1, "cancelled", Last.CANCELLED)] and of(fx, SendCancel)
     d(PromptEnded(d.prompt().seq, "cancelled"))
-    assert d.state is State.IDLE and d.m.job is None
+    assert d.state is Phase.IDLE and d.m.job is None
 
 
 @pytest.mark.parametrize("lost", [False, True], ids=["resumed", "fresh"])
@@ -514,9 +658,9 @@ def test_an_agent_gone_between_turns_is_started_again_by_the_next_job(lost: bool
     next request starts the agent again (the actor takes its ACP session up again)."""
     d = idle()
     fx = d(AgentExited("agent 'a' exited with code -9"))
-    assert d.state is State.IDLE and of(fx, Detach) and not of(fx, Fail) and not of(fx, Died)
+    assert d.state is Phase.IDLE and of(fx, Detach) and not of(fx, Fail) and not of(fx, Died)
     fx = d(job(2))
-    assert d.state is State.STARTING and of(fx, StartAgent)
+    assert d.state is Phase.STARTING and of(fx, StartAgent)
     fx = d(Ready(lost=lost))
     assert of(fx, Prompt)[0].whole is lost  # a fresh session is told the conversation
 
@@ -548,7 +692,7 @@ def test_codex_ends_its_turn_cancelled_on_a_reject_and_vs_code_sees_a_finished_a
     assert of(fx, Finish) == [Finish(2, "end_turn", Last.DONE)]
     # The card's tool call, closed as what it was: declined (codex never closes it).
     assert texts(fx).strip() == "✗ **Run ls** (execute) declined"
-    assert of(fx, SendCancel) == [] and d.state is State.IDLE and not d.m.after_cancel  # the next prompt is not watched
+    assert of(fx, SendCancel) == [] and d.state is Phase.IDLE and not d.m.after_cancel  # the next prompt is not watched
 
 
 def test_a_response_never_ends_empty() -> None:
@@ -679,11 +823,11 @@ class TurnInterleavings(RuleBasedStateMachine):
     def _live_tags(self) -> list[tuple[Timer, int]]:
         m = self.d.m
         live = []
-        if m.state is State.STREAMING:
+        if m.phase is Phase.STREAMING:
             live.append((Timer.GATHER, m.generation))
-        if m.state is State.DRAINING:
+        if m.phase is Phase.DRAINING:
             live.append((Timer.DRAIN, m.prompt_seq))
-        if m.state is State.STARTING:
+        if m.phase is Phase.STARTING:
             live.append((Timer.NOTICE, m.starts))
         return live
 
@@ -716,7 +860,7 @@ class TurnInterleavings(RuleBasedStateMachine):
         assert job is not None
         self.feed(CancelJob(job.id))
 
-    @precondition(lambda self: self.d.m.state is State.DRAINING and self.d.m.prompt_open)
+    @precondition(lambda self: self.d.m.phase is Phase.DRAINING and self.d.m.prompt_open)
     @rule()
     def drain_deadline(self) -> None:
         """The live drain deadline fires (the agent has not ended the cancelled turn)."""
@@ -773,14 +917,14 @@ class TurnInterleavings(RuleBasedStateMachine):
 
     @invariant()
     def closed_means_everything_answered(self) -> None:
-        if self.d.state is State.CLOSED:
+        if self.d.state is Phase.CLOSED:
             assert self.ended == set(range(1, self.jobs + 1)), "a job left unanswered at close"
             if not self.exited:
                 unanswered = set(self.asked.values()) - set(self.responded)
                 assert not unanswered, f"permissions left unanswered at close: {unanswered}"
 
     def teardown(self) -> None:
-        if self.d.state is not State.CLOSED:
+        if self.d.state is not Phase.CLOSED:
             self.feed(Close("end of test"))
             self.closed_means_everything_answered()
 
@@ -816,20 +960,20 @@ def test_each_update_kind_in_each_state(setup: str, kind: str) -> None:
     being cancelled or is closed shows none of it, ever; session-level updates are never
     output. Nothing changes the state."""
     d = SETUPS[setup]()
-    before, kept = d.state, len(d.m.buffer)
+    before, kept = d.state, len(d.m.kept.parts)
     fx = d(Update(UPDATES[kind]))
     emitted = [e.part for e in of(fx, Emit)]
     assert d.state is before
-    if kind in OUTPUT and before is State.STREAMING:
+    if kind in OUTPUT and before is Phase.STREAMING:
         assert emitted, f"{kind} while streaming was not shown"
     else:
         assert not emitted, f"{kind} in {before.name} was shown: {emitted}"
-    grew = len(d.m.buffer) > kept
-    assert grew == (kind in OUTPUT and before is State.AWAITING)
-    if before is State.AWAITING and kind in OUTPUT:  # and it reaches the next request of that turn
-        waiting = list(d.m.buffer)
+    grew = len(d.m.kept.parts) > kept
+    assert grew == (kind in OUTPUT and before is Phase.AWAITING)
+    if before is Phase.AWAITING and kind in OUTPUT:  # and it reaches the next request of that turn
+        waiting = list(d.m.kept.parts)
         fx = d(job(9, has_prompt=False, answers={"call-7": Answer.ALLOW}))
-        assert [e.part for e in of(fx, Emit)][: len(waiting)] == waiting and not d.m.buffer
+        assert [e.part for e in of(fx, Emit)][: len(waiting)] == waiting and not d.m.kept.parts
 
 
 def test_a_request_queued_before_a_card_was_shown_stops_it_rather_than_waiting_forever() -> None:
@@ -846,12 +990,66 @@ def test_a_request_queued_before_a_card_was_shown_stops_it_rather_than_waiting_f
     assert of(fx, SendCancel) == [SendCancel()]
     fx = d(PromptEnded(d.prompt().seq, "cancelled"))
     (finish,) = of(fx, Finish)
-    assert finish.job_id == 2 and d.state is State.IDLE
+    assert finish.job_id == 2 and d.state is Phase.IDLE
 
 
 def test_new_words_queued_before_a_card_was_shown_stop_it_then_are_prompted() -> None:
     d = streaming_with_job()  # job 2 has new words
     fx = d.fire(Timer.GATHER)
-    assert of(fx, Respond) == [Respond(7, "call-7", CANCELLED)] and d.state is State.DRAINING
+    assert of(fx, Respond) == [Respond(7, "call-7", CANCELLED)] and d.state is Phase.DRAINING
     d(PromptEnded(d.prompt().seq, "cancelled"))
-    assert d.prompt().job_id == 2 and d.state is State.STREAMING
+    assert d.prompt().job_id == 2 and d.state is Phase.STREAMING
+
+
+# ---------------------------------------------------------------- a command's live output
+
+
+def test_a_cancel_that_leaves_codex_command_running_closes_and_takes_up_its_session() -> None:
+    """codex-acp ends a cancelled turn at once but not its command (only session/close
+    does): the session is closed (ending the command) and taken up again; the next job
+    waits for it, then streams as usual."""
+    d = draining_command()
+    d(job(2))
+    fx = d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert d.state is Phase.STARTING
+    assert of(fx, NewSession) == [NewSession("a cancelled turn left a command running", take_up=True, close=True)]
+    d(Ready())
+    assert d.state is Phase.STREAMING and d.m.job is not None and d.m.job.id == 2
+    assert not d.m.command_left
+
+
+def test_a_cancel_of_an_agent_that_ends_its_commands_keeps_the_session() -> None:
+    """claude-agent-acp kills its command on session/cancel: nothing more to do."""
+    d = starting()
+    d.m.reset_renderer(TurnRenderer(profile=CLAUDE))
+    d(Ready())
+    d(Update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "sleep 60", "kind": "execute", "status": "pending"}))
+    d(CancelJob(1))
+    fx = d(PromptEnded(d.prompt().seq, "cancelled"))
+    assert d.state is Phase.IDLE and not of(fx, NewSession)
+
+
+def test_a_response_never_ends_inside_a_command_output_block() -> None:
+    """A card gathered while a command's output block is open ends the response
+    (``tool_calls``): the block is closed first, so the markdown stays whole."""
+    d = starting()
+    d.m.reset_renderer(TurnRenderer(profile=CODEX))
+    d(Ready())
+    d(Update({"sessionUpdate": "tool_call", "toolCallId": "c", "title": "make", "kind": "execute", "status": "in_progress"}))
+    fx = d(Update({"sessionUpdate": "tool_call_update", "toolCallId": "c", "_meta": {"terminal_output": {"terminal_id": "c", "data": "building\n"}}}))
+    assert texts(fx).endswith("building\n")
+    fx = d(ask(7)) + d.fire(Timer.GATHER)
+    assert of(fx, Finish)[0].stop_reason == "tool_calls"
+    assert texts(fx).startswith("````\n\n")  # closed before the card's call is shown
+    assert texts(d.log).count("````") == 2
+
+
+def test_a_response_ending_while_output_streams_closes_the_block() -> None:
+    """``Renderer.pause`` at a response's end: a block left open is closed."""
+    d = starting()
+    d.m.reset_renderer(TurnRenderer(profile=CODEX))
+    d(Ready())
+    d(Update({"sessionUpdate": "tool_call", "toolCallId": "c", "title": "make", "kind": "execute", "status": "in_progress"}))
+    d(Update({"sessionUpdate": "tool_call_update", "toolCallId": "c", "_meta": {"terminal_output": {"terminal_id": "c", "data": "no newline"}}}))
+    fx = d(PromptEnded(d.prompt().seq, "end_turn"))
+    assert texts(fx).startswith("\n````\n\n") and of(fx, Finish)

@@ -36,6 +36,10 @@ Modes (see ``MODES``):
   bad-ids           requests to the client with ids of every JSON type, unknown methods,
                     responses to requests never sent
   ignore-signals    ignores SIGTERM and EOF on stdin (is killed)
+  terminals         a command's output without end as _meta.terminal_output (--long-mb MB in
+                    64 KiB chunks, never ended), then terminal/create for three commands it
+                    never releases: one printing without end, two that never exit (their pids
+                    in the log, event "terminal"), then "survived"; the prompt is answered
   mix               --frames N frames per prompt drawn (--seed) from all of the above
                     that keep the session alive, then the prompt is answered
   freeze            answers --after N prompts (default 1) "ok", then, in the next one, streams
@@ -254,6 +258,19 @@ def prompt_turn(mode: str, rid: Any, sid: str, rng: random.Random, frames: int) 
         new = old.replace("line 1", "LINE 1")
         update(sid, {"sessionUpdate": "tool_call", "toolCallId": "d1", "title": "edit big.txt", "kind": "edit", "status": "completed",
                      "content": [{"type": "diff", "path": "/tmp/big.txt", "oldText": old, "newText": new}]})
+        text(sid, "survived")
+    elif mode == "terminals":
+        update(sid, {"sessionUpdate": "tool_call", "toolCallId": "run1", "title": "yes", "kind": "execute", "status": "in_progress"})
+        chunk = "y\n" * 32768
+        for _ in range(int(FLOOD["long_mb"] * 16)):
+            update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "run1", "_meta": {"terminal_output": {"terminal_id": "run1", "data": chunk}}})
+        marker = f"hostile-terminal-{os.getpid()}"  # in each command line: a test finds them by it
+        scripts = [f"import sys  # {marker}\nline = 'z' * 1023 + '\\n'\nwhile True: sys.stdout.write(line)", f"import time  # {marker}\ntime.sleep(3600)", f"import time  # {marker}\ntime.sleep(3600)"]
+        keys = [ask("terminal/create", {"sessionId": sid, "command": sys.executable, "args": ["-c", s], "outputByteLimit": 2048}) for s in scripts]
+        for key in keys:
+            answer = wait(key)
+            log(event="terminal", terminalId=answer.get("terminalId") if isinstance(answer, dict) else None, marker=marker)
+        time.sleep(0.5)
         text(sid, "survived")
     elif mode == "bad-ids":
         for bad in ({}, [1], True, None, 1e400):  # ids JSON-RPC cannot answer by

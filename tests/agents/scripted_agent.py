@@ -38,6 +38,10 @@ Scenario JSON (all keys optional)::
                                      (with ignore_cancel: a turn that never ends early)
       "config_options": [...]        configOptions in the session/new, resume and load answers;
                                      session/set_config_option sets one (logged set_config_option)
+      "after_new": [update, ...]     session/update objects sent right after answering session/new,
+                                     before any prompt (claude-agent-acp tells its commands so)
+      "modes": {...}                 ACP modes ({currentModeId, availableModes}) in the same answers;
+                                     session/set_mode sets the session's (logged set_mode)
       "auth_required": {"message": s, "at": "new" | "prompt", "login_file": path}
                                      until signed in, session/new ("new", the default) or every
                                      session/prompt ("prompt") fails -32000 with message s
@@ -101,6 +105,15 @@ Steps (the first key decides):
                               for its answer; logs event fs_answer (id, result or error)
   {"write_file": {"path", "content"}}
                               write a file (relative paths: against the session cwd)
+  {"client": {"method", "params"}, "id": "c1"}
+                              send a request to the client (terminal/*, fs/*), do not wait;
+                              sessionId is added to params; a string param "$c0.key" is
+                              replaced by the result's key of earlier request c0 (a
+                              terminalId). Each answer is logged as event client_result
+                              (id, method, result or error)
+  {"client_await": ["c1", ...]}
+                              wait for those answers (a cancel does not interrupt it: an
+                              agent waiting on a command waits for it)
   {"mcp_connect": {...}}      start the session's first mcpServers entry (stdio only)
                               and do the MCP handshake; {"session": s} replaces the
                               --session it is given (to test a refusal: logs event
@@ -361,6 +374,11 @@ class Turn:
             for handle in [value] if isinstance(value, str) else list(value):
                 if a.mcp.wait(a.mcp_calls[handle], lambda: cancellable and self.cancelled) is None:
                     raise TurnCancelled
+        elif kind == "client":
+            a.client_request(sid, str(step.get("id") or f"c{a.next_request_id}"), value)
+        elif kind == "client_await":
+            handles = [value] if isinstance(value, str) else list(value)
+            self.wait_for(lambda: all(a.client_answered(h) for h in handles), cancellable=False)
         elif kind == "fs":
             params = {k: v for k, v in value.items() if k != "method"}
             params.setdefault("sessionId", sid)
@@ -431,11 +449,14 @@ class ScriptedAgent:
         self.session_prompts: dict[str, int] = {}
         self.session_memory: dict[str, list[str]] = {}  # sessionId → the text of each prompt it got
         self.config_values: dict[str, dict[str, Any]] = {}  # sessionId → configId → value set
+        self.modes: dict[str, Any] = {}  # sessionId → the mode set with session/set_mode
         self.turns: dict[str, list[Turn]] = {}
         self.open_prompts: dict[str, int] = {}  # sessionId → its prompts not answered yet
         # (sessionId, permission handle) -> {"rpc_id", "options", "answered", "outcome", "kind"}
         self.permissions: dict[tuple[str, str], dict[str, Any]] = {}
         self.permission_by_rpc_id: dict[int, tuple[str, str]] = {}
+        self.client_by_rpc_id: dict[int, str] = {}  # requests to the client (terminal/*, fs/*) → handle
+        self.client_results: dict[str, dict[str, Any]] = {}  # handle → {"result"} or {"error"}
         self.client_requests: dict[int, str] = {}  # rpc id → the "fs" step's handle
         self.client_answers: dict[str, dict[str, Any]] = {}  # handle → the answer frame
         login_file = (scenario.get("auth_required") or {}).get("login_file")
@@ -508,6 +529,23 @@ class ScriptedAgent:
         self.send({"jsonrpc": "2.0", "id": rpc_id, "method": "session/request_permission", "params": params})
         return handle
 
+    def client_request(self, session_id: str, handle: str, spec: dict[str, Any]) -> None:
+        params = {"sessionId": session_id}
+        for key, value in (spec.get("params") or {}).items():
+            if isinstance(value, str) and value.startswith("$") and "." in value:
+                ref, field = value[1:].split(".", 1)
+                with self.cond:
+                    value = (self.client_results.get(ref) or {}).get("result", {}).get(field)
+            params[key] = value
+        with self.cond:
+            rpc_id = self.next_request_id
+            self.next_request_id += 1
+            self.client_by_rpc_id[rpc_id] = handle
+        self.send({"jsonrpc": "2.0", "id": rpc_id, "method": spec["method"], "params": params})
+
+    def client_answered(self, handle: str) -> bool:
+        return handle in self.client_results
+
     def permission_answered(self, session_id: str, handle: str) -> bool:
         entry = self.permissions.get((session_id, handle))
         return bool(entry and entry["answered"])
@@ -524,10 +562,18 @@ class ScriptedAgent:
 
     def on_response(self, frame: dict[str, Any]) -> None:
         with self.cond:
+            client = self.client_by_rpc_id.pop(frame.get("id"), None)  # type: ignore[arg-type]
+            if client is not None:
+                answer = {k: frame[k] for k in ("result", "error") if k in frame}
+                self.client_results[client] = answer
+                self.cond.notify_all()
             fs_handle = self.client_requests.pop(frame.get("id"), None)  # type: ignore[arg-type]
             if fs_handle is not None:
                 self.client_answers[fs_handle] = frame
                 self.cond.notify_all()
+        if client is not None:
+            self.log_event("client_result", id=client, **answer)
+            return
         if fs_handle is not None:
             self.log_event("fs_answer", id=fs_handle, result=frame.get("result"), error=frame.get("error"))
             return
@@ -582,6 +628,8 @@ class ScriptedAgent:
                 self.session_mcp[sid] = params.get("mcpServers") or []
             self.log_event("session_new", sessionId=sid, cwd=params.get("cwd"), mcpServers=params.get("mcpServers"))
             self.reply(rid, {"sessionId": sid, **self.config_answer(sid)})
+            for update in self.scenario.get("after_new", []):
+                self.update(sid, update)
         elif method in ("session/resume", "session/load"):
             self.take_up(rid, method, params)
         elif method == "session/close":
@@ -598,6 +646,11 @@ class ScriptedAgent:
             self.config_values.setdefault(sid, {})[config_id] = value
             self.log_event("set_config_option", sessionId=sid, configId=config_id, value=value)
             self.reply(rid, self.config_answer(sid))
+        elif method == "session/set_mode" and "modes" in self.scenario:
+            sid, mode = params.get("sessionId"), params.get("modeId")
+            self.modes[sid] = mode
+            self.log_event("set_mode", sessionId=sid, modeId=mode)
+            self.reply(rid, {})
         elif method == "authenticate":
             self.signed_in = True
             self.log_event("authenticate", methodId=params.get("methodId"))
@@ -654,10 +707,13 @@ class ScriptedAgent:
 
     def config_answer(self, sid: str) -> dict[str, Any]:
         """``{"configOptions": [...]}`` with this session's current values (scenario "config_options")."""
+        out: dict[str, Any] = {}
+        if "modes" in self.scenario:
+            out["modes"] = {**self.scenario["modes"], **({"currentModeId": self.modes[sid]} if sid in self.modes else {})}
         if "config_options" not in self.scenario:
-            return {}
+            return out
         values = self.config_values.get(sid, {})
-        return {"configOptions": [{**o, "currentValue": values.get(o["id"], o.get("currentValue"))} for o in self.scenario["config_options"]]}
+        return {**out, "configOptions": [{**o, "currentValue": values.get(o["id"], o.get("currentValue"))} for o in self.scenario["config_options"]]}
 
     def reply(self, rid: Any, result: Any) -> None:
         self.send({"jsonrpc": "2.0", "id": rid, "result": result})

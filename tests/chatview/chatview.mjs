@@ -30,25 +30,33 @@
 //                 another tool): the session approval of a mode switch never covers a command...
 //   20 run-skip    ...Skip: nothing ran, the agent says so and the chat is idle
 //   21 agent-models the agent's own models in the picker
-//   22 fails-to-start an agent that cannot start: the user reads which and why
-//   23 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
+//   22 controls-agent an agent with modes, commands and usage (tests/agents/scripted_agent.py): once
+//                 its options are learnt, VS Code's configuration button beside the model picker
+//                 shows its mode...
+//   23 plan-mode   ...choosing "Plan Mode" there: the next message sets it on the chat's session
+//                 (session/set_config_option) and the status bar item says "Plan Mode · 1.2k/200k"...
+//   24 usage-item  ...whose tooltip gives the context used, the cost and the agent's commands
+//   25 agent-commands lmbridge: Agent Commands lists them; picking one types //name in the chat...
+//   26 slash-command ...and //compact reaches the agent as its /compact command
+//   27 fails-to-start an agent that cannot start: the user reads which and why
+//   28 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
 //                 message in the chat and, once the daemon reports auth_required, a notification
 //                 with Sign in… and Open Settings
-//   24 sign-in     Sign in… opens a terminal named for the agent running its login command (with
+//   29 sign-in     Sign in… opens a terminal named for the agent running its login command (with
 //                 no login command from the daemon, the test runs it as the user would)...
-//   25 signed-in   ...Enter in that terminal: the login ends, signed in...
-//   26 after-sign-in ...and the next message is answered, nothing restarted
-//   27 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
+//   30 signed-in   ...Enter in that terminal: the login ends, signed in...
+//   31 after-sign-in ...and the next message is answered, nothing restarted
+//   32 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
 //                 (once the daemon lists them; until then "Open Settings" only)...
-//   28 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
+//   33 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
 //                 daemon restarts with it and VS Code lists it among the language models
-//   29 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
+//   34 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
 //                 an npx, a uvx and a binary agent) above the built-in agents...
-//   30 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
+//   35 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
 //                 asks first, saying what it downloads and runs...
-//   31 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
+//   36 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
 //                 added to the user settings; the daemon restarts with it...
-//   32 registry-answer ...and it answers in the chat, picked in the model picker
+//   37 registry-answer ...and it answers in the chat, picked in the model picker
 // CHATVIEW_FIRST_RUN=1 (make chatview-first-run) instead installs the vsix into a fresh profile
 // with no lmbridge on PATH and no daemon setting: the extension builds its private environment
 // from the bundled wheel (pip, from PyPI) under a progress notification; steps 01 installing,
@@ -81,6 +89,21 @@ const draft = path.join(dirs.ws, 'draft.md');
 const record = path.join(OUT, 'daemon-record.jsonl');
 const FIRST_RUN = process.env.CHATVIEW_FIRST_RUN === '1';
 const authToken = path.join(OUT, 'auth-agent-token');
+// An agent with a mode option, slash commands and usage (tests/agents/scripted_agent.py): it tells
+// its commands and usage every turn and answers with what its session was told.
+const controlsScenario = path.join(OUT, 'controls-agent.json');
+const controlsLog = path.join(OUT, 'controls-agent.jsonl');
+fs.writeFileSync(controlsScenario, JSON.stringify({
+	config_options: [{ id: 'mode', name: 'Mode', category: 'mode', type: 'select', currentValue: 'default',
+		options: [{ value: 'default', name: 'Default' }, { value: 'plan', name: 'Plan Mode' }] }],
+	default_turn: [
+		{ update: { sessionUpdate: 'available_commands_update', availableCommands: [
+			{ name: 'compact', description: 'Compact the conversation' }, { name: 'review', description: 'Review the changes', input: { hint: 'what to review' } }] } },
+		{ update: { sessionUpdate: 'usage_update', used: 1200, size: 200000, cost: { amount: 0.42, currency: 'USD' } } },
+		{ recall: 'Got: ' },
+	],
+}));
+const controlsFrames = () => (fs.existsSync(controlsLog) ? fs.readFileSync(controlsLog, 'utf8') : '').split('\n').filter(Boolean).map(l => JSON.parse(l));
 
 let page;
 let current = 'setup';
@@ -269,6 +292,8 @@ fs.writeFileSync(machineSettings, JSON.stringify({
 		'lmbridge.agents': [
 			{ id: 'demo', name: 'lmbridge demo agent', command: path.join(ROOT, '.venv', 'bin', 'lmbridge'), args: ['demo-agent'] },
 			{ id: 'broken', name: 'Broken agent', command: path.join(OUT, 'no-such-agent') },
+			{ id: 'controls', name: 'Scripted controls agent', command: path.join(ROOT, '.venv', 'bin', 'python'),
+				args: [path.join(ROOT, 'tests', 'agents', 'scripted_agent.py'), controlsScenario, '--log', controlsLog] },
 			{ id: 'auth', name: 'Auth agent', command: path.join(ROOT, '.venv', 'bin', 'python'),
 				args: [path.join(ROOT, 'tests', 'chatview', 'auth_agent.py')], env: { AUTH_AGENT_TOKEN: authToken } },
 		],
@@ -521,6 +546,57 @@ try {
 			await send('which model now');
 			await waitForResponseText(/YOU SAID: WHICH MODEL NOW/);
 			await waitForIdle();
+		});
+
+		await step('controls-agent', async () => {
+			await pickModel('Scripted controls agent');
+			await send('hello controls');
+			await waitForResponseText(/Got:/); // the agent answers with what its session was told before
+			await waitForIdle();
+			// Its options learnt (lm/modelsChanged), VS Code shows the mode beside the model picker.
+			await page.locator('.interactive-input-part a.model-picker-config').filter({ visible: true }).first().waitFor({ timeout: WAIT });
+		});
+
+		await step('plan-mode', async () => {
+			await page.locator('.interactive-input-part a.model-picker-config').filter({ visible: true }).first().click();
+			await page.locator('.action-widget [role="menuitemradio"]', { hasText: 'Plan Mode' }).first().click();
+			await page.locator('.interactive-input-part a.model-picker-config', { hasText: 'Plan Mode' }).first().waitFor({ timeout: WAIT });
+			await page.keyboard.press('Escape'); // the menu stays open after a pick
+			await page.locator('.action-widget').filter({ visible: true }).first().waitFor({ state: 'hidden', timeout: WAIT }).catch(() => {});
+			await send('make a plan');
+			await waitForResponseText(/Got: .*hello controls/);
+			await waitForIdle();
+			const sets = controlsFrames().filter(f => f.event === 'set_config_option').map(f => `${f.configId}=${f.value}`);
+			check(sets.includes('mode=plan'), `plan mode was not set on the chat's session: ${JSON.stringify(sets)}`);
+			await page.locator('.statusbar-item', { hasText: 'Plan Mode · 1.2k/200k' }).first().waitFor({ timeout: WAIT });
+		});
+
+		await step('usage-item', async () => {
+			await page.locator('.statusbar-item', { hasText: 'Plan Mode · 1.2k/200k' }).first().hover();
+			const hover = page.locator('.monaco-hover, .workbench-hover').filter({ hasText: 'Context: 1,200 of 200,000 tokens' }).first();
+			await hover.waitFor({ timeout: WAIT });
+			const text = await hover.innerText();
+			check(/Cost: 0\.42 USD/.test(text) && /\/\/compact/.test(text), `the tooltip lacks the cost or the commands: ${JSON.stringify(text.slice(0, 400))}`);
+		});
+
+		await step('agent-commands', async () => {
+			await page.mouse.move(700, 400);
+			await runCommand('lmbridge: Agent Commands');
+			const row = page.locator('.quick-input-list .monaco-list-row', { hasText: '//compact' }).first();
+			await row.waitFor({ timeout: WAIT });
+			const text = await page.locator('.quick-input-list').first().innerText();
+			check(/Compact the conversation/.test(text) && /\/\/review/.test(text), `the commands are not listed: ${JSON.stringify(text.slice(0, 300))}`);
+			await row.click();
+			await page.waitForFunction(`(document.querySelector('.interactive-input-part .monaco-editor .view-lines')?.textContent ?? '').includes('//compact')`, null, { timeout: WAIT });
+		});
+
+		await step('slash-command', async () => {
+			await page.keyboard.type('now');
+			await page.keyboard.press('Enter');
+			await waitForResponseText(/Got: .*make a plan/);
+			await waitForIdle();
+			const prompts = controlsFrames().filter(f => f.method === 'session/prompt').map(f => f.params.prompt[0]?.text);
+			check(prompts.at(-1) === '/compact now', `the agent did not get its /compact command: ${JSON.stringify(prompts.at(-1))}`);
 		});
 
 		await step('fails-to-start', async () => {

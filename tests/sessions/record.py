@@ -247,6 +247,34 @@ async def scripted_tools(path: Path) -> None:
         await tools_chat(run, "tooly")
 
 
+async def scripted_terminal(path: Path) -> None:
+    """The scripted agent runs a command through lmbridge (``terminal/create``, then
+    ``wait_for_exit``, ``output``, ``release``): its output streams into the answer as
+    one block, its exit code after it."""
+    scratch = Path(tempfile.mkdtemp(prefix="lmbridge-rec-"))
+    scenario = scratch / "scenario.json"
+    turn = [
+        {"tool_call": {"toolCallId": "t1", "title": "Count to three", "kind": "execute", "status": "in_progress"}},
+        {"client": {"method": "terminal/create", "params": {"command": "/bin/sh", "args": ["-c", "echo one; echo two; echo three; exit 3"],
+                                                               "cwd": "/", "outputByteLimit": 1000}}, "id": "c1"},  # a cwd that replays anywhere
+        {"client_await": "c1"},
+        {"client": {"method": "terminal/wait_for_exit", "params": {"terminalId": "$c1.terminalId"}}, "id": "c2"},
+        {"client_await": "c2"},
+        {"client": {"method": "terminal/output", "params": {"terminalId": "$c1.terminalId"}}, "id": "c3"},
+        {"client_await": "c3"},
+        {"client": {"method": "terminal/release", "params": {"terminalId": "$c1.terminalId"}}, "id": "c4"},
+        {"client_await": "c4"},
+        {"tool_call_update": {"toolCallId": "t1", "status": "failed", "content": [{"type": "terminal", "terminalId": "term-1"}]}},
+        {"text": "It counted, then failed."},
+    ]
+    scenario.write_text(json.dumps({"turns": [turn]}))
+    spec = {"id": "termy", "command": sys.executable, "args": [str(SCRIPTED_AGENT), str(scenario)]}
+    async with recording(path, [spec], scratch=scratch) as run:
+        call = await chat(run, "termy", [user("Count to three.")], "end_turn")
+        text = "".join(p["value"] for p in call.parts if p["type"] == "text")
+        assert "one\ntwo\nthree\n" in text and "exit code 3" in text, text
+
+
 # ---------------------------------------------------------------- claude-agent-acp
 
 
@@ -354,6 +382,7 @@ SCENARIOS: dict[str, tuple[str, Scenario, Callable[[], str | None] | None]] = {
     "claude-stop": ("claude-agent-acp: Bash command, Stop, then a new message", claude_stop, claude_available),
     "claude-cancel": ("claude-agent-acp: cancel mid-stream, then continue", claude_cancel, claude_available),
     "tools-scripted": ("scripted agent: two VS Code tools in one turn over the stdio relay, both results", scripted_tools, None),
+    "terminal-scripted": ("scripted agent: a command run through lmbridge's terminal/*, its output live", scripted_terminal, None),
     "tools-claude": ("claude-agent-acp: two VS Code tools over the stdio relay, one skipped, one answered", claude_tools, claude_available),
 }
 

@@ -278,6 +278,8 @@ export interface RequestOptionsLike {
 	readonly tools?: ReadonlyArray<{ name: string; description: string; inputSchema?: object | undefined }>;
 	readonly toolMode?: unknown;
 	readonly modelOptions?: { readonly [name: string]: unknown };
+	/** VS Code's per-model configuration (the chatProvider proposal; absent from the stable typings). */
+	readonly modelConfiguration?: { readonly [name: string]: unknown };
 }
 
 export function optionsToWire(options: RequestOptionsLike | undefined): WireChatOptions {
@@ -301,6 +303,12 @@ export function optionsToWire(options: RequestOptionsLike | undefined): WireChat
 	}
 	if (options.modelOptions && Object.keys(options.modelOptions).length > 0) {
 		out.modelOptions = { ...options.modelOptions };
+	}
+	// VS Code's per-model configuration (the chatProvider proposal's `modelConfiguration`,
+	// passed to every provider): the mode and options chosen beside the model picker.
+	const configuration: unknown = options.modelConfiguration;
+	if (isObject(configuration) && !Array.isArray(configuration) && Object.keys(configuration).length > 0) {
+		out.configuration = { ...configuration };
 	}
 	return out;
 }
@@ -360,6 +368,11 @@ export function modelInfoFromWire(model: ModelInfo): vscode.LanguageModelChatInf
 	}
 	if (model.detail) {
 		info.detail = model.detail;
+	}
+	// Not in the stable typings (the chatProvider proposal), but the extension host passes it
+	// on to the model picker for any provider (docs/vscode-shim.md, "Modes and options").
+	if (isObject(model.configurationSchema) && isObject(model.configurationSchema.properties)) {
+		(info as { configurationSchema?: unknown }).configurationSchema = model.configurationSchema;
 	}
 	return info;
 }

@@ -90,6 +90,8 @@ export interface DaemonClientOptions {
 	now?(): number;
 	/** The daemon sent `lm/modelsChanged`: VS Code should ask for the models again. */
 	onModelsChanged?(): void;
+	/** The daemon process ended (asked to, or not): what it said about its chats is void. */
+	onExited?(): void;
 }
 
 export interface RequestOptions {
@@ -206,6 +208,14 @@ export class DaemonClient {
 				error => { if (!settled) { finish(); reject(error); } },
 			);
 		});
+	}
+
+	/** Sends the daemon a notification if it runs (never starts it: with no daemon there is
+	 *  nothing to tell). */
+	notify(method: string, params: unknown): void {
+		if (this.running && !this.running.dead) {
+			this.running.conn.notify(method, params);
+		}
 	}
 
 	/** Serves the daemon's request `method` (one handler a method) until disposed. */
@@ -545,6 +555,7 @@ export class DaemonClient {
 		if (this.running === running) {
 			this.running = undefined;
 		}
+		this.options.onExited?.();
 		const how = describeExit(code, signal);
 		if (running.stopping) {
 			this.log.info(`the lmbridge daemon (pid ${running.proc.pid}) exited: ${how}`);

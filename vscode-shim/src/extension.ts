@@ -10,10 +10,13 @@ import { BootstrapDeps, DaemonBootstrap } from './bootstrap';
 import { AgentActionTool } from './tool';
 import { DAEMON_SETTINGS, readSettings, SECTION, Settings, workspaceMachineSettings } from './config';
 import { DaemonClient, DaemonClientOptions } from './daemon';
+import { ChatControls } from './controls';
+import { importAgents } from './import';
 import { readTextFile, writeTextFile } from './files';
-import { manageAgents } from './manage';
+import { manageAgents, ManageDeps, offerUpdates } from './manage';
 import { LmBridgeProvider } from './provider';
 import type { Fetch } from './registry';
+import { TerminalMirror } from './terminals';
 import { AGENT_ACTION_TOOLS, InitializeParams, Method, PROTOCOL_VERSION } from './wire';
 
 export const VENDOR = 'lmbridge';
@@ -21,6 +24,9 @@ export const COMMANDS = {
 	manage: 'lmbridge.manage',
 	showLogs: 'lmbridge.showLogs',
 	restart: 'lmbridge.restartDaemon',
+	controls: 'lmbridge.agentControls',
+	commands: 'lmbridge.agentCommands',
+	importAgents: 'lmbridge.importAgents',
 } as const;
 
 export interface LmBridgeApi {
@@ -29,6 +35,9 @@ export interface LmBridgeApi {
 	tool: AgentActionTool;
 	auth: AuthNotifier;
 	bootstrap: DaemonBootstrap;
+	controls: ChatControls;
+	/** The registry agents with an update, checked once at activation (manage.ts offerUpdates). */
+	updates: Promise<string[]>;
 }
 
 /** Test seams: the daemon client's options, and the bootstrap's process runner and platform. */
@@ -59,8 +68,8 @@ export function initializeParams(version: string, current: Settings = settings()
 		clientInfo: { name: 'lmbridge-vscode', version },
 		workspaceFolders: folders,
 		userTurns: current.userTurns,
-		// What this extension serves of the daemon's client/* requests (registered in activate).
-		clientCapabilities: { fs: true },
+		// What this extension serves of the daemon's client/* requests and notifications (registered in activate).
+		clientCapabilities: { fs: true, terminal: true, sessionState: true },
 	};
 	if (current.agents.length > 0) {
 		params.agents = current.agents;
@@ -93,11 +102,13 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		...bootstrapOverrides,
 	});
 	let provider!: LmBridgeProvider; // set below; the daemon only notifies once it runs
+	let controls!: ChatControls;
 	const daemon = new DaemonClient({
 		launch: () => bootstrap.launch(settings(), daemonCwd()),
 		initializeParams: () => initializeParams(version),
 		log,
 		onModelsChanged: () => provider.modelsChanged(),
+		onExited: () => controls.reset(),
 		...clientOverrides,
 	});
 	active = daemon;
@@ -108,26 +119,45 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 	provider = new LmBridgeProvider(daemon, log, () => settings(), {
 		onAuthRequired: (data, message) => { void auth.notify(data, message); },
 	});
+	controls = new ChatControls({
+		setControl: (chatId, controlId, value) => daemon.request(Method.setControl, { chatId, controlId, value }),
+		modelName: modelId => provider.modelName(modelId),
+		log,
+		clickCommand: COMMANDS.controls,
+	});
 	const tool = new AgentActionTool();
+	// Commands the daemon runs for agents, mirrored in VS Code terminals (terminals.ts).
+	const terminals = new TerminalMirror(terminalId => daemon.notify(Method.terminalKilled, { terminalId }), log);
 	const openSettings = () => vscode.commands.executeCommand('workbench.action.openSettings', `@ext:${context.extension?.id ?? 'lmbridge.lmbridge'}`);
+
+	const manageDeps: ManageDeps = {
+		presets: () => daemon.request(Method.agentPresets, {}),
+		registry: (feed, platform) => daemon.request(Method.agentRegistry, { feed, ...(platform ? { platform } : {}) }),
+		registryUrl: () => settings().registryUrl,
+		storageDir,
+		fetchImpl,
+		log,
+		openSettings,
+	};
 
 	context.subscriptions.push(
 		log,
 		provider,
 		vscode.lm.registerLanguageModelChatProvider(VENDOR, provider),
 		...AGENT_ACTION_TOOLS.map(name => vscode.lm.registerTool(name, tool)),
-		vscode.commands.registerCommand(COMMANDS.manage, () => manageAgents({
-			presets: () => daemon.request(Method.agentPresets, {}),
-			registry: (feed, platform) => daemon.request(Method.agentRegistry, { feed, ...(platform ? { platform } : {}) }),
-			registryUrl: () => settings().registryUrl,
-			storageDir,
-			fetchImpl,
-			log,
-			openSettings,
-		})),
+		vscode.commands.registerCommand(COMMANDS.manage, () => manageAgents(manageDeps)),
 		daemon.onRequest(Method.readTextFile, readTextFile),
 		daemon.onRequest(Method.writeTextFile, writeTextFile),
+		terminals,
+		daemon.onRequest(Method.terminalOpen, params => terminals.open(params)),
+		daemon.onNotification(Method.terminalOutput, params => terminals.output(params)),
+		daemon.onNotification(Method.terminalExit, params => terminals.exit(params)),
+		daemon.onNotification(Method.sessionState, params => controls.onState(params)),
 		vscode.commands.registerCommand(COMMANDS.showLogs, () => log.show()),
+		controls,
+		vscode.commands.registerCommand(COMMANDS.controls, () => controls.pickControl()),
+		vscode.commands.registerCommand(COMMANDS.commands, () => controls.pickCommand()),
+		vscode.commands.registerCommand(COMMANDS.importAgents, () => importAgents({ log, home: os.homedir() })),
 		vscode.commands.registerCommand(COMMANDS.restart, async () => {
 			bootstrap.reset();
 			await daemon.restart('restart requested');
@@ -145,7 +175,12 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 		}),
 		{ dispose: () => { void daemon.dispose(); } },
 	);
-	return { daemon, provider, tool, auth, bootstrap };
+	// Agents installed from the ACP registry: say once when the feed has a new version of one.
+	const updates = offerUpdates(manageDeps, () => vscode.commands.executeCommand(COMMANDS.manage)).catch(err => {
+		log.warn(`could not check the ACP registry for updates: ${err instanceof Error ? err.message : String(err)}`);
+		return [];
+	});
+	return { daemon, provider, tool, auth, bootstrap, updates, controls };
 }
 
 export async function deactivate(): Promise<void> {

@@ -255,6 +255,37 @@ async function registryView(deps: ManageDeps, installed: Map<string, string | nu
 	}
 }
 
+/** The installed registry agents the feed has at another version: `[agent (the feed's), installed version]`. */
+export function updatesAvailable(agents: RegistryAgent[], installed: Map<string, string | null>): Array<[RegistryAgent, string]> {
+	return agents.flatMap(agent => {
+		const version = installed.get(agent.id);
+		return typeof version === 'string' && version !== agent.version ? [[agent, version] as [RegistryAgent, string]] : [];
+	});
+}
+
+/**
+ * Once a window starts: when agents installed from the registry have another version in the
+ * feed, a notification says so, with a button opening Manage ACP Agents (where each update
+ * is offered and confirmed). Nothing is fetched when no agent came from the registry.
+ * Resolves with the ids that have an update.
+ */
+export async function offerUpdates(deps: ManageDeps, openManage: () => Thenable<unknown>): Promise<string[]> {
+	const installed = installedVersions(vscode.workspace.getConfiguration('lmbridge').inspect<unknown[]>('agents')?.globalValue);
+	if (![...installed.values()].some(v => typeof v === 'string')) {
+		return [];
+	}
+	const view = await registryView(deps, installed);
+	const updates = updatesAvailable(view?.agents ?? [], installed);
+	if (updates.length > 0) {
+		const list = updates.map(([agent, from]) => `${agent.name} ${from} → ${agent.version}`).join(', ');
+		deps.log.info(`ACP registry: updates available: ${list}`);
+		const manage = 'Manage ACP Agents';
+		void Promise.resolve(vscode.window.showInformationMessage(`ACP agent update${updates.length > 1 ? 's' : ''} available: ${list}.`, manage))
+			.then(choice => (choice === manage ? openManage() : undefined));
+	}
+	return updates.map(([agent]) => agent.id);
+}
+
 /** The command. Resolves with the id added or updated, if any. */
 export async function manageAgents(deps: ManageDeps): Promise<string | undefined> {
 	const config = () => vscode.workspace.getConfiguration('lmbridge');

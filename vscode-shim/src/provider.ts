@@ -31,6 +31,8 @@ export class LmBridgeProvider implements vscode.LanguageModelChatProvider, vscod
 	private thinkingRejected = false;
 	/** Drop reasons already logged at warning level. */
 	private readonly warned = new Set<string>();
+	/** Model id → the name VS Code shows, from the daemon's last list. */
+	private readonly names = new Map<string, string>();
 
 	constructor(
 		private readonly daemon: DaemonClient,
@@ -38,6 +40,11 @@ export class LmBridgeProvider implements vscode.LanguageModelChatProvider, vscod
 		private readonly settings: () => ProviderSettings,
 		private readonly hooks: ProviderHooks = {},
 	) { }
+
+	/** The name VS Code shows for `modelId`, as the daemon last listed it. */
+	modelName(modelId: string): string | undefined {
+		return this.names.get(modelId);
+	}
 
 	/** Tells VS Code to ask for the models again (the agents setting changed). */
 	modelsChanged(): void {
@@ -56,7 +63,12 @@ export class LmBridgeProvider implements vscode.LanguageModelChatProvider, vscod
 			const result = await this.daemon.request<ChatInformationResult>(
 				Method.chatInformation, { silent: !!options?.silent }, { token });
 			const models = Array.isArray(result?.models) ? result.models : [];
-			return models.map(modelInfoFromWire);
+			const infos = models.map(modelInfoFromWire);
+			this.names.clear();
+			for (const info of infos) {
+				this.names.set(info.id, info.name);
+			}
+			return infos;
 		} catch (err) {
 			if (!(err instanceof RequestCancelled)) {
 				// The daemon client has already told the user when the daemon itself failed.

@@ -16,6 +16,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import * as tar from 'tar';
 import { unzipSync } from 'fflate';
+import Bunzip from 'seek-bzip';
 import type { RegistryAgent } from './wire';
 
 export const DEFAULT_REGISTRY_URL = 'https://cdn.agentclientprotocol.com/registry/v1/latest/registry.json';
@@ -191,19 +192,22 @@ export function inside(root: string, rel: string, what: string): string {
 	return full;
 }
 
-type ArchiveKind = 'tar.gz' | 'zip' | 'raw';
+type ArchiveKind = 'tar.gz' | 'tar.bz2' | 'tar' | 'zip' | 'raw';
 
-/** The archive's format from its URL's name (the registry's: .tar.gz, .tgz, .zip, or a raw binary). */
+/** The archive's format from its URL's name (the registry's: .tar.gz, .tgz, .tar.bz2, .tbz2, .zip, or a raw binary). */
 export function archiveKind(url: string): ArchiveKind {
 	const name = new URL(url).pathname.toLowerCase();
 	if (name.endsWith('.tar.gz') || name.endsWith('.tgz')) {
 		return 'tar.gz';
 	}
+	if (name.endsWith('.tar.bz2') || name.endsWith('.tbz2')) {
+		return 'tar.bz2';
+	}
+	if (name.endsWith('.tar')) {
+		return 'tar';
+	}
 	if (name.endsWith('.zip')) {
 		return 'zip';
-	}
-	if (name.endsWith('.tar.bz2') || name.endsWith('.tbz2') || name.endsWith('.tar')) {
-		throw new Error(`archives of this kind are not supported yet (only .tar.gz, .tgz, .zip or a raw binary): ${url}`);
 	}
 	for (const installer of ['.dmg', '.pkg', '.deb', '.rpm', '.msi', '.appimage']) {
 		if (name.endsWith(installer)) {
@@ -250,6 +254,31 @@ export async function untar(file: string, dest: string): Promise<void> {
 	// tar itself also refuses absolute paths, `..` and writing through a link (its defaults);
 	// strict: any such warning fails the extraction rather than being skipped.
 	await tar.x({ file, cwd: dest, strict: true, preservePaths: false, noChmod: false });
+}
+
+/** Decompresses a bzip2 file into `out` (a new file), refusing more than `maxBytes` of output. */
+export function bunzip(file: string, out: string, maxBytes: number = MAX_ARCHIVE_BYTES): void {
+	const fd = fs.openSync(out, 'wx', 0o600);
+	const chunk = Buffer.alloc(1 << 20);
+	let pos = 0;
+	let total = 0;
+	try {
+		Bunzip.decode(fs.readFileSync(file), {
+			writeByte(byte: number) {
+				if (++total > maxBytes) {
+					throw new Error(`refused the archive: it unpacks to more than ${maxBytes} bytes`);
+				}
+				chunk[pos++] = byte;
+				if (pos === chunk.length) {
+					fs.writeSync(fd, chunk, 0, pos);
+					pos = 0;
+				}
+			},
+		}, true);
+		fs.writeSync(fd, chunk, 0, pos);
+	} finally {
+		fs.closeSync(fd);
+	}
 }
 
 /** Unpacks a .zip into `dest` under the same rules as `untar` (a zip holds files and folders only here). */
@@ -324,8 +353,11 @@ export async function installAgent(agent: RegistryAgent, deps: InstallDeps): Pro
 		fs.mkdirSync(root);
 		deps.report?.('Unpacking');
 		const cmdRel = agent.cmd.replace(/^\.\//, '');
-		if (kind === 'tar.gz') {
+		if (kind === 'tar.gz' || kind === 'tar') {
 			await untar(archive, root);
+		} else if (kind === 'tar.bz2') {
+			bunzip(archive, `${archive}.tar`);
+			await untar(`${archive}.tar`, root);
 		} else if (kind === 'zip') {
 			unzip(archive, root);
 		} else {

@@ -46,10 +46,21 @@ export const Method = {
 	modelsChanged: 'lm/modelsChanged',
 	/** Notification shim → daemon. */
 	cancelRequest: '$/cancelRequest',
+	/** Notification daemon → shim: a chat's modes and options, commands and usage (when the shim says `sessionState`). */
+	sessionState: 'client/sessionState',
+	/** Request shim → daemon: set one of a chat's controls on its live agent session. */
+	setControl: 'chat/setControl',
 	/** Request daemon → shim: a file's text as the editor has it (unsaved changes included). */
 	readTextFile: 'client/readTextFile',
 	/** Request daemon → shim: a file's new text, applied as a WorkspaceEdit and saved. */
 	writeTextFile: 'client/writeTextFile',
+	/** Request daemon → shim: mirror a command lmbridge runs for an agent in a VS Code terminal. */
+	terminalOpen: 'client/terminal/open',
+	/** Notifications daemon → shim: that command's output, then its end. */
+	terminalOutput: 'client/terminal/output',
+	terminalExit: 'client/terminal/exit',
+	/** Notification shim → daemon: the user closed (or Ctrl+C'd) that terminal: kill the command. */
+	terminalKilled: '$/terminalKilled',
 } as const;
 
 // ---------------------------------------------------------------- shapes
@@ -77,6 +88,8 @@ export interface WireChatOptions {
 	tools?: WireTool[];
 	toolMode?: 'auto' | 'required';
 	modelOptions?: Record<string, unknown>;
+	/** VS Code's model configuration (`options.modelConfiguration`): control id → value. */
+	configuration?: Record<string, unknown>;
 }
 
 /**
@@ -91,7 +104,7 @@ export interface AgentSpec {
 	env?: Record<string, string>;
 	/** Which VS Code tools the agent is offered, as glob patterns on their names (docs/tools.md). */
 	tools?: { allow?: string[]; deny?: string[] };
-	/** The agent's mode (its `configOptions` option of category `mode`, e.g. claude's `acceptEdits`), set on each session. */
+	/** The agent's mode (its `configOptions` option of category `mode`, e.g. claude's `acceptEdits`), set on each new session unless the chat chose another. */
 	mode?: string;
 }
 
@@ -105,6 +118,8 @@ export interface ModelInfo {
 	capabilities: { toolCalling: boolean | number; imageInput: boolean };
 	tooltip?: string;
 	detail?: string;
+	/** VS Code's per-model configuration: the agent's modes and options (an enum property each). */
+	configurationSchema?: { properties?: Record<string, unknown> };
 }
 
 export type StopReason = 'end_turn' | 'tool_calls' | 'cancelled' | 'max_tokens' | 'max_turn_requests' | 'refusal';
@@ -203,6 +218,30 @@ export interface AuthRequiredData {
 }
 
 export interface ResponsePartParams { requestId: number | string; part: WireResponsePart }
+
+/** One choice of a chat: an agent's mode or another select option. */
+export interface WireControl {
+	id: string;
+	name: string;
+	category?: string;
+	current?: string;
+	choices: Array<{ value: string; name: string }>;
+}
+/** One of the agent's slash commands. */
+export interface WireCommand { name: string; description: string; hint?: string }
+/** The agent's `usage_update`: tokens in the context, the context window, the session's cost. */
+export interface WireUsage { used?: number; size?: number; cost?: { amount: number; currency: string } }
+
+/** `client/sessionState`: one chat's state; `requestId` when the chat just got that request. */
+export interface SessionStateParams {
+	chatId: string;
+	modelId: string;
+	requestId?: number | string;
+	controls: WireControl[];
+	commands: WireCommand[];
+	usage?: WireUsage;
+}
+export interface SetControlParams { chatId: string; controlId: string; value: string }
 
 // ---------------------------------------------------------------- the agent-action tools' input
 

@@ -177,6 +177,9 @@ describe('optionsToWire', () => {
 			{ tools: [tool, { name: 'x', description: 'y' }], toolMode: 'auto' }],
 		['empty tools list left out', { tools: [], toolMode: 1 }, { toolMode: 'auto' }],
 		['modelOptions', { modelOptions: { temperature: 0.2 }, toolMode: 1 }, { modelOptions: { temperature: 0.2 }, toolMode: 'auto' }],
+		['modelConfiguration (the mode chosen beside the picker)', { modelConfiguration: { mode: 'plan' } }, { configuration: { mode: 'plan' } }],
+		['empty or malformed modelConfiguration left out', { modelConfiguration: {}, toolMode: 1 }, { toolMode: 'auto' }],
+		['modelConfiguration not an object', { modelConfiguration: ['plan'] }, {}],
 	];
 	for (const [name, options, expected] of rows) {
 		test(name, () => assert.deepEqual(optionsToWire(options), expected));
@@ -226,6 +229,12 @@ describe('modelInfoFromWire', () => {
 			capabilities: { toolCalling: true, imageInput: true }, tooltip: 'tip', detail: 'detail',
 		};
 		assert.deepEqual(modelInfoFromWire(wire), wire);
+	});
+	test('the configurationSchema (the agent\'s modes) passes to VS Code; a malformed one does not', () => {
+		const schema = { properties: { mode: { type: 'string', enum: ['default', 'plan'], default: 'default', group: 'navigation' } } };
+		const base = { id: 'x', name: 'x', family: 'acp', version: '1', maxInputTokens: 1, maxOutputTokens: 2, capabilities: { toolCalling: true, imageInput: false } };
+		assert.deepEqual(modelInfoFromWire({ ...base, configurationSchema: schema }), { ...base, configurationSchema: schema });
+		assert.deepEqual(modelInfoFromWire({ ...base, configurationSchema: { properties: 'x' } } as unknown as ModelInfo), base);
 	});
 	test('defaults for missing name, family, version and capabilities', () => {
 		const out = modelInfoFromWire({ id: 'x', maxInputTokens: 1, maxOutputTokens: 2 } as ModelInfo);

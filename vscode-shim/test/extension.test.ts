@@ -268,7 +268,7 @@ describe('activate', () => {
 			workspaceFolders: [project, '/home/me/missing-folder'],
 			agents: [{ id: 'claude', name: 'Claude', command: 'claude-agent-acp' }],
 			userTurns: 'request',
-			clientCapabilities: { fs: true },
+			clientCapabilities: { fs: true, terminal: true, sessionState: true },
 		});
 	});
 

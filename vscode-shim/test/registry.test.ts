@@ -11,10 +11,11 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { zipSync } from 'fflate';
-import { installedVersions, installPrompt, registryFromWire, registryItems, withRegistryEntry } from '../src/manage';
-import { archiveKind, checkUrl, feedCachePath, inside, installAgent, loadFeed, registryPlatform, removeOtherVersions } from '../src/registry';
+import { installedVersions, installPrompt, offerUpdates, registryFromWire, registryItems, updatesAvailable, withRegistryEntry } from '../src/manage';
+import { archiveKind, bunzip, checkUrl, feedCachePath, inside, installAgent, loadFeed, registryPlatform, removeOtherVersions } from '../src/registry';
 import type { RegistryAgent } from '../src/wire';
 import { serve, sha256, tarGz, tempDir } from './helpers';
+import { MockLogOutputChannel, mock } from './vscode-mock';
 
 function binaryAgent(url: string, archive: Buffer | undefined, extra: Partial<RegistryAgent> = {}): RegistryAgent {
 	return {
@@ -50,12 +51,14 @@ describe('what lmbridge fetches from', () => {
 		assert.equal(registryPlatform('freebsd', 'x64'), undefined);
 		assert.equal(registryPlatform('linux', 'ia32'), undefined);
 	});
-	test('archive kinds by name; installers and bzip2 refused', () => {
+	test('archive kinds by name; installers refused', () => {
 		assert.equal(archiveKind('https://h/a/agent-1.0.0.tar.gz'), 'tar.gz');
 		assert.equal(archiveKind('https://h/a/agent.TGZ'), 'tar.gz');
 		assert.equal(archiveKind('https://h/a/agent.zip?x=1'), 'zip');
 		assert.equal(archiveKind('https://h/a/agent-linux'), 'raw');
-		assert.throws(() => archiveKind('https://h/a/agent.tar.bz2'), /not supported yet/);
+		assert.equal(archiveKind('https://h/a/agent.tar.bz2'), 'tar.bz2');
+		assert.equal(archiveKind('https://h/a/agent.tbz2'), 'tar.bz2');
+		assert.equal(archiveKind('https://h/a/agent.tar'), 'tar');
 		assert.throws(() => archiveKind('https://h/a/agent.dmg'), /installers are not supported/);
 	});
 	test('paths inside a folder', () => {
@@ -187,6 +190,22 @@ describe('installing a binary agent', () => {
 		assert.equal(execFileSync(entry.command, { encoding: 'utf8' }), 'linked agent\n');
 	});
 
+	test('a .tar.bz2, and a bzip2 bomb refused', async () => {
+		const src = tempDir('lmbridge-bz2-');
+		fs.mkdirSync(path.join(src, 'bin'));
+		fs.writeFileSync(path.join(src, 'bin', 'tiny'), '#!/bin/sh\necho "bzipped agent"\n', { mode: 0o755 });
+		const archive = path.join(tempDir(), 'tiny.tar.bz2');
+		execFileSync('tar', ['-cjf', archive, '-C', src, 'bin']);
+		routes.set('/tiny.tar.bz2', fs.readFileSync(archive));
+		const entry = await installAgent(binaryAgent(`${server.url}/tiny.tar.bz2`, fs.readFileSync(archive), { args: [] }), { storageDir: tempDir() });
+		assert.equal(execFileSync(entry.command, { encoding: 'utf8' }), 'bzipped agent\n');
+		const zeros = path.join(tempDir(), 'zeros');
+		fs.writeFileSync(zeros, Buffer.alloc(4 * 1024 * 1024));
+		execFileSync('bzip2', [zeros]);
+		assert.ok(fs.statSync(`${zeros}.bz2`).size < 1024);
+		assert.throws(() => bunzip(`${zeros}.bz2`, path.join(tempDir(), 'out'), 1024 * 1024), /unpacks to more than 1048576 bytes/);
+	});
+
 	test('a .zip and a raw binary', async () => {
 		const storage = tempDir();
 		const zipped = await installAgent(binaryAgent(`${server.url}/tiny.zip`, routes.get('/tiny.zip') as Buffer, { args: [] }), { storageDir: storage });
@@ -262,5 +281,47 @@ describe('the quick pick\'s registry part', () => {
 	});
 	test('an id the user uses for an agent of their own is not replaced', () => {
 		assert.throws(() => withRegistryEntry([{ id: 'old', command: 'mine' }], entry), /already has an agent "old" of your own/);
+	});
+});
+
+describe('updates offered when a window starts', () => {
+	const feed = { agents: [{ id: 'tiny', name: 'Tiny', version: '1.1.0' }] };
+	const fromDaemon: RegistryAgent[] = [
+		{ id: 'tiny', name: 'Tiny', version: '1.1.0', description: '', distribution: 'binary', args: [], env: {} },
+		{ id: 'same', name: 'Same', version: '2.0.0', description: '', distribution: 'npx', command: 'npx', args: [], env: {} },
+		{ id: 'mine', name: 'Mine', version: '9.0.0', description: '', distribution: 'npx', command: 'npx', args: [], env: {} },
+	];
+	test('the installed agents the feed has at another version', () => {
+		const installed = installedVersions([{ id: 'tiny', registry: { version: '1.0.0' } }, { id: 'same', registry: { version: '2.0.0' } }, { id: 'mine', command: 'x' }]);
+		assert.deepEqual(updatesAvailable(fromDaemon, installed).map(([a, from]) => [a.id, from, a.version]), [['tiny', '1.0.0', '1.1.0']]);
+	});
+	test('a notification naming them, whose button opens Manage ACP Agents; no fetch without a registry agent', async () => {
+		const server = await serve(new Map([['/registry.json', JSON.stringify(feed)]]));
+		try {
+			const asked: unknown[] = [];
+			let opened = 0;
+			const deps = {
+				presets: () => Promise.resolve({ presets: [] }),
+				registry: (f: unknown) => { asked.push(f); return Promise.resolve({ agents: fromDaemon, problems: [] }); },
+				registryUrl: () => `${server.url}/registry.json`,
+				storageDir: tempDir(),
+				log: new MockLogOutputChannel('lmbridge') as never,
+				openSettings: () => Promise.resolve(),
+			};
+			mock.reset();
+			mock.setConfig({ 'lmbridge.agents': [{ id: 'mine', command: 'x' }, { id: 'claude' }] });
+			assert.deepEqual(await offerUpdates(deps, () => Promise.resolve()), []);
+			assert.deepEqual(server.hits, [], 'nothing fetched');
+			mock.setConfig({ 'lmbridge.agents': [{ id: 'tiny', command: '/s/tiny', registry: { version: '1.0.0', distribution: 'binary' } }, { id: 'same', command: 'npx', registry: { version: '2.0.0' } }] });
+			mock.state.infoResponse = m => m.items[0];
+			assert.deepEqual(await offerUpdates(deps, () => { opened++; return Promise.resolve(); }), ['tiny']);
+			assert.deepEqual(asked, [feed]);
+			assert.deepEqual(mock.state.infoMessages, [{ message: 'ACP agent update available: Tiny 1.0.0 → 1.1.0.', items: ['Manage ACP Agents'] }]);
+			await new Promise(resolve => setImmediate(resolve));
+			assert.equal(opened, 1);
+		} finally {
+			await server.close();
+			mock.reset();
+		}
 	});
 });

@@ -278,6 +278,20 @@ function messageOf(message: string, rest: unknown[]): ErrorMessage {
 
 export enum ProgressLocation { SourceControl = 1, Window = 10, Notification = 15 }
 export enum QuickPickItemKind { Separator = -1, Default = 0 }
+export enum StatusBarAlignment { Left = 1, Right = 2 }
+
+export class MockStatusBarItem {
+	text = '';
+	name: string | undefined;
+	tooltip: unknown;
+	command: unknown;
+	visible = false;
+	disposed = false;
+	constructor(readonly id: string, readonly alignment: StatusBarAlignment, readonly priority: number) { }
+	show(): void { this.visible = true; }
+	hide(): void { this.visible = false; }
+	dispose(): void { this.disposed = true; this.visible = false; }
+}
 export enum ConfigurationTarget { Global = 1, Workspace = 2, WorkspaceFolder = 3 }
 
 export interface MockTerminal { options: Record<string, unknown>; shown: number; show(): void; dispose(): void }
@@ -307,6 +321,7 @@ const state = {
 	providers: new Map<string, unknown>(),
 	tools: new Map<string, unknown>(),
 	channels: [] as MockLogOutputChannel[],
+	statusBarItems: [] as MockStatusBarItem[],
 	workspaceFolders: undefined as Array<{ uri: Uri; name: string; index: number }> | undefined,
 	documents: [] as MockTextDocument[],
 	appliedEdits: [] as WorkspaceEdit[],
@@ -406,6 +421,11 @@ export const window = {
 		state.quickPicks.push({ items: resolved, options });
 		return state.quickPickResponse?.(resolved);
 	},
+	createStatusBarItem(id: string, alignment: StatusBarAlignment, priority: number): MockStatusBarItem {
+		const item = new MockStatusBarItem(id, alignment, priority);
+		state.statusBarItems.push(item);
+		return item;
+	},
 	createTerminal(options: Record<string, unknown>): MockTerminal {
 		const terminal: MockTerminal = { options, shown: 0, show() { this.shown++; }, dispose() { } };
 		state.terminals.push(terminal);
@@ -493,6 +513,7 @@ export const mock = {
 		state.providers.clear();
 		state.tools.clear();
 		state.channels.length = 0;
+		state.statusBarItems.length = 0;
 		state.workspaceFolders = undefined;
 		state.documents.length = 0;
 		state.appliedEdits.length = 0;

@@ -47,8 +47,10 @@ from anyio.abc import TaskGroup
 from lmbridge import __version__
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, EventSink, Incoming, Response
 from lmbridge.acp.session import new_session
+from lmbridge.acp.terminals import TerminalHost
 from lmbridge.core import auth, permissions, profiles
 from lmbridge.core.messages import AgentSpec
+from lmbridge.core.session_state import STATE_KINDS
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
@@ -65,6 +67,9 @@ class Launcher(Protocol):
     ) -> AgentConnection: ...
 
 log = get_logger("pool")
+
+#: Sessions nobody routes yet whose state updates are kept (``AgentProcess.unrouted``).
+UNROUTED_SESSIONS = 16
 
 #: Seconds an answer to a frame for no session may take to reach the agent.
 ORPHAN_WRITE_TIMEOUT = 10.0
@@ -128,6 +133,22 @@ class AgentFeatures:
         )
 
 
+def client_capabilities(*, terminal: bool) -> dict[str, Any]:
+    """``initialize``'s ``clientCapabilities``: what lmbridge serves an agent (docs/agents.md).
+    ``terminal``: ``terminal/*`` is served (``acp.terminals``). ``_meta.terminal_output``:
+    a command's output may come as ``_meta.terminal_output`` on its tool call's updates
+    (codex-acp streams it; claude-agent-acp sends it once the command has ended): the
+    answer shows it as it comes (``core.live``). ``fs``: ``fs/read_text_file`` and
+    ``fs/write_text_file`` are served (``acp.files``). ``auth.terminal``: agents list the login
+    they run in a terminal (``core.auth``)."""
+    return {
+        "fs": {"readTextFile": True, "writeTextFile": True},  # served by the session actor (acp/files.py: through VS Code, else disk)
+        "terminal": terminal,
+        "auth": {"terminal": True},
+        "_meta": {"terminal_output": True},
+    }
+
+
 @dataclass(frozen=True)
 class Spare:
     """An ACP session opened ahead for the next new chat, with its MCP endpoint (``mcp_bridge.ToolBridge``)."""
@@ -165,6 +186,10 @@ class AgentProcess:
         self.init: dict[str, Any] = {}  # the initialize answer
         self.users: dict[object, Sink] = {}  # session actor → its mailbox
         self.sessions: dict[str, Sink] = {}  # ACP sessionId → the mailbox of the actor that owns it
+        # ACP sessionId → the latest session-state update of each kind (session_state.STATE_KINDS)
+        # of a session nobody routes yet: an agent tells its commands just after answering
+        # session/new (claude-agent-acp), before the session is routed, or to the spare.
+        self.unrouted: dict[str, dict[str, Incoming]] = {}
         self.responses: dict[int, Sink] = {}  # session/prompt request id → the mailbox of the actor that sent it
         self._lock = anyio.Lock()
         self._idle: anyio.CancelScope | None = None
@@ -218,9 +243,7 @@ class AgentProcess:
                             "initialize",
                             {
                                 "protocolVersion": 1,
-                                # auth.terminal: agents list the login they run in a terminal (auth.py).
-                                # fs: served by the session actor (acp/files.py: through VS Code, else disk).
-                                "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": False, "auth": {"terminal": True}},
+                                "clientCapabilities": client_capabilities(terminal=pool.terminals is not None),
                                 "clientInfo": {"name": "lmbridge", "version": __version__},
                             },
                         )
@@ -271,8 +294,11 @@ class AgentProcess:
             self._idle = None
 
     def open(self, session_id: str, mailbox: Sink) -> None:
-        """Route the frames of ACP session ``session_id`` to ``mailbox`` from now on."""
+        """Route the frames of ACP session ``session_id`` to ``mailbox`` from now on (first
+        the state updates it got while nobody routed it)."""
         self.sessions[session_id] = mailbox
+        for item in self.unrouted.pop(session_id, {}).values():
+            mailbox.send_nowait(item)
 
     def expect(self, rid: int, mailbox: Sink) -> None:
         """Route the answer to request ``rid`` (sent with ``send_request``) to ``mailbox``."""
@@ -403,6 +429,14 @@ class AgentProcess:
             self._answer(None, error=BAD_ID_ERROR)
             return
         if item.id is None:
+            kind = _object(params.get("update")).get("sessionUpdate")
+            if item.method == "session/update" and isinstance(sid, str) and kind in STATE_KINDS:
+                kept = self.unrouted.pop(sid, {})
+                kept[kind] = item
+                self.unrouted[sid] = kept  # the most recent last
+                while len(self.unrouted) > UNROUTED_SESSIONS:
+                    del self.unrouted[next(iter(self.unrouted))]
+                return
             log.debug("agent notification for no open session dropped", agent=self.spec.id, method=item.method, sessionId=sid)
             return
         # A request nobody can show: answered here, and never approved.
@@ -472,8 +506,9 @@ class AgentPool:
 
     def __init__(
         self, idle: float = 1800.0, launcher: Any = None, recorder: Any = None, *, spares: bool = False, mcp_host: Any = None,
-        on_ready: Callable[[str, AgentFeatures], None] = lambda agent_id, caps: None,
+        on_ready: Callable[[str, AgentFeatures], None] = lambda agent_id, caps: None, terminals: TerminalHost | None = None,
     ) -> None:
+        self.terminals = terminals  # terminal/* served to the agents (acp.terminals); None: not offered
         self.idle = idle
         self.on_ready = on_ready  # told each process's capabilities once it is initialized
         self.launcher = launcher or AgentConnection.spawn

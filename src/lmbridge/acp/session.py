@@ -1,7 +1,8 @@
 """One ACP session on a shared agent process (``AcpSession``): the only code that sends
 ``session/new``, ``session/resume``, ``session/load``, ``authenticate``,
-``session/set_config_option``, ``session/prompt``, ``session/cancel`` and ``session/close``
-(ACP: "Session Setup", "Prompt Turn", "Session Config Options"; docs/sessions.md).
+``session/set_config_option``, ``session/set_mode``, ``session/prompt``, ``session/cancel``
+and ``session/close`` (ACP: "Session Setup", "Prompt Turn", "Session Config Options",
+"Session Modes"; docs/sessions.md).
 
 A session is opened one of three ways (``AcpSession.open``):
 
@@ -81,7 +82,8 @@ class Opened:
     ``lost``: the agent does not hold the chat's earlier turns (the next prompt must tell
     them). ``resumable``: the agent can take this session up again later. ``config_options``:
     the answer's ``configOptions`` as sent (untrusted). ``spare``: the spare taken, whose
-    VS Code tools endpoint comes with it."""
+    VS Code tools endpoint comes with it. ``modes``: the answer's ``modes`` as sent
+    (untrusted; None for a spare, whose answer kept only its configOptions)."""
 
     session_id: str
     how: str
@@ -89,6 +91,7 @@ class Opened:
     resumable: bool
     config_options: Any
     spare: ReadySpare | None = None
+    modes: Any = None
 
 
 def _object(value: Any) -> dict[str, Any]:
@@ -246,7 +249,7 @@ class AcpSession:
         self._log.info("acp session", acp_session=sid, how="new")
         self.process.want_spare()  # the next new chat need not wait for session/new
         caps = self.process.caps
-        return Opened(sid, "new", lost, caps.resume or caps.load, options or [])
+        return Opened(sid, "new", lost, caps.resume or caps.load, options or [], modes=_object(result).get("modes"))
 
     async def _take_up(self, previous: str, servers: list[dict[str, Any]]) -> Opened:
         caps = self.process.caps
@@ -265,7 +268,7 @@ class AcpSession:
             options = _object(result).get("configOptions")
             self._learn(options)
             self._log.info("acp session", acp_session=previous, how=method)
-            return Opened(previous, method, False, True, options)
+            return Opened(previous, method, False, True, options, modes=_object(result).get("modes"))
         return await self._new(servers, lost=True)
 
     # -- config options ---------------------------------------------------------------
@@ -303,6 +306,13 @@ class AcpSession:
             self._learn(options)
             return options
         return None
+
+    async def set_mode(self, mode_id: str) -> Any:
+        """``session/set_mode`` (ACP "Session Modes"): the answer. Raises as
+        ``set_config_option``."""
+        if self.id is None:
+            raise AgentUnavailable("no session is open")
+        return await self._request("session/set_mode", {"sessionId": self.id, "modeId": mode_id})
 
     # -- the turn's frames (sent by the caller's writer, in order) ----------------------
 

@@ -81,9 +81,23 @@ def split_model_id(model: str, agents: Any) -> tuple[str, str | None] | None:
     return None
 
 
-def to_json(options: tuple[SelectOption, ...]) -> list[dict[str, Any]]:
-    """``options`` as the ``configOptions`` JSON they came from (for the state folder's cache)."""
+def to_json(options: tuple[SelectOption, ...], current: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """``options`` as the ``configOptions`` JSON they came from (for the state folder's
+    cache); ``current``: option id → ``currentValue`` to keep (the agent's defaults)."""
     return [
-        {"type": "select", "id": o.id, "name": o.name, "category": o.category, "options": [{"value": c.value, "name": c.name} for c in o.choices]}
+        {
+            "type": "select",
+            "id": o.id,
+            "name": o.name,
+            "category": o.category,
+            **({"currentValue": (current or {})[o.id]} if o.id in (current or {}) else {}),
+            "options": [{"value": c.value, "name": c.name} for c in o.choices],
+        }
         for o in options
     ]
+
+
+def current_values(config_options: Any) -> dict[str, str]:
+    """Option id → ``currentValue`` of a ``configOptions`` list (well-formed entries only)."""
+    raw = config_options if isinstance(config_options, list) else []
+    return {o["id"]: o["currentValue"] for o in raw if isinstance(o, dict) and isinstance(o.get("id"), str) and isinstance(o.get("currentValue"), str)}

@@ -85,9 +85,7 @@ class ToolResultPart(_Wire):
         return "".join(p.value for p in self.content if isinstance(p, TextPart)).strip()
 
 
-InputPart = Annotated[
-    TextPart | ThinkingPart | ToolCallPart | ToolResultPart | DataPart, Field(discriminator="type")
-]
+InputPart = Annotated[TextPart | ThinkingPart | ToolCallPart | ToolResultPart | DataPart, Field(discriminator="type")]
 ResponsePart = Annotated[TextPart | ThinkingPart | ToolCallPart, Field(discriminator="type")]
 
 
@@ -255,6 +253,8 @@ class ChatOptions(_Wire):
     tools: list[ToolInfo] = Field(default_factory=list)
     toolMode: Literal["auto", "required"] | None = None
     modelOptions: dict[str, Any] = Field(default_factory=dict)
+    # VS Code's model configuration (``options.modelConfiguration``): control id → value.
+    configuration: dict[str, Any] | None = None
 
 
 class ChatResponseParams(_Wire):
@@ -272,6 +272,15 @@ class TokenCountParams(_Wire):
 
 class CancelParams(_Wire):
     id: int | str
+
+
+class SetControlParams(_Wire):
+    """``chat/setControl``: set ``controlId`` to ``value`` on chat ``chatId``'s live session
+    (the ids ``client/sessionState`` gave)."""
+
+    chatId: str = Field(min_length=1)
+    controlId: str = Field(min_length=1)
+    value: str
 
 
 # ---------------------------------------------------------------- results
@@ -294,6 +303,9 @@ class ModelInfo(_Wire):
     capabilities: ModelCapabilities
     tooltip: str | None = None
     detail: str | None = None
+    # VS Code's per-model configuration (session_state.configuration_schema): the agent's modes
+    # and options, chosen beside the model picker.
+    configurationSchema: dict[str, Any] | None = None
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

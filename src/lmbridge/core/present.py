@@ -10,6 +10,10 @@ zero or more parts (docs/protocol.md has the parts):
   twice, or never: docs/agents.md, "ACP as agents speak it"). A tool call renders as markdown text at most
   twice: when it starts and when it reaches a final status, never per update.
 * ``plan`` → a markdown checklist, only when the entries changed.
+* A command's output (``_meta.terminal_output`` on a tool call update, or a terminal
+  lmbridge runs for the agent: ``TERMINAL_UPDATE``) → one code block that grows under its
+  tool call, bounded, closed when the command ends (``core.live``); then it is not shown again
+  from the call's result.
 * Unknown kinds, and fields that fail validation, are reported to ``warn``
   and skipped; the rest of the update, and every other update, survives
   (the SDK would drop the whole notification).
@@ -29,6 +33,7 @@ from typing import Any
 from acp import schema
 from pydantic import BaseModel, ValidationError
 
+from lmbridge.core.live import LiveOutput, exit_line
 from lmbridge.core.profiles import OTHER, AgentProfile
 from lmbridge.core.text import clip
 
@@ -58,6 +63,11 @@ IGNORED_KINDS = frozenset(
     }
 )
 _ICONS = {"completed": "✓", "failed": "✗"}
+#: ``sessionUpdate`` of an update lmbridge makes itself for a terminal it runs for the agent
+#: (never sent by an agent: ``terminal/create``'s output and exit, ``acp.terminals``):
+#: ``{"sessionUpdate": TERMINAL_UPDATE, "terminalId": str, "data"?: str,
+#: "exitCode"?: int | None, "signal"?: str | None, "exited"?: bool}``.
+TERMINAL_UPDATE = "lmbridge/terminal"
 # fast-agent's toolCallId for a permission asked before it announced the call (its model
 # answer did not stream; docs/agents.md): it names no tool call. Several permissions share
 # it, and the call, once allowed, is announced under its own id.
@@ -131,6 +141,7 @@ class ToolState:
     raw_input: Any = None
     raw_output: Any = None
     meta: Any = None  # its _meta: where claude-agent-acp names the tool (permissions.bridged_tool)
+    terminals: list[str] = field(default_factory=list)  # ids of the terminals whose output is its own
     started: bool = False  # start rendered
     finished: bool = False  # final status rendered
     declined: bool = False  # its permission was answered with the reject option
@@ -191,6 +202,7 @@ class TurnRenderer:
         self.profile = profile
         self.tools: dict[str, ToolState] = {}
         self._plan: tuple[tuple[str, str], ...] | None = None
+        self.live = LiveOutput()  # commands' output blocks (live)
 
     # -- entry points -------------------------------------------------------
 
@@ -200,6 +212,8 @@ class TurnRenderer:
             self.warn(f"session/update: update is {type(raw).__name__}, not an object: skipped")
             return []
         kind = raw.get("sessionUpdate")
+        if kind == TERMINAL_UPDATE:
+            return self.terminal(raw)
         model = UPDATE_MODELS.get(kind) if isinstance(kind, str) else None
         if model is None:
             if not isinstance(kind, str) or kind not in IGNORED_KINDS:  # a list would not even hash
@@ -208,18 +222,21 @@ class TurnRenderer:
         if kind in _CHUNK_TYPES:
             text = _plain_text(raw)
             if text is not None:  # the hot path: no pydantic per chunk
-                return [{"type": _CHUNK_TYPES[kind], "value": text}] if text else []
+                if not text:
+                    return []
+                return [{"type": _CHUNK_TYPES[kind], "value": text}] if self.live.open is None else [*self._pause(), {"type": _CHUNK_TYPES[kind], "value": text}]
         update: Any = validate(model, raw, self.warn)
         if update is None:
             return []
         if kind == "agent_message_chunk":
             text = content_text(update.content)
-            return [text_part(text)] if text else []
+            return [*self._pause(), text_part(text)] if text else []
         if kind == "agent_thought_chunk":
             text = content_text(update.content)
-            return [{"type": "thinking", "value": text}] if text else []
+            return [*self._pause(), {"type": "thinking", "value": text}] if text else []
         if kind == "plan":
-            return self._plan_parts(update.entries)
+            parts = self._plan_parts(update.entries)
+            return [*self._pause(), *parts] if parts else []
         return self.tool(update)
 
     def known(self, tool_call_id: object) -> dict[str, Any] | None:
@@ -244,24 +261,70 @@ class TurnRenderer:
         if update is None or update.tool_call_id in PLACEHOLDER_TOOL_CALL_IDS:
             # A placeholder is not merged into another permission's call, not rendered (the
             # card shows it), never closed as "ended without a result".
-            return []
-        return self.tool(update)
+            return self._pause()
+        return [*self._pause(), *self.tool(update)]
 
     def tool(self, update: Any) -> list[Part]:  # a validated ToolCall / ToolCallUpdate
-        """Parts for a tool call create-or-update: its start, then its end, once each."""
+        """Parts for a tool call create-or-update: its start, its output as it comes
+        (``_meta.terminal_output``), then its end, once each."""
         state = self.tools.get(update.tool_call_id)
         if state is None:
             state = self.tools[update.tool_call_id] = ToolState(update.tool_call_id)
         state.merge(update)
+        meta = getattr(update, "field_meta", None)
+        output, exited = _terminal_meta(meta, state, getattr(update, "content", None))
         parts: list[Part] = []
         if not state.started and state.title:
             state.started = True
             if state.status not in FINAL_STATUSES:
-                parts.append(text_part(render_start(state)))
+                parts += [*self._pause(), text_part(render_start(state))]
+        if exited is not None:
+            self.live.exited(*exited)
+        if output is not None:
+            parts += self._live(*output)
         if state.started and not state.finished and state.status in FINAL_STATUSES:
             state.finished = True
-            parts.append(text_part(render_end(state, self.profile.raw_output)))
+            parts += self._end(state)
         return parts
+
+    def terminal(self, raw: dict[str, Any]) -> list[Part]:
+        """Parts for a terminal lmbridge runs for the agent (``TERMINAL_UPDATE``): its
+        output as it comes; once it has exited, its block closed and how it ended."""
+        terminal_id = raw.get("terminalId")
+        if not isinstance(terminal_id, str):
+            return []
+        data = raw.get("data")
+        parts = self._live(terminal_id, data) if isinstance(data, str) and data else []
+        if raw.get("exited") is True:
+            code, signal = raw.get("exitCode"), raw.get("signal")
+            self.live.exited(terminal_id, code if isinstance(code, int) and not isinstance(code, bool) else None, signal if isinstance(signal, str) else None)
+            block = self.live.blocks.get(terminal_id)
+            shown = self.live.end(terminal_id)
+            if shown:
+                parts.append(text_part(shown))
+            how = exit_line(block.exit_code, block.signal) if block is not None else ""
+            if how and shown:
+                parts.append(text_part(f"_{how}_\n\n"))
+        return parts
+
+    def _live(self, terminal_id: str, data: str) -> list[Part]:
+        text = self.live.feed(terminal_id, data)
+        return [text_part(text)] if text else []
+
+    def _pause(self) -> list[Part]:
+        """The open output block closed, before something else is written."""
+        text = self.live.pause()
+        return [text_part(text)] if text else []
+
+    def _end(self, state: ToolState) -> list[Part]:
+        """A tool call's end: its output block closed (held end shown), then its line; the
+        output is not shown again from the result when it was shown as it came."""
+        live = [t for t in state.terminals if self.live.shown(t)]
+        closing = "".join(self.live.end(t) for t in live) + self.live.pause()
+        code, signal = _exit_of(state, self.live)
+        how = exit_line(code, signal) if live else ""
+        line = render_end(state, None if live else self.profile.raw_output, live=bool(live), how=how)
+        return [text_part(closing + line)] if closing else [text_part(line)]
 
     def declined(self, tool_call_id: object) -> None:
         """The permission for this tool call was answered with the agent's reject option
@@ -272,10 +335,25 @@ class TurnRenderer:
         if state is not None:
             state.declined = True
 
+    def pause(self) -> list[Part]:
+        """The open output block closed: the response ends here, and its text must not end
+        inside a code block (the next response starts a new one)."""
+        return self._pause()
+
+    def left_running(self) -> bool:
+        """Whether a command the agent runs itself may outlive its cancelled turn: a started,
+        unfinished ``execute`` call of an agent whose profile says a cancel does not end its
+        commands (``AgentProfile.cancel_leaves_commands``)."""
+        return self.profile.cancel_leaves_commands and any(s.started and not s.finished and s.kind == "execute" for s in self.tools.values())
+
     def close(self) -> list[Part]:
         """End of turn: tool calls left open are closed (docs/agents.md: agents leave
-        them ``in_progress`` forever) and forgotten: a declined one as declined."""
-        parts = [
+        them ``in_progress`` forever) and forgotten: a declined one as declined. Output
+        blocks still open are closed first (held ends shown)."""
+        ended = self.live.close()
+        self.live = LiveOutput()
+        parts = [text_part(ended)] if ended else []
+        parts += [
             text_part(f"\n\n✗ {_title(s)} declined\n\n" if s.declined else f"\n\n_{clip(s.title or s.id, TITLE_LIMIT)}: ended without a result._\n\n")
             for s in self.tools.values()
             if s.started and not s.finished
@@ -316,12 +394,14 @@ def render_start(state: ToolState) -> str:
     return f"\n\n🔧 {_title(state)}{' — ' + where if where else ''}\n\n"
 
 
-def render_end(state: ToolState, raw_output: Callable[[Any], str | None] | None = None) -> str:
+def render_end(state: ToolState, raw_output: Callable[[Any], str | None] | None = None, *, live: bool = False, how: str = "") -> str:
     """Markdown shown when a tool call ends: status and a short preview of its output or diff.
     ``raw_output``: the agent's profile's reader of ``rawOutput``, for a call that ends
-    without ``content`` (``acp.profiles.AgentProfile.raw_output``)."""
-    head = f"\n\n{_ICONS.get(state.status or '', '•')} {_title(state)} {state.status}"
-    previews = [p for p in (_preview(c) for c in state.content) if p]
+    without ``content`` (``acp.profiles.AgentProfile.raw_output``). ``live``: its output was
+    shown as it came (its result's text content is not shown again). ``how``: how its
+    command ended (``live.exit_line``), after the status."""
+    head = f"\n\n{_ICONS.get(state.status or '', '•')} {_title(state)} {state.status}" + (f" · {how}" if how else "")
+    previews = [p for p in (_preview(c) for c in state.content if not (live and getattr(c, "type", None) == "content")) if p]
     if not previews and raw_output is not None and state.raw_output is not None:
         text = raw_output(state.raw_output)
         if text and text.strip():
@@ -353,6 +433,162 @@ def _preview(item: Any) -> str:
     if kind == "content":
         text = content_text(item.content)
         return f"```\n{_clip(text.splitlines())}\n```" if text.strip() else ""
-    if kind == "terminal":
-        return f"_terminal {item.terminal_id}_"
+    # A terminal's output is shown as it comes (``TurnRenderer.tool``), not here.
     return ""
+
+
+def _terminal_meta(meta: Any, state: ToolState, content: Any) -> tuple[tuple[str, str] | None, tuple[str, int | None, str | None] | None]:
+    """What a tool call update's ``_meta`` says of its command (codex-acp, claude-agent-acp:
+    docs/agents.md): ``terminal_info``/``terminal_output``/``terminal_exit`` and ``terminal``
+    content tie terminal ids to the call (``state.terminals``); returns (terminal id, output
+    data) and (terminal id, exit code, signal), each None when absent or malformed."""
+    ids = [getattr(c, "terminal_id", None) for c in content or () if getattr(c, "type", None) == "terminal"]
+    output = exited = None
+    if isinstance(meta, dict):
+        for key in ("terminal_info", "terminal_output", "terminal_exit"):
+            value = meta.get(key)
+            if isinstance(value, dict) and isinstance(value.get("terminal_id"), str):
+                ids.append(value["terminal_id"])
+        out = meta.get("terminal_output")
+        if isinstance(out, dict) and isinstance(out.get("terminal_id"), str) and isinstance(out.get("data"), str):
+            output = (out["terminal_id"], out["data"])
+        end = meta.get("terminal_exit")
+        if isinstance(end, dict) and isinstance(end.get("terminal_id"), str):
+            code, signal = end.get("exit_code"), end.get("signal")
+            exited = (end["terminal_id"], code if isinstance(code, int) and not isinstance(code, bool) else None, signal if isinstance(signal, str) else None)
+    for terminal_id in ids:
+        if isinstance(terminal_id, str) and terminal_id not in state.terminals:
+            state.terminals.append(terminal_id)
+    return output, exited
+
+
+def _exit_of(state: ToolState, live: LiveOutput) -> tuple[int | None, str | None]:
+    """How a tool call's command ended: its terminal's exit (``terminal_exit``, or a terminal
+    lmbridge ran), else ``rawOutput.exit_code`` (codex-acp); (None, None) when not known."""
+    for terminal_id in state.terminals:
+        block = live.blocks.get(terminal_id)
+        if block is not None and (block.exit_code is not None or block.signal):
+            return block.exit_code, block.signal
+    raw = state.raw_output
+    code = raw.get("exit_code") if isinstance(raw, dict) else None
+    if state.terminals and isinstance(code, int) and not isinstance(code, bool):
+        return code, None
+    return None, None
+
+
+# ---------------------------------------------------------------- what the user reads about the turn
+#
+# The turn machine (``turn``) decides *that* the user is told something; these say *what*.
+# Each note is plain data the machine hands over; ``note`` makes it the part the user reads.
+
+
+@dataclass(frozen=True)
+class StartNotice:
+    """The agent takes long to start: ``waited`` None for the first line, else the seconds
+    waited so far (each later line while it still starts)."""
+
+    agent: str
+    waited: float | None = None
+
+
+@dataclass(frozen=True)
+class EmptyAnswer:
+    """A response would end with neither text nor a tool call (Copilot Chat shows "Sorry,
+    no response was returned." for it): ``declined``, the request declined an action."""
+
+    agent: str
+    declined: bool
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """``size`` bytes of output kept for the next request were left out (over the bound)."""
+
+    size: int
+
+
+Note = StartNotice | EmptyAnswer | LeftOut
+
+
+class Kept:
+    """Output kept while no request streams, for the next request of the same turn.
+
+    Text (and thinking) is bounded to ``limit`` bytes (UTF-8): past it the oldest text
+    gives way, counted, and ``take`` puts one ``LeftOut`` line first; tool calls and
+    other parts are never dropped.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[Part] = []
+        self.size = 0  # text bytes in parts
+        self.left_out = 0  # text bytes that gave way
+
+    def add(self, parts: list[Part]) -> None:
+        for part in parts:
+            self.parts.append(part)
+            if part.get("type") in ("text", "thinking"):
+                self.size += _size(part)
+        while self.size > self.limit:
+            i = next(i for i, p in enumerate(self.parts) if p.get("type") in ("text", "thinking"))
+            size = _size(self.parts.pop(i))
+            self.size -= size
+            self.left_out += size
+
+    def take(self) -> list[Part]:
+        """Everything kept, in order (after the line saying what was left out), and forget it."""
+        parts = ([note(LeftOut(self.left_out))] if self.left_out else []) + self.parts
+        self.clear()
+        return parts
+
+    def clear(self) -> None:
+        self.parts, self.size, self.left_out = [], 0, 0
+
+
+def _size(part: Part) -> int:
+    return len(str(part.get("value", "")).encode("utf-8", "surrogatepass"))
+
+
+def start_notice(agent: str, waited: float | None = None) -> str:
+    """The text shown when ``agent`` takes longer than the start notice's seconds to start;
+    with ``waited`` (seconds), each later line while it still starts."""
+    if waited is None:
+        return f"_Starting {agent}…_\n\n"
+    return f"_Starting {agent}: still waiting after {waited:.0f} s (a first start may be downloading it)…_\n\n"
+
+
+def is_start_notice(text: object) -> bool:
+    """Whether ``text`` is a ``start_notice`` (a wall-clock artefact: replay skips it)."""
+    return isinstance(text, str) and text.startswith("_Starting ") and text.endswith("…_\n\n") and "\n" not in text[:-2]
+
+
+def note(n: Note) -> Part:
+    """The text part the user reads for ``n``."""
+    if isinstance(n, StartNotice):
+        return text_part(start_notice(n.agent, n.waited))
+    if isinstance(n, EmptyAnswer):
+        return text_part(f"_{n.agent} ended its turn{': the action was declined' if n.declined else ' without a reply'}._")
+    return text_part(f"\n\n_[{n.size} bytes of output left out]_\n\n")
+
+
+def session_gone(agent: str) -> str:
+    """A request that came after its session ended (the error the user reads)."""
+    return f"agent {agent!r}: its session has just ended; please retry"
+
+
+def start_failed(agent: str, error: str, *, named: bool, renewing: bool) -> str:
+    """The agent (``renewing`` False) or a new ACP session for it failed to start;
+    ``named``: ``error`` names the agent already."""
+    if named:
+        return error
+    return f"agent {agent!r} {'could not open a new session' if renewing else 'failed to start'}: {error}"
+
+
+def turn_failed(agent: str, error: str, *, named: bool) -> str:
+    """The agent answered ``session/prompt`` with an error."""
+    return error if named else f"agent {agent!r}: {error}"
+
+
+def session_closed(reason: str) -> str:
+    """Requests still open when the session is closed (daemon shutdown, eviction...)."""
+    return f"session closed: {reason}"

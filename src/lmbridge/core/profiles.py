@@ -69,6 +69,11 @@ class AgentProfile:
     (fast-agent: a Stop mid-stream leaves an empty assistant message, which model APIs
     refuse with HTTP 400). Recovered in a fresh session told the conversation, never by
     taking the same session up again (``session_actor.SessionActor._recover_session``).
+
+    ``cancel_leaves_commands``: a ``session/cancel`` ends the turn but not a command it runs
+    (codex-acp 0.16.0: the command keeps running until ``session/close``, which ends it
+    within a second). A turn cancelled while one runs has its session closed and taken up
+    again (``turn``; ``core.present.TurnRenderer.left_running``).
     """
 
     name: str
@@ -78,11 +83,12 @@ class AgentProfile:
     permission_content_is_prompt: bool = False
     raw_output: Callable[[Any], str | None] | None = None
     cancel_breaks_history: bool = False
+    cancel_leaves_commands: bool = False
 
 
 CLAUDE = AgentProfile("claude", ToolNaming.CLAUDE_META)
 GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID)
-CODEX = AgentProfile("codex", ToolNaming.CODEX_RAW_INPUT, permission_content_is_prompt=True, raw_output=codex_output)
+CODEX = AgentProfile("codex", ToolNaming.CODEX_RAW_INPUT, permission_content_is_prompt=True, raw_output=codex_output, cancel_leaves_commands=True)
 FAST_AGENT = AgentProfile("fast-agent", ToolNaming.TITLE, shared_mcp_registry=True, keeps_spare=False, cancel_breaks_history=True)  # fast-agent 0.10.48
 OTHER = AgentProfile("other")
 

@@ -1,4 +1,4 @@
-"""The turn lifecycle of one agent session: a pure state machine (docs/architecture.md, "The turn lifecycle").
+"""The turn lifecycle of one agent session: a pure state machine whose table is the program.
 
 Rules of this file (after h11's ``_state.py``):
 
@@ -6,11 +6,17 @@ Rules of this file (after h11's ``_state.py``):
   a permission, a cancel or a timer while one ACP session runs lives here. The
   session actor feeds events in and carries out the effects that come back;
   it decides nothing itself.
+* The decisions are the rows of ``TABLE``: ``(state, event, guard) -> (next state,
+  action)``, one next state per row. ``TurnMachine.handle`` finds the first row whose
+  state, event and guard match, runs its action and enters its state. An event no row
+  names changes nothing (a stale timer, a late answer, anything after the close), except
+  ``Ready``, which only ever answers a start: elsewhere it raises ``TurnError``.
 * No I/O, no clock, no randomness: timers are effects (``StartTimer`` /
   ``StopTimer``) that come back as ``TimerFired`` events, and callIds and
   approval tokens arrive inside the events that need them.
-* It knows jobs (VS Code requests) only by number, and messages only as opaque
-  values it hands back. It knows ACP only as far as permission options go.
+* It knows jobs (VS Code requests) only by number (``jobs``), and messages only as
+  opaque values it hands back. It knows ACP only as far as permission options go
+  (``permissions``); what the user reads is ``present``'s.
 
 Theory of operation
 -------------------
@@ -19,28 +25,43 @@ at most one request (a *job*) streaming for it. The two do not line up: a turn
 that asks permission outlives the response that showed the card (the response
 ends ``tool_calls``; the next request carries the answer), and a Stop ends the
 response at once while the agent takes its time to end the turn. So the state
-is the turn's, and the job is attached to it when there is one:
+is the turn's, and the job is attached to it when there is one. The states
+(docs/architecture.md, "The turn lifecycle", prints the table):
 
-``IDLE``       no prompt open; a job, if any, is about to be answered.
-``STARTING``   the agent (or a fresh ACP session) is being started; jobs wait.
-``STREAMING``  a prompt is open and a job streams its output.
-``AWAITING``   a prompt is open, no job: the last response ended ``tool_calls``
-               and the agent waits on the answers the next request brings. Its
-               output is kept for that request (bounded in bytes).
-``DRAINING``   ``session/cancel`` was sent; the prompt has not ended. Its output
-               is dropped, jobs wait, a deadline runs. Past the deadline the
-               session is closed (``CloseSession``), then replaced: taken up
-               again if the prompt has ended by then, else a fresh session (an
-               ACP session with a prompt open is never prompted again).
-``CLOSED``     the session is over; every job and permission has been answered.
+``NO_AGENT``       the agent is not running (never started, or gone between turns).
+``STARTING``       the agent and its ACP session are being started (``StartAgent``).
+``RENEWING``       the chat's ACP session is being replaced on the running agent
+                   (``NewSession``); no user waits on that start.
+``IDLE``           the agent is up, no prompt is open.
+``ENDED``          no prompt is open: the turn ended while no job streamed (after its
+                   cards were shown); its end, and the output kept, wait for the next job.
+``STREAMING``      a prompt is open and a job streams its output.
+``AWAITING``       a prompt is open, no job: the last response ended ``tool_calls``
+                   and the agent waits on the answers the next request brings. Its
+                   output is kept for that request (bounded in bytes).
+``DRAINING``       ``session/cancel`` was sent; the prompt has not ended. Its output
+                   is dropped, jobs wait, a deadline runs.
+``CLOSING``        the deadline passed: the session is being closed (``CloseSession``),
+                   its prompt still open. Once closed, a fresh session replaces it
+                   (an ACP session with a prompt open is never prompted again).
+``CLOSING_ENDED``  ... and the prompt has ended meanwhile: once closed, the same
+                   session is taken up again.
+``CLOSED``         the session is over; every job and permission has been answered.
 
-Output of a turn that has ended (``IDLE``, ``STARTING``, ``DRAINING``) is never
-part of a later answer: it is dropped and counted.
+The six *phases* (``Phase``) group them as a request sees them: NO_AGENT, IDLE and ENDED
+are IDLE; RENEWING is STARTING; CLOSING and CLOSING_ENDED are DRAINING.
+
+Jobs wait in a ``jobs.JobQueue``. After each event, while no job streams and the state
+can take one (NO_AGENT, IDLE, ENDED, AWAITING), the machine feeds itself ``NextJob``:
+the job next in line goes through the table like any event.
+
+Output of a turn that has ended (or is starting, or being cancelled) is never part of a
+later answer: it is dropped and counted (docs/architecture.md, "Ended turns").
 
 Every timer is tagged with the sequence number of what started it (the gather
-window with the surfacing, the drain deadline with the prompt) and is stopped
-when that ends; a ``TimerFired`` whose tag is stale does nothing. Every job
-ends exactly once (``Finish`` or ``Fail``); every permission is answered exactly
+window with the surfacing, the drain deadline with the prompt, the start notice with the
+start) and is stopped when that ends; a ``TimerFired`` whose tag is stale matches no row.
+Every job ends exactly once (``Finish`` or ``Fail``); every permission is answered exactly
 once (``Respond`` or ``RespondError``). What a permission becomes (a card, a grant,
 a decline, a refusal) and which option an answer selects is the permission rule's
 (``permissions``): this machine only carries its decisions out at the right time.
@@ -50,16 +71,19 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lmbridge.core import permissions
+from lmbridge.core import permissions, present
 from lmbridge.core.history import Last, Pending
+from lmbridge.core.jobs import JobInfo, JobQueue
 from lmbridge.core.permissions import CANCELLED as CANCELLED_OUTCOME
 from lmbridge.core.permissions import Answer
 
 Part = dict[str, Any]
+
+__all__ = ["JobInfo", "TABLE", "Row", "State", "Phase", "TurnMachine"]
 
 #: Seconds: permissions and tool calls this close together go out in one response.
 GATHER = 0.1
@@ -74,13 +98,46 @@ BUFFER_LIMIT = 1 << 20
 STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
 
 
-class State(enum.Enum):
+class Phase(enum.Enum):
+    """The lifecycle as a request sees it (several states share a phase)."""
+
     IDLE = "idle"
     STARTING = "starting"
     STREAMING = "streaming"
     AWAITING = "awaiting"
     DRAINING = "draining"
     CLOSED = "closed"
+
+
+class State(enum.Enum):
+    """The machine's states (module docstring); ``phase`` groups them."""
+
+    NO_AGENT = "no_agent"
+    STARTING = "starting"
+    RENEWING = "renewing"
+    IDLE = "idle"
+    ENDED = "ended"
+    STREAMING = "streaming"
+    AWAITING = "awaiting"
+    DRAINING = "draining"
+    CLOSING = "closing"
+    CLOSING_ENDED = "closing_ended"
+    CLOSED = "closed"
+
+    @property
+    def phase(self) -> Phase:
+        return _PHASES[self]
+
+
+_PHASES = {
+    State.NO_AGENT: Phase.IDLE, State.STARTING: Phase.STARTING, State.RENEWING: Phase.STARTING, State.IDLE: Phase.IDLE,
+    State.ENDED: Phase.IDLE, State.STREAMING: Phase.STREAMING, State.AWAITING: Phase.AWAITING, State.DRAINING: Phase.DRAINING,
+    State.CLOSING: Phase.DRAINING, State.CLOSING_ENDED: Phase.DRAINING, State.CLOSED: Phase.CLOSED,
+}
+#: The states in which the agent's prompt turn is open.
+PROMPT_OPEN = frozenset({State.STREAMING, State.AWAITING, State.DRAINING, State.CLOSING})
+#: The states that take the next waiting job (when none streams).
+TAKES_A_JOB = frozenset({State.NO_AGENT, State.IDLE, State.ENDED, State.AWAITING})
 
 
 class Timer(enum.Enum):
@@ -94,28 +151,6 @@ class TurnError(Exception):
 
 
 # ---------------------------------------------------------------- events
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    """What the machine needs of one chat request (the history core's ``Turn``).
-
-    ``answers``: callId → Answer for the calls the previous response left
-    pending. ``cancel_first``: the request stops the open turn (Stop, or
-    tool results beside new user content). ``has_prompt``: it brings new user
-    content for ``session/prompt``. ``messages``: its context and prompt, handed
-    back when it is cancelled before the agent saw them. ``tools``: the names of
-    the tools the request offers (``options.tools``). ``cancelled``: the shim
-    cancelled it before it got here.
-    """
-
-    id: int
-    answers: Mapping[str, Answer] = field(default_factory=dict)
-    cancel_first: bool = False
-    has_prompt: bool = True
-    messages: tuple[Any, ...] = ()
-    tools: frozenset[str] = frozenset()
-    cancelled: bool = False
 
 
 @dataclass(frozen=True)
@@ -356,89 +391,153 @@ Effect = (
 )
 
 
+
+@dataclass(frozen=True)
+class NextJob:
+    """Internal: the job next in line may run (the machine feeds it to itself)."""
+
+
 # ---------------------------------------------------------------- the table
 
+#: A row's next state when it stays where it was (for rows over several states).
+STAY = None
 _S = State
-_EVENT_TYPES = (NewJob, CancelJob, Ready, Update, PermissionAsked, ToolInvoked, PromptEnded, SessionClosed, AgentExited, TimerFired, Close)
-_ANY_LIVE = (State.IDLE, State.STARTING, State.STREAMING, State.AWAITING, State.DRAINING)
+_LIVE = tuple(s for s in State if s is not State.CLOSED)
 
-#: (state, event) → the states the machine may be in after it. ``handle`` checks every
-#: transition against it; tests/test_turn.py walks every row and reaches every target.
-#: ``Ready`` is only ever an answer to ``StartAgent``/``NewSession``, so it only comes in
-#: STARTING (or CLOSED, when the session closed while it started).
-TRANSITIONS: dict[tuple[State, type], frozenset[State]] = {
-    # A job starts the agent, streams a prompt, is answered at once, or (the
-    # turn already over) is told how it ended; that may fail the session.
-    (_S.IDLE, NewJob): frozenset({_S.STARTING, _S.STREAMING, _S.IDLE, _S.CLOSED}),
-    (_S.STARTING, NewJob): frozenset({_S.STARTING}),
-    (_S.STREAMING, NewJob): frozenset({_S.STREAMING, _S.DRAINING}),
-    (_S.AWAITING, NewJob): frozenset({_S.STREAMING, _S.DRAINING}),
-    (_S.DRAINING, NewJob): frozenset({_S.DRAINING}),
-    (_S.IDLE, CancelJob): frozenset({_S.IDLE}),
-    (_S.STARTING, CancelJob): frozenset({_S.STARTING}),
-    (_S.STREAMING, CancelJob): frozenset({_S.DRAINING, _S.STREAMING}),
-    (_S.AWAITING, CancelJob): frozenset({_S.AWAITING}),
-    (_S.DRAINING, CancelJob): frozenset({_S.DRAINING}),
-    (_S.STARTING, Ready): frozenset({_S.IDLE, _S.STREAMING, _S.CLOSED}),
-    # The turn ends: answered, recovered in a fresh session (first turn after a
-    # cancel), failed; a drain ends and the next job starts; a stale answer.
-    (_S.STREAMING, PromptEnded): frozenset({_S.IDLE, _S.STARTING, _S.CLOSED, _S.STREAMING}),
-    # ... kept for the next request (a request that came while the turn streamed has
-    # stopped it when its cards were shown: it cannot answer them).
-    (_S.AWAITING, PromptEnded): frozenset({_S.IDLE}),
-    # ... a drain that ends while its session is being closed stays DRAINING until closed.
-    (_S.DRAINING, PromptEnded): frozenset({_S.IDLE, _S.STREAMING, _S.DRAINING}),
-    (_S.IDLE, PromptEnded): frozenset({_S.IDLE}),
-    (_S.STARTING, PromptEnded): frozenset({_S.STARTING}),
-    # Gather window: the response ends ``tool_calls`` (and a request queued behind it that
-    # cannot answer its cards stops the turn: DRAINING). Drain deadline: the session is
-    # closed (CloseSession), still DRAINING; once closed it is replaced (STARTING): taken
-    # up again if its prompt has ended by then, else a fresh session told the conversation.
-    (_S.STREAMING, TimerFired): frozenset({_S.STREAMING, _S.AWAITING, _S.DRAINING}),
-    (_S.DRAINING, TimerFired): frozenset({_S.DRAINING}),
-    **{(s, TimerFired): frozenset({s}) for s in (_S.IDLE, _S.STARTING, _S.AWAITING)},
-    (_S.DRAINING, SessionClosed): frozenset({_S.STARTING, _S.DRAINING}),
-    **{(s, SessionClosed): frozenset({s}) for s in (_S.IDLE, _S.STARTING, _S.STREAMING, _S.AWAITING)},  # stale
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds: ``drain`` (a cancelled turn's deadline), ``gather`` (the window that gathers
+    cards into one response), ``notice`` (before the first start notice), ``progress``
+    (between the later ones; infinite: none)."""
+
+    drain: float = DRAIN
+    gather: float = GATHER
+    notice: float = START_NOTICE
+    progress: float = START_PROGRESS
+
+
+@dataclass(frozen=True)
+class Row:
+    """One decision: in any of ``states``, on ``event``, when ``guard`` holds (``""``:
+    always), run ``action`` and enter ``target`` (``STAY``: the state it was in).
+    Guards and actions are named methods of ``TurnMachine`` (``_if_<guard>``, ``_do_<action>``)."""
+
+    states: tuple[State, ...]
+    event: type
+    guard: str
+    target: State | None
+    action: str
+
+    def __str__(self) -> str:
+        states = "any live" if self.states == _LIVE else ", ".join(s.name for s in self.states)
+        guard = f" [{self.guard}]" if self.guard else ""
+        return f"{states} + {self.event.__name__}{guard} -> {self.target.name if self.target else '(stays)'}: {self.action}"
+
+
+def _row(states: State | tuple[State, ...], event: type, guard: str, target: State | None, action: str) -> Row:
+    return Row(states if isinstance(states, tuple) else (states,), event, guard, target, action)
+
+
+#: The program. First match wins; tests/test_turn.py walks every row and checks its action.
+TABLE: tuple[Row, ...] = (
+    # A request comes: it answers the cards it can, stops the turn if it must, and waits in line.
+    _row(_S.CLOSED, NewJob, "", STAY, "refuse_job"),
+    _row((_S.STREAMING, _S.AWAITING), NewJob, "stops_the_turn", _S.DRAINING, "stop_the_turn_and_queue"),
+    _row(_S.ENDED, NewJob, "stops_the_turn", _S.IDLE, "forget_the_turn_and_queue"),
+    _row(_LIVE, NewJob, "stops_the_turn", STAY, "forget_the_turn_and_queue"),
+    _row(_LIVE, NewJob, "", STAY, "queue"),
+    # The job next in line runs: it starts the agent, prompts, goes on with the open turn,
+    # is told how the turn ended, or is answered at once.
+    _row(_S.NO_AGENT, NextJob, "", _S.STARTING, "start_agent"),
+    _row(_S.AWAITING, NextJob, "cannot_go_on", _S.DRAINING, "stop_the_turn_first"),
+    _row(_S.AWAITING, NextJob, "", _S.STREAMING, "go_on"),
+    _row((_S.IDLE, _S.ENDED), NextJob, "has_prompt", _S.STREAMING, "prompt"),
+    _row(_S.ENDED, NextJob, "turn_failed", _S.CLOSED, "tell_the_end"),
+    _row(_S.ENDED, NextJob, "", _S.IDLE, "tell_the_end"),
+    _row(_S.IDLE, NextJob, "", STAY, "answer_at_once"),
+    # A Stop (``$/cancelRequest``).
+    _row((_S.STARTING, _S.RENEWING), CancelJob, "streams", STAY, "cancel_the_start"),
+    _row(_S.STREAMING, CancelJob, "streams", _S.DRAINING, "stop"),
+    _row(tuple(State), CancelJob, "waits", STAY, "unqueue"),
+    # A start is answered.
+    _row((_S.STARTING, _S.RENEWING), Ready, "failed", _S.CLOSED, "die_at_start"),
+    _row((_S.STARTING, _S.RENEWING), Ready, "", _S.IDLE, "up"),
+    _row(_S.CLOSED, Ready, "", STAY, "nothing"),
     # The agent's traffic never changes the state.
-    **{(s, e): frozenset({s}) for s in _ANY_LIVE for e in (Update, PermissionAsked, ToolInvoked)},
-    **{(s, e): frozenset({_S.CLOSED}) for s in _ANY_LIVE for e in (AgentExited, Close)},
-    # ... but an agent gone between turns is started again by the next job.
-    (_S.IDLE, AgentExited): frozenset({_S.CLOSED, _S.IDLE}),
-    **{(_S.CLOSED, e): frozenset({_S.CLOSED}) for e in _EVENT_TYPES},
-}
+    _row(_S.STREAMING, Update, "", STAY, "show"),
+    _row(_S.AWAITING, Update, "", STAY, "keep"),
+    _row(tuple(State), Update, "", STAY, "drop"),
+    _row(tuple(State), PermissionAsked, "", STAY, "route_permission"),
+    _row((_S.STREAMING, _S.AWAITING), ToolInvoked, "", STAY, "take_tool_call"),
+    _row(tuple(State), ToolInvoked, "", STAY, "refuse_tool_call"),
+    # The prompt ends.
+    _row(_S.STREAMING, PromptEnded, "first_after_a_cancel_failed", _S.RENEWING, "renew_and_retry"),
+    _row(_S.STREAMING, PromptEnded, "failed", _S.CLOSED, "end_the_turn"),
+    _row(_S.STREAMING, PromptEnded, "current", _S.IDLE, "end_the_turn"),
+    _row(_S.AWAITING, PromptEnded, "current", _S.ENDED, "hold_the_end"),
+    _row(_S.DRAINING, PromptEnded, "left_a_command", _S.RENEWING, "close_and_take_up"),
+    _row(_S.DRAINING, PromptEnded, "current", _S.IDLE, "drained"),
+    _row(_S.CLOSING, PromptEnded, "current", _S.CLOSING_ENDED, "drained"),
+    # Timers.
+    _row(_S.STREAMING, TimerFired, "gathered", _S.AWAITING, "show_the_cards"),
+    _row(_S.STARTING, TimerFired, "still_starting", STAY, "say_starting"),
+    _row(_S.DRAINING, TimerFired, "drain_deadline", _S.CLOSING, "close_the_session"),
+    # The session a cancelled turn outlived is closed: it is replaced.
+    _row(_S.CLOSING, SessionClosed, "current", _S.RENEWING, "fresh_session"),
+    _row(_S.CLOSING_ENDED, SessionClosed, "current", _S.RENEWING, "take_up_again"),
+    # Endings.
+    _row(_S.IDLE, AgentExited, "nothing_waits", _S.NO_AGENT, "detach"),
+    _row(_LIVE, AgentExited, "", _S.CLOSED, "die"),
+    _row((_S.STREAMING, _S.AWAITING), Close, "", _S.CLOSED, "cancel_and_close"),
+    _row(_LIVE, Close, "", _S.CLOSED, "close"),
+)
+
+
+def table_text(table: tuple[Row, ...] = TABLE) -> str:
+    """The table as markdown, one line a row (docs/architecture.md prints it)."""
+    lines = ["| # | state | event | guard | next state | action |", "|---|---|---|---|---|---|"]
+    for i, row in enumerate(table, 1):
+        states = "any but CLOSED" if row.states == _LIVE else "any" if row.states == tuple(State) else ", ".join(s.name for s in row.states)
+        target = row.target.name if row.target else "(stays)"
+        lines.append(f"| {i} | {states} | {row.event.__name__} | {row.guard or '—'} | {target} | {row.action} |")
+    return "\n".join(lines) + "\n"
+
+
+def _index(table: tuple[Row, ...]) -> dict[tuple[State, type], tuple[Row, ...]]:
+    index: dict[tuple[State, type], list[Row]] = {}
+    for row in table:
+        for state in row.states:
+            index.setdefault((state, row.event), []).append(row)
+    return {key: tuple(rows) for key, rows in index.items()}
+
+
+_ROWS = _index(TABLE)
 
 
 # ---------------------------------------------------------------- pure helpers
 
 
+
+
 class Renderer(Protocol):
-    """``render.TurnRenderer``: ACP updates → response parts (create-or-update state)."""
+    """``present.TurnRenderer``: ACP updates → response parts (create-or-update state)."""
 
     def update(self, raw: Any) -> list[Part]: ...
     def known(self, tool_call_id: object) -> Mapping[str, Any] | None: ...
     def permission_tool(self, raw: Any) -> list[Part]: ...
     def declined(self, tool_call_id: object) -> None: ...
+    def pause(self) -> list[Part]: ...
+    def left_running(self) -> bool: ...
     def close(self) -> list[Part]: ...
 
 
-def start_notice(agent: str, waited: float | None = None) -> str:
-    """The text part shown when ``agent`` takes longer than ``notice`` seconds to start;
-    with ``waited`` (seconds), each later line while it still starts."""
-    if waited is None:
-        return f"_Starting {agent}…_\n\n"
-    return f"_Starting {agent}: still waiting after {waited:.0f} s (a first start may be downloading it)…_\n\n"
-
-
-def is_start_notice(text: object) -> bool:
-    """Whether ``text`` is a ``start_notice`` (a wall-clock artefact: replay skips it)."""
-    return isinstance(text, str) and text.startswith("_Starting ") and text.endswith("…_\n\n") and "\n" not in text[:-2]
-
-
 def _text(value: str) -> Part:
-    return {"type": "text", "value": value}
+    return present.text_part(value)
 
 
 # ---------------------------------------------------------------- the machine
+
 
 
 @dataclass
@@ -458,12 +557,15 @@ class _Call:
         return self.rid is None
 
 
+
 class TurnMachine:
     """The lifecycle of one session's turns. ``handle(event)`` → effects, in order.
 
     ``agent``: the agent's display name (for what the user reads); ``renderer``:
-    a ``render.TurnRenderer`` (replaced by ``reset_renderer`` for a new ACP
+    a ``present.TurnRenderer`` (replaced by ``reset_renderer`` for a new ACP
     session); ``buffer_limit``: bytes of text kept while no request streams.
+    Seconds: ``drain`` (a cancelled turn's deadline), ``gather`` (the window that
+    gathers cards into one response), ``notice``/``progress`` (the start notices).
     """
 
     def __init__(
@@ -479,228 +581,313 @@ class TurnMachine:
     ) -> None:
         self.agent = agent
         self.renderer = renderer
-        self.drain, self.gather, self.notice, self.buffer_limit = drain, gather, notice, buffer_limit
-        self.progress = progress  # seconds between "still starting" lines
-        self.starts = 0
-        self.notices = 0  # start notices shown for the current start
-        self.state = State.IDLE
-        self.started = False  # the agent is running
-        self.job: JobInfo | None = None  # the job streaming (or being started/recovered for)
-        self.waiting: list[JobInfo] = []  # jobs waiting for a start or a drain
-        self.calls: dict[str, _Call] = {}
+        self.timing = Timing(drain, gather, notice, progress)
+        self.state = State.NO_AGENT
+        self.job: JobInfo | None = None  # the job streaming (or being started for)
+        self.waiting = JobQueue()
+        self.calls: dict[str, _Call] = {}  # what the agent waits on, by callId
         self.tools: frozenset[str] = frozenset()  # what the latest request offered
-        self.buffer: list[Part] = []
-        self.buffered = 0  # text bytes in buffer
-        self.left_out = 0  # text bytes dropped from buffer
-        self.prompt_seq = 0
-        self.prompt_open = False
+        self.kept = present.Kept(buffer_limit)  # output kept for the next request (AWAITING, ENDED)
+        self.held: PromptEnded | None = None  # ENDED: how the turn ended
+        self.prompt_seq = 0  # prompts sent
+        self.cancelled_prompt: int | None = None  # the prompt last cancelled: the one after it is watched
+        self.output = 0  # parts of the agent's output the open prompt showed
+        self.whole = False  # the ACP session has seen none of the chat: the next prompt tells it all
+        self.command_left = False  # the stopped turn left a command of the agent's running (Renderer.left_running)
+        self.unsent: tuple[Any, ...] = ()  # messages of requests stopped before the agent saw them
         self.generation = 0  # gather windows
-        self.watch = False  # the open prompt is the first after a cancel (docs/agents.md, "Quirks")
-        self.after_cancel = False  # the next prompt is
-        self.recovering = False  # STARTING to recover the session after a cancel (no user waits on a start)
-        # The prompt whose ACP session is being closed because it outlived its drain deadline
-        # (CloseSession): until SessionClosed, nothing is sent to that session.
-        self.closing: int | None = None
-        self.whole = False  # the next prompt gets the whole conversation
-        self.agent_output = False  # the open prompt produced output for its job
-        self.unsent: tuple[Any, ...] = ()
-        self.held: PromptEnded | None = None  # the turn ended while no job streamed
+        self.starts = 0  # agent starts (the notice timer's tag)
+        self.notices = 0  # start notices shown for the current start
         self.dropped = 0  # parts of ended turns dropped since the last report
         self.visible: int | None = None  # the last job that got text or a tool call
+        self.trace: list[tuple[Row, State]] = []  # the rows the last ``handle`` went through, each with the state it entered
         self._fx: list[Effect] = []
+
+    # -- derived views (read by tests and logs; never stored) -------------------
+
+    @property
+    def phase(self) -> Phase:
+        return self.state.phase
+
+    @property
+    def prompt_open(self) -> bool:
+        return self.state in PROMPT_OPEN
+
+    @property
+    def after_cancel(self) -> bool:
+        """The next prompt is the first after a cancel (agents' quirks: docs/agents.md)."""
+        return self.cancelled_prompt is not None and self.cancelled_prompt == self.prompt_seq
+
+    @property
+    def watch(self) -> bool:
+        """The open prompt is the first after a cancel, sent by the job streaming it."""
+        return self.state is State.STREAMING and self._first_after_a_cancel()
 
     # -- entry ----------------------------------------------------------------
 
     def handle(self, event: Event) -> list[Effect]:
-        """Feed one event; returns the effects to carry out, in order."""
-        before = self.state
-        allowed = TRANSITIONS.get((before, type(event)))
-        if allowed is None:
-            raise TurnError(f"{type(event).__name__} cannot happen in state {before.name}")
-        self._fx = []
-        _HANDLERS[type(event)](self, event)
-        if self.state not in allowed:
-            raise TurnError(f"{type(event).__name__} in state {before.name} led to {self.state.name}, not in the table")
+        """Feed one event; returns the effects to carry out, in order. Raises ``TurnError``
+        for an event that cannot happen (``Ready`` outside a start)."""
+        self._fx, self.trace = [], []
+        self._step(event)
+        while self.job is None and len(self.waiting) and self.state in TAKES_A_JOB:
+            self._step(NextJob())
         fx, self._fx = self._fx, []
         return fx
+
+    def row_for(self, event: Event | NextJob) -> Row | None:
+        """The row ``event`` would go through now (None: it changes nothing). Raises
+        ``TurnError`` for an event that cannot happen."""
+        found = self._match(event)
+        return found[0] if found else None
+
+    def _match(self, event: Event | NextJob) -> tuple[Row, Callable[[TurnMachine, Any], None]] | None:
+        for row, guard, action in _COMPILED.get((self.state, type(event)), ()):
+            if guard is None or guard(self, event):
+                return row, action
+        if isinstance(event, Ready):
+            raise TurnError(f"Ready cannot happen in state {self.state.name}")
+        return None
+
+    def _step(self, event: Event | NextJob) -> None:
+        found = self._match(event)
+        if found is None:
+            return
+        row, action = found
+        action(self, event)
+        if row.target is not None:
+            self.state = row.target
+        self.trace.append((row, self.state))
+        if row.target in (State.IDLE, State.ENDED):
+            self._report_dropped()  # a turn is over: what it dropped, told once
 
     def reset_renderer(self, renderer: Renderer) -> None:
         """A fresh ACP session renders from scratch."""
         self.renderer = renderer
 
-    # -- jobs -----------------------------------------------------------------
+    # -- guards ---------------------------------------------------------------
 
-    def _on_new_job(self, ev: NewJob) -> None:
-        job = ev.job
-        if self.state is State.CLOSED:
-            self._fx.append(Fail(job.id, f"agent {self.agent!r}: its session has just ended; please retry"))
-            return
+    def _if_stops_the_turn(self, ev: NewJob) -> bool:
+        return ev.job.cancel_first
+
+    def _if_cannot_go_on(self, _: NextJob) -> bool:
+        """New words while the agent's turn is open, or cards this job cannot answer (it was
+        classified before the job ahead of it showed them): the turn is stopped first."""
+        job = self.waiting.peek()
+        return job.has_prompt or bool(self._stale_calls(job))
+
+    def _if_has_prompt(self, _: NextJob) -> bool:
+        return self.waiting.peek().has_prompt
+
+    def _if_turn_failed(self, _: NextJob) -> bool:
+        return self.held is not None and self.held.error is not None
+
+    def _if_streams(self, ev: CancelJob) -> bool:
+        return self.job is not None and self.job.id == ev.job_id
+
+    def _if_waits(self, ev: CancelJob) -> bool:
+        return ev.job_id in self.waiting
+
+    def _if_failed(self, ev: Ready | PromptEnded) -> bool:
+        if isinstance(ev, PromptEnded):
+            return self._if_current(ev) and ev.error is not None
+        return ev.error is not None
+
+    def _if_current(self, ev: PromptEnded | SessionClosed) -> bool:
+        return ev.seq == self.prompt_seq
+
+    def _if_left_a_command(self, ev: PromptEnded) -> bool:
+        """The cancelled turn ended, but a command it ran may run on (codex-acp: only
+        ``session/close`` ends it; ``Renderer.left_running``)."""
+        return ev.seq == self.prompt_seq and self.command_left
+
+    def _first_after_a_cancel(self) -> bool:
+        return self.job is not None and self.job.has_prompt and self.cancelled_prompt is not None and self.prompt_seq == self.cancelled_prompt + 1
+
+    def _if_first_after_a_cancel_failed(self, ev: PromptEnded) -> bool:
+        """The first prompt after a cancel failed, or ended at once with nothing: an agent's
+        quirk (claude-agent-acp, gemini-cli; docs/agents.md, "Quirks"), not the user's problem."""
+        empty = ev.error is None and ev.stop_reason == "end_turn" and self.output == 0
+        return self._if_current(ev) and self._first_after_a_cancel() and (empty or ev.error is not None)
+
+    def _if_gathered(self, ev: TimerFired) -> bool:
+        return ev.timer is Timer.GATHER and ev.tag == self.generation and bool(self._shown())
+
+    def _if_still_starting(self, ev: TimerFired) -> bool:
+        return ev.timer is Timer.NOTICE and ev.tag == self.starts and self.job is not None
+
+    def _if_drain_deadline(self, ev: TimerFired) -> bool:
+        return ev.timer is Timer.DRAIN and ev.tag == self.prompt_seq
+
+    def _if_nothing_waits(self, _: AgentExited) -> bool:
+        return not len(self.waiting)
+
+    # -- actions: requests ----------------------------------------------------
+
+    def _do_refuse_job(self, ev: NewJob) -> None:
+        self._fx.append(Fail(ev.job.id, present.session_gone(self.agent)))
+
+    def _take_answers(self, job: JobInfo) -> None:
         self.tools = job.tools
         for call_id, answer in job.answers.items():
             if job.cancelled and answer is not Answer.RESULT:
                 answer = Answer.CANCELLED  # a request cancelled before it got here approves nothing
             self._answer(call_id, answer, job.id)
-        if job.cancel_first:
-            if self.job is not None and self.state is State.STREAMING and self.prompt_open:
-                # This request stops the turn another request still streams (its
-                # $/cancelRequest may come after): that response ends here, cancelled.
-                stopped, self.job = self.job, None
-                self._fx.append(StopTimer(Timer.GATHER))
-                self._fx.append(Finish(stopped.id, "cancelled", Last.CANCELLED))
-            self._cancel_turn()
-        if self.state in (State.STARTING, State.DRAINING) or self.job is not None:
-            self.waiting.append(job)
-        elif not self.started:
-            self.job = job
-            self.starts += 1
-            self._go(State.STARTING)
-            self.notices = 0
-            self._fx.append(StartTimer(Timer.NOTICE, self.notice, self.starts))
-            self._fx.append(StartAgent(job.id))
-        else:
-            self._proceed(job)
 
-    def _proceed(self, job: JobInfo) -> None:
-        """Attach ``job`` to the turn (state IDLE or AWAITING) and run it."""
-        if job.has_prompt and self.prompt_open:
-            # New words while the agent's turn is open: that turn is stopped first.
-            self.waiting.insert(0, job)
-            self._cancel_turn()
-            return
-        stale = [call_id for call_id, c in self.calls.items() if c.shown_in not in (None, job.id) and call_id not in job.answers]
-        if stale:
-            # Classified before the request ahead of it showed these calls (it waited behind
-            # that request): it cannot answer them and nothing else will. Stopped, as the next
-            # request without them would be (and when unsure, deny), not left waiting forever.
-            if self.prompt_open:
-                self.waiting.insert(0, job)
-                self._cancel_turn()
-                return
-            for call_id in stale:
-                self._answer(call_id, Answer.CANCELLED, None)
-        self.job = job
-        if self.left_out:
-            self._emit(_text(f"\n\n_[{self.left_out} bytes of output left out]_\n\n"))
-        for part in self.buffer:
+    def _do_queue(self, ev: NewJob) -> None:
+        self._take_answers(ev.job)
+        self.waiting.put(ev.job)
+
+    def _do_stop_the_turn_and_queue(self, ev: NewJob) -> None:
+        self._take_answers(ev.job)
+        if self.job is not None:
+            # This request stops the turn another request still streams (its
+            # $/cancelRequest may come after): that response ends here, cancelled.
+            stopped, self.job = self.job, None
+            self._fx.append(StopTimer(Timer.GATHER))
+            self._fx.append(Finish(stopped.id, "cancelled", Last.CANCELLED))
+        self._stop_turn()
+        self.waiting.put(ev.job)
+
+    def _do_forget_the_turn_and_queue(self, ev: NewJob) -> None:
+        self._take_answers(ev.job)
+        self._forget_turn()
+        self.waiting.put(ev.job)
+
+    def _do_start_agent(self, _: NextJob) -> None:
+        self.job = self.waiting.pop()
+        self.starts += 1
+        self.notices = 0
+        self._fx.append(StartTimer(Timer.NOTICE, self.timing.notice, self.starts))
+        self._fx.append(StartAgent(self.job.id))
+
+    def _do_stop_the_turn_first(self, _: NextJob) -> None:
+        self._stop_turn()  # the job stays first in line: it runs once the turn has ended
+
+    def _attach(self) -> JobInfo:
+        """Attach the job next in line to the turn: what was kept for it goes out first."""
+        job = self.job = self.waiting.pop()
+        for call_id in self._stale_calls(job):
+            # Classified before the request ahead of it showed these calls: it cannot answer
+            # them, and the turn that asked is over (when unsure, deny).
+            self._answer(call_id, Answer.CANCELLED, None)
+        for part in self.kept.take():
             self._emit(part)
-        self.buffer, self.buffered, self.left_out = [], 0, 0
-        unshown = [c for c in self.calls.values() if c.shown_in is None]
-        for call in unshown:
+        for call in [c for c in self.calls.values() if c.shown_in is None]:
             self._show(call)
-        if job.has_prompt:
-            self.prompt_seq += 1
-            self.prompt_open, self.agent_output = True, False
-            self.watch, self.after_cancel = self.after_cancel, False
-            self._fx.append(Prompt(job.id, self.prompt_seq, whole=self.whole, unsent=self.unsent))
-            self.whole, self.unsent = False, ()
-            self._go(State.STREAMING)
-        elif self.held is not None:
-            held, self.held = self.held, None
-            self._go(State.STREAMING)
-            self._turn_ended(held)
-        elif self.prompt_open:
-            self._go(State.STREAMING)  # the agent goes on with its turn
-        else:
-            self._finish("end_turn", Last.DONE)
+        return job
 
-    def _next_waiting(self) -> None:
-        while self.waiting and self.state in (State.IDLE, State.AWAITING) and self.job is None:
-            job = self.waiting.pop(0)
-            self._proceed(job)
-            if self.waiting and self.waiting[0] is job:
-                break  # it stopped the agent's turn first: it goes on when that turn has ended
+    def _do_go_on(self, _: NextJob) -> None:
+        self._attach()  # the agent goes on with its turn
 
-    def _on_cancel_job(self, ev: CancelJob) -> None:
-        waiting = next((j for j in self.waiting if j.id == ev.job_id), None)
-        if waiting is not None:
-            self.waiting.remove(waiting)
-            self.unsent += waiting.messages  # the agent never saw them
-            self._fx.append(Finish(waiting.id, "cancelled", Last.CANCELLED))
-            return
+    def _do_prompt(self, _: NextJob) -> None:
+        job = self._attach()
+        self.held = None
+        self.prompt_seq += 1
+        self.output = 0
+        self._fx.append(Prompt(job.id, self.prompt_seq, whole=self.whole, unsent=self.unsent))
+        self.whole, self.unsent = False, ()
+
+    def _do_tell_the_end(self, _: NextJob) -> None:
+        """How the turn ended (``held``), told to this job: a failure fails it."""
+        self._attach()
+        held, self.held = self.held, None
+        assert held is not None
+        self._do_end_the_turn(held)
+
+    def _do_answer_at_once(self, _: NextJob) -> None:
+        self._attach()
+        self._finish("end_turn", Last.DONE)
+        self._report_dropped()
+
+    def _do_cancel_the_start(self, ev: CancelJob) -> None:
+        # The agent is still starting: it is kept, the request ends now.
         job = self.job
-        if job is None or job.id != ev.job_id:
-            return  # already answered
-        if self.state is State.STARTING:
-            # The agent is still starting: it is kept, the request ends now.
-            self.job = None
-            if not self.recovering:
-                self.unsent += job.messages
-            self._fx.append(StopTimer(Timer.NOTICE))
-            self._fx.append(Finish(job.id, "cancelled", Last.CANCELLED))
-            return
+        assert job is not None
+        self.job = None
+        if self.state is State.STARTING:  # (a renewal's job was seen by the agent already)
+            self.unsent += job.messages
+        self._fx.append(StopTimer(Timer.NOTICE))
+        self._fx.append(Finish(job.id, "cancelled", Last.CANCELLED))
+
+    def _do_stop(self, ev: CancelJob) -> None:
+        job = self.job
+        assert job is not None
         self._fx.append(StopTimer(Timer.GATHER))
         self.job = None
         self._fx.append(Finish(job.id, "cancelled", Last.CANCELLED))
-        self._cancel_turn()
-        if self.state is State.STREAMING:
-            self._go(State.IDLE)
-        self._next_waiting()
+        self._stop_turn()
 
-    def _cancel_turn(self) -> None:
-        """ACP cancellation (docs/agents.md, "ACP as agents speak it"): every call answered cancelled, ``session/cancel``
-        sent, and the turn's output from now on dropped."""
+    def _do_unqueue(self, ev: CancelJob) -> None:
+        job = self.waiting.take(ev.job_id)
+        assert job is not None
+        self.unsent += job.messages  # the agent never saw them
+        self._fx.append(Finish(job.id, "cancelled", Last.CANCELLED))
+
+    def _forget_turn(self) -> None:
+        """Every call answered cancelled, the output kept dropped, the turn's end forgotten."""
         for call_id in list(self.calls):
             self._answer(call_id, Answer.CANCELLED, None)
-        self.buffer, self.buffered, self.left_out = [], 0, 0
+        self.kept.clear()
+        self.command_left = self.command_left or (self.state.phase in (Phase.STREAMING, Phase.AWAITING) and self.renderer.left_running())
         self.renderer.close()
         self.held = None
-        if self.prompt_open and self.state is not State.DRAINING:
-            self._fx.append(SendCancel())
-            self._fx.append(StartTimer(Timer.DRAIN, self.drain, self.prompt_seq))
-            self.after_cancel = True
-            self._go(State.DRAINING)
 
-    # -- starting ---------------------------------------------------------------
+    def _stop_turn(self) -> None:
+        """ACP cancellation (docs/agents.md, "ACP as agents speak it"): every call answered cancelled,
+        ``session/cancel`` sent, the deadline started; the turn's output from now on dropped."""
+        self._forget_turn()
+        self._fx.append(SendCancel())
+        self._fx.append(StartTimer(Timer.DRAIN, self.timing.drain, self.prompt_seq))
+        self.cancelled_prompt = self.prompt_seq
 
-    def _on_ready(self, ev: Ready) -> None:
-        if self.state is State.CLOSED:
-            return  # closed while starting
+    # -- actions: starting ----------------------------------------------------
+
+    def _do_die_at_start(self, ev: Ready) -> None:
         self._fx.append(StopTimer(Timer.NOTICE))
-        if ev.error is not None:
-            what = "failed to start" if not self.started else "could not open a new session"
-            self._die(ev.error if ev.named else f"agent {self.agent!r} {what}: {ev.error}")
-            return
-        self.started = True
-        job = self.job
-        self.recovering = False
+        assert ev.error is not None
+        self._die(present.start_failed(self.agent, ev.error, named=ev.named, renewing=self.state is State.RENEWING))
+
+    def _do_up(self, ev: Ready) -> None:
+        self._fx.append(StopTimer(Timer.NOTICE))
         self.whole = self.whole or ev.lost  # the ACP session has seen none of the chat
-        self._go(State.IDLE)
-        if job is not None:
+        if self.job is not None:
+            self.waiting.put_back(self.job)  # it runs first
             self.job = None
-            self._proceed(job)
-        self._next_waiting()
 
-    # -- the agent's traffic ----------------------------------------------------
+    def _do_nothing(self, _: Any) -> None:
+        pass  # closed while starting
 
-    def _on_update(self, ev: Update) -> None:
-        parts = self.renderer.update(ev.raw) if self.state in (State.STREAMING, State.AWAITING) else _output_kinds(ev.raw)
+    def _do_say_starting(self, _: TimerFired) -> None:
+        t = self.timing
+        waited = t.notice + self.notices * t.progress if self.notices else None
+        self._say(present.StartNotice(self.agent, waited))
+        self.notices += 1
+        if math.isfinite(t.progress):  # the next line, while it still waits
+            self._fx.append(StartTimer(Timer.NOTICE, t.progress, self.starts))
+
+    # -- actions: the agent's traffic ----------------------------------------
+
+    def _do_show(self, ev: Update) -> None:
+        for part in self.renderer.update(ev.raw):
+            self.output += 1
+            self._emit(part)
+
+    def _do_keep(self, ev: Update) -> None:
+        self.kept.add(self.renderer.update(ev.raw))
+
+    def _do_drop(self, ev: Update) -> None:
+        # A turn that has ended (or is starting, or being cancelled): never part of a later answer.
+        parts = _output_kinds(ev.raw)
         if not parts:
             return
-        if self.state is State.STREAMING:
-            self.agent_output = True
-            for part in parts:
-                self._emit(part)
-        elif self.state is State.AWAITING:
-            self._keep(parts)
-        else:
-            # A turn that has ended (or is being cancelled): never part of a later answer.
-            if self.dropped == 0:
-                self._fx.append(Log("info", "output of an ended turn dropped", {"agent": self.agent, "state": self.state.value}))
-            self.dropped += len(parts)
+        if self.dropped == 0:
+            self._fx.append(Log("info", "output of an ended turn dropped", {"agent": self.agent, "state": self.phase.value}))
+        self.dropped += len(parts)
 
-    def _keep(self, parts: list[Part]) -> None:
-        """Output while the turn waits for the next request: kept, text bounded in bytes."""
-        for part in parts:
-            self.buffer.append(part)
-            if part.get("type") in ("text", "thinking"):
-                self.buffered += len(str(part.get("value", "")).encode("utf-8", "surrogatepass"))
-        while self.buffered > self.buffer_limit:
-            i = next(i for i, p in enumerate(self.buffer) if p.get("type") in ("text", "thinking"))
-            size = len(str(self.buffer.pop(i).get("value", "")).encode("utf-8", "surrogatepass"))
-            self.buffered -= size
-            self.left_out += size
-
-    def _on_permission(self, ev: PermissionAsked) -> None:
+    def _do_route_permission(self, ev: PermissionAsked) -> None:
+        """What the permission becomes is the permission rule's (``permissions.route``); a
+        card waits for the gather window while a job streams, else for the next request."""
         params = ev.params if isinstance(ev.params, Mapping) else {}
         raw_call = params.get("toolCall")
         request: permissions.Permission | permissions.Malformed
@@ -721,7 +908,7 @@ class TurnMachine:
             self._fx.append(RespondError(ev.rid if ev.answerable else None, decision.error))
             self._fx.append(Log("warning", "malformed permission request refused", {"agent": self.agent, "error": decision.error["message"]}))
             if live:
-                self._say(f"\n\n{decision.line}\n\n")
+                self._say_line(decision.line)
             return
         if not live:
             self._fx.append(Respond(ev.rid, ev.call_id, CANCELLED_OUTCOME))
@@ -729,13 +916,13 @@ class TurnMachine:
         assert isinstance(request, permissions.Permission)
         parts = self.renderer.permission_tool(dict(raw_call)) if isinstance(raw_call, Mapping) else []
         if self.state is State.STREAMING:
-            self.agent_output = True
+            self.output += 1
             for part in parts:
                 self._emit(part)
         else:
-            self._keep(parts)
+            self.kept.add(parts)
         if isinstance(decision, permissions.Decline):
-            self._say(f"\n\n{decision.line}\n\n")
+            self._say_line(decision.line)
             if decision.outcome != CANCELLED_OUTCOME:
                 self.renderer.declined(request.tool_call_id)
             self._fx.append(Respond(ev.rid, ev.call_id, decision.outcome))
@@ -748,21 +935,26 @@ class TurnMachine:
         if self.state is State.STREAMING:
             self._show(call)
 
-    def _say(self, line: str) -> None:
-        """A line for the user in the answer streaming now, or kept for the next request."""
-        if self.state is State.STREAMING:
-            self._emit(_text(line))
-        else:
-            self._keep([_text(line)])
-
-    def _on_tool_invoked(self, ev: ToolInvoked) -> None:
-        if self.state not in (State.STREAMING, State.AWAITING):
-            self._fx.append(ResolveTool(ev.call_id, Answer.CANCELLED))
-            return
+    def _do_take_tool_call(self, ev: ToolInvoked) -> None:
         part = {"type": "tool_call", "callId": ev.call_id, "name": ev.name, "input": dict(ev.arguments)}
         call = self.calls[ev.call_id] = _Call(ev.call_id, part)
         if self.state is State.STREAMING:
             self._show(call)
+
+    def _do_refuse_tool_call(self, ev: ToolInvoked) -> None:
+        self._fx.append(ResolveTool(ev.call_id, Answer.CANCELLED))
+
+    def _say(self, n: present.Note) -> None:
+        """A note for the user in the answer of the job at hand."""
+        self._emit(present.note(n))
+
+    def _say_line(self, line: str) -> None:
+        """A line for the user in the answer streaming now, or kept for the next request."""
+        part = _text(f"\n\n{line}\n\n")
+        if self.state is State.STREAMING:
+            self._emit(part)
+        else:
+            self.kept.add([part])
 
     def _show(self, call: _Call) -> None:
         """Give a call to the streaming job and (re)start the gather window. Its tool call
@@ -772,7 +964,13 @@ class TurnMachine:
         assert self.job is not None
         call.shown_in = self.job.id
         self.generation += 1
-        self._fx.append(StartTimer(Timer.GATHER, self.gather, self.generation))
+        self._fx.append(StartTimer(Timer.GATHER, self.timing.gather, self.generation))
+
+    def _shown(self) -> list[_Call]:
+        return [c for c in self.calls.values() if self.job is not None and c.shown_in == self.job.id]
+
+    def _stale_calls(self, job: JobInfo) -> list[str]:
+        return [call_id for call_id, c in self.calls.items() if c.shown_in not in (None, job.id) and call_id not in job.answers]
 
     def _answer(self, call_id: str, answer: Answer, job_id: int | None) -> None:
         call = self.calls.pop(call_id, None)
@@ -786,98 +984,73 @@ class TurnMachine:
                 self.renderer.declined(call.tool_call_id)
             self._fx.append(Respond(call.rid, call_id, outcome))
 
-    def _on_timer(self, ev: TimerFired) -> None:
-        if ev.timer is Timer.NOTICE:
-            if self.state is State.STARTING and ev.tag == self.starts and self.job is not None and not self.recovering:
-                waited = self.notice + self.notices * self.progress if self.notices else None
-                self._emit(_text(start_notice(self.agent, waited)))
-                self.notices += 1
-                if math.isfinite(self.progress):  # the next line, while it still waits
-                    self._fx.append(StartTimer(Timer.NOTICE, self.progress, self.starts))
-        elif ev.timer is Timer.GATHER:
-            if self.state is State.STREAMING and ev.tag == self.generation and self.job is not None:
-                shown = [c for c in self.calls.values() if c.shown_in == self.job.id]
-                if shown:
-                    for call in shown:
-                        self._emit(call.part)
-                    pending = tuple(Pending(c.call_id, c.token, tool=c.tool) for c in shown)
-                    self._finish("tool_calls", Last.PENDING, pending)
-                    self._go(State.AWAITING)
-                    self._next_waiting()  # a request queued behind this one
-        elif ev.timer is Timer.DRAIN:
-            if self.state is State.DRAINING and ev.tag == self.prompt_seq and self.prompt_open and self.closing is None:
-                # The agent never ended the cancelled turn: its ACP session is closed. It is
-                # never prompted again while that prompt may still run (its output would
-                # interleave with the next answer's): SessionClosed decides what replaces it.
-                self.closing = self.prompt_seq
-                self._fx.append(Log("warning", "cancelled turn did not end: its session is closed", {"agent": self.agent}))
-                self._fx.append(CloseSession(self.prompt_seq))
+    # -- actions: the prompt ends, timers --------------------------------------
 
-    def _on_session_closed(self, ev: SessionClosed) -> None:
-        if self.state is not State.DRAINING or ev.seq != self.closing:
-            return  # stale
-        self.closing = None
-        self.recovering = True
-        self._go(State.STARTING)
-        if self.prompt_open:
-            # Still open after the close: that session is left for good (its late output
-            # and answer are for a session this chat no longer has). A fresh one is told
-            # the conversation.
-            self.prompt_open = False
-            self.whole = True
-            self._fx.append(Log("warning", "cancelled turn still open after its session was closed: a fresh session", {"agent": self.agent}))
-            self._fx.append(NewSession("a cancelled turn did not end", take_up=False, close=False))
-        else:
-            # It ended (the close ended it, or it ended late): the session can be taken up
-            # again, with the agent's own memory of the chat.
-            self._fx.append(NewSession("a cancelled turn ended only once its session was closed", take_up=True, close=False))
+    def _do_show_the_cards(self, _: TimerFired) -> None:
+        shown = self._shown()
+        for call in shown:
+            self._emit(call.part)
+        self._finish("tool_calls", Last.PENDING, tuple(Pending(c.call_id, c.token, tool=c.tool) for c in shown))
 
-    def _on_prompt_ended(self, ev: PromptEnded) -> None:
-        if ev.seq != self.prompt_seq or not self.prompt_open:
-            return  # a prompt of an abandoned session
-        if self.state is State.DRAINING:
-            self.prompt_open = False
-            self._fx.append(StopTimer(Timer.DRAIN))
-            if ev.error is not None:
-                # Whatever ends a cancelled turn ends it as cancelled: agents answer a cancel with end_turn or an error too.
-                self._fx.append(Log("info", "cancelled turn ended with an error", {"error": ev.error}))
-            self.renderer.close()
-            self._report_dropped()
-            if self.closing is not None:
-                return  # its session is being closed: SessionClosed goes on
-            self._go(State.IDLE)
-            self._next_waiting()
-        elif self.state is State.AWAITING:
-            self.prompt_open = False
-            self.held = ev  # told to the next request, with what was kept
-            self._go(State.IDLE)
-            self._next_waiting()
-        elif self.state is State.STREAMING:
-            self._turn_ended(ev)
+    def _do_close_the_session(self, _: TimerFired) -> None:
+        # The agent never ended the cancelled turn: its ACP session is closed. It is
+        # never prompted again while that prompt may still run (its output would
+        # interleave with the next answer's): SessionClosed decides what replaces it.
+        self._fx.append(Log("warning", "cancelled turn did not end: its session is closed", {"agent": self.agent}))
+        self._fx.append(CloseSession(self.prompt_seq))
 
-    def _turn_ended(self, ev: PromptEnded) -> None:
-        job = self.job
-        assert job is not None
-        self.prompt_open = False
+    def _do_fresh_session(self, _: SessionClosed) -> None:
+        # Still open after the close: that session is left for good (its late output and
+        # answer are for a session this chat no longer has). A fresh one is told the conversation.
+        self.whole = True
+        self.command_left = False  # closing the session ended it
+        self._fx.append(Log("warning", "cancelled turn still open after its session was closed: a fresh session", {"agent": self.agent}))
+        self._fx.append(NewSession("a cancelled turn did not end", take_up=False, close=False))
+
+    def _do_close_and_take_up(self, ev: PromptEnded) -> None:
+        # The agent ended the cancelled turn but not the command it ran (codex-acp: docs/agents.md,
+        # "A command's output, and terminals"): closing the session ends it; then it is taken up.
+        self._do_drained(ev)
+        self.command_left = False
+        self._fx.append(Log("info", "a cancelled turn left a command running: its session is closed and taken up", {"agent": self.agent}))
+        self._fx.append(NewSession("a cancelled turn left a command running", take_up=True, close=True))
+
+    def _do_take_up_again(self, _: SessionClosed) -> None:
+        self.command_left = False  # closing the session ended it
+        # It ended (the close ended it, or it ended late): the session can be taken up
+        # again, with the agent's own memory of the chat.
+        self._fx.append(NewSession("a cancelled turn ended only once its session was closed", take_up=True, close=False))
+
+    def _do_drained(self, ev: PromptEnded) -> None:
+        self._fx.append(StopTimer(Timer.DRAIN))
+        if ev.error is not None:
+            # Whatever ends a cancelled turn ends it as cancelled: agents answer a cancel with end_turn or an error too.
+            self._fx.append(Log("info", "cancelled turn ended with an error", {"error": ev.error}))
+        self.renderer.close()
+        self._report_dropped()
+
+    def _do_hold_the_end(self, ev: PromptEnded) -> None:
+        self.held = ev  # told to the next request, with what was kept
+
+    def _do_renew_and_retry(self, ev: PromptEnded) -> None:
+        # A fresh ACP session (or the same one taken up) gets the job's prompt again.
         self._fx.append(StopTimer(Timer.GATHER))
-        empty = ev.error is None and ev.stop_reason == "end_turn" and not self.agent_output
-        if self.watch and job.has_prompt and (empty or ev.error is not None):
-            # The first prompt after a cancel failed or ended at once with nothing
-            # (claude-agent-acp, gemini-cli: docs/agents.md, "Quirks"): the agent's problem, not
-            # the user's. A fresh ACP session gets the whole conversation.
-            self.watch = False
-            self._fx.append(Log("warning", "first turn after a cancel failed or was empty: the session is taken up again", {"agent": self.agent, "error": ev.error}))
-            self.recovering = True
-            self._go(State.STARTING)
-            self._fx.append(NewSession("the first turn after a cancel failed"))
-            return
-        self.watch = False
+        self._fx.append(Log("warning", "first turn after a cancel failed or was empty: the session is taken up again", {"agent": self.agent, "error": ev.error}))
+        self._fx.append(NewSession("the first turn after a cancel failed"))
+
+    def _close_out(self) -> None:
+        """The turn is over: its tool calls closed in the response, its calls answered."""
+        self._fx.append(StopTimer(Timer.GATHER))
         for part in self.renderer.close():
             self._emit(part)
         for call_id in list(self.calls):
             self._answer(call_id, Answer.CANCELLED, None)  # the turn ended without them
+
+    def _do_end_the_turn(self, ev: PromptEnded) -> None:
+        """The turn is over: the job ends with its stop reason, or fails with its error."""
+        self._close_out()
         if ev.error is not None:
-            self._fail(ev.error if ev.named else f"agent {self.agent!r}: {ev.error}")
+            self._fail(present.turn_failed(self.agent, ev.error, named=ev.named))
             return
         stop = ev.stop_reason if ev.stop_reason in STOP_REASONS else "end_turn"
         if stop != ev.stop_reason:
@@ -891,32 +1064,28 @@ class TurnMachine:
             stop = "end_turn"
         self._finish(stop, Last.DONE)
 
-    # -- endings ----------------------------------------------------------------
+    # -- actions: endings -------------------------------------------------------
 
-    def _on_agent_exited(self, ev: AgentExited) -> None:
-        if self.state is State.CLOSED:
-            return
-        idle = self.job is None and not self.waiting and not self.prompt_open and self.held is None and not self.buffer
-        if self.state is State.IDLE and idle and self.started:
-            # Nothing was streaming, nothing waits on it: no request fails; the next starts it again.
-            for call_id in list(self.calls):
-                self._answer(call_id, Answer.CANCELLED, None)
-            self.started, self.held, self.after_cancel = False, None, False
-            self.buffer, self.buffered, self.left_out = [], 0, 0
-            self._fx.append(Log("warning", "agent gone between turns: the next request starts it again", {"agent": self.agent, "reason": ev.reason}))
-            self._fx.append(Detach())
-            return
+    def _do_detach(self, ev: AgentExited) -> None:
+        # Nothing was streaming, nothing waits on it: no request fails; the next starts it again.
+        for call_id in list(self.calls):
+            self._answer(call_id, Answer.CANCELLED, None)
+        self.cancelled_prompt = None
+        self._fx.append(Log("warning", "agent gone between turns: the next request starts it again", {"agent": self.agent, "reason": ev.reason}))
+        self._fx.append(Detach())
+
+    def _do_die(self, ev: AgentExited) -> None:
         self.calls = {c: call for c, call in self.calls.items() if call.tool}  # permissions: nobody to answer
         self._die(ev.reason)
 
-    def _on_close(self, ev: Close) -> None:
-        if self.state is State.CLOSED:
-            return
-        if self.prompt_open and self.state is not State.DRAINING:
-            for call_id in list(self.calls):
-                self._answer(call_id, Answer.CANCELLED, None)
-            self._fx.append(SendCancel())
-        self._end_all(f"session closed: {ev.reason}")
+    def _do_cancel_and_close(self, ev: Close) -> None:
+        for call_id in list(self.calls):
+            self._answer(call_id, Answer.CANCELLED, None)
+        self._fx.append(SendCancel())
+        self._do_close(ev)
+
+    def _do_close(self, ev: Close) -> None:
+        self._end_all(present.session_closed(ev.reason))
         self._fx.append(Shutdown())
 
     def _die(self, reason: str) -> None:
@@ -927,14 +1096,12 @@ class TurnMachine:
     def _end_all(self, message: str) -> None:
         for call_id in list(self.calls):
             self._answer(call_id, Answer.CANCELLED, None)
-        jobs = ([self.job] if self.job else []) + self.waiting
-        self.job, self.waiting = None, []
+        jobs = ([self.job] if self.job else []) + self.waiting.clear()
+        self.job = None
         for job in jobs:
             self._fx.append(Fail(job.id, message))
         for timer in Timer:
             self._fx.append(StopTimer(timer))
-        self.prompt_open = False
-        self._go(State.CLOSED)
 
     def _finish(self, stop_reason: str, last: Last, pending: tuple[Pending, ...] = ()) -> None:
         job = self.job
@@ -943,13 +1110,12 @@ class TurnMachine:
             # Copilot Chat shows "Sorry, no response was returned." for a response with
             # neither text nor a tool call: say what happened instead.
             declined = any(a in (Answer.REJECT, Answer.DECLINED) for a in job.answers.values())
-            self._emit(_text(f"_{self.agent} ended its turn{': the action was declined' if declined else ' without a reply'}._"))
+            self._say(present.EmptyAnswer(self.agent, declined))
+        for part in self.renderer.pause():  # the response must not end inside a command's output block
+            self._emit(part)
         self.job = None
         self._fx.append(StopTimer(Timer.GATHER))
         self._fx.append(Finish(job.id, stop_reason, last, pending))
-        if not self.prompt_open:
-            self._go(State.IDLE)
-            self._next_waiting()
 
     def _fail(self, message: str) -> None:
         job = self.job
@@ -971,11 +1137,6 @@ class TurnMachine:
             self._fx.append(Log("info", "ended turn's output dropped", {"agent": self.agent, "parts": self.dropped}))
             self.dropped = 0
 
-    def _go(self, state: State) -> None:
-        if state is State.IDLE:
-            self._report_dropped()
-        self.state = state
-
 
 _OUTPUT_KINDS = frozenset({"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan", "user_message_chunk"})
 
@@ -987,16 +1148,12 @@ def _output_kinds(raw: Any) -> list[Part]:
     return [{"type": "dropped", "kind": kind}] if kind in _OUTPUT_KINDS else []
 
 
-_HANDLERS: dict[type, Any] = {
-    NewJob: TurnMachine._on_new_job,
-    CancelJob: TurnMachine._on_cancel_job,
-    Ready: TurnMachine._on_ready,
-    Update: TurnMachine._on_update,
-    PermissionAsked: TurnMachine._on_permission,
-    ToolInvoked: TurnMachine._on_tool_invoked,
-    PromptEnded: TurnMachine._on_prompt_ended,
-    SessionClosed: TurnMachine._on_session_closed,
-    AgentExited: TurnMachine._on_agent_exited,
-    TimerFired: TurnMachine._on_timer,
-    Close: TurnMachine._on_close,
-}
+def _compile(rows: dict[tuple[State, type], tuple[Row, ...]]) -> dict[tuple[State, type], tuple[tuple[Row, Any, Any], ...]]:
+    """Each row with its guard and action looked up once (a name no method has fails at import)."""
+    return {
+        key: tuple((row, getattr(TurnMachine, f"_if_{row.guard}") if row.guard else None, getattr(TurnMachine, f"_do_{row.action}")) for row in found)
+        for key, found in rows.items()
+    }
+
+
+_COMPILED = _compile(_ROWS)

@@ -28,7 +28,8 @@ import anyio
 from pydantic import ValidationError
 
 from lmbridge import __version__, self_command
-from lmbridge.core.agent_models import Choice, model_id, of_category, select_options, to_json
+from lmbridge.core import session_state
+from lmbridge.core.agent_models import Choice, current_values, model_id, of_category, select_options, to_json
 from lmbridge.core.auth import Hint
 from lmbridge.core.messages import AgentEntry, AgentSpec, ModelCapabilities, ModelInfo
 from lmbridge.log import get_logger
@@ -80,9 +81,21 @@ PRESETS: dict[str, Preset] = {
         Preset(
             # --no-shell: its own shell runs commands without asking (docs/agents.md); --home
             # (expanded by fast-agent): its state out of the workspace.
-            AgentSpec(id="fast-agent", name="fast-agent", command="uvx", args=[
-                "--python", "3.13", "--from", "fast-agent-mcp==0.10.48", "fast-agent-acp", "--no-shell", "--home", "~/.fast-agent",
-            ]),  # fmt: skip
+            AgentSpec(
+                id="fast-agent",
+                name="fast-agent",
+                command="uvx",
+                args=[
+                    "--python",
+                    "3.13",
+                    "--from",
+                    "fast-agent-mcp==0.10.48",
+                    "fast-agent-acp",
+                    "--no-shell",
+                    "--home",
+                    "~/.fast-agent",
+                ],
+            ),  # fmt: skip
             "fast-agent (fast-agent-mcp), any model it supports",
             "uv (uvx), which fetches Python 3.13",
             Hint(env=("OPENAI_API_KEY", "ANTHROPIC_API_KEY"), note="fast-agent also reads keys from fast-agent.secrets.yaml."),
@@ -163,21 +176,31 @@ def merge(*sources: Iterable[AgentSpec], problems: list[str] | None = None) -> d
     return out or {"demo": demo_agent()}
 
 
-def model_info(spec: AgentSpec, choice: Choice | None = None, images: bool = False) -> ModelInfo:
+def model_info(spec: AgentSpec, choice: Choice | None = None, images: bool = False, options: Any = None, context: int | None = None) -> ModelInfo:
     """The ``LanguageModelChatInformation`` VS Code shows for an agent, or for one of its
     own models (``choice``, a value of its ``model`` config option: agent_models).
-    ``images``: the agent's ``promptCapabilities.image`` as last seen (``imageInput``)."""
+    ``images``: the agent's ``promptCapabilities.image`` as last seen (``imageInput``).
+    ``options``: its configOptions as last learnt, whose modes and other select options
+    become the model's ``configurationSchema`` (session_state; the agent's ``mode``
+    setting is the mode's default). ``context``: the context window (tokens) the agent's
+    ``usage_update`` gave for this model, its ``maxInputTokens`` (else ``MAX_INPUT_TOKENS``)."""
     name = spec.name or spec.id
+    defaults: dict[str, str] = {}
+    controls = session_state.controls_from_json(options)
+    mode = next((c for c in controls if c.category == "mode"), None)
+    if spec.mode and mode is not None:
+        defaults[mode.id] = spec.mode
     return ModelInfo(
         id=spec.id if choice is None else model_id(spec.id, choice.value),
         name=name if choice is None else f"{name} · {choice.name}",
         family="acp",
         version=__version__,
-        maxInputTokens=MAX_INPUT_TOKENS,
+        maxInputTokens=context if context else MAX_INPUT_TOKENS,
         maxOutputTokens=MAX_OUTPUT_TOKENS,
         capabilities=ModelCapabilities(toolCalling=True, imageInput=images),
         tooltip=f"ACP agent: {shlex.join([spec.command, *spec.args])}",
         detail="ACP agent",
+        configurationSchema=session_state.configuration_schema(controls, defaults),
     )
 
 
@@ -209,6 +232,7 @@ class Catalog:
         self.dirty = False
         self._options: dict[str, Any] | None = None
         self._images: dict[str, bool] | None = None
+        self.context_sizes: dict[str, int] = {}  # model id → the context window its agent's usage_update gave
 
     def configure(self, entries: Sequence[AgentSpec]) -> list[str]:
         """``initialize.agents`` (none: the configured ones stay): the problems of the
@@ -240,14 +264,22 @@ class Catalog:
         """An agent's configOptions (a session's, or a probe's): its models, kept and shown."""
         if not isinstance(config_options, list):
             return
-        learnt = to_json(select_options(config_options))
         old = self.options().get(agent_id)
+        # The values first learnt stay the options' defaults (VS Code's model configuration
+        # schema, session_state): a later session's own choices do not move them.
+        learnt = to_json(select_options(config_options), {**current_values(config_options), **current_values(old)})
         if old != learnt:
             self._options = {**self.options(), agent_id: learnt}
             self.dirty = True
             log.info("agent options learnt", agent=agent_id, options=[o["id"] for o in learnt])
             if old or learnt:  # "none" learnt for the first time changes no model list
                 self.changed()
+
+    def saw_context(self, model: str, size: int) -> None:
+        """A model's context window (tokens), from its agent's ``usage_update``: its ``maxInputTokens``."""
+        if self.context_sizes.get(model) != size:
+            self.context_sizes[model] = size
+            self.changed()
 
     def saw_images(self, agent_id: str, images: bool) -> None:
         """An agent process's ``promptCapabilities.image`` (once it is initialized)."""

@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from lmbridge import __version__
-from lmbridge.core.agent_models import of_category, select_options
+from lmbridge.core.agent_models import model_id, of_category, select_options
 from lmbridge.core.messages import PROTOCOL_VERSION, CancelParams, ChatInformationParams, InitializeParams, TokenCountParams, dump
 from lmbridge.daemon.catalog import Catalog, model_info
-from lmbridge.daemon.stdio import RequestId, StdoutWriter, validate_request
+from lmbridge.daemon.stdio import RequestId, StdoutWriter
 from lmbridge.log import get_logger
+from lmbridge.rpc.jsonrpc import validate_request
 
 if TYPE_CHECKING:
     from jsonrpcserver import Result
@@ -40,6 +41,7 @@ SHUTTING_DOWN = "the daemon is shutting down"  # AGENT_FAILED's message for a re
 
 #: A jsonrpcserver method: the call's context first, then the request's params by name.
 Method = Callable[..., Awaitable["Result"]]
+P = TypeVar("P", bound=BaseModel)
 
 
 def _rpc() -> Any:
@@ -78,15 +80,49 @@ def Error(*args: Any) -> Result:
     return result
 
 
-def invalid(exc: ValidationError) -> Result:
-    """-32602 naming the first field ``exc`` found wrong."""
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "params"
-    return invalid_params(f"{where}: {first['msg']}")
+class InvalidParams(Exception):
+    """-32602: a request's params are not what its method takes (``message`` names the
+    first field at fault)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = f"invalid params: {message}"
 
 
-def invalid_params(message: str) -> Result:
-    return Error(-32602, f"invalid params: {message}")
+def validated(model: type[P], params: Mapping[str, Any]) -> P:
+    """``params`` as ``model`` (a wire model, ``core.messages``): the one place a method's
+    params are validated. Raises ``InvalidParams`` naming the first field at fault."""
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "params"
+        raise InvalidParams(f"{where}: {first['msg']}") from exc
+
+
+def invalid_params(problem: str | InvalidParams) -> Result:
+    """-32602: ``problem`` (what is wrong), or an ``InvalidParams`` as it says it."""
+    return Error(-32602, problem.message if isinstance(problem, InvalidParams) else f"invalid params: {problem}")
+
+
+def takes(model: type[P]) -> Callable[[Callable[[Methods, Call, P], Awaitable[Result]]], Callable[..., Awaitable[Result]]]:
+    """A method of the table whose params jsonrpcserver hands over validated as ``model``
+    (``validated``): the method gets the model, or the caller -32602."""
+
+    def wrap(method: Callable[[Methods, Call, P], Awaitable[Result]]) -> Callable[..., Awaitable[Result]]:
+        async def run(self: Methods, call: Call, **params: Any) -> Result:
+            try:
+                p = validated(model, params)
+            except InvalidParams as exc:
+                return invalid_params(exc)
+            return await method(self, call, p)
+
+        # Not functools.wraps: jsonrpcserver binds the params to the signature it sees, which
+        # must stay (call, **params), not the method's (call, model).
+        run.__name__, run.__doc__ = method.__name__, method.__doc__
+        return run
+
+    return wrap
 
 
 @dataclass(eq=False)
@@ -131,16 +167,19 @@ class Methods:
         catalog: Catalog,
         router: Router,
         client: ShimChannel,
+        settings: Settings,
         *,
         stop: Callable[[], Awaitable[None]],
         initialized: Callable[[], None] = lambda: None,
         debug_idle: bool = False,
+        terminal_killed: Callable[[str], None] = lambda terminal_id: None,
     ) -> None:
+        self._terminal_killed = terminal_killed  # acp.terminals.TerminalHost.killed
         self.out = out
         self.catalog = catalog
         self.router = router
         self.client = client
-        self.settings = router.settings
+        self.settings = settings  # written by initialize only
         self._stop = stop
         self._initialized = initialized
         self.inflight: dict[RequestId, Call] = {}  # requests being handled, by id (not null)
@@ -151,8 +190,10 @@ class Methods:
             "lm/provideTokenCount": self.token_count,
             "agents/presets": self.presets,
             "agents/registry": self.registry,
+            "chat/setControl": self.set_control,
             "shutdown": self.shutdown,
             "$/cancelRequest": self.cancel_request,
+            "$/terminalKilled": self.terminal_killed,
         }
         if debug_idle:
             self.table["debug/idle"] = self.debug_idle
@@ -171,7 +212,11 @@ class Methods:
         rid = request.get("id")
         if request.get("method") == "initialize" and "id" in request and isinstance(request.get("params", {}), dict):
             # The first frame the shim sends, answered before jsonrpcserver is loaded.
-            self.out.send({"jsonrpc": "2.0", **self._initialize(request.get("params", {})), "id": rid})
+            try:
+                answer = self._initialize(validated(InitializeParams, request.get("params", {})))
+            except InvalidParams as exc:
+                answer = {"error": {"code": -32602, "message": exc.message}}
+            self.out.send({"jsonrpc": "2.0", **answer, "id": rid})
             asyncio.get_running_loop().call_soon(warm_up)  # after the answer is written
             self._initialized()
             return
@@ -197,18 +242,13 @@ class Methods:
 
     # -- methods ------------------------------------------------------------
 
-    async def initialize(self, call: Call, **params: Any) -> Result:
-        answer = self._initialize(params)
+    @takes(InitializeParams)
+    async def initialize(self, call: Call, p: InitializeParams) -> Result:
+        answer = self._initialize(p)
         return Success(answer["result"]) if "result" in answer else Error(answer["error"]["code"], answer["error"]["message"])
 
-    def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _initialize(self, p: InitializeParams) -> dict[str, Any]:
         """``initialize``: ``{"result": ...}`` or ``{"error": ...}``."""
-        try:
-            p = InitializeParams.model_validate(params)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(x) for x in first["loc"]) or "params"
-            return {"error": {"code": -32602, "message": f"invalid params: {where}: {first['msg']}"}}
         if p.protocolVersion != PROTOCOL_VERSION:
             message = f"invalid params: unsupported protocolVersion {p.protocolVersion}; this daemon speaks {PROTOCOL_VERSION}"
             return {"error": {"code": -32602, "message": message}}
@@ -224,17 +264,14 @@ class Methods:
             result["agentProblems"] = problems
         return {"result": result}
 
-    async def chat_information(self, call: Call, **params: Any) -> Result:
-        try:
-            ChatInformationParams.model_validate(params)
-        except ValidationError as exc:
-            return invalid(exc)
+    @takes(ChatInformationParams)
+    async def chat_information(self, call: Call, p: ChatInformationParams) -> Result:
         models, options, images = [], self.catalog.options(), self.catalog.images()
         for spec in self.catalog.agents.values():
-            takes_images = images.get(spec.id, False)
-            models.append(dump(model_info(spec, images=takes_images)))
-            own = of_category(select_options(options.get(spec.id)), "model")
-            models += [dump(model_info(spec, choice, takes_images)) for choice in (own.choices if own else ())]
+            takes_images, agent_options, context = images.get(spec.id, False), options.get(spec.id), self.catalog.context_sizes
+            models.append(dump(model_info(spec, images=takes_images, options=agent_options, context=context.get(spec.id))))
+            own = of_category(select_options(agent_options), "model")
+            models += [dump(model_info(spec, choice, takes_images, agent_options, context.get(model_id(spec.id, choice.value)))) for choice in (own.choices if own else ())]
         return Success({"models": models})
 
     async def presets(self, call: Call, **params: Any) -> Result:
@@ -250,20 +287,17 @@ class Methods:
         from lmbridge.core.registry import RegistryParams, registry_agents
 
         try:
-            p = RegistryParams.model_validate(params)
+            p = validated(RegistryParams, params)
             agents, problems = registry_agents(p.feed, p.platform)
-        except ValidationError as exc:
-            return invalid(exc)
+        except InvalidParams as exc:
+            return invalid_params(exc)
         except ValueError as exc:
             return invalid_params(str(exc))
         log.info("registry read", agents=len(agents), left_out=len(problems), platform=p.platform)
         return Success({"agents": agents, "problems": problems})
 
-    async def token_count(self, call: Call, **params: Any) -> Result:
-        try:
-            p = TokenCountParams.model_validate(params)
-        except ValidationError as exc:
-            return invalid(exc)
+    @takes(TokenCountParams)
+    async def token_count(self, call: Call, p: TokenCountParams) -> Result:
         # An estimate (~4 characters a token): agents do not expose a tokenizer.
         return Success({"count": (len(p.text) + 3) // 4})
 
@@ -279,11 +313,8 @@ class Methods:
         await self._stop()
         return Success(None)
 
-    async def cancel_request(self, call: Call, **params: Any) -> Result:
-        try:
-            p = CancelParams.model_validate(params)
-        except ValidationError as exc:
-            return invalid(exc)
+    @takes(CancelParams)
+    async def cancel_request(self, call: Call, p: CancelParams) -> Result:
         target = self.inflight.get(p.id)
         if target is None or not target.chat or not target.answer():
             return Success(None)  # done already, or not a chat: nothing to stop
@@ -294,6 +325,34 @@ class Methods:
         log.info("request cancelled", id=p.id)
         return Success(None)
 
+    async def terminal_killed(self, call: Call, **params: Any) -> Result:
+        """``$/terminalKilled {terminalId}``: the user closed a command's VS Code terminal:
+        the command is killed (its agent sees it end as any killed command)."""
+        terminal_id = params.get("terminalId")
+        if not isinstance(terminal_id, str) or set(params) - {"terminalId"}:
+            return invalid_params("$/terminalKilled: params must be {terminalId: string}")
+        self._terminal_killed(terminal_id)
+        return Success(None)
+
+    async def set_control(self, call: Call, **params: Any) -> Result:
+        """``chat/setControl``: one of a chat's controls set on its live session
+        (docs/protocol.md, "Per-chat controls")."""
+        from lmbridge.core.messages import SetControlParams
+
+        try:
+            p = validated(SetControlParams, params)
+        except InvalidParams as exc:
+            return invalid_params(exc)
+        from lmbridge.daemon.session_actor import SetControl
+
+        actor = self.router.actor(p.chatId)
+        if actor is None:
+            return Error(-32602, "that chat has no live agent session (send it a message first)")
+        request = SetControl(p.controlId, p.value)
+        await actor.set_control(request)
+        if request.error is not None:
+            return Error(AGENT_FAILED, request.error)
+        return Success({"chatId": p.chatId, **(request.state or {})})
+
     async def chat_response(self, call: Call, **params: Any) -> Result:
         return await self.router.chat(call, params)
-

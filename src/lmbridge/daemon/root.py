@@ -18,15 +18,17 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
+from lmbridge.acp.terminals import ClientMirror, TerminalHost
 from lmbridge.core import cap
 from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog
-from lmbridge.daemon.methods import SHUTTING_DOWN, Call, Methods
+from lmbridge.daemon.methods import SHUTTING_DOWN, Call, Methods, Settings
 from lmbridge.daemon.router import Router
 from lmbridge.daemon.services import RecentAgents
 from lmbridge.daemon.stdio import RequestId, StdioReader, Stdout, StdoutWriter, stdin_lines, stdout_writer
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import ShimChannel
+from lmbridge.rpc.framing import Overlong
 
 if TYPE_CHECKING:
     from lmbridge.acp.process import AgentPool, Launcher
@@ -74,10 +76,15 @@ class Server:
         self.out = StdoutWriter(config.recorder)
         # Requests and notifications to the shim (client/*), and its answers.
         self.client = ShimChannel(self.out.send)
+        # terminal/* served to agents (acp.terminals): commands they run through lmbridge,
+        # mirrored in VS Code terminals where the shim serves them; all killed at the end.
+        self.terminals = TerminalHost(ClientMirror(self.client))
         self.catalog = Catalog(config.agents, config.index, changed=self._models_changed)
-        self.router = Router(self.out, self.catalog, self._history, closing=lambda: self.shutting_down)
+        self.settings = Settings()
+        self.router = Router(self.out, self.catalog, self.settings, self._history, closing=lambda: self.shutting_down, client=self.client)
         self.methods = Methods(
-            self.out, self.catalog, self.router, self.client, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle
+            self.out, self.catalog, self.router, self.client, self.settings, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle,
+            terminal_killed=self.terminals.killed,
         )
         self.recent = RecentAgents(config.index)
         # Started with the first chat (so the ACP SDK is imported then, not at start-up):
@@ -101,7 +108,7 @@ class Server:
         """Frames on stdin that were responses to no request in flight (``StdioReader``)."""
         return self.reader.stray_responses if self.reader is not None else 0
 
-    async def serve(self, lines: AsyncIterator[bytes], stdout: Stdout) -> None:
+    async def serve(self, lines: AsyncIterator[bytes | Overlong], stdout: Stdout) -> None:
         """Run until ``lines`` ends (EOF): then stop every agent and return."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
@@ -109,7 +116,7 @@ class Server:
             await tg.start(self.out.run, stdout)
             with self._reading:  # cancelled by stop_reading (SIGTERM): as at EOF
                 async for line in lines:
-                    if self.recorder is not None:
+                    if self.recorder is not None and isinstance(line, bytes):
                         self.recorder.shim_in(line)
                     reader.start(line)
             if self.recorder is not None:
@@ -174,7 +181,7 @@ class Server:
                 # One process per agent, shared by its chats (docs/sessions.md); it exits once idle.
                 self.pool = pool = AgentPool(
                     config.idle_timeout, launcher=config.launcher, recorder=self.recorder, spares=config.spare_session, mcp_host=tools,
-                    on_ready=lambda agent_id, caps: self.catalog.saw_images(agent_id, caps.images),
+                    on_ready=lambda agent_id, caps: self.catalog.saw_images(agent_id, caps.images), terminals=self.terminals,
                 )  # fmt: skip
                 settings = self.router.settings
                 # The agents' fs/* requests: through the shim when it offers fs, else the disk;
@@ -206,6 +213,7 @@ class Server:
             await self.history.aclose("daemon shutting down")
         if self.pool is not None:
             await self.pool.aclose()
+        await self.terminals.aclose()  # any a session left (each session kills its own)
         if self.saver is not None:
             with anyio.CancelScope(shield=True):
                 await self.saver.save()

@@ -14,12 +14,11 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
+from lmbridge.core import session_state
 from lmbridge.core.agent_models import split_model_id
 from lmbridge.core.messages import ChatResponseParams, MessageCache
 from lmbridge.daemon.catalog import Catalog
-from lmbridge.daemon.methods import AGENT_FAILED, SHUTTING_DOWN, UNKNOWN_MODEL, Call, Error, Settings, Success, invalid, invalid_params
+from lmbridge.daemon.methods import AGENT_FAILED, SHUTTING_DOWN, UNKNOWN_MODEL, Call, Error, InvalidParams, Settings, Success, invalid_params, validated
 from lmbridge.daemon.stdio import StdoutWriter
 from lmbridge.log import get_logger
 
@@ -28,7 +27,8 @@ if TYPE_CHECKING:
 
     from lmbridge.core.present import Part
     from lmbridge.daemon.history_actor import HistoryActor
-    from lmbridge.daemon.session_actor import ChatRequest
+    from lmbridge.daemon.session_actor import ChatRequest, SessionActor
+    from lmbridge.rpc.channel import ClientChannel
 
 log = get_logger("router")
 
@@ -37,15 +37,28 @@ class Router:
     """Chat requests → session actors, their parts → stdout. ``history``: the history actor,
     started on first use (raises ``history_actor.ShuttingDown`` once the shutdown began)."""
 
-    def __init__(self, out: StdoutWriter, catalog: Catalog, history: Callable[[], Awaitable[HistoryActor]], *, closing: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        out: StdoutWriter,
+        catalog: Catalog,
+        settings: Settings,
+        history: Callable[[], Awaitable[HistoryActor]],
+        *,
+        closing: Callable[[], bool],
+        client: ClientChannel | None = None,
+    ) -> None:
         self.out = out
         self.catalog = catalog
-        self.settings = Settings()
+        self.client = client  # where a chat's state goes (client/sessionState), when the shim takes it
+        self.started: HistoryActor | None = None  # the history actor, once a chat started it
+        # Model id → VS Code's model configuration last sent with it (what changed is the user's choice).
+        self.configurations: dict[str, dict[str, Any]] = {}
+        self.settings = settings  # initialize's (methods.Methods writes it; read here)
         self.history = history
         self.closing = closing
         self.message_cache = MessageCache()  # chat histories come again with every request
-        # By id(Call): the chats handed to the history actor, until answered (``cancel``).
-        self.begun: dict[int, tuple[HistoryActor, ChatRequest]] = {}
+        # The chats handed to the history actor, until answered (``cancel``).
+        self.begun: dict[Call, tuple[HistoryActor, ChatRequest]] = {}
 
     @property
     def cwd(self) -> str:
@@ -57,11 +70,11 @@ class Router:
         try:
             messages = self.message_cache.messages(params.get("messages"))
             if messages is None:  # not valid: validate it all, for the error
-                p = ChatResponseParams.model_validate(params)
-            else:
-                p = ChatResponseParams.model_validate({**params, "messages": []}).model_copy(update={"messages": messages})
-        except ValidationError as exc:
-            return invalid(exc)
+                p = validated(ChatResponseParams, params)
+            else:  # the history comes again with every request: its messages are validated once (MessageCache)
+                p = validated(ChatResponseParams, {**params, "messages": []}).model_copy(update={"messages": messages})
+        except InvalidParams as exc:
+            return invalid_params(exc)
         agents = self.catalog.agents
         found = split_model_id(p.modelId, agents)
         spec = agents.get(found[0]) if found is not None else None
@@ -80,15 +93,19 @@ class Router:
         try:
             # Not in the call's scope: a request cancelled while the history actor starts
             # keeps its place in the order requests reach it.
-            history = await self.history()
+            history = self.started = await self.history()
         except ShuttingDown:
             return Error(AGENT_FAILED, SHUTTING_DOWN)
+        configuration = p.options.configuration
+        picked = session_state.picked(self.configurations.get(p.modelId), configuration or {})
+        if configuration is not None:
+            self.configurations[p.modelId] = configuration
         request = ChatRequest(
             spec, tuple(p.messages), self.cwd, Parts(self.out, call), tools=tuple(p.options.tools), verbatim=self.settings.verbatim,
-            model=found[1] if found else None,
+            model=found[1] if found else None, configuration=configuration, picked=picked, request_id=call.id, report=self._report(p.modelId),
         )  # fmt: skip
         ticket = history.begin(request)
-        self.begun[id(call)] = (history, request)
+        self.begun[call] = (history, request)
         if call.answered:  # cancelled before it reached the history actor: its end is recorded all the same
             history.stop(request)
         try:
@@ -104,20 +121,39 @@ class Router:
                 return Success({"stopReason": "cancelled"})  # already sent; the dispatcher drops this copy
             return Error(AGENT_FAILED, str(exc))
         finally:
-            del self.begun[id(call)]
+            del self.begun[call]
         if call.scope.cancel_called:
             return Success({"stopReason": "cancelled"})  # already sent; the dispatcher drops this copy
         if job.error is not None:
             return Error(AGENT_FAILED, job.error, job.error_data) if job.error_data else Error(AGENT_FAILED, job.error)
         return Success({"stopReason": job.stop_reason})
 
+    def actor(self, chat: str) -> SessionActor | None:
+        """The session actor of chat ``chat`` (the id ``client/sessionState`` gave), while it is live."""
+        return self.started.actors.get(chat) if self.started is not None else None
+
+    def _report(self, model: str) -> Callable[[str, Any, dict[str, Any]], None]:
+        """How a chat on ``model`` tells its state (core/session_state.py): ``client/sessionState``
+        to a shim that takes it; the context window of a ``usage_update`` becomes the model's
+        ``maxInputTokens`` (``Catalog.saw_context``)."""
+
+        def report(chat: str, request_id: Any, state: dict[str, Any]) -> None:
+            size = state.get("usage", {}).get("size")
+            if isinstance(size, int) and size > 0:
+                self.catalog.saw_context(model, size)
+            if self.client is not None and self.client.offers("sessionState"):
+                params = {"chatId": chat, "modelId": model, **({"requestId": request_id} if request_id is not None else {}), **state}
+                self.client.notify("client/sessionState", params)
+
+        return report
+
     def cancel(self, call: Call) -> None:
         """``$/cancelRequest`` named ``call`` (answered ``cancelled`` already): its scope is
         cancelled (nothing more is sent for it) and, once it reached the history actor, it is
         stopped there at once, before any request read after it is classified."""
         call.scope.cancel()
-        if id(call) in self.begun:
-            history, request = self.begun[id(call)]
+        if call in self.begun:
+            history, request = self.begun[call]
             history.stop(request)
 
 

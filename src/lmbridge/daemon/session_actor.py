@@ -23,7 +23,7 @@ import math
 import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -33,13 +33,14 @@ from lmbridge.acp import files as acp_files
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentUnavailable, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
-from lmbridge.core import auth, paths, permissions, turn
+from lmbridge.acp.terminals import TerminalError, Terminals
+from lmbridge.core import auth, paths, permissions, session_state, turn
 from lmbridge.core.history import Decision, Fingerprint, Last, Pending, conversation, squeezed
+from lmbridge.core.jobs import JobInfo
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
 from lmbridge.core.permissions import Answer
 from lmbridge.core.present import Part, TurnRenderer
 from lmbridge.core.transcript import prompt_blocks
-from lmbridge.core.turn import JobInfo
 from lmbridge.daemon.catalog import auth_hint
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import NoClient
@@ -95,6 +96,13 @@ class ChatRequest:
     verbatim: bool = False  # user messages as they came (initialize's userTurns)
     model: str | None = None  # one of the agent's own models (a value of its "model" config option)
     shown: list[Part] = field(default_factory=list)  # parts sent before it had a session
+    # VS Code's model configuration sent with this request (control id → value), and what of it
+    # changed since the previous request on the same model (session_state.picked): the user's choice.
+    configuration: dict[str, Any] | None = None
+    picked: dict[str, Any] = field(default_factory=dict)
+    request_id: Any = None  # the shim's request id (client/sessionState names it)
+    # Tells the shim the chat's state: (chat id, request id or None, session_state.to_wire(...)).
+    report: Callable[[str, Any, dict[str, Any]], None] | None = None
 
     def notice(self, text: str) -> None:
         """Show ``text`` in the chat while the request waits (``cap.waiting_notice``)."""
@@ -200,6 +208,28 @@ class _Close:
     reason: str
 
 
+@dataclass(eq=False)
+class SetControl:
+    """Set one of the chat's controls (``session_state``) on its live session, now.
+    ``done`` is set once, with ``error`` (a sentence for the user) or ``state`` (the
+    chat's state after it, as ``session_state.to_wire`` gives it)."""
+
+    control_id: str
+    value: str
+    done: anyio.Event = field(default_factory=anyio.Event)
+    error: str | None = None
+    state: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class _ControlSet:
+    """A ``SetControl``'s request came back (``answer``, or ``error``)."""
+
+    request: SetControl
+    answer: Any = None
+    error: str | None = None
+
+
 @dataclass
 class SessionHooks:
     """How a session actor reports to the history actor."""
@@ -257,9 +287,19 @@ class SessionActor:
         self._auth: dict[str, Any] | None = None  # auth.problem's data once the agent said it needs a login
         self.acp_session: str | None = None  # the session whose updates are shown (from Ready on)
         self._opened: Opened | None = None  # what a start opened, taken at Ready
+        # The session's modes, options, commands and usage (session_state), told to the shim.
+        self.state = session_state.SessionState()
+        self._fresh = False  # the session was opened new: the chat's choices are all set before its first prompt
+        self._report: Callable[[str, Any, dict[str, Any]], None] | None = None
+        self._request_id: Any = None  # the shim's id of the latest request this chat got
+        self._early: list[Any] = []  # state updates of the session being opened, before its Ready
         self.machine = turn.TurnMachine(
-            spec.name or spec.id, self._renderer(), drain=DRAIN_TIMEOUT, notice=START_NOTICE if notice is None else notice,
-            progress=START_PROGRESS if notice is None or math.isfinite(notice) else math.inf, buffer_limit=PENDING_OUTPUT
+            spec.name or spec.id,
+            self._renderer(),
+            drain=DRAIN_TIMEOUT,
+            notice=START_NOTICE if notice is None else notice,
+            progress=START_PROGRESS if notice is None or math.isfinite(notice) else math.inf,
+            buffer_limit=PENDING_OUTPUT,
         )
         self.jobs: dict[int, Job] = {}
         self._prompts: dict[int, int] = {}  # session/prompt request id → the machine's prompt number
@@ -281,6 +321,7 @@ class SessionActor:
         self._asked: dict[Any, Any] = {}
         self._may_write: list[str] = []
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
+        self.terminals: Terminals | None = None  # terminal/* served to the agent (acp.terminals), from run() on
 
     def _renderer(self) -> TurnRenderer:
         return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id), self.process.caps.profile)
@@ -307,6 +348,15 @@ class SessionActor:
         if not self._closed:
             self._send.send_nowait(_Close(reason))
 
+    async def set_control(self, request: SetControl) -> None:
+        """Set a control on the live session (``SetControl``); returns once it is answered."""
+        if self._closed:
+            request.error = "this chat's agent session has ended; send a message first"
+            request.done.set()
+        else:
+            self._send.send_nowait(request)
+        await request.done.wait()
+
     # -- the loop -------------------------------------------------------------
 
     async def run(self) -> None:
@@ -323,6 +373,10 @@ class SessionActor:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._writer)
+            if self.pool.terminals is not None:
+                # Each command's output and exit come back on the mailbox as updates (in order
+                # with the agent's), rendered live under its tool call (core.present).
+                self.terminals = self.pool.terminals.session(self.cwd, self._terminal_update, tg)
             try:
                 async for msg in self._mailbox:
                     # Everything already queued is handled before the next await on
@@ -349,7 +403,7 @@ class SessionActor:
                 tg.cancel_scope.cancel()
 
     def _fail_unread(self) -> None:
-        """Jobs still in the mailbox (queued behind a close) end with an error."""
+        """Jobs and control requests still in the mailbox (queued behind a close) end with an error."""
         while True:
             try:
                 msg = self._mailbox.receive_nowait()
@@ -358,6 +412,10 @@ class SessionActor:
             if isinstance(msg, Job) and not msg.done.is_set():
                 msg.error = f"agent {self.spec.id!r}: its session has just ended; please retry"
                 msg.done.set()
+            request = msg if isinstance(msg, SetControl) else msg.request if isinstance(msg, _ControlSet) else None
+            if request is not None and not request.done.is_set():
+                request.error = "this chat's agent session has just ended; send a message first"
+                request.done.set()
         for job in self.jobs.values():  # a bug left it unanswered: never leave a request hanging
             if not job.done.is_set():
                 job.error = job.error or f"agent {self.spec.id!r}: its session has just ended; please retry"
@@ -378,11 +436,18 @@ class SessionActor:
             else:
                 event = turn.PromptEnded(seq, stop_reason=_object(msg.result).get("stopReason"))
         elif isinstance(msg, Job):
-            if self.acp.conn is not None and not self.acp.conn.alive:
-                await self._handle(AgentGone(self.acp.conn))  # it died just before this job came: that first
+            conn = self.acp.conn
+            if conn is not None and (not conn.alive or conn.exit_reason is not None):
+                # It died, or is being stopped (found stuck, stopped reading: its exit is
+                # not reaped yet), just before this job came: that first, so the job starts
+                # on a new process instead of failing with the old one's end.
+                await self._handle(AgentGone(conn))
             self._job_ids += 1
             msg.id = self._job_ids
             self.jobs[msg.id] = msg
+            if msg.request.report is not None:
+                self._report, self._request_id = msg.request.report, msg.request.request_id
+                self._tell(msg.request.request_id)  # the shim learns which chat this request is (once a session is open)
             if self.bridge is not None:
                 await self.bridge.set_tools(self._offered(msg))
             event = turn.NewJob(msg.info())
@@ -397,13 +462,27 @@ class SessionActor:
             # The session a start opened is this actor's from here on: updates queued
             # before (session/load's replay of the history) were not for the user.
             event = msg
+            early, self._early = self._early, []
             if self._opened is not None:
                 opened, self._opened = self._opened, None
                 self.acp_session = opened.session_id
                 self.machine.reset_renderer(self._renderer())
+                fresh = session_state.opened({"configOptions": opened.config_options, "modes": opened.modes})
+                # A session taken up again (or replaced) keeps the chat's commands and usage until the agent tells new ones.
+                self.state = replace(fresh, commands=fresh.commands or self.state.commands, usage=self.state.usage)
+                for change in early:
+                    self.state = session_state.update(self.state, change) or self.state
+                self._fresh = opened.how in ("new", "spare")
+                self._tell(self._request_id)
                 event = turn.Ready(msg.error, msg.named, opened.lost)
         elif isinstance(msg, _Close):
             event = turn.Close(msg.reason)
+        elif isinstance(msg, SetControl):
+            event = None
+            self._set_control(msg)
+        elif isinstance(msg, _ControlSet):
+            event = None
+            self._control_set(msg)
         else:  # turn.Ready, turn.PromptEnded, turn.TimerFired: from this actor's own tasks
             event = msg
         if event is not None:
@@ -412,9 +491,20 @@ class SessionActor:
     async def _incoming(self, msg: Incoming) -> turn.Event | None:
         params = msg.params if isinstance(msg.params, dict) else {}
         if msg.method == "session/update" and msg.id is None and not msg.bad_id:
+            change = params.get("update")
             if params.get("sessionId") != self.acp_session:
-                return None  # a superseded ACP session
-            return turn.Update(params.get("update"))
+                # The session being opened may tell its state before it is the chat's (claude's
+                # commands, just after session/new): kept for its Ready. Else a superseded session.
+                state_kind = isinstance(change, dict) and change.get("sessionUpdate") in session_state.STATE_KINDS
+                if state_kind and params.get("sessionId") == self.acp.id and len(self._early) < 16:
+                    self._early.append(change)
+                return None
+            if isinstance(change, dict) and change.get("sessionUpdate") in session_state.STATE_KINDS:
+                new = session_state.update(self.state, change)
+                if new is not None:
+                    self.state = new
+                    self._tell(None)
+            return turn.Update(change)
         rid = msg.id
         if msg.method == "session/request_permission" and (rid is not None or msg.bad_id):
             if params.get("sessionId") != self.acp_session:
@@ -433,8 +523,16 @@ class SessionActor:
         elif rid is not None and msg.method in acp_files.METHODS:
             assert self._tg is not None
             self._tg.start_soon(self._serve_file, rid, msg.method, params)
+        elif rid is not None and msg.method.startswith("terminal/") and self.terminals is not None:
+            if params.get("sessionId") != self.acp_session:
+                self._respond(rid, error={"code": -32002, "message": f"{msg.method}: not a session of this client"})
+            elif msg.method == "terminal/create" and not self.machine.prompt_open:
+                # Commands run for a prompt turn only: never for a session between turns.
+                self._respond(rid, error={"code": -32000, "message": "terminal/create: no prompt turn is open in this session"})
+            else:
+                assert self._tg is not None
+                self._tg.start_soon(self._terminal, rid, msg.method, params)
         elif rid is not None:
-            # terminal/* is not offered in clientCapabilities.
             self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
         else:
             log.info("agent notification ignored", method=msg.method)
@@ -466,6 +564,8 @@ class SessionActor:
                 self._resolve_tool(fx)
             elif isinstance(fx, turn.SendCancel):
                 self._out.send_nowait(self.acp.cancel())
+                if self.terminals is not None:
+                    self.terminals.kill_running()  # a Stop ends the commands it runs too
             elif isinstance(fx, turn.StartAgent):
                 self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
             elif isinstance(fx, turn.NewSession):
@@ -683,15 +783,21 @@ class SessionActor:
         return message
 
     async def _configure_then(self, changes: dict[str, str], write: Write) -> None:
-        """``session/set_config_option`` for each change (bounded), then the prompt is queued."""
+        """Each change set (bounded: ``session/set_config_option``, or ``session/set_mode``
+        for the older modes), then the prompt is queued."""
         try:
             for config_id, value in changes.items():
+                control = self.state.control(config_id)
                 try:
-                    options = await self.acp.set_config_option(config_id, value)  # bounded: acp.session
+                    if control is not None and control.legacy:
+                        answer = await self.acp.set_mode(value)  # bounded: acp.session
+                    else:
+                        answer = {"configOptions": await self.acp.set_config_option(config_id, value)}
+                        if answer["configOptions"] is not None and self.acp.id is not None:
+                            caps = self.process.caps
+                            self.hooks.opened(self.id, self.acp.id, caps.resume or caps.load, answer["configOptions"])
                     log.info("config option set", session=self.id, configId=config_id, value=value)
-                    if options is not None and self.acp.id is not None:
-                        caps = self.process.caps
-                        self.hooks.opened(self.id, self.acp.id, caps.resume or caps.load, options)
+                    self._send.send_nowait(_ControlSet(SetControl(config_id, value), answer))
                 except (AgentError, AgentUnavailable) as exc:  # AgentStuck: the process is stopped, the turn told
                     log.warning("config option not set", session=self.id, configId=config_id, value=value, error=str(exc) or type(exc).__name__)
         finally:
@@ -699,6 +805,75 @@ class SessionActor:
                 self._out.send_nowait(write)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
+
+    # -- the chat's controls, commands and usage (session_state) -------------------------
+
+    def _tell(self, request_id: Any) -> None:
+        """Tell the shim the chat's state (``client/sessionState``), naming ``request_id``
+        when it answers the request the shim is serving now."""
+        if self._report is not None and self.acp_session is not None:
+            self._report(self.id, request_id, session_state.to_wire(self.state))
+
+    def _chosen(self, job: Job) -> dict[str, str]:
+        """The controls to set before ``job``'s prompt: on a session opened new, the agent's
+        ``mode`` setting and everything VS Code's model configuration says; on one that ran
+        before, only what the user changed since the previous request (``Job.picked``)."""
+        if self._fresh:
+            self._fresh = False
+            values: dict[str, Any] = {}
+            if self.spec.mode:
+                mode = next((c for c in self.state.controls if c.category == "mode"), None)
+                if mode is not None:
+                    values[mode.id] = self.spec.mode
+            values.update(job.request.configuration or {})
+        else:
+            values = dict(job.request.picked)
+        return session_state.wanted(self.state, values)
+
+    def _set_control(self, request: SetControl) -> None:
+        """``SetControl``: the request goes out in a child task; its answer comes back as ``_ControlSet``."""
+        session = self.acp.id
+        if session is None or self.acp_session is None:
+            request.error = "this chat's agent session is not open; send a message first"
+            request.done.set()
+            return
+        try:
+            method, _ = session_state.set_request(self.state, session, request.control_id, request.value)
+        except session_state.UnknownControl as exc:
+            request.error = str(exc)
+            request.done.set()
+            return
+
+        async def run() -> None:
+            try:
+                if method == "session/set_mode":
+                    answer = await self.acp.set_mode(request.value)
+                else:
+                    answer = {"configOptions": await self.acp.set_config_option(request.control_id, request.value)}
+            except (AgentError, AgentUnavailable) as exc:
+                self._send.send_nowait(_ControlSet(request, error=f"the agent refused: {exc}" if str(exc) else "the agent refused"))
+            except BaseException:  # the actor stops (its task group cancelled): never leave the caller waiting
+                if not request.done.is_set():
+                    request.error = "this chat's agent session has just ended; send a message first"
+                    request.done.set()
+                raise
+            else:
+                self._send.send_nowait(_ControlSet(request, answer))
+
+        assert self._tg is not None
+        self._tg.start_soon(run)
+
+    def _control_set(self, msg: _ControlSet) -> None:
+        """A control's request came back: the state follows the agent's answer."""
+        request = msg.request
+        if msg.error is None:
+            self.state = session_state.after_set(self.state, request.control_id, request.value, msg.answer)
+            log.info("control set", session=self.id, control=request.control_id, value=request.value)
+            self._tell(None)
+            request.state = session_state.to_wire(self.state)
+        else:
+            request.error = msg.error
+        request.done.set()
 
     async def _recover_session(self, close: bool = True, take_up: bool = True) -> None:
         """The session cannot simply continue (``turn.NewSession``: the stale turn after a
@@ -767,11 +942,13 @@ class SessionActor:
         blocks = prompt_blocks(
             tuple(fx.unsent) + context, prompt, images=self.process.caps.images, embedded_context=self.process.caps.embedded_context, verbatim=job.verbatim
         )
+        blocks = session_state.agent_command(blocks, self.state.commands)  # "//compact": the agent's own command
         # The answer comes on the mailbox in order with the agent's updates (acp.connection.Response).
         rid, write = self.acp.prompt(blocks)
         self._prompts[rid] = fx.seq
-        changes = self.acp.wanted(job.model, self.spec.mode)
-        if changes:  # the model VS Code chose, the agent's mode: set before the prompt
+        changes: dict[str, str] = self.acp.wanted(job.model, None)
+        changes.update(self._chosen(job))
+        if changes:  # the model VS Code chose, the chat's mode and options: set before the prompt
             assert self._tg is not None
             self._tg.start_soon(self._configure_then, changes, write)
         else:
@@ -797,12 +974,36 @@ class SessionActor:
 
     # -- stopping --------------------------------------------------------------------
 
+    async def _terminal(self, rid: int | str, method: str, params: dict[str, Any]) -> None:
+        """Serve one ``terminal/*`` request (``acp.terminals``) and queue its answer."""
+        assert self.terminals is not None
+        result: Any = None
+        error: dict[str, Any] | None = None
+        try:
+            result = await self.terminals.handle(method, params)
+        except TerminalError as exc:
+            error = exc.error()
+        try:
+            self._respond(rid, result, error=error)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the session has ended: the agent is being left
+
+    def _terminal_update(self, raw: dict[str, Any]) -> None:
+        """A terminal's output or exit (``core.present.TERMINAL_UPDATE``) to the mailbox."""
+        try:
+            self._send.send_nowait(turn.Update(raw))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the actor has ended
+
     async def _stop_agent(self) -> None:
         """Leave the agent: the ACP session closed where offered, the MCP endpoint removed,
-        every VS Code tool call still waiting given an error result. The process is the
-        pool's (it exits once idle). Runs shielded, after the machine's last answers."""
+        every VS Code tool call still waiting given an error result, every terminal killed.
+        The process is the pool's (it exits once idle). Runs shielded, after the machine's
+        last answers."""
         if self._starting is not None:
             self._starting.cancel()
+        if self.terminals is not None:
+            await self.terminals.aclose()
         for scope in self._timers.values():
             scope.cancel()
         for call_id in list(self.tool_calls):

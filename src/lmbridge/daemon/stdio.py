@@ -13,7 +13,7 @@ costs ~85 ms): the shim waits for that answer (docs/performance.md).
 from __future__ import annotations
 
 import asyncio
-import json
+import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -25,8 +25,21 @@ import anyio.abc
 
 from lmbridge.core.text import clip
 from lmbridge.log import get_logger
-from lmbridge.rpc.framing import MAX_LINE, BadLines
-from lmbridge.rpc.jsonrpc import parse_json, usable_id
+from lmbridge.rpc.framing import EXCERPT, MAX_LINE, BadLines, Lines, Overlong, read_head
+from lmbridge.rpc.jsonrpc import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    TEXT_ERRORS,
+    Answer,
+    Invalid,
+    classify,
+    encode,
+    encode_value,
+    error_frame,
+    parse_json,
+    usable_id,
+)
+from lmbridge.rpc.peer import READ_SIZE, batches
 
 if TYPE_CHECKING:
     from lmbridge.rpc.record import Recorder
@@ -55,15 +68,17 @@ class Stdout:
     buffered: Callable[[], int] = lambda: 0
 
 
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-# The only characters UTF-8 cannot encode are lone surrogates (JSON allows them
-# escaped, JavaScript strings hold them); in JSON text they can only sit inside a
-# string, where "backslashreplace" writes exactly JSON's escape for them: \udc00.
-_JSON_ESCAPE = "backslashreplace"
 _MERGEABLE = ("text", "thinking")
 
 #: One item queued for stdout: an encoded frame, or one response part ``(request id, part)``.
 Queued = bytes | tuple[RequestId, Mapping[str, Any]]
+
+
+def _part_frame(rid: RequestId, part: Mapping[str, Any]) -> bytes:
+    """One ``lm/responsePart`` frame, written as ``jsonrpc.encode`` writes any frame (its
+    fixed members spelled out: this is the streaming hot path)."""
+    text = f'{{"jsonrpc":"2.0","method":"lm/responsePart","params":{{"requestId":{encode_value(rid)},"part":{encode_value(part)}}}}}\n'
+    return text.encode("utf-8", TEXT_ERRORS)
 
 
 def encode_batch(batch: list[Queued]) -> bytes:
@@ -82,7 +97,7 @@ def encode_batch(batch: list[Queued]) -> bytes:
         if run_part is None:
             return
         part = run_part if len(run_values) == 1 else {**run_part, "value": "".join(run_values)}
-        out.append(f'{{"jsonrpc":"2.0","method":"lm/responsePart","params":{{"requestId":{_encode(run_rid)},"part":{_encode(part)}}}}}\n'.encode("utf-8", _JSON_ESCAPE))
+        out.append(_part_frame(run_rid, part))
 
     for item in batch:
         if type(item) is tuple:
@@ -104,7 +119,7 @@ def encode_batch(batch: list[Queued]) -> bytes:
                 run_rid, run_part, run_values = rid, part, [part["value"]]
             else:
                 run_part, run_values = None, []
-                out.append(f'{{"jsonrpc":"2.0","method":"lm/responsePart","params":{{"requestId":{_encode(rid)},"part":{_encode(part)}}}}}\n'.encode("utf-8", _JSON_ESCAPE))
+                out.append(_part_frame(rid, part))
         else:
             assert isinstance(item, bytes)
             flush()
@@ -131,7 +146,7 @@ class StdoutWriter:
 
     def send(self, frame: Mapping[str, Any]) -> None:
         """Queue one frame (frames go out in the order queued)."""
-        self._queue((_encode(frame) + "\n").encode("utf-8", _JSON_ESCAPE))
+        self._queue(encode(frame))
 
     def send_raw(self, line: str) -> None:
         """Queue one frame encoded already (``line`` without its newline)."""
@@ -143,7 +158,7 @@ class StdoutWriter:
 
     def error(self, rid: RequestId, code: int, message: str) -> None:
         """Queue a JSON-RPC error response."""
-        self.send({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": rid})
+        self.send(error_frame(rid, code, message))
 
     def _queue(self, item: Queued) -> None:
         self._pending.append(item)
@@ -206,29 +221,6 @@ class Dispatch(Protocol):
         ...
 
 
-_REQUEST_KEYS = frozenset({"jsonrpc", "method", "params", "id"})
-
-
-def valid_request(request: Any) -> bool:
-    """jsonrpcserver's request-schema.json (draft 4) for one request, checked in O(1): its
-    own check, with jsonschema, builds the repr of every request that is not a batch (the
-    "oneOf" branch that fails), 14 ms for a 2 MB chat request."""
-    if type(request) is not dict or not request.keys() <= _REQUEST_KEYS:
-        return False
-    if request.get("jsonrpc") != "2.0" or type(request.get("method")) is not str:
-        return False
-    if "id" in request and (type(request["id"]) is bool or not isinstance(request["id"], (str, int, float, type(None)))):
-        return False
-    return "params" not in request or isinstance(request["params"], (list, dict))
-
-
-def validate_request(request: Any) -> Any:
-    """jsonrpcserver's ``validator``: a request, or a non-empty batch of them; raises if not."""
-    if valid_request(request) or (type(request) is list and request and all(valid_request(r) for r in request)):
-        return request
-    raise ValueError("not a JSON-RPC 2.0 request")
-
-
 class StdioReader:
     """Reads frames and hands each request to ``methods`` in its own task (in ``tg``).
 
@@ -250,7 +242,7 @@ class StdioReader:
         self.stray_responses = 0  # frames on stdin that were responses to no request in flight (never answered)
         self.dispatching = 0  # request tasks running
 
-    def start(self, line: bytes) -> None:
+    def start(self, line: bytes | Overlong) -> None:
         """Dispatch ``line`` in a task of its own."""
         self.dispatching += 1
         self.tg.start_soon(self._dispatch, line)
@@ -261,7 +253,7 @@ class StdioReader:
             while self.dispatching:
                 await anyio.sleep(0.01)
 
-    async def _dispatch(self, line: bytes) -> None:
+    async def _dispatch(self, line: bytes | Overlong) -> None:
         try:
             await self._dispatch_line(line)
         except Exception as exc:  # a bug here must not end the daemon (and every chat with it)
@@ -269,7 +261,10 @@ class StdioReader:
         finally:
             self.dispatching -= 1
 
-    async def _dispatch_line(self, line: bytes) -> None:
+    async def _dispatch_line(self, line: bytes | Overlong) -> None:
+        if isinstance(line, Overlong):
+            self._overlong(line)
+            return
         if not line.strip():
             return
         try:
@@ -277,13 +272,13 @@ class StdioReader:
         except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to decode
             self.bad_lines.bad(line, "not JSON", time.monotonic())
             reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            self.out.error(None, -32700, f"parse error: {reason}"[:500])
+            self.out.error(None, PARSE_ERROR, f"parse error: {reason}"[:500])
             return
         if isinstance(request, list):
             # A batch: each element is handled as if it came on its own line, and
             # answered in its own frame (the daemon never writes arrays).
             if not request:
-                self.out.error(None, -32600, "invalid request: empty batch")
+                self.out.error(None, INVALID_REQUEST, "invalid request: empty batch")
             for element in request:
                 self.dispatching += 1
                 self.tg.start_soon(self._dispatch_element, element)
@@ -300,15 +295,18 @@ class StdioReader:
 
     async def _dispatch_one(self, request: Any) -> None:
         """One request or notification (any JSON value): answered exactly once if it has
-        a usable id, never if it is a notification."""
-        if not isinstance(request, dict):
-            self.out.error(None, -32600, "invalid request: not a JSON object")
+        a usable id, never if it is a notification (``jsonrpc.classify``: the rules)."""
+        kind = classify(request, self.methods.known)
+        if kind is None:  # a notification of a method the daemon does not have
             return
-        if "method" not in request and ("result" in request or "error" in request):
+        if isinstance(kind, Invalid):
+            self.out.error(kind.id, kind.code, kind.message)
+            return
+        if isinstance(kind, Answer):
             # A response: to one of the daemon's client/* requests, or to none (late, after
             # its timeout, or never asked). Never answered: answering a response would let
             # two peers ping-pong errors. One to no request is logged once, then counted.
-            if self.responses(request):
+            if self.responses(kind.frame):
                 return
             self.stray_responses += 1
             if self.stray_responses == 1:
@@ -316,29 +314,21 @@ class StdioReader:
             elif self.stray_responses % 1000 == 0:
                 log.warning("stdin: responses to no request so far", count=self.stray_responses)
             return
-        rid = request.get("id")
-        if not (rid is None or usable_id(rid)):
-            # JSON-RPC 2.0 ids are strings, numbers or null: an object or array id cannot be answered by it.
-            self.out.error(None, -32600, "invalid request: id must be a string, a finite number or null")
-            return
-        method = request.get("method")
-        if "id" in request and not isinstance(method, str):
-            # Not a request, but its id is readable: the error carries it, so the caller is not left waiting.
-            self.out.error(rid, -32600, "invalid request: method must be a string")
-            return
-        if isinstance(method, str) and not self.methods.known(method) and "id" in request:
-            self.out.error(rid, -32601, f"method not found: {clip(method, 200)}")
-            return
-        if not valid_request(request):
-            # Not a JSON-RPC 2.0 request (a "jsonrpc" other than "2.0", params neither object
-            # nor array): answered by its id when it has one (jsonrpcserver would say null).
-            self.out.error(rid if "id" in request else None, -32600, "invalid request: not a JSON-RPC 2.0 request object")
-            return
-        if rid is not None and self.methods.in_flight(rid):
+        if kind.has_id and kind.id is not None and self.methods.in_flight(kind.id):
             # Ids identify requests in flight (JSON-RPC 2.0 §4): a second one would make its answer ambiguous.
-            self.out.error(rid, -32600, "invalid request: a request with this id is still in flight")
+            self.out.error(kind.id, INVALID_REQUEST, "invalid request: a request with this id is still in flight")
             return
-        await self.methods.dispatch(request)
+        await self.methods.dispatch(kind.frame)
+
+    def _overlong(self, line: Overlong) -> None:
+        """A line past ``MAX_FRAME``, dropped as it streamed (never held whole): logged, and
+        answered -32600 by its id when its start says it was a request with a usable one
+        (``framing.read_head``), as on an agent's link."""
+        head = read_head(line.head)
+        why = f"a line of {line.size:,} bytes, longer than lmbridge's limit of {MAX_FRAME:,} bytes"
+        log.error(f"shim stdin: {why}: skipped", start=line.head[:EXCERPT].decode("utf-8", errors="replace"), id=head.id, method=head.method)
+        if head.has_id and head.method is not None and usable_id(head.id) and not self.methods.in_flight(head.id):
+            self.out.error(head.id, INVALID_REQUEST, f"{clip(head.method, 200)}: {why}: dropped")
 
 
 def _widen_pipe(fd: int) -> None:
@@ -355,30 +345,52 @@ def _widen_pipe(fd: int) -> None:
 PIPE_SIZE = 1 << 20  # bytes; Linux's default limit for an unprivileged process
 
 
-async def stdin_lines() -> AsyncIterator[bytes]:
-    """The daemon's stdin as lines. Pipes and terminals are read by the event
-    loop; regular files (``lmbridge serve < frames.jsonl``) from a thread."""
+class _StdinPipe(anyio.abc.ByteReceiveStream):
+    """The daemon's stdin (a pipe or a terminal) read by the event loop, as a byte stream."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self._reader = reader
+
+    async def receive(self, max_bytes: int = READ_SIZE) -> bytes:
+        data = await self._reader.read(max_bytes)
+        if not data:
+            raise anyio.EndOfStream
+        return data
+
+    async def aclose(self) -> None:
+        pass
+
+
+class _StdinFile(anyio.abc.ByteReceiveStream):
+    """The daemon's stdin when it is a regular file (``lmbridge serve < frames.jsonl``):
+    read from a thread, as a byte stream."""
+
+    async def receive(self, max_bytes: int = READ_SIZE) -> bytes:
+        data = await anyio.to_thread.run_sync(os.read, sys.stdin.fileno(), max_bytes)
+        if not data:
+            raise anyio.EndOfStream
+        return data
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def stdin_lines() -> AsyncIterator[bytes | Overlong]:
+    """The daemon's stdin as lines (``Overlong`` in place of a line past ``MAX_FRAME``,
+    dropped as it streamed), split by the one line reader (``rpc.framing.Lines``). Pipes
+    and terminals are read by the event loop; regular files from a thread."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_FRAME)
+    reader = asyncio.StreamReader()
+    stream: anyio.abc.ByteReceiveStream
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
         _widen_pipe(sys.stdin.fileno())
+        stream = _StdinPipe(reader)
     except ValueError:
-        while line := await anyio.to_thread.run_sync(sys.stdin.buffer.readline):
+        stream = _StdinFile()
+    async for batch in batches(stream, Lines(MAX_FRAME)):
+        for line in batch:
             yield line
-        return
-    while True:
-        try:
-            line = await reader.readuntil(b"\n")
-        except asyncio.IncompleteReadError as exc:
-            if exc.partial.strip():
-                yield exc.partial
-            return
-        except asyncio.LimitOverrunError as exc:
-            await reader.readexactly(exc.consumed)  # drop the oversized frame's start
-            log.error("frame longer than the limit skipped", limit=MAX_FRAME)
-            continue
-        yield line
 
 
 async def stdout_writer() -> Stdout:

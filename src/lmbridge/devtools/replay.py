@@ -127,7 +127,7 @@ def load(path: str | Path) -> Recording:
 
 def _is_notice(data: dict[str, Any]) -> bool:
     from lmbridge.core.cap import is_waiting_notice
-    from lmbridge.core.turn import is_start_notice
+    from lmbridge.core.present import is_start_notice
 
     frame = data.get("frame")
     params = frame.get("params") if isinstance(frame, dict) and frame.get("method") == "lm/responsePart" else None

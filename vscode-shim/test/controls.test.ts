@@ -1,0 +1,142 @@
+/** The active agent chat's controls, commands and usage (src/controls.ts). */
+import assert from 'node:assert/strict';
+import { beforeEach, describe, test } from 'node:test';
+import * as vscode from 'vscode';
+import {
+	ChatControls, commandItems, controlItems, formatTokens, statusText, statusTooltip, stateFromWire, usageText,
+} from '../src/controls';
+import type { SessionStateParams } from '../src/wire';
+import { mock } from './vscode-mock';
+
+const CLAUDE: SessionStateParams = {
+	chatId: 's1', modelId: 'claude', requestId: 3,
+	controls: [{ id: 'mode', name: 'Mode', category: 'mode', current: 'plan', choices: [{ value: 'default', name: 'Default' }, { value: 'plan', name: 'Plan Mode' }] }],
+	commands: [{ name: 'compact', description: 'Compact the conversation' }, { name: 'review', description: 'Review', hint: 'what' }],
+	usage: { used: 53_000, size: 200_000, cost: { amount: 0.4213, currency: 'USD' } },
+};
+
+describe('stateFromWire', () => {
+	test('well-formed params are kept', () => assert.deepEqual(stateFromWire(CLAUDE), CLAUDE));
+	test('malformed entries are dropped, unusable params refused', () => {
+		assert.equal(stateFromWire({ modelId: 'x' }), undefined);
+		assert.equal(stateFromWire('junk'), undefined);
+		const state = stateFromWire({
+			chatId: 's2', modelId: 'x', requestId: null,
+			controls: [{ id: 'a', name: 'A', choices: [{ value: 1 }] }, 'junk', { id: 'b', name: 'B', choices: [] }],
+			commands: [{ name: 'x' }, { name: 'y', description: 'Y' }],
+			usage: { used: -1, size: 'big', cost: { amount: 1 } },
+		});
+		assert.deepEqual(state, { chatId: 's2', modelId: 'x', controls: [{ id: 'b', name: 'B', choices: [] }], commands: [{ name: 'y', description: 'Y' }], usage: {} });
+	});
+});
+
+describe('the status bar text', () => {
+	const rows: Array<[number, string]> = [[999, '999'], [1234, '1.2k'], [53_000, '53k'], [200_000, '200k'], [1_000_000, '1M'], [1_500_000, '1.5M']];
+	for (const [n, text] of rows) {
+		test(`${n} tokens: ${text}`, () => assert.equal(formatTokens(n), text));
+	}
+	test('the mode and the usage', () => assert.equal(statusText(CLAUDE), '$(hubot) Plan Mode · 53k/200k'));
+	test('claude sends no tokens used: the context window alone', () => assert.equal(usageText({ size: 200_000 }), '200k context'));
+	test('nothing known yet', () => assert.equal(statusText({ chatId: 's', modelId: 'm', controls: [], commands: [] }), '$(hubot) ACP agent'));
+	test('no mode: the first control (codex: its reasoning effort)', () => assert.equal(statusText({
+		chatId: 's', modelId: 'codex', commands: [],
+		controls: [{ id: 'reasoning_effort', name: 'Reasoning Effort', category: 'thought_level', current: 'high', choices: [{ value: 'high', name: 'High' }] }],
+	}), '$(hubot) High'));
+});
+
+describe('the tooltip', () => {
+	test('the agent, its mode, the context, the cost and the commands (as //name)', () => {
+		const text = statusTooltip(CLAUDE, 'Claude Code');
+		assert.match(text, /\*\*Claude Code\*\*/);
+		assert.match(text, /- Mode: Plan Mode/);
+		assert.match(text, /- Context: 53,000 of 200,000 tokens \(27%\)/);
+		assert.match(text, /- Cost: 0\.42 USD/);
+		assert.match(text, /Commands: `\/\/compact` `\/\/review`/);
+	});
+	test('what the agent named is escaped', () => {
+		const text = statusTooltip({ ...CLAUDE, controls: [{ id: 'm', name: '[x](command:evil)', current: 'a', choices: [{ value: 'a', name: '<b>' }] }] }, undefined);
+		assert.ok(!text.includes('](command:'), text);
+		assert.ok(!text.includes('<b>'), text);
+	});
+});
+
+describe('the quick picks', () => {
+	test('controls: a separator per control, the current value checked', () => {
+		assert.deepEqual(controlItems(CLAUDE).map(i => [i.label, i.kind, i.controlId, i.value]), [
+			['Mode', vscode.QuickPickItemKind.Separator, undefined, undefined],
+			['$(blank) Default', undefined, 'mode', 'default'],
+			['$(check) Plan Mode', undefined, 'mode', 'plan'],
+		]);
+	});
+	test('commands: //name, the description, the input hint', () => {
+		assert.deepEqual(commandItems(CLAUDE).map(i => [i.label, i.description, i.detail, i.command]), [
+			['//compact', 'Compact the conversation', undefined, 'compact'],
+			['//review', 'Review', 'Input: what', 'review'],
+		]);
+	});
+});
+
+describe('ChatControls', () => {
+	beforeEach(() => mock.reset());
+	const log = () => vscode.window.createOutputChannel('t', { log: true }) as unknown as vscode.LogOutputChannel;
+
+	test('the chat that got the latest request is shown; a choice is set on its session', async () => {
+		const sets: Array<[string, string, string]> = [];
+		const controls = new ChatControls({
+			setControl: (chat, control, value) => {
+				sets.push([chat, control, value]);
+				return Promise.resolve({ controls: [{ ...CLAUDE.controls[0], current: value }], commands: CLAUDE.commands, usage: CLAUDE.usage });
+			},
+			modelName: id => (id === 'claude' ? 'Claude Code' : undefined),
+			log: log(),
+			clickCommand: 'lmbridge.agentControls',
+		});
+		const item = mock.state.statusBarItems[0];
+		assert.equal(item.visible, false);
+		controls.onState(CLAUDE);
+		assert.equal(item.visible, true);
+		assert.equal(item.text, '$(hubot) Plan Mode · 53k/200k');
+		assert.equal(item.command, 'lmbridge.agentControls');
+		assert.equal((item.tooltip as vscode.MarkdownString).isTrusted, false);
+		// Another chat's late update does not take the item; its next request does.
+		controls.onState({ ...CLAUDE, chatId: 's2', requestId: undefined, usage: { used: 1, size: 10 } });
+		assert.equal(controls.active?.chatId, 's1');
+		controls.onState({ ...CLAUDE, chatId: 's2', requestId: 9, usage: { used: 1, size: 10 } });
+		assert.equal(controls.active?.chatId, 's2');
+		assert.equal(item.text, '$(hubot) Plan Mode · 1/10');
+
+		mock.state.quickPickResponse = items => items.find(i => i.value === 'default');
+		await controls.pickControl();
+		assert.deepEqual(sets, [['s2', 'mode', 'default']]);
+		assert.equal(item.text, '$(hubot) Default · 53k/200k');
+
+		mock.state.quickPickResponse = items => items.find(i => i.command === 'review');
+		await controls.pickCommand();
+		assert.deepEqual(mock.state.executed.at(-1), { command: 'workbench.action.chat.open', args: [{ query: '//review ', isPartialQuery: true }] });
+
+		controls.reset();
+		assert.equal(item.visible, false);
+		controls.dispose();
+		assert.equal(item.disposed, true);
+	});
+
+	test('a refused choice is said, the state kept', async () => {
+		const controls = new ChatControls({
+			setControl: () => Promise.reject(new Error('the agent refused')),
+			modelName: () => undefined, log: log(), clickCommand: 'x',
+		});
+		controls.onState(CLAUDE);
+		mock.state.quickPickResponse = items => items.find(i => i.value === 'default');
+		await controls.pickControl();
+		assert.match(mock.state.warningMessages[0].message, /the agent refused/);
+		assert.equal(controls.active?.controls[0].current, 'plan');
+	});
+
+	test('nothing to show: a sentence, no quick pick', async () => {
+		const controls = new ChatControls({ setControl: () => Promise.resolve({}), modelName: () => undefined, log: log(), clickCommand: 'x' });
+		await controls.pickControl();
+		await controls.pickCommand();
+		assert.equal(mock.state.quickPicks.length, 0);
+		assert.equal(mock.state.infoMessages.length, 2);
+	});
+});
