@@ -10,45 +10,53 @@
 //   01 setup       chat enabled with "Chat: Manage Language Models", the lmbridge demo model picked, Agent mode
 //   02 stream      a turn streams text
 //   03 words       the agent received the user's words, not Copilot's scaffolding
-//   04 card        the agent's permission request is an inline card with the action's title and details
-//   05 allow-once  Allow Once → the action ran (the file is on disk) and the answer goes on
-//   06 skip        Skip → the action did not run and the agent finished its turn
-//   07 stop-card   Stop while a card is pending → the turn ends at once, nothing ran...
-//   08 after-stop  ...and the next message in the same chat is answered
-//   09 stop-stream Stop while text streams...
-//   10 after-stream-stop ...and the next message is answered
-//   11 mode-card   the agent asks to leave plan mode (kind switch_mode): a card "Leave plan mode"...
-//   12 allow-session ...its default button, Allow in this Session: the agent goes on...
-//   13 mode-again  ...and VS Code now approves that tool by itself: the next such request is
+//   04 editor-unsaved draft.md open in the editor with a line typed, not saved
+//   05 read-unsaved the agent reads it through lmbridge (fs/read_text_file): the editor's text, unsaved line included
+//   06 edit-card   the agent asks to append a line (kind edit): a card, nothing written yet
+//   07 edit-allow  Allow Once: the edit appears in the editor (a WorkspaceEdit) and is saved
+//   08 edit-undo   Ctrl+Z in the editor takes it back: the old text, the user's line kept
+//   09 card        the agent's permission request is an inline card with the action's title and details
+//   10 allow-once  Allow Once → the action ran (the file is on disk) and the answer goes on
+//   11 skip        Skip → the action did not run and the agent finished its turn
+//   12 stop-card   Stop while a card is pending → the turn ends at once, nothing ran...
+//   13 after-stop  ...and the next message in the same chat is answered
+//   14 stop-stream Stop while text streams...
+//   15 after-stream-stop ...and the next message is answered
+//   16 mode-card   the agent asks to leave plan mode (kind switch_mode): a card "Leave plan mode"...
+//   17 allow-session ...its default button, Allow in this Session: the agent goes on...
+//   18 mode-again  ...and VS Code now approves that tool by itself: the next such request is
 //                 answered with no card...
-//   14 run-card    ...but the agent asking to run a command gets a card of its own ("Run date",
+//   19 run-card    ...but the agent asking to run a command gets a card of its own ("Run date",
 //                 another tool): the session approval of a mode switch never covers a command...
-//   15 run-skip    ...Skip: nothing ran, the agent says so and the chat is idle
-//   16 editor-unsaved draft.md open in the editor with a line typed, not saved
-//   17 read-unsaved the agent reads it through lmbridge (fs/read_text_file): the editor's text, unsaved line included
-//   18 edit-card   the agent asks to append a line (kind edit): a card, nothing written yet
-//   19 edit-allow  Allow Once: the edit appears in the editor (a WorkspaceEdit) and is saved
-//   20 edit-undo   Ctrl+Z in the editor takes it back: the old text, the user's line kept
+//   20 run-skip    ...Skip: nothing ran, the agent says so and the chat is idle
 //   21 agent-models the agent's own models in the picker
-//   22 fails-to-start an agent that cannot start: the user reads which and why
-//   23 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
+//   22 controls-agent an agent with modes, commands and usage (tests/agents/scripted_agent.py): once
+//                 its options are learnt, VS Code's configuration button beside the model picker
+//                 shows its mode...
+//   23 plan-mode   ...choosing "Plan Mode" there: the next message sets it on the chat's session
+//                 (session/set_config_option) and the status bar item says "Plan Mode · 1.2k/200k"...
+//   24 usage-item  ...whose tooltip gives the context used, the cost and the agent's commands
+//   25 agent-commands lmbridge: Agent Commands lists them; picking one types //name in the chat...
+//   26 slash-command ...and //compact reaches the agent as its /compact command
+//   27 fails-to-start an agent that cannot start: the user reads which and why
+//   28 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
 //                 message in the chat and, once the daemon reports auth_required, a notification
 //                 with Sign in… and Open Settings
-//   24 sign-in     Sign in… opens a terminal named for the agent running its login command (with
+//   29 sign-in     Sign in… opens a terminal named for the agent running its login command (with
 //                 no login command from the daemon, the test runs it as the user would)...
-//   25 signed-in   ...Enter in that terminal: the login ends, signed in...
-//   26 after-sign-in ...and the next message is answered, nothing restarted
-//   27 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
+//   30 signed-in   ...Enter in that terminal: the login ends, signed in...
+//   31 after-sign-in ...and the next message is answered, nothing restarted
+//   32 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
 //                 (once the daemon lists them; until then "Open Settings" only)...
-//   28 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
+//   33 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
 //                 daemon restarts with it and VS Code lists it among the language models
-//   24 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
+//   34 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
 //                 an npx, a uvx and a binary agent) above the built-in agents...
-//   25 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
+//   35 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
 //                 asks first, saying what it downloads and runs...
-//   26 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
+//   36 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
 //                 added to the user settings; the daemon restarts with it...
-//   27 registry-answer ...and it answers in the chat, picked in the model picker
+//   37 registry-answer ...and it answers in the chat, picked in the model picker
 // CHATVIEW_FIRST_RUN=1 (make chatview-first-run) instead installs the vsix into a fresh profile
 // with no lmbridge on PATH and no daemon setting: the extension builds its private environment
 // from the bundled wheel (pip, from PyPI) under a progress notification; steps 01 installing,
@@ -81,6 +89,21 @@ const draft = path.join(dirs.ws, 'draft.md');
 const record = path.join(OUT, 'daemon-record.jsonl');
 const FIRST_RUN = process.env.CHATVIEW_FIRST_RUN === '1';
 const authToken = path.join(OUT, 'auth-agent-token');
+// An agent with a mode option, slash commands and usage (tests/agents/scripted_agent.py): it tells
+// its commands and usage every turn and answers with what its session was told.
+const controlsScenario = path.join(OUT, 'controls-agent.json');
+const controlsLog = path.join(OUT, 'controls-agent.jsonl');
+fs.writeFileSync(controlsScenario, JSON.stringify({
+	config_options: [{ id: 'mode', name: 'Mode', category: 'mode', type: 'select', currentValue: 'default',
+		options: [{ value: 'default', name: 'Default' }, { value: 'plan', name: 'Plan Mode' }] }],
+	default_turn: [
+		{ update: { sessionUpdate: 'available_commands_update', availableCommands: [
+			{ name: 'compact', description: 'Compact the conversation' }, { name: 'review', description: 'Review the changes', input: { hint: 'what to review' } }] } },
+		{ update: { sessionUpdate: 'usage_update', used: 1200, size: 200000, cost: { amount: 0.42, currency: 'USD' } } },
+		{ recall: 'Got: ' },
+	],
+}));
+const controlsFrames = () => (fs.existsSync(controlsLog) ? fs.readFileSync(controlsLog, 'utf8') : '').split('\n').filter(Boolean).map(l => JSON.parse(l));
 
 let page;
 let current = 'setup';
@@ -125,6 +148,8 @@ async function waitForDisk(predicate, what) {
 
 const chatInput = () => page.locator('.interactive-input-part .monaco-editor').first();
 const editorLines = () => page.locator('.part.editor .monaco-editor .view-lines');
+// An editor's text as shown (in page context, for an element e): Monaco draws spaces as no-break spaces.
+const EDITOR_TEXT = "e.innerText.replace(/\\u00a0/g, ' ')";
 
 // The chat list is virtual: rows are absolutely placed and their DOM order is not the chat's.
 // The latest request or response is the row with the highest data-index.
@@ -267,6 +292,8 @@ fs.writeFileSync(machineSettings, JSON.stringify({
 		'lmbridge.agents': [
 			{ id: 'demo', name: 'lmbridge demo agent', command: path.join(ROOT, '.venv', 'bin', 'lmbridge'), args: ['demo-agent'] },
 			{ id: 'broken', name: 'Broken agent', command: path.join(OUT, 'no-such-agent') },
+			{ id: 'controls', name: 'Scripted controls agent', command: path.join(ROOT, '.venv', 'bin', 'python'),
+				args: [path.join(ROOT, 'tests', 'agents', 'scripted_agent.py'), controlsScenario, '--log', controlsLog] },
 			{ id: 'auth', name: 'Auth agent', command: path.join(ROOT, '.venv', 'bin', 'python'),
 				args: [path.join(ROOT, 'tests', 'chatview', 'auth_agent.py')], env: { AUTH_AGENT_TOKEN: authToken } },
 		],
@@ -275,6 +302,8 @@ fs.writeFileSync(machineSettings, JSON.stringify({
 fs.writeFileSync(path.join(dirs.user, 'User', 'settings.json'), JSON.stringify({
 	'lmbridge.logLevel': 'debug',
 	'workbench.startupEditor': 'none',
+	// A line typed in the editor stays unsaved until the agent's edit saves it (the fs steps).
+	'files.autoSave': 'off',
 	'security.workspace.trust.enabled': false,
 	'telemetry.telemetryLevel': 'off',
 	'extensions.autoUpdate': false,
@@ -356,6 +385,58 @@ try {
 			const text = await responseText();
 			check(/Hello from the demo agent\. You said: hello there\.?( |$)/.test(text), `the agent did not get the user's words alone: ${JSON.stringify(text.slice(0, 400))}`);
 			check(!/environment_info|workspace_info|userRequest|reminderInstructions|conversation-so-far/.test(text), `Copilot's scaffolding reached the agent: ${JSON.stringify(text.slice(0, 400))}`);
+		});
+
+		await step('editor-unsaved', async () => {
+			// A file open in the editor with a line typed and not saved.
+			fs.writeFileSync(draft, '# Draft\nsaved line\n');
+			await runCommand('Go to File', /Go to File/);
+			await page.keyboard.type('draft.md');
+			await page.locator('.quick-input-list .monaco-list-row', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
+			await page.keyboard.press('Enter');
+			await page.locator('.tab', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
+			await editorLines().first().click();
+			await page.keyboard.press('Control+End');
+			await page.keyboard.type('unsaved line');
+			await page.locator('.tab.dirty', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
+			check(!fs.readFileSync(draft, 'utf8').includes('unsaved line'), 'the typed line was saved');
+		});
+
+		await step('read-unsaved', async () => {
+			// The agent reads the file through lmbridge (fs/read_text_file): it gets the editor's text.
+			await send('show me draft.md');
+			await waitForResponseText(/`?draft\.md`? says:/);
+			await waitForIdle();
+			const text = await responseText();
+			check(text.includes('unsaved line'), `the agent did not get the editor's unsaved text: ${JSON.stringify(text.slice(0, 400))}`);
+		});
+
+		await step('edit-card', async () => {
+			await send('append a line to draft.md');
+			const text = await (await waitForCardWith('Append to draft.md')).innerText();
+			check(/edit/.test(text), `the card does not say it is an edit: ${JSON.stringify(text.slice(0, 400))}`);
+			check(!fs.readFileSync(draft, 'utf8').includes('Appended'), 'the file was written before the user answered');
+		});
+
+		await step('edit-allow', async () => {
+			// Allow Once: the edit is applied in the editor (a WorkspaceEdit) and saved.
+			await card().locator('a[aria-label="More Actions..."]').click();
+			const item = page.locator('.context-view .action-item', { hasText: /^Allow Once/ }).filter({ visible: true }).first();
+			await item.hover();
+			await page.keyboard.press('Enter');
+			await waitForResponseText(/I appended a line to/);
+			await waitForIdle();
+			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => ${EDITOR_TEXT}.includes('Appended by the demo agent.'))`, null, { timeout: WAIT });
+			await waitForDisk(() => fs.readFileSync(draft, 'utf8') === '# Draft\nsaved line\nunsaved line\nAppended by the demo agent.\n', 'the edit saved to disk');
+		});
+
+		await step('edit-undo', async () => {
+			// Ctrl+Z in the editor takes the agent's edit back: the old text, the user's line kept.
+			await editorLines().first().click();
+			await page.keyboard.press('Control+Z');
+			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => !${EDITOR_TEXT}.includes('Appended by the demo agent.') && ${EDITOR_TEXT}.includes('unsaved line'))`, null, { timeout: WAIT });
+			// Back to the chat for the next steps.
+			await chatInput().click();
 		});
 
 		await step('card', async () => {
@@ -458,58 +539,6 @@ try {
 			check(!/I ran/.test(await responseText()), 'Skip: the agent says it ran the command');
 		});
 
-		await step('editor-unsaved', async () => {
-			// A file open in the editor with a line typed and not saved.
-			fs.writeFileSync(draft, '# Draft\nsaved line\n');
-			await runCommand('Go to File', /Go to File/);
-			await page.keyboard.type('draft.md');
-			await page.locator('.quick-input-list .monaco-list-row', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
-			await page.keyboard.press('Enter');
-			await page.locator('.tab', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
-			await editorLines().first().click();
-			await page.keyboard.press('Control+End');
-			await page.keyboard.type('unsaved line');
-			await page.locator('.tab.dirty', { hasText: 'draft.md' }).first().waitFor({ timeout: WAIT });
-			check(!fs.readFileSync(draft, 'utf8').includes('unsaved line'), 'the typed line was saved');
-		});
-
-		await step('read-unsaved', async () => {
-			// The agent reads the file through lmbridge (fs/read_text_file): it gets the editor's text.
-			await send('show me draft.md');
-			await waitForResponseText(/`?draft\.md`? says:/);
-			await waitForIdle();
-			const text = await responseText();
-			check(text.includes('unsaved line'), `the agent did not get the editor's unsaved text: ${JSON.stringify(text.slice(0, 400))}`);
-		});
-
-		await step('edit-card', async () => {
-			await send('append a line to draft.md');
-			const text = await (await waitForCardWith('Append to draft.md')).innerText();
-			check(/edit/.test(text), `the card does not say it is an edit: ${JSON.stringify(text.slice(0, 400))}`);
-			check(!fs.readFileSync(draft, 'utf8').includes('Appended'), 'the file was written before the user answered');
-		});
-
-		await step('edit-allow', async () => {
-			// Allow Once: the edit is applied in the editor (a WorkspaceEdit) and saved.
-			await card().locator('a[aria-label="More Actions..."]').click();
-			const item = page.locator('.context-view .action-item', { hasText: /^Allow Once/ }).filter({ visible: true }).first();
-			await item.hover();
-			await page.keyboard.press('Enter');
-			await waitForResponseText(/I appended a line to/);
-			await waitForIdle();
-			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => e.innerText.includes('Appended by the demo agent.'))`, null, { timeout: WAIT });
-			await waitForDisk(() => fs.readFileSync(draft, 'utf8') === '# Draft\nsaved line\nunsaved line\nAppended by the demo agent.\n', 'the edit saved to disk');
-		});
-
-		await step('edit-undo', async () => {
-			// Ctrl+Z in the editor takes the agent's edit back: the old text, the user's line kept.
-			await editorLines().first().click();
-			await page.keyboard.press('Control+Z');
-			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => !e.innerText.includes('Appended by the demo agent.') && e.innerText.includes('unsaved line'))`, null, { timeout: WAIT });
-			// Back to the chat for the next steps.
-			await chatInput().click();
-		});
-
 		await step('agent-models', async () => {
 			// The demo agent's own models (its configOptions, docs/sessions.md) in VS Code's picker, learnt
 			// from its sessions; the same chat on "Loud": the option is set on its session.
@@ -517,6 +546,57 @@ try {
 			await send('which model now');
 			await waitForResponseText(/YOU SAID: WHICH MODEL NOW/);
 			await waitForIdle();
+		});
+
+		await step('controls-agent', async () => {
+			await pickModel('Scripted controls agent');
+			await send('hello controls');
+			await waitForResponseText(/Got:/); // the agent answers with what its session was told before
+			await waitForIdle();
+			// Its options learnt (lm/modelsChanged), VS Code shows the mode beside the model picker.
+			await page.locator('.interactive-input-part a.model-picker-config').filter({ visible: true }).first().waitFor({ timeout: WAIT });
+		});
+
+		await step('plan-mode', async () => {
+			await page.locator('.interactive-input-part a.model-picker-config').filter({ visible: true }).first().click();
+			await page.locator('.action-widget [role="menuitemradio"]', { hasText: 'Plan Mode' }).first().click();
+			await page.locator('.interactive-input-part a.model-picker-config', { hasText: 'Plan Mode' }).first().waitFor({ timeout: WAIT });
+			await page.keyboard.press('Escape'); // the menu stays open after a pick
+			await page.locator('.action-widget').filter({ visible: true }).first().waitFor({ state: 'hidden', timeout: WAIT }).catch(() => {});
+			await send('make a plan');
+			await waitForResponseText(/Got: .*hello controls/);
+			await waitForIdle();
+			const sets = controlsFrames().filter(f => f.event === 'set_config_option').map(f => `${f.configId}=${f.value}`);
+			check(sets.includes('mode=plan'), `plan mode was not set on the chat's session: ${JSON.stringify(sets)}`);
+			await page.locator('.statusbar-item', { hasText: 'Plan Mode · 1.2k/200k' }).first().waitFor({ timeout: WAIT });
+		});
+
+		await step('usage-item', async () => {
+			await page.locator('.statusbar-item', { hasText: 'Plan Mode · 1.2k/200k' }).first().hover();
+			const hover = page.locator('.monaco-hover, .workbench-hover').filter({ hasText: 'Context: 1,200 of 200,000 tokens' }).first();
+			await hover.waitFor({ timeout: WAIT });
+			const text = await hover.innerText();
+			check(/Cost: 0\.42 USD/.test(text) && /\/\/compact/.test(text), `the tooltip lacks the cost or the commands: ${JSON.stringify(text.slice(0, 400))}`);
+		});
+
+		await step('agent-commands', async () => {
+			await page.mouse.move(700, 400);
+			await runCommand('lmbridge: Agent Commands');
+			const row = page.locator('.quick-input-list .monaco-list-row', { hasText: '//compact' }).first();
+			await row.waitFor({ timeout: WAIT });
+			const text = await page.locator('.quick-input-list').first().innerText();
+			check(/Compact the conversation/.test(text) && /\/\/review/.test(text), `the commands are not listed: ${JSON.stringify(text.slice(0, 300))}`);
+			await row.click();
+			await page.waitForFunction(`(document.querySelector('.interactive-input-part .monaco-editor .view-lines')?.textContent ?? '').includes('//compact')`, null, { timeout: WAIT });
+		});
+
+		await step('slash-command', async () => {
+			await page.keyboard.type('now');
+			await page.keyboard.press('Enter');
+			await waitForResponseText(/Got: .*make a plan/);
+			await waitForIdle();
+			const prompts = controlsFrames().filter(f => f.method === 'session/prompt').map(f => f.params.prompt[0]?.text);
+			check(prompts.at(-1) === '/compact now', `the agent did not get its /compact command: ${JSON.stringify(prompts.at(-1))}`);
 		});
 
 		await step('fails-to-start', async () => {
