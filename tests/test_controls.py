@@ -149,7 +149,12 @@ async def test_commands_told_right_after_session_new_are_kept(scripted: Any, dae
             await initialize(c, [agent.spec], str(tmp_path))
             first = await c.chat(agent.id, [user("hello")])
             ok(first)
-            told = [s for s in states(c) if s.get("requestId") == first.id]
-            assert told and [x["name"] for x in told[-1]["commands"]] == ["compact", "review"]
+            # The commands come on the agent's stdout before the prompt's answer, but the state
+            # the chat is told may follow its answer: wait for it (a lost one times out).
+            def commands() -> list[str] | None:
+                told = [s for s in states(c) if s.get("requestId") == first.id]
+                return [x["name"] for x in told[-1]["commands"]] if told else None
+
+            await eventually(lambda: commands() == ["compact", "review"], timeout=LIMIT, what="the commands told")
             ok(await c.chat(agent.id, [user("hello"), assistant(first.parts), user("//review it")]))
     assert agent.frames("session/prompt")[-1]["params"]["prompt"][0]["text"] == "/review it"

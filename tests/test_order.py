@@ -35,9 +35,7 @@ RESUMABLE = {"agentCapabilities": {"sessionCapabilities": {"resume": {}, "close"
 
 def chat_frame(c: Any, model: str, messages: list[dict[str, Any]]) -> tuple[Call, dict[str, Any]]:
     """A chat request frame and its Call, registered with the client but not sent."""
-    c.next_id += 1
-    call = Call(c.next_id)
-    c.calls[call.id] = call
+    call = c.expect(c.next_id + 1)
     return call, {"jsonrpc": "2.0", "id": call.id, "method": CHAT, "params": {"modelId": model, "messages": messages}}
 
 

@@ -205,3 +205,21 @@ def test_a_command_after_other_content_is_left_alone() -> None:
     assert ss.agent_command([{"type": "image", "data": "", "mimeType": "image/png"}, {"type": "text", "text": "//compact"}], COMMANDS)[1]["text"] == "/compact"
     assert ss.agent_command([{"type": "text", "text": "context"}, {"type": "text", "text": "//compact"}], COMMANDS)[1]["text"] == "//compact"
     assert ss.agent_command([], COMMANDS) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "kind"),
+    [
+        ({"sessionUpdate": "usage_update", "used": 1, "size": 2}, "usage_update"),
+        ({"sessionUpdate": "current_mode_update", "currentModeId": "plan"}, "current_mode_update"),
+        ({"sessionUpdate": "agent_message_chunk"}, None),
+        ({"sessionUpdate": ["usage_update"]}, None),  # unhashable: once raised and closed the session
+        ({"sessionUpdate": {"k": 1}}, None),
+        ({"sessionUpdate": None}, None),
+        (["usage_update"], None),
+        ("usage_update", None),
+        (None, None),
+    ],
+)
+def test_only_a_string_kind_is_a_state_update(change: Any, kind: str | None) -> None:
+    assert ss.state_kind(change) == kind

@@ -45,12 +45,13 @@ import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge import __version__
+from lmbridge.acp import files, terminals
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, EventSink, Incoming, Response
 from lmbridge.acp.session import new_session
 from lmbridge.acp.terminals import TerminalHost
 from lmbridge.core import auth, permissions, profiles
 from lmbridge.core.messages import AgentSpec
-from lmbridge.core.session_state import STATE_KINDS
+from lmbridge.core.session_state import state_kind
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
@@ -429,8 +430,8 @@ class AgentProcess:
             self._answer(None, error=BAD_ID_ERROR)
             return
         if item.id is None:
-            kind = _object(params.get("update")).get("sessionUpdate")
-            if item.method == "session/update" and isinstance(sid, str) and kind in STATE_KINDS:
+            kind = state_kind(params.get("update"))
+            if item.method == "session/update" and isinstance(sid, str) and kind is not None:
                 kept = self.unrouted.pop(sid, {})
                 kept[kind] = item
                 self.unrouted[sid] = kept  # the most recent last
@@ -442,7 +443,7 @@ class AgentProcess:
         # A request nobody can show: answered here, and never approved.
         if item.method == "session/request_permission":
             self._answer(item.id, {"outcome": dict(permissions.CANCELLED)})
-        elif item.method.startswith("fs/"):  # served, but only for a session of this process (acp/files.py)
+        elif item.method in files.METHODS or item.method in terminals.METHODS:  # served, but only for a session of this process
             self._answer(item.id, error={"code": -32602, "message": f"invalid params: sessionId {str(sid)[:100]!r} is no open session"})
         else:
             self._answer(item.id, error={"code": -32601, "message": f"method not found: {item.method}"})

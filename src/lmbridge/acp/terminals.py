@@ -44,6 +44,8 @@ log = get_logger("terminals")
 OUTPUT_LIMIT = 1 << 20
 #: Terminals one session may hold at once (not released); past it ``terminal/create`` is refused.
 MAX_TERMINALS = 16
+#: The client methods served here (ACP "Terminals"); any other ``terminal/…`` is an unknown method.
+METHODS = frozenset({"terminal/create", "terminal/output", "terminal/wait_for_exit", "terminal/kill", "terminal/release"})
 #: Seconds between SIGTERM and SIGKILL when a terminal is killed.
 KILL_GRACE = 2.0
 READ_SIZE = 64 * 1024

@@ -34,6 +34,14 @@ LEGACY_MODE = "mode"
 #: ``session/update`` kinds that change a session's state (the rest are the turn's).
 STATE_KINDS = frozenset({"current_mode_update", "config_option_update", "available_commands_update", "usage_update"})
 
+
+def state_kind(change: Any) -> str | None:
+    """The ``sessionUpdate`` kind of a ``session/update``'s ``update`` when it is one of
+    ``STATE_KINDS``, else None. An agent may send anything there (a list, an object): only a
+    string is looked up (docs/protocol.md, "Transport": a frame the daemon cannot use is dropped)."""
+    kind = change.get("sessionUpdate") if isinstance(change, dict) else None
+    return kind if isinstance(kind, str) and kind in STATE_KINDS else None
+
 #: At most this many commands, controls and choices are kept (an agent's lists are untrusted).
 LIMIT = 200
 #: Characters kept of a name, description or hint.

@@ -30,6 +30,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge.acp import files as acp_files
+from lmbridge.acp import terminals as acp_terminals
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentUnavailable, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
@@ -495,11 +496,10 @@ class SessionActor:
             if params.get("sessionId") != self.acp_session:
                 # The session being opened may tell its state before it is the chat's (claude's
                 # commands, just after session/new): kept for its Ready. Else a superseded session.
-                state_kind = isinstance(change, dict) and change.get("sessionUpdate") in session_state.STATE_KINDS
-                if state_kind and params.get("sessionId") == self.acp.id and len(self._early) < 16:
+                if session_state.state_kind(change) is not None and params.get("sessionId") == self.acp.id and len(self._early) < 16:
                     self._early.append(change)
                 return None
-            if isinstance(change, dict) and change.get("sessionUpdate") in session_state.STATE_KINDS:
+            if session_state.state_kind(change) is not None:
                 new = session_state.update(self.state, change)
                 if new is not None:
                     self.state = new
@@ -523,7 +523,7 @@ class SessionActor:
         elif rid is not None and msg.method in acp_files.METHODS:
             assert self._tg is not None
             self._tg.start_soon(self._serve_file, rid, msg.method, params)
-        elif rid is not None and msg.method.startswith("terminal/") and self.terminals is not None:
+        elif rid is not None and msg.method in acp_terminals.METHODS and self.terminals is not None:
             if params.get("sessionId") != self.acp_session:
                 self._respond(rid, error={"code": -32002, "message": f"{msg.method}: not a session of this client"})
             elif msg.method == "terminal/create" and not self.machine.prompt_open:

@@ -280,13 +280,18 @@ class DaemonClient:
     async def start_frame(self, frame: Mapping[str, Any], on_part: Callable[[dict[str, Any]], None] | None = None) -> Call:
         """Send a request frame written by hand (any ``id``); its parts and its answer are
         routed to the returned Call like those of ``start``. Later ids of ``start`` skip it."""
-        request_id = frame["id"]
+        call = self.expect(frame["id"], on_part)
+        await self.send_frame(frame)
+        return call
+
+    def expect(self, request_id: Any, on_part: Callable[[dict[str, Any]], None] | None = None) -> Call:
+        """The Call of a request the caller writes itself (``send_raw``, several frames in one
+        write): its parts and its answer are routed to it. Later ids of ``start`` skip it."""
         if isinstance(request_id, int) and not isinstance(request_id, bool):
             self.next_id = max(self.next_id, request_id)
         call = Call(request_id, on_part)
         self.calls[request_id] = call
         self.peer.expect(request_id)
-        await self.send_frame(frame)
         return call
 
     async def request(self, method: str, params: Any = None, timeout: float = 60.0) -> Any:
