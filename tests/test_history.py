@@ -146,6 +146,51 @@ def test_cancelled_partial_answer_kept_by_vscode_continues():
     assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, sid)
 
 
+def _stopped(parts: list[str], kept: int, last: Last) -> tuple[HistoryCore, str, list[Message]]:
+    """A chat whose response streamed ``parts`` and ended ``last``, its fingerprint as the
+    session actor builds it (digests at part boundaries for a stopped one), and the history
+    VS Code re-sends when it kept the first ``kept`` parts."""
+    import hashlib
+
+    from lmbridge.core.history import PREFIXES, squeezed
+
+    core = HistoryCore()
+    turn = core.begin("m", [u("tell me slowly")], 0)
+    text, prefixes = hashlib.blake2b(digest_size=16), []
+    for i, part in enumerate(parts):
+        if i:
+            prefixes.append(text.digest())
+        text.update(squeezed(part))
+    stopped = last is Last.CANCELLED
+    core.end(turn.session_id, Fingerprint(text.digest(), (), None, tuple(prefixes[-PREFIXES:]) if stopped else ()), last, [], 1)
+    return core, turn.session_id, [u("tell me slowly"), a("".join(parts[:kept]))]
+
+
+@pytest.mark.parametrize(("count", "kept"), [(17, 9), (17, 15), (17, 16), (17, 17), (3, 1), (3, 2)])
+def test_a_stopped_answer_vscode_kept_up_to_a_part_boundary_continues(count: int, kept: int) -> None:
+    """Stop catches parts in flight: VS Code drops the parts that reach it after Stop, so it
+    re-sends the stopped answer cut at a part boundary (one of the last PREFIXES). That is
+    still the session's answer."""
+    parts = [f"chunk {i} " for i in range(1, count + 1)]
+    core, sid, hist = _stopped(parts, kept, Last.CANCELLED)
+    turn = core.begin("m", hist + [u("and now hello")], 2)
+    assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, sid)
+    assert turn.prompt == (u("and now hello"),)
+
+
+def test_only_a_stopped_answer_matches_a_prefix() -> None:
+    """A finished answer VS Code shows cut is not ours (an edit): a divergence, as before;
+    and a stopped answer cut inside a part, or more than PREFIXES parts back, is not matched."""
+    parts = [f"chunk {i} " for i in range(1, 18)]
+    core, _, hist = _stopped(parts, 16, Last.DONE)
+    assert core.begin("m", hist + [u("and now hello")], 2).kind is Kind.DIVERGENCE
+    core, _, hist = _stopped(parts, 17, Last.CANCELLED)
+    cut = [hist[0], a("".join(parts)[:-3])]
+    assert core.begin("m", cut + [u("and now hello")], 2).kind is Kind.DIVERGENCE
+    core, _, hist = _stopped(parts, 17 - 9, Last.CANCELLED)
+    assert core.begin("m", hist + [u("and now hello")], 2).kind is Kind.DIVERGENCE
+
+
 @pytest.mark.parametrize("last", [Last.CANCELLED, Last.PENDING])
 @pytest.mark.parametrize("partial", ["with output", "before any output"])
 def test_a_stopped_turn_dropped_whole_continues_the_session(last: Last, partial: str):

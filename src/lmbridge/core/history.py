@@ -123,9 +123,14 @@ class Fingerprint:
     # Digest of text *and* thinking in emission order: what VS Code replays when
     # the shim shows thinking as text (its `lmbridge.thinking: "text"` setting).
     shown: bytes | None = None
+    # Of a response the user stopped: digests of its text at its last part boundaries before
+    # the end (at most ``PREFIXES``). VS Code drops the parts still in flight when Stop is
+    # pressed, so it may re-send a prefix of what the daemon sent (docs/sessions.md, "Stop").
+    prefixes: tuple[bytes, ...] = ()
 
     def digests(self) -> tuple[bytes, ...]:
-        return (self.text,) if self.shown is None or self.shown == self.text else (self.text, self.shown)
+        own = (self.text,) if self.shown is None or self.shown == self.text else (self.text, self.shown)
+        return own + self.prefixes
 
     @classmethod
     def of_text(cls, text: str, call_ids: Iterable[str] = ()) -> Fingerprint:
@@ -153,10 +158,13 @@ class Fingerprint:
             # callIds may be a part of the other's.
             mine, theirs = set(self.call_ids), set(other.call_ids)
             return bool(mine and theirs) and (mine <= theirs or theirs <= mine)
-        return self.text == other.text or self.shown == other.text or other.shown == self.text
+        return self.text == other.text or self.shown == other.text or other.shown == self.text or other.text in self.prefixes or self.text in other.prefixes
 
 
 _EMPTY = _digest("")
+#: Part boundaries of a stopped response kept in its fingerprint (``Fingerprint.prefixes``):
+#: the parts a Stop can catch in flight between the daemon and VS Code are a few.
+PREFIXES = 8
 #: Dormant sessions kept (each is a few hundred bytes a turn); the oldest go first.
 MAX_DORMANT = 256
 # id(message) → (a weak reference to it, what was computed of it); entries die with their message.

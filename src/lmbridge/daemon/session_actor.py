@@ -22,6 +22,7 @@ import hashlib
 import math
 import os
 import secrets
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,7 +37,7 @@ from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
 from lmbridge.acp.terminals import TerminalError, Terminals
 from lmbridge.core import auth, paths, permissions, session_state, turn
-from lmbridge.core.history import Decision, Fingerprint, Last, Pending, conversation, squeezed
+from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, conversation, squeezed
 from lmbridge.core.jobs import JobInfo
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
 from lmbridge.core.permissions import Answer
@@ -131,6 +132,9 @@ class Job:
     _text: hashlib.blake2b = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
     _shown: hashlib.blake2b = field(default_factory=lambda: hashlib.blake2b(digest_size=16))  # text + thinking
     call_ids: list[str] = field(default_factory=list)
+    # The text's digest at each of the last part boundaries (history.Fingerprint.prefixes).
+    _prefixes: deque[bytes] = field(default_factory=lambda: deque(maxlen=PREFIXES))
+    _texts: int = 0
 
     def __post_init__(self) -> None:
         for part in self.request.shown:  # VS Code replays it as part of this answer
@@ -168,6 +172,9 @@ class Job:
         the line sent before it existed, while the request waited for a free session)."""
         if part["type"] == "text":
             value = squeezed(part["value"])
+            if self._texts:
+                self._prefixes.append(self._text.digest())
+            self._texts += 1
             self._text.update(value)
             self._shown.update(value)
         elif part["type"] == "thinking":
@@ -176,7 +183,9 @@ class Job:
             self.call_ids.append(part["callId"])
 
     def fingerprint(self) -> Fingerprint:
-        return Fingerprint(self._text.digest(), tuple(self.call_ids), self._shown.digest())
+        # A response the user stopped may come back cut at a part boundary (Fingerprint.prefixes).
+        prefixes = tuple(self._prefixes) if self.cancelled else ()
+        return Fingerprint(self._text.digest(), tuple(self.call_ids), self._shown.digest(), prefixes)
 
     def info(self) -> JobInfo:
         t = self.decision
