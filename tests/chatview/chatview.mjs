@@ -30,33 +30,33 @@
 //                 another tool): the session approval of a mode switch never covers a command...
 //   20 run-skip    ...Skip: nothing ran, the agent says so and the chat is idle
 //   21 agent-models the agent's own models in the picker
-//   22 controls-agent an agent with modes, commands and usage (tests/agents/scripted_agent.py): once
-//                 its options are learnt, VS Code's configuration button beside the model picker
-//                 shows its mode...
-//   23 plan-mode   ...choosing "Plan Mode" there: the next message sets it on the chat's session
-//                 (session/set_config_option) and the status bar item says "Plan Mode · 1.2k/200k"...
-//   24 usage-item  ...whose tooltip gives the context used, the cost and the agent's commands
-//   25 agent-commands lmbridge: Agent Commands lists them; picking one types //name in the chat...
-//   26 slash-command ...and //compact reaches the agent as its /compact command
-//   27 fails-to-start an agent that cannot start: the user reads which and why
-//   28 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
+//   22 fails-to-start an agent that cannot start: the user reads which and why
+//   23 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
 //                 message in the chat and, once the daemon reports auth_required, a notification
 //                 with Sign in… and Open Settings
-//   29 sign-in     Sign in… opens a terminal named for the agent running its login command (with
+//   24 sign-in     Sign in… opens a terminal named for the agent running its login command (with
 //                 no login command from the daemon, the test runs it as the user would)...
-//   30 signed-in   ...Enter in that terminal: the login ends, signed in...
-//   31 after-sign-in ...and the next message is answered, nothing restarted
-//   32 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
+//   25 signed-in   ...Enter in that terminal: the login ends, signed in...
+//   26 after-sign-in ...and the next message is answered, nothing restarted
+//   27 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
 //                 (once the daemon lists them; until then "Open Settings" only)...
-//   33 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
+//   28 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
 //                 daemon restarts with it and VS Code lists it among the language models
-//   34 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
+//   29 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
 //                 an npx, a uvx and a binary agent) above the built-in agents...
-//   35 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
+//   30 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
 //                 asks first, saying what it downloads and runs...
-//   36 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
+//   31 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
 //                 added to the user settings; the daemon restarts with it...
-//   37 registry-answer ...and it answers in the chat, picked in the model picker
+//   32 registry-answer ...and it answers in the chat, picked in the model picker
+//   33 controls-agent an agent with modes, commands and usage (tests/agents/scripted_agent.py): once
+//                 its options are learnt, VS Code's configuration button beside the model picker
+//                 shows its mode...
+//   34 plan-mode   ...choosing "Plan Mode" there: the next message sets it on the chat's session
+//                 (session/set_config_option) and the status bar item says "Plan Mode · 1.2k/200k"...
+//   35 usage-item  ...whose tooltip gives the context used, the cost and the agent's commands
+//   36 agent-commands lmbridge: Agent Commands lists them; picking one types //name in the chat...
+//   37 slash-command ...and //compact reaches the agent as its /compact command
 // CHATVIEW_FIRST_RUN=1 (make chatview-first-run) instead installs the vsix into a fresh profile
 // with no lmbridge on PATH and no daemon setting: the extension builds its private environment
 // from the bundled wheel (pip, from PyPI) under a progress notification; steps 01 installing,
@@ -230,8 +230,12 @@ async function runCommand(title, match = new RegExp(`^${title}`)) {
 }
 
 async function pickModel(name) {
-	const picker = page.locator('.interactive-input-part .model-picker-item [aria-label^="Models"]').first();
-	await picker.waitFor({ timeout: WAIT });
+	// A model with a per-model configuration (the agent's modes) shows the picker split in two:
+	// its name (this) and the configuration button ("Mode: …"); a click on the whole may open the latter.
+	const any = page.locator('.interactive-input-part .model-picker-item [aria-label^="Models"]').first();
+	await any.waitFor({ timeout: WAIT });
+	const nameOnly = page.locator('.interactive-input-part .model-picker-item .model-picker-name[aria-label^="Models"]').first();
+	const picker = (await nameOnly.count()) ? nameOnly : any;
 	if ((await picker.getAttribute('aria-label')) === `Models, ${name}`) return;
 	await picker.click();
 	await page.getByPlaceholder('Search models').fill(name); // the picker lists favourites; search finds the rest
@@ -548,57 +552,6 @@ try {
 			await waitForIdle();
 		});
 
-		await step('controls-agent', async () => {
-			await pickModel('Scripted controls agent');
-			await send('hello controls');
-			await waitForResponseText(/Got:/); // the agent answers with what its session was told before
-			await waitForIdle();
-			// Its options learnt (lm/modelsChanged), VS Code shows the mode beside the model picker.
-			await page.locator('.interactive-input-part a.model-picker-config').filter({ visible: true }).first().waitFor({ timeout: WAIT });
-		});
-
-		await step('plan-mode', async () => {
-			await page.locator('.interactive-input-part a.model-picker-config').filter({ visible: true }).first().click();
-			await page.locator('.action-widget [role="menuitemradio"]', { hasText: 'Plan Mode' }).first().click();
-			await page.locator('.interactive-input-part a.model-picker-config', { hasText: 'Plan Mode' }).first().waitFor({ timeout: WAIT });
-			await page.keyboard.press('Escape'); // the menu stays open after a pick
-			await page.locator('.action-widget').filter({ visible: true }).first().waitFor({ state: 'hidden', timeout: WAIT }).catch(() => {});
-			await send('make a plan');
-			await waitForResponseText(/Got: .*hello controls/);
-			await waitForIdle();
-			const sets = controlsFrames().filter(f => f.event === 'set_config_option').map(f => `${f.configId}=${f.value}`);
-			check(sets.includes('mode=plan'), `plan mode was not set on the chat's session: ${JSON.stringify(sets)}`);
-			await page.locator('.statusbar-item', { hasText: 'Plan Mode · 1.2k/200k' }).first().waitFor({ timeout: WAIT });
-		});
-
-		await step('usage-item', async () => {
-			await page.locator('.statusbar-item', { hasText: 'Plan Mode · 1.2k/200k' }).first().hover();
-			const hover = page.locator('.monaco-hover, .workbench-hover').filter({ hasText: 'Context: 1,200 of 200,000 tokens' }).first();
-			await hover.waitFor({ timeout: WAIT });
-			const text = await hover.innerText();
-			check(/Cost: 0\.42 USD/.test(text) && /\/\/compact/.test(text), `the tooltip lacks the cost or the commands: ${JSON.stringify(text.slice(0, 400))}`);
-		});
-
-		await step('agent-commands', async () => {
-			await page.mouse.move(700, 400);
-			await runCommand('lmbridge: Agent Commands');
-			const row = page.locator('.quick-input-list .monaco-list-row', { hasText: '//compact' }).first();
-			await row.waitFor({ timeout: WAIT });
-			const text = await page.locator('.quick-input-list').first().innerText();
-			check(/Compact the conversation/.test(text) && /\/\/review/.test(text), `the commands are not listed: ${JSON.stringify(text.slice(0, 300))}`);
-			await row.click();
-			await page.waitForFunction(`(document.querySelector('.interactive-input-part .monaco-editor .view-lines')?.textContent ?? '').includes('//compact')`, null, { timeout: WAIT });
-		});
-
-		await step('slash-command', async () => {
-			await page.keyboard.type('now');
-			await page.keyboard.press('Enter');
-			await waitForResponseText(/Got: .*make a plan/);
-			await waitForIdle();
-			const prompts = controlsFrames().filter(f => f.method === 'session/prompt').map(f => f.params.prompt[0]?.text);
-			check(prompts.at(-1) === '/compact now', `the agent did not get its /compact command: ${JSON.stringify(prompts.at(-1))}`);
-		});
-
 		await step('fails-to-start', async () => {
 			await pickModel('Broken agent');
 			await send('hello broken agent');
@@ -713,6 +666,57 @@ try {
 			await send('hello tiny agent');
 			await waitForResponseText(/You said: hello tiny agent/);
 			await waitForIdle();
+		});
+
+		await step('controls-agent', async () => {
+			await pickModel('Scripted controls agent');
+			await send('hello controls');
+			await waitForResponseText(/Got:/); // the agent answers with what its session was told before
+			await waitForIdle();
+			// Its options learnt (lm/modelsChanged), VS Code shows the mode beside the model picker.
+			await page.locator('.interactive-input-part a.model-picker-config').filter({ visible: true }).first().waitFor({ timeout: WAIT });
+		});
+
+		await step('plan-mode', async () => {
+			await page.locator('.interactive-input-part a.model-picker-config').filter({ visible: true }).first().click();
+			await page.locator('.action-widget [role="menuitemradio"]', { hasText: 'Plan Mode' }).first().click();
+			await page.locator('.interactive-input-part a.model-picker-config', { hasText: 'Plan Mode' }).first().waitFor({ timeout: WAIT });
+			await page.keyboard.press('Escape'); // the menu stays open after a pick
+			await page.locator('.action-widget').filter({ visible: true }).first().waitFor({ state: 'hidden', timeout: WAIT }).catch(() => {});
+			await send('make a plan');
+			await waitForResponseText(/Got: .*hello controls/);
+			await waitForIdle();
+			const sets = controlsFrames().filter(f => f.event === 'set_config_option').map(f => `${f.configId}=${f.value}`);
+			check(sets.includes('mode=plan'), `plan mode was not set on the chat's session: ${JSON.stringify(sets)}`);
+			await page.locator('.statusbar-item', { hasText: 'Plan Mode · 1.2k/200k' }).first().waitFor({ timeout: WAIT });
+		});
+
+		await step('usage-item', async () => {
+			await page.locator('.statusbar-item', { hasText: 'Plan Mode · 1.2k/200k' }).first().hover();
+			const hover = page.locator('.monaco-hover, .workbench-hover').filter({ hasText: 'Context: 1,200 of 200,000 tokens' }).first();
+			await hover.waitFor({ timeout: WAIT });
+			const text = await hover.innerText();
+			check(/Cost: 0\.42 USD/.test(text) && /\/\/compact/.test(text), `the tooltip lacks the cost or the commands: ${JSON.stringify(text.slice(0, 400))}`);
+		});
+
+		await step('agent-commands', async () => {
+			await page.mouse.move(700, 400);
+			await runCommand('lmbridge: Agent Commands');
+			const row = page.locator('.quick-input-list .monaco-list-row', { hasText: '//compact' }).first();
+			await row.waitFor({ timeout: WAIT });
+			const text = await page.locator('.quick-input-list').first().innerText();
+			check(/Compact the conversation/.test(text) && /\/\/review/.test(text), `the commands are not listed: ${JSON.stringify(text.slice(0, 300))}`);
+			await row.click();
+			await page.waitForFunction(`(document.querySelector('.interactive-input-part .monaco-editor .view-lines')?.textContent ?? '').includes('//compact')`, null, { timeout: WAIT });
+		});
+
+		await step('slash-command', async () => {
+			await page.keyboard.type('now');
+			await page.keyboard.press('Enter');
+			await waitForResponseText(/Got: .*make a plan/);
+			await waitForIdle();
+			const prompts = controlsFrames().filter(f => f.method === 'session/prompt').map(f => f.params.prompt[0]?.text);
+			check(prompts.at(-1) === '/compact now', `the agent did not get its /compact command: ${JSON.stringify(prompts.at(-1))}`);
 		});
 	}
 } catch (err) {

@@ -469,21 +469,29 @@ async def test_without_an_api_key_the_user_reads_why(tmp_path: Path) -> None:
         assert fake.completions() == []
 
 
-async def test_its_own_shell_runs_commands_without_asking(tmp_path: Path) -> None:
-    """With ``--shell`` fast-agent's local shell (``bash``) runs what the model asks and
-    never sends session/request_permission (it asks only for MCP tools, and for ACP
-    terminals, which lmbridge does not offer): no card, the command has run. A preset
-    must not pass --shell; --no-shell keeps skills from turning it on."""
+async def test_its_shell_asks_first_and_runs_through_lmbridges_terminal(tmp_path: Path) -> None:
+    """With ``--shell``, fast-agent runs commands through the client's terminals when the client
+    offers them (lmbridge does: ``terminal/*``, docs/agents.md): its shell tool is then
+    ``execute``, not ``bash``, and it asks first (session/request_permission: a card). Nothing
+    runs before the user answers; approved, the command runs in the workspace through
+    lmbridge's terminal. A preset must not pass --shell; --no-shell keeps skills from turning it on."""
     marker = tmp_path / "workspace" / "shell-ran.txt"
-    script = [[{"tool_call": {"name": "bash", "arguments": {"command": f"touch {marker}; echo did"}}}], [{"text": "Ran it."}]]
+    script = [[{"tool_call": {"name": "execute", "arguments": {"command": f"touch {marker}; echo did"}}}], [{"text": "Ran it."}]]
     with FakeOpenAIChat(script) as fake:
         async with fast_agent_bridge(tmp_path, fake.url, shell=True) as client:
+            conv = copilot.Conversation(tmp_path / "workspace")
             with anyio.fail_after(TIMEOUT):
-                call = await send(client, copilot.Conversation(tmp_path / "workspace").ask("Create it"))
+                call = await send(client, conv.ask("Create it"))
+                assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, call.result)
+                (perm,) = tool_calls(call)
+                assert perm["name"] == AGENT_ACTION_TOOL
+                assert not marker.exists()  # nothing runs before the user answers
+                conv.answered(call)
+                call = await send(client, conv.result(approve(perm)))
             assert call.error is None and call.result == {"stopReason": "end_turn"}, (call.error, call.result)
-            assert tool_calls(call) == [] and marker.exists()
+            assert marker.exists()
             assert "Ran it." in text_of(call)
-            assert {"bash", "shell__run_command"} <= {t["function"]["name"] for t in fake.completions()[0]["tools"]}
+            assert "execute" in {t["function"]["name"] for t in fake.completions()[0]["tools"]}
 
 
 # A 1x1 PNG.

@@ -829,7 +829,9 @@ class TurnMachine:
         for call_id in list(self.calls):
             self._answer(call_id, Answer.CANCELLED, None)
         self.kept.clear()
-        self.command_left = self.command_left or (self.state.phase in (Phase.STREAMING, Phase.AWAITING) and self.renderer.left_running())
+        # Stopped at a card, the command it asks for has not run: only a turn stopped while it
+        # streamed can leave one running (a card answered earlier, a command the agent runs).
+        self.command_left = self.command_left or (self.state.phase is Phase.STREAMING and self.renderer.left_running())
         self.renderer.close()
         self.held = None
 

@@ -279,8 +279,11 @@ class DemoAgent:
     async def _run_turn(self, session: _Session, blocks: list[Any], scope: anyio.CancelScope) -> None:
         sid = session.session_id
         text = "".join(b.text for b in blocks if isinstance(b, TextContentBlock))
-        lowered = text.lower()
-        shown, appended = _SHOW.search(text), _APPEND.search(text)
+        # A fresh session is told the conversation first (docs/sessions.md): what it asks for
+        # is the request after it, not the words of earlier turns.
+        request = text.rsplit("</conversation-so-far>", 1)[-1]
+        lowered = request.lower()
+        shown, appended = _SHOW.search(request), _APPEND.search(request)
         if shown or appended:
             await self._think(sid, text)
             if shown:
