@@ -237,11 +237,21 @@ async function pickModel(name) {
 	const nameOnly = page.locator('.interactive-input-part .model-picker-item .model-picker-name[aria-label^="Models"]').first();
 	const picker = (await nameOnly.count()) ? nameOnly : any;
 	if ((await picker.getAttribute('aria-label')) === `Models, ${name}`) return;
-	await picker.click();
-	await page.getByPlaceholder('Search models').fill(name); // the picker lists favourites; search finds the rest
-	const item = page.getByText(name, { exact: true }).filter({ visible: true }).last();
-	await item.waitFor({ timeout: WAIT });
-	await item.click();
+	// A model the daemon just added (a restart after a settings change) reaches the picker once
+	// VS Code asks for the models again: an open picker does not refresh, so open it again.
+	const until = Date.now() + WAIT;
+	for (;;) {
+		await picker.click();
+		await page.getByPlaceholder('Search models').fill(name); // the picker lists favourites; search finds the rest
+		const item = page.getByText(name, { exact: true }).filter({ visible: true }).last();
+		const found = await item.waitFor({ timeout: 10_000 }).then(() => true, () => false);
+		if (found) {
+			await item.click();
+			break;
+		}
+		await page.keyboard.press('Escape');
+		if (Date.now() > until) throw new Error(`${name} is not in the model picker`);
+	}
 	await page.locator(`.interactive-input-part .model-picker-item [aria-label="Models, ${name}"]`).first().waitFor({ timeout: WAIT });
 }
 
