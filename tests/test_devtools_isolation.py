@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "lmbridge" / "devtools"
 #: What replay may import of lmbridge: the daemon as a whole (its composition root and
 #: configuration, its stdio writer), the agent side's spawn and its error, the recording
 #: format, pure helpers.
-ALLOWED = {"lmbridge", "lmbridge.daemon.root", "lmbridge.daemon.stdio", "lmbridge.acp.connection", "lmbridge.rpc.record", "lmbridge.core.messages", "lmbridge.core.turn", "lmbridge.core.cap"}
+ALLOWED = {"lmbridge", "lmbridge.daemon.root", "lmbridge.daemon.stdio", "lmbridge.acp.connection", "lmbridge.rpc.record", "lmbridge.core.messages", "lmbridge.core.present", "lmbridge.core.cap"}
 #: Attributes that are the event loop's or a task's internals.
 INTERNALS = {"_ready", "_fut_waiter", "_scheduled", "_selector"}
 
