@@ -674,7 +674,7 @@ try {
 			await dismissNotifications();
 			await pickModel('Tiny Agent');
 			await send('hello tiny agent');
-			await waitForResponseText(/You said: hello tiny agent/);
+			await waitForResponseText(/You said: [\s\S]*hello tiny agent/); // a fresh session: told the conversation first
 			await waitForIdle();
 		});
 

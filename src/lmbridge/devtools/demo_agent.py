@@ -51,8 +51,7 @@ contains "run" and "command"    ``tool_call`` "Run date" (kind execute, pending,
                                 `date`." (it only pretends: nothing is run); reject_* ->
                                 tool call failed, says "I did not run it: permission was
                                 declined."; cancelled -> as above.
-anything else                   "Hello from the demo agent. You said: <prompt>" (of a fresh
-                                session told the conversation first, the request after it) in
+anything else                   "Hello from the demo agent. You said: <prompt>" in
                                 several ``agent_message_chunk`` pieces; in capitals
                                 when the session's ``model`` option is ``loud``.
 image blocks                    "I received an image of N bytes." before the above.
@@ -329,7 +328,7 @@ class DemoAgent:
         elif runs:
             await self._pretend(session, scope, RUN_DATE)
         else:
-            reply = f"Hello from the demo agent. You said: {request.strip() if request != text else text}"
+            reply = f"Hello from the demo agent. You said: {text}"
             await self._say(sid, reply.upper() if session.model == "loud" else reply)
 
         await self._update(sid, acp.update_plan(_plan(steps, done=len(steps))))
