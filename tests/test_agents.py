@@ -379,7 +379,7 @@ async def test_demo_slow_stream_stops_at_cancel(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("answer", "exit_status"), [("allow_once", {"exitCode": 0, "signal": None}), ("allow_once", {"exitCode": None, "signal": "SIGTERM"}), ("reject_once", None)])
 async def test_demo_runs_a_script_through_the_clients_terminal(tmp_path: Path, answer: str, exit_status: dict[str, Any] | None) -> None:
     """"run the script NAME" (what the Chat-view test drives): a card for ``sh NAME`` first;
-    allowed, ``terminal/create`` of ``sh`` ``[NAME]`` in the session's cwd, the call in
+    allowed, ``terminal/create`` of ``sh`` ``[NAME]`` (no cwd: the session's), the call in
     progress with the terminal as its content, ``wait_for_exit``, ``release``, and how it
     ended; declined, no terminal at all."""
     peer, scratch = await start_demo(tmp_path)
@@ -396,7 +396,7 @@ async def test_demo_runs_a_script_through_the_clients_terminal(tmp_path: Path, a
         if exit_status is not None:
             create = await peer.requests.get()
             assert create["method"] == "terminal/create"
-            assert create["params"] == {"sessionId": sid, "command": "sh", "args": ["tick.sh"], "cwd": str(ROOT), "outputByteLimit": 65536}
+            assert create["params"] == {"sessionId": sid, "command": "sh", "args": ["tick.sh"], "outputByteLimit": 65536}
             await peer.respond(create["id"], {"terminalId": "term-1"})
             for _ in range(2):
                 asked.append(await peer.requests.get())

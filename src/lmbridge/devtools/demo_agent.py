@@ -28,7 +28,7 @@ contains "run the script      ``tool_call`` "Run sh NAME" (kind execute, pending
 NAME"                           ``{"command": "sh NAME"}``), then
                                 ``session/request_permission`` with the four options below.
                                 allow_* -> ``terminal/create`` of ``sh`` with args
-                                ``[NAME]`` in the session's cwd through the client (which
+                                ``[NAME]`` (no cwd: the session's) through the client (which
                                 streams its output), the tool call in_progress with the
                                 terminal as its content, ``terminal/wait_for_exit``,
                                 ``terminal/release``; the call completed (exit code 0) or
@@ -463,7 +463,8 @@ class DemoAgent:
             await self._say(sid, "I did not run it: permission was declined.\n")
             return
         try:
-            created = await self._conn.create_terminal(session_id=sid, command=argv[0], args=argv[1:], cwd=session.cwd, output_byte_limit=SCRIPT_OUTPUT_LIMIT)
+            # No cwd: the client's default is the session's (and the card named none).
+            created = await self._conn.create_terminal(session_id=sid, command=argv[0], args=argv[1:], output_byte_limit=SCRIPT_OUTPUT_LIMIT)
         except acp.RequestError as exc:
             await self._update(sid, acp.update_tool_call(call_id, status="failed"))
             await self._say(sid, f"I could not run `{command}`: {exc}\n")
