@@ -37,34 +37,36 @@
 //                 its first lines in one code block, not its last, and a VS Code terminal mirrors it...
 //   22 live-ended  ...the gate opened: the same one block grown to the last line, the exit code after
 //                 it, then the agent's closing text
-//   23 agent-models the agent's own models in the picker
-//   24 fails-to-start an agent that cannot start: the user reads which and why
-//   25 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
+//   23 live-stop   the same script again, Stop while it waits: the turn ends, the command is killed (its
+//                 process gone, its last lines never shown), and the next message is answered
+//   24 agent-models the agent's own models in the picker
+//   25 fails-to-start an agent that cannot start: the user reads which and why
+//   26 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
 //                 message in the chat and, once the daemon reports auth_required, a notification
 //                 with Sign in… and Open Settings
-//   26 sign-in     Sign in… opens a terminal named for the agent running its login command (with
+//   27 sign-in     Sign in… opens a terminal named for the agent running its login command (with
 //                 no login command from the daemon, the test runs it as the user would)...
-//   27 signed-in   ...Enter in that terminal: the login ends, signed in...
-//   28 after-sign-in ...and the next message is answered, nothing restarted
-//   29 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
+//   28 signed-in   ...Enter in that terminal: the login ends, signed in...
+//   29 after-sign-in ...and the next message is answered, nothing restarted
+//   30 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
 //                 (once the daemon lists them; until then "Open Settings" only)...
-//   30 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
+//   31 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
 //                 daemon restarts with it and VS Code lists it among the language models
-//   31 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
+//   32 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
 //                 an npx, a uvx and a binary agent) above the built-in agents...
-//   32 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
+//   33 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
 //                 asks first, saying what it downloads and runs...
-//   33 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
+//   34 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
 //                 added to the user settings; the daemon restarts with it...
-//   34 registry-answer ...and it answers in the chat, picked in the model picker
-//   35 controls-agent an agent with modes, commands and usage (tests/agents/scripted_agent.py): once
+//   35 registry-answer ...and it answers in the chat, picked in the model picker
+//   36 controls-agent an agent with modes, commands and usage (tests/agents/scripted_agent.py): once
 //                 its options are learnt, VS Code's configuration button beside the model picker
 //                 shows its mode...
-//   36 plan-mode   ...choosing "Plan Mode" there: the next message sets it on the chat's session
+//   37 plan-mode   ...choosing "Plan Mode" there: the next message sets it on the chat's session
 //                 (session/set_config_option) and the status bar item says "Plan Mode · 1.2k/200k"...
-//   37 usage-item  ...whose tooltip gives the context used, the cost and the agent's commands
-//   38 agent-commands lmbridge: Agent Commands lists them; picking one types //name in the chat...
-//   39 slash-command ...and //compact reaches the agent as its /compact command
+//   38 usage-item  ...whose tooltip gives the context used, the cost and the agent's commands
+//   39 agent-commands lmbridge: Agent Commands lists them; picking one types //name in the chat...
+//   40 slash-command ...and //compact reaches the agent as its /compact command
 // CHATVIEW_FIRST_RUN=1 (make chatview-first-run) instead installs the vsix into a fresh profile
 // with no lmbridge on PATH and no daemon setting: the extension builds its private environment
 // from the bundled wheel (pip, from PyPI) under a progress notification; steps 01 installing,
@@ -98,6 +100,7 @@ const draft = path.join(dirs.ws, 'draft.md');
 // the test makes once it has seen them (so the last lines cannot come before), then three more.
 const ticker = path.join(dirs.ws, 'ticker.sh');
 const tickerGate = path.join(dirs.ws, 'ticker.go');
+const tickerPid = path.join(dirs.ws, 'ticker.pid'); // the script's shell writes its pid there
 const record = path.join(OUT, 'daemon-record.jsonl');
 const FIRST_RUN = process.env.CHATVIEW_FIRST_RUN === '1';
 const authToken = path.join(OUT, 'auth-agent-token');
@@ -220,6 +223,20 @@ async function waitForCardWith(title) {
 		.filter({ visible: true, hasText: title }).first();
 	await pending.waitFor({ state: 'visible', timeout: WAIT });
 	return pending;
+}
+
+/** Close every VS Code terminal (the live-output steps' mirrors): the sign-in steps watch the terminal that shows. */
+async function closeTerminals() {
+	await runCommand('Terminal: Kill All Terminals');
+	await page.locator('.xterm').filter({ visible: true }).first().waitFor({ state: 'hidden', timeout: WAIT });
+	await chatInput().click();
+}
+
+/** Whether process `pid` runs (a zombie, only waiting to be reaped, does not). */
+function alive(pid) {
+	try { process.kill(pid, 0); } catch { return false; }
+	if (!fs.existsSync('/proc')) return true;
+	try { return fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(' ')[2] !== 'Z'; } catch { return false; }
 }
 
 async function stop() {
@@ -568,15 +585,17 @@ try {
 			check(!/I ran/.test(await responseText()), 'Skip: the agent says it ran the command');
 		});
 
-		await step('live-running', async () => {
+		/** The demo agent runs ticker.sh once allowed (Allow Once); returns once its first three lines are in the answer. */
+		async function startTicker() {
+			fs.rmSync(tickerGate, { force: true });
+			fs.rmSync(tickerPid, { force: true });
 			fs.writeFileSync(ticker, [
+				'echo $$ > ticker.pid',
 				'for i in 1 2 3; do echo "tick $i of 6"; sleep 1; done',
 				'while [ ! -e ticker.go ]; do sleep 0.1; done',
 				'for i in 4 5 6; do echo "tick $i of 6"; sleep 1; done',
 				'',
 			].join('\n'));
-			const toast = page.locator('[aria-label="Dismiss notification"]').filter({ visible: true });
-			if (await toast.count() > 0) await toast.first().click(); // it would cover the chat in the screenshots
 			await send('run the script ticker.sh');
 			const pending = await waitForCardWith('Run sh ticker.sh');
 			// The whole command in the card's code block (an editor, drawn a moment after the card).
@@ -588,6 +607,12 @@ try {
 			await page.keyboard.press('Enter');
 			// Its first lines in the answer while it runs: it waits for the gate, which is not there yet.
 			await waitForResponseText(/tick 3 of 6/);
+		}
+
+		await step('live-running', async () => {
+			const toast = page.locator('[aria-label="Dismiss notification"]').filter({ visible: true });
+			if (await toast.count() > 0) await toast.first().click(); // it would cover the chat in the screenshots
+			await startTicker();
 			check(!fs.existsSync(tickerGate), 'the gate is there already');
 			const text = await responseText();
 			check(/tick 1 of 6 tick 2 of 6 tick 3 of 6/.test(text), `the first lines are not in the answer in order: ${JSON.stringify(text.slice(-400))}`);
@@ -609,10 +634,24 @@ try {
 			const blocks = await page.evaluate(`[...(${LATEST})('response').querySelectorAll('.interactive-result-code-block')].map(e => e.innerText.replace(/\\s+/g, ' '))`);
 			check(blocks.length === 1 && /tick 1 of 6 tick 2 of 6 tick 3 of 6 tick 4 of 6 tick 5 of 6 tick 6 of 6/.test(blocks[0]),
 				`the output is not one block with every line: ${JSON.stringify(blocks)}`);
-			// Its VS Code terminal (the command has ended) closed: the sign-in steps watch the terminal that shows.
-			await runCommand('Terminal: Kill All Terminals');
-			await page.locator('.xterm').filter({ visible: true }).first().waitFor({ state: 'hidden', timeout: WAIT });
-			await chatInput().click();
+			await closeTerminals();
+		});
+
+		await step('live-stop', async () => {
+			await startTicker();
+			const pid = Number(fs.readFileSync(tickerPid, 'utf8'));
+			check(alive(pid), `the command (pid ${pid}) is not running`);
+			const t0 = Date.now();
+			await stop();
+			await waitForIdle();
+			await waitForDisk(() => !alive(pid), 'the command killed after Stop');
+			console.log(`chatview: the command was gone ${((Date.now() - t0) / 1000).toFixed(1)} s after Stop`);
+			const text = await responseText();
+			check(!/tick [456] of 6|ended:/.test(text), `the command went on after Stop: ${JSON.stringify(text.slice(-400))}`);
+			await closeTerminals();
+			await send('are you still there after the script');
+			await waitForResponseText(/You said: are you still there after the script/);
+			await waitForIdle();
 		});
 
 		await step('agent-models', async () => {
