@@ -36,7 +36,7 @@ from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, A
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
 from lmbridge.acp.terminals import TerminalError, Terminals
-from lmbridge.core import auth, paths, permissions, session_state, turn
+from lmbridge.core import auth, permissions, session_state, turn
 from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, conversation, squeezed
 from lmbridge.core.jobs import JobInfo
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
@@ -325,11 +325,10 @@ class SessionActor:
         self._written = anyio.Event()  # the writer has sent everything and ended
         cwd_only: list[str] = [cwd] if cwd else []
         self.files = hooks.files or acp_files.Files(NoClient(), lambda: cwd_only)
-        # Permissions asked and not answered yet (rid → params), and the resolved paths an
-        # answered edit permission lets fs/write_text_file write, one write each, until the
-        # next prompt (docs/agents.md, "What protects what").
-        self._asked: dict[Any, Any] = {}
-        self._may_write: list[str] = []
+        # What the cards the user approved in this prompt turn let the agent do through
+        # lmbridge (terminal/create, fs/write_text_file): decided by core/permissions.py,
+        # none at each prompt and at a Stop (docs/agents.md, "What protects what").
+        self.grants = permissions.NO_GRANTS
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
         self.terminals: Terminals | None = None  # terminal/* served to the agent (acp.terminals), from run() on
 
@@ -524,8 +523,6 @@ class SessionActor:
             if self.bridge is not None:
                 bridge = permissions.Bridge(self.bridge.name, frozenset(self.bridge.tools), self.process.caps.profile)
             call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
-            if not msg.bad_id:
-                self._asked[rid] = msg.params
             return turn.PermissionAsked(rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id)
         if msg.bad_id:
             self._respond(None, error=BAD_ID_ERROR)
@@ -535,10 +532,7 @@ class SessionActor:
         elif rid is not None and msg.method in acp_terminals.METHODS and self.terminals is not None:
             if params.get("sessionId") != self.acp_session:
                 self._respond(rid, error={"code": -32002, "message": f"{msg.method}: not a session of this client"})
-            elif msg.method == "terminal/create" and not self.machine.prompt_open:
-                # Commands run for a prompt turn only: never for a session between turns.
-                self._respond(rid, error={"code": -32000, "message": "terminal/create: no prompt turn is open in this session"})
-            else:
+            elif msg.method != "terminal/create" or self._may_run(rid, params):
                 assert self._tg is not None
                 self._tg.start_soon(self._terminal, rid, msg.method, params)
         elif rid is not None:
@@ -564,15 +558,16 @@ class SessionActor:
                     job.done.set()
             elif isinstance(fx, turn.Respond):
                 log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
-                self._approved(self._asked.pop(fx.rid, None), fx.outcome)
+                if fx.approved is not None:
+                    self.grants = permissions.grant(self.grants, fx.approved, self._writable)
                 self._respond(fx.rid, {"outcome": dict(fx.outcome)})
             elif isinstance(fx, turn.RespondError):
-                self._asked.pop(fx.rid, None)
                 self._respond(fx.rid, error=fx.error)
             elif isinstance(fx, turn.ResolveTool):
                 self._resolve_tool(fx)
             elif isinstance(fx, turn.SendCancel):
                 self._out.send_nowait(self.acp.cancel())
+                self.grants = permissions.NO_GRANTS  # a Stop ends what the turn's approvals allowed
                 if self.terminals is not None:
                     self.terminals.kill_running()  # a Stop ends the commands it runs too
             elif isinstance(fx, turn.StartAgent):
@@ -583,7 +578,7 @@ class SessionActor:
                 assert self._tg is not None
                 self._tg.start_soon(self._close_then, fx.seq)
             elif isinstance(fx, turn.Prompt):
-                self._may_write.clear()  # an approval covers the turn it was given in
+                self.grants = permissions.NO_GRANTS  # an approval covers the turn it was given in
                 self._prompt(fx)
             elif isinstance(fx, turn.StartTimer):
                 self._start_timer(fx)
@@ -644,16 +639,27 @@ class SessionActor:
 
     # -- writes to the agent -------------------------------------------------------
 
-    # -- files (fs/*) --------------------------------------------------------------
+    # -- the agent's client actions (terminal/create, fs/*): as core/permissions.py decides --
 
-    def _approved(self, params: Any, outcome: Mapping[str, Any]) -> None:
-        """An answered permission: the files an approved edit names may be written once each."""
-        for path in paths.approved_writes(params, dict(outcome)):
-            try:
-                self._may_write.append(self.files.allowed(path))
-            except acp_files.FsError:
-                pass  # outside the workspace: a write there is refused anyway
-        del self._may_write[: -paths.MAX_PATHS]  # bounded: the latest approvals kept
+    def _writable(self, path: str) -> str | None:
+        """``path`` resolved as a write would resolve it; None outside the workspace."""
+        try:
+            return self.files.allowed(path)
+        except acp_files.FsError:
+            return None
+
+    def _may_run(self, rid: int | str, params: Mapping[str, Any]) -> bool:
+        """Whether the grants let this ``terminal/create`` run (its grant used up if so);
+        refused, the agent is answered with the reason and nothing runs."""
+        action = permissions.run_command(params)
+        decision: permissions.Permit | permissions.Deny = action if isinstance(action, permissions.Deny) else permissions.Permit()
+        if isinstance(action, permissions.RunCommand):
+            self.grants, decision = permissions.permit(self.grants, action, self.machine.prompt_open)
+        if isinstance(decision, permissions.Deny):
+            log.warning("terminal/create refused", session=self.id, reason=decision.message)
+            self._respond(rid, error=decision.error)
+            return False
+        return True
 
     async def _serve_file(self, rid: int | str, method: str, params: Mapping[str, Any]) -> None:
         """Answer one fs/* request of the agent's (a task of its own: the shim may take a while)."""
@@ -665,13 +671,9 @@ class SessionActor:
             else:
                 p = acp_files.write_params(params)
                 real = self.files.allowed(p.path)
-                if real not in self._may_write:
-                    raise acp_files.FsError(
-                        acp_files.INVALID_PARAMS,
-                        f"refused: lmbridge writes {p.path} only after the user approved an edit of it in this turn "
-                        "(ask with session/request_permission, kind edit, naming the file)",
-                    )
-                self._may_write.remove(real)  # one approved edit, one write
+                self.grants, decision = permissions.permit(self.grants, permissions.WriteFile(p.path, real), self.machine.prompt_open)
+                if isinstance(decision, permissions.Deny):
+                    raise acp_files.FsError(decision.code, decision.message)
                 result = await self.files.write(p, real)
         except acp_files.FsError as exc:
             log.info("file request refused", session=self.id, method=method, error=exc.message)
