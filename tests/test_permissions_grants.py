@@ -126,8 +126,8 @@ def walk(events: list[Any], actions: list[Any]) -> list[Any]:
     """The session actor's part, as it does it: approved cards granted, none at a prompt and at
     a Stop, each action permitted or denied in order."""
     grants = P.NO_GRANTS
-    for event in events:
-        grants = P.NO_GRANTS if event in (NEW_TURN, STOP) else P.grant(grants, card(event), resolve)
+    for happened in events:
+        grants = P.NO_GRANTS if happened in (NEW_TURN, STOP) else P.grant(grants, card(happened), resolve)
     got: list[Any] = []
     turn_open = True
     for action in actions:
