@@ -62,6 +62,9 @@ def _seconds(name: str, default: float) -> float:
 # The start's bounds are the pool's (acp.process: START_TIMEOUT for spawn + initialize,
 # SESSION_TIMEOUT for each session request); while it waits, a line every START_PROGRESS seconds.
 START_PROGRESS = _seconds("LMBRIDGE_START_PROGRESS", turn.START_PROGRESS)
+#: The error code of an agent's fs/* or terminal/* request its session ended before it was
+#: served (JSON-RPC 2.0: a server error; docs/protocol.md, "Terminals").
+SESSION_ENDED = -32000
 CLOSE_TIMEOUT = 2.0  # seconds an agent may take to answer session/close before it is stopped
 #: Seconds a closed session's cancelled prompt may take to be answered after session/close:
 #: an agent may answer the close first and end the prompt it cancels just after.
@@ -332,6 +335,8 @@ class SessionActor:
         self._may_write: list[str] = []
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
         self.terminals: Terminals | None = None  # terminal/* served to the agent (acp.terminals), from run() on
+        # The agent's fs/* and terminal/* requests being served (``_serve``): rid → (method, its task's scope).
+        self._serving: dict[int | str, tuple[str, anyio.CancelScope]] = {}
 
     def _renderer(self) -> TurnRenderer:
         return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id), self.process.caps.profile)
@@ -530,8 +535,7 @@ class SessionActor:
         if msg.bad_id:
             self._respond(None, error=BAD_ID_ERROR)
         elif rid is not None and msg.method in acp_files.METHODS:
-            assert self._tg is not None
-            self._tg.start_soon(self._serve_file, rid, msg.method, params)
+            self._serve(rid, msg.method, self._serve_file(rid, msg.method, params))
         elif rid is not None and msg.method in acp_terminals.METHODS and self.terminals is not None:
             if params.get("sessionId") != self.acp_session:
                 self._respond(rid, error={"code": -32002, "message": f"{msg.method}: not a session of this client"})
@@ -539,8 +543,7 @@ class SessionActor:
                 # Commands run for a prompt turn only: never for a session between turns.
                 self._respond(rid, error={"code": -32000, "message": "terminal/create: no prompt turn is open in this session"})
             else:
-                assert self._tg is not None
-                self._tg.start_soon(self._terminal, rid, msg.method, params)
+                self._serve(rid, msg.method, self._terminal(rid, msg.method, params))
         elif rid is not None:
             self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
         else:
@@ -683,6 +686,34 @@ class SessionActor:
             return
         log.info("file request served", session=self.id, method=method, through="vscode" if self.files.through_vscode else "disk")
         self._respond(rid, result)
+
+    def _serve(self, rid: int | str, method: str, work: Awaitable[None]) -> None:
+        """Run ``work``, which serves the agent's request ``rid`` and answers it, in a task of
+        its own; should the session end first, ``_end_requests`` cancels it and answers."""
+        scope = anyio.CancelScope()
+        self._serving[rid] = (method, scope)
+
+        async def run() -> None:
+            try:
+                with scope:
+                    await work
+            finally:
+                if self._serving.get(rid, (None, None))[1] is scope:
+                    del self._serving[rid]
+
+        assert self._tg is not None
+        self._tg.start_soon(run)
+
+    def _end_requests(self) -> None:
+        """The session is ending: each fs/* or terminal/* request still being served is
+        cancelled (a client/* request it waits on leaves the shim channel with it) and
+        answered here, once, with ``SESSION_ENDED`` (docs/reliability.md, "Nothing left
+        unanswered"). The agent lives on (the pool's), so it is owed the answer."""
+        serving, self._serving = self._serving, {}
+        for rid, (method, scope) in serving.items():
+            scope.cancel()
+            log.info("agent request ended with its session", session=self.id, method=method)
+            self._respond(rid, error={"code": SESSION_ENDED, "message": f"{method}: the session has ended before this request was served"})
 
     def _respond(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
         """Queue the answer to one of the agent's requests; the writer task sends frames in order."""
@@ -1011,6 +1042,7 @@ class SessionActor:
         last answers."""
         if self._starting is not None:
             self._starting.cancel()
+        self._end_requests()  # answered before the session's last frames and its close
         if self.terminals is not None:
             await self.terminals.aclose()
         for scope in self._timers.values():
