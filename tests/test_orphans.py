@@ -183,3 +183,36 @@ async def test_a_wait_for_exit_on_a_command_that_never_ends_is_answered_when_its
     answers = [e for e in agent.events("client_result") if e["id"] == "w"]
     assert len(answers) == 1, answers
     assert answers[0]["error"]["code"] == SESSION_ENDED and "terminal/wait_for_exit" in answers[0]["error"]["message"], answers
+
+
+async def test_requests_the_agent_sends_while_its_session_closes_are_answered(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    """An agent asked to close a session (eviction) sends requests for it before answering:
+    they reach the session as it closes, never read as a turn's; each is answered once (a
+    permission ``cancelled``, anything else -32000), none dropped."""
+    (tmp_path / "a.txt").write_text("text\n")
+    permission = {
+        "toolCall": {"toolCallId": "t9", "title": "Edit a.txt", "kind": "edit"},
+        "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}, {"optionId": "reject", "name": "Reject", "kind": "reject_once"}],
+    }
+    agent = scripted({
+        "initialize": {"agentCapabilities": {"sessionCapabilities": {"close": {}}}},
+        "turns": [[{"text": "done"}]],
+        "on_close_client": [
+            {"method": "fs/read_text_file", "params": {"path": str(tmp_path / "a.txt")}},
+            {"method": "session/request_permission", "params": permission},
+            {"method": "terminal/output", "params": {"terminalId": "term-1"}},
+        ],
+    })  # fmt: skip
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], args=["--idle-timeout", "1"]) as c:
+            call = await c.chat(agent.id, [user("hi")])
+            assert call.error is None
+            while len(results(agent)) < 3:
+                await anyio.sleep(0.05)
+    answers = agent.events("client_result")
+    assert sorted(e["id"] for e in answers) == ["close-0", "close-1", "close-2"], answers  # once each
+    r = results(agent)
+    assert r["close-1"]["result"] == {"outcome": {"outcome": "cancelled"}}
+    for handle in ("close-0", "close-2"):
+        assert "result" not in r[handle] and r[handle]["error"]["code"] == SESSION_ENDED, r[handle]
+    assert agent.events("session_close")

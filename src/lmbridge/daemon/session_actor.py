@@ -431,6 +431,9 @@ class SessionActor:
             if request is not None and not request.done.is_set():
                 request.error = "this chat's agent session has just ended; send a message first"
                 request.done.set()
+            answer = _unread_answer(msg)
+            if answer is not None:  # the agent's request, queued behind the close: answered, never dropped
+                self._respond(*answer)
         for job in self.jobs.values():  # a bug left it unanswered: never leave a request hanging
             if not job.done.is_set():
                 job.error = job.error or f"agent {self.spec.id!r}: its session has just ended; please retry"
@@ -1061,9 +1064,39 @@ class SessionActor:
         # The agent frees what the session holds (ACP session/close, where offered);
         # bounded, as any write. The process lives on for the agent's other chats.
         await self.acp.close(CLOSE_TIMEOUT)
+        conn = self.acp.conn
         self.acp.detach()
+        # Requests of the agent's that reached the mailbox while the session closed (the
+        # writer has ended): answered here, bounded. From now on the pool answers them.
+        late = []
+        while True:
+            try:
+                answer = _unread_answer(self._mailbox.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+            if answer is not None:
+                late.append(answer)
+        if late and conn is not None and not conn.closed.is_set():
+            with anyio.move_on_after(WRITE_TIMEOUT):
+                for rid, result, error in late:
+                    await conn.respond(rid, result, error=error)
 
 
 def _object(value: Any) -> dict[str, Any]:
     """``value`` if it is a JSON object, else an empty one (agents' answers are not trusted)."""
     return value if isinstance(value, dict) else {}
+
+
+def _unread_answer(msg: Any) -> tuple[int | str | None, Any, dict[str, Any] | None] | None:
+    """``(rid, result, error)``: the answer to an agent's request its session ended before
+    reading (``msg`` from the mailbox): a permission ``cancelled`` (nothing approved), a request
+    with an unusable id ``BAD_ID_ERROR``, anything else ``SESSION_ENDED``. None: not an agent's request."""
+    if not isinstance(msg, Incoming):
+        return None
+    if msg.bad_id:
+        return None, None, dict(BAD_ID_ERROR)
+    if msg.id is None:
+        return None
+    if msg.method == "session/request_permission":
+        return msg.id, {"outcome": dict(permissions.CANCELLED)}, None
+    return msg.id, None, {"code": SESSION_ENDED, "message": f"{msg.method}: the session has ended before this request was served"}
