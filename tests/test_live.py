@@ -97,6 +97,19 @@ def test_turn_end_closes_an_open_block():
     assert closed.startswith(f"\n{FENCE}\n\n") and "ended without a result" in closed
 
 
+def test_turn_end_after_text_does_not_open_an_empty_block():
+    """codex-acp drops a command's end that comes after its turn ended (docs/agents.md): the
+    block, paused by the agent's text and all shown, is not opened again empty at the end."""
+    r = TurnRenderer(profile=CODEX)
+    r.update(codex_start())
+    shown = text(r.update(codex_output("ready\n")))
+    between = text(r.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Finished."}}))
+    closed = text(r.close())
+    answer = shown + between + closed
+    assert len(fences(answer)) == 2 and answer.count(f"{FENCE}text\n") == 1, answer
+    assert closed.strip().startswith("_") and "ended without a result" in closed
+
+
 def test_pause_closes_the_fence_at_a_response_end():
     r = TurnRenderer(profile=CODEX)
     r.update(codex_start())

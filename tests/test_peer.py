@@ -319,7 +319,7 @@ def test_classify_never_fails_and_a_call_is_what_jsonrpcserver_accepts(value: An
 async def test_the_daemon_answers_an_over_long_request_on_stdin_by_its_head() -> None:
     """A stdin line past the limit is dropped as it streamed (``Overlong``); a request whose
     start shows a usable id gets -32600 with it, a notification nothing."""
-    from lmbridge.daemon.stdio import StdioReader, Stdout, StdoutWriter
+    from lmbridge.daemon.stdio import StdioPeer, Stdout, StdoutWriter
     from lmbridge.rpc.framing import Overlong
 
     class Methods:
@@ -337,10 +337,10 @@ async def test_the_daemon_answers_an_over_long_request_on_stdin_by_its_head() ->
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             await tg.start(out.run, Stdout(written.append))
-            reader = StdioReader(Methods(), out, tg, lambda frame: False)
-            reader.start(Overlong(300_000_000, b'{"jsonrpc":"2.0","id":5,"method":"lm/provideLanguageModelChatResponse","params":{"modelId"'))
-            reader.start(Overlong(300_000_000, b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{'))
-            reader.start(Overlong(300_000_000, b'{"jsonrpc":"2.0","id":{"a":1},"method":"x","params":{'))
+            reader = StdioPeer(Pipe(), Methods(), out, tg, lambda frame: False)
+            reader.line(Overlong(300_000_000, b'{"jsonrpc":"2.0","id":5,"method":"lm/provideLanguageModelChatResponse","params":{"modelId"'))
+            reader.line(Overlong(300_000_000, b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{'))
+            reader.line(Overlong(300_000_000, b'{"jsonrpc":"2.0","id":{"a":1},"method":"x","params":{'))
             await reader.idle(5)
             await out.drain()
             tg.cancel_scope.cancel()

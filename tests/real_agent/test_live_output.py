@@ -7,6 +7,11 @@ Orders, not timings, are asserted (docs/reliability.md, "Tests under load"): the
 waits on a gate file the test opens only once its first line is in the chat, so a chat
 that got the output only at the end would never open it. The timeline of a 6 s command
 (one line a second) is printed (``-s``) as the figure the docs quote.
+
+The fake model answers codex's next request only once the chat has shown the command's
+end (``after_the_end``): a fake that answers at once can end codex's turn before the
+command's end reaches codex-acp, which then drops it (docs/agents.md); a real model takes
+longer than that.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -67,6 +73,7 @@ class Timeline:
         self.at: list[tuple[float, str]] = []
         self.seen = anyio.Event()
         self.wanted = ""
+        self.ended = threading.Event()  # the chat showed a command's exit code
 
     def __call__(self, part: dict[str, Any]) -> None:
         if part["type"] == "text":
@@ -74,6 +81,8 @@ class Timeline:
             self.at.append((time.monotonic() - self.start, part["value"]))
             if self.wanted and self.wanted in self.text:
                 self.seen.set()
+            if "exit code" in self.text:
+                self.ended.set()
 
     def first(self, needle: str) -> float:
         """Seconds until the text first held ``needle``."""
@@ -83,6 +92,17 @@ class Timeline:
             if needle in text:
                 return t
         raise AssertionError(f"{needle!r} never came: {self.text!r}")
+
+
+def after_the_end(timeline: Timeline, blocks: list[dict[str, Any]]) -> Any:
+    """A fake model's reply given once ``timeline`` has shown a command's end (a thread of
+    the fake server waits for it, at most TIMEOUT: then the test's own asserts say what is missing)."""
+
+    def reply(body: dict[str, Any]) -> list[dict[str, Any]]:
+        timeline.ended.wait(TIMEOUT)
+        return blocks
+
+    return reply
 
 
 async def approved_turn(client: DaemonClient, model: str, conv: Conversation, ask: str, timeline: Timeline) -> Any:
@@ -102,11 +122,11 @@ async def approved_turn(client: DaemonClient, model: str, conv: Conversation, as
 async def test_codex_streams_a_command_output_into_the_chat_as_it_runs(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     cmd = f"sleep 1; echo ready; while [ ! -f {gate} ]; do sleep 0.1; done; echo done"
-    with FakeResponses([[exec_command(cmd)], [{"text": "Finished."}]]) as fake:
+    timeline = Timeline()
+    timeline.wanted = "ready\n"
+    with FakeResponses([[exec_command(cmd)], after_the_end(timeline, [{"text": "Finished."}])]) as fake:
         async with codex.codex_bridge(tmp_path, fake.url) as client:
             conv = Conversation(tmp_path / "work")
-            timeline = Timeline()
-            timeline.wanted = "ready\n"
             with anyio.fail_after(TIMEOUT):
                 call = await approved_turn(client, "codex", conv, "Run the script.", timeline)
                 await timeline.seen.wait()  # the command waits for this: its output came live
@@ -121,10 +141,10 @@ async def test_codex_streams_a_command_output_into_the_chat_as_it_runs(tmp_path:
 @needs_codex
 async def test_codex_timeline_of_a_six_second_command(tmp_path: Path) -> None:
     """The figure the docs quote: a command printing a line a second for 6 s."""
-    with FakeResponses([[exec_command(COUNT)], [{"text": "Counted."}]]) as fake:
+    timeline = Timeline()
+    with FakeResponses([[exec_command(COUNT)], after_the_end(timeline, [{"text": "Counted."}])]) as fake:
         async with codex.codex_bridge(tmp_path, fake.url) as client:
             conv = Conversation(tmp_path / "work")
-            timeline = Timeline()
             with anyio.fail_after(TIMEOUT):
                 call = await approved_turn(client, "codex", conv, "Count.", timeline)
                 await call.done.wait()

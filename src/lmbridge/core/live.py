@@ -170,8 +170,10 @@ class LiveOutput:
         if block is None or block.ended:
             return ""
         block.ended = True
-        if block.shown == 0 and not block.held:
-            return ""
+        if not (block.held or block.left_out):
+            # All of it was shown as it came: only its fence, if still open, to close (a
+            # block paused by other text is not opened again for nothing).
+            return self.pause() if self.open == terminal_id else ""
         out = ""
         if self.open != terminal_id:
             out += self.pause()

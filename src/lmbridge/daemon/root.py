@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,10 +25,9 @@ from lmbridge.daemon.catalog import Catalog
 from lmbridge.daemon.methods import SHUTTING_DOWN, Call, Methods, Settings
 from lmbridge.daemon.router import Router
 from lmbridge.daemon.services import RecentAgents
-from lmbridge.daemon.stdio import RequestId, StdioReader, Stdout, StdoutWriter, stdin_lines, stdout_writer
+from lmbridge.daemon.stdio import Chunks, RequestId, StdioPeer, Stdout, StdoutWriter, stdin_stream, stdout_writer
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import ShimChannel
-from lmbridge.rpc.framing import Overlong
 
 if TYPE_CHECKING:
     from lmbridge.acp.process import AgentPool, Launcher
@@ -93,7 +92,7 @@ class Server:
         self.prewarmer: Prewarmer | None = None
         self.saver: Saver | None = None
         self.shutting_down = False
-        self.reader: StdioReader | None = None
+        self.stdin: StdioPeer | None = None  # the shim link, while ``serve`` runs
         self._tg: anyio.abc.TaskGroup | None = None
         self._history_lock = anyio.Lock()
         self._reading = anyio.CancelScope()
@@ -105,20 +104,20 @@ class Server:
 
     @property
     def stray_responses(self) -> int:
-        """Frames on stdin that were responses to no request in flight (``StdioReader``)."""
-        return self.reader.stray_responses if self.reader is not None else 0
+        """Frames on stdin that were responses to no request in flight (``StdioPeer``)."""
+        return self.stdin.stray_responses if self.stdin is not None else 0
 
-    async def serve(self, lines: AsyncIterator[bytes | Overlong], stdout: Stdout) -> None:
-        """Run until ``lines`` ends (EOF): then stop every agent and return."""
+    async def serve(self, stdin: anyio.abc.ByteReceiveStream | AsyncIterable[bytes], stdout: Stdout) -> None:
+        """Serve the shim link: frames read from ``stdin`` (a byte stream, or byte chunks:
+        lines, as tests feed them), frames written to ``stdout``. Runs until ``stdin`` ends
+        (EOF): then stops every agent and returns."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            reader = self.reader = StdioReader(self.methods, self.out, tg, self.client.deliver)
+            stream = stdin if isinstance(stdin, anyio.abc.ByteReceiveStream) else Chunks(stdin)
+            peer = self.stdin = StdioPeer(stream, self.methods, self.out, tg, self.client.deliver, self.recorder)
             await tg.start(self.out.run, stdout)
             with self._reading:  # cancelled by stop_reading (SIGTERM): as at EOF
-                async for line in lines:
-                    if self.recorder is not None and isinstance(line, bytes):
-                        self.recorder.shim_in(line)
-                    reader.start(line)
+                await peer.read()
             if self.recorder is not None:
                 self.recorder.shim_eof()
             self.client.close()  # no one reads our stdout any more: client/* requests fail at once
@@ -127,7 +126,7 @@ class Server:
             # Requests read before EOF are still answered (their agents are gone,
             # so chat requests end with an error at once); one still running after
             # that is answered here, before its task is cancelled: never dropped.
-            await reader.idle(5)
+            await peer.idle(5)
             self.methods.fail_inflight()
             await self.out.drain()
             tg.cancel_scope.cancel()
@@ -240,5 +239,5 @@ async def run(config: Config) -> None:
     watcher = anyio.CancelScope()
     async with anyio.create_task_group() as tg:
         tg.start_soon(on_signals, watcher)
-        await server.serve(stdin_lines(), await stdout_writer())
+        await server.serve(await stdin_stream(), await stdout_writer())
         watcher.cancel()

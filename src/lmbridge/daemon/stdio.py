@@ -1,10 +1,12 @@
-"""The daemon's stdio: stdin read as lines, each line dispatched as JSON-RPC 2.0, and the
-one writer of stdout.
+"""The daemon's stdio: the shim link as a JSON-RPC 2.0 peer, each request dispatched in a
+task of its own, and the one writer of stdout.
 
-Implements the framing and dispatch rules of the shim ↔ daemon contract v1
-(docs/protocol.md, "Framing" and "Errors"). ``StdioReader`` splits stdin into frames and
-dispatches each request in its own task through ``jsonrpcserver`` (so a long chat request
-never blocks the next frame); ``StdoutWriter`` owns stdout, so frames never interleave.
+Implements the transport rules of the shim ↔ daemon contract v1 (docs/protocol.md,
+"Transport"). ``StdioPeer`` is an ``rpc.peer.Peer`` (the one line reader, its size policy
+and its check of each line, as on every link) that serves by JSON-RPC's server rules
+(``jsonrpc.classify``) and dispatches each request in its own task through
+``jsonrpcserver`` (so a long chat request never blocks the next frame); ``StdoutWriter``
+owns stdout, so frames never interleave.
 
 ``initialize`` is answered before ``jsonrpcserver`` is imported (with ``jsonschema`` it
 costs ~85 ms): the shim waits for that answer (docs/performance.md).
@@ -16,7 +18,7 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,21 +27,9 @@ import anyio.abc
 
 from lmbridge.core.text import clip
 from lmbridge.log import get_logger
-from lmbridge.rpc.framing import EXCERPT, MAX_LINE, BadLines, Lines, Overlong, read_head
-from lmbridge.rpc.jsonrpc import (
-    INVALID_REQUEST,
-    PARSE_ERROR,
-    TEXT_ERRORS,
-    Answer,
-    Invalid,
-    classify,
-    encode,
-    encode_value,
-    error_frame,
-    parse_json,
-    usable_id,
-)
-from lmbridge.rpc.peer import READ_SIZE, batches
+from lmbridge.rpc.framing import MAX_LINE, BadLines, Overlong
+from lmbridge.rpc.jsonrpc import INVALID_REQUEST, PARSE_ERROR, TEXT_ERRORS, Answer, Invalid, classify, encode, encode_value, error_frame
+from lmbridge.rpc.peer import READ_SIZE, Peer
 
 if TYPE_CHECKING:
     from lmbridge.rpc.record import Recorder
@@ -152,6 +142,10 @@ class StdoutWriter:
         """Queue one frame encoded already (``line`` without its newline)."""
         self._queue((line + "\n").encode())
 
+    def send_bytes(self, data: bytes) -> None:
+        """Queue one frame encoded already, with its newline."""
+        self._queue(data)
+
     def send_part(self, rid: RequestId, part: Mapping[str, Any]) -> None:
         """Queue one ``lm/responsePart`` of request ``rid`` (encoded when written)."""
         self._queue((rid, part))
@@ -221,79 +215,130 @@ class Dispatch(Protocol):
         ...
 
 
-class StdioReader:
-    """Reads frames and hands each request to ``methods`` in its own task (in ``tg``).
+class StdoutStream(anyio.abc.ByteSendStream):
+    """stdout as a byte stream: what is sent is queued on the one writer (``StdoutWriter``),
+    in order with every other frame."""
 
-    Answers here what is not a request it can dispatch (docs/protocol.md, "Errors"): not
+    def __init__(self, out: StdoutWriter) -> None:
+        self.out = out
+
+    async def send(self, item: bytes) -> None:
+        self.out.send_bytes(item)
+
+    async def send_eof(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+class StdioPeer(Peer):
+    """The daemon's end of the shim link: an ``rpc.peer.Peer`` over stdin and stdout that
+    serves by JSON-RPC's server rules. ``Peer`` reads and checks each line (the size
+    policy, blank lines, JSON); what it read is handled here, each line in a task of its own
+    in ``tg`` (so a long chat request never blocks the next frame), in the order read.
+
+    Answers here what is not a request it can dispatch (docs/protocol.md, "Transport"): not
     JSON (-32700), not a request object or a bad id (-32600), an unknown method (-32601),
-    an id still in flight (-32600). A batch is handled element by element, each answered in
-    its own frame. A response on stdin is
-    delivered to ``responses`` (the daemon's own client/* requests), never answered. A bug
-    while dispatching is logged; it never ends the daemon."""
+    an id still in flight (-32600), a line over ``MAX_FRAME`` whose start shows a request
+    with a usable id (-32600). A batch is handled element by element, each answered in its
+    own frame. A response on stdin is delivered to ``responses`` (the daemon's own client/*
+    requests), never answered. A bug while dispatching is logged; it never ends the daemon.
+    ``recorder`` (``--record``) gets every line read."""
 
-    def __init__(self, methods: Dispatch, out: StdoutWriter, tg: anyio.abc.TaskGroup, responses: Callable[[Mapping[str, Any]], bool]) -> None:
+    def __init__(
+        self,
+        stdin: anyio.abc.ByteReceiveStream,
+        methods: Dispatch,
+        out: StdoutWriter,
+        tg: anyio.abc.TaskGroup,
+        responses: Callable[[Mapping[str, Any]], bool],
+        recorder: Recorder | None = None,
+    ) -> None:
+        super().__init__(stdin, StdoutStream(out), self, link="the shim", limit=MAX_FRAME, warn=log.error, peer="the shim")
         self.methods = methods
         self.out = out
         self.tg = tg
         # Where a response frame goes (``rpc.channel.ShimChannel.deliver``: the shim's
         # answer to one of the daemon's client/* requests); False: it answers no request.
         self.responses = responses
+        self.recorder = recorder
         self.bad_lines = BadLines("shim stdin", log.warning)  # -32700 each; logged bounded
         self.stray_responses = 0  # frames on stdin that were responses to no request in flight (never answered)
-        self.dispatching = 0  # request tasks running
-
-    def start(self, line: bytes | Overlong) -> None:
-        """Dispatch ``line`` in a task of its own."""
-        self.dispatching += 1
-        self.tg.start_soon(self._dispatch, line)
+        self.dispatching = 0  # line tasks running
 
     async def idle(self, timeout: float) -> None:
-        """Wait, up to ``timeout`` seconds, until no request task runs."""
+        """Wait, up to ``timeout`` seconds, until no line's task runs."""
         with anyio.move_on_after(timeout):
             while self.dispatching:
                 await anyio.sleep(0.01)
 
-    async def _dispatch(self, line: bytes | Overlong) -> None:
+    # -- what Peer reads --------------------------------------------------------
+
+    def line(self, line: bytes | Overlong) -> None:
+        if self.recorder is not None and isinstance(line, bytes):
+            self.recorder.shim_in(line)
+        super().line(line)
+
+    def value(self, value: Any, line: bytes) -> None:
+        """Every JSON value read, by the server's rules (``_value``), not the Peer's routing."""
+        self._start(self._value, value)
+
+    def dropped_request(self, rid: Any, error: dict[str, Any]) -> None:
+        """A request dropped as too long is answered -32600 by its id, unless a request
+        with that id is in flight (its answer would be ambiguous)."""
+        self._start(self._dropped, rid, error)
+
+    # Handler: the lines that are not JSON come here; ``value`` takes every other line, so
+    # the Peer's own routing (requests, notifications, responses by id) is not used.
+
+    def handle_unusable(self, reason: str, line: bytes, value: Any) -> None:
+        reason_text = "nested too deeply" if isinstance(value, RecursionError) else str(value)
+        self._start(self._not_json, line, reason_text)
+
+    def handle_request(self, rid: Any, method: str, params: Any) -> None:
+        raise AssertionError("the daemon's stdio routes requests by the server rules (value)")
+
+    def handle_notification(self, method: str, params: Any) -> None:
+        raise AssertionError("the daemon's stdio routes notifications by the server rules (value)")
+
+    def handle_response(self, rid: Any, result: Any, error: dict[str, Any] | None) -> None:
+        raise AssertionError("the daemon's stdio routes responses by the server rules (value)")
+
+    # -- each line's task ---------------------------------------------------------
+
+    def _start(self, act: Callable[..., Awaitable[None]], *args: Any) -> None:
+        self.dispatching += 1
+        self.tg.start_soon(self._run, act, *args)
+
+    async def _run(self, act: Callable[..., Awaitable[None]], *args: Any) -> None:
         try:
-            await self._dispatch_line(line)
+            await act(*args)
         except Exception as exc:  # a bug here must not end the daemon (and every chat with it)
             log.exception("frame dispatch failed", error=clip(repr(exc), 500))
         finally:
             self.dispatching -= 1
 
-    async def _dispatch_line(self, line: bytes | Overlong) -> None:
-        if isinstance(line, Overlong):
-            self._overlong(line)
-            return
-        if not line.strip():
-            return
-        try:
-            request = parse_json(line)
-        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to decode
-            self.bad_lines.bad(line, "not JSON", time.monotonic())
-            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            self.out.error(None, PARSE_ERROR, f"parse error: {reason}"[:500])
-            return
-        if isinstance(request, list):
+    async def _not_json(self, line: bytes, reason: str) -> None:
+        self.bad_lines.bad(line, "not JSON", time.monotonic())
+        self.out.error(None, PARSE_ERROR, f"parse error: {reason}"[:500])
+
+    async def _dropped(self, rid: Any, error: dict[str, Any]) -> None:
+        if not self.methods.in_flight(rid):
+            self.out.error(rid, error["code"], error["message"])
+
+    async def _value(self, value: Any) -> None:
+        if isinstance(value, list):
             # A batch: each element is handled as if it came on its own line, and
             # answered in its own frame (the daemon never writes arrays).
-            if not request:
+            if not value:
                 self.out.error(None, INVALID_REQUEST, "invalid request: empty batch")
-            for element in request:
-                self.dispatching += 1
-                self.tg.start_soon(self._dispatch_element, element)
+            for element in value:
+                self._start(self._one, element)
             return
-        await self._dispatch_one(request)
+        await self._one(value)
 
-    async def _dispatch_element(self, request: Any) -> None:
-        try:
-            await self._dispatch_one(request)
-        except Exception as exc:
-            log.exception("frame dispatch failed", error=clip(repr(exc), 500))
-        finally:
-            self.dispatching -= 1
-
-    async def _dispatch_one(self, request: Any) -> None:
+    async def _one(self, request: Any) -> None:
         """One request or notification (any JSON value): answered exactly once if it has
         a usable id, never if it is a notification (``jsonrpc.classify``: the rules)."""
         kind = classify(request, self.methods.known)
@@ -320,15 +365,22 @@ class StdioReader:
             return
         await self.methods.dispatch(kind.frame)
 
-    def _overlong(self, line: Overlong) -> None:
-        """A line past ``MAX_FRAME``, dropped as it streamed (never held whole): logged, and
-        answered -32600 by its id when its start says it was a request with a usable one
-        (``framing.read_head``), as on an agent's link."""
-        head = read_head(line.head)
-        why = f"a line of {line.size:,} bytes, longer than lmbridge's limit of {MAX_FRAME:,} bytes"
-        log.error(f"shim stdin: {why}: skipped", start=line.head[:EXCERPT].decode("utf-8", errors="replace"), id=head.id, method=head.method)
-        if head.has_id and head.method is not None and usable_id(head.id) and not self.methods.in_flight(head.id):
-            self.out.error(head.id, INVALID_REQUEST, f"{clip(head.method, 200)}: {why}: dropped")
+
+class Chunks(anyio.abc.ByteReceiveStream):
+    """An async iterable of byte chunks (lines, or any pieces of a stream) as a byte
+    stream: what tests and in-process callers feed ``Server.serve``."""
+
+    def __init__(self, chunks: AsyncIterable[bytes]) -> None:
+        self._chunks = aiter(chunks)
+
+    async def receive(self, max_bytes: int = READ_SIZE) -> bytes:
+        try:
+            return await anext(self._chunks)
+        except StopAsyncIteration:
+            raise anyio.EndOfStream from None
+
+    async def aclose(self) -> None:
+        pass
 
 
 def _widen_pipe(fd: int) -> None:
@@ -375,22 +427,17 @@ class _StdinFile(anyio.abc.ByteReceiveStream):
         pass
 
 
-async def stdin_lines() -> AsyncIterator[bytes | Overlong]:
-    """The daemon's stdin as lines (``Overlong`` in place of a line past ``MAX_FRAME``,
-    dropped as it streamed), split by the one line reader (``rpc.framing.Lines``). Pipes
-    and terminals are read by the event loop; regular files from a thread."""
+async def stdin_stream() -> anyio.abc.ByteReceiveStream:
+    """The daemon's stdin as a byte stream (a pipe or a terminal: read by the event loop;
+    a regular file: from a thread), to be split into lines by its ``StdioPeer``."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
-    stream: anyio.abc.ByteReceiveStream
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
-        _widen_pipe(sys.stdin.fileno())
-        stream = _StdinPipe(reader)
     except ValueError:
-        stream = _StdinFile()
-    async for batch in batches(stream, Lines(MAX_FRAME)):
-        for line in batch:
-            yield line
+        return _StdinFile()
+    _widen_pipe(sys.stdin.fileno())
+    return _StdinPipe(reader)
 
 
 async def stdout_writer() -> Stdout:

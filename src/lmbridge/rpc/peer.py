@@ -12,7 +12,8 @@ what its first bytes say it was is answered (``framing.read_head``): a request g
 -32600 back, a request of ours waiting on it fails. Frames are written with the one
 encoder (``jsonrpc.encode``), one at a time.
 
-Used by the agent connection (``acp.connection``) and the dev client
+Used by the daemon's stdio (``daemon.stdio.StdioPeer``: the server's rules for what it
+reads, ``value``), the agent connection (``acp.connection``) and the dev client
 (``devtools.client``); ``batches`` is the read loop of the MCP host's relay connections.
 The handler's methods are called on the read loop and must not block: what they start
 they start elsewhere (a stream, a task group).
@@ -29,6 +30,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
 from anyio.lowlevel import checkpoint
 
+from lmbridge.core.text import clip
 from lmbridge.rpc import framing
 from lmbridge.rpc.framing import Lines, Overlong
 from lmbridge.rpc.jsonrpc import INVALID_REQUEST, encode, parse_json, usable_id
@@ -69,8 +71,8 @@ class Handler(Protocol):
 
     def handle_unusable(self, reason: str, line: bytes, value: Any) -> None:
         """A line that is not a usable frame: ``reason`` (``NOT_JSON``, ``NOT_OBJECT``,
-        ``BAD_ID``, ``STRAY_RESPONSE``), the ``line`` as read, its JSON ``value`` (None
-        when not JSON)."""
+        ``BAD_ID``, ``STRAY_RESPONSE``), the ``line`` as read, its JSON ``value`` (when not
+        JSON: the parser's error, a ``ValueError`` or ``RecursionError``)."""
 
 
 class RemoteError(Exception):
@@ -225,21 +227,29 @@ class Peer:
                         await checkpoint()
 
     def line(self, line: bytes | Overlong) -> None:
-        """Route one line (without its newline), or a line dropped as too long."""
+        """Route one line (without its newline), or a line dropped as too long: the one
+        check of a line on every link (over-long: ``_overlong``; blank: skipped; not JSON:
+        ``handle_unusable(NOT_JSON)``), then its JSON value to ``value``."""
         if isinstance(line, Overlong):
             self._overlong(line)
             return
         if not line.strip():
             return
         try:
-            frame = parse_json(line)
-        except (ValueError, RecursionError):  # RecursionError: nested too deep for the decoder
-            self.handler.handle_unusable(NOT_JSON, line, None)
+            value = parse_json(line)
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep for the decoder
+            self.handler.handle_unusable(NOT_JSON, line, exc)
             return
-        if type(frame) is not dict:
-            self.handler.handle_unusable(NOT_OBJECT, line, frame)
+        self.value(value, line)
+
+    def value(self, value: Any, line: bytes) -> None:
+        """Route one JSON value read (``line``: the line it was read from): an object by
+        ``route``; anything else is ``NOT_OBJECT``. A link that serves by JSON-RPC's server
+        rules (the daemon's stdio: batches, ``jsonrpc.classify``) overrides this."""
+        if type(value) is not dict:
+            self.handler.handle_unusable(NOT_OBJECT, line, value)
             return
-        self.route(frame, line)
+        self.route(value, line)
 
     def route(self, frame: dict[str, Any], line: bytes = b"") -> None:
         """Route one frame (a JSON object): a string ``method`` makes it a request (with an
@@ -284,14 +294,20 @@ class Peer:
         if not head.has_id:
             return
         if head.method is not None:
-            if usable_id(head.id) and self._answers is not None:
-                self._answers.start_soon(self._answer_dropped, head.id, {"code": INVALID_REQUEST, "message": f"{head.method}: {why}: dropped"})
+            if usable_id(head.id):
+                self.dropped_request(head.id, {"code": INVALID_REQUEST, "message": f"{clip(head.method, 200)}: {why}: dropped"})
             return
         if head.body not in ("result", "error"):
             return
         pending = self.requests.take(head.id)
         if pending is not None:
             self._answered(pending, {"id": head.id, "error": {"code": INVALID_REQUEST, "message": f"{self.peer}'s answer was {why}: dropped"}})
+
+    def dropped_request(self, rid: Id, error: dict[str, Any]) -> None:
+        """The peer's request ``rid``, dropped as too long, is answered with ``error``
+        (-32600), so nothing waits on it; written from a task of ``read``'s."""
+        if self._answers is not None:
+            self._answers.start_soon(self._answer_dropped, rid, error)
 
     async def _answer_dropped(self, rid: Id, error: dict[str, Any]) -> None:
         try:
