@@ -29,6 +29,7 @@ from lmbridge.daemon.session_actor import SESSION_ENDED
 from lmbridge.devtools.client import text_of, user
 from tests.conftest import alive
 from tests.test_hostile_agent import Hostile
+from tests.test_terminals import approved, ask
 
 pytestmark = pytest.mark.anyio
 
@@ -77,15 +78,18 @@ async def test_a_daemon_killed_with_sigkill_leaves_no_command_running(scripted: 
         "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', sys.argv[1] + '-helper'])\n"
         "time.sleep(300)\n"
     )
+    run = {"command": PY, "args": ["-c", script, marker]}
     agent = scripted({"turns": [[
-        {"client": {"method": "terminal/create", "params": {"command": PY, "args": ["-c", script, marker]}}, "id": "c1"},
+        ask(run),  # asked first: lmbridge runs only what the user approved
+        {"await": ["p1"]},
+        {"client": {"method": "terminal/create", "params": run}, "id": "c1"},
         {"client_await": "c1"},
         {"text": "started"},
     ]]})  # fmt: skip
     with anyio.fail_after(LIMIT):
         async with daemon([agent]) as c:
-            call = await c.chat(agent.id, [user("run it")])
-            assert call.error is None and text_of(call).endswith("started"), call.error
+            call = await c.chat(agent.id, await approved(c, agent.id))
+            assert call.error is None and "started" in text_of(call), call.error
             assert "terminalId" in results(agent)["c1"]["result"]
             while len(running := cmdline_pids(marker)) < 2:  # the command and its helper
                 await anyio.sleep(0.02)
@@ -163,8 +167,11 @@ async def test_a_wait_for_exit_on_a_command_that_never_ends_is_answered_when_its
     wait is answered once and the command is killed."""
     pid_file = tmp_path / "pid"
     script = f"import os, pathlib, time\npathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\ntime.sleep(300)\n"
+    run = {"command": PY, "args": ["-c", script]}
     agent = scripted({"turns": [[
-        {"client": {"method": "terminal/create", "params": {"command": PY, "args": ["-c", script]}}, "id": "c1"},
+        ask(run),  # asked first: lmbridge runs only what the user approved
+        {"await": ["p1"]},
+        {"client": {"method": "terminal/create", "params": run}, "id": "c1"},
         {"client_await": "c1"},
         {"answer": "end_turn"},
         {"client": {"method": "terminal/wait_for_exit", "params": {"terminalId": "$c1.terminalId"}}, "id": "w"},
@@ -172,7 +179,7 @@ async def test_a_wait_for_exit_on_a_command_that_never_ends_is_answered_when_its
     ]]})  # fmt: skip
     with anyio.fail_after(LIMIT):
         async with daemon([agent], args=["--idle-timeout", "1"]) as c:
-            call = await c.chat(agent.id, [user("run it")])
+            call = await c.chat(agent.id, await approved(c, agent.id))
             assert call.error is None
             while not pid_file.exists() or not pid_file.read_text():
                 await anyio.sleep(0.02)
