@@ -375,6 +375,61 @@ async def test_demo_slow_stream_stops_at_cancel(tmp_path: Path) -> None:
     await peer.close()
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize(("answer", "exit_status"), [("allow_once", {"exitCode": 0, "signal": None}), ("allow_once", {"exitCode": None, "signal": "SIGTERM"}), ("reject_once", None)])
+async def test_demo_runs_a_script_through_the_clients_terminal(tmp_path: Path, answer: str, exit_status: dict[str, Any] | None) -> None:
+    """"run the script NAME" (what the Chat-view test drives): a card for ``sh NAME`` first;
+    allowed, ``terminal/create`` of ``sh`` ``[NAME]`` (no cwd: the session's), the call in
+    progress with the terminal as its content, ``wait_for_exit``, ``release``, and how it
+    ended; declined, no terminal at all."""
+    peer, scratch = await start_demo(tmp_path)
+    with anyio.fail_after(TIMEOUT):
+        await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {"terminal": True}})
+        sid = (await peer.call("session/new", {"cwd": str(ROOT), "mcpServers": []}))["result"]["sessionId"]
+        pending = await peer.send("session/prompt", prompt(sid, "please run the script tick.sh"))
+        request = await peer.requests.get()
+        assert request["method"] == "session/request_permission"
+        tool_call = request["params"]["toolCall"]
+        assert (tool_call["title"], tool_call["kind"], tool_call["rawInput"]) == ("Run sh tick.sh", "execute", {"command": "sh tick.sh"})
+        await peer.respond(request["id"], choose(request, answer))
+        asked = []
+        if exit_status is not None:
+            create = await peer.requests.get()
+            assert create["method"] == "terminal/create"
+            assert create["params"] == {"sessionId": sid, "command": "sh", "args": ["tick.sh"], "outputByteLimit": 65536}
+            await peer.respond(create["id"], {"terminalId": "term-1"})
+            for _ in range(2):
+                asked.append(await peer.requests.get())
+                await peer.respond(asked[-1]["id"], exit_status if asked[-1]["method"] == "terminal/wait_for_exit" else {})
+        response = await pending
+    assert response["result"] == {"stopReason": "end_turn"}
+    assert [(r["method"], r["params"]) for r in asked] == [(m, {"sessionId": sid, "terminalId": "term-1"}) for m in ("terminal/wait_for_exit", "terminal/release")][: len(asked)]
+    updates = peer.updates("tool_call_update")
+    if exit_status is None:
+        assert [u["status"] for u in updates] == ["failed"] and "permission was declined" in peer.text()
+    elif exit_status["signal"] is None:
+        assert [u["status"] for u in updates] == ["in_progress", "completed"]
+        assert updates[0]["content"] == [{"type": "terminal", "terminalId": "term-1"}]
+        assert "`sh tick.sh` ended: exit code 0." in peer.text()
+    else:
+        assert [u["status"] for u in updates] == ["in_progress", "failed"] and "`sh tick.sh` ended: killed by SIGTERM." in peer.text()
+    assert not scratch.exists()
+    await peer.close()
+
+
+@pytest.mark.anyio
+async def test_demo_asks_to_run_no_script_of_a_client_without_terminals(tmp_path: Path) -> None:
+    peer, _ = await start_demo(tmp_path)
+    with anyio.fail_after(TIMEOUT):
+        _, sid = await peer.setup()  # clientCapabilities: {} (no terminal)
+        response = await peer.call("session/prompt", prompt(sid, "run the script tick.sh"))
+    assert response["result"] == {"stopReason": "end_turn"}
+    assert peer.requests.empty(), "nothing asked, nothing run"
+    assert [u["status"] for u in peer.updates("tool_call_update")] == ["failed"]
+    assert "I cannot run `sh tick.sh`: the client offers no terminals." in peer.text()
+    await peer.close()
+
+
 # -- the scripted agent -----------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ import anyio
 import pytest
 
 from lmbridge.core.live import FENCE, HEAD, TAIL
-from lmbridge.devtools.client import text_of, user
+from lmbridge.devtools.client import approve, assistant, text_of, tool_calls, user
 
 pytestmark = pytest.mark.anyio
 
@@ -265,3 +265,33 @@ async def test_without_the_shim_capability_nothing_is_mirrored(scripted: Any, sh
             assert not [n for n in c.notifications if str(n.get("method")).startswith("client/")]
             assert not [r for r in c.requests if str(r.get("method")).startswith("client/terminal")]
     assert "hello" in text_of(call)
+
+
+async def test_the_demo_agents_script_asks_then_runs_through_lmbridges_terminal(daemon: Any, tmp_path: Path) -> None:
+    """The demo agent's "run the script NAME" row (what the Chat-view test drives in VS Code):
+    a card for ``sh NAME`` and nothing run before Allow; allowed, it runs in the workspace
+    through ``terminal/create``, its output in the answer as it comes, in one block (the gate
+    opens only once the first line is in the chat), then its exit code and the agent's text."""
+    work = Path(os.path.realpath(tmp_path)) / "work"
+    work.mkdir()
+    (work / "tick.sh").write_text('touch ran\necho "line 1"\nwhile [ ! -e go ]; do sleep 0.05; done\necho "line 2"\n')
+    seen: list[str] = []
+
+    def on_part(part: dict[str, Any]) -> None:
+        if part["type"] == "text":
+            seen.append(part["value"])
+            if "line 1" in "".join(seen):
+                (work / "go").touch()
+
+    with anyio.fail_after(LIMIT):
+        async with daemon(workspace=[str(work)]) as c:
+            first = await c.chat("demo", [user("run the script tick.sh")])
+            [card] = tool_calls(first)
+            assert "Run sh tick.sh" in card["input"]["title"]
+            assert not (work / "ran").exists()  # nothing before Allow
+            second = await c.chat("demo", [user("run the script tick.sh"), assistant(first.parts), approve(card)], on_part=on_part)
+    assert second.error is None and second.result == {"stopReason": "end_turn"}, (second.error, second.result)
+    assert (work / "ran").exists()
+    answer = text_of(second)
+    assert answer.count(f"{FENCE}text\n") == 1, answer
+    assert answer.index("line 1\n") < answer.index("line 2\n") < answer.index("exit code 0") < answer.index("`sh tick.sh` ended: exit code 0.")

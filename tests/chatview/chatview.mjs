@@ -4,7 +4,9 @@
 // never a fixed sleep. Run by `make chatview` after tests/chatview/install.sh.
 //
 // Environment (from install.sh): NODE24, CODE_SERVER, BROWSER_MODULES. Optional:
-// CHATVIEW_OUT (the run folder; default .chatview/<time> in the repository).
+// CHATVIEW_OUT (the run folder; default .chatview/<time> in the repository); CHATVIEW_STEPS
+// (comma-separated step names: only those run, after setup; for iterating on a step, never
+// for a verdict: a step may need what the ones before it left).
 //
 // Steps (each leaves NN-name.png in the run folder):
 //   01 setup       chat enabled with "Chat: Manage Language Models", the lmbridge demo model picked, Agent mode
@@ -29,34 +31,40 @@
 //   19 run-card    ...but the agent asking to run a command gets a card of its own ("Run date",
 //                 another tool): the session approval of a mode switch never covers a command...
 //   20 run-skip    ...Skip: nothing ran, the agent says so and the chat is idle
-//   21 agent-models the agent's own models in the picker
-//   22 fails-to-start an agent that cannot start: the user reads which and why
-//   23 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
+//   21 live-running a command's output live: the agent asks to run `sh ticker.sh` (a script in the
+//                 workspace), Allow Once, and it runs through lmbridge's terminal/create: while it runs
+//                 (waiting on a gate file the test makes only after this screenshot) the answer shows
+//                 its first lines in one code block, not its last, and a VS Code terminal mirrors it...
+//   22 live-ended  ...the gate opened: the same one block grown to the last line, the exit code after
+//                 it, then the agent's closing text
+//   23 agent-models the agent's own models in the picker
+//   24 fails-to-start an agent that cannot start: the user reads which and why
+//   25 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
 //                 message in the chat and, once the daemon reports auth_required, a notification
 //                 with Sign in… and Open Settings
-//   24 sign-in     Sign in… opens a terminal named for the agent running its login command (with
+//   26 sign-in     Sign in… opens a terminal named for the agent running its login command (with
 //                 no login command from the daemon, the test runs it as the user would)...
-//   25 signed-in   ...Enter in that terminal: the login ends, signed in...
-//   26 after-sign-in ...and the next message is answered, nothing restarted
-//   27 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
+//   27 signed-in   ...Enter in that terminal: the login ends, signed in...
+//   28 after-sign-in ...and the next message is answered, nothing restarted
+//   29 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
 //                 (once the daemon lists them; until then "Open Settings" only)...
-//   28 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
+//   30 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
 //                 daemon restarts with it and VS Code lists it among the language models
-//   29 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
+//   31 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
 //                 an npx, a uvx and a binary agent) above the built-in agents...
-//   30 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
+//   32 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
 //                 asks first, saying what it downloads and runs...
-//   31 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
+//   33 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
 //                 added to the user settings; the daemon restarts with it...
-//   32 registry-answer ...and it answers in the chat, picked in the model picker
-//   33 controls-agent an agent with modes, commands and usage (tests/agents/scripted_agent.py): once
+//   34 registry-answer ...and it answers in the chat, picked in the model picker
+//   35 controls-agent an agent with modes, commands and usage (tests/agents/scripted_agent.py): once
 //                 its options are learnt, VS Code's configuration button beside the model picker
 //                 shows its mode...
-//   34 plan-mode   ...choosing "Plan Mode" there: the next message sets it on the chat's session
+//   36 plan-mode   ...choosing "Plan Mode" there: the next message sets it on the chat's session
 //                 (session/set_config_option) and the status bar item says "Plan Mode · 1.2k/200k"...
-//   35 usage-item  ...whose tooltip gives the context used, the cost and the agent's commands
-//   36 agent-commands lmbridge: Agent Commands lists them; picking one types //name in the chat...
-//   37 slash-command ...and //compact reaches the agent as its /compact command
+//   37 usage-item  ...whose tooltip gives the context used, the cost and the agent's commands
+//   38 agent-commands lmbridge: Agent Commands lists them; picking one types //name in the chat...
+//   39 slash-command ...and //compact reaches the agent as its /compact command
 // CHATVIEW_FIRST_RUN=1 (make chatview-first-run) instead installs the vsix into a fresh profile
 // with no lmbridge on PATH and no daemon setting: the extension builds its private environment
 // from the bundled wheel (pip, from PyPI) under a progress notification; steps 01 installing,
@@ -86,6 +94,10 @@ const dirs = { user: path.join(OUT, 'user-data'), ext: path.join(OUT, 'extension
 for (const d of [path.join(dirs.user, 'User'), dirs.ext, dirs.ws]) fs.mkdirSync(d, { recursive: true });
 const notes = path.join(dirs.ws, 'notes.txt');
 const draft = path.join(dirs.ws, 'draft.md');
+// The live-output steps' command: three lines a second apart, then it waits for the gate file
+// the test makes once it has seen them (so the last lines cannot come before), then three more.
+const ticker = path.join(dirs.ws, 'ticker.sh');
+const tickerGate = path.join(dirs.ws, 'ticker.go');
 const record = path.join(OUT, 'daemon-record.jsonl');
 const FIRST_RUN = process.env.CHATVIEW_FIRST_RUN === '1';
 const authToken = path.join(OUT, 'auth-agent-token');
@@ -110,7 +122,10 @@ let current = 'setup';
 let shot = 0;
 const results = [];
 
+const ONLY = process.env.CHATVIEW_STEPS ? new Set(process.env.CHATVIEW_STEPS.split(',').map(s => s.trim())) : null;
+
 async function step(name, fn) {
+	if (ONLY && name !== 'setup' && !ONLY.has(name)) return;
 	current = name;
 	const t0 = Date.now();
 	await fn();
@@ -551,6 +566,53 @@ try {
 			await waitForResponseText(/I did not run it: permission was declined\./);
 			await waitForIdle();
 			check(!/I ran/.test(await responseText()), 'Skip: the agent says it ran the command');
+		});
+
+		await step('live-running', async () => {
+			fs.writeFileSync(ticker, [
+				'for i in 1 2 3; do echo "tick $i of 6"; sleep 1; done',
+				'while [ ! -e ticker.go ]; do sleep 0.1; done',
+				'for i in 4 5 6; do echo "tick $i of 6"; sleep 1; done',
+				'',
+			].join('\n'));
+			const toast = page.locator('[aria-label="Dismiss notification"]').filter({ visible: true });
+			if (await toast.count() > 0) await toast.first().click(); // it would cover the chat in the screenshots
+			await send('run the script ticker.sh');
+			const pending = await waitForCardWith('Run sh ticker.sh');
+			// The whole command in the card's code block (an editor, drawn a moment after the card).
+			await pending.locator('.monaco-editor').filter({ hasText: /^\s*sh\sticker\.sh\s*$/ }).first().waitFor({ timeout: WAIT });
+			check(!/tick 1/.test(await responseText()), 'the command ran before the user answered');
+			await pending.locator('a[aria-label="More Actions..."]').click();
+			const item = page.locator('.context-view .action-item', { hasText: /^Allow Once/ }).filter({ visible: true }).first();
+			await item.hover();
+			await page.keyboard.press('Enter');
+			// Its first lines in the answer while it runs: it waits for the gate, which is not there yet.
+			await waitForResponseText(/tick 3 of 6/);
+			check(!fs.existsSync(tickerGate), 'the gate is there already');
+			const text = await responseText();
+			check(/tick 1 of 6 tick 2 of 6 tick 3 of 6/.test(text), `the first lines are not in the answer in order: ${JSON.stringify(text.slice(-400))}`);
+			check(!/tick [456] of 6|exit code|ended:/.test(text), `the answer shows more than the command printed so far: ${JSON.stringify(text.slice(-400))}`);
+			const blocks = await page.evaluate(`(${LATEST})('response').querySelectorAll('.interactive-result-code-block').length`);
+			check(blocks === 1, `the running command's output is in ${blocks} code blocks, not one`);
+			// ...and a VS Code terminal mirrors it (docs/vscode-shim.md, "Commands in a terminal").
+			await page.locator('.terminal-tabs-entry, .single-terminal-tab, .pane-header, .composite.title').filter({ hasText: 'lmbridge: sh ticker.sh' }).first().waitFor({ timeout: WAIT });
+		});
+
+		await step('live-ended', async () => {
+			fs.writeFileSync(tickerGate, '');
+			await waitForResponseText(/sh ticker\.sh ended: exit code 0\./);
+			await waitForIdle();
+			const text = await responseText();
+			const at = s => text.indexOf(s);
+			check([at('tick 1 of 6'), at('tick 3 of 6'), at('tick 4 of 6'), at('tick 6 of 6'), at('exit code 0'), at('sh ticker.sh ended')].every((i, n, all) => i >= 0 && (n === 0 || i > all[n - 1])),
+				`the answer is not the output in order, then the exit code, then the agent's text: ${JSON.stringify(text.slice(-600))}`);
+			const blocks = await page.evaluate(`[...(${LATEST})('response').querySelectorAll('.interactive-result-code-block')].map(e => e.innerText.replace(/\\s+/g, ' '))`);
+			check(blocks.length === 1 && /tick 1 of 6 tick 2 of 6 tick 3 of 6 tick 4 of 6 tick 5 of 6 tick 6 of 6/.test(blocks[0]),
+				`the output is not one block with every line: ${JSON.stringify(blocks)}`);
+			// Its VS Code terminal (the command has ended) closed: the sign-in steps watch the terminal that shows.
+			await runCommand('Terminal: Kill All Terminals');
+			await page.locator('.xterm').filter({ visible: true }).first().waitFor({ state: 'hidden', timeout: WAIT });
+			await chatInput().click();
 		});
 
 		await step('agent-models', async () => {

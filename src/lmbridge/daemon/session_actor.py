@@ -62,6 +62,9 @@ def _seconds(name: str, default: float) -> float:
 # The start's bounds are the pool's (acp.process: START_TIMEOUT for spawn + initialize,
 # SESSION_TIMEOUT for each session request); while it waits, a line every START_PROGRESS seconds.
 START_PROGRESS = _seconds("LMBRIDGE_START_PROGRESS", turn.START_PROGRESS)
+#: The error code of an agent's fs/* or terminal/* request its session ended before it was
+#: served (JSON-RPC 2.0: a server error; docs/protocol.md, "Terminals").
+SESSION_ENDED = -32000
 CLOSE_TIMEOUT = 2.0  # seconds an agent may take to answer session/close before it is stopped
 #: Seconds a closed session's cancelled prompt may take to be answered after session/close:
 #: an agent may answer the close first and end the prompt it cancels just after.
@@ -332,6 +335,8 @@ class SessionActor:
         self._may_write: list[str] = []
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
         self.terminals: Terminals | None = None  # terminal/* served to the agent (acp.terminals), from run() on
+        # The agent's fs/* and terminal/* requests being served (``_serve``): rid → (method, its task's scope).
+        self._serving: dict[int | str, tuple[str, anyio.CancelScope]] = {}
 
     def _renderer(self) -> TurnRenderer:
         return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id), self.process.caps.profile)
@@ -426,6 +431,9 @@ class SessionActor:
             if request is not None and not request.done.is_set():
                 request.error = "this chat's agent session has just ended; send a message first"
                 request.done.set()
+            answer = _unread_answer(msg)
+            if answer is not None:  # the agent's request, queued behind the close: answered, never dropped
+                self._respond(*answer)
         for job in self.jobs.values():  # a bug left it unanswered: never leave a request hanging
             if not job.done.is_set():
                 job.error = job.error or f"agent {self.spec.id!r}: its session has just ended; please retry"
@@ -530,8 +538,7 @@ class SessionActor:
         if msg.bad_id:
             self._respond(None, error=BAD_ID_ERROR)
         elif rid is not None and msg.method in acp_files.METHODS:
-            assert self._tg is not None
-            self._tg.start_soon(self._serve_file, rid, msg.method, params)
+            self._serve(rid, msg.method, self._serve_file(rid, msg.method, params))
         elif rid is not None and msg.method in acp_terminals.METHODS and self.terminals is not None:
             if params.get("sessionId") != self.acp_session:
                 self._respond(rid, error={"code": -32002, "message": f"{msg.method}: not a session of this client"})
@@ -539,8 +546,7 @@ class SessionActor:
                 # Commands run for a prompt turn only: never for a session between turns.
                 self._respond(rid, error={"code": -32000, "message": "terminal/create: no prompt turn is open in this session"})
             else:
-                assert self._tg is not None
-                self._tg.start_soon(self._terminal, rid, msg.method, params)
+                self._serve(rid, msg.method, self._terminal(rid, msg.method, params))
         elif rid is not None:
             self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
         else:
@@ -683,6 +689,34 @@ class SessionActor:
             return
         log.info("file request served", session=self.id, method=method, through="vscode" if self.files.through_vscode else "disk")
         self._respond(rid, result)
+
+    def _serve(self, rid: int | str, method: str, work: Awaitable[None]) -> None:
+        """Run ``work``, which serves the agent's request ``rid`` and answers it, in a task of
+        its own; should the session end first, ``_end_requests`` cancels it and answers."""
+        scope = anyio.CancelScope()
+        self._serving[rid] = (method, scope)
+
+        async def run() -> None:
+            try:
+                with scope:
+                    await work
+            finally:
+                if self._serving.get(rid, (None, None))[1] is scope:
+                    del self._serving[rid]
+
+        assert self._tg is not None
+        self._tg.start_soon(run)
+
+    def _end_requests(self) -> None:
+        """The session is ending: each fs/* or terminal/* request still being served is
+        cancelled (a client/* request it waits on leaves the shim channel with it) and
+        answered here, once, with ``SESSION_ENDED`` (docs/reliability.md, "Nothing left
+        unanswered"). The agent lives on (the pool's), so it is owed the answer."""
+        serving, self._serving = self._serving, {}
+        for rid, (method, scope) in serving.items():
+            scope.cancel()
+            log.info("agent request ended with its session", session=self.id, method=method)
+            self._respond(rid, error={"code": SESSION_ENDED, "message": f"{method}: the session has ended before this request was served"})
 
     def _respond(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
         """Queue the answer to one of the agent's requests; the writer task sends frames in order."""
@@ -1011,6 +1045,7 @@ class SessionActor:
         last answers."""
         if self._starting is not None:
             self._starting.cancel()
+        self._end_requests()  # answered before the session's last frames and its close
         if self.terminals is not None:
             await self.terminals.aclose()
         for scope in self._timers.values():
@@ -1029,9 +1064,39 @@ class SessionActor:
         # The agent frees what the session holds (ACP session/close, where offered);
         # bounded, as any write. The process lives on for the agent's other chats.
         await self.acp.close(CLOSE_TIMEOUT)
+        conn = self.acp.conn
         self.acp.detach()
+        # Requests of the agent's that reached the mailbox while the session closed (the
+        # writer has ended): answered here, bounded. From now on the pool answers them.
+        late = []
+        while True:
+            try:
+                answer = _unread_answer(self._mailbox.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+            if answer is not None:
+                late.append(answer)
+        if late and conn is not None and not conn.closed.is_set():
+            with anyio.move_on_after(WRITE_TIMEOUT):
+                for rid, result, error in late:
+                    await conn.respond(rid, result, error=error)
 
 
 def _object(value: Any) -> dict[str, Any]:
     """``value`` if it is a JSON object, else an empty one (agents' answers are not trusted)."""
     return value if isinstance(value, dict) else {}
+
+
+def _unread_answer(msg: Any) -> tuple[int | str | None, Any, dict[str, Any] | None] | None:
+    """``(rid, result, error)``: the answer to an agent's request its session ended before
+    reading (``msg`` from the mailbox): a permission ``cancelled`` (nothing approved), a request
+    with an unusable id ``BAD_ID_ERROR``, anything else ``SESSION_ENDED``. None: not an agent's request."""
+    if not isinstance(msg, Incoming):
+        return None
+    if msg.bad_id:
+        return None, None, dict(BAD_ID_ERROR)
+    if msg.id is None:
+        return None
+    if msg.method == "session/request_permission":
+        return msg.id, {"outcome": dict(permissions.CANCELLED)}, None
+    return msg.id, None, {"code": SESSION_ENDED, "message": f"{msg.method}: the session has ended before this request was served"}

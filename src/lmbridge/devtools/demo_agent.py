@@ -24,6 +24,19 @@ NAME"                           "Append to NAME" (kind edit, pending, a ``diff``
                                 of the text plus "Appended by the demo agent.", says "I
                                 appended a line to `NAME`."; reject_* -> says "I did not
                                 change `NAME`: permission was declined."
+contains "run the script      ``tool_call`` "Run sh NAME" (kind execute, pending, rawInput
+NAME"                           ``{"command": "sh NAME"}``), then
+                                ``session/request_permission`` with the four options below.
+                                allow_* -> ``terminal/create`` of ``sh`` with args
+                                ``[NAME]`` (no cwd: the session's) through the client (which
+                                streams its output), the tool call in_progress with the
+                                terminal as its content, ``terminal/wait_for_exit``,
+                                ``terminal/release``; the call completed (exit code 0) or
+                                failed, says "`sh NAME` ended: exit code N." (or "killed by
+                                SIG..."); reject_* -> call failed, says "I did not run it:
+                                permission was declined."; a client that offers no
+                                terminals (``clientCapabilities.terminal``) or refuses one:
+                                the call failed and the agent says why.
 contains "write" or "file"      ``tool_call`` "Write notes.txt" (kind edit, pending), then
 (case-insensitive)              ``session/request_permission`` with options Allow
                                 (allow_once, id ``allow``), Always allow (allow_always,
@@ -71,8 +84,9 @@ option of category ``model``: ``plain`` or ``loud``, so VS Code's picker shows t
 agent's own models), ``session/set_config_option``, ``session/prompt`` and the
 ``session/cancel`` notification. Sent to the client:
 ``session/update`` (agent_thought_chunk, plan, agent_message_chunk, tool_call,
-tool_call_update), ``session/request_permission``, ``fs/read_text_file`` and
-``fs/write_text_file``. Anything else is answered with
+tool_call_update), ``session/request_permission``, ``fs/read_text_file``,
+``fs/write_text_file``, ``terminal/create``, ``terminal/wait_for_exit`` and
+``terminal/release``. Anything else is answered with
 JSON-RPC -32601 by the SDK.
 
 ``session/cancel`` stops the running turn at once: the turn's work is cancelled where it
@@ -89,6 +103,7 @@ import binascii
 import logging
 import os
 import re
+import shlex
 import stat
 import sys
 import tempfile
@@ -102,6 +117,7 @@ import anyio
 from acp.schema import (
     AgentCapabilities,
     AllowedOutcome,
+    ClientCapabilities,
     ImageContentBlock,
     Implementation,
     InitializeResponse,
@@ -145,6 +161,11 @@ DEMO_PLAN = "1. Read the request.\n2. Answer it."
 APPENDED = "Appended by the demo agent.\n"
 _SHOW = re.compile(r"show me ([\w./-]+)", re.IGNORECASE)
 _APPEND = re.compile(r"append a line to ([\w./-]+)", re.IGNORECASE)
+_SCRIPT = re.compile(r"run the script ([\w./-]+)", re.IGNORECASE)
+#: Bytes of a script's output the client keeps for the agent (``terminal/create``'s ``outputByteLimit``).
+SCRIPT_OUTPUT_LIMIT = 64 * 1024
+#: Seconds a ``terminal/release`` may take once the turn was cancelled (it still frees the terminal).
+RELEASE_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -200,6 +221,7 @@ class DemoAgent:
     def __init__(self) -> None:
         self._client: acp.Client | None = None
         self._sessions: dict[str, _Session] = {}
+        self._terminals = False  # the client's initialize offered terminal/* (clientCapabilities.terminal)
 
     # -- SDK hooks ---------------------------------------------------------------
 
@@ -207,9 +229,11 @@ class DemoAgent:
         """Keep the connection: it is how the agent talks back to the client."""
         self._client = conn
 
-    async def initialize(self, protocol_version: int, **_: Any) -> InitializeResponse:
-        """Answer ``initialize``: protocol 1, image prompts, no session loading."""
-        log.info("initialize: client protocol version %s", protocol_version)
+    async def initialize(self, protocol_version: int, client_capabilities: ClientCapabilities | None = None, **_: Any) -> InitializeResponse:
+        """Answer ``initialize``: protocol 1, image prompts, no session loading. Remembers
+        whether the client serves ``terminal/*`` (the "run the script" row needs it)."""
+        self._terminals = bool(client_capabilities and client_capabilities.terminal)
+        log.info("initialize: client protocol version %s, terminals %s", protocol_version, self._terminals)
         return InitializeResponse(
             protocol_version=acp.PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(
@@ -283,14 +307,16 @@ class DemoAgent:
         # is the request after it, not the words of earlier turns.
         request = text.rsplit("</conversation-so-far>", 1)[-1]
         lowered = request.lower()
-        shown, appended = _SHOW.search(request), _APPEND.search(request)
-        if shown or appended:
+        shown, appended, script = _SHOW.search(request), _APPEND.search(request), _SCRIPT.search(request)
+        if shown or appended or script:
             await self._think(sid, text)
             if shown:
                 await self._show(session, shown.group(1).rstrip("."))
-            else:
-                assert appended is not None
+            elif appended:
                 await self._append(session, appended.group(1).rstrip("."), scope)
+            else:
+                assert script is not None
+                await self._run_script(session, script.group(1).rstrip("."), scope)
             return
         writes = "write" in lowered or "file" in lowered
         slow = not writes and "slow" in lowered
@@ -415,6 +441,49 @@ class DemoAgent:
             return
         await self._update(sid, acp.update_tool_call(call_id, status="completed"))
         await self._say(sid, f"I appended a line to `{name}`.\n")
+
+    async def _run_script(self, session: _Session, name: str, scope: anyio.CancelScope) -> None:
+        """Ask to run ``sh name`` and, allowed, run it through the client's terminal
+        (``terminal/create``: the client shows its output as it comes), then say how it ended."""
+        sid = session.session_id
+        argv = ["sh", name]
+        command = shlex.join(argv)
+        call_id = f"execute-{uuid.uuid4().hex[:12]}"
+        start = acp.start_tool_call(call_id, f"Run {command}", kind="execute", status="pending", raw_input={"command": command})
+        await self._update(sid, start)
+        if not self._terminals:
+            await self._update(sid, acp.update_tool_call(call_id, status="failed"))
+            await self._say(sid, f"I cannot run `{command}`: the client offers no terminals.\n")
+            return
+        kind = await self._ask_permission(sid, start, scope)
+        if kind is None:
+            return
+        if kind.startswith("reject"):
+            await self._update(sid, acp.update_tool_call(call_id, status="failed"))
+            await self._say(sid, "I did not run it: permission was declined.\n")
+            return
+        try:
+            # No cwd: the client's default is the session's (and the card named none).
+            created = await self._conn.create_terminal(session_id=sid, command=argv[0], args=argv[1:], output_byte_limit=SCRIPT_OUTPUT_LIMIT)
+        except acp.RequestError as exc:
+            await self._update(sid, acp.update_tool_call(call_id, status="failed"))
+            await self._say(sid, f"I could not run `{command}`: {exc}\n")
+            return
+        terminal_id = created.terminal_id
+        try:
+            await self._update(sid, acp.update_tool_call(call_id, status="in_progress", content=[acp.tool_terminal_ref(terminal_id)]))
+            ended = await self._conn.wait_for_terminal_exit(session_id=sid, terminal_id=terminal_id)
+        finally:
+            # Released whatever happened (a cancelled turn too): the client frees it and ends
+            # a command still running.
+            with anyio.move_on_after(RELEASE_TIMEOUT, shield=True):
+                try:
+                    await self._conn.release_terminal(session_id=sid, terminal_id=terminal_id)
+                except acp.RequestError as exc:
+                    log.info("terminal/release %s: %s", terminal_id, exc)
+        how = f"killed by {ended.signal}" if ended.signal else f"exit code {ended.exit_code}"
+        await self._update(sid, acp.update_tool_call(call_id, status="completed" if ended.exit_code == 0 else "failed"))
+        await self._say(sid, f"`{command}` ended: {how}.\n")
 
     async def _pretend(self, session: _Session, scope: anyio.CancelScope, action: _Pretend) -> None:
         """Ask permission for ``action`` and say how it went; allowed, it only pretends: nothing runs."""
