@@ -73,11 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default=None, choices=LOG_LEVELS, help="default: $LMBRIDGE_LOG_LEVEL, else info")
     serve.add_argument("--log-json", action="store_true", help="log JSON lines on stderr")
     serve.add_argument("--debug-idle", action="store_true", help="answer debug/idle once every task waits (replay's step signal; docs/protocol.md)")
-    serve.add_argument(
-        "--agent-launcher", metavar="COMMAND",
-        help="start every agent through COMMAND (split shell-style), told the agent process to start as one JSON argument more "
-        "(lmbridge replay's stand-ins; docs/replay.md)",
-    )  # fmt: skip
+    launcher_help = "ask COMMAND (split shell-style; one JSON argument more: the agent process) what to start in each agent's place (replay's stand-ins; docs/replay.md)"
+    serve.add_argument("--agent-launcher", metavar="COMMAND", help=launcher_help)
     serve.add_argument(
         "--record", type=Path, metavar="FILE",
         help="write every frame on every link to FILE, secrets redacted (docs/recording.md); implies --no-state",
