@@ -216,3 +216,38 @@ async def test_requests_the_agent_sends_while_its_session_closes_are_answered(sc
     for handle in ("close-0", "close-2"):
         assert "result" not in r[handle] and r[handle]["error"]["code"] == SESSION_ENDED, r[handle]
     assert agent.events("session_close")
+
+
+# ------------------------------------------------------------ the watchdog's own rule
+
+
+def test_the_watchdog_ends_the_groups_still_listed_and_only_those(tmp_path: Path) -> None:
+    """``watchdog.watch`` on a pipe: a group listed (``+``) is ended at end-of-file, one
+    delisted (``-``) after is left alone (its id may belong to another group by then), and
+    lines it cannot read change nothing."""
+    import subprocess
+    import threading
+
+    from lmbridge.acp import watchdog
+
+    listed = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    delisted = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        read, write = os.pipe()
+        done = threading.Event()
+
+        def run() -> None:
+            watchdog.watch(read)
+            done.set()
+
+        threading.Thread(target=run, daemon=True).start()
+        os.write(write, f"+{listed.pid}\n+{delisted.pid}\n-{delisted.pid}\n+1\n+-1\nnonsense\n+".encode())
+        os.close(write)
+        assert done.wait(GONE_BOUND)
+        os.close(read)
+        assert listed.wait(GONE_BOUND) == -signal.SIGTERM
+        assert delisted.poll() is None
+    finally:
+        for p in (listed, delisted):
+            p.kill()
+            p.wait()
