@@ -27,6 +27,7 @@ import pytest
 
 from lmbridge.daemon.session_actor import SESSION_ENDED
 from lmbridge.devtools.client import text_of, user
+from lmbridge.rpc.channel import CLIENT_GONE
 from tests.conftest import alive
 from tests.test_hostile_agent import Hostile
 from tests.test_terminals import approved, ask
@@ -162,6 +163,35 @@ async def test_a_file_request_waiting_on_a_silent_shim_is_answered_when_its_sess
     assert "session evicted" in (tmp_path / "daemon.stderr").read_text()
 
 
+async def test_a_file_request_waiting_on_a_silent_shim_is_answered_at_the_daemons_shutdown(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    """The shim never answers ``client/readTextFile`` and then closes the daemon's stdin: the
+    agent's request is answered once, with an error, before the agent is stopped."""
+    (tmp_path / "a.txt").write_text("text\n")
+    agent = scripted({"turns": [[
+        {"answer": "end_turn"},
+        {"client": {"method": "fs/read_text_file", "params": {"path": str(tmp_path / "a.txt")}}, "id": "r"},
+        {"client_await": "r"},
+    ]]})  # fmt: skip
+    asked = anyio.Event()
+
+    async def never(method: str, params: Any) -> Any:
+        asked.set()
+        await anyio.sleep_forever()
+
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], initialize=False) as c:
+            c.on_request = never
+            await c.initialize(workspace=[str(tmp_path)], agents=[agent.spec], capabilities={"fs": True})
+            call = await c.chat(agent.id, [user("read it")])
+            assert call.error is None
+            await asked.wait()
+            assert "r" not in results(agent)
+        # The daemon has ended (its stdin closed), the agent with it.
+    answers = [e for e in agent.events("client_result") if e["id"] == "r"]
+    assert len(answers) == 1 and "result" not in answers[0], answers
+    assert answers[0]["error"]["code"] in (SESSION_ENDED, CLIENT_GONE), answers
+
+
 async def test_a_wait_for_exit_on_a_command_that_never_ends_is_answered_when_its_session_closes(scripted: Any, daemon: Any, tmp_path: Path) -> None:
     """``terminal/wait_for_exit`` on a command that never ends, the session evicted: the
     wait is answered once and the command is killed."""
@@ -223,3 +253,38 @@ async def test_requests_the_agent_sends_while_its_session_closes_are_answered(sc
     for handle in ("close-0", "close-2"):
         assert "result" not in r[handle] and r[handle]["error"]["code"] == SESSION_ENDED, r[handle]
     assert agent.events("session_close")
+
+
+# ------------------------------------------------------------ the watchdog's own rule
+
+
+def test_the_watchdog_ends_the_groups_still_listed_and_only_those(tmp_path: Path) -> None:
+    """``watchdog.watch`` on a pipe: a group listed (``+``) is ended at end-of-file, one
+    delisted (``-``) after is left alone (its id may belong to another group by then), and
+    lines it cannot read change nothing."""
+    import subprocess
+    import threading
+
+    from lmbridge.acp import watchdog
+
+    listed = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    delisted = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        read, write = os.pipe()
+        done = threading.Event()
+
+        def run() -> None:
+            watchdog.watch(read)
+            done.set()
+
+        threading.Thread(target=run, daemon=True).start()
+        os.write(write, f"+{listed.pid}\n+{delisted.pid}\n-{delisted.pid}\n+1\n+-1\nnonsense\n+".encode())
+        os.close(write)
+        assert done.wait(GONE_BOUND)
+        os.close(read)
+        assert listed.wait(GONE_BOUND) == -signal.SIGTERM
+        assert delisted.poll() is None
+    finally:
+        for p in (listed, delisted):
+            p.kill()
+            p.wait()
