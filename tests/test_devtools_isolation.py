@@ -1,7 +1,8 @@
-"""Replay drives the daemon from outside (docs/replay.md, "How it works"): it imports the
-daemon's stdio entry and the agent side's spawn and error only, subclasses nothing of the
-runtime, and reads no event-loop internals; the stand-in agent is standard library only.
-Checked on the source, so a change that reaches inside fails here with the line."""
+"""Replay drives the daemon from outside (docs/replay.md, "How it works"): it runs
+``lmbridge serve`` as a subprocess and imports nothing of the daemon or the agent side,
+subclasses nothing of the runtime, and reads no event-loop internals; the stand-in agent is
+standard library only. Checked on the source, so a change that reaches inside fails here
+with the line."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "lmbridge" / "devtools"
 
-#: What replay may import of lmbridge: the daemon as a whole (its composition root and
-#: configuration, its stdio writer), the agent side's spawn and its error, the recording
-#: format, pure helpers.
-ALLOWED = {"lmbridge", "lmbridge.daemon.root", "lmbridge.daemon.stdio", "lmbridge.acp.connection", "lmbridge.rpc.record", "lmbridge.core.messages", "lmbridge.core.present", "lmbridge.core.cap"}
+#: What replay may import of lmbridge: the recording format and pure helpers (the daemon
+#: is a subprocess, ``lmbridge serve``).
+ALLOWED = {"lmbridge", "lmbridge.rpc.record", "lmbridge.core.present", "lmbridge.core.cap"}
 #: Attributes that are the event loop's or a task's internals.
 INTERNALS = {"_ready", "_fut_waiter", "_scheduled", "_selector"}
 

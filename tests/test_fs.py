@@ -135,29 +135,21 @@ def test_cut_lines_takes_whole_lines_in_order(text: str, line: int | None, limit
 
 EDIT = {"toolCallId": "w1", "kind": "edit", "title": "Write", "locations": [{"path": "/w/a.txt"}], "rawInput": {"file_path": "/w/b.txt"},
         "content": [{"type": "diff", "path": "/w/c.txt", "oldText": "", "newText": "x"}]}  # fmt: skip
-OPTIONS = [{"optionId": "yes", "kind": "allow_once", "name": "Yes"}, {"optionId": "no", "kind": "reject_once", "name": "No"}]
 
 
 @pytest.mark.parametrize(
-    ("params", "outcome", "expected"),
+    ("call", "expected"),
     [
-        ({"toolCall": EDIT, "options": OPTIONS}, {"outcome": "selected", "optionId": "yes"}, ["/w/a.txt", "/w/c.txt", "/w/b.txt"]),
-        ({"toolCall": EDIT, "options": OPTIONS}, {"outcome": "selected", "optionId": "no"}, []),
-        ({"toolCall": EDIT, "options": OPTIONS}, {"outcome": "cancelled"}, []),
-        ({"toolCall": EDIT, "options": OPTIONS}, {"outcome": "selected", "optionId": "unknown"}, []),
-        ({"toolCall": {**EDIT, "kind": "read"}, "options": OPTIONS}, {"outcome": "selected", "optionId": "yes"}, []),
-        ({"toolCall": {**EDIT, "kind": "execute"}, "options": OPTIONS}, {"outcome": "selected", "optionId": "yes"}, []),
-        ({"toolCall": {**EDIT, "kind": None}, "options": OPTIONS}, {"outcome": "selected", "optionId": "yes"}, []),
-        ({"toolCall": {"kind": "edit", "locations": [{"path": "rel.txt"}, {"path": 5}, "x"]}, "options": OPTIONS},
-         {"outcome": "selected", "optionId": "yes"}, []),
-        # Two options with one id: which was meant is doubtful, so nothing.
-        ({"toolCall": EDIT, "options": [*OPTIONS, {"optionId": "yes", "kind": "reject_once"}]}, {"outcome": "selected", "optionId": "yes"}, []),
-        (None, {"outcome": "selected", "optionId": "yes"}, []),
-        ({"toolCall": EDIT, "options": "nope"}, {"outcome": "selected", "optionId": "yes"}, []),
+        (EDIT, ["/w/a.txt", "/w/c.txt", "/w/b.txt"]),
+        ({**EDIT, "locations": [{"path": "/w/b.txt"}]}, ["/w/b.txt", "/w/c.txt"]),  # each once
+        ({"locations": [{"path": "rel.txt"}, {"path": 5}, "x"], "content": "nope", "rawInput": ["x"]}, []),
+        ({"locations": [{"path": f"/w/{i}"} for i in range(80)]}, [f"/w/{i}" for i in range(paths.MAX_PATHS)]),
+        (None, []),
     ],
 )  # fmt: skip
-def test_approved_writes(params: Any, outcome: Any, expected: list[str]) -> None:
-    assert paths.approved_writes(params, outcome) == expected
+def test_the_files_a_request_names(call: Any, expected: list[str]) -> None:
+    """What an approved edit lets be written (the rule: tests/test_permissions_grants.py)."""
+    assert paths.named_files(call) == expected
 
 
 # ---------------------------------------------------------------- the rule against the real file system

@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import pytest
 
-from lmbridge.devtools.client import Call, DaemonClient, assistant, is_agent_action, skip, text_of, tool_calls, user
+from lmbridge.devtools.client import Call, DaemonClient, approve, assistant, is_agent_action, skip, text_of, tool_calls, user
 from lmbridge.rpc.jsonrpc import usable_id as answerable
 from tests.conftest import ROOT, alive
 from tests.fuzz.peer import descendants, rss
@@ -392,7 +392,11 @@ async def test_terminals_that_print_without_end_never_exit_and_are_never_release
 
     agent = hostile("terminals", "--long-mb", "4")
     async with bridge(daemon, agent) as client:
-        call = await chat(client, agent, [user("run things")])
+        first = await chat(client, agent, [user("run things")])
+        cards = tool_calls(first)  # each command is asked for first: the user approves all three
+        assert len(cards) == 3 and all(is_agent_action(card) for card in cards), text_of(first)
+        approved = {"role": "user", "content": [approve(card)["content"][0] for card in cards]}
+        call = await chat(client, agent, [user("run things"), assistant(first.parts), approved])
         assert call.error is None and "survived" in text_of(call), call.error
         terminals = [e for e in agent.entries() if e.get("event") == "terminal"]
         assert len(terminals) == 3 and all(str(e["terminalId"]).startswith("term-") for e in terminals), terminals

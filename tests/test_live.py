@@ -169,6 +169,19 @@ def test_own_terminal_streams_then_says_how_it_ended():
     assert "a\n" not in done and "killed by SIGKILL" in done
 
 
+def test_own_terminal_of_a_call_shown_says_how_it_ended_once():
+    """A terminal the agent's tool call already shows (its ``terminal`` content): how it ended
+    is said on the call's end line, not on a line of its own as well."""
+    r = TurnRenderer()
+    r.update({"sessionUpdate": "tool_call", "toolCallId": "c", "title": "sh tick.sh", "kind": "execute", "status": "in_progress",
+              "content": [{"type": "terminal", "terminalId": "term-1"}]})  # fmt: skip
+    answer = text(r.update({"sessionUpdate": TERMINAL_UPDATE, "terminalId": "term-1", "data": "tick\n"}))
+    answer += text(r.update({"sessionUpdate": TERMINAL_UPDATE, "terminalId": "term-1", "exited": True, "exitCode": 0, "signal": None}))
+    answer += text(r.update({"sessionUpdate": "tool_call_update", "toolCallId": "c", "status": "completed"}))
+    assert answer.count("exit code 0") == 1 and "completed · exit code 0" in answer, answer
+    assert answer.count("tick\n") == 1 and len(fences(answer)) == 2
+
+
 def test_malformed_terminal_updates_are_harmless():
     r = TurnRenderer()
     for bad in ({"sessionUpdate": TERMINAL_UPDATE}, {"sessionUpdate": TERMINAL_UPDATE, "terminalId": 3, "data": "x"},

@@ -1,10 +1,13 @@
 """``terminal/*`` served to agents (``acp/terminals.py``), end to end through ``lmbridge serve``.
 
 A scripted agent (``tests/agents/scripted_agent.py``, its ``client`` steps) runs commands
-through the daemon as fast-agent does with a client that offers terminals: ``terminal/create``,
-``terminal/wait_for_exit``, ``terminal/output``, ``terminal/release``. The chat shows the
-output as it comes (one block), a Stop kills the command, and a hostile agent's terminals
-(printing without end, never exiting, never released) stay bounded and die with the session.
+through the daemon as fast-agent does with a client that offers terminals: it asks first
+(``session/request_permission`` showing the command: a card the user approves), then
+``terminal/create``, ``terminal/wait_for_exit``, ``terminal/output``, ``terminal/release``.
+A command nobody approved never runs (core/permissions.py, tests/test_permissions_grants.py).
+The chat shows the output as it comes (one block), a Stop kills the command, and a hostile
+agent's terminals (printing without end, never exiting, never released) stay bounded and die
+with the session.
 
 Commands wait on gate files the test opens, never on sleeps: the order holds however
 slow the machine is (docs/reliability.md, "Tests under load").
@@ -21,7 +24,7 @@ import anyio
 import pytest
 
 from lmbridge.core.live import FENCE, HEAD, TAIL
-from lmbridge.devtools.client import approve, assistant, text_of, tool_calls, user
+from lmbridge.devtools.client import approve, assistant, skip, text_of, tool_calls, user
 
 pytestmark = pytest.mark.anyio
 
@@ -49,10 +52,36 @@ def gated(tmp_path: Path, name: str = "gate") -> tuple[str, Path]:
     return script, gate
 
 
+def ask(params: dict[str, Any], handle: str = "p1") -> dict[str, Any]:
+    """The agent asks to run ``terminal/create`` ``params`` first, as fast-agent does (its card's
+    ``rawInput``: the command, args, cwd, env as it will run them), and waits for the answer."""
+    shown = {k: v for k, v in params.items() if k in ("command", "args", "cwd")}
+    if "env" in params:
+        shown["env"] = {e["name"]: e["value"] for e in params["env"]}
+    call = {"toolCallId": f"t-{handle}", "title": "acp_terminal/execute", "kind": "execute", "status": "pending", "rawInput": shown}
+    return {"permission": {"toolCall": call}, "id": handle}
+
+
+async def approved(c: Any, agent_id: str, text: str = "run it") -> list[dict[str, Any]]:
+    """The chat's first request ends at the agent's card(s); returns the history that approves
+    every one (what VS Code sends when the user presses Allow)."""
+    first = await c.chat(agent_id, [user(text)])
+    cards = tool_calls(first)
+    assert first.result == {"stopReason": "tool_calls"} and cards, (first.error, first.result, text_of(first))
+    return [user(text), assistant(first.parts), {"role": "user", "content": [approve(card)["content"][0] for card in cards]}]
+
+
+def chat_params(agent_id: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"modelId": agent_id, "messages": messages}
+
+
 def run_turn(script: str, **create: Any) -> list[dict[str, Any]]:
+    params = {**command(script), **create}
     return [
         {"tool_call": {"toolCallId": "t1", "title": "Run the script", "kind": "execute", "status": "in_progress"}},
-        {"client": {"method": "terminal/create", "params": {**command(script), **create}}, "id": "c1"},
+        ask(params),
+        {"await": ["p1"]},
+        {"client": {"method": "terminal/create", "params": params}, "id": "c1"},
         {"client_await": "c1"},
         {"client": {"method": "terminal/wait_for_exit", "params": {"terminalId": "$c1.terminalId"}}, "id": "c2"},
         {"client_await": "c2"},
@@ -110,7 +139,7 @@ async def test_a_terminal_streams_its_output_live_in_one_block(scripted: Any, sh
 
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
-            call = await c.chat(agent.id, [user("run it")], on_part=on_part)
+            call = await c.chat(agent.id, await approved(c, agent.id), on_part=on_part)
     assert call.error is None and call.result == {"stopReason": "end_turn"}
     answer = text_of(call)
     assert answer.count(f"{FENCE}text\n") == 1, answer  # one block, grown, not one per chunk
@@ -133,7 +162,7 @@ async def test_stop_kills_the_running_command(scripted: Any, shared: Any, tmp_pa
 
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
-            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("run it")]}, on_part)
+            call = await c.start("lm/provideLanguageModelChatResponse", chat_params(agent.id, await approved(c, agent.id)), on_part)
             await first.wait()
             pid = int((tmp_path / "gate.pid").read_text())
             assert not gone(pid)
@@ -145,8 +174,11 @@ async def test_stop_kills_the_running_command(scripted: Any, shared: Any, tmp_pa
 
 
 async def test_errors_name_what_is_wrong(scripted: Any, shared: Any, tmp_path: Path) -> None:
+    missing = {"command": str(tmp_path / "no-such-program")}
     agent = scripted({"turns": [[
-        {"client": {"method": "terminal/create", "params": {"command": str(tmp_path / "no-such-program")}}, "id": "missing"},
+        ask(missing),
+        {"await": ["p1"]},
+        {"client": {"method": "terminal/create", "params": missing}, "id": "missing"},
         {"client": {"method": "terminal/create", "params": {"command": 7}}, "id": "bad"},
         {"client": {"method": "terminal/output", "params": {"terminalId": "term-999"}}, "id": "unknown"},
         {"client_await": ["missing", "bad", "unknown"]},
@@ -154,8 +186,8 @@ async def test_errors_name_what_is_wrong(scripted: Any, shared: Any, tmp_path: P
     ]]})  # fmt: skip
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
-            call = await c.chat(agent.id, [user("go")])
-    assert text_of(call).endswith("checked")
+            call = await c.chat(agent.id, await approved(c, agent.id, "go"))
+    assert "checked" in text_of(call)
     r = results(agent)
     assert r["missing"]["error"]["code"] == -32000 and "no-such-program" in r["missing"]["error"]["message"]
     assert r["bad"]["error"]["code"] == -32602
@@ -163,20 +195,66 @@ async def test_errors_name_what_is_wrong(scripted: Any, shared: Any, tmp_path: P
 
 
 async def test_outside_a_prompt_turn_nothing_runs(scripted: Any, shared: Any, tmp_path: Path) -> None:
-    """A command asked for after the agent answered its prompt is refused: lmbridge runs
-    commands for an open turn only."""
+    """A command asked for after the agent answered its prompt is refused, approved or not:
+    lmbridge runs commands for an open turn only."""
     marker = tmp_path / "ran"
+    late = command(f"open({str(marker)!r}, 'w')")
     agent = scripted({"turns": [[
+        ask(late),
+        {"await": ["p1"]},
         {"answer": "end_turn"},
-        {"client": {"method": "terminal/create", "params": command(f"open({str(marker)!r}, 'w')")}, "id": "late"},
+        {"client": {"method": "terminal/create", "params": late}, "id": "late"},
         {"client_await": "late"},
     ]]})  # fmt: skip
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
-            await c.chat(agent.id, [user("go")])
+            await c.chat(agent.id, await approved(c, agent.id, "go"))
             while "late" not in results(agent):
                 await anyio.sleep(0.05)
-    assert results(agent)["late"]["error"]["code"] == -32000 and not marker.exists()
+    error = results(agent)["late"]["error"]
+    assert error == {"code": -32000, "message": "terminal/create: no prompt turn is open in this session"} and not marker.exists()
+
+
+async def test_a_command_nobody_approved_never_runs(scripted: Any, shared: Any, tmp_path: Path) -> None:
+    """An agent that skips the card (or runs something else than its card showed, a second
+    time, or after a Skip) is refused with -32000 saying why, and nothing is started."""
+    ran = tmp_path / "ran"
+    ran.mkdir()
+
+    def touching(name: str) -> dict[str, Any]:
+        return command(f"open({str(ran / name)!r}, 'w')")
+
+    agent = scripted({"turns": [[
+        {"client": {"method": "terminal/create", "params": touching("unasked")}, "id": "unasked"},
+        {"client_await": "unasked"},
+        ask(touching("shown")),
+        ask(touching("skipped"), "p2"),
+        {"await": ["p1", "p2"]},
+        {"client": {"method": "terminal/create", "params": touching("not-shown")}, "id": "other"},
+        {"client": {"method": "terminal/create", "params": {**touching("shown"), "cwd": "/"}}, "id": "elsewhere"},
+        {"client": {"method": "terminal/create", "params": touching("skipped")}, "id": "skipped"},
+        {"client": {"method": "terminal/create", "params": touching("shown")}, "id": "shown"},
+        {"client_await": ["other", "elsewhere", "skipped", "shown"]},
+        {"client": {"method": "terminal/wait_for_exit", "params": {"terminalId": "$shown.terminalId"}}, "id": "wait"},
+        {"client_await": "wait"},
+        {"client": {"method": "terminal/create", "params": touching("shown")}, "id": "again"},
+        {"client_await": "again"},
+        {"text": "tried"},
+    ]]})  # fmt: skip
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("go")])
+            cards = tool_calls(first)
+            assert len(cards) == 2, text_of(first)
+            shown, skipped = sorted(cards, key=lambda card: "skipped" in card["input"]["message"])
+            answers = {"role": "user", "content": [approve(shown)["content"][0], skip(skipped)["content"][0]]}
+            call = await c.chat(agent.id, [user("go"), assistant(first.parts), answers])
+    assert call.error is None and "tried" in text_of(call)
+    r = results(agent)
+    for refused in ("unasked", "other", "elsewhere", "skipped", "again"):
+        assert r[refused]["error"]["code"] == -32000 and "has not approved running" in r[refused]["error"]["message"], (refused, r[refused])
+    assert r["shown"]["result"]["terminalId"].startswith("term-") and r["wait"]["result"] == {"exitCode": 0, "signal": None}
+    assert sorted(p.name for p in ran.iterdir()) == ["shown"]  # nothing else was ever started
 
 
 async def test_hostile_terminals_stay_bounded_and_die_with_the_session(scripted: Any, daemon: Any, tmp_path: Path) -> None:
@@ -189,10 +267,15 @@ async def test_hostile_terminals_stay_bounded_and_die_with_the_session(scripted:
     pids = tmp_path / "pids"
     pids.mkdir()
     record = "import os, pathlib; pathlib.Path({!r}, str(os.getpid())).touch()\n"
+    floods, quiets = command(record.format(str(pids)) + flood), command(record.format(str(pids)) + quiet)
     agent = scripted({"turns": [[
-        {"client": {"method": "terminal/create", "params": {**command(record.format(str(pids)) + flood), "outputByteLimit": 4096}}, "id": "flood"},
-        {"client": {"method": "terminal/create", "params": command(record.format(str(pids)) + quiet)}, "id": "quiet"},
-        {"client": {"method": "terminal/create", "params": command(record.format(str(pids)) + quiet)}, "id": "third"},
+        ask(floods, "p1"),
+        ask(quiets, "p2"),
+        ask(quiets, "p3"),
+        {"await": ["p1", "p2", "p3"]},
+        {"client": {"method": "terminal/create", "params": {**floods, "outputByteLimit": 4096}}, "id": "flood"},
+        {"client": {"method": "terminal/create", "params": quiets}, "id": "quiet"},
+        {"client": {"method": "terminal/create", "params": quiets}, "id": "third"},
         {"client_await": ["flood", "quiet", "third"]},
         {"sleep": 1.0},
         {"client": {"method": "terminal/output", "params": {"terminalId": "$flood.terminalId"}}, "id": "out"},
@@ -201,7 +284,7 @@ async def test_hostile_terminals_stay_bounded_and_die_with_the_session(scripted:
     ]]})  # fmt: skip
     with anyio.fail_after(LIMIT):
         async with daemon([agent]) as c:
-            call = await c.chat(agent.id, [user("go")])
+            call = await c.chat(agent.id, await approved(c, agent.id, "go"))
             assert call.error is None
             answer = text_of(call)
             while len(list(pids.iterdir())) < 3:
@@ -238,7 +321,7 @@ async def test_vs_code_mirrors_the_terminal_and_closing_it_kills_the_command(scr
         async with daemon([agent], initialize=False) as c:
             c.on_request = serve
             await c.initialize(workspace=[str(tmp_path)], agents=[agent.spec], capabilities={"terminal": True})
-            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("run it")]})
+            call = await c.start("lm/provideLanguageModelChatResponse", chat_params(agent.id, await approved(c, agent.id)))
 
             def mirrored(method: str) -> list[dict[str, Any]]:
                 return [n["params"] for n in c.notifications if n.get("method") == method]
@@ -261,7 +344,7 @@ async def test_without_the_shim_capability_nothing_is_mirrored(scripted: Any, sh
     agent = scripted({"turns": [run_turn("print('hello')")]})
     with anyio.fail_after(LIMIT):
         async with shared([agent]) as c:
-            call = await c.chat(agent.id, [user("run it")])
+            call = await c.chat(agent.id, await approved(c, agent.id))
             assert not [n for n in c.notifications if str(n.get("method")).startswith("client/")]
             assert not [r for r in c.requests if str(r.get("method")).startswith("client/terminal")]
     assert "hello" in text_of(call)

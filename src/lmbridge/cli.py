@@ -73,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default=None, choices=LOG_LEVELS, help="default: $LMBRIDGE_LOG_LEVEL, else info")
     serve.add_argument("--log-json", action="store_true", help="log JSON lines on stderr")
     serve.add_argument("--debug-idle", action="store_true", help="answer debug/idle once every task waits (replay's step signal; docs/protocol.md)")
+    launcher_help = "ask COMMAND (split shell-style; one JSON argument more: the agent process) what to start in each agent's place (replay's stand-ins; docs/replay.md)"
+    serve.add_argument("--agent-launcher", metavar="COMMAND", help=launcher_help)
     serve.add_argument(
         "--record", type=Path, metavar="FILE",
         help="write every frame on every link to FILE, secrets redacted (docs/recording.md); implies --no-state",
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         from lmbridge.log import configure
 
         configure(args.log_level)
-        return replay_main(list(iter_files(args.files)), realtime=args.realtime, timeout=args.timeout)
+        return replay_main(list(iter_files(args.files)), realtime=args.realtime, timeout=args.timeout, log_level=args.log_level)
     return 2
 
 
@@ -190,6 +192,16 @@ def _serve(args: argparse.Namespace) -> int:
     if args.idle_timeout is not None:
         config.idle_timeout = args.idle_timeout
     config.debug_idle = args.debug_idle
+    if args.agent_launcher is not None:
+        import shlex
+
+        from lmbridge.acp.launcher import through
+
+        try:
+            config.launcher = through(shlex.split(args.agent_launcher))
+        except ValueError as exc:
+            print(f"lmbridge serve: --agent-launcher: {exc}", file=sys.stderr)
+            return 2
     try:
         processes = _number(args.max_agent_processes, "--max-agent-processes", int, lambda n: n >= 1, "a whole number, at least 1")
         wait = _number(args.session_wait, "--session-wait", float, lambda n: math.isfinite(n) and n >= 0, "a number of seconds, at least 0")

@@ -37,9 +37,10 @@ Modes (see ``MODES``):
                     responses to requests never sent
   ignore-signals    ignores SIGTERM and EOF on stdin (is killed)
   terminals         a command's output without end as _meta.terminal_output (--long-mb MB in
-                    64 KiB chunks, never ended), then terminal/create for three commands it
-                    never releases: one printing without end, two that never exit (their pids
-                    in the log, event "terminal"), then "survived"; the prompt is answered
+                    64 KiB chunks, never ended), then terminal/create (each asked for on a
+                    card first) for three commands it never releases: one printing without
+                    end, two that never exit (their pids in the log, event "terminal"), then
+                    "survived"; the prompt is answered
   mix               --frames N frames per prompt drawn (--seed) from all of the above
                     that keep the session alive, then the prompt is answered
   freeze            answers --after N prompts (default 1) "ok", then, in the next one, streams
@@ -266,6 +267,12 @@ def prompt_turn(mode: str, rid: Any, sid: str, rng: random.Random, frames: int) 
             update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "run1", "_meta": {"terminal_output": {"terminal_id": "run1", "data": chunk}}})
         marker = f"hostile-terminal-{os.getpid()}"  # in each command line: a test finds them by it
         scripts = [f"import sys  # {marker}\nline = 'z' * 1023 + '\\n'\nwhile True: sys.stdout.write(line)", f"import time  # {marker}\ntime.sleep(3600)", f"import time  # {marker}\ntime.sleep(3600)"]
+        # Asked first, each on a card (lmbridge runs only commands the user approved), then run.
+        cards = [ask("session/request_permission", {"sessionId": sid, "options": STANDARD, "toolCall": {
+            "toolCallId": f"run{i + 2}", "title": "acp_terminal/execute", "kind": "execute", "rawInput": {"command": sys.executable, "args": ["-c", s]}}})
+            for i, s in enumerate(scripts)]  # fmt: skip
+        for card in cards:
+            wait(card)
         keys = [ask("terminal/create", {"sessionId": sid, "command": sys.executable, "args": ["-c", s], "outputByteLimit": 2048}) for s in scripts]
         for key in keys:
             answer = wait(key)

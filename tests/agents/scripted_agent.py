@@ -36,6 +36,10 @@ Scenario JSON (all keys optional)::
                                      turn streams on to its end, an agent that never stops)
       "close_keeps_turns": false,    true: session/close leaves the session's turns running
                                      (with ignore_cancel: a turn that never ends early)
+      "on_close_client": [{"method", "params"}, ...]
+                                     requests to the client sent for a session being closed,
+                                     before session/close is answered (ids close-0, close-1, ...;
+                                     answers logged as client_result)
       "config_options": [...]        configOptions in the session/new, resume and load answers;
                                      session/set_config_option sets one (logged set_config_option)
       "after_new": [update, ...]     session/update objects sent right after answering session/new,
@@ -640,6 +644,8 @@ class ScriptedAgent:
                     turn.cancelled = True
                 self.cond.notify_all()
             self.log_event("session_close", sessionId=sid, known=known)
+            for i, spec in enumerate(self.scenario.get("on_close_client", [])):
+                self.client_request(sid, f"close-{i}", spec)  # the client is closing the session: sent before the answer
             self.reply(rid, {})
         elif method == "session/set_config_option" and "config_options" in self.scenario:
             sid, config_id, value = params.get("sessionId"), params.get("configId"), params.get("value")

@@ -494,6 +494,36 @@ async def test_its_shell_asks_first_and_runs_through_lmbridges_terminal(tmp_path
             assert "execute" in {t["function"]["name"] for t in fake.completions()[0]["tools"]}
 
 
+async def test_its_shell_runs_a_command_of_plain_words_as_its_words_once_approved(tmp_path: Path) -> None:
+    """fast-agent runs a command without shell syntax as its words (``touch <path>`` becomes
+    ``terminal/create {command: "touch", args: [<path>]}``), a line with shell syntax as
+    ``/bin/sh -lc LINE`` (the test above): both match the card the user approved, so both
+    run (lmbridge runs only what an approved card showed: docs/agents.md, "What protects
+    what"). Each approval runs its command once."""
+    first, second = tmp_path / "workspace" / "first.txt", tmp_path / "workspace" / "second.txt"
+    script = [
+        [{"tool_call": {"name": "execute", "arguments": {"command": f"touch {first}"}}}],
+        [{"tool_call": {"name": "execute", "arguments": {"command": f"touch {second}"}}}],
+        [{"text": "Both made."}],
+    ]
+    with FakeOpenAIChat(script) as fake:
+        async with fast_agent_bridge(tmp_path, fake.url, shell=True) as client:
+            conv = copilot.Conversation(tmp_path / "workspace")
+            with anyio.fail_after(TIMEOUT):
+                call = await send(client, conv.ask("Make both"))
+                for marker in (first, second):
+                    assert call.error is None and call.result == {"stopReason": "tool_calls"}, (call.error, call.result)
+                    (perm,) = tool_calls(call)
+                    assert f"touch {marker}" in perm["input"]["message"] and not marker.exists()
+                    conv.answered(call)
+                    call = await send(client, conv.result(approve(perm)))
+                    assert marker.exists()
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, (call.error, call.result)
+            assert "Both made." in text_of(call)
+    log = (tmp_path / "daemon.stderr").read_text(errors="replace")
+    assert "refused" not in log, log
+
+
 # A 1x1 PNG.
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 

@@ -248,15 +248,16 @@ async def scripted_tools(path: Path) -> None:
 
 
 async def scripted_terminal(path: Path) -> None:
-    """The scripted agent runs a command through lmbridge (``terminal/create``, then
-    ``wait_for_exit``, ``output``, ``release``): its output streams into the answer as
-    one block, its exit code after it."""
+    """The scripted agent asks to run a command (a card, approved), then runs it through
+    lmbridge (``terminal/create``, then ``wait_for_exit``, ``output``, ``release``): its
+    output streams into the answer as one block, its exit code after it."""
     scratch = Path(tempfile.mkdtemp(prefix="lmbridge-rec-"))
     scenario = scratch / "scenario.json"
+    run = {"command": "/bin/sh", "args": ["-c", "echo one; echo two; echo three; exit 3"], "cwd": "/"}  # a cwd that replays anywhere
     turn = [
         {"tool_call": {"toolCallId": "t1", "title": "Count to three", "kind": "execute", "status": "in_progress"}},
-        {"client": {"method": "terminal/create", "params": {"command": "/bin/sh", "args": ["-c", "echo one; echo two; echo three; exit 3"],
-                                                               "cwd": "/", "outputByteLimit": 1000}}, "id": "c1"},  # a cwd that replays anywhere
+        {"ask": {"toolCall": {"toolCallId": "t1", "kind": "execute", "status": "pending", "rawInput": run}}, "id": "p1"},
+        {"client": {"method": "terminal/create", "params": {**run, "outputByteLimit": 1000}}, "id": "c1"},
         {"client_await": "c1"},
         {"client": {"method": "terminal/wait_for_exit", "params": {"terminalId": "$c1.terminalId"}}, "id": "c2"},
         {"client_await": "c2"},
@@ -269,8 +270,10 @@ async def scripted_terminal(path: Path) -> None:
     ]
     scenario.write_text(json.dumps({"turns": [turn]}))
     spec = {"id": "termy", "command": sys.executable, "args": [str(SCRIPTED_AGENT), str(scenario)]}
-    async with recording(path, [spec], scratch=scratch) as run:
-        call = await chat(run, "termy", [user("Count to three.")], "end_turn")
+    async with recording(path, [spec], scratch=scratch) as rec:
+        first = await chat(rec, "termy", [user("Count to three.")], "tool_calls")
+        [card] = tool_calls(first)
+        call = await chat(rec, "termy", [user("Count to three."), assistant(first.parts), approve(card)], "end_turn")
         text = "".join(p["value"] for p in call.parts if p["type"] == "text")
         assert "one\ntwo\nthree\n" in text and "exit code 3" in text, text
 

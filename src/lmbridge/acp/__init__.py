@@ -6,6 +6,8 @@
 * ``process``: one agent process: spawn, ``initialize``, capabilities, routing by
   ``sessionId``, health (``AgentProcess``, ``AgentPool``).
 * ``session``: one ACP session (``AcpSession``): the only code that sends ``session/*``.
+* ``watchdog``: the process groups of agents and their commands die with the daemon, even
+  one killed with SIGKILL (``open_group``).
 
 Nothing is imported here: the pure core imports ``profiles`` alone, and start-up stays light.
 """

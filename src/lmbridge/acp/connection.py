@@ -32,6 +32,7 @@ from typing import Any, Protocol, cast
 import anyio
 from anyio.abc import Process
 
+from lmbridge.acp import watchdog
 from lmbridge.core.text import clip
 from lmbridge.log import get_logger
 from lmbridge.rpc import framing, record
@@ -195,14 +196,15 @@ class AgentConnection:
         exe = shutil.which(command, path=env.get("PATH", os.environ.get("PATH"))) or command
         full_env = {**os.environ, **env}
         try:
-            process = await anyio.open_process(
+            # In a process group of its own: our signals reach its children too; and the
+            # group dies with the daemon, even one killed with SIGKILL (acp.watchdog).
+            process = await watchdog.open_group(
                 [exe, *args],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=full_env,
                 cwd=cwd,
-                start_new_session=True,  # our signals reach its children too
             )
         except OSError as exc:
             error = AgentUnavailable(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}")
@@ -387,6 +389,7 @@ class AgentConnection:
             os.killpg(self.process.pid, signal.SIGKILL)  # helpers that outlived the agent
         except (ProcessLookupError, PermissionError):
             pass
+        watchdog.ended(self.process)
         if self.process.returncode is not None:
             # Its pipes and transport closed now, not when collected after the loop ends.
             with anyio.move_on_after(STDERR_GRACE):

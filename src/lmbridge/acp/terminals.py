@@ -16,7 +16,8 @@ Here (docs/agents.md, docs/protocol.md "Terminals"):
   also goes to ``on_output`` (the session actor streams it into the chat: ``core.present``'s
   ``TERMINAL_UPDATE``) and, where the shim mirrors terminals, to a VS Code terminal
   (``Mirror``: ``client/terminal/open``/``output``/``exit``).
-* Every terminal dies with its session (``aclose``), with the daemon (``TerminalHost.aclose``), when the user closes its VS Code terminal (``killed``), and a
+* Every terminal dies with its session (``aclose``), with the daemon (``TerminalHost.aclose``;
+  a daemon killed with SIGKILL or crashed: ``acp.watchdog``), when the user closes its VS Code terminal (``killed``), and a
   session holds at most ``MAX_TERMINALS`` at once (a never-released terminal cannot pile up).
 
 Requests name a terminal of their own session only: another session's id is unknown here.
@@ -36,6 +37,7 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import Process, TaskGroup
 
+from lmbridge.acp import watchdog
 from lmbridge.log import get_logger
 
 log = get_logger("terminals")
@@ -248,30 +250,38 @@ class Terminals:
         if len(self.terminals) >= MAX_TERMINALS:
             raise TerminalError(REFUSED, f"terminal/create: this session holds {MAX_TERMINALS} terminals already (release some)")
         try:
-            process = await anyio.open_process(
+            process = await watchdog.open_group(
                 [command, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                cwd=where, env={**os.environ, **env}, start_new_session=True,
+                cwd=where, env={**os.environ, **env},
             )  # fmt: skip
         except OSError as exc:
             raise TerminalError(REFUSED, f"terminal/create: {command}: {exc.strerror or exc}") from None
         terminal = Terminal(self.host.new_id(), " ".join([command, *args]), process, min(OUTPUT_LIMIT, OUTPUT_LIMIT if limit is None else limit))
         self.terminals[terminal.id] = terminal
         log.info("terminal started", terminal=terminal.id, pid=process.pid, command=terminal.command[:200], cwd=where)
-        mirror = self.host.mirror
-        if mirror is not None:
-            try:
-                with anyio.move_on_after(KILL_GRACE):
-                    await mirror.open(terminal.id, terminal.command[:80], where)
-            except Exception as exc:  # the command runs all the same; only its mirror is missing
-                log.info("terminal not mirrored in VS Code", terminal=terminal.id, error=str(exc) or type(exc).__name__)
-        self.tg.start_soon(self._pump, terminal)
-        return {"terminalId": terminal.id}
-
-    async def _pump(self, terminal: Terminal) -> None:
-        """Read the command's output until it has exited (and its output ended, or
-        ``EXIT_GRACE`` passed: a helper it left may hold the pipe open), then reap it."""
+        # Watched from now on, whatever happens to this request (its session ending while
+        # the mirror opens cancels it): the pump kills and reaps it at the session's end.
+        opened = anyio.Event()
+        self.tg.start_soon(self._pump, terminal, opened)
         mirror = self.host.mirror
         try:
+            if mirror is not None:
+                with anyio.move_on_after(KILL_GRACE):
+                    await mirror.open(terminal.id, terminal.command[:80], where)
+        except Exception as exc:  # the command runs all the same; only its mirror is missing
+            log.info("terminal not mirrored in VS Code", terminal=terminal.id, error=str(exc) or type(exc).__name__)
+        finally:
+            opened.set()  # its output is read from now on (mirrored, when the mirror opened)
+        return {"terminalId": terminal.id}
+
+    async def _pump(self, terminal: Terminal, opened: anyio.Event) -> None:
+        """Once ``opened`` (its VS Code mirror is open, or will not be), read the command's
+        output until it has exited (and its output ended, or ``EXIT_GRACE`` passed: a
+        helper it left may hold the pipe open), then reap it; cancelled (the session
+        ended), kill it first."""
+        mirror = self.host.mirror
+        try:
+            await opened.wait()
             async with anyio.create_task_group() as tg:
                 read_done = anyio.Event()
                 tg.start_soon(self._read, terminal, read_done)
@@ -282,6 +292,7 @@ class Terminals:
         finally:
             with anyio.CancelScope(shield=True):
                 await _kill(terminal.process)  # what it left in its process group goes too
+                watchdog.ended(terminal.process)
                 code = terminal.process.returncode
                 if code is not None and code < 0:
                     terminal.signal = _signal_name(-code)

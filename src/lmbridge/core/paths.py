@@ -19,7 +19,7 @@ touched.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 #: Symlinks followed in one path before it counts as a loop (Linux's ELOOP limit).
@@ -114,10 +114,10 @@ def cut_lines(text: str, line: int | None = None, limit: int | None = None) -> s
     return "".join(lines[start:end])
 
 
-# ---------------------------------------------------------------- which writes were approved
+# ---------------------------------------------------------------- the files a request names
 
 #: ACP tool kinds whose approval lets lmbridge write the files the request names: the
-#: kinds ``permissions`` never grants without the user's card.
+#: kinds ``permissions`` never grants without the user's card (``permissions.Grants``).
 EDIT_KINDS = frozenset({"edit", "delete", "move"})
 #: ``rawInput`` fields agents put the file in (gemini-cli: ``file_path``).
 PATH_KEYS = ("path", "file_path", "filePath", "abs_path", "absolute_path", "destination")
@@ -125,29 +125,22 @@ PATH_KEYS = ("path", "file_path", "filePath", "abs_path", "absolute_path", "dest
 MAX_PATHS = 50
 
 
-def approved_writes(params: object, outcome: object) -> list[str]:
-    """The paths an answered ``session/request_permission`` lets lmbridge write through
-    ``fs/write_text_file``: those its ``toolCall`` names (``locations``, ``diff`` contents,
-    ``rawInput``'s path fields), when it asked about an edit (kind ``edit``, ``delete``,
-    ``move``) and the answer (a ``RequestPermissionOutcome``) selected an ``allow_*`` option
-    of it. Anything else (rejected, cancelled, another kind, a malformed request): none."""
-    if not isinstance(params, dict) or not isinstance(outcome, dict) or outcome.get("outcome") != "selected":
+def named_files(call: object) -> list[str]:
+    """The absolute paths a ``toolCall`` names (``locations``, ``diff`` contents, ``rawInput``'s
+    path fields), in that order, each once, at most ``MAX_PATHS``: the files an approved edit
+    of it lets lmbridge write (``permissions.Grants``). Anything else in it: none."""
+    if not isinstance(call, Mapping):
         return []
-    options = params.get("options")
-    chosen = outcome.get("optionId")
-    kinds = [o.get("kind") for o in options if isinstance(o, dict) and o.get("optionId") == chosen] if isinstance(options, list) else []
-    call = params.get("toolCall")
-    if kinds not in (["allow_once"], ["allow_always"]) or not isinstance(call, dict) or call.get("kind") not in EDIT_KINDS:
-        return []
+    locations, contents = call.get("locations"), call.get("content")
     found: list[object] = []
-    for location in call.get("locations") or []:
-        if isinstance(location, dict):
+    for location in locations if isinstance(locations, list) else []:
+        if isinstance(location, Mapping):
             found.append(location.get("path"))
-    for content in call.get("content") or []:
-        if isinstance(content, dict) and content.get("type") == "diff":
+    for content in contents if isinstance(contents, list) else []:
+        if isinstance(content, Mapping) and content.get("type") == "diff":
             found.append(content.get("path"))
     raw = call.get("rawInput")
-    if isinstance(raw, dict):
+    if isinstance(raw, Mapping):
         found += [raw.get(key) for key in PATH_KEYS]
     out: list[str] = []
     for path in found:

@@ -39,6 +39,20 @@ agent calls them. The tool is recognised only from a structured name the agent's
 adapter writes (its ``acp.profiles.AgentProfile``), never from a title (the model writes titles: a shell
 command can be named like a VS Code tool), and never for a request that could act by
 itself (a command, or the execute, edit, delete or move kinds).
+
+The agent's client actions
+--------------------------
+An agent offered the client's terminals and files may act *through lmbridge*:
+``terminal/create`` runs a command, ``fs/write_text_file`` writes a file. Nothing stops an
+agent (or a model steering it) from sending those without asking first, so lmbridge serves
+them only as the user's answered cards allow (docs/agents.md, "What protects what"). The
+``Grants`` of a session are what its approved cards allow in the prompt turn at hand: an
+approved card that showed a command allows **one** ``terminal/create`` of that command (how
+the command is matched: ``runs``), an approved edit, delete or move allows **one** write of
+each file it named. Only a card the user approved grants anything (never a bridged tool's
+grant, a decline, a Skip or a Stop), and the grants die with the prompt turn: a new prompt
+or a Stop starts from none. ``permit`` decides each action: ``Permit`` (the grant is used
+up) or ``Deny`` with the reason the agent is answered.
 """
 
 from __future__ import annotations
@@ -47,10 +61,12 @@ import difflib
 import enum
 import json
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+from lmbridge.core import paths
 from lmbridge.core.messages import ToolResultPart
 from lmbridge.core.profiles import AgentProfile, ToolNaming
 
@@ -193,12 +209,14 @@ class Option:
 @dataclass(frozen=True, slots=True)
 class Command:
     """The command a request would run: its text as the user reads it (an argv joined
-    with shell quoting; ``sh -c SCRIPT`` shown as the script), ``cwd`` and the agent's
-    ``description`` where it gave them."""
+    with shell quoting; ``sh -c SCRIPT`` shown as the script; a ``command`` string with an
+    ``args`` list as that argv), ``cwd``, the variables it adds to the environment
+    (``env``: name, value pairs, sorted) and the agent's ``description`` where it gave them."""
 
     text: str
     cwd: str | None = None
     description: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +318,7 @@ class Permission:
     terminals: tuple[str, ...] = ()
     locations: tuple[tuple[str, int | None], ...] = ()
     details: str | None = None
+    writes: tuple[str, ...] = ()  # the files an approval of it lets be written (``paths.named_files``)
 
     @property
     def tool(self) -> str:
@@ -361,7 +380,7 @@ def read(params: object, call_id: str, token: str, merged: Mapping[str, Any] | N
     command = command_of(raw.get("rawInput")) or command_of((merged or {}).get("rawInput"))
     if command is None and (kind == "execute" or terminals):
         # gemini-cli and codex-acp name a shell command by its text, as the title.
-        command = Command(title or "(the agent did not say which command)")
+        command = Command(title or NO_COMMAND)
     raw_input = view.get("rawInput")
     diffs = _diffs(content, raw_input)
     tool_call_id = view.get("toolCallId") if isinstance(view.get("toolCallId"), str) else None
@@ -380,6 +399,8 @@ def read(params: object, call_id: str, token: str, merged: Mapping[str, Any] | N
         terminals=terminals,
         locations=tuple(_locations(view.get("locations"))),
         details=None if command is not None or diffs else _json(raw_input),
+        # As the request itself asks (its own kind and fields), never the calls merged under it.
+        writes=tuple(paths.named_files(raw)) if raw.get("kind") in paths.EDIT_KINDS else (),
     )
 
 
@@ -403,9 +424,37 @@ def command_of(raw_input: object) -> Command | None:
             break
     if text is None:
         return None
+    args = raw_input.get("args")
+    if isinstance(raw_input.get("command"), str) and args is not None:
+        # fast-agent's execute: ``command`` the program, ``args`` its arguments (what runs).
+        text = _argv_text([raw_input["command"], *args]) if isinstance(args, list) and all(isinstance(a, str) for a in args) else f"{text} {_json(args) or repr(args)}"
     cwd = raw_input.get("cwd", raw_input.get("workdir"))
     description = raw_input.get("description")
-    return Command(text, cwd if isinstance(cwd, str) else None, description if isinstance(description, str) else None)
+    return Command(text, cwd if isinstance(cwd, str) else None, description if isinstance(description, str) else None, _env(raw_input.get("env")))
+
+
+#: The command shown for an ``execute`` request that names none (no rawInput command, no title).
+NO_COMMAND = "(the agent did not say which command)"
+
+
+def _env(raw: object) -> tuple[tuple[str, str], ...]:
+    """Environment variables as ``{name: value}`` or ACP's ``[{name, value}]``; sorted pairs.
+    Unreadable entries are shown as they are (``(unreadable)``), so they never match a run."""
+    pairs: list[tuple[str, str]] = []
+    if isinstance(raw, Mapping):
+        for name, value in raw.items():
+            pairs.append((name, value) if isinstance(name, str) and isinstance(value, str) else ("(unreadable)", _json({str(name): value}) or repr(value)))
+    elif isinstance(raw, list):
+        for item in raw:
+            item = _object(item)
+            name, value = item.get("name"), item.get("value")
+            if isinstance(name, str) and isinstance(value, str):
+                pairs.append((name, value))
+            else:
+                pairs.append(("(unreadable)", _json(item) or repr(item)))
+    elif raw is not None:
+        pairs.append(("(unreadable)", _json(raw) or repr(raw)))
+    return tuple(sorted(pairs))
 
 
 _SAFE_ARG = re.compile(r"^[\w@%+=:,./-]+$")
@@ -551,6 +600,187 @@ def route(request: Permission | Malformed, offered: frozenset[str], agent: str) 
     return Ask(card)
 
 
+# ---------------------------------------------------------------- the agent's client actions
+
+#: Approved commands one turn's grants hold unused at once (the latest kept).
+MAX_GRANTED_COMMANDS = 16
+#: JSON-RPC error code of a refused ``terminal/create`` (as ``acp.terminals``' other refusals);
+#: a refused write is ``INVALID_PARAMS``, as the file requests' other refusals.
+REFUSED = -32000
+
+
+@dataclass(frozen=True, slots=True)
+class Grants:
+    """What the cards the user approved in the prompt turn at hand still allow: ``commands``,
+    each one ``terminal/create`` (``runs``); ``writes``, resolved paths, each one
+    ``fs/write_text_file``. ``NO_GRANTS`` at each prompt and at a Stop."""
+
+    commands: tuple[Command, ...] = ()
+    writes: tuple[str, ...] = ()
+
+
+NO_GRANTS = Grants()
+
+
+def grant(grants: Grants, approved: Permission, resolve: Callable[[str], str | None]) -> Grants:
+    """``grants`` after the user approved ``approved`` on its card (the exact token: never a
+    bridged tool's grant, a decline, a Skip or a Stop; the turn machine's ``Respond.approved``).
+
+    Its command (unless it named none) allows one run; each file its own request names, when
+    its own kind is edit, delete or move, one write. ``resolve``: the path as a write would
+    resolve it (``acp.files.Files.allowed``), None when no write there is allowed at all."""
+    commands = grants.commands
+    if approved.command is not None and approved.command.text != NO_COMMAND:
+        commands = (*commands, approved.command)[-MAX_GRANTED_COMMANDS:]
+    writes = list(grants.writes)
+    for path in approved.writes:
+        real = resolve(path)
+        if real is not None:
+            writes.append(real)
+    return Grants(commands, tuple(writes[-paths.MAX_PATHS :]))
+
+
+@dataclass(frozen=True, slots=True)
+class RunCommand:
+    """A ``terminal/create`` (ACP "Terminals"): ``command`` run with ``args`` (no shell), in
+    ``cwd`` (None: the session's), with ``env`` (name, value pairs, sorted) added."""
+
+    command: str
+    args: tuple[str, ...] = ()
+    cwd: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WriteFile:
+    """An ``fs/write_text_file`` of ``path`` (as the agent sent it), resolved to ``real``
+    (``paths.check``: inside the workspace)."""
+
+    path: str
+    real: str
+
+
+ClientAction = RunCommand | WriteFile
+
+
+@dataclass(frozen=True, slots=True)
+class Permit:
+    """The action may happen (its grant is used up)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deny:
+    """The action is refused and nothing happens: the agent gets ``error`` (``code``, ``message``)."""
+
+    code: int
+    message: str
+
+    @property
+    def error(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message}
+
+
+def run_command(params: object) -> RunCommand | Deny:
+    """A ``terminal/create``'s params (``command``, ``args?``, ``cwd?``, ``env?`` as
+    ``[{name, value}]``) read, or the ``Deny`` (-32602) naming what is wrong."""
+    p = _object(params)
+    command, args, cwd, env = p.get("command"), p.get("args") or [], p.get("cwd"), p.get("env") or []
+    if not isinstance(command, str) or not command or not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        return Deny(INVALID_PARAMS, "terminal/create: command must be a string and args a list of strings")
+    if cwd is not None and not isinstance(cwd, str):
+        return Deny(INVALID_PARAMS, "terminal/create: cwd must be a string")
+    if not isinstance(env, list) or not all(isinstance(_object(e).get("name"), str) and isinstance(_object(e).get("value"), str) for e in env):
+        return Deny(INVALID_PARAMS, "terminal/create: env must be a list of {name, value} strings")
+    return RunCommand(command, tuple(args), cwd, tuple(sorted((e["name"], e["value"]) for e in env)))
+
+
+def runs(approved: Command, action: RunCommand) -> bool:
+    """Whether ``action`` runs what the card of ``approved`` showed. The program and its
+    arguments are one of:
+
+    * a shell running the shown text: ``[sh|bash|zsh|dash, -c|-lc, TEXT]`` (any path to the
+      shell), TEXT exactly the card's command;
+    * the shown text's words: the card's command holds nothing a shell would expand or
+      treat as an operator outside quotes (``| & ; < > ( ) $ ` * ? [ ] { }``, a newline, a
+      ``~`` or ``#`` starting a word, ``$`` or a backtick in double quotes), and
+      ``shlex.split`` of it is exactly ``[command, *args]``;
+
+    and ``cwd`` is the card's (both absent, or the same string), ``env`` the card's (the same
+    variables and values; both none). Anything else does not match."""
+    argv = [action.command, *action.args]
+    if action.cwd != approved.cwd or action.env != approved.env:
+        return False
+    if len(argv) == 3 and _SHELL.search(argv[0]) and argv[1] in ("-c", "-lc") and argv[2] == approved.text:
+        return True
+    return _plain(approved.text) and _words(approved.text) == argv
+
+
+_SHELL_CHARS = frozenset("|&;<>()\n$`*?[]{}")
+
+
+def _plain(text: str) -> bool:
+    """``text`` means the same run as words as in a shell: nothing it would expand or
+    treat as an operator (``runs``)."""
+    quote: str | None = None
+    escaped, word_start = False, True
+    for char in text:
+        if escaped:
+            escaped, word_start = False, False
+        elif quote == "'":
+            quote = None if char == "'" else quote
+        elif char == "\\":
+            escaped = True
+        elif quote == '"':
+            if char in "$`":
+                return False
+            quote = None if char == '"' else quote
+        elif char in "'\"":
+            quote, word_start = char, False
+        elif char in " \t":
+            word_start = True
+        elif char in _SHELL_CHARS or (word_start and char in "~#"):
+            return False
+        else:
+            word_start = False
+    return quote is None and not escaped
+
+
+def _words(text: str) -> list[str] | None:
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return None
+
+
+def permit(grants: Grants, action: ClientAction, turn_open: bool) -> tuple[Grants, Permit | Deny]:
+    """The one rule for the agent's client actions: ``(grants after, Permit | Deny)``.
+
+    Only while a prompt turn of the session is open (``turn_open``). ``RunCommand``: the first
+    approved command it ``runs`` is used up; none → ``Deny`` -32000. ``WriteFile``: one
+    approved write of ``real`` is used up; none → ``Deny`` -32602. A denial changes nothing."""
+    if isinstance(action, RunCommand):
+        if not turn_open:
+            return grants, Deny(REFUSED, "terminal/create: no prompt turn is open in this session")
+        for i, approved in enumerate(grants.commands):
+            if runs(approved, action):
+                return replace(grants, commands=grants.commands[:i] + grants.commands[i + 1 :]), Permit()
+        shown = _argv_text([action.command, *action.args])
+        return grants, Deny(
+            REFUSED,
+            f"terminal/create refused: the user has not approved running {shown[:500]!r}"
+            f"{f' in {action.cwd[:200]!r}' if action.cwd else ''}{' with that environment' if action.env else ''} in this turn "
+            "(ask first with session/request_permission, the command in rawInput.command; one approval runs it once)",
+        )
+    if not turn_open or action.real not in grants.writes:
+        return grants, Deny(
+            INVALID_PARAMS,
+            f"refused: lmbridge writes {action.path[:500]} only after the user approved an edit of it in this turn "
+            "(ask with session/request_permission, kind edit, naming the file)",
+        )
+    i = grants.writes.index(action.real)
+    return replace(grants, writes=grants.writes[:i] + grants.writes[i + 1 :]), Permit()
+
+
 # ---------------------------------------------------------------- the card
 
 
@@ -572,6 +802,8 @@ def render(p: Permission) -> Card:
         lines.append(code_block(p.command.text, "sh"))
         if p.command.cwd:
             lines.append(f"in {_inline(p.command.cwd)}")
+        if p.command.env:
+            lines.append("with the environment\n\n" + code_block("\n".join(f"{name}={value}" for name, value in p.command.env), "sh"))
         sections.append("\n\n".join(lines))
     for d in p.diffs:
         sections.append(f"**Changes to {_inline(d.path)}**\n\n{code_block(unified_diff(d), 'diff')}")

@@ -303,7 +303,9 @@ class TurnRenderer:
             if shown:
                 parts.append(text_part(shown))
             how = exit_line(block.exit_code, block.signal) if block is not None else ""
-            if how and shown:
+            # A tool call showing this terminal says how it ended on its own end line.
+            owned = any(terminal_id in s.terminals for s in self.tools.values() if s.started)
+            if how and shown and not owned:
                 parts.append(text_part(f"_{how}_\n\n"))
         return parts
 

@@ -274,11 +274,14 @@ class Fail:
 
 @dataclass(frozen=True)
 class Respond:
-    """Answer a ``session/request_permission``: ``outcome`` is a ``RequestPermissionOutcome``."""
+    """Answer a ``session/request_permission``: ``outcome`` is a ``RequestPermissionOutcome``.
+    ``approved``: the request, when the user approved it on its card (its exact token): what
+    it allows the agent's client actions (``permissions.grant``); None for any other answer."""
 
     rid: Any
     call_id: str
     outcome: Mapping[str, Any]
+    approved: permissions.Permission | None = None
 
 
 @dataclass(frozen=True)
@@ -551,6 +554,7 @@ class _Call:
     options: tuple[permissions.Option, ...] = ()
     shown_in: int | None = None  # the job whose response showed it
     tool_call_id: str | None = None  # the agent's toolCallId of a permission
+    request: permissions.Permission | None = None  # the permission its card shows
 
     @property
     def tool(self) -> bool:
@@ -933,7 +937,7 @@ class TurnMachine:
         card = decision.card
         tool_input = {"title": card.title, "message": card.message, "approvalToken": ev.token}
         part = {"type": "tool_call", "callId": ev.call_id, "name": card.tool, "input": tool_input}
-        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, request.options, tool_call_id=request.tool_call_id)
+        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, request.options, tool_call_id=request.tool_call_id, request=request)
         if self.state is State.STREAMING:
             self._show(call)
 
@@ -984,7 +988,8 @@ class TurnMachine:
             outcome = permissions.outcome(call.options, answer)
             if answer is Answer.REJECT and outcome != CANCELLED_OUTCOME:
                 self.renderer.declined(call.tool_call_id)
-            self._fx.append(Respond(call.rid, call_id, outcome))
+            approved = call.request if answer is Answer.ALLOW and outcome != CANCELLED_OUTCOME else None
+            self._fx.append(Respond(call.rid, call_id, outcome, approved))
 
     # -- actions: the prompt ends, timers --------------------------------------
 

@@ -36,7 +36,7 @@ from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, A
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
 from lmbridge.acp.terminals import TerminalError, Terminals
-from lmbridge.core import auth, paths, permissions, session_state, turn
+from lmbridge.core import auth, permissions, session_state, turn
 from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, conversation, squeezed
 from lmbridge.core.jobs import JobInfo
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
@@ -62,6 +62,9 @@ def _seconds(name: str, default: float) -> float:
 # The start's bounds are the pool's (acp.process: START_TIMEOUT for spawn + initialize,
 # SESSION_TIMEOUT for each session request); while it waits, a line every START_PROGRESS seconds.
 START_PROGRESS = _seconds("LMBRIDGE_START_PROGRESS", turn.START_PROGRESS)
+#: The error code of an agent's fs/* or terminal/* request its session ended before it was
+#: served (JSON-RPC 2.0: a server error; docs/protocol.md, "Terminals").
+SESSION_ENDED = -32000
 CLOSE_TIMEOUT = 2.0  # seconds an agent may take to answer session/close before it is stopped
 #: Seconds a closed session's cancelled prompt may take to be answered after session/close:
 #: an agent may answer the close first and end the prompt it cancels just after.
@@ -325,13 +328,14 @@ class SessionActor:
         self._written = anyio.Event()  # the writer has sent everything and ended
         cwd_only: list[str] = [cwd] if cwd else []
         self.files = hooks.files or acp_files.Files(NoClient(), lambda: cwd_only)
-        # Permissions asked and not answered yet (rid → params), and the resolved paths an
-        # answered edit permission lets fs/write_text_file write, one write each, until the
-        # next prompt (docs/agents.md, "What protects what").
-        self._asked: dict[Any, Any] = {}
-        self._may_write: list[str] = []
+        # What the cards the user approved in this prompt turn let the agent do through
+        # lmbridge (terminal/create, fs/write_text_file): decided by core/permissions.py,
+        # none at each prompt and at a Stop (docs/agents.md, "What protects what").
+        self.grants = permissions.NO_GRANTS
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
         self.terminals: Terminals | None = None  # terminal/* served to the agent (acp.terminals), from run() on
+        # The agent's fs/* and terminal/* requests being served (``_serve``): rid → (method, its task's scope).
+        self._serving: dict[int | str, tuple[str, anyio.CancelScope]] = {}
 
     def _renderer(self) -> TurnRenderer:
         return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id), self.process.caps.profile)
@@ -426,6 +430,9 @@ class SessionActor:
             if request is not None and not request.done.is_set():
                 request.error = "this chat's agent session has just ended; send a message first"
                 request.done.set()
+            answer = _unread_answer(msg)
+            if answer is not None:  # the agent's request, queued behind the close: answered, never dropped
+                self._respond(*answer)
         for job in self.jobs.values():  # a bug left it unanswered: never leave a request hanging
             if not job.done.is_set():
                 job.error = job.error or f"agent {self.spec.id!r}: its session has just ended; please retry"
@@ -524,23 +531,16 @@ class SessionActor:
             if self.bridge is not None:
                 bridge = permissions.Bridge(self.bridge.name, frozenset(self.bridge.tools), self.process.caps.profile)
             call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
-            if not msg.bad_id:
-                self._asked[rid] = msg.params
             return turn.PermissionAsked(rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id)
         if msg.bad_id:
             self._respond(None, error=BAD_ID_ERROR)
         elif rid is not None and msg.method in acp_files.METHODS:
-            assert self._tg is not None
-            self._tg.start_soon(self._serve_file, rid, msg.method, params)
+            self._serve(rid, msg.method, self._serve_file(rid, msg.method, params))
         elif rid is not None and msg.method in acp_terminals.METHODS and self.terminals is not None:
             if params.get("sessionId") != self.acp_session:
                 self._respond(rid, error={"code": -32002, "message": f"{msg.method}: not a session of this client"})
-            elif msg.method == "terminal/create" and not self.machine.prompt_open:
-                # Commands run for a prompt turn only: never for a session between turns.
-                self._respond(rid, error={"code": -32000, "message": "terminal/create: no prompt turn is open in this session"})
-            else:
-                assert self._tg is not None
-                self._tg.start_soon(self._terminal, rid, msg.method, params)
+            elif msg.method != "terminal/create" or self._may_run(rid, params):
+                self._serve(rid, msg.method, self._terminal(rid, msg.method, params))
         elif rid is not None:
             self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
         else:
@@ -564,15 +564,16 @@ class SessionActor:
                     job.done.set()
             elif isinstance(fx, turn.Respond):
                 log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
-                self._approved(self._asked.pop(fx.rid, None), fx.outcome)
+                if fx.approved is not None:
+                    self.grants = permissions.grant(self.grants, fx.approved, self._writable)
                 self._respond(fx.rid, {"outcome": dict(fx.outcome)})
             elif isinstance(fx, turn.RespondError):
-                self._asked.pop(fx.rid, None)
                 self._respond(fx.rid, error=fx.error)
             elif isinstance(fx, turn.ResolveTool):
                 self._resolve_tool(fx)
             elif isinstance(fx, turn.SendCancel):
                 self._out.send_nowait(self.acp.cancel())
+                self.grants = permissions.NO_GRANTS  # a Stop ends what the turn's approvals allowed
                 if self.terminals is not None:
                     self.terminals.kill_running()  # a Stop ends the commands it runs too
             elif isinstance(fx, turn.StartAgent):
@@ -583,7 +584,7 @@ class SessionActor:
                 assert self._tg is not None
                 self._tg.start_soon(self._close_then, fx.seq)
             elif isinstance(fx, turn.Prompt):
-                self._may_write.clear()  # an approval covers the turn it was given in
+                self.grants = permissions.NO_GRANTS  # an approval covers the turn it was given in
                 self._prompt(fx)
             elif isinstance(fx, turn.StartTimer):
                 self._start_timer(fx)
@@ -644,16 +645,27 @@ class SessionActor:
 
     # -- writes to the agent -------------------------------------------------------
 
-    # -- files (fs/*) --------------------------------------------------------------
+    # -- the agent's client actions (terminal/create, fs/*): as core/permissions.py decides --
 
-    def _approved(self, params: Any, outcome: Mapping[str, Any]) -> None:
-        """An answered permission: the files an approved edit names may be written once each."""
-        for path in paths.approved_writes(params, dict(outcome)):
-            try:
-                self._may_write.append(self.files.allowed(path))
-            except acp_files.FsError:
-                pass  # outside the workspace: a write there is refused anyway
-        del self._may_write[: -paths.MAX_PATHS]  # bounded: the latest approvals kept
+    def _writable(self, path: str) -> str | None:
+        """``path`` resolved as a write would resolve it; None outside the workspace."""
+        try:
+            return self.files.allowed(path)
+        except acp_files.FsError:
+            return None
+
+    def _may_run(self, rid: int | str, params: Mapping[str, Any]) -> bool:
+        """Whether the grants let this ``terminal/create`` run (its grant used up if so);
+        refused, the agent is answered with the reason and nothing runs."""
+        action = permissions.run_command(params)
+        decision: permissions.Permit | permissions.Deny = action if isinstance(action, permissions.Deny) else permissions.Permit()
+        if isinstance(action, permissions.RunCommand):
+            self.grants, decision = permissions.permit(self.grants, action, self.machine.prompt_open)
+        if isinstance(decision, permissions.Deny):
+            log.warning("terminal/create refused", session=self.id, reason=decision.message)
+            self._respond(rid, error=decision.error)
+            return False
+        return True
 
     async def _serve_file(self, rid: int | str, method: str, params: Mapping[str, Any]) -> None:
         """Answer one fs/* request of the agent's (a task of its own: the shim may take a while)."""
@@ -665,13 +677,9 @@ class SessionActor:
             else:
                 p = acp_files.write_params(params)
                 real = self.files.allowed(p.path)
-                if real not in self._may_write:
-                    raise acp_files.FsError(
-                        acp_files.INVALID_PARAMS,
-                        f"refused: lmbridge writes {p.path} only after the user approved an edit of it in this turn "
-                        "(ask with session/request_permission, kind edit, naming the file)",
-                    )
-                self._may_write.remove(real)  # one approved edit, one write
+                self.grants, decision = permissions.permit(self.grants, permissions.WriteFile(p.path, real), self.machine.prompt_open)
+                if isinstance(decision, permissions.Deny):
+                    raise acp_files.FsError(decision.code, decision.message)
                 result = await self.files.write(p, real)
         except acp_files.FsError as exc:
             log.info("file request refused", session=self.id, method=method, error=exc.message)
@@ -683,6 +691,34 @@ class SessionActor:
             return
         log.info("file request served", session=self.id, method=method, through="vscode" if self.files.through_vscode else "disk")
         self._respond(rid, result)
+
+    def _serve(self, rid: int | str, method: str, work: Awaitable[None]) -> None:
+        """Run ``work``, which serves the agent's request ``rid`` and answers it, in a task of
+        its own; should the session end first, ``_end_requests`` cancels it and answers."""
+        scope = anyio.CancelScope()
+        self._serving[rid] = (method, scope)
+
+        async def run() -> None:
+            try:
+                with scope:
+                    await work
+            finally:
+                if self._serving.get(rid, (None, None))[1] is scope:
+                    del self._serving[rid]
+
+        assert self._tg is not None
+        self._tg.start_soon(run)
+
+    def _end_requests(self) -> None:
+        """The session is ending: each fs/* or terminal/* request still being served is
+        cancelled (a client/* request it waits on leaves the shim channel with it) and
+        answered here, once, with ``SESSION_ENDED`` (docs/reliability.md, "Nothing left
+        unanswered"). The agent lives on (the pool's), so it is owed the answer."""
+        serving, self._serving = self._serving, {}
+        for rid, (method, scope) in serving.items():
+            scope.cancel()
+            log.info("agent request ended with its session", session=self.id, method=method)
+            self._respond(rid, error={"code": SESSION_ENDED, "message": f"{method}: the session has ended before this request was served"})
 
     def _respond(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
         """Queue the answer to one of the agent's requests; the writer task sends frames in order."""
@@ -1011,6 +1047,7 @@ class SessionActor:
         last answers."""
         if self._starting is not None:
             self._starting.cancel()
+        self._end_requests()  # answered before the session's last frames and its close
         if self.terminals is not None:
             await self.terminals.aclose()
         for scope in self._timers.values():
@@ -1029,9 +1066,39 @@ class SessionActor:
         # The agent frees what the session holds (ACP session/close, where offered);
         # bounded, as any write. The process lives on for the agent's other chats.
         await self.acp.close(CLOSE_TIMEOUT)
+        conn = self.acp.conn
         self.acp.detach()
+        # Requests of the agent's that reached the mailbox while the session closed (the
+        # writer has ended): answered here, bounded. From now on the pool answers them.
+        late = []
+        while True:
+            try:
+                answer = _unread_answer(self._mailbox.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+            if answer is not None:
+                late.append(answer)
+        if late and conn is not None and not conn.closed.is_set():
+            with anyio.move_on_after(WRITE_TIMEOUT):
+                for rid, result, error in late:
+                    await conn.respond(rid, result, error=error)
 
 
 def _object(value: Any) -> dict[str, Any]:
     """``value`` if it is a JSON object, else an empty one (agents' answers are not trusted)."""
     return value if isinstance(value, dict) else {}
+
+
+def _unread_answer(msg: Any) -> tuple[int | str | None, Any, dict[str, Any] | None] | None:
+    """``(rid, result, error)``: the answer to an agent's request its session ended before
+    reading (``msg`` from the mailbox): a permission ``cancelled`` (nothing approved), a request
+    with an unusable id ``BAD_ID_ERROR``, anything else ``SESSION_ENDED``. None: not an agent's request."""
+    if not isinstance(msg, Incoming):
+        return None
+    if msg.bad_id:
+        return None, None, dict(BAD_ID_ERROR)
+    if msg.id is None:
+        return None
+    if msg.method == "session/request_permission":
+        return msg.id, {"outcome": dict(permissions.CANCELLED)}, None
+    return msg.id, None, {"code": SESSION_ENDED, "message": f"{msg.method}: the session has ended before this request was served"}

@@ -1,20 +1,20 @@
 """``lmbridge replay FILE...``: recorded sessions re-run through the real daemon.
 
-The recording's shim frames are fed to a real ``Server`` through its stdio alone (in
-this process, on line streams); every agent it starts is a stand-in process
-(``standin.py``, started by the daemon's own ``AgentConnection.spawn``) that plays the
-recorded agent back; the VS Code tools are reached through the stdio relay the daemon
-offers agents. Walking the recording in order, each input (shim → daemon, agent →
-daemon, an agent's exit, an agent's tools request) is fed only once the daemon has
-produced every output recorded before it, on every link, each link compared in its own
-order; after each input the player waits for the daemon's answer to ``debug/idle`` (it
-handled the input as far as it can). Nothing reads the daemon's state. What is
-legitimately nondeterministic is normalised (docs/replay.md): callIds and approval
-tokens are bound on first sight (recorded ↔ actual) and the
-actual values are substituted into later inputs; temp dirs, ports, the working
-directory, the Python executable and lmbridge's version are normalised; response
-text is compared as each request's concatenated text stream (the daemon merges
-consecutive text parts when they queue up, so part boundaries may differ).
+The recording's shim frames are fed to a real daemon, ``lmbridge serve`` run as a
+subprocess, through its stdio alone; every agent it starts is a stand-in process
+(``standin.py``, which the daemon's agent launcher, ``--agent-launcher``, has it start in
+the agent's place) that plays the recorded agent back; the VS Code tools are reached
+through the stdio relay the daemon offers agents. Walking the recording in order, each
+input (shim → daemon, agent → daemon, an agent's exit, an agent's tools request) is fed
+only once the daemon has produced every output recorded before it, on every link, each
+link compared in its own order; after each input the player waits for the daemon's
+answer to ``debug/idle`` (it handled the input as far as it can). Nothing reads the
+daemon's state. What is legitimately nondeterministic is normalised (docs/replay.md):
+callIds and approval tokens are bound on first sight (recorded ↔ actual) and the actual
+values are substituted into later inputs; temp dirs, ports, the working directory, the
+Python executable and lmbridge's version are normalised; response text is compared as
+each request's concatenated text stream (the daemon merges consecutive text parts when
+they queue up, so part boundaries may differ).
 
 The first divergence raises ``Divergence`` with a readable report.
 """
@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 import tempfile
 import time
@@ -440,18 +441,19 @@ class Result:
 
 
 class Player:
-    """Replays one recording through an in-process daemon."""
+    """Replays one recording through ``lmbridge serve`` run as a subprocess (its logs at
+    ``log_level`` on this process's stderr)."""
 
-    def __init__(self, recording: Recording, realtime: bool = False, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, recording: Recording, realtime: bool = False, timeout: float = DEFAULT_TIMEOUT, log_level: str = "error") -> None:
         self.recording = recording
         self.realtime = realtime
         self.timeout = timeout
+        self.log_level = log_level
         self.matcher = Matcher(recording.header)
         self.expected: dict[str, Stream] = {}
         self.actual: dict[str, Stream] = {}
         self.verified: dict[str, int] = {}
         self.standins: dict[str, _StandIn] = {}  # by link: the agents the daemon started
-        self._hello: dict[str, anyio.Event] = {}
         self.relays: dict[str, _Relay] = {}  # by link (mcp:<session>)
         self.divergence: Divergence | None = None
         self._tg: Any = None
@@ -474,36 +476,67 @@ class Player:
 
     # -- running
 
-    async def run(self) -> Result:
-        from lmbridge.core.messages import AgentSpec
-        from lmbridge.daemon.root import Config, Server
-        from lmbridge.daemon.stdio import Stdout
+    def _command(self, config_file: str) -> list[str]:
+        """``lmbridge serve`` as the recording's daemon ran: its agents and idle timeout (the
+        header's ``config``), no state, no pre-warming or spare sessions, the default session
+        cap, ``debug/idle`` answered, and every agent started through this player's
+        stand-ins (``--agent-launcher``)."""
+        from lmbridge.core.cap import SESSION_WAIT
 
+        launcher = shlex.join([sys.executable, str(STANDIN), "--launch", self._socket])
+        return [
+            sys.executable, "-m", "lmbridge", "serve", "--config", config_file, "--no-state", "--no-prewarm", "--no-spare-session",
+            "--max-agent-processes", "4", "--session-wait", repr(SESSION_WAIT), "--debug-idle", "--log-level", self.log_level,
+            "--agent-launcher", launcher,
+        ]  # fmt: skip
+
+    async def run(self) -> Result:
         config = self.recording.header.get("config") or {}
-        agents = [AgentSpec.model_validate(a) for a in config.get("agents") or []]
-        # The daemon, on line streams as on its stdio; the agents it starts are stand-ins
-        # this player plays back (its launcher); it answers debug/idle, the step signal.
-        server = Server(
-            Config(agents=agents, idle_timeout=float(config.get("idleTimeout") or 1800.0), launcher=self.spawn, start_notice=math.inf, debug_idle=True)
-        )
         started = time.monotonic()
         served = anyio.Event()
         failure: Divergence | None = None
         with tempfile.TemporaryDirectory(prefix="lmbridge-replay-") as scratch:
             self._socket = os.path.join(scratch, "player.sock")
+            config_file = os.path.join(scratch, "config.json")
+            with open(config_file, "w", encoding="utf-8") as f:
+                json.dump({"agents": config.get("agents") or [], "idleTimeout": float(config.get("idleTimeout") or 1800.0)}, f)
             listener = await anyio.create_unix_listener(self._socket)
+            # No "Starting <agent>…" notice: a wall-clock artefact is not part of a recording.
+            env = {**os.environ, "LMBRIDGE_START_NOTICE": "inf"}
+            daemon = await anyio.open_process(self._command(config_file), env=env, stderr=None)
+            assert daemon.stdin is not None and daemon.stdout is not None
+            exit_code: int | None = None
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(listener.serve, self._accept)
 
-                async def serve() -> None:
+                async def write() -> None:
+                    stdin = daemon.stdin
+                    assert stdin is not None
                     try:
-                        await server.serve(self._lines(), Stdout(write=self._stdout))
+                        async with self._lines_receive:
+                            async for data in self._lines_receive:
+                                await stdin.send(data)
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        pass  # the daemon is gone: what it did is compared
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            await stdin.aclose()  # EOF: the daemon shuts down
+
+                async def serve() -> None:
+                    nonlocal exit_code
+                    stdout = daemon.stdout
+                    assert stdout is not None
+                    try:
+                        async for line in _read_lines(stdout):
+                            self._stdout(line)
+                        exit_code = await daemon.wait()
                     finally:
                         served.set()
                         for answered in self._idle_answers.values():
                             answered.set()
 
+                tg.start_soon(write)
                 tg.start_soon(serve)
                 try:
                     for index, (entry, marks, gap) in enumerate(self.steps):
@@ -526,6 +559,8 @@ class Player:
                     self._check(final=True)
                     if not served.is_set():
                         raise Divergence(f"DIVERGENCE in {self.recording.path}: the daemon did not exit within {SHUTDOWN_TIMEOUT:.0f} s of the recording's end")
+                    if exit_code != 0:
+                        raise Divergence(f"DIVERGENCE in {self.recording.path}: the daemon exited with code {exit_code} (its log is above)")
                 except Divergence as exc:
                     failure = exc
                 finally:
@@ -533,15 +568,12 @@ class Player:
                     with anyio.CancelScope(shield=True):
                         for relay in self.relays.values():
                             await relay.close()
+                        await _stop(daemon)
                     tg.cancel_scope.cancel()
         if failure is not None:
             raise failure
         entries = self.recording.entries
         return Result(self.recording.path, len(entries), time.monotonic() - started, entries[-1].t if entries else 0.0)
-
-    async def _lines(self) -> Any:
-        async for line in self._lines_receive:
-            yield line
 
     async def _idle(self) -> None:
         """Wait (bounded) until the daemon answers ``debug/idle``: it handled the input
@@ -608,14 +640,22 @@ class Player:
         return None
 
     async def _accept(self, stream: anyio.abc.SocketStream) -> None:
-        """A stand-in agent connected: its first line names its link."""
+        """The daemon's agent launcher asking how to start an agent (``{"spawn": ...}``), or
+        a stand-in agent connecting (its first line names its link)."""
         lines = _read_lines(stream)
         try:
-            hello = json.loads(await lines.__anext__())["hello"]
-        except (StopAsyncIteration, ValueError, KeyError):
+            first = json.loads(await lines.__anext__())
+        except (StopAsyncIteration, ValueError):
+            return
+        if isinstance(first, dict) and isinstance(first.get("spawn"), dict):
+            error = self._spawn(first["spawn"])
+            with anyio.move_on_after(self.timeout):
+                await stream.send((json.dumps({"error": error} if error is not None else {"start": True}) + "\n").encode())
+            return
+        hello = first.get("hello") if isinstance(first, dict) else None
+        if not isinstance(hello, str):
             return
         standin = self.standins[hello] = _StandIn(self, hello, stream)
-        self._hello.setdefault(hello, anyio.Event()).set()
         await standin.read(lines)
 
     # -- what the daemon does
@@ -634,29 +674,20 @@ class Player:
                     continue
                 self.output("shim", frame)
 
-    async def spawn(
-        self, name: str, command: str, args: Sequence[str], env: Any, cwd: str | None, events: Any, session: str | None = None, recorder: Any = None
-    ) -> Any:
-        """The daemon's launcher (``root.Config.launcher``): the recorded spawn, then a
-        stand-in process (``standin.py``) in the agent's place, started as any agent is."""
-        from lmbridge.acp.connection import AgentConnection, AgentUnavailable
-
-        link = f"agent:{session or name}"
+    def _spawn(self, spawn: dict[str, Any]) -> str | None:
+        """The daemon starts an agent (``spawn``: the process it would start, as its launcher
+        is told it, ``acp.launcher.spawn_description``): that is an output of the agent's
+        link; it fails with the recorded error when the recorded start failed (returned),
+        else a stand-in is started in the agent's place (None)."""
+        link = str(spawn.get("link"))
         expected = self.expected.get(link)
         done = len(self.actual[link].items) if link in self.actual else 0
         recorded = expected.items[done].value if expected is not None and done < len(expected.items) else {}
-        event: dict[str, Any] = {"event": "spawn", "agent": name, "command": [command, *args], "env": dict(env), "cwd": cwd}
+        event: dict[str, Any] = {"event": "spawn", **{key: spawn.get(key) for key in ("agent", "command", "env", "cwd")}}
         if isinstance(recorded, dict) and recorded.get("event") == "spawn" and "error" in recorded:
             event["error"] = recorded["error"]
         self.output(link, event)
-        if "error" in event:
-            raise AgentUnavailable(str(event["error"]))
-        hello = self._hello.setdefault(link, anyio.Event())
-        conn = await AgentConnection.spawn(name, sys.executable, [str(STANDIN), self._socket, link], {}, None, events, session)
-        with anyio.move_on_after(self.timeout):
-            await hello.wait()
-        del self._hello[link]
-        return conn
+        return str(event["error"]) if "error" in event else None
 
     def output(self, link: str, value: Any) -> None:
         """Something the daemon sent (or did) on a link."""
@@ -824,6 +855,21 @@ def _excerpt(text: str, start: int, at: int) -> str:
     return ("…" if start else "") + shown + ("…" if len(text) > at + 40 else "")
 
 
+async def _stop(process: Any) -> None:
+    """End ``process`` if it still runs (the daemon after a divergence): SIGTERM (it shuts
+    down as at EOF, stopping its agents), then SIGKILL after ``TERM_GRACE`` seconds."""
+    if process.returncode is None:
+        with anyio.move_on_after(TERM_GRACE):
+            await process.wait()
+    if process.returncode is None:
+        process.terminate()
+        with anyio.move_on_after(SHUTDOWN_TIMEOUT):
+            await process.wait()
+    if process.returncode is None:
+        process.kill()
+    await process.aclose()
+
+
 async def _read_lines(stream: ByteReceiveStream) -> AsyncIterator[bytes]:
     """The lines of ``stream`` (without their newline) until it ends."""
     buffered = BufferedByteReceiveStream(stream)
@@ -837,18 +883,19 @@ async def _read_lines(stream: ByteReceiveStream) -> AsyncIterator[bytes]:
 # ---------------------------------------------------------------- entry points
 
 
-async def replay(path: str | Path, realtime: bool = False, timeout: float = DEFAULT_TIMEOUT) -> Result:
-    """Replay one recording; raises ``Divergence`` or ``RecordingError``."""
-    return await Player(load(path), realtime, timeout).run()
+async def replay(path: str | Path, realtime: bool = False, timeout: float = DEFAULT_TIMEOUT, log_level: str = "error") -> Result:
+    """Replay one recording (the daemon's logs at ``log_level`` on stderr); raises
+    ``Divergence`` or ``RecordingError``."""
+    return await Player(load(path), realtime, timeout, log_level).run()
 
 
-def main(files: Sequence[str | Path], realtime: bool = False, timeout: float = DEFAULT_TIMEOUT, out: Any = None) -> int:
+def main(files: Sequence[str | Path], realtime: bool = False, timeout: float = DEFAULT_TIMEOUT, out: Any = None, log_level: str = "error") -> int:
     """``lmbridge replay``: 0 when every recording replays, 1 on a divergence, 2 on a bad file."""
     out = out or sys.stdout
     status = 0
     for path in files:
         try:
-            result = anyio.run(replay, path, realtime, timeout, backend="asyncio")
+            result = anyio.run(replay, path, realtime, timeout, log_level, backend="asyncio")
         except RecordingError as exc:
             print(f"error: {exc}", file=out)
             status = max(status, 2)

@@ -1,8 +1,16 @@
 """A recorded agent's stand-in: the process ``lmbridge replay`` has the daemon start in
 place of an agent (docs/replay.md, "How it works").
 
-Run as ``python standin.py SOCKET LINK`` (standard library only, so it starts fast). It
-connects to the player's Unix socket ``SOCKET`` and speaks one JSON object a line:
+Standard library only, so it starts fast. Run as the daemon's agent launcher
+(``lmbridge serve --agent-launcher "python standin.py --launch SOCKET"``), it is asked how
+to start one agent (``acp.launcher``: the agent process as its last argument, JSON): it
+tells the player's Unix socket ``SOCKET`` ``{"spawn": DESCRIPTION}``, and the player
+answers ``{"error": TEXT}`` (the recorded start failed so) or ``{"start": true}``; it
+prints that error, or the command of a stand-in for the agent, ``python standin.py SOCKET
+LINK``, as the launcher's answer.
+
+Run as ``python standin.py SOCKET LINK``, it stands in for the agent on link ``LINK``. It
+connects to the player's socket and speaks one JSON object a line:
 
 - to the player: ``{"hello": LINK}`` first; ``{"in": LINE}`` for each line the daemon
   wrote to its stdin; ``{"eof": true}`` when the daemon closed its stdin; ``{"ack": N}``
@@ -24,7 +32,23 @@ import sys
 import threading
 
 
+def launch(path: str, description: str) -> int:
+    """The launcher's answer for the agent ``description`` (JSON), as the player decides it."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    spawn = json.loads(description)
+    sock.sendall((json.dumps({"spawn": spawn}) + "\n").encode())
+    answer = json.loads(sock.makefile("rb").readline() or b"{}")
+    if "error" in answer:
+        print(json.dumps({"error": str(answer["error"])}))
+    else:
+        print(json.dumps({"command": [sys.executable, os.path.abspath(__file__), path, str(spawn["link"])]}))
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[1] == "--launch":
+        return launch(argv[2], argv[3])
     path, link = argv[1], argv[2]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
