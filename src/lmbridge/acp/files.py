@@ -9,8 +9,9 @@ docs/protocol.md, "Daemon → shim").
   (undoable in the editor). The shim checks the workspace rule again.
 - Without it (the console, replay, an older shim): the file on disk, cut by ``line``/``limit``
   the same way; a write replaces the file's content in place.
-- Whether a write may happen at all (an edit the user approved) is the session actor's to
-  decide before it calls ``write`` (docs/agents.md, "What protects what").
+- Whether a write may happen at all (an edit the user approved) is decided by the permission
+  rule (``core.permissions.permit``), which the session actor asks before it calls ``write``
+  (docs/agents.md, "What protects what").
 
 Errors are ``FsError`` (a JSON-RPC error object for the agent): -32602 for bad params and
 refused paths, -32002 "Resource not found" for a missing file (ACP's code; gemini-cli reads

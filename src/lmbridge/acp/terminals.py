@@ -8,6 +8,10 @@ ends it and keeps its output; ``terminal/release`` ends it and forgets it.
 
 Here (docs/agents.md, docs/protocol.md "Terminals"):
 
+* Whether a command may run at all (one a card the user approved showed) is decided by the
+  permission rule (``core.permissions.permit``), which the session actor asks before it calls
+  ``Terminals.handle`` for a ``terminal/create`` (docs/agents.md, "What protects what").
+
 * The command runs in the workspace (the session's cwd; a relative ``cwd`` is taken from
   there), ``command`` with ``args`` as given (no shell), ``env`` added to the daemon's, stdout
   and stderr as one stream, in its own process group (a kill ends what it started too).
