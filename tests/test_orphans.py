@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 import pytest
 
-from lmbridge.daemon.session_actor import SESSION_ENDED
+from lmbridge.acp.client_requests import SESSION_ENDED
 from lmbridge.devtools.client import text_of, user
 from lmbridge.rpc.channel import CLIENT_GONE
 from tests.conftest import alive

@@ -31,11 +31,10 @@ import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge.acp import files as acp_files
-from lmbridge.acp import terminals as acp_terminals
+from lmbridge.acp.client_requests import SESSION_ENDED, ClientRequests
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentUnavailable, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
-from lmbridge.acp.terminals import TerminalError, Terminals
 from lmbridge.core import auth, permissions, session_state, turn
 from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, conversation, squeezed
 from lmbridge.core.jobs import JobInfo
@@ -62,9 +61,6 @@ def _seconds(name: str, default: float) -> float:
 # The start's bounds are the pool's (acp.process: START_TIMEOUT for spawn + initialize,
 # SESSION_TIMEOUT for each session request); while it waits, a line every START_PROGRESS seconds.
 START_PROGRESS = _seconds("LMBRIDGE_START_PROGRESS", turn.START_PROGRESS)
-#: The error code of an agent's fs/* or terminal/* request its session ended before it was
-#: served (JSON-RPC 2.0: a server error; docs/protocol.md, "Terminals").
-SESSION_ENDED = -32000
 CLOSE_TIMEOUT = 2.0  # seconds an agent may take to answer session/close before it is stopped
 #: Seconds a closed session's cancelled prompt may take to be answered after session/close:
 #: an agent may answer the close first and end the prompt it cancels just after.
@@ -327,15 +323,10 @@ class SessionActor:
         self._stop = False
         self._written = anyio.Event()  # the writer has sent everything and ended
         cwd_only: list[str] = [cwd] if cwd else []
-        self.files = hooks.files or acp_files.Files(NoClient(), lambda: cwd_only)
-        # What the cards the user approved in this prompt turn let the agent do through
-        # lmbridge (terminal/create, fs/write_text_file): decided by core/permissions.py,
-        # none at each prompt and at a Stop (docs/agents.md, "What protects what").
-        self.grants = permissions.NO_GRANTS
+        # The agent's fs/* and terminal/* requests, served as core/permissions.py decides:
+        # what the cards the user approved in this prompt turn allow.
+        self.client = ClientRequests(session_id, hooks.files or acp_files.Files(NoClient(), lambda: cwd_only), self._respond, lambda: self.machine.prompt_open)
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
-        self.terminals: Terminals | None = None  # terminal/* served to the agent (acp.terminals), from run() on
-        # The agent's fs/* and terminal/* requests being served (``_serve``): rid → (method, its task's scope).
-        self._serving: dict[int | str, tuple[str, anyio.CancelScope]] = {}
 
     def _renderer(self) -> TurnRenderer:
         return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id), self.process.caps.profile)
@@ -387,10 +378,10 @@ class SessionActor:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._writer)
-            if self.pool.terminals is not None:
-                # Each command's output and exit come back on the mailbox as updates (in order
-                # with the agent's), rendered live under its tool call (core.present).
-                self.terminals = self.pool.terminals.session(self.cwd, self._terminal_update, tg)
+            # Each command's output and exit come back on the mailbox as updates (in order
+            # with the agent's), rendered live under its tool call (core.present).
+            hosted = self.pool.terminals
+            self.client.start(tg, None if hosted is None else hosted.session(self.cwd, self._terminal_update, tg))
             try:
                 async for msg in self._mailbox:
                     # Everything already queued is handled before the next await on
@@ -534,13 +525,8 @@ class SessionActor:
             return turn.PermissionAsked(rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id)
         if msg.bad_id:
             self._respond(None, error=BAD_ID_ERROR)
-        elif rid is not None and msg.method in acp_files.METHODS:
-            self._serve(rid, msg.method, self._serve_file(rid, msg.method, params))
-        elif rid is not None and msg.method in acp_terminals.METHODS and self.terminals is not None:
-            if params.get("sessionId") != self.acp_session:
-                self._respond(rid, error={"code": -32002, "message": f"{msg.method}: not a session of this client"})
-            elif msg.method != "terminal/create" or self._may_run(rid, params):
-                self._serve(rid, msg.method, self._terminal(rid, msg.method, params))
+        elif rid is not None and self.client.serves(msg.method):
+            self.client.handle(rid, msg.method, params, self.acp_session)
         elif rid is not None:
             self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
         else:
@@ -565,7 +551,7 @@ class SessionActor:
             elif isinstance(fx, turn.Respond):
                 log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
                 if fx.approved is not None:
-                    self.grants = permissions.grant(self.grants, fx.approved, self._writable)
+                    self.client.granted(fx.approved)
                 self._respond(fx.rid, {"outcome": dict(fx.outcome)})
             elif isinstance(fx, turn.RespondError):
                 self._respond(fx.rid, error=fx.error)
@@ -573,9 +559,7 @@ class SessionActor:
                 self._resolve_tool(fx)
             elif isinstance(fx, turn.SendCancel):
                 self._out.send_nowait(self.acp.cancel())
-                self.grants = permissions.NO_GRANTS  # a Stop ends what the turn's approvals allowed
-                if self.terminals is not None:
-                    self.terminals.kill_running()  # a Stop ends the commands it runs too
+                self.client.stop()  # what the turn's approvals allowed, and the commands it runs
             elif isinstance(fx, turn.StartAgent):
                 self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
             elif isinstance(fx, turn.NewSession):
@@ -584,7 +568,7 @@ class SessionActor:
                 assert self._tg is not None
                 self._tg.start_soon(self._close_then, fx.seq)
             elif isinstance(fx, turn.Prompt):
-                self.grants = permissions.NO_GRANTS  # an approval covers the turn it was given in
+                self.client.revoke()  # an approval covers the turn it was given in
                 self._prompt(fx)
             elif isinstance(fx, turn.StartTimer):
                 self._start_timer(fx)
@@ -644,81 +628,6 @@ class SessionActor:
         self._tg.start_soon(fire)
 
     # -- writes to the agent -------------------------------------------------------
-
-    # -- the agent's client actions (terminal/create, fs/*): as core/permissions.py decides --
-
-    def _writable(self, path: str) -> str | None:
-        """``path`` resolved as a write would resolve it; None outside the workspace."""
-        try:
-            return self.files.allowed(path)
-        except acp_files.FsError:
-            return None
-
-    def _may_run(self, rid: int | str, params: Mapping[str, Any]) -> bool:
-        """Whether the grants let this ``terminal/create`` run (its grant used up if so);
-        refused, the agent is answered with the reason and nothing runs."""
-        action = permissions.run_command(params)
-        decision: permissions.Permit | permissions.Deny = action if isinstance(action, permissions.Deny) else permissions.Permit()
-        if isinstance(action, permissions.RunCommand):
-            self.grants, decision = permissions.permit(self.grants, action, self.machine.prompt_open)
-        if isinstance(decision, permissions.Deny):
-            log.warning("terminal/create refused", session=self.id, reason=decision.message)
-            self._respond(rid, error=decision.error)
-            return False
-        return True
-
-    async def _serve_file(self, rid: int | str, method: str, params: Mapping[str, Any]) -> None:
-        """Answer one fs/* request of the agent's (a task of its own: the shim may take a while)."""
-        try:
-            if params.get("sessionId") != self.acp_session:
-                raise acp_files.FsError(acp_files.INVALID_PARAMS, "invalid params: sessionId is not this session's")
-            if method == acp_files.READ:
-                result = await self.files.read(params)
-            else:
-                p = acp_files.write_params(params)
-                real = self.files.allowed(p.path)
-                self.grants, decision = permissions.permit(self.grants, permissions.WriteFile(p.path, real), self.machine.prompt_open)
-                if isinstance(decision, permissions.Deny):
-                    raise acp_files.FsError(decision.code, decision.message)
-                result = await self.files.write(p, real)
-        except acp_files.FsError as exc:
-            log.info("file request refused", session=self.id, method=method, error=exc.message)
-            self._respond(rid, error=exc.error())
-            return
-        except Exception as exc:  # a bug here answers this request, and ends nothing else
-            log.exception("file request failed", session=self.id, method=method)
-            self._respond(rid, error={"code": acp_files.INTERNAL_ERROR, "message": f"internal error: {exc!r}"[:500]})
-            return
-        log.info("file request served", session=self.id, method=method, through="vscode" if self.files.through_vscode else "disk")
-        self._respond(rid, result)
-
-    def _serve(self, rid: int | str, method: str, work: Awaitable[None]) -> None:
-        """Run ``work``, which serves the agent's request ``rid`` and answers it, in a task of
-        its own; should the session end first, ``_end_requests`` cancels it and answers."""
-        scope = anyio.CancelScope()
-        self._serving[rid] = (method, scope)
-
-        async def run() -> None:
-            try:
-                with scope:
-                    await work
-            finally:
-                if self._serving.get(rid, (None, None))[1] is scope:
-                    del self._serving[rid]
-
-        assert self._tg is not None
-        self._tg.start_soon(run)
-
-    def _end_requests(self) -> None:
-        """The session is ending: each fs/* or terminal/* request still being served is
-        cancelled (a client/* request it waits on leaves the shim channel with it) and
-        answered here, once, with ``SESSION_ENDED`` (docs/reliability.md, "Nothing left
-        unanswered"). The agent lives on (the pool's), so it is owed the answer."""
-        serving, self._serving = self._serving, {}
-        for rid, (method, scope) in serving.items():
-            scope.cancel()
-            log.info("agent request ended with its session", session=self.id, method=method)
-            self._respond(rid, error={"code": SESSION_ENDED, "message": f"{method}: the session has ended before this request was served"})
 
     def _respond(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
         """Queue the answer to one of the agent's requests; the writer task sends frames in order."""
@@ -1019,20 +928,6 @@ class SessionActor:
 
     # -- stopping --------------------------------------------------------------------
 
-    async def _terminal(self, rid: int | str, method: str, params: dict[str, Any]) -> None:
-        """Serve one ``terminal/*`` request (``acp.terminals``) and queue its answer."""
-        assert self.terminals is not None
-        result: Any = None
-        error: dict[str, Any] | None = None
-        try:
-            result = await self.terminals.handle(method, params)
-        except TerminalError as exc:
-            error = exc.error()
-        try:
-            self._respond(rid, result, error=error)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # the session has ended: the agent is being left
-
     def _terminal_update(self, raw: dict[str, Any]) -> None:
         """A terminal's output or exit (``core.present.TERMINAL_UPDATE``) to the mailbox."""
         try:
@@ -1047,9 +942,8 @@ class SessionActor:
         last answers."""
         if self._starting is not None:
             self._starting.cancel()
-        self._end_requests()  # answered before the session's last frames and its close
-        if self.terminals is not None:
-            await self.terminals.aclose()
+        self.client.end()  # requests being served answered before the session's last frames and its close
+        await self.client.aclose()
         for scope in self._timers.values():
             scope.cancel()
         for call_id in list(self.tool_calls):
