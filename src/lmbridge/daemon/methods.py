@@ -343,7 +343,7 @@ class Methods:
             p = validated(SetControlParams, params)
         except InvalidParams as exc:
             return invalid_params(exc)
-        from lmbridge.daemon.session_actor import SetControl
+        from lmbridge.daemon.chat_controls import SetControl
 
         actor = self.router.actor(p.chatId)
         if actor is None:

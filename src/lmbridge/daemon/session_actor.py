@@ -24,7 +24,7 @@ import os
 import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -42,7 +42,9 @@ from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
 from lmbridge.core.permissions import Answer
 from lmbridge.core.present import Part, TurnRenderer
 from lmbridge.core.transcript import prompt_blocks
+from lmbridge.daemon import chat_controls
 from lmbridge.daemon.catalog import auth_hint
+from lmbridge.daemon.chat_controls import ChatControls, ControlSet, SetControl
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import NoClient
 
@@ -217,28 +219,6 @@ class _Close:
     reason: str
 
 
-@dataclass(eq=False)
-class SetControl:
-    """Set one of the chat's controls (``session_state``) on its live session, now.
-    ``done`` is set once, with ``error`` (a sentence for the user) or ``state`` (the
-    chat's state after it, as ``session_state.to_wire`` gives it)."""
-
-    control_id: str
-    value: str
-    done: anyio.Event = field(default_factory=anyio.Event)
-    error: str | None = None
-    state: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class _ControlSet:
-    """A ``SetControl``'s request came back (``answer``, or ``error``)."""
-
-    request: SetControl
-    answer: Any = None
-    error: str | None = None
-
-
 @dataclass
 class SessionHooks:
     """How a session actor reports to the history actor."""
@@ -297,11 +277,7 @@ class SessionActor:
         self.acp_session: str | None = None  # the session whose updates are shown (from Ready on)
         self._opened: Opened | None = None  # what a start opened, taken at Ready
         # The session's modes, options, commands and usage (session_state), told to the shim.
-        self.state = session_state.SessionState()
-        self._fresh = False  # the session was opened new: the chat's choices are all set before its first prompt
-        self._report: Callable[[str, Any, dict[str, Any]], None] | None = None
-        self._request_id: Any = None  # the shim's id of the latest request this chat got
-        self._early: list[Any] = []  # state updates of the session being opened, before its Ready
+        self.controls = ChatControls(session_id, self.acp, self._send, lambda: self.acp_session is not None, spec.mode, self._options_changed)
         self.machine = turn.TurnMachine(
             spec.name or spec.id,
             self._renderer(),
@@ -356,8 +332,7 @@ class SessionActor:
     async def set_control(self, request: SetControl) -> None:
         """Set a control on the live session (``SetControl``); returns once it is answered."""
         if self._closed:
-            request.error = "this chat's agent session has ended; send a message first"
-            request.done.set()
+            request.fail("this chat's agent session has ended; send a message first")
         else:
             self._send.send_nowait(request)
         await request.done.wait()
@@ -377,6 +352,7 @@ class SessionActor:
     async def _run(self) -> None:
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            self.controls.start(tg)
             tg.start_soon(self._writer)
             # Each command's output and exit come back on the mailbox as updates (in order
             # with the agent's), rendered live under its tool call (core.present).
@@ -417,10 +393,9 @@ class SessionActor:
             if isinstance(msg, Job) and not msg.done.is_set():
                 msg.error = f"agent {self.spec.id!r}: its session has just ended; please retry"
                 msg.done.set()
-            request = msg if isinstance(msg, SetControl) else msg.request if isinstance(msg, _ControlSet) else None
-            if request is not None and not request.done.is_set():
-                request.error = "this chat's agent session has just ended; send a message first"
-                request.done.set()
+            request = msg if isinstance(msg, SetControl) else msg.request if isinstance(msg, ControlSet) else None
+            if request is not None:
+                request.fail(chat_controls.ENDED)
             answer = _unread_answer(msg)
             if answer is not None:  # the agent's request, queued behind the close: answered, never dropped
                 self._respond(*answer)
@@ -454,8 +429,7 @@ class SessionActor:
             msg.id = self._job_ids
             self.jobs[msg.id] = msg
             if msg.request.report is not None:
-                self._report, self._request_id = msg.request.report, msg.request.request_id
-                self._tell(msg.request.request_id)  # the shim learns which chat this request is (once a session is open)
+                self.controls.requested(msg.request.report, msg.request.request_id)
             if self.bridge is not None:
                 await self.bridge.set_tools(self._offered(msg))
             event = turn.NewJob(msg.info())
@@ -470,27 +444,20 @@ class SessionActor:
             # The session a start opened is this actor's from here on: updates queued
             # before (session/load's replay of the history) were not for the user.
             event = msg
-            early, self._early = self._early, []
-            if self._opened is not None:
-                opened, self._opened = self._opened, None
+            opened, self._opened = self._opened, None
+            if opened is not None:
                 self.acp_session = opened.session_id
                 self.machine.reset_renderer(self._renderer())
-                fresh = session_state.opened({"configOptions": opened.config_options, "modes": opened.modes})
-                # A session taken up again (or replaced) keeps the chat's commands and usage until the agent tells new ones.
-                self.state = replace(fresh, commands=fresh.commands or self.state.commands, usage=self.state.usage)
-                for change in early:
-                    self.state = session_state.update(self.state, change) or self.state
-                self._fresh = opened.how in ("new", "spare")
-                self._tell(self._request_id)
                 event = turn.Ready(msg.error, msg.named, opened.lost)
+            self.controls.ready(opened)
         elif isinstance(msg, _Close):
             event = turn.Close(msg.reason)
         elif isinstance(msg, SetControl):
             event = None
-            self._set_control(msg)
-        elif isinstance(msg, _ControlSet):
+            self.controls.set(msg)
+        elif isinstance(msg, ControlSet):
             event = None
-            self._control_set(msg)
+            self.controls.answered(msg)
         else:  # turn.Ready, turn.PromptEnded, turn.TimerFired: from this actor's own tasks
             event = msg
         if event is not None:
@@ -503,14 +470,10 @@ class SessionActor:
             if params.get("sessionId") != self.acp_session:
                 # The session being opened may tell its state before it is the chat's (claude's
                 # commands, just after session/new): kept for its Ready. Else a superseded session.
-                if session_state.state_kind(change) is not None and params.get("sessionId") == self.acp.id and len(self._early) < 16:
-                    self._early.append(change)
+                if params.get("sessionId") == self.acp.id:
+                    self.controls.early(change)
                 return None
-            if session_state.state_kind(change) is not None:
-                new = session_state.update(self.state, change)
-                if new is not None:
-                    self.state = new
-                    self._tell(None)
+            self.controls.update(change)
             return turn.Update(change)
         rid = msg.id
         if msg.method == "session/request_permission" and (rid is not None or msg.bad_id):
@@ -736,98 +699,11 @@ class SessionActor:
         log.warning("agent needs a login", session=self.id, agent=self.spec.id, reason=reason)
         return message
 
-    async def _configure_then(self, changes: dict[str, str], write: Write) -> None:
-        """Each change set (bounded: ``session/set_config_option``, or ``session/set_mode``
-        for the older modes), then the prompt is queued."""
-        try:
-            for config_id, value in changes.items():
-                control = self.state.control(config_id)
-                try:
-                    if control is not None and control.legacy:
-                        answer = await self.acp.set_mode(value)  # bounded: acp.session
-                    else:
-                        answer = {"configOptions": await self.acp.set_config_option(config_id, value)}
-                        if answer["configOptions"] is not None and self.acp.id is not None:
-                            caps = self.process.caps
-                            self.hooks.opened(self.id, self.acp.id, caps.resume or caps.load, answer["configOptions"])
-                    log.info("config option set", session=self.id, configId=config_id, value=value)
-                    self._send.send_nowait(_ControlSet(SetControl(config_id, value), answer))
-                except (AgentError, AgentUnavailable) as exc:  # AgentStuck: the process is stopped, the turn told
-                    log.warning("config option not set", session=self.id, configId=config_id, value=value, error=str(exc) or type(exc).__name__)
-        finally:
-            try:
-                self._out.send_nowait(write)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass
-
-    # -- the chat's controls, commands and usage (session_state) -------------------------
-
-    def _tell(self, request_id: Any) -> None:
-        """Tell the shim the chat's state (``client/sessionState``), naming ``request_id``
-        when it answers the request the shim is serving now."""
-        if self._report is not None and self.acp_session is not None:
-            self._report(self.id, request_id, session_state.to_wire(self.state))
-
-    def _chosen(self, job: Job) -> dict[str, str]:
-        """The controls to set before ``job``'s prompt: on a session opened new, the agent's
-        ``mode`` setting and everything VS Code's model configuration says; on one that ran
-        before, only what the user changed since the previous request (``Job.picked``)."""
-        if self._fresh:
-            self._fresh = False
-            values: dict[str, Any] = {}
-            if self.spec.mode:
-                mode = next((c for c in self.state.controls if c.category == "mode"), None)
-                if mode is not None:
-                    values[mode.id] = self.spec.mode
-            values.update(job.request.configuration or {})
-        else:
-            values = dict(job.request.picked)
-        return session_state.wanted(self.state, values)
-
-    def _set_control(self, request: SetControl) -> None:
-        """``SetControl``: the request goes out in a child task; its answer comes back as ``_ControlSet``."""
-        session = self.acp.id
-        if session is None or self.acp_session is None:
-            request.error = "this chat's agent session is not open; send a message first"
-            request.done.set()
-            return
-        try:
-            method, _ = session_state.set_request(self.state, session, request.control_id, request.value)
-        except session_state.UnknownControl as exc:
-            request.error = str(exc)
-            request.done.set()
-            return
-
-        async def run() -> None:
-            try:
-                if method == "session/set_mode":
-                    answer = await self.acp.set_mode(request.value)
-                else:
-                    answer = {"configOptions": await self.acp.set_config_option(request.control_id, request.value)}
-            except (AgentError, AgentUnavailable) as exc:
-                self._send.send_nowait(_ControlSet(request, error=f"the agent refused: {exc}" if str(exc) else "the agent refused"))
-            except BaseException:  # the actor stops (its task group cancelled): never leave the caller waiting
-                if not request.done.is_set():
-                    request.error = "this chat's agent session has just ended; send a message first"
-                    request.done.set()
-                raise
-            else:
-                self._send.send_nowait(_ControlSet(request, answer))
-
-        assert self._tg is not None
-        self._tg.start_soon(run)
-
-    def _control_set(self, msg: _ControlSet) -> None:
-        """A control's request came back: the state follows the agent's answer."""
-        request = msg.request
-        if msg.error is None:
-            self.state = session_state.after_set(self.state, request.control_id, request.value, msg.answer)
-            log.info("control set", session=self.id, control=request.control_id, value=request.value)
-            self._tell(None)
-            request.state = session_state.to_wire(self.state)
-        else:
-            request.error = msg.error
-        request.done.set()
+    def _options_changed(self, config_options: Any) -> None:
+        """The agent answered new ``configOptions`` for the chat's session: the history actor keeps them."""
+        if self.acp.id is not None:
+            caps = self.process.caps
+            self.hooks.opened(self.id, self.acp.id, caps.resume or caps.load, config_options)
 
     async def _recover_session(self, close: bool = True, take_up: bool = True) -> None:
         """The session cannot simply continue (``turn.NewSession``: the stale turn after a
@@ -896,15 +772,15 @@ class SessionActor:
         blocks = prompt_blocks(
             tuple(fx.unsent) + context, prompt, images=self.process.caps.images, embedded_context=self.process.caps.embedded_context, verbatim=job.verbatim
         )
-        blocks = session_state.agent_command(blocks, self.state.commands)  # "//compact": the agent's own command
+        blocks = session_state.agent_command(blocks, self.controls.state.commands)  # "//compact": the agent's own command
         # The answer comes on the mailbox in order with the agent's updates (acp.connection.Response).
         rid, write = self.acp.prompt(blocks)
         self._prompts[rid] = fx.seq
         changes: dict[str, str] = self.acp.wanted(job.model, None)
-        changes.update(self._chosen(job))
+        changes.update(self.controls.chosen(job.request.configuration, job.request.picked))
         if changes:  # the model VS Code chose, the chat's mode and options: set before the prompt
             assert self._tg is not None
-            self._tg.start_soon(self._configure_then, changes, write)
+            self._tg.start_soon(self.controls.configure_then, changes, write, self._out)
         else:
             self._out.send_nowait(write)
 

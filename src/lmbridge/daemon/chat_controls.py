@@ -1,0 +1,226 @@
+"""One chat's controls, commands and usage: kept from its agent, told to the shim, set on its session.
+
+The state itself and every rule about it are pure (``core.session_state``: modes and config
+options, the agent's slash commands, context used and cost). This is the part of a session
+actor that carries them out: the agent's updates folded in, the shim told
+(``client/sessionState``, docs/protocol.md) whenever the state changes, a control the user
+sets (``SetControl``, from ``chat/setControl``) and the chat's choices before a prompt sent as
+``session/set_mode`` or ``session/set_config_option`` (bounded by ``acp.session``).
+
+Owned by one session actor and used from its tasks only; a request to the agent runs in a
+child task and comes back through the actor's mailbox (``ControlSet``), so the state has one
+writer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectSendStream
+
+from lmbridge.acp.connection import AgentError, AgentUnavailable
+from lmbridge.core import session_state
+from lmbridge.log import get_logger
+
+if TYPE_CHECKING:
+    from lmbridge.acp.session import AcpSession, Opened, Write
+
+log = get_logger("session")
+
+#: Updates of a session being opened kept for its Ready (claude tells its commands just after session/new).
+EARLY_UPDATES = 16
+ENDED = "this chat's agent session has just ended; send a message first"
+
+Report = Callable[[str, Any, dict[str, Any]], None]  # (session id, the shim's request id or None, the state on the wire)
+
+
+@dataclass(eq=False)
+class SetControl:
+    """Set one of the chat's controls (``session_state``) on its live session, now.
+    ``done`` is set once, with ``error`` (a sentence for the user) or ``state`` (the
+    chat's state after it, as ``session_state.to_wire`` gives it)."""
+
+    control_id: str
+    value: str
+    done: anyio.Event = field(default_factory=anyio.Event)
+    error: str | None = None
+    state: dict[str, Any] | None = None
+
+    def fail(self, error: str) -> None:
+        """Answered with ``error``, unless it was answered already."""
+        if not self.done.is_set():
+            self.error = error
+            self.done.set()
+
+
+@dataclass(frozen=True)
+class ControlSet:
+    """A ``SetControl``'s request came back (``answer``, or ``error``): to the actor's mailbox."""
+
+    request: SetControl
+    answer: Any = None
+    error: str | None = None
+
+
+class ChatControls:
+    """The controls of the chat of session ``session_id`` on ``acp``, its ACP session.
+
+    ``send``: the actor's mailbox (answers of the agent come back on it as ``ControlSet``);
+    ``is_open``: whether the chat's session is open (its state is told only then); ``mode``:
+    the agent's ``mode`` setting, set on a session opened new; ``options_changed``: the
+    agent answered new ``configOptions`` (the history actor keeps them: ``agent_models``)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        acp: AcpSession,
+        send: MemoryObjectSendStream[Any],
+        is_open: Callable[[], bool],
+        mode: str | None,
+        options_changed: Callable[[Any], None],
+    ) -> None:
+        self.session_id = session_id
+        self.acp = acp
+        self._send = send
+        self._is_open = is_open
+        self._mode = mode
+        self._options_changed = options_changed
+        self.state = session_state.SessionState()
+        self._fresh = False  # the session was opened new: the chat's choices are all set before its first prompt
+        self._report: Report | None = None
+        self._request_id: Any = None  # the shim's id of the latest request this chat got
+        self._early: list[Any] = []  # state updates of the session being opened, before its Ready
+        self._tg: TaskGroup | None = None
+
+    def start(self, tg: TaskGroup) -> None:
+        """Requests to the agent run in ``tg`` from now on."""
+        self._tg = tg
+
+    # -- what the agent and the shim say --------------------------------------------
+
+    def requested(self, report: Report, request_id: Any) -> None:
+        """A chat request came with its way to tell the shim (``ChatRequest.report``): the
+        shim learns which chat this request is (once a session is open)."""
+        self._report, self._request_id = report, request_id
+        self.tell(request_id)
+
+    def early(self, change: Any) -> None:
+        """A state update of the session being opened, before it is the chat's: kept for its Ready."""
+        if session_state.state_kind(change) is not None and len(self._early) < EARLY_UPDATES:
+            self._early.append(change)
+
+    def ready(self, opened: Opened | None) -> None:
+        """A start ended (``turn.Ready``): ``opened``, the session it opened (None: none),
+        is the chat's from here on; updates kept before it are folded in."""
+        early, self._early = self._early, []
+        if opened is None:
+            return
+        fresh = session_state.opened({"configOptions": opened.config_options, "modes": opened.modes})
+        # A session taken up again (or replaced) keeps the chat's commands and usage until the agent tells new ones.
+        self.state = replace(fresh, commands=fresh.commands or self.state.commands, usage=self.state.usage)
+        for change in early:
+            self.state = session_state.update(self.state, change) or self.state
+        self._fresh = opened.how in ("new", "spare")
+        self.tell(self._request_id)
+
+    def update(self, change: Any) -> None:
+        """A ``session/update`` of the chat's session: folded in when it is state (``session_state.state_kind``)."""
+        if session_state.state_kind(change) is not None:
+            new = session_state.update(self.state, change)
+            if new is not None:
+                self.state = new
+                self.tell(None)
+
+    def tell(self, request_id: Any) -> None:
+        """Tell the shim the chat's state (``client/sessionState``), naming ``request_id``
+        when it answers the request the shim is serving now."""
+        if self._report is not None and self._is_open():
+            self._report(self.session_id, request_id, session_state.to_wire(self.state))
+
+    # -- before a prompt ------------------------------------------------------------
+
+    def chosen(self, configuration: dict[str, Any] | None, picked: dict[str, Any]) -> dict[str, str]:
+        """The controls to set before a prompt: on a session opened new, the agent's ``mode``
+        setting and everything VS Code's model configuration says (``configuration``); on one
+        that ran before, only what the user changed since the previous request (``picked``)."""
+        if self._fresh:
+            self._fresh = False
+            values: dict[str, Any] = {}
+            if self._mode:
+                mode = next((c for c in self.state.controls if c.category == "mode"), None)
+                if mode is not None:
+                    values[mode.id] = self._mode
+            values.update(configuration or {})
+        else:
+            values = dict(picked)
+        return session_state.wanted(self.state, values)
+
+    async def configure_then(self, changes: dict[str, str], write: Write, out: MemoryObjectSendStream[Write]) -> None:
+        """Each change set (bounded: ``session/set_config_option``, or ``session/set_mode``
+        for the older modes), then the prompt ``write`` is queued on ``out``."""
+        try:
+            for config_id, value in changes.items():
+                control = self.state.control(config_id)
+                try:
+                    if control is not None and control.legacy:
+                        answer = await self.acp.set_mode(value)  # bounded: acp.session
+                    else:
+                        answer = {"configOptions": await self.acp.set_config_option(config_id, value)}
+                        if answer["configOptions"] is not None:
+                            self._options_changed(answer["configOptions"])
+                    log.info("config option set", session=self.session_id, configId=config_id, value=value)
+                    self._send.send_nowait(ControlSet(SetControl(config_id, value), answer))
+                except (AgentError, AgentUnavailable) as exc:  # AgentStuck: the process is stopped, the turn told
+                    log.warning("config option not set", session=self.session_id, configId=config_id, value=value, error=str(exc) or type(exc).__name__)
+        finally:
+            try:
+                out.send_nowait(write)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+
+    # -- the user sets one ----------------------------------------------------------
+
+    def set(self, request: SetControl) -> None:
+        """``SetControl``: the request goes out in a child task; its answer comes back as ``ControlSet``."""
+        session = self.acp.id
+        if session is None or not self._is_open():
+            request.fail("this chat's agent session is not open; send a message first")
+            return
+        try:
+            method, _ = session_state.set_request(self.state, session, request.control_id, request.value)
+        except session_state.UnknownControl as exc:
+            request.fail(str(exc))
+            return
+
+        async def run() -> None:
+            try:
+                if method == "session/set_mode":
+                    answer = await self.acp.set_mode(request.value)
+                else:
+                    answer = {"configOptions": await self.acp.set_config_option(request.control_id, request.value)}
+            except (AgentError, AgentUnavailable) as exc:
+                self._send.send_nowait(ControlSet(request, error=f"the agent refused: {exc}" if str(exc) else "the agent refused"))
+            except BaseException:  # the actor stops (its task group cancelled): never leave the caller waiting
+                request.fail(ENDED)
+                raise
+            else:
+                self._send.send_nowait(ControlSet(request, answer))
+
+        assert self._tg is not None
+        self._tg.start_soon(run)
+
+    def answered(self, msg: ControlSet) -> None:
+        """A control's request came back: the state follows the agent's answer."""
+        request = msg.request
+        if msg.error is None:
+            self.state = session_state.after_set(self.state, request.control_id, request.value, msg.answer)
+            log.info("control set", session=self.session_id, control=request.control_id, value=request.value)
+            self.tell(None)
+            request.state = session_state.to_wire(self.state)
+        else:
+            request.error = msg.error
+        request.done.set()
