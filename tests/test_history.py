@@ -166,7 +166,7 @@ def _stopped(parts: list[str], kept: int, last: Last) -> tuple[HistoryCore, str,
     return core, turn.session_id, [u("tell me slowly"), a("".join(parts[:kept]))]
 
 
-@pytest.mark.parametrize(("count", "kept"), [(17, 9), (17, 15), (17, 16), (17, 17), (3, 1), (3, 2)])
+@pytest.mark.parametrize(("count", "kept"), [(17, 9), (17, 15), (17, 16), (17, 17), (3, 1), (3, 2), (29, 5)])
 def test_a_stopped_answer_vscode_kept_up_to_a_part_boundary_continues(count: int, kept: int) -> None:
     """Stop catches parts in flight: VS Code drops the parts that reach it after Stop, so it
     re-sends the stopped answer cut at a part boundary (one of the last PREFIXES). That is
@@ -187,7 +187,10 @@ def test_only_a_stopped_answer_matches_a_prefix() -> None:
     core, _, hist = _stopped(parts, 17, Last.CANCELLED)
     cut = [hist[0], a("".join(parts)[:-3])]
     assert core.begin("m", cut + [u("and now hello")], 2).kind is Kind.DIVERGENCE
-    core, _, hist = _stopped(parts, 17 - 9, Last.CANCELLED)
+    from lmbridge.core.history import PREFIXES
+
+    many = [f"chunk {i} " for i in range(1, PREFIXES + 10)]
+    core, _, hist = _stopped(many, len(many) - PREFIXES - 1, Last.CANCELLED)
     assert core.begin("m", hist + [u("and now hello")], 2).kind is Kind.DIVERGENCE
 
 

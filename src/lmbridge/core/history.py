@@ -162,9 +162,10 @@ class Fingerprint:
 
 
 _EMPTY = _digest("")
-#: Part boundaries of a stopped response kept in its fingerprint (``Fingerprint.prefixes``):
-#: the parts a Stop can catch in flight between the daemon and VS Code are a few.
-PREFIXES = 8
+#: Part boundaries of a stopped response kept in its fingerprint (``Fingerprint.prefixes``,
+#: 16 bytes each): the parts a Stop catches in flight between the daemon and VS Code are a
+#: few on an idle machine, 24 of 29 seen in the real Chat view at load 10 (docs/sessions.md).
+PREFIXES = 64
 #: Dormant sessions kept (each is a few hundred bytes a turn); the oldest go first.
 MAX_DORMANT = 256
 # id(message) → (a weak reference to it, what was computed of it); entries die with their message.
