@@ -375,12 +375,7 @@ class DemoAgent:
             start = start.model_copy(update={"content": [acp.tool_diff_content(str(path), content, before)]})
         await self._update(sid, start)
 
-        kind = await self._ask_permission(sid, start, scope, locations=[ToolCallLocation(path=str(path))])
-        if kind is None:
-            return
-        if kind.startswith("reject"):
-            await self._update(sid, acp.update_tool_call(call_id, status="failed"))
-            await self._say(sid, "I did not write the file: permission was declined.\n")
+        if not await self._permitted(sid, call_id, start, scope, "I did not write the file", locations=[ToolCallLocation(path=str(path))]):
             return
 
         await self._update(sid, acp.update_tool_call(call_id, status="in_progress"))
@@ -426,12 +421,7 @@ class DemoAgent:
         start = acp.start_edit_tool_call(call_id, f"Append to {name}", path, after)
         start = start.model_copy(update={"content": [acp.tool_diff_content(path, after, before)]})
         await self._update(sid, start)
-        kind = await self._ask_permission(sid, start, scope, locations=[ToolCallLocation(path=path)])
-        if kind is None:
-            return
-        if kind.startswith("reject"):
-            await self._update(sid, acp.update_tool_call(call_id, status="failed"))
-            await self._say(sid, f"I did not change `{name}`: permission was declined.\n")
+        if not await self._permitted(sid, call_id, start, scope, f"I did not change `{name}`", locations=[ToolCallLocation(path=path)]):
             return
         try:
             await self._conn.write_text_file(session_id=sid, path=path, content=after)
@@ -455,12 +445,7 @@ class DemoAgent:
             await self._update(sid, acp.update_tool_call(call_id, status="failed"))
             await self._say(sid, f"I cannot run `{command}`: the client offers no terminals.\n")
             return
-        kind = await self._ask_permission(sid, start, scope)
-        if kind is None:
-            return
-        if kind.startswith("reject"):
-            await self._update(sid, acp.update_tool_call(call_id, status="failed"))
-            await self._say(sid, "I did not run it: permission was declined.\n")
+        if not await self._permitted(sid, call_id, start, scope, "I did not run it"):
             return
         try:
             # No cwd: the client's default is the session's (and the card named none).
@@ -497,6 +482,20 @@ class DemoAgent:
         allowed = not kind.startswith("reject")
         await self._update(sid, acp.update_tool_call(call_id, status="completed" if allowed else "failed"))
         await self._say(sid, action.allowed if allowed else action.declined)
+
+    async def _permitted(
+        self, sid: str, call_id: str, start: Any, scope: anyio.CancelScope, declined: str, *, locations: list[ToolCallLocation] | None = None
+    ) -> bool:
+        """Whether the user allowed the tool call ``start`` announced (``_ask_permission``).
+        Declined, the call fails and the agent says ``declined``: permission was declined."""
+        kind = await self._ask_permission(sid, start, scope, locations=locations)
+        if kind is None:
+            return False
+        if kind.startswith("reject"):
+            await self._update(sid, acp.update_tool_call(call_id, status="failed"))
+            await self._say(sid, f"{declined}: permission was declined.\n")
+            return False
+        return True
 
     async def _ask_permission(
         self,
