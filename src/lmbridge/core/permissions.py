@@ -458,7 +458,9 @@ def _env(raw: object) -> tuple[tuple[str, str], ...]:
 
 
 _SAFE_ARG = re.compile(r"^[\w@%+=:,./-]+$")
-_SHELL = re.compile(r"(^|/)(ba|z|da)?sh$")
+# A system shell: a bare name (the daemon's PATH) or one in the system's bin folders. Any
+# other program named like a shell (./sh, /tmp/x/bash) may be anything: shown as it is.
+_SHELL = re.compile(r"^(/bin/|/usr/bin/|/usr/local/bin/|/opt/homebrew/bin/)?(ba|z|da)?sh$")
 
 
 def _argv_text(argv: list[str]) -> str:
@@ -698,8 +700,8 @@ def runs(approved: Command, action: RunCommand) -> bool:
     """Whether ``action`` runs what the card of ``approved`` showed. The program and its
     arguments are one of:
 
-    * a shell running the shown text: ``[sh|bash|zsh|dash, -c|-lc, TEXT]`` (any path to the
-      shell), TEXT exactly the card's command;
+    * a shell running the shown text: ``[sh|bash|zsh|dash, -c|-lc, TEXT]`` (a bare name, or
+      in /bin, /usr/bin, /usr/local/bin or /opt/homebrew/bin), TEXT exactly the card's command;
     * the shown text's words: the card's command holds nothing a shell would expand or
       treat as an operator outside quotes (``| & ; < > ( ) $ ` * ? [ ] { }``, a newline, a
       ``~`` or ``#`` starting a word, ``$`` or a backtick in double quotes), and
