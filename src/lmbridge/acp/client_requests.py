@@ -34,6 +34,11 @@ SESSION_ENDED = -32000
 NOT_THIS_SESSION = -32002
 
 
+def session_ended(method: str) -> dict[str, Any]:
+    """The error answering an agent's ``method`` request its session ended before serving."""
+    return {"code": SESSION_ENDED, "message": f"{method}: the session has ended before this request was served"}
+
+
 class Respond(Protocol):
     """Queues the answer to one of the agent's requests (the session actor's writer sends it)."""
 
@@ -180,7 +185,7 @@ class ClientRequests:
         for rid, (method, scope) in serving.items():
             scope.cancel()
             log.info("agent request ended with its session", session=self.session_id, method=method)
-            self._respond(rid, error={"code": SESSION_ENDED, "message": f"{method}: the session has ended before this request was served"})
+            self._respond(rid, error=session_ended(method))
 
     async def aclose(self) -> None:
         """Every command this chat's agent runs is ended (``acp.terminals``)."""

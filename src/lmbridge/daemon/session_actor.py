@@ -31,7 +31,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge.acp import files as acp_files
-from lmbridge.acp.client_requests import SESSION_ENDED, ClientRequests
+from lmbridge.acp.client_requests import ClientRequests, session_ended
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentUnavailable, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
@@ -862,7 +862,7 @@ def _object(value: Any) -> dict[str, Any]:
 def _unread_answer(msg: Any) -> tuple[int | str | None, Any, dict[str, Any] | None] | None:
     """``(rid, result, error)``: the answer to an agent's request its session ended before
     reading (``msg`` from the mailbox): a permission ``cancelled`` (nothing approved), a request
-    with an unusable id ``BAD_ID_ERROR``, anything else ``SESSION_ENDED``. None: not an agent's request."""
+    with an unusable id ``BAD_ID_ERROR``, anything else ``client_requests.session_ended``. None: not an agent's request."""
     if not isinstance(msg, Incoming):
         return None
     if msg.bad_id:
@@ -871,4 +871,4 @@ def _unread_answer(msg: Any) -> tuple[int | str | None, Any, dict[str, Any] | No
         return None
     if msg.method == "session/request_permission":
         return msg.id, {"outcome": dict(permissions.CANCELLED)}, None
-    return msg.id, None, {"code": SESSION_ENDED, "message": f"{msg.method}: the session has ended before this request was served"}
+    return msg.id, None, session_ended(msg.method)
