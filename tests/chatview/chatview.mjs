@@ -699,8 +699,14 @@ try {
 			await page.locator('.xterm').filter({ visible: true }).first().waitFor({ timeout: WAIT });
 			// Its text is drawn on a canvas: the login says on disk that it is waiting.
 			await waitForDisk(() => fs.existsSync(`${authToken}.prompted`), 'the login command waiting for Enter');
-			const tab = await page.locator('.terminal-tabs-entry, .single-terminal-tab, .pane-header, .composite.title').filter({ hasText: 'Sign in: Auth agent' }).count();
-			check(tab > 0, 'no terminal named "Sign in: Auth agent"');
+			// The terminal's name reaches its tab after the terminal itself: with the terminals the
+			// live-output steps killed still being disposed, the tabs list can draw it a moment later,
+			// and a narrow tabs list shows it only in the entry's aria-label. Wait for it, by text or label.
+			const named = await page.waitForFunction(name => [...document.querySelectorAll(
+				'.terminal-tabs-entry, .single-terminal-tab, .pane-header, .composite.title, .terminal-tabs-entry [aria-label], .tabs-list .monaco-list-row')]
+				.some(el => (el.textContent || '').includes(name) || (el.getAttribute('aria-label') || '').includes(name)),
+			'Sign in: Auth agent', { timeout: WAIT }).then(() => true, () => false);
+			check(named, 'no terminal named "Sign in: Auth agent"');
 		});
 		await step('signed-in', async () => {
 			await page.locator('.xterm').filter({ visible: true }).first().click();
