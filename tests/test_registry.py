@@ -155,10 +155,34 @@ ROWS: list[tuple[str, dict[str, Any], str | None, list[dict[str, Any]], list[str
         [],
         ["agents[0] (a) left out: its env sets 'NODE_OPTIONS', which a registry entry may not set (a package manager, loader or interpreter reads it)"],
     ),
-    ("an env the loader reads", agent(uvx={"package": "a", "env": {"LD_PRELOAD": "/tmp/x.so"}}), None, [], ["agents[0] (a) left out: its env sets 'LD_PRELOAD', which a registry entry may not set (a package manager, loader or interpreter reads it)"]),
-    ("an env value with a control character", agent(npx={"package": "a", "env": {"MODE": "acp\x1b[2J"}}), None, [], ["agents[0] (a) left out: its env value of MODE holds a control or format character"]),
-    ("an argument with a carriage return", agent(npx={"package": "a", "args": ["--acp\r--yolo"]}), None, [], ["agents[0] (a) left out: its argument '--acp\\r--yolo' holds a control or format character"]),
-    ("a name that spans lines", {**agent(npx={"package": "a"}), "name": "A\n\nThe agent runs as: npx -y safe"}, None, [], ["agents[0] (a) left out: its name 'A\\n\\nThe agent runs as: npx -y safe' holds a control or format character"]),
+    (
+        "an env the loader reads",
+        agent(uvx={"package": "a", "env": {"LD_PRELOAD": "/tmp/x.so"}}),
+        None,
+        [],
+        ["agents[0] (a) left out: its env sets 'LD_PRELOAD', which a registry entry may not set (a package manager, loader or interpreter reads it)"],
+    ),
+    (
+        "an env value with a control character",
+        agent(npx={"package": "a", "env": {"MODE": "acp\x1b[2J"}}),
+        None,
+        [],
+        ["agents[0] (a) left out: its env value of MODE holds a control or format character"],
+    ),
+    (
+        "an argument with a carriage return",
+        agent(npx={"package": "a", "args": ["--acp\r--yolo"]}),
+        None,
+        [],
+        ["agents[0] (a) left out: its argument '--acp\\r--yolo' holds a control or format character"],
+    ),
+    (
+        "a name that spans lines",
+        {**agent(npx={"package": "a"}), "name": "A\n\nThe agent runs as: npx -y safe"},
+        None,
+        [],
+        ["agents[0] (a) left out: its name 'A\\n\\nThe agent runs as: npx -y safe' holds a control or format character"],
+    ),
     (
         "an archive URL that reads as 127.0.0.1 to urllib and as evil to a browser",
         agent(binary={"linux-x86_64": {"archive": "http://evil\\@127.0.0.1/a.tar.gz", "cmd": "a"}}),
@@ -263,7 +287,7 @@ def test_rule(table: str, value: str, ok: bool, why: str) -> None:
 def test_the_refused_variables_are_the_tables() -> None:
     # The shim's list (vscode-shim/src/registry.ts) is checked against the same table.
     assert sorted(REFUSED_ENV_NAMES) == RULES["refusedEnv"]["names"]
-    assert list(REFUSED_ENV_PREFIXES) == RULES["refusedEnv"]["prefixes"]
+    assert sorted(REFUSED_ENV_PREFIXES) == RULES["refusedEnv"]["prefixes"]
 
 
 @given(st.text(max_size=30))

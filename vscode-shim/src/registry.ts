@@ -74,39 +74,43 @@ export const BINARY_CMD_GRAMMAR = /^(?:\.\/)?[A-Za-z0-9_.][A-Za-z0-9._+-]*(?:\/[
 export const ENV_NAME_GRAMMAR = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
- * Variables a registry entry may not set (compared in upper case): each changes what a
- * package manager fetches, where configuration is read, which certificates are trusted, or
- * what a loader or interpreter runs before the agent. The daemon's list (core/registry.py
- * REFUSED_ENV_NAMES, REFUSED_ENV_PREFIXES); both are checked against one table.
+ * Variables a registry entry may not set, by why (compared in upper case: npm reads
+ * `npm_config_*` in any case, curl and pip `https_proxy`): each changes what a package
+ * manager fetches, where configuration is read, which certificates are trusted, or what a
+ * loader or interpreter runs before the agent. `[names, prefixes]`: the daemon's table
+ * (core/registry.py REFUSED_ENV); both are checked against tests/fixtures/registry_rules.json.
  */
-export const REFUSED_ENV_NAMES: ReadonlySet<string> = new Set([
-	// where programs and configuration are found
-	'PATH', 'PATHEXT', 'HOME', 'USERPROFILE', 'APPDATA', 'LOCALAPPDATA', 'COMSPEC', 'SHELL',
-	'XDG_CONFIG_HOME', 'XDG_CONFIG_DIRS', 'XDG_DATA_HOME', 'XDG_DATA_DIRS', 'XDG_CACHE_HOME', 'XDG_RUNTIME_DIR',
-	'TMPDIR', 'TEMP', 'TMP',
-	// shells and the programs tools start
-	'BASH_ENV', 'ENV', 'SHELLOPTS', 'BASHOPTS', 'PS4', 'IFS', 'CDPATH', 'PROMPT_COMMAND',
-	'EDITOR', 'VISUAL', 'PAGER', 'BROWSER', 'LESSOPEN', 'LESSCLOSE', 'SSH_ASKPASS', 'SUDO_ASKPASS',
-	// the network: proxies and trusted certificates
-	'HTTP_PROXY', 'HTTPS_PROXY', 'ALL_PROXY', 'NO_PROXY', 'FTP_PROXY', 'REQUESTS_CA_BUNDLE', 'CURL_CA_BUNDLE',
-	'HOSTALIASES', 'RES_OPTIONS', 'LOCALDOMAIN', 'SSLKEYLOGFILE',
-	// loaders and runtimes
-	'GCONV_PATH', 'GLIBC_TUNABLES', 'LOCPATH', 'NLSPATH', 'CLASSPATH', 'JAVA_TOOL_OPTIONS', '_JAVA_OPTIONS',
-	'JDK_JAVA_OPTIONS', 'PERLLIB', 'RUSTC_WRAPPER', 'RUSTFLAGS', 'GOFLAGS', 'GOPROXY', 'GOPATH', 'GOTOOLCHAIN',
-	// compilers an install may run
-	'CC', 'CXX', 'CPP', 'LD', 'CFLAGS', 'CXXFLAGS', 'CPPFLAGS', 'LDFLAGS', 'MAKEFLAGS',
-]);
-export const REFUSED_ENV_PREFIXES: readonly string[] = [
-	// package managers: npm (npm_config_registry, npm_config_userconfig, …), Node, the others
-	'NPM_', 'NODE_', 'YARN_', 'PNPM_', 'COREPACK_', 'BUN_', 'DENO_', 'ELECTRON_',
-	'PYTHON', 'PIP_', 'PIPX_', 'UV_', 'VIRTUAL_ENV', 'CONDA', 'CARGO_', 'GEM_', 'BUNDLE_', 'RUBY', 'PERL5',
-	// loaders, and runtime hooks that load code
-	'LD_', 'DYLD_', 'MALLOC_', 'DOTNET_', 'CORECLR_', 'COMPLUS_', 'BASH_FUNC_',
-	// git (npm fetches git dependencies), TLS
-	'GIT_', 'SSL_', 'OPENSSL_',
-	// lmbridge's own (the MCP relay an agent starts reads them)
-	'LMBRIDGE_',
-];
+export const REFUSED_ENV: Record<string, [string, string]> = {
+	'where programs and configuration are found': [
+		'PATH PATHEXT HOME USERPROFILE APPDATA LOCALAPPDATA COMSPEC SHELL TMPDIR TEMP TMP '
+		+ 'XDG_CONFIG_HOME XDG_CONFIG_DIRS XDG_DATA_HOME XDG_DATA_DIRS XDG_CACHE_HOME XDG_RUNTIME_DIR',
+		'',
+	],
+	'shells, and the programs tools start': [
+		'BASH_ENV ENV SHELLOPTS BASHOPTS PS4 IFS CDPATH PROMPT_COMMAND EDITOR VISUAL PAGER BROWSER LESSOPEN LESSCLOSE SSH_ASKPASS SUDO_ASKPASS',
+		'BASH_FUNC_',
+	],
+	'the network: proxies, trusted certificates, name resolution': [
+		'HTTP_PROXY HTTPS_PROXY ALL_PROXY NO_PROXY FTP_PROXY REQUESTS_CA_BUNDLE CURL_CA_BUNDLE HOSTALIASES RES_OPTIONS LOCALDOMAIN SSLKEYLOGFILE',
+		'SSL_ OPENSSL_',
+	],
+	'package managers (npm_config_registry, npm_config_userconfig, UV_INDEX_URL, PIP_INDEX_URL, git\'s GIT_SSH_COMMAND)': [
+		'GOFLAGS GOPROXY GOPATH GOTOOLCHAIN',
+		'NPM_ NODE_ YARN_ PNPM_ COREPACK_ BUN_ DENO_ PYTHON PIP_ PIPX_ UV_ VIRTUAL_ENV CONDA CARGO_ GEM_ BUNDLE_ GIT_',
+	],
+	'loaders, runtimes and their hooks (LD_PRELOAD, NODE_OPTIONS, PYTHONPATH)': [
+		'GCONV_PATH GLIBC_TUNABLES LOCPATH NLSPATH CLASSPATH JAVA_TOOL_OPTIONS _JAVA_OPTIONS JDK_JAVA_OPTIONS PERLLIB',
+		'LD_ DYLD_ MALLOC_ DOTNET_ CORECLR_ COMPLUS_ ELECTRON_ RUBY PERL5',
+	],
+	'compilers an install may run (native npm modules, source distributions)': [
+		'CC CXX CPP LD CFLAGS CXXFLAGS CPPFLAGS LDFLAGS MAKEFLAGS RUSTC_WRAPPER RUSTFLAGS',
+		'',
+	],
+	'lmbridge\'s own (the MCP relay an agent starts reads them)': ['', 'LMBRIDGE_'],
+};
+const words = (text: string) => text.split(' ').filter(Boolean);
+export const REFUSED_ENV_NAMES: ReadonlySet<string> = new Set(Object.values(REFUSED_ENV).flatMap(([names]) => words(names)));
+export const REFUSED_ENV_PREFIXES: readonly string[] = Object.values(REFUSED_ENV).flatMap(([, prefixes]) => words(prefixes));
 
 const UNSEEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Co}\p{Cs}]/u;
 

@@ -364,7 +364,7 @@ describe('the registry\'s rules, row by row (the daemon\'s table: tests/fixtures
 	}
 	test('the refused variables are the table\'s (and the daemon\'s)', () => {
 		assert.deepEqual([...REFUSED_ENV_NAMES].sort(), RULES.refusedEnv.names);
-		assert.deepEqual([...REFUSED_ENV_PREFIXES], RULES.refusedEnv.prefixes);
+		assert.deepEqual([...REFUSED_ENV_PREFIXES].sort(), RULES.refusedEnv.prefixes);
 	});
 	test('a URL that reads as another host: the reason says so', () => {
 		assert.throws(() => checkUrl('http://evil\\@127.0.0.1/a.tar.gz', 'the archive'), /the archive is not a URL lmbridge accepts .*"http:\/\/evil\\\\@127\.0\.0\.1\/a\.tar\.gz"/);

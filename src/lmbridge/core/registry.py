@@ -75,40 +75,39 @@ BINARY_CMD_GRAMMAR = re.compile(r"(?:\./)?[A-Za-z0-9_.][A-Za-z0-9._+-]*(?:/[A-Za
 #: An environment variable's name.
 ENV_NAME_GRAMMAR = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-#: Variables an entry may not set (compared in upper case: npm reads ``npm_config_*`` in any
-#: case, curl and pip ``https_proxy``): each changes what the package manager fetches, where it
-#: or the agent reads its configuration, which certificates are trusted, or what a loader or
-#: interpreter runs before the agent's own code.
-REFUSED_ENV_NAMES = frozenset(
-    {
-        # where programs and configuration are found
-        "PATH", "PATHEXT", "HOME", "USERPROFILE", "APPDATA", "LOCALAPPDATA", "COMSPEC", "SHELL",
-        "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "XDG_DATA_HOME", "XDG_DATA_DIRS", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR",
-        "TMPDIR", "TEMP", "TMP",
-        # shells and the programs tools start
-        "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH", "PROMPT_COMMAND",
-        "EDITOR", "VISUAL", "PAGER", "BROWSER", "LESSOPEN", "LESSCLOSE", "SSH_ASKPASS", "SUDO_ASKPASS",
-        # the network: proxies and trusted certificates
-        "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "FTP_PROXY", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
-        "HOSTALIASES", "RES_OPTIONS", "LOCALDOMAIN", "SSLKEYLOGFILE",
-        # loaders and runtimes
-        "GCONV_PATH", "GLIBC_TUNABLES", "LOCPATH", "NLSPATH", "CLASSPATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS",
-        "JDK_JAVA_OPTIONS", "PERLLIB", "RUSTC_WRAPPER", "RUSTFLAGS", "GOFLAGS", "GOPROXY", "GOPATH", "GOTOOLCHAIN",
-        # compilers an install may run (native npm modules, source distributions)
-        "CC", "CXX", "CPP", "LD", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "MAKEFLAGS",
-    }
-)
-REFUSED_ENV_PREFIXES = (
-    # package managers: npm (npm_config_registry, npm_config_userconfig, …), Node, the others
-    "NPM_", "NODE_", "YARN_", "PNPM_", "COREPACK_", "BUN_", "DENO_", "ELECTRON_",
-    "PYTHON", "PIP_", "PIPX_", "UV_", "VIRTUAL_ENV", "CONDA", "CARGO_", "GEM_", "BUNDLE_", "RUBY", "PERL5",
-    # loaders, and runtime hooks that load code
-    "LD_", "DYLD_", "MALLOC_", "DOTNET_", "CORECLR_", "COMPLUS_", "BASH_FUNC_",
-    # git (npm fetches git dependencies; GIT_SSH_COMMAND, GIT_CONFIG_*), TLS
-    "GIT_", "SSL_", "OPENSSL_",
-    # lmbridge's own (the MCP relay an agent starts reads them)
-    "LMBRIDGE_",
-)
+#: Variables an entry may not set, by why (compared in upper case: npm reads ``npm_config_*``
+#: in any case, curl and pip ``https_proxy``): each changes what a package manager fetches,
+#: where it or the agent reads its configuration, which certificates are trusted, or what a
+#: loader or interpreter runs before the agent's own code. Names, then prefixes.
+REFUSED_ENV: dict[str, tuple[str, str]] = {
+    "where programs and configuration are found": (
+        "PATH PATHEXT HOME USERPROFILE APPDATA LOCALAPPDATA COMSPEC SHELL TMPDIR TEMP TMP XDG_CONFIG_HOME XDG_CONFIG_DIRS XDG_DATA_HOME XDG_DATA_DIRS XDG_CACHE_HOME XDG_RUNTIME_DIR",
+        "",
+    ),
+    "shells, and the programs tools start": (
+        "BASH_ENV ENV SHELLOPTS BASHOPTS PS4 IFS CDPATH PROMPT_COMMAND EDITOR VISUAL PAGER BROWSER LESSOPEN LESSCLOSE SSH_ASKPASS SUDO_ASKPASS",
+        "BASH_FUNC_",
+    ),
+    "the network: proxies, trusted certificates, name resolution": (
+        "HTTP_PROXY HTTPS_PROXY ALL_PROXY NO_PROXY FTP_PROXY REQUESTS_CA_BUNDLE CURL_CA_BUNDLE HOSTALIASES RES_OPTIONS LOCALDOMAIN SSLKEYLOGFILE",
+        "SSL_ OPENSSL_",
+    ),
+    "package managers (npm_config_registry, npm_config_userconfig, UV_INDEX_URL, PIP_INDEX_URL, git's GIT_SSH_COMMAND)": (
+        "GOFLAGS GOPROXY GOPATH GOTOOLCHAIN",
+        "NPM_ NODE_ YARN_ PNPM_ COREPACK_ BUN_ DENO_ PYTHON PIP_ PIPX_ UV_ VIRTUAL_ENV CONDA CARGO_ GEM_ BUNDLE_ GIT_",
+    ),
+    "loaders, runtimes and their hooks (LD_PRELOAD, NODE_OPTIONS, PYTHONPATH)": (
+        "GCONV_PATH GLIBC_TUNABLES LOCPATH NLSPATH CLASSPATH JAVA_TOOL_OPTIONS _JAVA_OPTIONS JDK_JAVA_OPTIONS PERLLIB",
+        "LD_ DYLD_ MALLOC_ DOTNET_ CORECLR_ COMPLUS_ ELECTRON_ RUBY PERL5",
+    ),
+    "compilers an install may run (native npm modules, source distributions)": (
+        "CC CXX CPP LD CFLAGS CXXFLAGS CPPFLAGS LDFLAGS MAKEFLAGS RUSTC_WRAPPER RUSTFLAGS",
+        "",
+    ),
+    "lmbridge's own (the MCP relay an agent starts reads them)": ("", "LMBRIDGE_"),
+}
+REFUSED_ENV_NAMES = frozenset(name for names, _ in REFUSED_ENV.values() for name in names.split())
+REFUSED_ENV_PREFIXES = tuple(prefix for _, prefixes in REFUSED_ENV.values() for prefix in prefixes.split())
 
 _UNSEEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cs"})
 
