@@ -21,7 +21,6 @@ from lmbridge.core.registry import (
     PLATFORMS,
     REFUSED_ENV_NAMES,
     REFUSED_ENV_PREFIXES,
-    archive_allowed,
     command_allowed,
     env_refused,
     package_allowed,
@@ -252,8 +251,8 @@ def test_unknown_platform() -> None:
         ("a.tar.gz", False),
     ],
 )
-def test_archive_allowed(url: str, ok: bool) -> None:
-    assert archive_allowed(url) is ok
+def test_url_allowed(url: str, ok: bool) -> None:
+    assert url_allowed(url) is ok
 
 
 @pytest.mark.parametrize(
@@ -351,7 +350,7 @@ def test_any_feed_gives_agents_it_can_vouch_for(raw: list[Any], platform: str | 
         assert plain_text(a["name"]) and all(plain_text(x) for x in a["args"])
         assert not any(env_refused(k) or not plain_text(v) for k, v in a["env"].items())
         if a["distribution"] == "binary":
-            assert platform is not None and archive_allowed(a["archive"]) and relative_inside(a["cmd"])
+            assert platform is not None and url_allowed(a["archive"]) and relative_inside(a["cmd"])
         else:
             assert a["command"] == a["distribution"] and all(isinstance(x, str) for x in a["args"])
             # The package (and a cmd) is never an option of npx or uvx.

@@ -20,8 +20,8 @@ what it seems. A package is a plain npm or PyPI package spec (``PACKAGE_GRAMMAR`
 option of the package manager (``--call=…``, ``--with=…``), a path, a URL, a git or alias
 spec, or anything with whitespace; a ``cmd`` is a plain command name (npx, uvx) or a plain
 relative path (binary); no text holds a control or format character; no environment
-variable is one the package manager, the loader or an interpreter reads
-(``REFUSED_ENV_NAMES``, ``REFUSED_ENV_PREFIXES``); an archive URL is ``https://host/…``
+variable is one a package manager, a loader or an interpreter reads (``REFUSED_ENV``);
+an archive URL is ``https://host/…``
 (``http://127.0.0.1…`` only) with no user name, backslash, fragment, or host that a browser
 would read as another (``URL_GRAMMAR``). The shim applies the same rules to what it installs
 (vscode-shim/src/registry.ts), and both are tested against one table
@@ -164,10 +164,6 @@ def relative_inside(cmd: str) -> bool:
     """Whether ``cmd`` (``./bin/agent``) is a plain relative path (``BINARY_CMD_GRAMMAR``) that stays inside its folder."""
     parts = cmd.split("/")
     return BINARY_CMD_GRAMMAR.fullmatch(cmd) is not None and ".." not in parts and any(p not in ("", ".") for p in parts)
-
-
-#: Kept under its old name: the archive's URL rule is the feed's.
-archive_allowed = url_allowed
 
 
 # ---------------------------------------------------------------- the feed's schema
