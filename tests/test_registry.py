@@ -10,6 +10,7 @@ never another exception.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 from lmbridge.core.registry import (
     PLATFORMS,
+    REFUSED_ENV,
     REFUSED_ENV_NAMES,
     REFUSED_ENV_PREFIXES,
     command_allowed,
@@ -380,3 +382,13 @@ async def test_agents_registry_on_the_wire(daemon: Any) -> None:
             assert (err.value.code, str(err.value.message).split(" (one of")[0]) == (-32602, message)
         # The daemon goes on.
         assert (await client.request("agents/registry", {"feed": feed()}))["agents"] == []
+
+
+def test_the_docs_table_of_refused_variables_is_the_code() -> None:
+    text = (Path(__file__).parents[1] / "docs" / "vscode-shim.md").read_text(encoding="utf-8")
+    section = text.split("#### What the registry may not do", 1)[1].split("\n#", 1)[0]
+    rows = [line.strip().strip("|").split("|") for line in section.splitlines() if line.strip().startswith("| ") and not line.strip().startswith("| Why")]
+    names = {n for row in rows for n in re.findall(r"`([^`]+)`", row[1])}
+    prefixes = {p for row in rows for p in re.findall(r"`([^`]+)`", row[2])}
+    assert len(rows) == len(REFUSED_ENV)
+    assert (names, prefixes) == (set(REFUSED_ENV_NAMES), set(REFUSED_ENV_PREFIXES))

@@ -169,7 +169,12 @@ export function checkUrl(raw: string, what: string): URL {
 	if (m[1] !== 'https' && host !== '127.0.0.1') {
 		throw new Error(`${what} must be an https URL (plain http only from 127.0.0.1): ${raw}`);
 	}
-	const url = new URL(raw);
+	let url: URL;
+	try {
+		url = new URL(raw);
+	} catch {
+		throw new Error(`${what} is not a URL: ${JSON.stringify(raw)}`);
+	}
 	if (url.hostname !== host.toLowerCase()) {
 		throw new Error(`${what} is not what it seems (its host reads as ${url.hostname}, not ${host}): ${raw}`);
 	}
