@@ -189,7 +189,11 @@ function readIfThere(file: string): string | undefined {
 export async function importAgents(deps: ImportDeps): Promise<AgentSpec[]> {
 	// The user's own value only (like lmbridge's machine settings, config.ts MACHINE_SETTINGS):
 	// a workspace's .vscode/settings.json must not choose what runs.
-	const found: Imported[] = [fromAgentHost(vscode.workspace.getConfiguration('chat.agentHost').inspect<unknown>('acpAgents')?.globalValue)];
+	const agentHost = vscode.workspace.getConfiguration('chat.agentHost').inspect<unknown>('acpAgents');
+	if (agentHost?.workspaceValue !== undefined || agentHost?.workspaceFolderValue !== undefined) {
+		deps.log.warn('import: chat.agentHost.acpAgents set by the workspace is ignored (only your user settings are read)');
+	}
+	const found: Imported[] = [fromAgentHost(agentHost?.globalValue)];
 	const zedFile = zedSettingsPath(deps.home);
 	const zedText = (deps.readFile ?? readIfThere)(zedFile);
 	if (zedText !== undefined) {

@@ -6,7 +6,7 @@
  * command line that starts it). A `binary` distribution is downloaded here into the
  * extension's storage, checked against the sha256 the registry gives, and unpacked with no
  * entry or link (followed link by link) leaving its folder, and no more than
- * `MAX_UNPACKED_BYTES` written.
+ * `UNPACK_LIMITS` written.
  *
  * What a registry entry may not do is refused here as in the daemon (core/registry.py, the
  * same rules, both tested against tests/fixtures/registry_rules.json): a package that is not

@@ -118,6 +118,7 @@ describe('importAgents', () => {
 		assert.deepEqual(added.map(a => a.id), ['mine']);
 		assert.deepEqual(mock.state.quickPicks[0].items.map(i => i.label), ['Mine']);
 		assert.deepEqual(read, ['/home/u/.config/zed/settings.json'], 'only the user\'s Zed settings are read');
+		assert.equal((log as unknown as MockLogOutputChannel).matching('chat.agentHost.acpAgents set by the workspace is ignored', 'warn').length, 1);
 		// Nothing with no user value: the workspace's alone is not offered either.
 		mock.reset();
 		mock.state.workspaceConfig = { 'chat.agentHost.acpAgents': [{ id: 'evil', command: '/repo/evil' }] };
