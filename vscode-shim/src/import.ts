@@ -2,8 +2,10 @@
  * "lmbridge: Import ACP Agents": the agents a user has already set up elsewhere, as
  * `lmbridge.agents` entries (docs/vscode-shim.md, "Importing agents"):
  *
- * - VS Code's own `chat.agentHost.acpAgents` (`[{id, displayName, command, args, env}]`);
- * - Zed's `agent_servers` in `~/.config/zed/settings.json` (JSON with comments): a custom
+ * - VS Code's own `chat.agentHost.acpAgents` (`[{id, displayName, command, args, env}]`),
+ *   the user's value only (`inspect().globalValue`: never a workspace's or a folder's);
+ * - Zed's `agent_servers` in the user's `~/.config/zed/settings.json` (never a project's
+ *   `.zed/settings.json`), JSON with comments: a custom
  *   agent `"Name": {"command", "args", "env", "default_mode"?}` (also with `"type": "custom"`),
  *   and Zed's built-in agents (`claude`, `codex`, `gemini`) with only `env` or
  *   `default_mode`, which become lmbridge's presets of that id.
@@ -185,7 +187,13 @@ function readIfThere(file: string): string | undefined {
 
 /** The command: a multi-select quick pick of the agents found; the picked ones added to the user's `lmbridge.agents`. */
 export async function importAgents(deps: ImportDeps): Promise<AgentSpec[]> {
-	const found: Imported[] = [fromAgentHost(vscode.workspace.getConfiguration('chat.agentHost').get<unknown>('acpAgents'))];
+	// The user's own value only (like lmbridge's machine settings, config.ts MACHINE_SETTINGS):
+	// a workspace's .vscode/settings.json must not choose what runs.
+	const agentHost = vscode.workspace.getConfiguration('chat.agentHost').inspect<unknown>('acpAgents');
+	if (agentHost?.workspaceValue !== undefined || agentHost?.workspaceFolderValue !== undefined) {
+		deps.log.warn('import: chat.agentHost.acpAgents set by the workspace is ignored (only your user settings are read)');
+	}
+	const found: Imported[] = [fromAgentHost(agentHost?.globalValue)];
 	const zedFile = zedSettingsPath(deps.home);
 	const zedText = (deps.readFile ?? readIfThere)(zedFile);
 	if (zedText !== undefined) {

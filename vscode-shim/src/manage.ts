@@ -10,7 +10,7 @@
  * UI is a thin wrapper.
  */
 import * as vscode from 'vscode';
-import { commandLine, Fetch, installAgent, loadFeed, registryPlatform, RegistryEntry, removeOtherVersions } from './registry';
+import { commandLine, Fetch, installAgent, loadFeed, registryPlatform, RegistryEntry, registryRefusal, removeOtherVersions } from './registry';
 import type { AgentPreset, AgentPresetsResult, RegistryAgent } from './wire';
 
 export const OPEN_SETTINGS_ITEM = 'Open Settings';
@@ -66,15 +66,27 @@ export function presetsFromWire(result: unknown): AgentPreset[] {
 		typeof p === 'object' && p !== null && typeof p.id === 'string' && !!p.id && typeof p.name === 'string');
 }
 
-/** The daemon's `agents/registry` answer, keeping only well-formed agents. */
+/**
+ * The daemon's `agents/registry` answer, keeping only well-formed agents that pass the
+ * registry's rules (registry.ts `registryRefusal`, the daemon's own: an agent that does not
+ * is left out, and said in `problems`).
+ */
 export function registryFromWire(result: unknown): { agents: RegistryAgent[]; problems: string[] } {
 	const r = result as { agents?: unknown; problems?: unknown } | undefined;
-	const agents = Array.isArray(r?.agents) ? r!.agents.filter((a): a is RegistryAgent => {
+	const problems = Array.isArray(r?.problems) ? r!.problems.filter((p): p is string => typeof p === 'string') : [];
+	const wellFormed = Array.isArray(r?.agents) ? r!.agents.filter((a): a is RegistryAgent => {
 		const x = a as Partial<RegistryAgent> | null;
 		return typeof x === 'object' && x !== null && typeof x.id === 'string' && !!x.id && typeof x.name === 'string'
-			&& typeof x.version === 'string' && ['npx', 'uvx', 'binary'].includes(String(x.distribution)) && Array.isArray(x.args);
-	}) : [];
-	const problems = Array.isArray(r?.problems) ? r!.problems.filter((p): p is string => typeof p === 'string') : [];
+			&& typeof x.version === 'string' && ['npx', 'uvx', 'binary'].includes(String(x.distribution)) && Array.isArray(x.args)
+			&& (x.env === undefined || (typeof x.env === 'object' && x.env !== null && !Array.isArray(x.env)));
+	}).map(a => ({ ...a, env: a.env ?? {} })) : [];
+	const agents = wellFormed.filter(agent => {
+		const refusal = registryRefusal(agent);
+		if (refusal) {
+			problems.push(`${agent.id} left out: ${refusal}`);
+		}
+		return !refusal;
+	});
 	return { agents, problems };
 }
 
@@ -212,8 +224,10 @@ export function installPrompt(agent: RegistryAgent, update?: string): { message:
 		lines.push(`The agent runs as: ${commandLine(agent.command ?? '', agent.args)}`);
 		lines.push(agent.distribution === 'npx' ? `npx fetches the package from the npm registry when the agent first starts (Node.js needed).` : `uvx fetches the package from PyPI when the agent first starts (uv needed).`);
 	}
-	if (Object.keys(agent.env).length > 0) {
-		lines.push(`Its environment: ${Object.keys(agent.env).join(', ')}.`);
+	const env = Object.entries(agent.env);
+	if (env.length > 0) {
+		// Every variable with its value: a registry entry sets nothing the user does not read here.
+		lines.push(`Its environment:\n${env.map(([name, value]) => `${name}=${commandLine(value, [])}`).join('\n')}`);
 	}
 	lines.push('It can read, edit and run in your workspace when you use it in a chat, as your other agents can.');
 	return { message, detail: lines.join('\n\n') };

@@ -1,8 +1,11 @@
 /** Importing agents from VS Code's chat.agentHost.acpAgents and Zed's agent_servers (src/import.ts). */
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { beforeEach, describe, test } from 'node:test';
 import * as vscode from 'vscode';
 import { candidates, fromAgentHost, fromZed, importAgents, parseJsonc, slug, zedSettingsPath } from '../src/import';
+import { tempDir } from './helpers';
 import { mock, MockLogOutputChannel } from './vscode-mock';
 
 describe('fromAgentHost', () => {
@@ -98,5 +101,28 @@ describe('importAgents', () => {
 		assert.equal(mock.state.updates.length, 0);
 		assert.match(mock.state.infoMessages[0].message, /No agents found/);
 		assert.equal(channel.matching('/h/.config/zed/settings.json', 'warn').length, 1); // the unreadable file is said
+	});
+	test('only the user\'s own values: a workspace\'s chat.agentHost.acpAgents and a project\'s .zed/settings.json play no part', async () => {
+		const project = tempDir('project-');
+		fs.mkdirSync(path.join(project, '.zed'));
+		fs.writeFileSync(path.join(project, '.zed', 'settings.json'), '{"agent_servers": {"Repo Agent": {"command": "./repo-agent"}}}');
+		mock.setWorkspaceFolders([project]);
+		mock.setConfig({ 'chat.agentHost.acpAgents': [{ id: 'mine', displayName: 'Mine', command: 'my-agent' }] });
+		mock.state.workspaceConfig = {
+			'chat.agentHost.acpAgents': [{ id: 'evil', displayName: 'Looks Fine', command: '/repo/evil', env: { NODE_OPTIONS: '--require ./x.js' } }],
+		};
+		mock.state.quickPickResponse = items => items as unknown as Record<string, unknown>;
+		const read: string[] = [];
+		const log = vscode.window.createOutputChannel('t', { log: true }) as unknown as vscode.LogOutputChannel;
+		const added = await importAgents({ log, home: '/home/u', readFile: file => { read.push(file); return fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : undefined; } });
+		assert.deepEqual(added.map(a => a.id), ['mine']);
+		assert.deepEqual(mock.state.quickPicks[0].items.map(i => i.label), ['Mine']);
+		assert.deepEqual(read, ['/home/u/.config/zed/settings.json'], 'only the user\'s Zed settings are read');
+		assert.equal((log as unknown as MockLogOutputChannel).matching('chat.agentHost.acpAgents set by the workspace is ignored', 'warn').length, 1);
+		// Nothing with no user value: the workspace's alone is not offered either.
+		mock.reset();
+		mock.state.workspaceConfig = { 'chat.agentHost.acpAgents': [{ id: 'evil', command: '/repo/evil' }] };
+		assert.deepEqual(await importAgents({ log, home: '/home/u', readFile: () => undefined }), []);
+		assert.match(mock.state.infoMessages[0].message, /No agents found/);
 	});
 });

@@ -2,8 +2,11 @@
  * The ACP registry's network and disk half (src/registry.ts) and the quick pick's registry
  * items (src/manage.ts), against a feed and archives served on 127.0.0.1: the feed cached and
  * used when the network fails; a binary agent downloaded, checked against its sha256 (a wrong
- * one refused), unpacked with no entry leaving its folder; npx and uvx entries as the daemon
- * describes them. The whole path with the real daemon is in registry-daemon.test.ts.
+ * one refused), unpacked with no entry leaving its folder (link chains followed) and no more
+ * than its bound written; npx and uvx entries as the daemon describes them; what a registry
+ * entry may not do, row by row from the table the daemon's tests read too
+ * (tests/fixtures/registry_rules.json). The whole path with the real daemon is in
+ * registry-daemon.test.ts.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -12,7 +15,10 @@ import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { zipSync } from 'fflate';
 import { installedVersions, installPrompt, offerUpdates, registryFromWire, registryItems, updatesAvailable, withRegistryEntry } from '../src/manage';
-import { archiveKind, bunzip, checkUrl, feedCachePath, inside, installAgent, loadFeed, registryPlatform, removeOtherVersions } from '../src/registry';
+import {
+	archiveKind, binaryCmdAllowed, bunzip, checkUrl, commandAllowed, envRefused, feedCachePath, inside, installAgent, linkProblems, loadFeed,
+	packageAllowed, plainText, REFUSED_ENV_NAMES, REFUSED_ENV_PREFIXES, registryPlatform, registryRefusal, removeOtherVersions, UNPACK_LIMITS,
+} from '../src/registry';
 import type { RegistryAgent } from '../src/wire';
 import { serve, sha256, tarGz, tempDir } from './helpers';
 import { MockLogOutputChannel, mock } from './vscode-mock';
@@ -222,8 +228,8 @@ describe('installing a binary agent', () => {
 		await assert.rejects(installAgent(binaryAgent(`${server.url}/tiny.tar.gz`, good, { cmd: './bin/other' }), { storageDir: storage }), /holds no file \.\/bin\/other/);
 		const port = new URL(server.url).port;
 		await assert.rejects(installAgent(binaryAgent(`http://localhost:${port}/tiny.tar.gz`, good), { storageDir: storage }), /archive must be an https URL/);
-		await assert.rejects(installAgent(binaryAgent(`${server.url}/tiny.tar.gz`, good, { id: '../x' }), { storageDir: storage }), /not a registry agent id/);
-		await assert.rejects(installAgent(binaryAgent(`${server.url}/tiny.tar.gz`, good, { cmd: '../../bin/sh' }), { storageDir: storage }), /leaves its folder/);
+		await assert.rejects(installAgent(binaryAgent(`${server.url}/tiny.tar.gz`, good, { id: '../x' }), { storageDir: storage }), /refused \.\.\/x: its id "\.\.\/x" is not a registry id/);
+		await assert.rejects(installAgent(binaryAgent(`${server.url}/tiny.tar.gz`, good, { cmd: '../../bin/sh' }), { storageDir: storage }), /its cmd "\.\.\/\.\.\/bin\/sh" is not a relative path inside the archive/);
 	});
 });
 
@@ -241,10 +247,10 @@ describe('npx and uvx agents', () => {
 
 describe('the quick pick\'s registry part', () => {
 	const agents: RegistryAgent[] = [
-		{ id: 'new-one', name: 'New One', version: '1.0.0', description: 'Not installed', distribution: 'npx', command: 'npx', args: [], env: {} },
-		{ id: 'current', name: 'Current', version: '2.0.0', description: 'Installed at this version.', distribution: 'uvx', command: 'uvx', args: [], env: {} },
-		{ id: 'old', name: 'Old', version: '3.1.0', description: '', distribution: 'binary', args: [], env: {} },
-		{ id: 'mine', name: 'Mine', version: '1.0.0', description: 'd', distribution: 'npx', command: 'npx', args: [], env: {} },
+		{ id: 'new-one', name: 'New One', version: '1.0.0', description: 'Not installed', distribution: 'npx', command: 'npx', args: ['-y', 'new-one@1.0.0'], env: {} },
+		{ id: 'current', name: 'Current', version: '2.0.0', description: 'Installed at this version.', distribution: 'uvx', command: 'uvx', args: ['current==2.0.0'], env: {} },
+		{ id: 'old', name: 'Old', version: '3.1.0', description: '', distribution: 'binary', archive: 'https://e.com/old-3.1.0.tar.gz', cmd: './old', args: [], env: {} },
+		{ id: 'mine', name: 'Mine', version: '1.0.0', description: 'd', distribution: 'npx', command: 'npx', args: ['-y', 'mine@1.0.0'], env: {} },
 	];
 	const installed = installedVersions([
 		{ id: 'current', registry: { version: '2.0.0' } }, { id: 'old', registry: { version: '3.0.0', distribution: 'binary' } }, { id: 'mine', command: 'x' }, 'junk',
@@ -287,9 +293,9 @@ describe('the quick pick\'s registry part', () => {
 describe('updates offered when a window starts', () => {
 	const feed = { agents: [{ id: 'tiny', name: 'Tiny', version: '1.1.0' }] };
 	const fromDaemon: RegistryAgent[] = [
-		{ id: 'tiny', name: 'Tiny', version: '1.1.0', description: '', distribution: 'binary', args: [], env: {} },
-		{ id: 'same', name: 'Same', version: '2.0.0', description: '', distribution: 'npx', command: 'npx', args: [], env: {} },
-		{ id: 'mine', name: 'Mine', version: '9.0.0', description: '', distribution: 'npx', command: 'npx', args: [], env: {} },
+		{ id: 'tiny', name: 'Tiny', version: '1.1.0', description: '', distribution: 'binary', archive: 'https://e.com/tiny-1.1.0.tar.gz', cmd: './tiny', args: [], env: {} },
+		{ id: 'same', name: 'Same', version: '2.0.0', description: '', distribution: 'npx', command: 'npx', args: ['-y', 'same@2.0.0'], env: {} },
+		{ id: 'mine', name: 'Mine', version: '9.0.0', description: '', distribution: 'npx', command: 'npx', args: ['-y', 'mine@9.0.0'], env: {} },
 	];
 	test('the installed agents the feed has at another version', () => {
 		const installed = installedVersions([{ id: 'tiny', registry: { version: '1.0.0' } }, { id: 'same', registry: { version: '2.0.0' } }, { id: 'mine', command: 'x' }]);
@@ -323,5 +329,184 @@ describe('updates offered when a window starts', () => {
 			await server.close();
 			mock.reset();
 		}
+	});
+});
+
+// ---------------------------------------------------------------- what a registry entry may not do
+
+type Row = [string, boolean, string];
+const RULES = JSON.parse(fs.readFileSync(path.resolve(__dirname, '../../../tests/fixtures/registry_rules.json'), 'utf8')) as Record<string, Row[]> & { refusedEnv: { names: string[]; prefixes: string[] } };
+
+describe('the registry\'s rules, row by row (the daemon\'s table: tests/fixtures/registry_rules.json)', () => {
+	const accepts = (check: (value: string) => void) => (value: string) => {
+		try {
+			check(value);
+			return true;
+		} catch {
+			return false;
+		}
+	};
+	const checks: Record<string, (value: string) => boolean> = {
+		npmPackage: v => packageAllowed('npx', v),
+		pypiPackage: v => packageAllowed('uvx', v),
+		command: commandAllowed,
+		binaryCmd: binaryCmdAllowed,
+		url: accepts(v => checkUrl(v, 'the URL')),
+		envName: v => !envRefused(v),
+		text: plainText,
+	};
+	for (const [table, check] of Object.entries(checks)) {
+		test(table, () => {
+			const wrong = RULES[table].filter(([value, ok]) => check(value) !== ok).map(([value, ok, why]) => `${JSON.stringify(value)} should be ${ok ? 'accepted' : 'refused'} (${why})`);
+			assert.deepEqual(wrong, []);
+			assert.ok(RULES[table].length >= 15);
+		});
+	}
+	test('the refused variables are the table\'s (and the daemon\'s)', () => {
+		assert.deepEqual([...REFUSED_ENV_NAMES].sort(), RULES.refusedEnv.names);
+		assert.deepEqual([...REFUSED_ENV_PREFIXES].sort(), RULES.refusedEnv.prefixes);
+	});
+	test('a URL that reads as another host: the reason says so', () => {
+		assert.throws(() => checkUrl('http://evil\\@127.0.0.1/a.tar.gz', 'the archive'), /the archive is not a URL lmbridge accepts .*"http:\/\/evil\\\\@127\.0\.0\.1\/a\.tar\.gz"/);
+		assert.throws(() => checkUrl('http://evil@127.0.0.1/', 'the archive'), /is not a URL lmbridge accepts/);
+		assert.throws(() => checkUrl('https://0x7f.1/', 'the archive'), /is not a URL lmbridge accepts/);
+	});
+});
+
+describe('a registry agent that is not what it seems is refused, before any dialog', () => {
+	const npx = (args: string[], env: Record<string, string> = {}): RegistryAgent => ({ id: 'n', name: 'N', version: '1.0.0', description: '', distribution: 'npx', command: 'npx', args, env });
+	const uvx = (args: string[]): RegistryAgent => ({ id: 'u', name: 'U', version: '1.0.0', description: '', distribution: 'uvx', command: 'uvx', args, env: {} });
+	const rows: Array<[string, RegistryAgent, RegExp]> = [
+		['an npx package that is an option running a command', npx(['-y', '--call=touch /tmp/pwned']), /its command line is not npx -y <npm package>/],
+		['an npx --package that is an option', npx(['-y', '--package', '--call=id', 'a']), /its command line is not npx/],
+		['an npx command the shell reads', npx(['-y', '--package', 'a@1.0.0', 'a;id']), /its command line is not npx/],
+		['an npx package from GitHub', npx(['-y', 'user/repo']), /its command line is not npx/],
+		['a uvx package that is an option', uvx(['--with=evil', 'a']), /its command line is not uvx <PyPI package>/],
+		['a uvx --from that is an option', uvx(['--from', '--python=/tmp/x', 'a']), /its command line is not uvx/],
+		['a uvx command that is an option', uvx(['--from', 'a', '-c']), /its command line is not uvx/],
+		['another program than npx', { ...npx(['-y', 'a']), command: '/tmp/npx' }, /its command line is not npx/],
+		['npm fetching from another registry', npx(['-y', 'a'], { npm_config_registry: 'http://evil.example/' }), /its env sets "npm_config_registry", which a registry entry may not set/],
+		['node loading a module first', npx(['-y', 'a'], { NODE_OPTIONS: '--require /tmp/x.js' }), /its env sets "NODE_OPTIONS"/],
+		['the loader loading a library', npx(['-y', 'a'], { LD_PRELOAD: '/tmp/x.so' }), /its env sets "LD_PRELOAD"/],
+		['an env value with an escape', npx(['-y', 'a'], { MODE: 'acp\u001b[2J' }), /its env value of MODE holds a control or format character/],
+		['an argument with a carriage return', npx(['-y', 'a', '--acp\r--yolo']), /its argument "--acp\\r--yolo" holds a control or format character/],
+		['a name spanning lines', { ...npx(['-y', 'a']), name: 'N\n\nThe agent runs as: npx -y safe' }, /its name or version .* holds a control or format character/],
+		['an archive that reads as another host', { id: 'b', name: 'B', version: '1.0.0', description: '', distribution: 'binary', archive: 'http://evil\\@127.0.0.1/a.tar.gz', cmd: './a', args: [], env: {} }, /its archive is not a URL lmbridge accepts/],
+		['a binary cmd with an argument in it', { id: 'b', name: 'B', version: '1.0.0', description: '', distribution: 'binary', archive: 'https://e.com/a.tar.gz', cmd: './kiro-cli acp', args: [], env: {} }, /its cmd "\.\/kiro-cli acp" is not a relative path inside the archive/],
+	];
+	for (const [name, agent, reason] of rows) {
+		test(name, async () => {
+			assert.match(registryRefusal(agent) ?? '', reason);
+			const storage = tempDir();
+			await assert.rejects(installAgent(agent, { storageDir: storage }), new RegExp(`^Error: refused ${agent.id}: `));
+			assert.deepEqual(fs.readdirSync(storage), [], 'nothing installed');
+			const { agents, problems } = registryFromWire({ agents: [agent], problems: [] });
+			assert.deepEqual(agents, []);
+			assert.equal(problems.length, 1);
+			assert.match(problems[0], new RegExp(`^${agent.id} left out: ${reason.source}`));
+		});
+	}
+	test('what the daemon offers for today\'s registry passes', () => {
+		for (const agent of [
+			npx(['-y', '@agentclientprotocol/claude-agent-acp@0.101.0']),
+			npx(['-y', '@augmentcode/auggie@0.15.0', '--acp'], { AUGMENT_DISABLE_AUTO_UPDATE: '1' }),
+			npx(['-y', '--package', '@s/tools@1.0.0', 'a-acp', '--acp=true']),
+			uvx(['minion-code@0.1.8', 'acp']),
+			uvx(['--from', 'fast-agent-mcp==0.10.48', 'fast-agent-acp']),
+			{ id: 'droid', name: 'Factory Droid', version: '0.56.3', description: '', distribution: 'binary', archive: 'https://downloads.factory.ai/factory-cli/releases/0.56.3/droid-linux-x86_64.tar.gz', cmd: './droid', args: ['exec', '--output-format', 'acp'], env: { DROID_DISABLE_AUTO_UPDATE: 'true' } },
+		] as RegistryAgent[]) {
+			assert.equal(registryRefusal(agent), undefined, agent.id);
+		}
+	});
+});
+
+describe('the install dialog', () => {
+	test('shows every variable of the environment with its value', () => {
+		const agent: RegistryAgent = { id: 'n', name: 'N', version: '1.0.0', description: '', distribution: 'npx', command: 'npx', args: ['-y', 'n@1.0.0'], env: { N_MODE: 'acp', N_ENDPOINT: 'https://api.example.com/v1', N_GREETING: 'hello world', N_EMPTY: '' } };
+		const { detail } = installPrompt(agent);
+		assert.match(detail, /\n\nIts environment:\nN_MODE=acp\nN_ENDPOINT=https:\/\/api\.example\.com\/v1\nN_GREETING="hello world"\nN_EMPTY=""\n\n/);
+	});
+});
+
+describe('symbolic links followed link by link', () => {
+	const link = (p: string, linkpath: string) => ({ path: p, type: 'SymbolicLink', linkpath });
+	const hard = (p: string, linkpath: string) => ({ path: p, type: 'Link', linkpath });
+	const file = (p: string) => ({ path: p, type: 'File' });
+	const rows: Array<[string, Array<{ path: string; type: string; linkpath?: string }>, RegExp[]]> = [
+		['a link to a file inside', [file('lib/tiny'), link('bin/tiny', '../lib/tiny')], []],
+		['a link to a folder inside, and one through it', [link('cur', 'v1'), file('v1/a'), link('bin/a', '../cur/a')], []],
+		['a chain whose links each stay inside (c/d -> .., b -> c/d, a -> b/../x)', [link('c/d', '..'), link('b', 'c/d'), link('a', 'b/../x')], [/the archive's link a leaves its folder \(through b\/\.\.\/x\)/]],
+		['a link to the folder itself, climbed through (d -> ., e -> d/d/d/..)', [link('d', '.'), link('e', 'd/d/d/..')], [/the archive's link e leaves its folder/]],
+		['a deeper chain (p/q/r/b -> ../../../c/d/e/f -> the folder)', [link('c/d/e/f', '../../..'), link('p/q/r/b', '../../../c/d/e/f'), link('p/q/r/a', 'b/../../../../etc/passwd')], [/the archive's link p\/q\/r\/a leaves its folder/]],
+		['a loop', [link('x', 'y'), link('y', 'x')], [/the archive's link x is a loop of links/, /the archive's link y is a loop of links/]],
+		['a link to an absolute path', [link('etc', '/etc')], [/the archive's link etc points to an absolute path/]],
+		['a chain to an absolute path', [link('a', 'b'), link('b', '/etc')], [/the archive's link a points to an absolute path/, /the archive's link b points to an absolute path/]],
+		['a backslash as a separator (as on Windows)', [link('c\\d', '..'), link('b', 'c/d'), link('a', 'b\\..\\x')], [/the archive's link a leaves its folder/]],
+		['a hard link through a link out', [link('c/d', '..'), link('b', 'c/d'), hard('h', 'b/../etc/passwd')], [/the archive's hard link h leaves its folder/]],
+		['an entry written through a link', [link('sub', 'elsewhere'), file('sub/x')], [/the archive's entry sub\/x is written through its link sub/]],
+	];
+	for (const [name, entries, expected] of rows) {
+		test(name, () => {
+			const problems = linkProblems(entries);
+			assert.equal(problems.length, expected.length, problems.join('; '));
+			expected.forEach((pattern, i) => assert.match(problems[i], pattern));
+		});
+	}
+});
+
+describe('an archive that is not what it seems is not unpacked', () => {
+	let server: Awaited<ReturnType<typeof serve>>;
+	const routes = new Map<string, Buffer | string | { location: string }>();
+	const tree = (build: (dir: string) => void) => {
+		const dir = tempDir('lmbridge-archive-');
+		fs.mkdirSync(path.join(dir, 'bin'));
+		fs.writeFileSync(path.join(dir, 'bin', 'tiny'), '#!/bin/sh\necho tiny\n', { mode: 0o755 });
+		build(dir);
+		return dir;
+	};
+	before(async () => {
+		// Each link, read alone, stays in the folder; followed, `a` is the folder's parent's `x`.
+		const chain = tree(dir => {
+			fs.mkdirSync(path.join(dir, 'c'));
+			fs.symlinkSync('..', path.join(dir, 'c', 'd'));
+			fs.symlinkSync('c/d', path.join(dir, 'b'));
+			fs.symlinkSync('b/../x', path.join(dir, 'a'));
+		});
+		routes.set('/chain.tar.gz', await tarGz(chain, ['bin', 'c', 'b', 'a']));
+		// 4 MiB of zeros: a few KiB compressed.
+		const bomb = tree(dir => fs.writeFileSync(path.join(dir, 'zeros'), Buffer.alloc(4 * 1024 * 1024)));
+		routes.set('/bomb.tar.gz', await tarGz(bomb, ['bin', 'zeros']));
+		routes.set('/bomb.zip', Buffer.from(zipSync({ 'bin/tiny': Buffer.from('#!/bin/sh\n'), 'zeros': new Uint8Array(4 * 1024 * 1024) })));
+		const many = tree(dir => {
+			fs.mkdirSync(path.join(dir, 'many'));
+			for (let i = 0; i < 50; i++) {
+				fs.writeFileSync(path.join(dir, 'many', `f${i}`), '');
+			}
+		});
+		routes.set('/many.tar.gz', await tarGz(many, ['bin', 'many']));
+		server = await serve(routes);
+	});
+	after(() => server.close());
+
+	const refused = async (file: string, pattern: RegExp, limits?: { maxBytes: number; maxEntries: number }) => {
+		const storage = tempDir();
+		const archive = routes.get(`/${file}`) as Buffer;
+		await assert.rejects(installAgent(binaryAgent(`${server.url}/${file}`, archive), { storageDir: storage, ...(limits ? { limits } : {}) }), pattern);
+		assert.deepEqual(fs.readdirSync(path.join(storage, 'agents', 'tiny')), [], 'nothing installed');
+		assert.deepEqual((fs.readdirSync(storage, { recursive: true }) as string[]).filter(f => /(^|\/)(a|zeros|x)$/.test(f)), [], 'nothing of the archive left');
+	};
+	test('a chain of links leading out of the folder', () => refused('chain.tar.gz', /refused the archive: the archive's link a leaves its folder/));
+	test('a .tar.gz that unpacks to more than the bound', async () => {
+		assert.ok((routes.get('/bomb.tar.gz') as Buffer).length < 64 * 1024);
+		await refused('bomb.tar.gz', /refused the archive: it unpacks to more than 1048576 bytes/, { maxBytes: 1024 * 1024, maxEntries: 1000 });
+	});
+	test('a .zip that unpacks to more than the bound', () => refused('bomb.zip', /refused the archive: it unpacks to more than 1048576 bytes/, { maxBytes: 1024 * 1024, maxEntries: 1000 }));
+	test('a .tar.gz with more entries than the bound', () => refused('many.tar.gz', /refused the archive: it holds more than 20 entries/, { maxBytes: 1024 * 1024, maxEntries: 20 }));
+	test('within the bounds, the same archives install', async () => {
+		const entry = await installAgent(binaryAgent(`${server.url}/bomb.tar.gz`, routes.get('/bomb.tar.gz') as Buffer), { storageDir: tempDir(), limits: { maxBytes: 5 * 1024 * 1024, maxEntries: 1000 } });
+		assert.equal(fs.statSync(path.join(path.dirname(path.dirname(entry.command)), 'zeros')).size, 4 * 1024 * 1024);
+	});
+	test('the bound by default: 1 GiB written, 100000 entries', () => {
+		assert.deepEqual(UNPACK_LIMITS, { maxBytes: 1024 * 1024 * 1024, maxEntries: 100_000 });
 	});
 });

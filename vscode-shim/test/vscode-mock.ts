@@ -314,7 +314,7 @@ const state = {
 	progress: [] as Array<{ title: string; messages: string[] }>,
 	/** Settings written with `update`: [key, value, target]. */
 	updates: [] as Array<[string, unknown, unknown]>,
-	/** Values per scope for `inspect` (key → globalValue); unset: the plain config value counts as global. */
+	/** A workspace's values (`inspect`'s workspaceValue; `get` returns them over the user's, as VS Code does). */
 	workspaceConfig: {} as Record<string, unknown>,
 	executed: [] as Array<{ command: string; args: unknown[] }>,
 	commands: new Map<string, (...args: unknown[]) => unknown>(),
@@ -331,8 +331,9 @@ export const workspace = {
 	getConfiguration(section?: string) {
 		const prefix = section ? `${section}.` : '';
 		return {
+			/** As VS Code's: a workspace's value (`workspaceConfig`) wins over the user's. */
 			get<T>(key: string, defaultValue?: T): T | undefined {
-				const v = state.config[prefix + key];
+				const v = state.workspaceConfig[prefix + key] !== undefined ? state.workspaceConfig[prefix + key] : state.config[prefix + key];
 				return (v === undefined ? defaultValue : v) as T | undefined;
 			},
 			has(key: string): boolean {
