@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
 from lmbridge.acp.connection import AgentError, AgentUnavailable
-from lmbridge.core import session_state
+from lmbridge.core import modes, session_state
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
@@ -71,8 +71,9 @@ class ChatControls:
 
     ``send``: the actor's mailbox (answers of the agent come back on it as ``ControlSet``);
     ``is_open``: whether the chat's session is open (its state is told only then); ``mode``:
-    the agent's ``mode`` setting, set on a session opened new; ``options_changed``: the
-    agent answered new ``configOptions`` (the history actor keeps them: ``agent_models``)."""
+    the agent's ``mode`` setting, set on a session opened new (else the agent's asking mode:
+    ``core.modes.start_mode``); ``options_changed``: the agent answered new ``configOptions``
+    (the history actor keeps them: ``agent_models``)."""
 
     def __init__(
         self,
@@ -139,21 +140,34 @@ class ChatControls:
         """Tell the shim the chat's state (``client/sessionState``), naming ``request_id``
         when it answers the request the shim is serving now."""
         if self._report is not None and self._is_open():
-            self._report(self.session_id, request_id, session_state.to_wire(self.state))
+            self._report(self.session_id, request_id, self.wire())
+
+    def wire(self) -> dict[str, Any]:
+        """The chat's state as the shim gets it: ``session_state.to_wire``, each mode marked
+        with who approves in it where known (``core.modes.approvers``)."""
+        mode = self._mode_control()
+        approvers = modes.approvers(self.acp.process.caps.profile, [c.value for c in mode.choices]) if mode is not None else {}
+        return session_state.to_wire(self.state, approvers)
+
+    def _mode_control(self) -> session_state.Control | None:
+        return next((c for c in self.state.controls if c.category == "mode"), None)
 
     # -- before a prompt ------------------------------------------------------------
 
     def chosen(self, configuration: dict[str, Any] | None, picked: dict[str, Any]) -> dict[str, str]:
-        """The controls to set before a prompt: on a session opened new, the agent's ``mode``
-        setting and everything VS Code's model configuration says (``configuration``); on one
-        that ran before, only what the user changed since the previous request (``picked``)."""
+        """The controls to set before a prompt: on a session opened new, its start mode (the
+        agent's ``mode`` setting, else its asking mode: ``core.modes.start_mode``), then
+        everything VS Code's model configuration says (``configuration``: the user's choice
+        wins); on one that ran before, only what the user changed since the previous request
+        (``picked``)."""
         if self._fresh:
             self._fresh = False
             values: dict[str, Any] = {}
-            if self._mode:
-                mode = next((c for c in self.state.controls if c.category == "mode"), None)
-                if mode is not None:
-                    values[mode.id] = self._mode
+            mode = self._mode_control()
+            if mode is not None:
+                start = modes.start_mode(self.acp.process.caps.profile, [c.value for c in mode.choices], self._mode)
+                if start is not None:
+                    values[mode.id] = start
             values.update(configuration or {})
         else:
             values = dict(picked)
@@ -220,7 +234,7 @@ class ChatControls:
             self.state = session_state.after_set(self.state, request.control_id, request.value, msg.answer)
             log.info("control set", session=self.session_id, control=request.control_id, value=request.value)
             self.tell(None)
-            request.state = session_state.to_wire(self.state)
+            request.state = self.wire()
         else:
             request.error = msg.error
         request.done.set()
