@@ -291,7 +291,8 @@ class Catalog:
         if known.get(agent_id) != profile.name:
             self._profiles = {**known, agent_id: profile.name}
             self.dirty = True
-            self.changed()
+            if known.get(agent_id, profiles.OTHER.name) != profile.name:  # an agent not known is OTHER: no change shown
+                self.changed()
 
     def offers(self, agent_id: str, value: str) -> bool:
         """Whether ``value`` is one of the agent's own models (its ``model`` config option)."""

@@ -1,0 +1,92 @@
+"""A new session starts in its agent's asking mode, through the daemon (core/modes.py;
+docs/agents.md, "Modes: who approves"), against the scripted agent answering as today's
+claude-agent-acp (its ``agentInfo.name``, its four modes, starting in ``auto``): the
+daemon sets ``default`` before the first prompt, unless the user chose another mode for
+the agent (its ``mode`` setting) or for the chat (VS Code's model configuration,
+``chat/setControl``); the shim is told who approves in each mode, and the model's tooltip
+and configuration default follow."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from test_controls import control, initialize, states
+from test_daemon import LIMIT, ok
+
+from lmbridge.devtools.client import assistant, user
+
+pytestmark = pytest.mark.anyio
+
+CLAUDE_NAME = {"agentInfo": {"name": "@agentclientprotocol/claude-agent-acp", "version": "0.101.0"}}
+MODES = {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "auto",
+         "options": [{"value": "default", "name": "Manual"}, {"value": "acceptEdits", "name": "Accept Edits"},
+                     {"value": "plan", "name": "Plan Mode"}, {"value": "auto", "name": "Auto"}]}  # fmt: skip
+APPROVERS = {"default": "user", "acceptEdits": "agent", "plan": "agent", "auto": "agent"}
+
+
+def like_claude(scripted: Any) -> Any:
+    return scripted({"initialize": CLAUDE_NAME, "config_options": [MODES], "default_turn": [{"text": "ok"}], "turns_per_session": True})
+
+
+def mode_sets(agent: Any) -> list[tuple[str, str]]:
+    return [(e["sessionId"], e["value"]) for e in agent.events("set_config_option") if e["configId"] == "mode"]
+
+
+async def test_a_new_session_starts_in_the_asking_mode_and_the_chats_choice_then_stays(scripted: Any, daemon: Any, tmp_path: Any) -> None:
+    agent = like_claude(scripted)
+    with anyio.fail_after(LIMIT):
+        async with daemon(initialize=False) as c:
+            await initialize(c, [agent.spec], str(tmp_path))
+            first = await c.chat(agent.id, [user("hello")])
+            ok(first)
+            state = states(c)[-1]
+            mode = control(state, "mode")
+            assert mode["current"] == "default"
+            assert {x["value"]: x.get("approver") for x in mode["choices"]} == APPROVERS
+            # The model's configuration default and tooltip now say the asking mode.
+            listed = await c.request("lm/provideLanguageModelChatInformation", {})
+            model = next(m for m in listed["models"] if m["id"] == agent.id)
+            assert model["configurationSchema"]["properties"]["mode"]["default"] == "default"
+            assert "New chats start in Manual. In Manual the agent asks you before it changes anything." in model["tooltip"]
+
+            # The user switches this chat to Auto in the status bar: it stays Auto.
+            answer = await c.request("chat/setControl", {"chatId": state["chatId"], "controlId": "mode", "value": "auto"})
+            assert control(answer, "mode")["current"] == "auto"
+            ok(await c.chat(agent.id, [user("hello"), assistant(first.parts), user("go on")]))
+            assert control(states(c)[-1], "mode")["current"] == "auto"
+    assert mode_sets(agent) == [("s1", "default"), ("s1", "auto")]
+    prompts = agent.frames("session/prompt")
+    assert [p["params"]["sessionId"] for p in prompts] == ["s1", "s1"]
+
+
+async def test_the_users_mode_for_the_agent_or_the_model_configuration_wins(scripted: Any, daemon: Any, tmp_path: Any) -> None:
+    agent = like_claude(scripted)
+    with anyio.fail_after(LIMIT):
+        async with daemon(initialize=False) as c:
+            await initialize(c, [{**agent.spec, "mode": "acceptEdits"}], str(tmp_path))
+            ok(await c.chat(agent.id, [user("chat A")]))  # the agent's mode setting
+            assert control(states(c)[-1], "mode")["current"] == "acceptEdits"
+            listed = await c.request("lm/provideLanguageModelChatInformation", {})
+            model = next(m for m in listed["models"] if m["id"] == agent.id)
+            assert model["configurationSchema"]["properties"]["mode"]["default"] == "acceptEdits"
+            assert "the agent approves its own actions" in model["tooltip"]
+            # VS Code's model configuration: the user picked Plan Mode beside the model picker.
+            ok(await c.chat(agent.id, [user("chat B")], options={"configuration": {"mode": "plan"}}))
+            assert control(states(c)[-1], "mode")["current"] == "plan"
+            # ... or Auto, the mode the agent starts in: nothing to set, and not the asking mode either.
+            ok(await c.chat(agent.id, [user("chat C")], options={"configuration": {"mode": "auto"}}))
+            assert control(states(c)[-1], "mode")["current"] == "auto"
+    assert mode_sets(agent) == [("s1", "acceptEdits"), ("s2", "plan")]
+
+
+async def test_an_agent_whose_asking_mode_is_not_known_keeps_its_own(scripted: Any, daemon: Any, tmp_path: Any) -> None:
+    agent = scripted({"config_options": [MODES], "default_turn": [{"text": "ok"}]})  # agentInfo "scripted-agent": no profile
+    with anyio.fail_after(LIMIT):
+        async with daemon(initialize=False) as c:
+            await initialize(c, [agent.spec], str(tmp_path))
+            ok(await c.chat(agent.id, [user("hello")]))
+            mode = control(states(c)[-1], "mode")
+            assert mode["current"] == "auto" and all("approver" not in x for x in mode["choices"])
+    assert mode_sets(agent) == []
