@@ -117,6 +117,7 @@ PROFILES: Mapping[str, AgentProfile] = {
     "@agentclientprotocol/claude-agent-acp": CLAUDE,
     "gemini-cli": GEMINI,
     "codex-acp": CODEX,
+    "@agentclientprotocol/codex-acp": CODEX,  # codex-acp 2.x
     "fast-agent-acp": FAST_AGENT,
 }
 
