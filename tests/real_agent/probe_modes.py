@@ -8,6 +8,8 @@ the mode set (``session/set_config_option`` on the option of category ``mode``, 
 ``session/set_mode``), then one prompt whose scripted model does, one after the other:
 
 * ``edit``: write a new file in the workspace (claude: its Write tool; codex: ``apply_patch`` in exec_command);
+* ``read-in``, ``read-out``: a read-only command on the workspace (``ls``), and on a file
+  outside it (``cat /etc/hostname``);
 * ``cmd-in``: a shell command that creates a file in the workspace;
 * ``cmd-in-py``: the same by ``python3 -c`` (claude allows plain file commands such as
   ``touch`` in some modes);
@@ -18,8 +20,9 @@ the mode set (``session/set_config_option`` on the option of category ``mode``, 
 
 Every ``session/request_permission`` is recorded (its title, kind and options) and
 answered with its ``allow_once`` option, so the effect on disk shows whether the action
-ran. It prints one row per mode: per action, ``asked`` or ``unasked`` and whether the
-file was made. The results are in docs/agents.md ("Modes: who approves").
+ran. It prints one JSON row per mode: per action, whether a permission named it
+(``asked``), whether its file was made (``ran``; None for a read) and the start of what the
+model got back (``result``). The results are in docs/agents.md ("Modes: who approves").
 """
 
 from __future__ import annotations
@@ -55,31 +58,42 @@ class SideFreeResponses(FakeResponses):
         return super()._next_reply(body)
 
 
-def _actions(agent: str, ws: Path, out: Path) -> dict[str, tuple[Path, list[Any]]]:
-    """action name → (the file it makes, the scripted model reply that does it)."""
-    if agent == "claude":
-        def bash(cmd: str) -> list[Any]:
-            return [{"tool_use": {"name": "Bash", "input": {"command": cmd, "description": "Make a file"}}}]
+Action = tuple[Path | None, list[Any], str | None]
 
+
+def _actions(agent: str, ws: Path, out: Path) -> dict[str, Action]:
+    """action name → (the file it makes, or None for a read; the scripted model reply that
+    does it; the text naming it in its permission request, None: the edit permission)."""
+    if agent == "claude":
+
+        def bash(cmd: str) -> list[Any]:
+            return [{"tool_use": {"name": "Bash", "input": {"command": cmd, "description": "Do it"}}}]
+
+        py = f"python3 -c \"open('{ws / 'cmd-in-py.txt'}', 'w')\""
         return {
-            "edit": (ws / "edit.txt", [{"tool_use": {"name": "Write", "input": {"file_path": str(ws / "edit.txt"), "content": "hello\n"}}}]),
-            "cmd-in": (ws / "cmd-in.txt", bash(f"touch {ws / 'cmd-in.txt'}")),
-            "cmd-in-py": (ws / "cmd-in-py.txt", bash(f"python3 -c \"open('{ws / 'cmd-in-py.txt'}', 'w')\"")),
-            "cmd-out": (out / "cmd-out.txt", bash(f"touch {out / 'cmd-out.txt'}")),
+            "edit": (ws / "edit.txt", [{"tool_use": {"name": "Write", "input": {"file_path": str(ws / "edit.txt"), "content": "hello\n"}}}], None),
+            "read-in": (None, bash(f"ls {ws}"), f"ls {ws}"),
+            "read-out": (None, bash("cat /etc/hostname"), "cat /etc/hostname"),
+            "cmd-in": (ws / "cmd-in.txt", bash(f"touch {ws / 'cmd-in.txt'}"), "cmd-in.txt"),
+            "cmd-in-py": (ws / "cmd-in-py.txt", bash(py), "cmd-in-py.txt"),
+            "cmd-out": (out / "cmd-out.txt", bash(f"touch {out / 'cmd-out.txt'}"), "cmd-out.txt"),
         }
     patch = f"*** Begin Patch\n*** Add File: {ws / 'edit.txt'}\n+hello\n*** End Patch\n"
 
     def sh(cmd: str, **extra: Any) -> list[Any]:
         return [{"function_call": {"name": "exec_command", "arguments": {"cmd": cmd, "workdir": str(ws), **extra}}}]
 
+    esc = {"sandbox_permissions": "require_escalated", "justification": "make a file outside"}
     return {
         # codex offers this model no apply_patch tool: a model edits by exec_command "apply_patch",
         # which codex takes as a patch (its own approval as a file change).
-        "edit": (ws / "edit.txt", sh(f"apply_patch <<'EOF'\n{patch}EOF\n")),
-        "cmd-in": (ws / "cmd-in.txt", sh(f"touch {ws / 'cmd-in.txt'}")),
-        "cmd-in-py": (ws / "cmd-in-py.txt", sh(f"python3 -c \"open('{ws / 'cmd-in-py.txt'}', 'w')\"")),
-        "cmd-out": (out / "cmd-out.txt", sh(f"touch {out / 'cmd-out.txt'}")),
-        "cmd-out-esc": (out / "cmd-out-esc.txt", sh(f"touch {out / 'cmd-out-esc.txt'}", sandbox_permissions="require_escalated", justification="make a file outside")),
+        "edit": (ws / "edit.txt", sh(f"apply_patch <<'EOF'\n{patch}EOF\n"), None),
+        "read-in": (None, sh(f"ls {ws}"), f"ls {ws}"),
+        "read-out": (None, sh("cat /etc/hostname"), "cat /etc/hostname"),
+        "cmd-in": (ws / "cmd-in.txt", sh(f"touch {ws / 'cmd-in.txt'}"), "cmd-in.txt"),
+        "cmd-in-py": (ws / "cmd-in-py.txt", sh(f"python3 -c \"open('{ws / 'cmd-in-py.txt'}', 'w')\""), "cmd-in-py.txt"),
+        "cmd-out": (out / "cmd-out.txt", sh(f"touch {out / 'cmd-out.txt'}"), "cmd-out.txt"),
+        "cmd-out-esc": (out / "cmd-out-esc.txt", sh(f"touch {out / 'cmd-out-esc.txt'}", **esc), "cmd-out-esc.txt"),
     }
 
 
@@ -133,7 +147,7 @@ async def probe_mode(agent: str, mode: str | None) -> dict[str, Any]:
     ws = root / "work"
     ws.mkdir()
     actions = _actions(agent, ws, out)
-    script = [reply for _, reply in actions.values()] + [[{"text": "All done."}]]
+    script = [reply for _, reply, _ in actions.values()] + [[{"text": "All done."}]]
     fake = FakeAnthropic(script) if agent == "claude" else SideFreeResponses(script)
     asked: list[dict[str, Any]] = []
     row: dict[str, Any] = {"mode": mode}
@@ -164,7 +178,15 @@ async def probe_mode(agent: str, mode: str | None) -> dict[str, Any]:
         results = fake.tool_results() if isinstance(fake, FakeAnthropic) else fake.function_call_outputs()
         row["results"] = [r["text"][:160] for r in results]
     row["permissions"] = asked
-    row["actions"] = {name: {"ran": path.exists()} for name, (path, _) in actions.items()}
+
+    def was_asked(mark: str | None) -> bool:
+        return any((p["kind"] == "edit") if mark is None else (mark in json.dumps(p)) for p in asked)
+
+    results = row.get("results", [])
+    row["actions"] = {
+        name: {"asked": was_asked(mark), "ran": None if path is None else path.exists(), "result": results[i] if i < len(results) else None}
+        for i, (name, (path, _, mark)) in enumerate(actions.items())
+    }
     shutil.rmtree(root, ignore_errors=True)
     shutil.rmtree(out, ignore_errors=True)
     return row
