@@ -8,6 +8,7 @@ and configuration default follow."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -15,6 +16,9 @@ import pytest
 from test_controls import control, initialize, states
 from test_daemon import LIMIT, ok
 
+from lmbridge.acp.session import Opened
+from lmbridge.core.profiles import CLAUDE
+from lmbridge.daemon.chat_controls import ChatControls, ControlSet, SetControl
 from lmbridge.devtools.client import assistant, user
 
 pytestmark = pytest.mark.anyio
@@ -90,3 +94,25 @@ async def test_an_agent_whose_asking_mode_is_not_known_keeps_its_own(scripted: A
             mode = control(states(c)[-1], "mode")
             assert mode["current"] == "auto" and all("approver" not in x for x in mode["choices"])
     assert mode_sets(agent) == []
+
+
+
+def test_a_chats_own_choice_is_set_again_on_a_session_opened_new_for_it() -> None:
+    """A chat whose session is replaced by a fresh one (``SessionActor._recover_session``)
+    keeps the mode the user set on it with chat/setControl; a later choice beside the model
+    picker replaces it."""
+    acp = SimpleNamespace(id="s1", process=SimpleNamespace(caps=SimpleNamespace(profile=CLAUDE)))
+    controls = ChatControls("chat", acp, None, lambda: True, None, lambda options: None)  # type: ignore[arg-type]
+    controls.ready(Opened("s1", "new", False, True, [MODES]))
+    assert controls.chosen(None, {}) == {"mode": "default"}  # the asking mode
+    controls.answered(ControlSet(SetControl("mode", "default", by_user=False), {}))
+    controls.answered(ControlSet(SetControl("mode", "auto"), {}))  # the user's chat/setControl
+    controls.ready(Opened("s2", "new", True, True, [MODES]))  # the agent says auto again: nothing to set
+    assert controls.chosen({"mode": "default"}, {}) == {}
+    controls.ready(Opened("s3", "new", True, True, [{**MODES, "currentValue": "plan"}]))
+    assert controls.chosen({"mode": "default"}, {}) == {"mode": "auto"}
+    controls.answered(ControlSet(SetControl("mode", "auto", by_user=False), {}))
+    # The user then picks Plan Mode beside the model picker: that is the chat's choice now.
+    assert controls.chosen({"mode": "plan"}, {"mode": "plan"}) == {"mode": "plan"}
+    controls.ready(Opened("s4", "new", True, True, [MODES]))
+    assert controls.chosen({"mode": "plan"}, {}) == {"mode": "plan"}

@@ -40,12 +40,13 @@ Report = Callable[[str, Any, dict[str, Any]], None]  # (session id, the shim's r
 
 @dataclass(eq=False)
 class SetControl:
-    """Set one of the chat's controls (``session_state``) on its live session, now.
-    ``done`` is set once, with ``error`` (a sentence for the user) or ``state`` (the
+    """Set one of the chat's controls (``session_state``) on its live session, now
+    (``by_user``: the user's ``chat/setControl``, kept for the chat). ``done`` is set once, with ``error`` (a sentence for the user) or ``state`` (the
     chat's state after it, as ``session_state.to_wire`` gives it)."""
 
     control_id: str
     value: str
+    by_user: bool = True  # chat/setControl; False: a value set before a prompt (chosen)
     done: anyio.Event = field(default_factory=anyio.Event)
     error: str | None = None
     state: dict[str, Any] | None = None
@@ -92,6 +93,7 @@ class ChatControls:
         self._options_changed = options_changed
         self.state = session_state.SessionState()
         self._fresh = False  # the session was opened new: the chat's choices are all set before its first prompt
+        self._chosen: dict[str, str] = {}  # the user's chat/setControl choices, set again on a session opened new
         self._report: Report | None = None
         self._request_id: Any = None  # the shim's id of the latest request this chat got
         self._early: list[Any] = []  # state updates of the session being opened, before its Ready
@@ -159,7 +161,8 @@ class ChatControls:
         agent's ``mode`` setting, else its asking mode: ``core.modes.start_mode``), then
         everything VS Code's model configuration says (``configuration``: the user's choice
         wins); on one that ran before, only what the user changed since the previous request
-        (``picked``)."""
+        (``picked``). What the user set on this chat with ``chat/setControl`` since is set
+        again on a session opened new (one replacing a session lost)."""
         if self._fresh:
             self._fresh = False
             values: dict[str, Any] = {}
@@ -169,8 +172,11 @@ class ChatControls:
                 if start is not None:
                     values[mode.id] = start
             values.update(configuration or {})
+            values.update(self._chosen)
         else:
             values = dict(picked)
+            for key in picked:  # the user's newer choice, beside the model picker
+                self._chosen.pop(key, None)
         return session_state.wanted(self.state, values)
 
     async def configure_then(self, changes: dict[str, str], write: Write, out: MemoryObjectSendStream[Write]) -> None:
@@ -187,7 +193,7 @@ class ChatControls:
                         if answer["configOptions"] is not None:
                             self._options_changed(answer["configOptions"])
                     log.info("config option set", session=self.session_id, configId=config_id, value=value)
-                    self._send.send_nowait(ControlSet(SetControl(config_id, value), answer))
+                    self._send.send_nowait(ControlSet(SetControl(config_id, value, by_user=False), answer))
                 except (AgentError, AgentUnavailable) as exc:  # AgentStuck: the process is stopped, the turn told
                     log.warning("config option not set", session=self.session_id, configId=config_id, value=value, error=str(exc) or type(exc).__name__)
         finally:
@@ -232,6 +238,8 @@ class ChatControls:
         request = msg.request
         if msg.error is None:
             self.state = session_state.after_set(self.state, request.control_id, request.value, msg.answer)
+            if request.by_user:  # chat/setControl: kept for a session opened new
+                self._chosen[request.control_id] = request.value
             log.info("control set", session=self.session_id, control=request.control_id, value=request.value)
             self.tell(None)
             request.state = self.wire()
