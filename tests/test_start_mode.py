@@ -14,7 +14,8 @@ from typing import Any
 import anyio
 import pytest
 from test_controls import control, initialize, states
-from test_daemon import LIMIT, ok
+from test_agent_sessions import models_changed
+from test_daemon import LIMIT, eventually, ok
 
 from lmbridge.acp.session import Opened
 from lmbridge.core.profiles import CLAUDE
@@ -77,8 +78,13 @@ async def test_the_users_mode_for_the_agent_or_the_model_configuration_wins(scri
             assert model["configurationSchema"]["properties"]["mode"]["default"] == "acceptEdits"
             assert "the agent approves its own actions" in model["tooltip"]
             # VS Code's model configuration: the user picked Plan Mode beside the model picker.
+            before = models_changed(c)
             ok(await c.chat(agent.id, [user("chat B")], options={"configuration": {"mode": "plan"}}))
             assert control(states(c)[-1], "mode")["current"] == "plan"
+            await eventually(lambda: models_changed(c) > before, what="lm/modelsChanged after the configuration changed")
+            listed = await c.request("lm/provideLanguageModelChatInformation", {})
+            tooltip = next(m for m in listed["models"] if m["id"] == agent.id)["tooltip"]
+            assert "New chats start in Plan Mode. In Plan Mode the agent approves its own actions" in tooltip
             # ... or Auto, the mode the agent starts in: nothing to set, and not the asking mode either.
             ok(await c.chat(agent.id, [user("chat C")], options={"configuration": {"mode": "auto"}}))
             assert control(states(c)[-1], "mode")["current"] == "auto"

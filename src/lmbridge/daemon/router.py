@@ -101,7 +101,7 @@ class Router:
         picked = session_state.picked(previous, configuration or {})
         if configuration is not None:
             self.configurations[p.modelId] = configuration
-            if previous is not None and picked:  # the model's tooltip names the mode new chats start in
+            if configuration != previous:  # the model's tooltip names the mode its new chats start in
                 self.catalog.changed()
         request = ChatRequest(
             spec, tuple(p.messages), self.cwd, Parts(self.out, call), tools=tuple(p.options.tools), verbatim=self.settings.verbatim,
