@@ -13,8 +13,8 @@ from typing import Any
 
 import anyio
 import pytest
-from test_controls import control, initialize, states
 from test_agent_sessions import models_changed
+from test_controls import control, initialize, states
 from test_daemon import LIMIT, eventually, ok
 
 from lmbridge.acp.session import Opened
