@@ -122,3 +122,19 @@ def test_a_chats_own_choice_is_set_again_on_a_session_opened_new_for_it() -> Non
     assert controls.chosen({"mode": "plan"}, {"mode": "plan"}) == {"mode": "plan"}
     controls.ready(Opened("s4", "new", True, True, [MODES]))
     assert controls.chosen({"mode": "plan"}, {}) == {"mode": "plan"}
+
+
+async def test_a_message_is_not_sent_when_the_agent_refuses_the_asking_mode(scripted: Any, daemon: Any, tmp_path: Any) -> None:
+    """The agent refuses to leave auto: the prompt is not sent in a mode nobody chose, the
+    chat is told, and the next message (its turn ended in error: a new session) tries the
+    asking mode again."""
+    agent = scripted({"initialize": CLAUDE_NAME, "config_options": [MODES], "refuse_values": ["default"], "default_turn": [{"text": "ok"}]})
+    with anyio.fail_after(LIMIT):
+        async with daemon(initialize=False) as c:
+            await initialize(c, [agent.spec], str(tmp_path))
+            first = await c.chat(agent.id, [user("hello")])
+            assert first.error is not None and "did not take the mode Manual" in first.error.message, first.error
+            second = await c.chat(agent.id, [user("hello")])
+            assert second.error is not None and "did not take the mode Manual" in second.error.message
+    assert agent.frames("session/prompt") == []  # nothing reached the agent in auto
+    assert [e["value"] for e in agent.events("set_config_option_refused")] == ["default", "default"]  # tried again on the next message

@@ -22,7 +22,7 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
-from lmbridge.acp.connection import AgentError, AgentUnavailable
+from lmbridge.acp.connection import AgentError, AgentUnavailable, Response
 from lmbridge.core import modes, session_state
 from lmbridge.log import get_logger
 
@@ -94,6 +94,7 @@ class ChatControls:
         self.state = session_state.SessionState()
         self._fresh = False  # the session was opened new: the chat's choices are all set before its first prompt
         self._chosen: dict[str, str] = {}  # the user's chat/setControl choices, set again on a session opened new
+        self._required: str | None = None  # the mode control, when a prompt must not go unless its mode is set
         self._report: Report | None = None
         self._request_id: Any = None  # the shim's id of the latest request this chat got
         self._early: list[Any] = []  # state updates of the session being opened, before its Ready
@@ -163,10 +164,12 @@ class ChatControls:
         wins); on one that ran before, only what the user changed since the previous request
         (``picked``). What the user set on this chat with ``chat/setControl`` since is set
         again on a session opened new (one replacing a session lost)."""
+        mode = self._mode_control()
+        self._required = None
+        fresh = self._fresh
         if self._fresh:
             self._fresh = False
             values: dict[str, Any] = {}
-            mode = self._mode_control()
             if mode is not None:
                 start = modes.start_mode(self.acp.process.caps.profile, [c.value for c in mode.choices], self._mode)
                 if start is not None:
@@ -177,11 +180,18 @@ class ChatControls:
             values = dict(picked)
             for key in picked:  # the user's newer choice, beside the model picker
                 self._chosen.pop(key, None)
-        return session_state.wanted(self.state, values)
+        changes = session_state.wanted(self.state, values)
+        if fresh and mode is not None and mode.id in changes:
+            self._required = mode.id  # a new session's mode: its first prompt waits on it (configure_then)
+        return changes
 
-    async def configure_then(self, changes: dict[str, str], write: Write, out: MemoryObjectSendStream[Write]) -> None:
+    async def configure_then(self, changes: dict[str, str], write: Write, out: MemoryObjectSendStream[Write], prompt_id: int | None = None) -> None:
         """Each change set (bounded: ``session/set_config_option``, or ``session/set_mode``
-        for the older modes), then the prompt ``write`` is queued on ``out``."""
+        for the older modes), then the prompt ``write`` is queued on ``out``. When the agent
+        refuses a new session's mode (``chosen``'s: its start mode, or the chat's choice), the prompt
+        is not sent: its turn ends with an error (a ``Response`` to ``prompt_id`` on the
+        actor's mailbox) rather than run in a mode nobody chose."""
+        required, refused = self._required, None
         try:
             for config_id, value in changes.items():
                 control = self.state.control(config_id)
@@ -196,9 +206,17 @@ class ChatControls:
                     self._send.send_nowait(ControlSet(SetControl(config_id, value, by_user=False), answer))
                 except (AgentError, AgentUnavailable) as exc:  # AgentStuck: the process is stopped, the turn told
                     log.warning("config option not set", session=self.session_id, configId=config_id, value=value, error=str(exc) or type(exc).__name__)
+                    if config_id == required and prompt_id is not None:
+                        control = self.state.control(config_id)
+                        label = control.label(value) if control is not None else value
+                        refused = f"the agent did not take the mode {label} ({exc or type(exc).__name__}); your message was not sent"
+                        break
         finally:
             try:
-                out.send_nowait(write)
+                if refused is not None and prompt_id is not None:  # the turn ends in error: the chat's session with it
+                    self._send.send_nowait(Response(prompt_id, error=AgentError("session/prompt", {"code": -32000, "message": refused})))
+                else:
+                    out.send_nowait(write)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
 
