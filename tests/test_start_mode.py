@@ -28,6 +28,7 @@ CLAUDE_NAME = {"agentInfo": {"name": "@agentclientprotocol/claude-agent-acp", "v
 MODES = {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "auto",
          "options": [{"value": "default", "name": "Manual"}, {"value": "acceptEdits", "name": "Accept Edits"},
                      {"value": "plan", "name": "Plan Mode"}, {"value": "auto", "name": "Auto"}]}  # fmt: skip
+RESUME = {"agentCapabilities": {"sessionCapabilities": {"resume": {}, "close": {}}}}
 APPROVERS = {"default": "user", "acceptEdits": "agent", "plan": "agent", "auto": "agent"}
 
 
@@ -138,3 +139,20 @@ async def test_a_message_is_not_sent_when_the_agent_refuses_the_asking_mode(scri
             assert second.error is not None and "did not take the mode Manual" in second.error.message
     assert agent.frames("session/prompt") == []  # nothing reached the agent in auto
     assert [e["value"] for e in agent.events("set_config_option_refused")] == ["default", "default"]  # tried again on the next message
+
+
+async def test_a_session_taken_up_again_in_the_agents_own_mode_is_set_to_the_asking_mode(scripted: Any, daemon: Any, tmp_path: Any) -> None:
+    """VS Code reloaded: the new agent process takes the session up (session/resume) in its own
+    starting mode, auto (as codex-acp 2.6 does): set to the asking mode before the prompt."""
+    scenario = {"initialize": {**CLAUDE_NAME, **RESUME}, "config_options": [MODES], "default_turn": [{"text": "ok"}]}
+    agent = scripted(scenario)
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent]) as c:
+            first = await c.chat(agent.id, [user("hello")])
+            ok(first)
+        agent.write(scenario)  # for the new process
+        async with daemon([agent]) as c:
+            ok(await c.chat(agent.id, [user("hello"), assistant(first.parts), user("and then?")]))
+    assert [f["params"]["sessionId"] for f in agent.frames("session/resume")] == ["s1"]
+    assert mode_sets(agent) == [("s1", "default"), ("s1", "default")]
+    assert [p["params"]["sessionId"] for p in agent.frames("session/prompt")] == ["s1", "s1"]

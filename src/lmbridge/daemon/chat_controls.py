@@ -93,6 +93,7 @@ class ChatControls:
         self._options_changed = options_changed
         self.state = session_state.SessionState()
         self._fresh = False  # the session was opened new: the chat's choices are all set before its first prompt
+        self._taken_up = False  # the session was taken up again: its mode is set before its first prompt
         self._chosen: dict[str, str] = {}  # the user's chat/setControl choices, set again on a session opened new
         self._required: str | None = None  # the mode control, when a prompt must not go unless its mode is set
         self._report: Report | None = None
@@ -129,6 +130,7 @@ class ChatControls:
         for change in early:
             self.state = session_state.update(self.state, change) or self.state
         self._fresh = opened.how in ("new", "spare")
+        self._taken_up = not self._fresh  # session/resume, session/load: an agent may take it up in its own starting mode
         self.tell(self._request_id)
 
     def update(self, change: Any) -> None:
@@ -163,19 +165,28 @@ class ChatControls:
         everything VS Code's model configuration says (``configuration``: the user's choice
         wins); on one that ran before, only what the user changed since the previous request
         (``picked``). What the user set on this chat with ``chat/setControl`` since is set
-        again on a session opened new (one replacing a session lost)."""
+        again on a session opened new (one replacing a session lost). A session taken up
+        again (``session/resume``, ``session/load``) gets its mode so too (codex-acp 2.6
+        takes a session up in its own starting mode), and ``picked``."""
         mode = self._mode_control()
         self._required = None
-        fresh = self._fresh
-        if self._fresh:
-            self._fresh = False
+        fresh = self._fresh or self._taken_up
+        if fresh:
             values: dict[str, Any] = {}
             if mode is not None:
                 start = modes.start_mode(self.acp.process.caps.profile, [c.value for c in mode.choices], self._mode)
                 if start is not None:
                     values[mode.id] = start
-            values.update(configuration or {})
-            values.update(self._chosen)
+            if self._fresh:
+                values.update(configuration or {})
+                values.update(self._chosen)
+            else:  # taken up again: its mode as a new session's, the rest as it was
+                if mode is not None:
+                    for source in (configuration or {}, self._chosen):
+                        if isinstance(source.get(mode.id), str):
+                            values[mode.id] = source[mode.id]
+                values.update(picked)
+            self._fresh = self._taken_up = False
         else:
             values = dict(picked)
             for key in picked:  # the user's newer choice, beside the model picker
