@@ -139,6 +139,18 @@ def test_a_corrupt_or_foreign_file_is_ignored(tmp_path: Path, content: bytes) ->
     assert len(index.load()) == 1
 
 
+def test_the_agents_profiles_are_cached_with_their_options_and_an_older_cache_is_dropped(tmp_path: Path) -> None:
+    index = SessionIndex(tmp_path)
+    options = {"claude": [{"type": "select", "id": "mode", "name": "Mode", "category": "mode", "currentValue": "default", "options": []}]}
+    index.save_models(options, {"claude": True}, {"claude": "claude"})
+    assert (index.models(), index.images(), index.profiles()) == (options, {"claude": True}, {"claude": "claude"})
+    # A cache of version 1 held, as a mode's default, the mode the agent started in (claude 0.101:
+    # auto, VS Code would send it back as the chat's choice): dropped, learnt again.
+    old = {"program": "lmbridge", "version": 1, "agents": {"claude": [{**options["claude"][0], "currentValue": "auto"}]}, "images": {"claude": True}}
+    (tmp_path / "models.json").write_text(json.dumps(old))
+    assert (index.models(), index.images(), index.profiles()) == ({}, {}, {})
+
+
 def test_lmbridge_sessions_lists_and_clears(tmp_path: Path) -> None:
     index = SessionIndex(tmp_path / "lmbridge")
     index.save([entry({"model": "claude", "resume": "acp-123", "items": [["u", []], ["a", "00", "", []]]}, "claude", "/work")])

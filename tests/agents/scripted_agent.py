@@ -42,6 +42,8 @@ Scenario JSON (all keys optional)::
                                      answers logged as client_result)
       "config_options": [...]        configOptions in the session/new, resume and load answers;
                                      session/set_config_option sets one (logged set_config_option)
+      "refuse_values": [v, ...]      session/set_config_option to one of these values is answered
+                                     -32602 (logged set_config_option_refused) and not set
       "after_new": [update, ...]     session/update objects sent right after answering session/new,
                                      before any prompt (claude-agent-acp tells its commands so)
       "modes": {...}                 ACP modes ({currentModeId, availableModes}) in the same answers;
@@ -647,6 +649,9 @@ class ScriptedAgent:
             for i, spec in enumerate(self.scenario.get("on_close_client", [])):
                 self.client_request(sid, f"close-{i}", spec)  # the client is closing the session: sent before the answer
             self.reply(rid, {})
+        elif method == "session/set_config_option" and params.get("value") in self.scenario.get("refuse_values", []):
+            self.log_event("set_config_option_refused", sessionId=params.get("sessionId"), configId=params.get("configId"), value=params.get("value"))
+            self.reply_error(rid, -32602, f"Invalid value: {params.get('value')}", None)
         elif method == "session/set_config_option" and "config_options" in self.scenario:
             sid, config_id, value = params.get("sessionId"), params.get("configId"), params.get("value")
             self.config_values.setdefault(sid, {})[config_id] = value

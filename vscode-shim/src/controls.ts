@@ -9,10 +9,12 @@
  * live agent session at once (`chat/setControl`); `lmbridge: Agent Commands` lists its
  * slash commands and puts the one picked into the chat's input as `//name` (which
  * reaches the agent even where VS Code or Copilot has a command of that name).
+ * While the chat's mode is one in which the agent approves its own actions, the item says so
+ * (a warning icon and colour, "agent approves") and its tooltip names the mode that asks.
  * The text and the items are pure functions, tested; the class is a thin owner of the state.
  */
 import * as vscode from 'vscode';
-import type { SessionStateParams, WireControl, WireUsage } from './wire';
+import type { Approver, SessionStateParams, WireControl, WireUsage } from './wire';
 
 /** What the user types to reach the agent's own command, whatever VS Code makes of `/name`. */
 export const COMMAND_ESCAPE = '//';
@@ -28,7 +30,11 @@ export function stateFromWire(params: unknown): SessionStateParams | undefined {
 	}
 	const controls = (Array.isArray(params.controls) ? params.controls : []).filter((c): c is WireControl =>
 		isObject(c) && typeof c.id === 'string' && typeof c.name === 'string' && Array.isArray(c.choices)
-		&& c.choices.every(x => isObject(x) && typeof x.value === 'string' && typeof x.name === 'string'));
+		&& c.choices.every(x => isObject(x) && typeof x.value === 'string' && typeof x.name === 'string'))
+		.map(c => ({
+			...c,
+			choices: c.choices.map(({ value, name, approver }) => ({ value, name, ...(approver === 'user' || approver === 'agent' ? { approver } : {}) })),
+		}));
 	const commands = (Array.isArray(params.commands) ? params.commands : []).filter((c): c is { name: string; description: string; hint?: string } =>
 		isObject(c) && typeof c.name === 'string' && typeof c.description === 'string');
 	const state: SessionStateParams = { chatId: params.chatId, modelId: params.modelId, controls, commands };
@@ -76,11 +82,36 @@ export function usageText(usage: WireUsage | undefined): string | undefined {
 	return usage.used !== undefined ? `${formatTokens(usage.used)}/${formatTokens(usage.size)}` : `${formatTokens(usage.size)} context`;
 }
 
-/** The status bar item's text: `$(hubot) Plan Mode · 53k/200k`. */
+/** Who approves the agent's actions in the chat's current mode, where the daemon said. */
+export function approverOf(state: SessionStateParams): Approver | undefined {
+	const mode = state.controls.find(c => c.category === 'mode');
+	return mode?.choices.find(c => c.value === mode.current)?.approver;
+}
+
+/** The status bar item's text: `$(hubot) Plan Mode · 53k/200k`; in a mode in which the
+ * agent approves its own actions, `$(warning) Auto: agent approves · 53k/200k`. */
 export function statusText(state: SessionStateParams): string {
 	const mode = modeControl(state);
-	const parts = [mode ? label(mode, mode.current) : undefined, usageText(state.usage)].filter((p): p is string => !!p);
-	return `$(hubot) ${parts.length ? parts.join(' · ') : 'ACP agent'}`;
+	const self = approverOf(state) === 'agent';
+	const name = mode ? label(mode, mode.current) : undefined;
+	const parts = [name && self ? `${name}: agent approves` : name, usageText(state.usage)].filter((p): p is string => !!p);
+	return `${self ? '$(warning)' : '$(hubot)'} ${parts.length ? parts.join(' · ') : 'ACP agent'}`;
+}
+
+/** The tooltip's sentence on who approves in the chat's mode; undefined when not known. */
+export function approvalText(state: SessionStateParams): string | undefined {
+	const mode = state.controls.find(c => c.category === 'mode');
+	const who = approverOf(state);
+	if (!mode || !who) {
+		return undefined;
+	}
+	const name = escapeMarkdown(label(mode, mode.current) ?? '');
+	if (who === 'user') {
+		return `**You approve**: in ${name} the agent asks you before it changes anything.`;
+	}
+	const asking = mode.choices.find(c => c.approver === 'user');
+	const back = asking ? ` Choose ${escapeMarkdown(asking.name)} to approve each one yourself.` : '';
+	return `**The agent approves its own actions** in ${name}: some edits and commands run without asking you.${back}`;
 }
 
 function escapeMarkdown(text: string): string {
@@ -90,6 +121,10 @@ function escapeMarkdown(text: string): string {
 /** The tooltip (markdown, untrusted): the agent, each control, the usage, the commands. */
 export function statusTooltip(state: SessionStateParams, modelName: string | undefined): string {
 	const lines = [`**${escapeMarkdown(modelName ?? state.modelId)}** (this chat's ACP agent)`, ''];
+	const approval = approvalText(state);
+	if (approval) {
+		lines.push(approval, '');
+	}
 	for (const c of state.controls) {
 		lines.push(`- ${escapeMarkdown(c.name)}: ${escapeMarkdown(label(c, c.current) ?? 'unknown')}`);
 	}
@@ -123,9 +158,11 @@ export function controlItems(state: SessionStateParams): ControlItem[] {
 		items.push({ label: c.name, kind: vscode.QuickPickItemKind.Separator });
 		for (const choice of c.choices) {
 			const current = choice.value === c.current;
+			const who = choice.approver === 'agent' ? 'the agent approves its own actions' : choice.approver === 'user' ? 'asks you first' : undefined;
+			const description = [choice.value !== choice.name ? choice.value : undefined, who].filter(Boolean).join(' · ');
 			items.push({
 				label: `${current ? '$(check)' : '$(blank)'} ${choice.name}`,
-				description: choice.value !== choice.name ? choice.value : undefined,
+				description: description || undefined,
 				controlId: c.id,
 				value: choice.value,
 			});
@@ -206,6 +243,7 @@ export class ChatControls implements vscode.Disposable {
 			return;
 		}
 		this.item.text = statusText(state);
+		this.item.backgroundColor = approverOf(state) === 'agent' ? new vscode.ThemeColor('statusBarItem.warningBackground') : undefined;
 		const tooltip = new vscode.MarkdownString(statusTooltip(state, this.deps.modelName(state.modelId)));
 		tooltip.isTrusted = false;
 		this.item.tooltip = tooltip;

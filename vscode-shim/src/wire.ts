@@ -225,8 +225,12 @@ export interface WireControl {
 	name: string;
 	category?: string;
 	current?: string;
-	choices: Array<{ value: string; name: string }>;
+	/** `approver` (a mode's choices only, where the daemon knows): who approves the agent's
+	 * edits and commands in that mode, the user (the agent asks first) or the agent itself. */
+	choices: Array<{ value: string; name: string; approver?: Approver }>;
 }
+/** Who approves an agent's actions in a mode (docs/protocol.md, "Per-chat controls"). */
+export type Approver = 'user' | 'agent';
 /** One of the agent's slash commands. */
 export interface WireCommand { name: string; description: string; hint?: string }
 /** The agent's `usage_update`: tokens in the context, the context window, the session's cost. */

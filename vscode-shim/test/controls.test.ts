@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { beforeEach, describe, test } from 'node:test';
 import * as vscode from 'vscode';
 import {
-	ChatControls, commandItems, controlItems, formatTokens, statusText, statusTooltip, stateFromWire, usageText,
+	ChatControls, approvalText, commandItems, controlItems, formatTokens, statusText, statusTooltip, stateFromWire, usageText,
 } from '../src/controls';
 import type { SessionStateParams } from '../src/wire';
 import { mock } from './vscode-mock';
@@ -60,6 +60,44 @@ describe('the tooltip', () => {
 	});
 });
 
+/** claude-agent-acp 0.101's modes, marked with who approves in each (docs/agents.md). */
+const MODES = { id: 'mode', name: 'Mode', category: 'mode', choices: [
+	{ value: 'default', name: 'Manual', approver: 'user' as const }, { value: 'acceptEdits', name: 'Accept Edits', approver: 'agent' as const },
+	{ value: 'plan', name: 'Plan Mode', approver: 'agent' as const }, { value: 'auto', name: 'Auto', approver: 'agent' as const },
+] };
+const inMode = (current: string): SessionStateParams => ({ ...CLAUDE, controls: [{ ...MODES, current }] });
+
+describe('who approves', () => {
+	test('the approver is kept as sent, anything else dropped', () => {
+		assert.deepEqual(stateFromWire(inMode('auto'))?.controls[0].choices, MODES.choices);
+		const state = stateFromWire({ ...CLAUDE, controls: [{ ...MODES, current: 'x', choices: [{ value: 'x', name: 'X', approver: 'root' }] }] });
+		assert.deepEqual(state?.controls[0].choices, [{ value: 'x', name: 'X' }]);
+	});
+	test('a self-approving mode: the status bar item says the agent approves', () => {
+		assert.equal(statusText(inMode('auto')), '$(warning) Auto: agent approves · 53k/200k');
+		assert.equal(statusText(inMode('acceptEdits')), '$(warning) Accept Edits: agent approves · 53k/200k');
+	});
+	test('the asking mode, or a mode not known: as before', () => {
+		assert.equal(statusText(inMode('default')), '$(hubot) Manual · 53k/200k');
+		assert.equal(statusText(CLAUDE), '$(hubot) Plan Mode · 53k/200k');
+		assert.equal(approvalText(CLAUDE), undefined);
+	});
+	test('the tooltip says who approves, and which mode asks', () => {
+		assert.equal(approvalText(inMode('auto')),
+			'**The agent approves its own actions** in Auto: some edits and commands run without asking you. Choose Manual to approve each one yourself.');
+		assert.equal(approvalText(inMode('default')), '**You approve**: in Manual the agent asks you before it changes anything.');
+		assert.match(statusTooltip(inMode('plan'), 'Claude Code'), /\*\*The agent approves its own actions\*\* in Plan Mode/);
+	});
+	test('the quick pick says it of each mode', () => {
+		assert.deepEqual(controlItems(inMode('auto')).slice(1).map(i => [i.label, i.description]), [
+			['$(blank) Manual', 'default · asks you first'],
+			['$(blank) Accept Edits', 'acceptEdits · the agent approves its own actions'],
+			['$(blank) Plan Mode', 'plan · the agent approves its own actions'],
+			['$(check) Auto', 'auto · the agent approves its own actions'],
+		]);
+	});
+});
+
 describe('the quick picks', () => {
 	test('controls: a separator per control, the current value checked', () => {
 		assert.deepEqual(controlItems(CLAUDE).map(i => [i.label, i.kind, i.controlId, i.value]), [
@@ -113,6 +151,13 @@ describe('ChatControls', () => {
 		mock.state.quickPickResponse = items => items.find(i => i.command === 'review');
 		await controls.pickCommand();
 		assert.deepEqual(mock.state.executed.at(-1), { command: 'workbench.action.chat.open', args: [{ query: '//review ', isPartialQuery: true }] });
+
+		// A self-approving mode: the item turns to the warning colour, and back.
+		controls.onState({ ...inMode('auto'), chatId: 's2', requestId: 10 });
+		assert.equal(item.text, '$(warning) Auto: agent approves · 53k/200k');
+		assert.equal((item.backgroundColor as { id: string } | undefined)?.id, 'statusBarItem.warningBackground');
+		controls.onState({ ...inMode('default'), chatId: 's2', requestId: 11 });
+		assert.equal(item.backgroundColor, undefined);
 
 		controls.reset();
 		assert.equal(item.visible, false);

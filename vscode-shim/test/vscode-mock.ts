@@ -280,10 +280,14 @@ export enum ProgressLocation { SourceControl = 1, Window = 10, Notification = 15
 export enum QuickPickItemKind { Separator = -1, Default = 0 }
 export enum StatusBarAlignment { Left = 1, Right = 2 }
 
+export class ThemeColor {
+	constructor(readonly id: string) { }
+}
 export class MockStatusBarItem {
 	text = '';
 	name: string | undefined;
 	tooltip: unknown;
+	backgroundColor: ThemeColor | undefined;
 	command: unknown;
 	visible = false;
 	disposed = false;

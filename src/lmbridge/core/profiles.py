@@ -74,6 +74,12 @@ class AgentProfile:
     (codex-acp 0.16.0: the command keeps running until ``session/close``, which ends it
     within a second). A turn cancelled while one runs has its session closed and taken up
     again (``turn``; ``core.present.TurnRenderer.left_running``).
+
+    ``asking_mode``: the value of its mode control in which it asks the client
+    (``session/request_permission``) before an edit and a command; each new session starts in
+    it unless the user chose another (``core.modes``). ``self_approving``: its modes in which
+    it runs some edits or commands on its own judgement, unasked: entered only by the user's
+    choice, and shown as such. Both as seen on the wire (docs/agents.md, "Modes: who approves").
     """
 
     name: str
@@ -84,11 +90,20 @@ class AgentProfile:
     raw_output: Callable[[Any], str | None] | None = None
     cancel_breaks_history: bool = False
     cancel_leaves_commands: bool = False
+    asking_mode: str | None = None
+    self_approving: frozenset[str] = frozenset()
 
 
-CLAUDE = AgentProfile("claude", ToolNaming.CLAUDE_META)
-GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID)
-CODEX = AgentProfile("codex", ToolNaming.CODEX_RAW_INPUT, permission_content_is_prompt=True, raw_output=codex_output, cancel_leaves_commands=True)
+# claude-agent-acp 0.101: "default" (Manual) asks for each edit and command; acceptEdits runs edits
+# and plain file commands (touch) in the workspace unasked; auto and plan let its classifier decide.
+CLAUDE = AgentProfile("claude", ToolNaming.CLAUDE_META, asking_mode="default", self_approving=frozenset({"acceptEdits", "auto", "plan", "bypassPermissions"}))
+GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID, asking_mode="default", self_approving=frozenset({"autoEdit", "yolo"}))
+# codex-acp 2.6: no mode asks before every command; read-only asks before each edit and before a
+# command leaves its sandbox, and runs other commands unasked in a read-only, offline sandbox.
+CODEX = AgentProfile(
+    "codex", ToolNaming.CODEX_RAW_INPUT, permission_content_is_prompt=True, raw_output=codex_output, cancel_leaves_commands=True,
+    asking_mode="read-only", self_approving=frozenset({"workspace-write", "agent", "agent-full-access"}),
+)  # fmt: skip
 FAST_AGENT = AgentProfile("fast-agent", ToolNaming.TITLE, shared_mcp_registry=True, keeps_spare=False, cancel_breaks_history=True)  # fast-agent 0.10.48
 OTHER = AgentProfile("other")
 
@@ -102,6 +117,7 @@ PROFILES: Mapping[str, AgentProfile] = {
     "@agentclientprotocol/claude-agent-acp": CLAUDE,
     "gemini-cli": GEMINI,
     "codex-acp": CODEX,
+    "@agentclientprotocol/codex-acp": CODEX,  # codex-acp 2.x
     "fast-agent-acp": FAST_AGENT,
 }
 

@@ -284,8 +284,11 @@ def configuration_schema(controls: tuple[Control, ...], defaults: Mapping[str, s
     return {"properties": properties} if properties else None
 
 
-def to_wire(state: SessionState) -> dict[str, Any]:
-    """The state as ``client/sessionState`` carries it (docs/protocol.md)."""
+def to_wire(state: SessionState, approvers: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The state as ``client/sessionState`` carries it (docs/protocol.md). ``approvers``:
+    mode value → who approves in it (``core.modes.approvers``), put on the choices of the
+    control of category ``mode`` as ``approver``."""
+    marks = approvers or {}
     out: dict[str, Any] = {
         "controls": [
             {
@@ -293,7 +296,10 @@ def to_wire(state: SessionState) -> dict[str, Any]:
                 "name": c.name,
                 **({"category": c.category} if c.category else {}),
                 **({"current": c.current} if c.current is not None else {}),
-                "choices": [{"value": x.value, "name": x.name} for x in c.choices],
+                "choices": [
+                    {"value": x.value, "name": x.name, **({"approver": marks[x.value]} if c.category == "mode" and x.value in marks else {})}
+                    for x in c.choices
+                ],
             }
             for c in state.controls
         ],

@@ -28,10 +28,11 @@ import anyio
 from pydantic import ValidationError
 
 from lmbridge import __version__, self_command
-from lmbridge.core import session_state
+from lmbridge.core import modes, profiles, session_state
 from lmbridge.core.agent_models import Choice, current_values, model_id, of_category, select_options, to_json
 from lmbridge.core.auth import Hint
 from lmbridge.core.messages import AgentEntry, AgentSpec, ModelCapabilities, ModelInfo
+from lmbridge.core.profiles import AgentProfile
 from lmbridge.log import get_logger
 
 log = get_logger("catalog")
@@ -176,20 +177,40 @@ def merge(*sources: Iterable[AgentSpec], problems: list[str] | None = None) -> d
     return out or {"demo": demo_agent()}
 
 
-def model_info(spec: AgentSpec, choice: Choice | None = None, images: bool = False, options: Any = None, context: int | None = None) -> ModelInfo:
+def model_info(
+    spec: AgentSpec,
+    choice: Choice | None = None,
+    images: bool = False,
+    options: Any = None,
+    context: int | None = None,
+    profile: AgentProfile = profiles.OTHER,
+    configuration: Any = None,
+) -> ModelInfo:
     """The ``LanguageModelChatInformation`` VS Code shows for an agent, or for one of its
     own models (``choice``, a value of its ``model`` config option: agent_models).
     ``images``: the agent's ``promptCapabilities.image`` as last seen (``imageInput``).
     ``options``: its configOptions as last learnt, whose modes and other select options
-    become the model's ``configurationSchema`` (session_state; the agent's ``mode``
-    setting is the mode's default). ``context``: the context window (tokens) the agent's
-    ``usage_update`` gave for this model, its ``maxInputTokens`` (else ``MAX_INPUT_TOKENS``)."""
+    become the model's ``configurationSchema`` (session_state; the mode's default is the
+    mode a new session starts in: ``core.modes.start_mode`` of ``profile``, the agent's
+    profile as last seen). ``configuration``: VS Code's model configuration last received for
+    this model (its mode, when the agent offers it, is the one new chats start in). The
+    tooltip names that mode and who approves in it (``core.modes.approval_note``).
+    ``context``: the context window (tokens) the agent's ``usage_update`` gave for this
+    model, its ``maxInputTokens`` (else ``MAX_INPUT_TOKENS``)."""
     name = spec.name or spec.id
     defaults: dict[str, str] = {}
     controls = session_state.controls_from_json(options)
     mode = next((c for c in controls if c.category == "mode"), None)
-    if spec.mode and mode is not None:
-        defaults[mode.id] = spec.mode
+    tooltip = f"ACP agent: {shlex.join([spec.command, *spec.args])}"
+    if mode is not None:
+        start = modes.start_mode(profile, [c.value for c in mode.choices], spec.mode)
+        if start is not None:
+            defaults[mode.id] = start
+        chosen = configuration.get(mode.id) if isinstance(configuration, dict) else None
+        starts = chosen if isinstance(chosen, str) and mode.offers(chosen) else start
+        note = modes.approval_note(profile, starts, mode.label(starts))
+        if note is not None:
+            tooltip += f"\nNew chats start in {mode.label(starts)}. {note}"
     return ModelInfo(
         id=spec.id if choice is None else model_id(spec.id, choice.value),
         name=name if choice is None else f"{name} · {choice.name}",
@@ -198,7 +219,7 @@ def model_info(spec: AgentSpec, choice: Choice | None = None, images: bool = Fal
         maxInputTokens=context if context else MAX_INPUT_TOKENS,
         maxOutputTokens=MAX_OUTPUT_TOKENS,
         capabilities=ModelCapabilities(toolCalling=True, imageInput=images),
-        tooltip=f"ACP agent: {shlex.join([spec.command, *spec.args])}",
+        tooltip=tooltip,
         detail="ACP agent",
         configurationSchema=session_state.configuration_schema(controls, defaults),
     )
@@ -211,7 +232,9 @@ class ModelStore(Protocol):
 
     def images(self) -> dict[str, bool]: ...
 
-    def save_models(self, agents: dict[str, Any], images: dict[str, bool] | None = None) -> None: ...
+    def profiles(self) -> dict[str, str]: ...
+
+    def save_models(self, agents: dict[str, Any], images: dict[str, bool] | None = None, profiles: dict[str, str] | None = None) -> None: ...
 
 
 class Catalog:
@@ -232,6 +255,7 @@ class Catalog:
         self.dirty = False
         self._options: dict[str, Any] | None = None
         self._images: dict[str, bool] | None = None
+        self._profiles: dict[str, str] | None = None
         self.context_sizes: dict[str, int] = {}  # model id → the context window its agent's usage_update gave
 
     def configure(self, entries: Sequence[AgentSpec]) -> list[str]:
@@ -251,6 +275,24 @@ class Catalog:
         if self._images is None:
             self._images = self.store.images() if self.store is not None else {}
         return self._images
+
+    def profile(self, agent_id: str) -> AgentProfile:
+        """The agent's profile as last seen (``OTHER`` until one of its processes started)."""
+        name = (self._profiles if self._profiles is not None else self._load_profiles()).get(agent_id)
+        return next((p for p in profiles.ALL if p.name == name), profiles.OTHER)
+
+    def _load_profiles(self) -> dict[str, str]:
+        self._profiles = self.store.profiles() if self.store is not None else {}
+        return self._profiles
+
+    def saw_profile(self, agent_id: str, profile: AgentProfile) -> None:
+        """An agent process's profile (once it is initialized): its modes' defaults and notes."""
+        known = self._profiles if self._profiles is not None else self._load_profiles()
+        if known.get(agent_id) != profile.name:
+            self._profiles = {**known, agent_id: profile.name}
+            self.dirty = True
+            if known.get(agent_id, profiles.OTHER.name) != profile.name:  # an agent not known is OTHER: no change shown
+                self.changed()
 
     def offers(self, agent_id: str, value: str) -> bool:
         """Whether ``value`` is one of the agent's own models (its ``model`` config option)."""
@@ -293,4 +335,5 @@ class Catalog:
         if self.store is None or not self.dirty:
             return
         self.dirty = False
-        await anyio.to_thread.run_sync(self.store.save_models, dict(self.options()), dict(self.images()))
+        names = dict(self._profiles if self._profiles is not None else self._load_profiles())
+        await anyio.to_thread.run_sync(self.store.save_models, dict(self.options()), dict(self.images()), names)

@@ -22,8 +22,8 @@ import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
-from lmbridge.acp.connection import AgentError, AgentUnavailable
-from lmbridge.core import session_state
+from lmbridge.acp.connection import AgentError, AgentUnavailable, Response
+from lmbridge.core import modes, session_state
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
@@ -40,12 +40,13 @@ Report = Callable[[str, Any, dict[str, Any]], None]  # (session id, the shim's r
 
 @dataclass(eq=False)
 class SetControl:
-    """Set one of the chat's controls (``session_state``) on its live session, now.
-    ``done`` is set once, with ``error`` (a sentence for the user) or ``state`` (the
+    """Set one of the chat's controls (``session_state``) on its live session, now
+    (``by_user``: the user's ``chat/setControl``, kept for the chat). ``done`` is set once, with ``error`` (a sentence for the user) or ``state`` (the
     chat's state after it, as ``session_state.to_wire`` gives it)."""
 
     control_id: str
     value: str
+    by_user: bool = True  # chat/setControl; False: a value set before a prompt (chosen)
     done: anyio.Event = field(default_factory=anyio.Event)
     error: str | None = None
     state: dict[str, Any] | None = None
@@ -71,8 +72,9 @@ class ChatControls:
 
     ``send``: the actor's mailbox (answers of the agent come back on it as ``ControlSet``);
     ``is_open``: whether the chat's session is open (its state is told only then); ``mode``:
-    the agent's ``mode`` setting, set on a session opened new; ``options_changed``: the
-    agent answered new ``configOptions`` (the history actor keeps them: ``agent_models``)."""
+    the agent's ``mode`` setting, set on a session opened new (else the agent's asking mode:
+    ``core.modes.start_mode``); ``options_changed``: the agent answered new ``configOptions``
+    (the history actor keeps them: ``agent_models``)."""
 
     def __init__(
         self,
@@ -91,6 +93,9 @@ class ChatControls:
         self._options_changed = options_changed
         self.state = session_state.SessionState()
         self._fresh = False  # the session was opened new: the chat's choices are all set before its first prompt
+        self._taken_up = False  # the session was taken up again: its mode is set before its first prompt
+        self._chosen: dict[str, str] = {}  # the user's chat/setControl choices, set again on a session opened new
+        self._required: str | None = None  # the mode control, when a prompt must not go unless its mode is set
         self._report: Report | None = None
         self._request_id: Any = None  # the shim's id of the latest request this chat got
         self._early: list[Any] = []  # state updates of the session being opened, before its Ready
@@ -125,6 +130,7 @@ class ChatControls:
         for change in early:
             self.state = session_state.update(self.state, change) or self.state
         self._fresh = opened.how in ("new", "spare")
+        self._taken_up = not self._fresh  # session/resume, session/load: an agent may take it up in its own starting mode
         self.tell(self._request_id)
 
     def update(self, change: Any) -> None:
@@ -139,29 +145,64 @@ class ChatControls:
         """Tell the shim the chat's state (``client/sessionState``), naming ``request_id``
         when it answers the request the shim is serving now."""
         if self._report is not None and self._is_open():
-            self._report(self.session_id, request_id, session_state.to_wire(self.state))
+            self._report(self.session_id, request_id, self.wire())
+
+    def wire(self) -> dict[str, Any]:
+        """The chat's state as the shim gets it: ``session_state.to_wire``, each mode marked
+        with who approves in it where known (``core.modes.approvers``)."""
+        mode = self._mode_control()
+        approvers = modes.approvers(self.acp.process.caps.profile, [c.value for c in mode.choices]) if mode is not None else {}
+        return session_state.to_wire(self.state, approvers)
+
+    def _mode_control(self) -> session_state.Control | None:
+        return next((c for c in self.state.controls if c.category == "mode"), None)
 
     # -- before a prompt ------------------------------------------------------------
 
     def chosen(self, configuration: dict[str, Any] | None, picked: dict[str, Any]) -> dict[str, str]:
-        """The controls to set before a prompt: on a session opened new, the agent's ``mode``
-        setting and everything VS Code's model configuration says (``configuration``); on one
-        that ran before, only what the user changed since the previous request (``picked``)."""
-        if self._fresh:
-            self._fresh = False
+        """The controls to set before a prompt: on a session opened new, its start mode (the
+        agent's ``mode`` setting, else its asking mode: ``core.modes.start_mode``), then
+        everything VS Code's model configuration says (``configuration``: the user's choice
+        wins); on one that ran before, only what the user changed since the previous request
+        (``picked``). What the user set on this chat with ``chat/setControl`` since is set
+        again on a session opened new (one replacing a session lost). A session taken up
+        again (``session/resume``, ``session/load``) gets its mode so too (codex-acp 2.6
+        takes a session up in its own starting mode), and ``picked``."""
+        mode = self._mode_control()
+        self._required = None
+        fresh = self._fresh or self._taken_up
+        if fresh:
             values: dict[str, Any] = {}
-            if self._mode:
-                mode = next((c for c in self.state.controls if c.category == "mode"), None)
+            if mode is not None:
+                start = modes.start_mode(self.acp.process.caps.profile, [c.value for c in mode.choices], self._mode)
+                if start is not None:
+                    values[mode.id] = start
+            if self._fresh:
+                values.update(configuration or {})
+                values.update(self._chosen)
+            else:  # taken up again: its mode as a new session's, the rest as it was
                 if mode is not None:
-                    values[mode.id] = self._mode
-            values.update(configuration or {})
+                    for source in (configuration or {}, self._chosen):
+                        if isinstance(source.get(mode.id), str):
+                            values[mode.id] = source[mode.id]
+                values.update(picked)
+            self._fresh = self._taken_up = False
         else:
             values = dict(picked)
-        return session_state.wanted(self.state, values)
+            for key in picked:  # the user's newer choice, beside the model picker
+                self._chosen.pop(key, None)
+        changes = session_state.wanted(self.state, values)
+        if fresh and mode is not None and mode.id in changes:
+            self._required = mode.id  # a new session's mode: its first prompt waits on it (configure_then)
+        return changes
 
-    async def configure_then(self, changes: dict[str, str], write: Write, out: MemoryObjectSendStream[Write]) -> None:
+    async def configure_then(self, changes: dict[str, str], write: Write, out: MemoryObjectSendStream[Write], prompt_id: int | None = None) -> None:
         """Each change set (bounded: ``session/set_config_option``, or ``session/set_mode``
-        for the older modes), then the prompt ``write`` is queued on ``out``."""
+        for the older modes), then the prompt ``write`` is queued on ``out``. When the agent
+        refuses a new session's mode (``chosen``'s: its start mode, or the chat's choice), the prompt
+        is not sent: its turn ends with an error (a ``Response`` to ``prompt_id`` on the
+        actor's mailbox) rather than run in a mode nobody chose."""
+        required, refused = self._required, None
         try:
             for config_id, value in changes.items():
                 control = self.state.control(config_id)
@@ -173,12 +214,20 @@ class ChatControls:
                         if answer["configOptions"] is not None:
                             self._options_changed(answer["configOptions"])
                     log.info("config option set", session=self.session_id, configId=config_id, value=value)
-                    self._send.send_nowait(ControlSet(SetControl(config_id, value), answer))
+                    self._send.send_nowait(ControlSet(SetControl(config_id, value, by_user=False), answer))
                 except (AgentError, AgentUnavailable) as exc:  # AgentStuck: the process is stopped, the turn told
                     log.warning("config option not set", session=self.session_id, configId=config_id, value=value, error=str(exc) or type(exc).__name__)
+                    if config_id == required and prompt_id is not None:
+                        control = self.state.control(config_id)
+                        label = control.label(value) if control is not None else value
+                        refused = f"the agent did not take the mode {label} ({exc or type(exc).__name__}); your message was not sent"
+                        break
         finally:
             try:
-                out.send_nowait(write)
+                if refused is not None and prompt_id is not None:  # the turn ends in error: the chat's session with it
+                    self._send.send_nowait(Response(prompt_id, error=AgentError("session/prompt", {"code": -32000, "message": refused})))
+                else:
+                    out.send_nowait(write)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 pass
 
@@ -218,9 +267,11 @@ class ChatControls:
         request = msg.request
         if msg.error is None:
             self.state = session_state.after_set(self.state, request.control_id, request.value, msg.answer)
+            if request.by_user:  # chat/setControl: kept for a session opened new
+                self._chosen[request.control_id] = request.value
             log.info("control set", session=self.session_id, control=request.control_id, value=request.value)
             self.tell(None)
-            request.state = session_state.to_wire(self.state)
+            request.state = self.wire()
         else:
             request.error = msg.error
         request.done.set()

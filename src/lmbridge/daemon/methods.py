@@ -267,11 +267,15 @@ class Methods:
     @takes(ChatInformationParams)
     async def chat_information(self, call: Call, p: ChatInformationParams) -> Result:
         models, options, images = [], self.catalog.options(), self.catalog.images()
+        configurations = self.router.configurations
         for spec in self.catalog.agents.values():
             takes_images, agent_options, context = images.get(spec.id, False), options.get(spec.id), self.catalog.context_sizes
-            models.append(dump(model_info(spec, images=takes_images, options=agent_options, context=context.get(spec.id))))
+            profile = self.catalog.profile(spec.id)
+            models.append(dump(model_info(spec, None, takes_images, agent_options, context.get(spec.id), profile, configurations.get(spec.id))))
             own = of_category(select_options(agent_options), "model")
-            models += [dump(model_info(spec, choice, takes_images, agent_options, context.get(model_id(spec.id, choice.value)))) for choice in (own.choices if own else ())]
+            for choice in own.choices if own else ():
+                mid = model_id(spec.id, choice.value)
+                models.append(dump(model_info(spec, choice, takes_images, agent_options, context.get(mid), profile, configurations.get(mid))))
         return Success({"models": models})
 
     async def presets(self, call: Call, **params: Any) -> Result:

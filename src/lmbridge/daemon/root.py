@@ -30,7 +30,7 @@ from lmbridge.log import get_logger
 from lmbridge.rpc.channel import ShimChannel
 
 if TYPE_CHECKING:
-    from lmbridge.acp.process import AgentPool, Launcher
+    from lmbridge.acp.process import AgentFeatures, AgentPool, Launcher
     from lmbridge.daemon.history_actor import HistoryActor
     from lmbridge.daemon.services import Prewarmer, Saver
     from lmbridge.daemon.session_index import SessionIndex
@@ -140,6 +140,11 @@ class Server:
         """An agent's own models changed: the shim asks for the list again (``lm/modelsChanged``)."""
         self.out.send({"jsonrpc": "2.0", "method": "lm/modelsChanged", "params": {}})
 
+    def _agent_ready(self, agent_id: str, caps: AgentFeatures) -> None:
+        """An agent process is initialized: what its answer says of the agent (its images, its profile) is kept."""
+        self.catalog.saw_images(agent_id, caps.images)
+        self.catalog.saw_profile(agent_id, caps.profile)
+
     def _initialized(self) -> None:
         if self.config.prewarm and self.config.index is not None and self._tg is not None:
             self._tg.start_soon(self._prewarm)
@@ -180,7 +185,7 @@ class Server:
                 # One process per agent, shared by its chats (docs/sessions.md); it exits once idle.
                 self.pool = pool = AgentPool(
                     config.idle_timeout, launcher=config.launcher, recorder=self.recorder, spares=config.spare_session, mcp_host=tools,
-                    on_ready=lambda agent_id, caps: self.catalog.saw_images(agent_id, caps.images), terminals=self.terminals,
+                    on_ready=self._agent_ready, terminals=self.terminals,
                 )  # fmt: skip
                 settings = self.router.settings
                 # The agents' fs/* requests: through the shim when it offers fs, else the disk;

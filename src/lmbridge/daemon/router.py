@@ -97,9 +97,12 @@ class Router:
         except ShuttingDown:
             return Error(AGENT_FAILED, SHUTTING_DOWN)
         configuration = p.options.configuration
-        picked = session_state.picked(self.configurations.get(p.modelId), configuration or {})
+        previous = self.configurations.get(p.modelId)
+        picked = session_state.picked(previous, configuration or {})
         if configuration is not None:
             self.configurations[p.modelId] = configuration
+            if configuration != previous:  # the model's tooltip names the mode its new chats start in
+                self.catalog.changed()
         request = ChatRequest(
             spec, tuple(p.messages), self.cwd, Parts(self.out, call), tools=tuple(p.options.tools), verbatim=self.settings.verbatim,
             model=found[1] if found else None, configuration=configuration, picked=picked, request_id=call.id, report=self._report(p.modelId),

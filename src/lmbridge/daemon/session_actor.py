@@ -780,7 +780,7 @@ class SessionActor:
         changes.update(self.controls.chosen(job.request.configuration, job.request.picked))
         if changes:  # the model VS Code chose, the chat's mode and options: set before the prompt
             assert self._tg is not None
-            self._tg.start_soon(self.controls.configure_then, changes, write, self._out)
+            self._tg.start_soon(self.controls.configure_then, changes, write, self._out, rid)
         else:
             self._out.send_nowait(write)
 

@@ -34,11 +34,15 @@ log = get_logger("index")
 
 PROGRAM = "lmbridge"
 VERSION = 1
+#: models.json's own version: 2 holds the agents' profiles, whose asking mode is each mode
+#: button's default (a cache of 1 held the mode an agent started in, which may approve its own
+#: actions, as the default VS Code then sends: dropped and learnt again).
+MODELS_VERSION = 2
 MAX_ENTRIES = 200  # sessions kept (the most recently saved)
 FILE = "sessions.json"
 RECENT_FILE = "agents.json"  # {"program", "version", "recent": [agent ids, most recent first]}
 MAX_RECENT = 3  # agents pre-warmed at start-up
-MODELS_FILE = "models.json"  # {"program", "version", "agents": {agent id: configOptions}, "images": {agent id: bool}}
+MODELS_FILE = "models.json"  # {"program", "version", "agents": {agent id: configOptions}, "images": {agent id: bool}, "profiles": {agent id: profile name}}
 
 
 def state_dir() -> Path:
@@ -125,7 +129,7 @@ class SessionIndex:
         except (OSError, ValueError) as exc:
             log.warning("agent models cache unreadable: ignored", error=str(exc)[:200])
             return {}
-        if not isinstance(data, dict) or data.get("program") != PROGRAM or data.get("version") != VERSION:
+        if not isinstance(data, dict) or data.get("program") != PROGRAM or data.get("version") != MODELS_VERSION:
             return {}
         agents = data.get("agents")
         return {k: v for k, v in agents.items() if isinstance(v, list)} if isinstance(agents, dict) else {}
@@ -136,13 +140,23 @@ class SessionIndex:
             data = json.loads((self.path.parent / MODELS_FILE).read_bytes())
         except (OSError, ValueError):
             return {}  # models() says why
-        images = data.get("images") if isinstance(data, dict) and data.get("program") == PROGRAM and data.get("version") == VERSION else None
+        images = data.get("images") if isinstance(data, dict) and data.get("program") == PROGRAM and data.get("version") == MODELS_VERSION else None
         return {k: v for k, v in images.items() if isinstance(v, bool)} if isinstance(images, dict) else {}
 
-    def save_models(self, agents: dict[str, Any], images: dict[str, bool] | None = None) -> None:
-        """Cache the agents' ``configOptions`` (``models``'s shape) and image capability
-        (``images``'s), as ``save`` writes. Raises ``OSError``."""
-        self._write(self.path.parent / MODELS_FILE, {"program": PROGRAM, "version": VERSION, "agents": agents, "images": images or {}})
+    def profiles(self) -> dict[str, str]:
+        """Agent id → the name of its profile (``core.profiles``) as last seen; ``{}`` if unknown."""
+        try:
+            data = json.loads((self.path.parent / MODELS_FILE).read_bytes())
+        except (OSError, ValueError):
+            return {}  # models() says why
+        names = data.get("profiles") if isinstance(data, dict) and data.get("program") == PROGRAM and data.get("version") == MODELS_VERSION else None
+        return {k: v for k, v in names.items() if isinstance(v, str)} if isinstance(names, dict) else {}
+
+    def save_models(self, agents: dict[str, Any], images: dict[str, bool] | None = None, profiles: dict[str, str] | None = None) -> None:
+        """Cache the agents' ``configOptions`` (``models``'s shape), image capability
+        (``images``'s) and profile names (``profiles``'s), as ``save`` writes. Raises ``OSError``."""
+        data = {"program": PROGRAM, "version": MODELS_VERSION, "agents": agents, "images": images or {}, "profiles": profiles or {}}
+        self._write(self.path.parent / MODELS_FILE, data)
 
     def clear(self) -> int:
         """Remove every entry; returns how many there were."""
