@@ -141,11 +141,13 @@ def client_capabilities(*, terminal: bool) -> dict[str, Any]:
     (codex-acp streams it; claude-agent-acp sends it once the command has ended): the
     answer shows it as it comes (``core.live``). ``fs``: ``fs/read_text_file`` and
     ``fs/write_text_file`` are served (``acp.files``). ``auth.terminal``: agents list the login
-    they run in a terminal (``core.auth``)."""
+    they run in a terminal (``core.auth``). ``session.notices``: what the agent tells the user
+    that is not its answer comes as ``notice`` updates, shown apart (``core.notices``)."""
     return {
         "fs": {"readTextFile": True, "writeTextFile": True},  # served by the session actor (acp/files.py: through VS Code, else disk)
         "terminal": terminal,
         "auth": {"terminal": True},
+        "session": {"notices": {}},
         "_meta": {"terminal_output": True},
     }
 

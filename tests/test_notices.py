@@ -1,0 +1,182 @@
+"""An agent's notices apart from its answer, its housekeeping tools shown quietly, and what
+the daemon cannot use counted, never logged per update (core/notices.py, core/present.py), pure."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lmbridge.acp.process import client_capabilities
+from lmbridge.core import notices
+from lmbridge.core.messages import Message
+from lmbridge.core.notices import Notice
+from lmbridge.core.present import Skipped, TurnRenderer
+from lmbridge.core.transcript import prompt_blocks
+
+
+def informational(text: str, level: str = "warning") -> dict:
+    """claude-agent-acp 0.101's notice to a client without ``session.notices``."""
+    return {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}, "_meta": {"claudeCode": {"kind": "informational", "level": level}}}
+
+
+# (the update, the notice it carries)
+OF_UPDATE = [
+    ({"sessionUpdate": "notice", "severity": "warning", "title": "Codex warning", "description": "model x is not in the catalogue"},
+     Notice("warning", "Codex warning", "model x is not in the catalogue")),
+    ({"sessionUpdate": "notice", "severity": "info", "title": "Model rerouted"}, Notice("info", "Model rerouted")),
+    ({"sessionUpdate": "notice", "severity": "error", "title": "Quota", "description": None}, Notice("error", "Quota")),
+    ({"sessionUpdate": "notice", "severity": "_custom", "title": "T"}, Notice("_custom", "T")),
+    ({"sessionUpdate": "notice", "title": "no severity"}, Notice("info", "no severity")),
+    ({"sessionUpdate": "notice", "severity": "info", "description": "only a description"}, Notice("info", "Notice", "only a description")),
+    ({"sessionUpdate": "notice", "severity": "info", "title": 7, "description": ["x"]}, None),  # nothing readable
+    ({"sessionUpdate": "notice", "severity": "info", "title": "   "}, None),
+    (informational("**Warning:** model is unknown"), Notice("warning", "**Warning:** model is unknown")),
+    (informational("Hook blocked\nbecause of policy", "notice"), Notice("info", "Hook blocked", "because of policy")),
+    (informational("plain info", "info"), Notice("info", "plain info")),
+    (informational(""), None),
+    # Not notices: the agent's answer, and look-alikes.
+    ({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}, None),
+    ({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}, "_meta": {"claudeCode": {"kind": "other"}}}, None),
+    ({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}, "_meta": {"claudeCode": "informational"}}, None),
+    ({"sessionUpdate": "agent_message_chunk", "content": {"type": "image", "data": "", "mimeType": "image/png"}, "_meta": {"claudeCode": {"kind": "informational"}}}, None),
+    ({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hm"}, "_meta": {"claudeCode": {"kind": "informational"}}}, None),
+    ([1, 2], None),
+    (None, None),
+]
+
+
+@pytest.mark.parametrize(("raw", "notice"), OF_UPDATE)
+def test_which_updates_are_notices(raw: object, notice: Notice | None) -> None:
+    assert notices.of_update(raw) == notice
+
+
+# (notice, what the user reads)
+RENDER = [
+    (Notice("warning", "Codex warning", "model x"), "\n\n> ⚠ Codex warning — model x\n\n"),
+    (Notice("info", "Model rerouted"), "\n\n> ⓘ Model rerouted\n\n"),
+    (Notice("error", "Quota"), "\n\n> ⛔ Quota\n\n"),
+    (Notice("_custom", "T"), "\n\n> ⓘ T\n\n"),
+    # Plain text: nothing renders as markdown, a link or HTML; lines stay in the quote.
+    (Notice("info", "**bold** [x](http://e) <img>"), "\n\n> ⓘ \\*\\*bold\\*\\* \\[x\\]\\(http://e\\) \\<img\\>\n\n"),
+    (Notice("warning", "T", "line one\n\n# line two\n> three"), "\n\n> ⚠ T — line one\n> \\# line two\n> \\> three\n\n"),
+]
+
+
+@pytest.mark.parametrize(("notice", "shown"), RENDER)
+def test_what_the_user_reads(notice: Notice, shown: str) -> None:
+    assert notices.render(notice) == shown
+    assert notices.strip(shown).strip() == ""
+
+
+@given(st.text(), st.text(), st.sampled_from(["info", "warning", "error", "other"]), st.text(), st.text())
+def test_a_notice_is_stripped_whole_from_any_answer_around_it(title: str, description: str, severity: str, before: str, after: str) -> None:
+    shown = notices.render(Notice(severity, title.strip() or "T", description.strip()))
+    assert notices.MARKS.get(severity, "ⓘ") in shown
+    # Whatever text surrounds it, the notice goes and nothing of the notice is left.
+    stripped = notices.strip(before + shown + after)
+    assert shown.strip() not in stripped
+
+
+# (an answer as VS Code re-sends it, what a fresh session is told of it)
+STRIP = [
+    ("Done.\n\n> ⚠ Codex warning — model x\n\nThe file is written.", "Done.\n\n\nThe file is written."),
+    ("> ⓘ Model rerouted\n", ""),
+    ("> ⚠️ with a variation selector\n", ""),
+    ("> a quote of the model's own\n", "> a quote of the model's own\n"),
+    ("no quote ⚠ at all", "no quote ⚠ at all"),
+    ("> ⚠ T — one\n> two\nafter", "after"),
+]
+
+
+@pytest.mark.parametrize(("text", "told"), STRIP)
+def test_what_is_told_again(text: str, told: str) -> None:
+    assert notices.strip(text) == told
+
+
+def test_a_notice_is_a_part_apart_and_never_told_again_as_the_agents_words() -> None:
+    r = TurnRenderer()
+    answer = r.update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hello."}})
+    shown = r.update(informational("**Warning:** claude-x is not a model this API knows"))
+    assert answer == [{"type": "text", "value": "Hello."}]
+    assert shown == [{"type": "text", "value": "\n\n> ⚠ \\*\\*Warning:\\*\\* claude-x is not a model this API knows\n\n"}]
+    # VS Code re-sends the answer with the notice in it (one text part, or several): a
+    # fresh session is told the answer without it.
+    for content in ([{"type": "text", "value": "Hello." + shown[0]["value"]}], [{"type": "text", "value": "Hello."}, {"type": "text", "value": shown[0]["value"]}]):
+        history = [
+            Message.model_validate({"role": "user", "content": [{"type": "text", "value": "hi"}]}),
+            Message.model_validate({"role": "assistant", "content": content}),
+        ]
+        context = prompt_blocks(history, [Message.model_validate({"role": "user", "content": [{"type": "text", "value": "next"}]})], images=False)[0]["text"]
+        assert "Hello." in context and "Warning" not in context and "⚠" not in context
+
+
+def test_a_notice_update_shown_and_an_empty_one_skipped() -> None:
+    warnings: list[str] = []
+    r = TurnRenderer(warnings.append)
+    assert r.update({"sessionUpdate": "notice", "severity": "info", "title": "Model rerouted", "description": "to y"}) == [{"type": "text", "value": "\n\n> ⓘ Model rerouted — to y\n\n"}]
+    assert r.update({"sessionUpdate": "notice", "severity": "info"}) == [] and warnings == ["notice: no title or description, skipped"]
+
+
+def test_the_daemon_advertises_notices_and_terminal_auth() -> None:
+    caps = client_capabilities(terminal=True)
+    # ACP schema 1.21: session.notices an object ({} offers the whole contract), auth.terminal a bool.
+    assert caps["session"] == {"notices": {}} and caps["auth"] == {"terminal": True}
+
+
+def test_claudes_tool_search_is_one_quiet_line() -> None:
+    r = TurnRenderer()
+    meta = {"claudeCode": {"toolName": "ToolSearch"}}
+    start = r.update({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "ToolSearch", "kind": "other", "status": "pending", "_meta": meta})
+    assert start == [{"type": "thinking", "value": "ToolSearch\n"}]
+    assert r.update({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed", "_meta": meta,
+                     "content": [{"type": "content", "content": {"type": "text", "text": "vscode__read_file loaded"}}]}) == []
+    assert r.close() == []  # not "ended without a result" either
+    # Any other of claude's tools is a step the user reads.
+    bash = r.update({"sessionUpdate": "tool_call", "toolCallId": "t2", "title": "ls", "kind": "execute", "status": "pending", "_meta": {"claudeCode": {"toolName": "Bash"}}})
+    assert "🔧" in bash[0]["value"]
+
+
+def test_a_command_shown_from_terminal_output_alone() -> None:
+    """claude 0.101 sends a finished Bash call's output only as ``_meta.terminal_output``
+    (then ``terminal_exit``), codex 2.6 live; neither sends ``rawOutput``."""
+    r = TurnRenderer()
+    r.update({"sessionUpdate": "tool_call", "toolCallId": "b", "title": "echo hi", "kind": "execute", "status": "in_progress",
+              "_meta": {"claudeCode": {"toolName": "Bash"}, "terminal_info": {"terminal_id": "b"}}})
+    end = r.update({"sessionUpdate": "tool_call_update", "toolCallId": "b", "status": "completed",
+                    "_meta": {"claudeCode": {"toolName": "Bash"}, "terminal_output": {"terminal_id": "b", "data": "hi\n"}, "terminal_exit": {"terminal_id": "b", "exit_code": 0}},
+                    "_unknown": {"x": 1}})
+    text = "".join(p["value"] for p in end)
+    assert text == "\n\n````text\nhi\n````\n\n\n\n✓ **echo hi** (execute) completed · exit code 0\n\n", text
+
+
+# (messages, in order; what ``first`` answers each time)
+SKIPPED = [
+    (["a"], [True]),
+    (["a", "a", "a"], [True, False, False]),
+    (["a", "b", "a", "b"], [True, True, False, False]),
+]
+
+
+@pytest.mark.parametrize(("messages", "first"), SKIPPED)
+def test_what_is_logged_at_once(messages: list[str], first: list[bool]) -> None:
+    s = Skipped()
+    assert [s.first(m) for m in messages] == first
+
+
+def test_twenty_thousand_of_one_kind_are_one_line_and_a_count() -> None:
+    warnings: list[str] = []
+    s = Skipped()
+    r = TurnRenderer(lambda m: warnings.append(m) if s.first(m) else None)
+    for i in range(20_000):
+        assert r.update({"sessionUpdate": "future_token_update", "token": i}) == []
+    assert warnings == ["session/update: unknown kind 'future_token_update' skipped"]
+    assert s.take() == [("session/update: unknown kind 'future_token_update' skipped", 19_999)]
+    assert s.take() == []  # told once
+
+
+def test_kinds_told_apart_are_bounded() -> None:
+    s = Skipped()
+    said = [s.first(f"kind {i}") for i in range(Skipped.KINDS + 1000)]
+    assert said.count(True) == Skipped.KINDS
+    assert dict(s.take()) == {Skipped.OTHERS: 1000}
