@@ -206,12 +206,17 @@ export interface AgentRegistryResult {
 /** A command to run in a terminal to sign in to an agent. */
 export interface LoginCommand { command: string; args?: string[]; env?: Record<string, string> }
 
+/** One of an agent's logins: its auth method's id and name, and the command a terminal runs. */
+export interface NamedLogin extends LoginCommand { id: string; name: string; description?: string }
+
 /** `error.data` of a chat request whose agent needs a sign-in or a key. */
 export interface AuthRequiredData {
 	reason: 'auth_required';
 	agentId: string;
 	agentName?: string;
 	login?: LoginCommand | null;
+	/** Every login the agent lists (its `terminal` auth methods, else the preset's), `login` the first. */
+	logins?: NamedLogin[];
 	/** Environment variables any of which would do, set in the agent's `env` in lmbridge.agents. */
 	env?: string[];
 	methods?: Array<{ id: string; name?: string; description?: string | null }>;
