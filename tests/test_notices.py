@@ -3,6 +3,9 @@ the daemon cannot use counted, never logged per update (core/notices.py, core/pr
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,6 +16,7 @@ from lmbridge.core.messages import Message
 from lmbridge.core.notices import Notice
 from lmbridge.core.present import Skipped, TurnRenderer
 from lmbridge.core.transcript import prompt_blocks
+from lmbridge.devtools.client import assistant, text_of, user
 
 
 def informational(text: str, level: str = "warning") -> dict:
@@ -180,3 +184,50 @@ def test_kinds_told_apart_are_bounded() -> None:
     said = [s.first(f"kind {i}") for i in range(Skipped.KINDS + 1000)]
     assert said.count(True) == Skipped.KINDS
     assert dict(s.take()) == {Skipped.OTHERS: 1000}
+
+
+# ---------------------------------------------------------------- through the daemon, with the scripted agent
+
+BOUND = 120.0  # seconds for a chat here: ~2 s idle (docs/reliability.md, "Tests under load")
+
+
+@pytest.mark.anyio
+async def test_an_unknown_kind_streamed_per_token_is_one_warning_and_a_count(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    """20,000 updates of a kind the daemon does not know (an agent streaming it per token):
+    the answer goes on, and the log says so once, then how many more: not 20,000 lines."""
+    flood = [{"update": {"sessionUpdate": "future_token_update", "token": i}} for i in range(20_000)]
+    agent = scripted({"turns": [[{"text": "before "}, *flood, {"text": "after"}]]})
+    async with daemon(agents=[agent.spec]) as client:
+        call = await client.chat(agent.id, [user("flood")], timeout=BOUND)
+    assert call.error is None and text_of(call) == "before after"
+    log = (tmp_path / "daemon.stderr").read_text(errors="replace").splitlines()
+    lines = [line for line in log if "future_token_update" in line]
+    assert len(lines) == 2, lines[:5]
+    assert "unknown kind 'future_token_update' skipped" in lines[0] and "skipped again" in lines[1] and "count=19999" in lines[1], lines
+    assert sum(len(line) for line in log) < 100_000
+
+
+@pytest.mark.anyio
+async def test_a_notice_is_shown_apart_and_a_fresh_session_is_never_told_it(scripted: Any, daemon: Any) -> None:
+    """claude-agent-acp's warning without ``session.notices`` (an informational agent message)
+    and a ``notice`` update: each its own blockquote in the response, not in the agent's
+    sentence; a fresh session told the conversation so far gets the answer without them."""
+    agent = scripted({"turns_per_session": True, "turns": [[
+        {"text": "The answer"},
+        {"update": informational("claude-x is not a model this API knows")},
+        {"update": {"sessionUpdate": "notice", "severity": "info", "title": "Model rerouted", "description": "to y"}},
+        {"text": " goes on."},
+    ]]})  # fmt: skip
+    async with daemon(agents=[agent.spec]) as client:
+        first = await client.chat(agent.id, [user("hi")], timeout=BOUND)
+        assert first.error is None
+        assert text_of(first) == "The answer\n\n> ⚠ claude-x is not a model this API knows\n\n\n\n> ⓘ Model rerouted — to y\n\n goes on."
+        # The user edits their first message: the history no longer extends the session, and
+        # a fresh one is told the conversation so far (docs/architecture.md, "Divergence").
+        second = await client.chat(agent.id, [user("hi, edited"), assistant(first.parts), user("next")], timeout=BOUND)
+        assert second.error is None
+    (init,) = agent.frames("initialize")
+    assert init["params"]["clientCapabilities"]["session"] == {"notices": {}}
+    told = agent.prompts()[-1]["text"]
+    assert "The answer" in told and "goes on." in told, told
+    assert "claude-x" not in told and "rerouted" not in told and "⚠" not in told, told
