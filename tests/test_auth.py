@@ -294,3 +294,23 @@ def test_every_login_an_agent_lists_is_offered() -> None:
     assert data["login"] == {k: data["logins"][0][k] for k in ("command", "args", "env")}
     assert ("sign in by running `npx -y @agentclientprotocol/claude-agent-acp@0.101.0 --cli auth login --claudeai` (Claude Subscription)"
             " or `npx -y @agentclientprotocol/claude-agent-acp@0.101.0 --cli auth login --console` (Anthropic Console) in a terminal") in message
+
+
+# (an _auth/status_update's params, the status read, signed out)
+STATUS = [
+    ({"authStatus": {"kind": "none", "label": "Not logged in"}}, auth.Status("none", "Not logged in"), True),
+    ({"authStatus": {"kind": "api_key", "label": "Anthropic API key"}}, auth.Status("api_key", "Anthropic API key"), False),
+    ({"authStatus": {"kind": "gateway"}}, auth.Status("gateway", ""), False),
+    ({"authStatus": {"kind": "x" * 300, "label": 5}}, auth.Status("x" * 200, ""), False),
+    ({"authStatus": {"label": "no kind"}}, None, None),
+    ({"authStatus": "none"}, None, None),
+    ({}, None, None),
+    ([], None, None),
+]
+
+
+@pytest.mark.parametrize(("params", "expected", "signed_out"), STATUS)
+def test_what_an_auth_status_update_says(params: Any, expected: auth.Status | None, signed_out: bool | None) -> None:
+    got = auth.status(params)
+    assert got == expected
+    assert (got.signed_out if got else None) == signed_out

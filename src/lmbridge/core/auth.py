@@ -19,6 +19,11 @@ ACP (schema v1 and the auth-methods RFD the agents already follow):
   provider in ``API_KEY_VARS``, whose variables were read in the agent's release, and only
   when one of them is set and not blank in the agent's environment. Any other provider,
   or an ``agent`` method without that ``_meta``, needs the user.
+- ``_auth/status_update`` (claude-agent-acp 0.101, a notification for the whole process, no
+  ``sessionId``): ``{"authStatus": {"kind", "label", ...}}``, the identity the agent uses,
+  pushed when it changes; ``kind: "none"`` ("Not logged in") says it is signed out
+  (``status``). Reporting only: the sign-in the user is asked for still comes from the
+  agent's ``auth_required`` error, as for any agent.
 - Error code ``-32000`` is ``auth_required``: ``session/new`` fails with it (codex-acp
   "Authentication required", gemini-cli "Gemini API key is missing or not configured."),
   or ``session/prompt`` (claude-agent-acp when Claude Code says "Please run /login").
@@ -33,6 +38,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+#: The notification claude-agent-acp pushes its sign-in status with (``status``).
+STATUS_UPDATE = "_auth/status_update"
 
 #: ACP ``ErrorCode`` ``auth_required``.
 AUTH_REQUIRED = -32000
@@ -91,6 +99,28 @@ def methods(auth_methods: Sequence[Any]) -> tuple[Method, ...]:
             api_key=provider if kind == "agent" else "",
         ))  # fmt: skip
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class Status:
+    """An ``_auth/status_update``'s ``authStatus``: ``kind`` (``none``, ``api_key``,
+    ``gateway``, ``external``, ...) and ``label`` ("Not logged in", "Anthropic API key"),
+    each clipped to 200 characters."""
+
+    kind: str
+    label: str
+
+    @property
+    def signed_out(self) -> bool:
+        return self.kind == "none"
+
+
+def status(params: Any) -> Status | None:
+    """The ``Status`` an ``_auth/status_update``'s params carry, None when malformed."""
+    raw = params.get("authStatus") if isinstance(params, dict) else None
+    if not isinstance(raw, dict) or not _str(raw.get("kind")):
+        return None
+    return Status(_str(raw.get("kind"))[:200], _str(raw.get("label"))[:200])
 
 
 def is_auth_error(code: object) -> bool:

@@ -430,6 +430,7 @@ class SessionActor:
                 problem = self._auth_problem(msg.error)
                 event = turn.PromptEnded(seq, error=problem or str(msg.error), named=problem is not None)
             else:
+                self.controls.prompt_ended(msg.result)
                 event = turn.PromptEnded(seq, stop_reason=_object(msg.result).get("stopReason"))
         elif isinstance(msg, Job):
             conn = self.acp.conn
