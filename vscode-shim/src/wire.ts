@@ -235,7 +235,13 @@ export interface WireControl {
 /** One of the agent's slash commands. */
 export interface WireCommand { name: string; description: string; hint?: string }
 /** The agent's `usage_update`: tokens in the context, the context window, the session's cost. */
-export interface WireUsage { used?: number; size?: number; cost?: { amount: number; currency: string } }
+export interface WireUsage {
+	used?: number;
+	size?: number;
+	cost?: { amount: number; currency: string };
+	/** The latest prompt result's token counts, in ACP's names (`inputTokens`, `outputTokens`, `totalTokens`, …). */
+	tokens?: Record<string, number>;
+}
 
 /** `client/sessionState`: one chat's state; `requestId` when the chat just got that request. */
 export interface SessionStateParams {
@@ -245,6 +251,8 @@ export interface SessionStateParams {
 	controls: WireControl[];
 	commands: WireCommand[];
 	usage?: WireUsage;
+	/** The agent's title for the chat's session (its `session_info_update`). */
+	title?: string;
 }
 export interface SetControlParams { chatId: string; controlId: string; value: string }
 
