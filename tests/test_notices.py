@@ -26,8 +26,10 @@ def informational(text: str, level: str = "warning") -> dict:
 
 # (the update, the notice it carries)
 OF_UPDATE = [
-    ({"sessionUpdate": "notice", "severity": "warning", "title": "Codex warning", "description": "model x is not in the catalogue"},
-     Notice("warning", "Codex warning", "model x is not in the catalogue")),
+    (
+        {"sessionUpdate": "notice", "severity": "warning", "title": "Codex warning", "description": "model x is not in the catalogue"},
+        Notice("warning", "Codex warning", "model x is not in the catalogue"),
+    ),
     ({"sessionUpdate": "notice", "severity": "info", "title": "Model rerouted"}, Notice("info", "Model rerouted")),
     ({"sessionUpdate": "notice", "severity": "error", "title": "Quota", "description": None}, Notice("error", "Quota")),
     ({"sessionUpdate": "notice", "severity": "_custom", "title": "T"}, Notice("_custom", "T")),
@@ -133,8 +135,18 @@ def test_claudes_tool_search_is_one_quiet_line() -> None:
     meta = {"claudeCode": {"toolName": "ToolSearch"}}
     start = r.update({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "ToolSearch", "kind": "other", "status": "pending", "_meta": meta})
     assert start == [{"type": "thinking", "value": "ToolSearch\n"}]
-    assert r.update({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed", "_meta": meta,
-                     "content": [{"type": "content", "content": {"type": "text", "text": "vscode__read_file loaded"}}]}) == []
+    assert (
+        r.update(
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": "t1",
+                "status": "completed",
+                "_meta": meta,
+                "content": [{"type": "content", "content": {"type": "text", "text": "vscode__read_file loaded"}}],
+            }
+        )
+        == []
+    )
     assert r.close() == []  # not "ended without a result" either
     # Any other of claude's tools is a step the user reads.
     bash = r.update({"sessionUpdate": "tool_call", "toolCallId": "t2", "title": "ls", "kind": "execute", "status": "pending", "_meta": {"claudeCode": {"toolName": "Bash"}}})
@@ -145,11 +157,25 @@ def test_a_command_shown_from_terminal_output_alone() -> None:
     """claude 0.101 sends a finished Bash call's output only as ``_meta.terminal_output``
     (then ``terminal_exit``), codex 2.6 live; neither sends ``rawOutput``."""
     r = TurnRenderer()
-    r.update({"sessionUpdate": "tool_call", "toolCallId": "b", "title": "echo hi", "kind": "execute", "status": "in_progress",
-              "_meta": {"claudeCode": {"toolName": "Bash"}, "terminal_info": {"terminal_id": "b"}}})
-    end = r.update({"sessionUpdate": "tool_call_update", "toolCallId": "b", "status": "completed",
-                    "_meta": {"claudeCode": {"toolName": "Bash"}, "terminal_output": {"terminal_id": "b", "data": "hi\n"}, "terminal_exit": {"terminal_id": "b", "exit_code": 0}},
-                    "_unknown": {"x": 1}})
+    r.update(
+        {
+            "sessionUpdate": "tool_call",
+            "toolCallId": "b",
+            "title": "echo hi",
+            "kind": "execute",
+            "status": "in_progress",
+            "_meta": {"claudeCode": {"toolName": "Bash"}, "terminal_info": {"terminal_id": "b"}},
+        }
+    )
+    end = r.update(
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": "b",
+            "status": "completed",
+            "_meta": {"claudeCode": {"toolName": "Bash"}, "terminal_output": {"terminal_id": "b", "data": "hi\n"}, "terminal_exit": {"terminal_id": "b", "exit_code": 0}},
+            "_unknown": {"x": 1},
+        }
+    )
     text = "".join(p["value"] for p in end)
     assert text == "\n\n````text\nhi\n````\n\n\n\n✓ **echo hi** (execute) completed · exit code 0\n\n", text
 
