@@ -248,12 +248,19 @@ async def test_a_notice_is_shown_apart_and_a_fresh_session_is_never_told_it(scri
         first = await client.chat(agent.id, [user("hi")], timeout=BOUND)
         assert first.error is None
         assert text_of(first) == "The answer\n\n> ⚠ claude-x is not a model this API knows\n\n\n\n> ⓘ Model rerouted — to y\n\n goes on."
+        # VS Code re-sends the answer with the notices in it: the chat goes on in its session
+        # (what the daemon emitted, notices included, is what it matches), sent only the new turn.
+        going_on = await client.chat(agent.id, [user("hi"), assistant(first.parts), user("go on")], timeout=BOUND)
+        assert going_on.error is None
         # The user edits their first message: the history no longer extends the session, and
         # a fresh one is told the conversation so far (docs/architecture.md, "Divergence").
         second = await client.chat(agent.id, [user("hi, edited"), assistant(first.parts), user("next")], timeout=BOUND)
         assert second.error is None
     (init,) = agent.frames("initialize")
     assert init["params"]["clientCapabilities"]["session"] == {"notices": {}}
-    told = agent.prompts()[-1]["text"]
+    prompts = agent.prompts()
+    assert [(p["sessionId"], p["text"]) for p in prompts[:2]] == [(prompts[0]["sessionId"], "hi"), (prompts[0]["sessionId"], "go on")]
+    assert prompts[2]["sessionId"] != prompts[0]["sessionId"]
+    told = prompts[-1]["text"]
     assert "The answer" in told and "goes on." in told, told
     assert "claude-x" not in told and "rerouted" not in told and "⚠" not in told, told
