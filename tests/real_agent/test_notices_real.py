@@ -69,6 +69,24 @@ async def test_a_notice_is_shown_apart_and_never_told_to_a_fresh_session_as_clau
     assert WARNING not in told and "classifier" not in context, context
 
 
+async def test_claudes_tool_search_is_one_quiet_line_not_a_step(tmp_path: Path) -> None:
+    """A real model calls ``ToolSearch`` (claude defers MCP tools, VS Code's among them) before
+    it calls one: the chat shows one thinking line, no start and end lines."""
+    replies = [[{"tool_use": {"name": "ToolSearch", "input": {"query": "select:mcp__vscode__read_file", "max_results": 5}}}], [{"text": "Searched."}]]
+    tools = [{"name": "read_file", "description": "Read a file", "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+    with FakeAnthropic(replies) as fake:
+        spec = {"id": "claude", "name": "Claude Code", "command": str(NODE), "args": [str(ENTRY)], "env": claude_agent_env(tmp_path / "home", fake.url)}
+        daemon_env = agent_environ({"XDG_STATE_HOME": str(tmp_path / "state")})
+        with open(tmp_path / "daemon.stderr", "ab") as stderr:
+            async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve"], env=daemon_env, stderr=stderr) as client:
+                await client.initialize(workspace=[str(tmp_path)], agents=[spec])
+                with anyio.fail_after(TIMEOUT):
+                    call = await client.chat("claude", [user("find the tool")], timeout=TIMEOUT, options={"tools": tools})
+    assert call.error is None, call.error
+    assert notices.strip(text_of(call)).rstrip().endswith("Searched."), text_of(call)
+    assert "ToolSearch" not in text_of(call) and "🔧" not in text_of(call)
+    assert [p for p in call.parts if p["type"] == "thinking"] == [{"type": "thinking", "value": "ToolSearch\n"}]
+
 async def test_without_notices_claudes_warning_is_an_informational_message_read_as_a_notice(tmp_path: Path) -> None:
     with FakeAnthropic([[{"text": ANSWER}]]) as fake:
         env = agent_environ(claude_agent_env(tmp_path / "home", fake.url))
