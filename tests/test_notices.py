@@ -264,3 +264,51 @@ async def test_a_notice_is_shown_apart_and_a_fresh_session_is_never_told_it(scri
     told = prompts[-1]["text"]
     assert "The answer" in told and "goes on." in told, told
     assert "claude-x" not in told and "rerouted" not in told and "⚠" not in told, told
+
+
+# (a part's value, whether it is one notice whole)
+IS_NOTICE = [
+    (notices.render(Notice("warning", "T", "d\ne")), True),
+    (notices.render(Notice("info", "T")), True),
+    ("\n\n> ⚠ hand-made\n\n", True),
+    ("Answer" + notices.render(Notice("info", "T")), False),  # merged with the answer: not one notice
+    (notices.render(Notice("info", "T")) + "Answer", False),
+    ("\n\n> a quote\n\n", False),
+    ("plain", False),
+    (None, False),
+]
+
+
+@pytest.mark.parametrize(("value", "whole"), IS_NOTICE)
+def test_which_parts_are_a_notice_whole(value: object, whole: bool) -> None:
+    assert notices.is_notice(value) is whole
+
+
+def test_a_turn_with_only_a_notice_is_an_answer_without_a_reply() -> None:
+    """A notice is not the agent's answer: a turn that sent only a notice still says it ended
+    without a reply, and the first turn after a cancel that sent only a notice is the stale
+    turn claude-agent-acp ends at once (taken up again), not an answer."""
+    from lmbridge.core import turn
+    from lmbridge.core.jobs import JobInfo
+    from lmbridge.core.profiles import OTHER
+
+    machine = turn.TurnMachine("Claude Code", TurnRenderer(profile=OTHER), drain=5.0, notice=1.0, progress=1.0, buffer_limit=1 << 20)
+    machine.handle(turn.NewJob(JobInfo(id=1, answers={}, cancel_first=False, has_prompt=True, messages=(), tools=frozenset(), cancelled=False)))
+    machine.handle(turn.Ready(None, False, False))
+    machine.handle(turn.Update(informational("a warning")))
+    effects = machine.handle(turn.PromptEnded(machine.prompt_seq, stop_reason="end_turn"))
+    said = [fx.part["value"] for fx in effects if isinstance(fx, turn.Emit)]
+    assert said == ["_Claude Code ended its turn without a reply._"], said
+
+
+def test_a_stale_turn_after_a_cancel_that_sends_only_a_notice_is_still_the_stale_turn() -> None:
+    """claude-agent-acp ends the first prompt after a cancel at once, empty (docs/agents.md,
+    "Quirks"); claude 0.101 behind a gateway adds a notice to each turn: still empty."""
+    from lmbridge.core import turn
+    from tests.test_turn import after_cancel, of
+
+    d = after_cancel()
+    d(turn.Update(informational("the gateway cannot bill auto mode")))
+    fx = d(turn.PromptEnded(d.prompt().seq, "end_turn"))
+    assert [n.reason for n in of(fx, turn.NewSession)] == ["the first turn after a cancel failed"], fx
+    assert not of(fx, turn.Finish | turn.Fail)

@@ -106,6 +106,12 @@ def render(notice: Notice) -> str:
     return f"\n\n{line}\n\n"
 
 
+def is_notice(text: object) -> bool:
+    """Whether ``text`` (a part's value) is one ``render``ed notice, whole: not the agent's
+    answer, so it does not make a turn's answer non-empty."""
+    return isinstance(text, str) and text.startswith("\n\n> ") and _RENDERED.fullmatch(text.strip("\n") + "\n") is not None
+
+
 def strip(text: str) -> str:
     """``text`` without the rendered notices in it (module docstring)."""
     return _RENDERED.sub("", text) if "> " in text else text
