@@ -312,3 +312,14 @@ def test_a_stale_turn_after_a_cancel_that_sends_only_a_notice_is_still_the_stale
     fx = d(turn.PromptEnded(d.prompt().seq, "end_turn"))
     assert [n.reason for n in of(fx, turn.NewSession)] == ["the first turn after a cancel failed"], fx
     assert not of(fx, turn.Finish | turn.Fail)
+
+
+def test_the_same_notice_again_in_a_session_is_not_shown_again() -> None:
+    r = TurnRenderer()
+    warning = {"sessionUpdate": "notice", "severity": "warning", "title": "Claude reported a warning", "description": "auto mode billing"}
+    assert len(r.update(warning)) == 1
+    r.close()  # the turn ends; the session goes on
+    assert r.update(warning) == []
+    assert r.update(informational("Claude reported a warning\nauto mode billing")) == []  # the same words, either way
+    assert len(r.update({**warning, "description": "something else"})) == 1
+    assert len(TurnRenderer().update(warning)) == 1  # another session: shown

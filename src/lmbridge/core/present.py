@@ -16,7 +16,8 @@ zero or more parts (docs/protocol.md has the parts):
   from the call's result.
 * A notice (``notice``, or claude-agent-acp's informational ``agent_message_chunk``:
   ``core.notices``) → a text part of its own, a blockquote apart from the answer, which
-  ``core.transcript`` never re-tells as the agent's words.
+  ``core.transcript`` never re-tells as the agent's words; once per session word for word
+  (``NOTICES_KEPT``).
 * A tool call the agent makes for its own housekeeping (``QUIET_TOOLS``: claude's
   ``ToolSearch``, which loads the definitions of deferred tools) → one ``thinking`` part
   with its title, never the start and end lines of a step the user must read.
@@ -75,6 +76,10 @@ IGNORED_KINDS = frozenset(
 #: ``ToolSearch`` loads the definitions of tools claude defers (MCP tools: VS Code's),
 #: which a real model calls before it calls one of them.
 QUIET_TOOLS = frozenset({"ToolSearch"})
+#: Notices a session remembers having shown: one said again word for word is not shown again
+#: (claude-agent-acp 0.101 behind a gateway repeats its auto-mode billing warning at every
+#: answer). Past this many, new ones are shown every time.
+NOTICES_KEPT = 64
 _ICONS = {"completed": "✓", "failed": "✗"}
 #: ``sessionUpdate`` of an update lmbridge makes itself for a terminal it runs for the agent
 #: (never sent by an agent: ``terminal/create``'s output and exit, ``acp.terminals``):
@@ -217,6 +222,7 @@ class TurnRenderer:
         self.tools: dict[str, ToolState] = {}
         self._plan: tuple[tuple[str, str], ...] | None = None
         self.live = LiveOutput()  # commands' output blocks (live)
+        self.noticed: set[notices.Notice] = set()  # the notices shown in this session (NOTICES_KEPT at most)
 
     # -- entry points -------------------------------------------------------
 
@@ -231,6 +237,10 @@ class TurnRenderer:
         if kind == "notice" or (kind == "agent_message_chunk" and raw.get("_meta") is not None):
             notice = notices.of_update(raw)
             if notice is not None:
+                if notice in self.noticed:  # the same again in this session: said already
+                    return []
+                if len(self.noticed) < NOTICES_KEPT:
+                    self.noticed.add(notice)
                 return [*self._pause(), text_part(notices.render(notice))]
             if kind == "notice":
                 self.warn("notice: no title or description, skipped")
