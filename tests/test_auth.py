@@ -37,6 +37,18 @@ GEMINI = [
 # claude-agent-acp 0.23.1 with clientCapabilities.auth.terminal (the daemon says it).
 CLAUDE = [{"description": "Run `claude /login` in the terminal", "name": "Log in with Claude", "id": "claude-login", "type": "terminal", "args": ["--cli"]}]
 
+# Today's releases (read in their dist, seen on the wire against fake models).
+# codex-acp 2.6.0 (getCodexAuthMethods; NO_BROWSER unset, no URL elicitation, no gateway).
+CODEX_26 = [
+    {"id": "api-key", "name": "API Key", "description": "Use an API key to authenticate", "_meta": {"api-key": {"provider": "openai"}}},
+    {"id": "chat-gpt", "name": "ChatGPT", "description": "Use ChatGPT to authenticate"},
+]  # fmt: skip
+# claude-agent-acp 0.101.0 with clientCapabilities.auth.terminal.
+CLAUDE_101 = [
+    {"description": "Use Claude subscription ", "name": "Claude Subscription", "id": "claude-ai-login", "type": "terminal", "args": ["--cli", "auth", "login", "--claudeai"]},
+    {"description": "Use Anthropic Console (API usage billing)", "name": "Anthropic Console", "id": "console-login", "type": "terminal", "args": ["--cli", "auth", "login", "--console"]},
+]  # fmt: skip
+
 
 # ---------------------------------------------------------------- auth.py
 
@@ -74,6 +86,7 @@ def test_problem_for_codex_names_the_variables_and_the_login() -> None:
     assert data == {
         "reason": "auth_required", "agentId": "codex", "agentName": "Codex",
         "login": {"command": "npx", "args": ["-y", "@openai/codex", "login"], "env": {}},
+        "logins": [{"id": "login", "name": "Sign in", "description": "", "command": "npx", "args": ["-y", "@openai/codex", "login"], "env": {}}],
         "env": ["CODEX_API_KEY", "OPENAI_API_KEY"],
         "methods": [{"id": m["id"], "name": m["name"], "description": m["description"]} for m in CODEX],
     }  # fmt: skip
@@ -169,6 +182,18 @@ async def test_a_key_in_the_environment_is_used_without_the_user(scripted: Any, 
     assert len(agent.events("auth_refused")) == 1  # the first session/new, then none
 
 
+async def test_an_api_key_method_is_used_when_its_key_is_set(scripted: Any, daemon: Any) -> None:
+    """codex-acp 2.6: ``api-key`` names no variable; with OPENAI_API_KEY set, session/new says
+    "Authentication required" until ``authenticate {"methodId": "api-key"}``."""
+    agent = scripted({"initialize": {"authMethods": CODEX_26}, "auth_required": {"message": "Authentication required"},
+                      "turns": [[{"text": "Signed in."}]]})  # fmt: skip
+    spec = {**agent.spec, "env": {"OPENAI_API_KEY": "sk-test"}}
+    async with daemon(agents=[spec]) as client:
+        call = await client.chat(agent.id, [user("hi")], timeout=TIMEOUT)
+    assert call.error is None and text_of(call) == "Signed in."
+    assert [e["methodId"] for e in agent.events("authenticate")] == ["api-key"]
+
+
 async def test_a_login_needed_is_one_actionable_error_then_the_next_message_works(scripted: Any, daemon: Any, tmp_path: Path) -> None:
     login_file = tmp_path / "logged-in"
     agent = scripted({
@@ -217,3 +242,75 @@ async def test_image_input_follows_the_agents_prompt_capabilities(scripted: Any,
         after = {m["id"]: m["capabilities"]["imageInput"] for m in (await client.request("lm/provideLanguageModelChatInformation", {}))["models"]}
         assert after == {seeing.id: True, blind.id: False}
         assert any(n["method"] == "lm/modelsChanged" for n in client.notifications)
+
+
+# (authMethods, the agent's environment, the method authenticated with at once or None)
+AUTOMATIC = [
+    (CODEX_26, {"OPENAI_API_KEY": "sk-x"}, "api-key"),
+    (CODEX_26, {"CODEX_API_KEY": "sk-x"}, "api-key"),
+    (CODEX_26, {"OPENAI_API_KEY": "  "}, None),  # codex-acp trims: blank is not a key
+    (CODEX_26, {"OPENAI_API_KEY": ""}, None),
+    (CODEX_26, {"ANTHROPIC_API_KEY": "x"}, None),
+    (CODEX_26, {}, None),
+    # Another provider's API key method: no variable is known to be its key.
+    ([{"id": "api-key", "name": "K", "_meta": {"api-key": {"provider": "acme"}}}], {"OPENAI_API_KEY": "sk-x"}, None),
+    ([{"id": "api-key", "name": "K", "_meta": {"api-key": {"provider": "google"}}}], {"GEMINI_API_KEY": "x"}, None),
+    # Named api-key, but without the marker: the agent handles it (a form, a browser).
+    ([{"id": "api-key", "name": "K"}], {"OPENAI_API_KEY": "sk-x"}, None),
+    ([{"id": "api-key", "name": "K", "_meta": {"api-key": "openai"}}], {"OPENAI_API_KEY": "sk-x"}, None),
+    # A terminal method is never passed to authenticate, whatever it says.
+    ([{"id": "t", "name": "T", "type": "terminal", "_meta": {"api-key": {"provider": "openai"}}}], {"OPENAI_API_KEY": "sk-x"}, None),
+    # env_var: every variable, set and not blank.
+    ([{"id": "e", "name": "E", "type": "env_var", "vars": [{"name": "A"}, {"name": "B"}]}], {"A": "1"}, None),
+    ([{"id": "e", "name": "E", "type": "env_var", "vars": [{"name": "A"}, {"name": "B"}]}], {"A": "1", "B": " "}, None),
+    ([{"id": "e", "name": "E", "type": "env_var", "vars": [{"name": "A"}, {"name": "B"}]}], {"A": "1", "B": "2"}, "e"),
+    (CLAUDE_101, {"ANTHROPIC_API_KEY": "x"}, None),
+    (CODEX + CODEX_26, {"OPENAI_API_KEY": "sk-x"}, "openai-api-key"),  # the first that fits
+]
+
+
+@pytest.mark.parametrize(("offered", "env", "expected"), AUTOMATIC)
+def test_which_method_needs_nobody(offered: list[Any], env: dict[str, str], expected: str | None) -> None:
+    method = auth.automatic(auth.methods(offered), env)
+    assert (method.id if method else None) == expected
+
+
+def test_codex_26_without_a_key_names_its_variables() -> None:
+    message, data = auth.problem("codex", "Codex", "Authentication required", auth.methods(CODEX_26), ["codex-acp"])
+    assert "set CODEX_API_KEY or OPENAI_API_KEY in its" in message and "one of" not in message, message
+    assert data["env"] == ["CODEX_API_KEY", "OPENAI_API_KEY"] and data["login"] is None and data["logins"] == []
+    assert [m["id"] for m in data["methods"]] == ["api-key", "chat-gpt"]
+
+
+def test_every_login_an_agent_lists_is_offered() -> None:
+    command = ["npx", "-y", "@agentclientprotocol/claude-agent-acp@0.101.0"]
+    message, data = auth.problem("claude", "Claude Code", "Please run /login", auth.methods(CLAUDE_101), command)
+    assert data["logins"] == [
+        {"id": "claude-ai-login", "name": "Claude Subscription", "description": "Use Claude subscription ",
+         "command": "npx", "args": ["-y", "@agentclientprotocol/claude-agent-acp@0.101.0", "--cli", "auth", "login", "--claudeai"], "env": {}},
+        {"id": "console-login", "name": "Anthropic Console", "description": "Use Anthropic Console (API usage billing)",
+         "command": "npx", "args": ["-y", "@agentclientprotocol/claude-agent-acp@0.101.0", "--cli", "auth", "login", "--console"], "env": {}},
+    ]  # fmt: skip
+    assert data["login"] == {k: data["logins"][0][k] for k in ("command", "args", "env")}
+    assert ("sign in by running `npx -y @agentclientprotocol/claude-agent-acp@0.101.0 --cli auth login --claudeai` (Claude Subscription)"
+            " or `npx -y @agentclientprotocol/claude-agent-acp@0.101.0 --cli auth login --console` (Anthropic Console) in a terminal") in message
+
+
+# (an _auth/status_update's params, the status read, signed out)
+STATUS = [
+    ({"authStatus": {"kind": "none", "label": "Not logged in"}}, auth.Status("none", "Not logged in"), True),
+    ({"authStatus": {"kind": "api_key", "label": "Anthropic API key"}}, auth.Status("api_key", "Anthropic API key"), False),
+    ({"authStatus": {"kind": "gateway"}}, auth.Status("gateway", ""), False),
+    ({"authStatus": {"kind": "x" * 300, "label": 5}}, auth.Status("x" * 200, ""), False),
+    ({"authStatus": {"label": "no kind"}}, None, None),
+    ({"authStatus": "none"}, None, None),
+    ({}, None, None),
+    ([], None, None),
+]
+
+
+@pytest.mark.parametrize(("params", "expected", "signed_out"), STATUS)
+def test_what_an_auth_status_update_says(params: Any, expected: auth.Status | None, signed_out: bool | None) -> None:
+    got = auth.status(params)
+    assert got == expected
+    assert (got.signed_out if got else None) == signed_out

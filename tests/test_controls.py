@@ -161,3 +161,29 @@ async def test_commands_told_right_after_session_new_are_kept(scripted: Any, dae
             await eventually(lambda: commands() == ["compact", "review"], timeout=LIMIT, what="the commands told")
             ok(await c.chat(agent.id, [user("hello"), assistant(first.parts), user("//review it")]))
     assert agent.frames("session/prompt")[-1]["params"]["prompt"][0]["text"] == "/review it"
+
+
+async def test_the_session_title_and_the_prompt_results_tokens_reach_the_chats_state(scripted: Any, daemon: Any, tmp_path: Any) -> None:
+    """claude-agent-acp 0.101 and codex-acp 2.6 name a session (``session_info_update``) and
+    answer a prompt with its tokens (``usage``, ``_meta.quota``): the chat's state carries
+    both; ``_auth/status_update`` (a notification for the whole process) is logged once."""
+    status = {"send": {"jsonrpc": "2.0", "method": "_auth/status_update", "params": {"authStatus": {"kind": "api_key", "label": "Anthropic API key"}}}}
+    agent = scripted({"turns": [[
+        status, status,
+        {"update": {"sessionUpdate": "session_info_update", "title": "Say hello", "_meta": {"claudeCode": {"x": 1}}}},
+        {"text": "hello"},
+        {"stop": "end_turn", "result": {"usage": {"inputTokens": 12, "outputTokens": 3, "totalTokens": 15},
+                                        "_meta": {"quota": {"token_count": {"totalTokens": 15}}, "unknown": {"y": 2}}}},
+    ]]})  # fmt: skip
+    with anyio.fail_after(LIMIT):
+        async with daemon(initialize=False) as c:
+            await initialize(c, [agent.spec], str(tmp_path))
+            first = await c.chat(agent.id, [user("hello")])
+            ok(first)
+            last = await eventually(lambda: [s for s in states(c) if s.get("usage", {}).get("tokens")], what="the tokens in client/sessionState")
+            assert last[-1]["usage"] == {"tokens": {"inputTokens": 12, "outputTokens": 3, "totalTokens": 15}}
+            assert last[-1]["title"] == "Say hello"
+    log = (tmp_path / "daemon.stderr").read_text(errors="replace").splitlines()
+    assert len([line for line in log if "agent sign-in status" in line and "kind=api_key" in line]) == 1
+    assert [line for line in log if "session title" in line and "Say hello" in line]
+    assert not [line for line in log if "_auth/status_update" in line and "ignored" in line]

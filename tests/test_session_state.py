@@ -162,7 +162,7 @@ JSON = st.recursive(
 KINDS = st.sampled_from(sorted(ss.STATE_KINDS) + ["agent_message_chunk", "plan"])
 
 
-@given(kind=KINDS, body=st.dictionaries(st.sampled_from(["currentModeId", "configOptions", "availableCommands", "used", "size", "cost"]), JSON))
+@given(kind=KINDS, body=st.dictionaries(st.sampled_from(["currentModeId", "configOptions", "availableCommands", "used", "size", "cost", "title", "updatedAt"]), JSON))
 def test_any_update_gives_a_state_or_nothing_and_never_raises(kind: str, body: dict[str, Any]) -> None:
     state = ss.opened({"configOptions": [MODE, EFFORT], "modes": LEGACY})
     new = ss.update(state, {"sessionUpdate": kind, **body})
@@ -223,3 +223,59 @@ def test_a_command_after_other_content_is_left_alone() -> None:
 )
 def test_only_a_string_kind_is_a_state_update(change: Any, kind: str | None) -> None:
     assert ss.state_kind(change) == kind
+
+
+# (session_info_update fields, the title after it, from the title "Old")
+TITLES = [
+    ({"title": "Fix the failing test"}, "Fix the failing test"),
+    ({"title": "  two\n lines\tand tabs "}, "two lines and tabs"),
+    ({"title": "x" * 600}, "x" * ss.TEXT_LIMIT),
+    ({"title": None}, None),  # ACP: null clears it
+    ({"title": ""}, None),
+    ({"title": 7}, "Old"),  # malformed: no change
+    ({"updatedAt": "2026-11-28T12:00:00Z"}, "Old"),  # no title: no change
+    ({"_meta": {"x": 1}}, "Old"),
+]
+
+
+@pytest.mark.parametrize(("fields", "title"), TITLES)
+def test_a_session_title_is_kept_one_line(fields: dict[str, Any], title: str | None) -> None:
+    state = ss.SessionState(title="Old")
+    new = ss.update(state, {"sessionUpdate": "session_info_update", **fields}) or state
+    assert new.title == title
+    assert ss.to_wire(new).get("title") == title
+
+
+# (a session/prompt result, the tokens kept)
+RESULTS = [
+    # claude-agent-acp 0.101 (turnOutcome): usage and _meta.quota; usage wins.
+    ({"stopReason": "end_turn", "usage": {"inputTokens": 10, "outputTokens": 5, "cachedReadTokens": 100, "cachedWriteTokens": 0, "totalTokens": 115},
+      "_meta": {"quota": {"token_count": {"totalTokens": 1, "inputTokens": 1}, "model_usage": []}}},
+     {"inputTokens": 10, "outputTokens": 5, "totalTokens": 115, "cachedReadTokens": 100, "cachedWriteTokens": 0}),
+    # codex-acp 2.6's quota only: its names read as ACP's.
+    ({"stopReason": "end_turn", "_meta": {"quota": {"token_count": {"totalTokens": 30, "inputTokens": 20, "cachedInputTokens": 4, "outputTokens": 10, "reasoningOutputTokens": 3}}}},
+     {"inputTokens": 20, "outputTokens": 10, "totalTokens": 30, "thoughtTokens": 3, "cachedReadTokens": 4}),
+    ({"stopReason": "end_turn", "usage": {"inputTokens": -1, "outputTokens": True, "totalTokens": "9"}}, None),
+    ({"stopReason": "end_turn", "usage": {"inputTokens": 1.5e400}}, None),
+    ({"stopReason": "end_turn", "_meta": {"quota": "lots"}}, None),
+    ({"stopReason": "end_turn"}, None),
+    ("end_turn", None),
+    (None, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("result", "tokens"), RESULTS)
+def test_a_prompt_results_tokens_go_with_the_usage(result: Any, tokens: dict[str, int] | None) -> None:
+    state = ss.update(ss.SessionState(), {"sessionUpdate": "usage_update", "used": 50, "size": 1000}) or ss.SessionState()
+    new = ss.turn_usage(state, result)
+    if tokens is None:
+        assert new is None
+        return
+    assert new is not None and new.usage is not None
+    assert ss.to_wire(new)["usage"] == {"used": 50, "size": 1000, "tokens": tokens}
+    assert ss.turn_usage(new, result) is None  # the same again
+    # A later usage_update keeps them; tokens alone are usage too.
+    later = ss.update(new, {"sessionUpdate": "usage_update", "used": 60, "size": 1000})
+    assert later is not None and later.usage is not None and dict(later.usage.tokens) == tokens
+    alone = ss.turn_usage(ss.SessionState(), result)
+    assert alone is not None and ss.to_wire(alone)["usage"] == {"tokens": tokens}

@@ -95,7 +95,8 @@ Steps (the first key decides):
   {"big_text": n}             one agent_message_chunk of n "x" characters
   {"stderr": s}               a line on stderr
   {"crash": code}             exit at once with that code; the prompt is not answered
-  {"stop": reason}            answer the prompt now with this stopReason, end the turn
+  {"stop": reason}            answer the prompt now with this stopReason, end the turn;
+                              {"stop": reason, "result": {...}}: more of the result (usage, _meta)
   {"answer": reason}          answer the prompt now with this stopReason, and go on with
                               the steps: output for a turn that has ended (hostile)
   {"chatter": {"mb", "chunk"?}}
@@ -352,7 +353,7 @@ class Turn:
         elif kind == "crash":
             a.exit(int(value), "crash")
         elif kind == "stop":
-            self.answer({"stopReason": value})
+            self.answer({"stopReason": value, **step.get("result", {})})
             raise TurnEnded
         elif kind == "answer":  # hostile: the prompt is answered, the steps go on
             self.answer({"stopReason": value})

@@ -3,13 +3,15 @@
  * JSON-RPC error whose `message` is one sentence saying what to do (the chat shows it, as
  * any daemon error) and whose `data` is `{reason: "auth_required", agentId, agentName,
  * login, env, methods}` (docs/protocol.md). Here: recognise that data (pure) and offer the
- * user a notification with **Sign in…** (a terminal running the agent's login command) and
- * **Open Settings** (lmbridge.agents, where an API key goes in the agent's `env`).
+ * user a notification with **Sign in…** (a terminal running the agent's login command; one
+ * **Sign in: <name>** button per login when the agent lists several, as claude-agent-acp does:
+ * "Claude Subscription", "Anthropic Console") and **Open Settings** (lmbridge.agents, where
+ * an API key goes in the agent's `env`).
  * Signing in needs no restart: the daemon tries the agent again on the next message.
  */
 import * as os from 'os';
 import * as vscode from 'vscode';
-import type { AuthRequiredData, LoginCommand, RpcError } from './wire';
+import type { AuthRequiredData, LoginCommand, NamedLogin, RpcError } from './wire';
 
 export const SIGN_IN = 'Sign in…';
 export const OPEN_AGENT_SETTINGS = 'Open Settings';
@@ -42,6 +44,21 @@ function loginCommand(value: unknown): LoginCommand | null {
 	return login;
 }
 
+function namedLogins(value: unknown): NamedLogin[] {
+	if (!Array.isArray(value)) {
+		return [];
+	}
+	const out: NamedLogin[] = [];
+	for (const item of value) {
+		const login = loginCommand(item);
+		if (login && isObject(item) && typeof item.id === 'string' && item.id) {
+			const name = typeof item.name === 'string' && item.name.trim() ? item.name.trim() : item.id;
+			out.push({ id: item.id, name, ...(typeof item.description === 'string' && item.description ? { description: item.description } : {}), ...login });
+		}
+	}
+	return out;
+}
+
 /** The error's auth data when the daemon says the agent needs a sign-in, else undefined. */
 export function authRequired(error: RpcError): AuthRequiredData | undefined {
 	const data = error.data;
@@ -53,6 +70,7 @@ export function authRequired(error: RpcError): AuthRequiredData | undefined {
 		agentId: data.agentId,
 		agentName: typeof data.agentName === 'string' && data.agentName ? data.agentName : data.agentId,
 		login: loginCommand(data.login),
+		...(Array.isArray(data.logins) ? { logins: namedLogins(data.logins) } : {}),
 		env: strings(data.env),
 		methods: Array.isArray(data.methods)
 			? data.methods.filter(isObject).filter(m => typeof m.id === 'string').map(m => ({
@@ -64,9 +82,30 @@ export function authRequired(error: RpcError): AuthRequiredData | undefined {
 	};
 }
 
-/** The notification's buttons: Sign in… when there is a login command, and Open Settings. */
+/** The button of one login among several: `Sign in: <its name>`. */
+export function signInWith(login: NamedLogin): string {
+	return `Sign in: ${login.name}`;
+}
+
+/**
+ * The notification's buttons: one `Sign in: <name>` per login when the agent lists several,
+ * else Sign in… when there is a login command; and Open Settings.
+ */
 export function authActions(auth: AuthRequiredData): string[] {
-	return auth.login ? [SIGN_IN, OPEN_AGENT_SETTINGS] : [OPEN_AGENT_SETTINGS];
+	const logins = auth.logins ?? [];
+	if (logins.length > 1) {
+		return [...logins.map(signInWith), OPEN_AGENT_SETTINGS];
+	}
+	return auth.login || logins.length ? [SIGN_IN, OPEN_AGENT_SETTINGS] : [OPEN_AGENT_SETTINGS];
+}
+
+/** The login a button starts (`authActions`), or undefined for any other choice. */
+export function chosenLogin(auth: AuthRequiredData, choice: string | undefined): LoginCommand | undefined {
+	const logins = auth.logins ?? [];
+	if (choice === SIGN_IN) {
+		return auth.login ?? logins[0];
+	}
+	return logins.length > 1 ? logins.find(login => signInWith(login) === choice) : undefined;
 }
 
 /**
@@ -105,17 +144,18 @@ export function loginEnv(agentEnv: Record<string, string>): Record<string, strin
  * the shim has them. It runs in `cwd`, the user's home folder, not the workspace: a login
  * started through npx would take a workspace's `.npmrc` (another registry) or `node_modules`.
  */
-export function loginTerminalOptions(auth: AuthRequiredData, cwd?: string, agentEnv: Record<string, string> = {}): vscode.TerminalOptions | undefined {
-	if (!auth.login) {
+export function loginTerminalOptions(auth: AuthRequiredData, cwd?: string, agentEnv: Record<string, string> = {}, login: LoginCommand | null | undefined = auth.login): vscode.TerminalOptions | undefined {
+	if (!login) {
 		return undefined;
 	}
+	const named = (login as Partial<NamedLogin>).name;
 	const options: vscode.TerminalOptions = {
-		name: `Sign in: ${auth.agentName ?? auth.agentId}`,
-		shellPath: auth.login.command,
-		shellArgs: auth.login.args ?? [],
+		name: `Sign in: ${auth.agentName ?? auth.agentId}${named && (auth.logins?.length ?? 0) > 1 ? ` (${named})` : ''}`,
+		shellPath: login.command,
+		shellArgs: login.args ?? [],
 		isTransient: true,
 	};
-	const env = { ...loginEnv(agentEnv), ...(auth.login.env ?? {}) };
+	const env = { ...loginEnv(agentEnv), ...(login.env ?? {}) };
 	if (Object.keys(env).length) {
 		options.env = env;
 	}
@@ -153,8 +193,9 @@ export class AuthNotifier {
 			+ (auth.env?.length ? ` (or set ${auth.env.join(', ')})` : ''));
 		return Promise.resolve(vscode.window.showWarningMessage(authMessage(auth, daemonMessage), ...authActions(auth))).then(choice => {
 			this.open.delete(auth.agentId);
-			if (choice === SIGN_IN) {
-				const options = loginTerminalOptions(auth, this.cwd(), this.agentEnv(auth.agentId));
+			const login = chosenLogin(auth, choice);
+			if (login) {
+				const options = loginTerminalOptions(auth, this.cwd(), this.agentEnv(auth.agentId), login);
 				if (options) {
 					const terminal = vscode.window.createTerminal(options);
 					terminal.show();

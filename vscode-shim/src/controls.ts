@@ -49,7 +49,14 @@ export function stateFromWire(params: unknown): SessionStateParams | undefined {
 		if (isObject(u.cost) && typeof u.cost.amount === 'number' && typeof u.cost.currency === 'string') {
 			usage.cost = { amount: u.cost.amount, currency: u.cost.currency };
 		}
+		if (isObject(u.tokens)) {
+			const tokens = Object.fromEntries(Object.entries(u.tokens).filter(([, n]) => typeof n === 'number' && Number.isFinite(n) && n >= 0)) as Record<string, number>;
+			if (Object.keys(tokens).length) { usage.tokens = tokens; }
+		}
 		state.usage = usage;
+	}
+	if (typeof params.title === 'string' && params.title.trim()) {
+		state.title = params.title.trim();
 	}
 	return state;
 }
@@ -118,9 +125,12 @@ function escapeMarkdown(text: string): string {
 	return text.replace(/[\\`*_{}[\]()#+\-.!|<>~]/g, m => `\\${m}`);
 }
 
-/** The tooltip (markdown, untrusted): the agent, each control, the usage, the commands. */
+/** The tooltip (markdown, untrusted): the agent, the session's title, each control, the usage, the commands. */
 export function statusTooltip(state: SessionStateParams, modelName: string | undefined): string {
 	const lines = [`**${escapeMarkdown(modelName ?? state.modelId)}** (this chat's ACP agent)`, ''];
+	if (state.title) {
+		lines.splice(1, 0, `_${escapeMarkdown(state.title)}_`);
+	}
 	const approval = approvalText(state);
 	if (approval) {
 		lines.push(approval, '');
@@ -137,6 +147,12 @@ export function statusTooltip(state: SessionStateParams, modelName: string | und
 	}
 	if (u?.cost) {
 		lines.push(`- Cost: ${u.cost.amount.toFixed(2)} ${escapeMarkdown(u.cost.currency)}`);
+	}
+	const t = u?.tokens;
+	if (t && (t.inputTokens !== undefined || t.outputTokens !== undefined || t.totalTokens !== undefined)) {
+		const io = [t.inputTokens !== undefined ? `${t.inputTokens.toLocaleString('en-US')} in` : '', t.outputTokens !== undefined ? `${t.outputTokens.toLocaleString('en-US')} out` : ''].filter(Boolean).join(', ');
+		const total = t.totalTokens !== undefined ? `${t.totalTokens.toLocaleString('en-US')} tokens` : 'tokens';
+		lines.push(`- Last answer: ${total}${io ? ` (${io})` : ''}`);
 	}
 	if (state.commands.length > 0) {
 		const names = state.commands.slice(0, 20).map(c => `\`${COMMAND_ESCAPE}${c.name.replace(/`/g, '')}\``);

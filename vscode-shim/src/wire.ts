@@ -206,12 +206,17 @@ export interface AgentRegistryResult {
 /** A command to run in a terminal to sign in to an agent. */
 export interface LoginCommand { command: string; args?: string[]; env?: Record<string, string> }
 
+/** One of an agent's logins: its auth method's id and name, and the command a terminal runs. */
+export interface NamedLogin extends LoginCommand { id: string; name: string; description?: string }
+
 /** `error.data` of a chat request whose agent needs a sign-in or a key. */
 export interface AuthRequiredData {
 	reason: 'auth_required';
 	agentId: string;
 	agentName?: string;
 	login?: LoginCommand | null;
+	/** Every login the agent lists (its `terminal` auth methods, else the preset's), `login` the first. */
+	logins?: NamedLogin[];
 	/** Environment variables any of which would do, set in the agent's `env` in lmbridge.agents. */
 	env?: string[];
 	methods?: Array<{ id: string; name?: string; description?: string | null }>;
@@ -234,7 +239,13 @@ export type Approver = 'user' | 'agent';
 /** One of the agent's slash commands. */
 export interface WireCommand { name: string; description: string; hint?: string }
 /** The agent's `usage_update`: tokens in the context, the context window, the session's cost. */
-export interface WireUsage { used?: number; size?: number; cost?: { amount: number; currency: string } }
+export interface WireUsage {
+	used?: number;
+	size?: number;
+	cost?: { amount: number; currency: string };
+	/** The latest prompt result's token counts, in ACP's names (`inputTokens`, `outputTokens`, `totalTokens`, …). */
+	tokens?: Record<string, number>;
+}
 
 /** `client/sessionState`: one chat's state; `requestId` when the chat just got that request. */
 export interface SessionStateParams {
@@ -244,6 +255,8 @@ export interface SessionStateParams {
 	controls: WireControl[];
 	commands: WireCommand[];
 	usage?: WireUsage;
+	/** The agent's title for the chat's session (its `session_info_update`). */
+	title?: string;
 }
 export interface SetControlParams { chatId: string; controlId: string; value: string }
 

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
-import { authActions, authMessage, AuthNotifier, authRequired, loginEnv, loginTerminalOptions, OPEN_AGENT_SETTINGS, SIGN_IN } from '../src/auth';
+import { authActions, authMessage, AuthNotifier, authRequired, chosenLogin, loginEnv, loginTerminalOptions, OPEN_AGENT_SETTINGS, SIGN_IN } from '../src/auth';
 import type { AuthRequiredData } from '../src/wire';
 import { MockLogOutputChannel, mock } from './vscode-mock';
 
@@ -13,6 +13,17 @@ const CODEX: AuthRequiredData = {
 	login: { command: 'npx', args: ['-y', '@openai/codex@0.137.0', 'login'], env: { CODEX_HOME: '/home/me/.codex' } },
 	env: ['OPENAI_API_KEY', 'CODEX_API_KEY'],
 	methods: [{ id: 'chatgpt', name: 'Log in with ChatGPT', description: 'Use your ChatGPT plan' }, { id: 'openai-api-key', name: 'OPENAI_API_KEY' }],
+};
+const CLAUDE_ARGS = ['-y', '@agentclientprotocol/claude-agent-acp@0.101.0', '--cli', 'auth', 'login'];
+/** claude-agent-acp 0.101 lists two terminal logins (docs/agents.md, "Signing in"). */
+const CLAUDE: AuthRequiredData = {
+	reason: 'auth_required', agentId: 'claude', agentName: 'Claude Code',
+	login: { command: 'npx', args: [...CLAUDE_ARGS, '--claudeai'] },
+	logins: [
+		{ id: 'claude-ai-login', name: 'Claude Subscription', description: 'Use Claude subscription ', command: 'npx', args: [...CLAUDE_ARGS, '--claudeai'] },
+		{ id: 'console-login', name: 'Anthropic Console', command: 'npx', args: [...CLAUDE_ARGS, '--console'] },
+	],
+	env: [], methods: [{ id: 'claude-ai-login', name: 'Claude Subscription' }, { id: 'console-login', name: 'Anthropic Console' }],
 };
 const MESSAGE = 'Codex needs you to sign in: run "codex login" (Sign in…), or set OPENAI_API_KEY in its "env" in lmbridge.agents.';
 
@@ -25,6 +36,10 @@ describe('authRequired', () => {
 			{ reason: 'auth_required', agentId: 'a', agentName: 'a', login: null, env: [], methods: [] }],
 		['junk in the lists is left out', { reason: 'auth_required', agentId: 'a', login: { command: 'x', args: ['l', 3], env: { A: '1', B: 2 } }, env: ['K', null], methods: [{ id: 'm' }, { name: 'no id' }, 'x'] },
 			{ reason: 'auth_required', agentId: 'a', agentName: 'a', login: { command: 'x', args: ['l'], env: { A: '1' } }, env: ['K'], methods: [{ id: 'm' }] }],
+		['every login, whole', CLAUDE, CLAUDE],
+		['a login without an id or a command is left out; a name defaults to the id',
+			{ reason: 'auth_required', agentId: 'a', logins: [{ id: 'x', command: 'c' }, { name: 'no id', command: 'c' }, { id: 'y' }, 7] },
+			{ reason: 'auth_required', agentId: 'a', agentName: 'a', login: null, logins: [{ id: 'x', name: 'x', command: 'c', args: [] }], env: [], methods: [] }],
 		['another reason', { reason: 'unknown_model', agentId: 'a' }, undefined],
 		['no agent id', { reason: 'auth_required' }, undefined],
 		['no data', undefined, undefined],
@@ -39,6 +54,19 @@ describe('the notification and the terminal, pure', () => {
 	test('buttons: Sign in… only with a login command', () => {
 		assert.deepEqual(authActions(CODEX), [SIGN_IN, OPEN_AGENT_SETTINGS]);
 		assert.deepEqual(authActions({ ...CODEX, login: null }), [OPEN_AGENT_SETTINGS]);
+	});
+	test('several logins: one button each, and each starts its own', () => {
+		assert.deepEqual(authActions(CLAUDE), ['Sign in: Claude Subscription', 'Sign in: Anthropic Console', OPEN_AGENT_SETTINGS]);
+		assert.deepEqual(chosenLogin(CLAUDE, 'Sign in: Anthropic Console')?.args, [...CLAUDE_ARGS, '--console']);
+		assert.deepEqual(chosenLogin(CLAUDE, 'Sign in: Claude Subscription')?.args, [...CLAUDE_ARGS, '--claudeai']);
+		assert.equal(chosenLogin(CLAUDE, OPEN_AGENT_SETTINGS), undefined);
+		assert.equal(chosenLogin(CLAUDE, undefined), undefined);
+		// One login (or only the older `login`): Sign in… starts it.
+		const one = { ...CLAUDE, logins: CLAUDE.logins!.slice(1) };
+		assert.deepEqual(authActions(one), [SIGN_IN, OPEN_AGENT_SETTINGS]);
+		assert.deepEqual(chosenLogin(one, SIGN_IN), CLAUDE.login);
+		assert.deepEqual(chosenLogin({ ...one, login: null }, SIGN_IN)?.args, [...CLAUDE_ARGS, '--console']);
+		assert.deepEqual(chosenLogin(CODEX, SIGN_IN), CODEX.login);
 	});
 	test('the text is the daemon\'s sentence; without one, made from the data', () => {
 		assert.equal(authMessage(CODEX, MESSAGE), MESSAGE);
@@ -84,6 +112,17 @@ describe('AuthNotifier', () => {
 		assert.deepEqual(mock.state.terminals[0].options, { ...loginTerminalOptions(CODEX, '/home/me'), env: { XDG_DATA_HOME: '/d', CODEX_HOME: '/home/me/.codex' } });
 		assert.equal(mock.state.terminals[0].shown, 1);
 		assert.equal(log.matching('Codex needs a sign-in', 'warn').length, 1);
+	});
+
+	test('the second of two logins opens a terminal running it, named for it', async () => {
+		const { notifier: n } = notifier();
+		mock.state.warningResponse = () => 'Sign in: Anthropic Console';
+		await n.notify(CLAUDE, 'Claude Code needs you to sign in.');
+		assert.deepEqual(mock.state.warningMessages[0].items, ['Sign in: Claude Subscription', 'Sign in: Anthropic Console', OPEN_AGENT_SETTINGS]);
+		assert.equal(mock.state.terminals.length, 1);
+		assert.deepEqual(mock.state.terminals[0].options, {
+			name: 'Sign in: Claude Code (Anthropic Console)', shellPath: 'npx', shellArgs: [...CLAUDE_ARGS, '--console'], isTransient: true, cwd: '/home/me',
+		});
 	});
 
 	test('Open Settings opens lmbridge.agents', async () => {

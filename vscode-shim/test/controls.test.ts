@@ -53,6 +53,16 @@ describe('the tooltip', () => {
 		assert.match(text, /- Cost: 0\.42 USD/);
 		assert.match(text, /Commands: `\/\/compact` `\/\/review`/);
 	});
+	test("the session's title and the last answer's tokens (claude 0.101, codex 2.6)", () => {
+		const state = stateFromWire({ chatId: 's', modelId: 'claude', controls: [], commands: [], title: '  Fix *the* test ',
+			usage: { size: 200_000, tokens: { inputTokens: 1200, outputTokens: 34, totalTokens: 1234, junk: 'x', minus: -1 } } })!;
+		assert.equal(state.title, 'Fix *the* test');
+		assert.deepEqual(state.usage, { size: 200_000, tokens: { inputTokens: 1200, outputTokens: 34, totalTokens: 1234 } });
+		const text = statusTooltip(state, 'Claude Code');
+		assert.match(text, /^\*\*Claude Code\*\* \(this chat's ACP agent\)\n_Fix \\\*the\\\* test_\n/);
+		assert.match(text, /- Last answer: 1,234 tokens \(1,200 in, 34 out\)/);
+		assert.equal(stateFromWire({ chatId: 's', modelId: 'm', title: 7 })?.title, undefined);
+	});
 	test('what the agent named is escaped', () => {
 		const text = statusTooltip({ ...CLAUDE, controls: [{ id: 'm', name: '[x](command:evil)', current: 'a', choices: [{ value: 'a', name: '<b>' }] }] }, undefined);
 		assert.ok(!text.includes('](command:'), text);

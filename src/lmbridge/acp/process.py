@@ -141,11 +141,13 @@ def client_capabilities(*, terminal: bool) -> dict[str, Any]:
     (codex-acp streams it; claude-agent-acp sends it once the command has ended): the
     answer shows it as it comes (``core.live``). ``fs``: ``fs/read_text_file`` and
     ``fs/write_text_file`` are served (``acp.files``). ``auth.terminal``: agents list the login
-    they run in a terminal (``core.auth``)."""
+    they run in a terminal (``core.auth``). ``session.notices``: what the agent tells the user
+    that is not its answer comes as ``notice`` updates, shown apart (``core.notices``)."""
     return {
         "fs": {"readTextFile": True, "writeTextFile": True},  # served by the session actor (acp/files.py: through VS Code, else disk)
         "terminal": terminal,
         "auth": {"terminal": True},
+        "session": {"notices": {}},
         "_meta": {"terminal_output": True},
     }
 
@@ -200,6 +202,7 @@ class AgentProcess:
         self._preparing_tools: list[Any] = []  # the tools the spare being opened offers
         self.spare_tools: list[Any] = []  # the tools the last new chat offered (wire.ToolInfo): the next spare's
         self.stale = False  # said it needs a login: restarted once nobody uses it (retire)
+        self.auth_status: auth.Status | None = None  # what its last _auth/status_update said
         self.spawned_by: object = None  # the user whose connect started the running process
         self.stopped_stuck: weakref.WeakSet[AgentConnection] = weakref.WeakSet()  # connections stopped by ``stuck``
 
@@ -428,6 +431,12 @@ class AgentProcess:
             return
         if item.bad_id:
             self._answer(None, error=BAD_ID_ERROR)
+            return
+        if item.id is None and item.method == auth.STATUS_UPDATE:
+            said = auth.status(params)
+            if said is not None and said != self.auth_status:
+                self.auth_status = said
+                (log.warning if said.signed_out else log.info)("agent sign-in status", agent=self.spec.id, kind=said.kind, label=said.label)
             return
         if item.id is None:
             kind = state_kind(params.get("update"))

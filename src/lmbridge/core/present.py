@@ -14,9 +14,17 @@ zero or more parts (docs/protocol.md has the parts):
   lmbridge runs for the agent: ``TERMINAL_UPDATE``) → one code block that grows under its
   tool call, bounded, closed when the command ends (``core.live``); then it is not shown again
   from the call's result.
+* A notice (``notice``, or claude-agent-acp's informational ``agent_message_chunk``:
+  ``core.notices``) → a text part of its own, a blockquote apart from the answer, which
+  ``core.transcript`` never re-tells as the agent's words; once per session word for word
+  (``NOTICES_KEPT``).
+* A tool call the agent makes for its own housekeeping (``QUIET_TOOLS``: claude's
+  ``ToolSearch``, which loads the definitions of deferred tools) → one ``thinking`` part
+  with its title, never the start and end lines of a step the user must read.
 * Unknown kinds, and fields that fail validation, are reported to ``warn``
   and skipped; the rest of the update, and every other update, survives
-  (the SDK would drop the whole notification).
+  (the SDK would drop the whole notification). ``Skipped`` counts them, so a log says
+  each kind once with a count, never once per update.
 
 Parts are dicts in the wire shape (``wire.ResponsePart``) because this is the
 streaming hot path: building pydantic models per chunk costs more than the
@@ -33,6 +41,7 @@ from typing import Any
 from acp import schema
 from pydantic import BaseModel, ValidationError
 
+from lmbridge.core import notices
 from lmbridge.core.live import LiveOutput, exit_line
 from lmbridge.core.profiles import OTHER, AgentProfile
 from lmbridge.core.text import clip
@@ -62,6 +71,15 @@ IGNORED_KINDS = frozenset(
         "usage_update",
     }
 )
+#: Tools an agent calls for its own housekeeping, by the structured name it gives them
+#: (claude-agent-acp's ``_meta.claudeCode.toolName``): shown as one quiet thinking line.
+#: ``ToolSearch`` loads the definitions of tools claude defers (MCP tools: VS Code's),
+#: which a real model calls before it calls one of them.
+QUIET_TOOLS = frozenset({"ToolSearch"})
+#: Notices a session remembers having shown: one said again word for word is not shown again
+#: (claude-agent-acp 0.101 behind a gateway repeats its auto-mode billing warning at every
+#: answer). Past this many, new ones are shown every time.
+NOTICES_KEPT = 64
 _ICONS = {"completed": "✓", "failed": "✗"}
 #: ``sessionUpdate`` of an update lmbridge makes itself for a terminal it runs for the agent
 #: (never sent by an agent: ``terminal/create``'s output and exit, ``acp.terminals``):
@@ -142,6 +160,7 @@ class ToolState:
     raw_output: Any = None
     meta: Any = None  # its _meta: where claude-agent-acp names the tool (permissions.bridged_tool)
     terminals: list[str] = field(default_factory=list)  # ids of the terminals whose output is its own
+    quiet: bool = False  # one of QUIET_TOOLS: a thinking line, no start and end lines
     started: bool = False  # start rendered
     finished: bool = False  # final status rendered
     declined: bool = False  # its permission was answered with the reject option
@@ -203,6 +222,7 @@ class TurnRenderer:
         self.tools: dict[str, ToolState] = {}
         self._plan: tuple[tuple[str, str], ...] | None = None
         self.live = LiveOutput()  # commands' output blocks (live)
+        self.noticed: set[notices.Notice] = set()  # the notices shown in this session (NOTICES_KEPT at most)
 
     # -- entry points -------------------------------------------------------
 
@@ -214,6 +234,17 @@ class TurnRenderer:
         kind = raw.get("sessionUpdate")
         if kind == TERMINAL_UPDATE:
             return self.terminal(raw)
+        if kind == "notice" or (kind == "agent_message_chunk" and raw.get("_meta") is not None):
+            notice = notices.of_update(raw)
+            if notice is not None:
+                if notice in self.noticed:  # the same again in this session: said already
+                    return []
+                if len(self.noticed) < NOTICES_KEPT:
+                    self.noticed.add(notice)
+                return [*self._pause(), text_part(notices.render(notice))]
+            if kind == "notice":
+                self.warn("notice: no title or description, skipped")
+                return []
         model = UPDATE_MODELS.get(kind) if isinstance(kind, str) else None
         if model is None:
             if not isinstance(kind, str) or kind not in IGNORED_KINDS:  # a list would not even hash
@@ -274,6 +305,11 @@ class TurnRenderer:
         meta = getattr(update, "field_meta", None)
         output, exited = _terminal_meta(meta, state, getattr(update, "content", None))
         parts: list[Part] = []
+        if not state.quiet and _tool_name(state.meta) in QUIET_TOOLS:
+            state.quiet = True
+            return [*self._pause(), {"type": "thinking", "value": f"{clip(state.title or _tool_name(state.meta), TITLE_LIMIT)}\n"}]
+        if state.quiet:
+            return []
         if not state.started and state.title:
             state.started = True
             if state.status not in FINAL_STATUSES:
@@ -439,6 +475,14 @@ def _preview(item: Any) -> str:
     return ""
 
 
+def _tool_name(meta: Any) -> str:
+    """The tool's own name where the agent gives it structured (claude-agent-acp's
+    ``_meta.claudeCode.toolName``), else ""."""
+    claude = meta.get("claudeCode") if isinstance(meta, dict) else None
+    name = claude.get("toolName") if isinstance(claude, dict) else None
+    return name if isinstance(name, str) else ""
+
+
 def _terminal_meta(meta: Any, state: ToolState, content: Any) -> tuple[tuple[str, str] | None, tuple[str, int | None, str | None] | None]:
     """What a tool call update's ``_meta`` says of its command (codex-acp, claude-agent-acp:
     docs/agents.md): ``terminal_info``/``terminal_output``/``terminal_exit`` and ``terminal``
@@ -476,6 +520,39 @@ def _exit_of(state: ToolState, live: LiveOutput) -> tuple[int | None, str | None
     if state.terminals and isinstance(code, int) and not isinstance(code, bool):
         return code, None
     return None, None
+
+
+class Skipped:
+    """What the daemon could not use of an agent's traffic, counted by what was wrong (the
+    warning's text: ``session/update: unknown kind 'x' skipped``), so a log says each once
+    and then how many more, never one line per update: an agent that streams an unknown
+    kind per token wrote a warning per token (2.4 MB of log per 20,000).
+
+    ``first(message)``: True for a message not seen before (log it now); False after,
+    counted. At most ``KINDS`` messages are told apart; past them every other one is counted
+    under ``OTHERS``. ``take()``: ``(message, count)`` of what came again since the last
+    ``take`` (log it at the turn's end), then forgotten."""
+
+    KINDS = 64
+    OTHERS = "other skipped updates"
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.again: dict[str, int] = {}
+
+    def first(self, message: str) -> bool:
+        if message in self.seen:
+            self.again[message] = self.again.get(message, 0) + 1
+            return False
+        if len(self.seen) >= self.KINDS:
+            self.again[self.OTHERS] = self.again.get(self.OTHERS, 0) + 1
+            return False
+        self.seen.add(message)
+        return True
+
+    def take(self) -> list[tuple[str, int]]:
+        again, self.again = self.again, {}
+        return list(again.items())
 
 
 # ---------------------------------------------------------------- what the user reads about the turn

@@ -16,6 +16,11 @@ A session's **controls** are what the user may choose for that chat alone:
 ``current_mode_update`` moves the current value of the legacy control, or, where the agent
 has none, of its config option of category ``mode`` (claude-agent-acp reports leaving plan
 mode so). ``available_commands_update`` replaces the commands, ``usage_update`` the usage.
+``session_info_update`` sets (or, with ``"title": null``, clears) the session's **title**
+(claude-agent-acp 0.101 and codex-acp 2.6 name a session after its first prompt); its
+other fields (``updatedAt``, ``_meta``) are not state. The **tokens** of the latest prompt
+result (``turn_usage``: ACP's ``PromptResponse.usage``, else ``_meta.quota.token_count``,
+the shape claude-agent-acp and codex-acp share) go with the usage.
 Everything an agent sends is untrusted: malformed entries are skipped, never raised on.
 """
 
@@ -32,7 +37,7 @@ from lmbridge.core.agent_models import Choice, select_options
 LEGACY_MODE = "mode"
 
 #: ``session/update`` kinds that change a session's state (the rest are the turn's).
-STATE_KINDS = frozenset({"current_mode_update", "config_option_update", "available_commands_update", "usage_update"})
+STATE_KINDS = frozenset({"current_mode_update", "config_option_update", "available_commands_update", "usage_update", "session_info_update"})
 
 
 def state_kind(change: Any) -> str | None:
@@ -89,6 +94,8 @@ class Usage:
     size: int | None
     amount: float | None = None
     currency: str | None = None
+    # The latest prompt result's token counts (``turn_usage``), in ACP's names: ((name, count), ...).
+    tokens: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,7 @@ class SessionState:
     controls: tuple[Control, ...] = ()
     commands: tuple[Command, ...] = ()
     usage: Usage | None = None
+    title: str | None = None  # session_info_update's title, one line
 
     def control(self, control_id: str) -> Control | None:
         return next((c for c in self.controls if c.id == control_id), None)
@@ -202,7 +210,44 @@ def update(state: SessionState, change: Any) -> SessionState | None:
     elif kind == "available_commands_update":
         new = replace(state, commands=_commands(change.get("availableCommands")))
     elif kind == "usage_update":
-        new = replace(state, usage=_usage(change))
+        new = replace(state, usage=replace(_usage(change), tokens=state.usage.tokens if state.usage else ()))
+    elif kind == "session_info_update":
+        if "title" not in change:
+            return None
+        title = change["title"]
+        if title is not None and not isinstance(title, str):
+            return None
+        new = replace(state, title=_text(" ".join(title.split())) if title is not None else None)
+    return new if new != state else None
+
+
+#: A prompt result's token counts, ACP ``Usage`` names (``PromptResponse.usage``), in order.
+TOKEN_FIELDS = ("inputTokens", "outputTokens", "totalTokens", "thoughtTokens", "cachedReadTokens", "cachedWriteTokens")
+#: ``_meta.quota.token_count`` (claude-agent-acp 0.101, codex-acp 2.6) → ACP's name.
+QUOTA_FIELDS = {
+    "inputTokens": "inputTokens", "outputTokens": "outputTokens", "totalTokens": "totalTokens",
+    "reasoningOutputTokens": "thoughtTokens", "cachedInputTokens": "cachedReadTokens", "cachedWriteTokens": "cachedWriteTokens",
+}  # fmt: skip
+
+
+def turn_usage(state: SessionState, result: Any) -> SessionState | None:
+    """The state after a ``session/prompt`` result: its token counts kept with the usage
+    (``result.usage``, else ``result._meta.quota.token_count``; each a non-negative integer,
+    the others left out), or None when it holds none or the same again. Never raises."""
+    result = result if isinstance(result, dict) else {}
+    usage, meta = result.get("usage"), result.get("_meta")
+    quota = meta.get("quota") if isinstance(meta, dict) else None
+    counts = quota.get("token_count") if isinstance(quota, dict) else None
+    tokens: dict[str, int] = {}
+    if isinstance(usage, dict):
+        tokens = {name: n for name in TOKEN_FIELDS if (n := _count(usage.get(name))) is not None}
+    if not tokens and isinstance(counts, dict):
+        found = {QUOTA_FIELDS[k]: n for k in QUOTA_FIELDS if (n := _count(counts.get(k))) is not None}
+        tokens = {name: found[name] for name in TOKEN_FIELDS if name in found}
+    if not tokens:
+        return None
+    old = state.usage or Usage(None, None)
+    new = replace(state, usage=replace(old, tokens=tuple(tokens.items())))
     return new if new != state else None
 
 
@@ -310,7 +355,11 @@ def to_wire(state: SessionState, approvers: Mapping[str, str] | None = None) -> 
         usage: dict[str, Any] = {k: v for k, v in (("used", u.used), ("size", u.size)) if v is not None}
         if u.amount is not None and u.currency:
             usage["cost"] = {"amount": u.amount, "currency": u.currency}
+        if u.tokens:
+            usage["tokens"] = dict(u.tokens)
         out["usage"] = usage
+    if state.title:
+        out["title"] = state.title
     return out
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath as Path
 from typing import Any
 
-from lmbridge.core import permissions
+from lmbridge.core import notices, permissions
 from lmbridge.core.history import has_user_content
 from lmbridge.core.messages import DataPart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from lmbridge.core.permissions import ACTION_TOOLS
@@ -78,7 +78,9 @@ def message_text(message: Message, actions: Actions | None = None, verbatim: boo
 
     ``actions``: our permission tool calls (``agent_actions``); their results are
     told as the user's answer, never as the approval token itself. A user message is
-    the user's words (``user_words``) and the names of what they attached.
+    the user's words (``user_words``) and the names of what they attached. An assistant
+    message is told without the agent's notices shown in it (``notices.strip``): they were
+    never the agent's words.
     """
     lines: list[str] = []
     words = user_words(message, verbatim)
@@ -88,7 +90,7 @@ def message_text(message: Message, actions: Actions | None = None, verbatim: boo
     for p in message.content:
         if isinstance(p, TextPart):
             if words is None:
-                lines.append(p.value)
+                lines.append(notices.strip(p.value) if message.role == "assistant" else p.value)
         elif isinstance(p, ThinkingPart):
             continue  # the agent's own reasoning is not replayed
         elif isinstance(p, ToolCallPart):

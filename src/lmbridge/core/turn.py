@@ -75,7 +75,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lmbridge.core import permissions, present
+from lmbridge.core import notices, permissions, present
 from lmbridge.core.history import Last, Pending
 from lmbridge.core.jobs import JobInfo, JobQueue
 from lmbridge.core.permissions import CANCELLED as CANCELLED_OUTCOME
@@ -876,7 +876,8 @@ class TurnMachine:
 
     def _do_show(self, ev: Update) -> None:
         for part in self.renderer.update(ev.raw):
-            self.output += 1
+            if not notices.is_notice(part.get("value")):  # an agent's notice is not its answer
+                self.output += 1
             self._emit(part)
 
     def _do_keep(self, ev: Update) -> None:
@@ -1135,7 +1136,7 @@ class TurnMachine:
 
     def _emit(self, part: Part) -> None:
         assert self.job is not None
-        if part.get("type") == "tool_call" or (part.get("type") == "text" and str(part.get("value", "")).strip()):
+        if part.get("type") == "tool_call" or (part.get("type") == "text" and str(part.get("value", "")).strip() and not notices.is_notice(part["value"])):
             self.visible = self.job.id
         self._fx.append(Emit(self.job.id, part))
 

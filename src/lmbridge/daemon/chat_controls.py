@@ -125,8 +125,8 @@ class ChatControls:
         if opened is None:
             return
         fresh = session_state.opened({"configOptions": opened.config_options, "modes": opened.modes})
-        # A session taken up again (or replaced) keeps the chat's commands and usage until the agent tells new ones.
-        self.state = replace(fresh, commands=fresh.commands or self.state.commands, usage=self.state.usage)
+        # A session taken up again (or replaced) keeps the chat's commands, usage and title until the agent tells new ones.
+        self.state = replace(fresh, commands=fresh.commands or self.state.commands, usage=self.state.usage, title=self.state.title)
         for change in early:
             self.state = session_state.update(self.state, change) or self.state
         self._fresh = opened.how in ("new", "spare")
@@ -138,8 +138,18 @@ class ChatControls:
         if session_state.state_kind(change) is not None:
             new = session_state.update(self.state, change)
             if new is not None:
+                if new.title != self.state.title:
+                    log.info("session title", session=self.session_id, title=new.title)
                 self.state = new
                 self.tell(None)
+
+    def prompt_ended(self, result: Any) -> None:
+        """A ``session/prompt`` of the chat's session answered ``result``: its token counts
+        kept with the usage (``session_state.turn_usage``) and told."""
+        new = session_state.turn_usage(self.state, result)
+        if new is not None:
+            self.state = new
+            self.tell(None)
 
     def tell(self, request_id: Any) -> None:
         """Tell the shim the chat's state (``client/sessionState``), naming ``request_id``

@@ -40,7 +40,8 @@ from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending
 from lmbridge.core.jobs import JobInfo
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
 from lmbridge.core.permissions import Answer
-from lmbridge.core.present import Part, TurnRenderer
+from lmbridge.core.present import Part, Skipped, TurnRenderer
+from lmbridge.core.text import clip
 from lmbridge.core.transcript import prompt_blocks
 from lmbridge.daemon import chat_controls
 from lmbridge.daemon.catalog import auth_hint
@@ -278,6 +279,7 @@ class SessionActor:
         self._opened: Opened | None = None  # what a start opened, taken at Ready
         # The session's modes, options, commands and usage (session_state), told to the shim.
         self.controls = ChatControls(session_id, self.acp, self._send, lambda: self.acp_session is not None, spec.mode, self._options_changed)
+        self.skipped = Skipped()  # what of the agent's traffic could not be used, counted
         self.machine = turn.TurnMachine(
             spec.name or spec.id,
             self._renderer(),
@@ -305,7 +307,17 @@ class SessionActor:
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
 
     def _renderer(self) -> TurnRenderer:
-        return TurnRenderer(lambda msg: log.warning(msg, session=self.id, agent=self.spec.id), self.process.caps.profile)
+        return TurnRenderer(self._skip, self.process.caps.profile)
+
+    def _skip(self, message: str) -> None:
+        """Something of the agent's traffic the daemon cannot use: logged the first time,
+        counted after (``present.Skipped``; the counts are logged at each response's end)."""
+        if self.skipped.first(message):
+            log.warning(message, session=self.id, agent=self.spec.id, note="logged once; repeats are counted at the response's end")
+
+    def _tell_skipped(self) -> None:
+        for message, count in self.skipped.take():
+            log.warning("skipped again", what=message, count=count, session=self.id, agent=self.spec.id)
 
     # -- public, called from other tasks -----------------------------------
 
@@ -378,6 +390,7 @@ class SessionActor:
             finally:
                 self._closed = True
                 with anyio.CancelScope(shield=True):
+                    self._tell_skipped()
                     self._fail_unread()
                     await self._stop_agent()
                     self.finished.set()
@@ -417,6 +430,7 @@ class SessionActor:
                 problem = self._auth_problem(msg.error)
                 event = turn.PromptEnded(seq, error=problem or str(msg.error), named=problem is not None)
             else:
+                self.controls.prompt_ended(msg.result)
                 event = turn.PromptEnded(seq, stop_reason=_object(msg.result).get("stopReason"))
         elif isinstance(msg, Job):
             conn = self.acp.conn
@@ -493,7 +507,7 @@ class SessionActor:
         elif rid is not None:
             self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
         else:
-            log.info("agent notification ignored", method=msg.method)
+            self._skip(f"agent notification {clip(repr(msg.method), 200)} ignored")
         return None
 
     # -- effects ----------------------------------------------------------------
@@ -552,6 +566,7 @@ class SessionActor:
     async def _finish(self, fx: turn.Finish) -> None:
         """End a job's response and report what it emitted (once)."""
         job = self.jobs.pop(fx.job_id, None)
+        self._tell_skipped()
         if job is None:
             return
         await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending), job.decision.number)
