@@ -158,7 +158,9 @@ class Spare:
     bridge: Any
     mcp_servers: list[dict[str, Any]]
     host: Any  # the mcp_bridge.McpHost the bridge is registered with
-    config_options: Any = None  # its session/new answer's configOptions
+    # Its session/new answer whole (configOptions, modes, ...): the chat that takes it gets
+    # what a session/new of its own would have answered (acp.session.AcpSession.open).
+    answer: dict[str, Any] = field(default_factory=dict)
     tools: list[Any] = field(default_factory=list)  # the wire.ToolInfos its endpoint serves from the start
 
 
@@ -370,10 +372,10 @@ class AgentProcess:
             await bridge.set_tools(tools)  # served from the start: the agent lists them once
             await host.add(bridge)
             servers = [host.server_config(bridge)]
-            sid, options = await new_session(self, conn, self.cwd, servers)  # bounded: a stuck process is stopped
+            sid, answer = await new_session(self, conn, self.cwd, servers)  # bounded: a stuck process is stopped
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
-            self.spare, bridge = Spare(sid, bridge, servers, host, options, tools), None
+            self.spare, bridge = Spare(sid, bridge, servers, host, answer, tools), None
             log.info("spare session ready", agent=self.spec.id, acp_session=sid, tools=len(tools))
         except Exception as exc:
             log.info("no spare session", agent=self.spec.id, error=str(exc) or type(exc).__name__)
