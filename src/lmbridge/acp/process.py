@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import os
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -228,6 +228,10 @@ class AgentProcess:
             if not pool.open:
                 raise AgentUnavailable(f"agent {self.label!r} not started: the daemon is shutting down")
             step("the start of its process")
+            if pool.preflight is not None:
+                problem = await pool.preflight(self.spec)
+                if problem:
+                    raise AgentUnavailable(problem)
             pool.started += 1
             conn = await pool.launcher(
                 self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self,
@@ -510,8 +514,12 @@ class AgentPool:
     def __init__(
         self, idle: float = 1800.0, launcher: Any = None, recorder: Any = None, *, spares: bool = False, mcp_host: Any = None,
         on_ready: Callable[[str, AgentFeatures], None] = lambda agent_id, caps: None, terminals: TerminalHost | None = None,
+        preflight: Callable[[AgentSpec], Awaitable[str | None]] | None = None,
     ) -> None:
         self.terminals = terminals  # terminal/* served to the agents (acp.terminals); None: not offered
+        # Before each start: why the agent cannot start (its start fails with it), or None
+        # (daemon.catalog.node_problem: a preset's release needing a newer Node.js).
+        self.preflight = preflight
         self.idle = idle
         self.on_ready = on_ready  # told each process's capabilities once it is initialized
         self.launcher = launcher or AgentConnection.spawn
