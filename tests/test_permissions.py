@@ -324,6 +324,7 @@ def test_claude_names_the_tool_in_the_tool_call_it_announced_before() -> None:
 
 def test_profiles_by_agent_name() -> None:
     assert profiles.profile_of("@zed-industries/claude-agent-acp") is profiles.CLAUDE
+    assert profiles.profile_of("@agentclientprotocol/claude-agent-acp") is profiles.CLAUDE
     assert profiles.profile_of("gemini-cli") is profiles.GEMINI and profiles.profile_of("codex-acp") is profiles.CODEX
     assert profiles.profile_of("@agentclientprotocol/codex-acp") is profiles.CODEX
     assert profiles.profile_of("fast-agent-acp") is profiles.FAST_AGENT
