@@ -218,17 +218,3 @@ def test_repin_on_the_catalog_moves_every_npm_preset() -> None:
             continue
         moved = repin_text(text, name, version, "99.0.0")
         assert moved != text and f"{name}@99.0.0" in moved and f"{name}@{version}" not in moved, name
-
-
-def test_fast_agent_from_the_registry_runs_without_its_own_shell() -> None:
-    """The registry's fast-agent entry passes ``-x`` (its own shell, which runs commands without
-    asking); as the preset's agent it is started with ``--no-shell`` instead."""
-    feed = {"agents": [{"id": "fast-agent", "name": "fast-agent", "version": "0.10.1",
-                        "distribution": {"uvx": {"package": "fast-agent-acp==0.10.1", "args": ["-x"], "env": {"FAST_AGENT_MODEL": "codexplan"}}}}]}  # fmt: skip
-    (agent,), _ = registry_agents(feed, "linux-x86_64")
-    spec = resolve(AgentEntry.model_validate({k: agent[k] for k in ("id", "name", "command", "args", "env")}))
-    assert spec.command == "uvx" and spec.args == ["fast-agent-acp==0.10.1", "--no-shell"] and spec.env == {"FAST_AGENT_MODEL": "codexplan"}
-    assert auth_hint(spec) == PRESETS["fast-agent"].hint
-    own = resolve(AgentEntry(id="my-fast", command="uvx", args=["--from", "fast-agent-mcp==0.10.48", "fast-agent-acp", "--shell"]))
-    assert own.args == ["--from", "fast-agent-mcp==0.10.48", "fast-agent-acp", "--no-shell"]
-    assert resolve(AgentEntry(id="fast-agent")).args == PRESETS["fast-agent"].spec.args  # the preset itself: as it is

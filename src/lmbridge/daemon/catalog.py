@@ -52,19 +52,12 @@ class Preset:
     (``core.registry.package_of``) or has ``registry_id`` is this agent whichever way it was
     added (``preset_for``): it gets the preset's sign-in hint and the fields it leaves out.
     ``node``: the oldest Node.js major the pinned release runs on (its ``engines.node``),
-    checked before an ``npx`` start (``node_problem``); None: no check. ``safe_args``: what
-    the agent is always started with, whichever way it was added, and ``unsafe_args`` what
-    it never is (fast-agent: ``--no-shell``, never ``-x``/``--shell``, which the registry's
-    entry passes: its own shell runs commands without asking; ``resolve``).
+    checked before an ``npx`` start (``node_problem``); None: no check.
     """
 
-    def __init__(
-        self, spec: AgentSpec, description: str, requires: str, hint: Hint, package: str, registry_id: str | None = None, node: int | None = None,
-        safe_args: tuple[str, ...] = (), unsafe_args: tuple[str, ...] = (),
-    ) -> None:  # fmt: skip
+    def __init__(self, spec: AgentSpec, description: str, requires: str, hint: Hint, package: str, registry_id: str | None = None, node: int | None = None) -> None:
         self.spec, self.description, self.requires, self.hint = spec, description, requires, hint
         self.package, self.registry_id, self.node = package, registry_id, node
-        self.safe_args, self.unsafe_args = safe_args, unsafe_args
 
     def info(self) -> dict[str, object]:
         """The ``agents/presets`` entry (docs/protocol.md)."""
@@ -132,8 +125,6 @@ PRESETS: dict[str, Preset] = {
             Hint(env=("OPENAI_API_KEY", "ANTHROPIC_API_KEY"), note="fast-agent also reads keys from fast-agent.secrets.yaml."),
             package="fast-agent-mcp",
             registry_id="fast-agent",
-            safe_args=("--no-shell",),
-            unsafe_args=("-x", "--shell"),
         ),
     )
 }
@@ -162,7 +153,7 @@ def resolve(entry: AgentSpec) -> AgentSpec:
     preset = PRESETS.get(entry.id)
     given = {k: v for k, v in entry.model_dump(exclude_unset=True).items() if v is not None}
     if preset is not None:
-        return _safe(AgentSpec.model_validate({**preset.spec.model_dump(), **given}))
+        return AgentSpec.model_validate({**preset.spec.model_dump(), **given})
     if not entry.command:
         raise ValueError(f"agent {entry.id!r} has no command and is no preset (presets: {', '.join(PRESETS)})")
     spec = entry if type(entry) is AgentSpec else AgentSpec.model_validate(given)
@@ -171,18 +162,7 @@ def resolve(entry: AgentSpec) -> AgentSpec:
         return spec
     # The same agent added another way (a registry entry): the preset's defaults for what it leaves out.
     defaults = same.spec.model_dump(exclude={"id", "name", "command", "args"}, exclude_defaults=True)
-    return _safe(AgentSpec.model_validate({**defaults, **given}) if defaults else spec)
-
-
-def _safe(spec: AgentSpec) -> AgentSpec:
-    """``spec`` started as its preset's agent must be: without its ``unsafe_args``, with its
-    ``safe_args`` (``Preset``)."""
-    preset = preset_for(spec)
-    if preset is None or not (preset.safe_args or preset.unsafe_args):
-        return spec
-    args = [a for a in spec.args if a not in preset.unsafe_args]
-    args += [a for a in preset.safe_args if a not in args]
-    return spec if args == spec.args else spec.model_copy(update={"args": args})
+    return AgentSpec.model_validate({**defaults, **given}) if defaults else spec
 
 
 def auth_hint(spec: AgentSpec) -> Hint | None:
