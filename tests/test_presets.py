@@ -137,9 +137,11 @@ def test_the_same_agent_by_registry_id_or_by_package() -> None:
     assert preset_for(own_version) is PRESETS["claude"]
     by_registry_id = AgentSpec(id="codex-acp", command="/home/u/.local/bin/codex-acp")
     assert preset_for(by_registry_id) is PRESETS["codex"]
-    # A preset's id started another way, running no preset's package: not the preset.
-    own = AgentSpec(id="claude", command="/opt/my-agent")
-    assert preset_for(own) is None and auth_hint(own) is None
+    # A preset's id started another way, running no preset's package: not the preset (its hint may not hold),
+    # also where the preset's id is the registry's id for it (gemini, fast-agent).
+    for ident in ("claude", "gemini", "fast-agent"):
+        own = AgentSpec(id=ident, command="/opt/my-agent")
+        assert preset_for(own) is None and auth_hint(own) is None, ident
 
 
 def test_a_registry_entry_gets_the_presets_defaults_for_what_it_leaves_out(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -139,8 +139,9 @@ def preset_for(spec: AgentSpec) -> Preset | None:
     if preset is not None and preset.spec.command == spec.command:
         return preset
     ran = package_of(spec.command, spec.args)
+    # A registry id that is also a preset's id (gemini, fast-agent) names the preset only started its way (above).
     return next((p for p in PRESETS.values() if ran is not None and ran == p.package), None) or next(
-        (p for p in PRESETS.values() if p.registry_id == spec.id), None
+        (p for p in PRESETS.values() if p.registry_id == spec.id and spec.id not in PRESETS), None
     )
 
 
