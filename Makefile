@@ -42,6 +42,22 @@ demo: $(STAMP)
 real-agent-deps:
 	tests/real_agent/install.sh
 
+# Each real agent's newest release (npm view, pip index versions) made the pin: package.json and
+# its lock (npm install --package-lock-only), fast-agent-requirements.txt, the daemon's presets
+# (src/lmbridge/daemon/catalog.py). Installs nothing into the test cache; --dry-run only prints
+# (REPIN_ARGS=--dry-run). docs/agents.md, "Presets".
+.PHONY: repin-agents
+repin-agents: $(STAMP)
+	$(PY) -m tests.real_agent.repin $(REPIN_ARGS)
+
+# The real-agent suites against each agent's newest release, installed fresh apart from the
+# pinned ones ($$LMBRIDGE_NEWEST_CACHE, default ~/.cache/lmbridge-newest, about 0.7 GB), and a
+# table of what passed (NEWEST_ARGS=--agents gemini,fast-agent for some). docs/agents.md,
+# "Against the newest releases".
+.PHONY: real-agents-newest
+real-agents-newest: $(STAMP)
+	$(PY) -m tests.real_agent.newest $(NEWEST_ARGS)
+
 test: lint test-python test-shim chatview chatview-first-run
 
 # VS Code's real Chat view as the acceptance test (docs/vscode-shim.md): code-server 4.139.1 on

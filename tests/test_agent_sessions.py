@@ -258,6 +258,43 @@ async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, dae
     assert not [e for e in agent.events("session_close") if e["t"] < second_sent]  # the spare was taken, not closed
 
 
+async def test_a_chat_that_takes_the_spare_gets_the_older_modes(scripted: Any, daemon: Any) -> None:
+    """The spare keeps all its session/new answered: an agent offering the older ``modes``
+    (no mode among its configOptions) has its mode control in the chat that takes the spare,
+    so the agent's ``mode`` setting is set there as on a session opened for the chat."""
+    modes = {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]}
+    agent = scripted({"initialize": CAPS["resume"], "modes": modes, "default_turn": [{"text": "ok"}]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([{**agent.spec, "mode": "code"}], args=["--spare-session"]) as c:
+            ok(await c.chat(agent.id, [user("first chat")]))
+            await eventually(lambda: len(agent.events("session_new")) == 2, what="the spare session")
+            spare = agent.events("session_new")[1]
+            assert _spare_endpoint(spare)
+            ok(await c.chat(agent.id, [user("second chat")]))
+    assert [p["sessionId"] for p in agent.prompts()] == [agent.events("session_new")[0]["sessionId"], spare["sessionId"]]
+    assert [(e["sessionId"], e["modeId"]) for e in agent.events("set_mode")] == [
+        (agent.events("session_new")[0]["sessionId"], "code"), (spare["sessionId"], "code"),
+    ]
+
+
+async def test_a_chat_waiting_on_a_spare_whose_process_is_stuck_opens_its_session_on_a_new_one(scripted: Any, daemon: Any) -> None:
+    """docs/sessions.md, "A stuck agent process": a new chat waits on the spare being opened;
+    its session/new freezes the process, which is stopped as stuck; the chat then opens its
+    session on a new process and is answered (not failed with the old process's end)."""
+    agent = scripted({"initialize": CAPS["resume"], "freeze_at_new": 2, "pid_session_ids": True, "default_turn": [{"text": "ok"}]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], args=["--spare-session"], env={"LMBRIDGE_SESSION_TIMEOUT": "3"}) as c:
+            ok(await c.chat(agent.id, [user("first chat")]))
+            await eventually(lambda: agent.events("frozen"), what="the spare's session/new freezing the process")
+            agent.write({"initialize": CAPS["resume"], "pid_session_ids": True, "default_turn": [{"text": "ok"}]})  # the next process does not freeze
+            second = await c.chat(agent.id, [user("second chat")])
+            ok(second)
+            assert text_of(second) == "ok"
+    first_pid, new_pid = agent.pids()[:2]
+    assert [e["pid"] for e in agent.events("frozen")][:1] == [first_pid]
+    assert [(p["pid"], p["text"]) for p in agent.prompts()] == [(first_pid, "first chat"), (new_pid, "second chat")]
+
+
 async def test_a_chat_offering_other_tools_than_the_spare_gets_a_fresh_session(scripted: Any, daemon: Any) -> None:
     """A spare opened before any chat offered tools carries none: a chat offering some does
     not take it (the agent would never list them), it is closed (session/close) and the chat

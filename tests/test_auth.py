@@ -162,7 +162,8 @@ async def test_presets_and_agent_problems_on_the_wire(daemon: Any) -> None:
         presets = (await client.request("agents/presets"))["presets"]
         assert [p["id"] for p in presets] == ["claude", "codex", "gemini", "fast-agent"]
         assert presets[0] == {"id": "claude", "name": "Claude Code", "description": PRESETS["claude"].description,
-                              "requires": "Node.js 18+ (npx)", "command": "npx", "args": ["-y", "@zed-industries/claude-agent-acp@0.23.1"]}  # fmt: skip
+                              "requires": "Node.js 22+ (npx)", "command": "npx", "args": ["-y", "@agentclientprotocol/claude-agent-acp@0.101.0"],
+                              "package": "@agentclientprotocol/claude-agent-acp", "registryId": "claude-acp"}  # fmt: skip
         models = (await client.request("lm/provideLanguageModelChatInformation", {}))["models"]
         assert [(m["id"], m["name"]) for m in models] == [("claude", "Claude Code")]
 

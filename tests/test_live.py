@@ -70,11 +70,14 @@ def test_codex_failed_command_says_its_exit_code():
     assert "· exit code 2" in end and "boom" not in end
 
 
-def test_codex_quick_command_without_live_output_shows_its_result_as_before():
+def test_codex_quick_command_without_live_output_shows_its_output_once_at_its_end():
+    # codex-acp 2.6.0 (its dist/index.js, commandEndMeta): output that did not stream goes out
+    # once, as terminal_output on the end, beside terminal_exit; rawOutput holds none.
     r = TurnRenderer(profile=CODEX)
     r.update(codex_start())
-    end = text(r.update(codex_end("a.txt\n")))
-    assert "a.txt" in end and "exit code" not in end
+    meta = {"terminal_output": {"terminal_id": "call_1", "data": "a.txt\n"}, "terminal_exit": {"exit_code": 0, "signal": None, "terminal_id": "call_1"}}
+    end = text(r.update({"sessionUpdate": "tool_call_update", "toolCallId": "call_1", "status": "completed", "_meta": meta}))
+    assert end.count("a.txt") == 1 and "completed · exit code 0" in end, end
 
 
 def test_agent_text_between_outputs_closes_and_reopens_the_block():

@@ -51,15 +51,15 @@ def claude_mcp(tool: str, **kw: Any) -> dict[str, Any]:
     return {"toolCallId": "toolu_2", "title": f"mcp__vscode__{tool}", "_meta": {"claudeCode": {"toolName": f"mcp__vscode__{tool}"}}, **kw}
 
 
+# codex-acp 2.6.0 asking about an MCP tool: the request's toolCall ({toolCallId, kind, status})
+# merged over the tool_call it sent before (its dist/index.js, McpToolReporter.started).
 CODEX_MCP = {
     "toolCallId": "call_1",
+    "kind": "execute",
     "status": "pending",
-    "title": "Approve MCP tool call",
-    "rawInput": {
-        "server_name": "vscode",
-        "id": "mcp_tool_call_approval_call_1",
-        "request": {"mode": "form", "_meta": {"codex_approval_kind": "mcp_tool_call", "tool_params": {"q": "TODO"}}, "message": 'Allow the vscode MCP server to run tool "grep_search"?'},
-    },
+    "title": "mcp.vscode.grep_search",
+    "rawInput": {"server": "vscode", "tool": "grep_search", "arguments": {"q": "TODO"}},
+    "_meta": {"is_mcp_tool_call": True},
 }
 
 # (row, profile, toolCall, options, offered) → decision: ("ask", tool) | ("grant", tool) | ("decline", "allow"/"reject"/"cancelled") | ("refuse", code)
@@ -74,7 +74,7 @@ ROWS: list[tuple[str, profiles.AgentProfile, Any, Any, frozenset[str], tuple[str
     ("claude WebFetch", profiles.CLAUDE, {"toolCallId": "toolu_1", "title": "Fetch https://example.com", "kind": "fetch", "rawInput": {"url": "https://example.com", "prompt": "summarise"}}, CLAUDE_OPTIONS, AGENT_MODE, ("ask", FETCH_TOOL)),
     ("claude bridged read", profiles.CLAUDE, claude_mcp("read_file", rawInput={"filePath": "/w/a"}), CLAUDE_OPTIONS, AGENT_MODE, ("grant", "read_file")),
     ("codex exec", profiles.CODEX, {"toolCallId": "call_1", "title": "touch x", "kind": "execute", "status": "pending", "rawInput": {"command": ["/bin/bash", "-lc", "touch x"], "cwd": "/w"}}, CODEX_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
-    ("codex bridged", profiles.CODEX, CODEX_MCP, CODEX_OPTIONS, AGENT_MODE, ("grant", "grep_search")),
+    ("codex MCP tool: named only before, asked as execute", profiles.CODEX, CODEX_MCP, CODEX_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     ("gemini shell", profiles.GEMINI, {"toolCallId": "run_shell_command__run_shell_command_1_0", "title": "touch x", "kind": "execute"}, GEMINI_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     ("gemini bridged", profiles.GEMINI, {"toolCallId": "mcp_vscode_grep_search__mcp_vscode_grep_search_1_0", "title": "grep_search (vscode MCP Server)", "kind": "other"}, GEMINI_OPTIONS, AGENT_MODE, ("grant", "grep_search")),
     ("gemini bridged, a command as its title", profiles.GEMINI, {"toolCallId": "mcp_vscode_grep_search__1", "title": "rm -rf /", "kind": "other"}, GEMINI_OPTIONS, AGENT_MODE, ("grant", "grep_search")),
@@ -99,8 +99,6 @@ ROWS: list[tuple[str, profiles.AgentProfile, Any, Any, frozenset[str], tuple[str
     ("gemini shell titled like gemini's MCP", profiles.GEMINI, {"toolCallId": "run_shell_command__1", "title": "mcp_vscode_read_file", "kind": "other"}, GEMINI_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     ("gemini shell id with a tool's name after", profiles.GEMINI, {"toolCallId": "run_shell_command__mcp_vscode_grep_search__1", "title": "x", "kind": "other"}, GEMINI_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     ("codex shell titled like a tool", profiles.CODEX, {"toolCallId": "call_9", "title": "mcp__vscode__read_file", "kind": "execute", "rawInput": {"command": ["mcp__vscode__read_file"]}}, CODEX_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
-    ("codex, other server", profiles.CODEX, {**CODEX_MCP, "rawInput": {**CODEX_MCP["rawInput"], "server_name": "github"}}, CODEX_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
-    ("codex message without the approval kind", profiles.CODEX, {**CODEX_MCP, "rawInput": {"server_name": "vscode", "request": {"message": 'run tool "grep_search"'}}}, CODEX_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     ("claude title only", profiles.CLAUDE, {"toolCallId": "toolu_3", "title": "mcp__vscode__read_file", "kind": "other"}, CLAUDE_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     ("claude bridged tool with a command", profiles.CLAUDE, claude_mcp("run_in_terminal", rawInput={"command": "rm -rf ~"}), CLAUDE_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     ("claude bridged tool of kind edit", profiles.CLAUDE, claude_mcp("create_file", kind="edit", rawInput={"filePath": "/w/x"}), CLAUDE_OPTIONS, AGENT_MODE, ("ask", EDIT_TOOL)),
@@ -326,7 +324,9 @@ def test_claude_names_the_tool_in_the_tool_call_it_announced_before() -> None:
 
 def test_profiles_by_agent_name() -> None:
     assert profiles.profile_of("@zed-industries/claude-agent-acp") is profiles.CLAUDE
+    assert profiles.profile_of("@agentclientprotocol/claude-agent-acp") is profiles.CLAUDE
     assert profiles.profile_of("gemini-cli") is profiles.GEMINI and profiles.profile_of("codex-acp") is profiles.CODEX
+    assert profiles.profile_of("@agentclientprotocol/codex-acp") is profiles.CODEX
     assert profiles.profile_of("fast-agent-acp") is profiles.FAST_AGENT
     assert profiles.profile_of("lmbridge-demo") is profiles.OTHER and profiles.profile_of(None) is profiles.OTHER and profiles.profile_of(["x"]) is profiles.OTHER
 

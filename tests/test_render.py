@@ -185,40 +185,35 @@ def test_a_fresh_sessions_context_holds_no_copilot_markers():
     assert prompt == {"type": "text", "text": "and now?"}
 
 
-# codex-acp 0.16.0 as seen on the wire (tests/real_agent/test_codex_bridge.py): the permission
-# first, its content codex's approval prompt; after Allow a tool_call, then a tool_call_update
-# with rawOutput and no content; after a reject, no update at all.
+# codex-acp 2.6.0 (its dist/index.js, CommandReporter.permission): a command asking for network
+# access has the access it asks for as its permission's content; the command's output comes in
+# _meta.terminal_output (core.live), its end's rawOutput holds no output.
 CODEX_PERMISSION_CALL = {
-    "toolCallId": "call_1", "kind": "execute", "status": "pending", "title": "echo out-1 && exit 3",
-    "content": [
-        {"type": "content", "content": {"type": "text", "text": "Proposed Amendment: /bin/bash\n-lc\necho out-1 && exit 3\nAvailable Decisions: Approved\nApprovedExecpolicyAmendment\nAbort"}}
-    ],
-    "rawInput": {"command": ["/bin/bash", "-lc", "echo out-1 && exit 3"]},
+    "toolCallId": "call_1", "kind": "execute", "status": "pending", "title": "curl https://example.com",
+    "content": [{"type": "content", "content": {"type": "text", "text": "https access to example.com"}}],
+    "rawInput": {"command": "curl https://example.com", "cwd": "/w"},
 }
-CODEX_DONE = {
-    "sessionUpdate": "tool_call_update", "toolCallId": "call_1", "status": "failed",
-    "rawOutput": {"stdout": "out-1\n", "stderr": "", "aggregated_output": "out-1\n", "formatted_output": "out-1\n", "exit_code": 3},
-}
+CODEX_DONE = {"sessionUpdate": "tool_call_update", "toolCallId": "call_1", "status": "failed", "rawOutput": {"exit_code": 3}}
 
 
-def test_codex_s_approval_prompt_is_never_the_calls_output_its_raw_output_is():
+def test_codex_s_permission_content_is_never_the_calls_output():
     from lmbridge.core.profiles import CODEX
 
     r = TurnRenderer(profile=CODEX)
     shown = "".join(p["value"] for p in r.permission_tool(CODEX_PERMISSION_CALL))
-    shown += "".join(p["value"] for p in r.update({"sessionUpdate": "tool_call", "toolCallId": "call_1", "title": "echo out-1 && exit 3", "kind": "execute", "status": "in_progress"}))
+    shown += "".join(p["value"] for p in r.update({"sessionUpdate": "tool_call", "toolCallId": "call_1", "title": "curl https://example.com", "kind": "execute", "status": "in_progress"}))
     shown += "".join(p["value"] for p in r.update(CODEX_DONE))
-    assert "Proposed Amendment" not in shown and "Available Decisions" not in shown, shown
-    assert "✗ **echo out-1 && exit 3** (execute) failed" in shown and "```\nout-1\nexit code 3\n```" in shown, shown
+    assert "access to example.com" not in shown, shown
+    assert "✗ **curl https://example.com** (execute) failed" in shown, shown
     # The permission's own fields are still known to the card (permissions.read merges them).
     assert r.known("call_1")["rawInput"] == CODEX_PERMISSION_CALL["rawInput"]
 
 
-def test_without_the_profile_flags_a_permissions_content_is_the_calls_and_raw_output_is_not_read():
+def test_without_the_profile_flag_a_permissions_content_is_the_calls():
     r = TurnRenderer()
     r.permission_tool(CODEX_PERMISSION_CALL)
     shown = "".join(p["value"] for p in r.update(CODEX_DONE))
-    assert "Proposed Amendment" in shown and "exit code 3" not in shown  # an agent without the quirk: content is content
+    assert "https access to example.com" in shown  # an agent without the quirk: content is content
 
 
 def test_a_declined_call_left_open_closes_as_declined():
@@ -229,18 +224,8 @@ def test_a_declined_call_left_open_closes_as_declined():
     r.declined("never-announced")  # nothing to mark
     r.declined(["not", "an", "id"])
     closed = "".join(p["value"] for p in r.close())
-    assert "✗ **echo out-1 && exit 3** (execute) declined" in closed and "_touch b: ended without a result._" in closed, closed
+    assert "✗ **curl https://example.com** (execute) declined" in closed and "_touch b: ended without a result._" in closed, closed
     assert r.close() == []
-
-
-def test_codex_output_reads_its_raw_output():
-    from lmbridge.core.profiles import codex_output
-
-    assert codex_output({"formatted_output": "a\n", "stdout": "b", "exit_code": 0}) == "a"
-    assert codex_output({"aggregated_output": "a\nb\n", "exit_code": 2}) == "a\nb\nexit code 2"
-    assert codex_output({"stdout": "", "exit_code": 1}) == "exit code 1"
-    assert codex_output({"exit_code": True}) is None and codex_output({"stdout": 5}) is None
-    assert codex_output("out") is None and codex_output(None) is None and codex_output([]) is None
 
 
 def test_a_huge_diff_is_summarised_not_computed():

@@ -24,7 +24,8 @@ def _fast_agent_version() -> str:
 
 
 FAST_AGENT_VERSION = _fast_agent_version()
-FAST_AGENT_VENV = CACHE / f"fast-agent-{FAST_AGENT_VERSION}"
+#: ``$LMBRIDGE_FAST_AGENT_VENV`` names another (``newest.py``: the newest release, installed apart).
+FAST_AGENT_VENV = Path(os.environ["LMBRIDGE_FAST_AGENT_VENV"]) if os.environ.get("LMBRIDGE_FAST_AGENT_VENV") else CACHE / f"fast-agent-{FAST_AGENT_VERSION}"
 
 
 def npm_package(name: str) -> Path:

@@ -23,6 +23,8 @@ export interface ManageItem extends vscode.QuickPickItem {
 	/** A registry agent installed at another version than the feed's. */
 	update?: boolean;
 	configured?: boolean;
+	/** The id this same agent is in lmbridge.agents under, another way (a preset's registryId, or the preset's id). */
+	sameAs?: string;
 	openSettings?: true;
 }
 
@@ -90,7 +92,7 @@ export function registryFromWire(result: unknown): { agents: RegistryAgent[]; pr
 	return { agents, problems };
 }
 
-/** One line saying how the preset starts: `npx -y @zed-industries/claude-agent-acp@0.23.1`. */
+/** One line saying how the preset starts: `npx -y @agentclientprotocol/claude-agent-acp@0.101.0`. */
 export function presetCommandLine(preset: AgentPreset): string {
 	return [preset.command ?? '', ...(Array.isArray(preset.args) ? preset.args : [])].filter(Boolean).join(' ');
 }
@@ -108,8 +110,20 @@ export interface RegistryView {
 	problem?: string;
 }
 
-/** The registry's items: a separator, each agent (installed ones marked, updates offered). */
-export function registryItems(view: RegistryView): ManageItem[] {
+/**
+ * A preset and a registry agent that are one agent (the preset's `registryId`): registry id →
+ * preset id. lmbridge gives both the same profile, sign-in help and defaults, so the quick
+ * pick shows one as added when the other is.
+ */
+export function sameAgents(presets: AgentPreset[]): Map<string, string> {
+	return new Map(presets.filter(p => typeof p.registryId === 'string' && p.registryId).map(p => [p.registryId!, p.id]));
+}
+
+/**
+ * The registry's items: a separator, each agent (installed ones marked, updates offered; one
+ * added as its built-in preset, `presetOf` → `configured`, marked so).
+ */
+export function registryItems(view: RegistryView, presetOf: Map<string, string> = new Map(), configured: Set<string> = new Set()): ManageItem[] {
 	const heading = view.cachedAt ? `ACP Registry (cached ${view.cachedAt.slice(0, 10)})` : 'ACP Registry';
 	const items: ManageItem[] = [{ label: heading, kind: vscode.QuickPickItemKind.Separator }];
 	if (view.agents.length === 0) {
@@ -124,7 +138,13 @@ export function registryItems(view: RegistryView): ManageItem[] {
 	for (const agent of view.agents) {
 		const installed = view.installed.get(agent.id);
 		const item: ManageItem = { label: agent.name, registryAgent: agent, configured: installed !== undefined };
-		if (installed === undefined) {
+		const preset = presetOf.get(agent.id);
+		if (installed === undefined && preset !== undefined && configured.has(preset)) {
+			item.label = `$(check) ${agent.name}`;
+			item.description = `${agent.id} · added as the built-in ${preset}`;
+			item.configured = true;
+			item.sameAs = preset;
+		} else if (installed === undefined) {
 			item.description = `${agent.id} · ${agent.version} · ${agent.distribution}`;
 		} else if (installed === null) {
 			item.label = `$(check) ${agent.name}`;
@@ -151,18 +171,21 @@ export function registryItems(view: RegistryView): ManageItem[] {
  * then "Open Settings".
  */
 export function manageItems(presets: AgentPreset[], configured: Set<string>, problem?: string, registry?: RegistryView): ManageItem[] {
-	const items: ManageItem[] = registry ? registryItems(registry) : [];
+	const items: ManageItem[] = registry ? registryItems(registry, sameAgents(presets), configured) : [];
 	if (registry && presets.length > 0) {
 		items.push({ label: 'Built in', kind: vscode.QuickPickItemKind.Separator });
 	}
 	for (const preset of presets) {
-		const isConfigured = configured.has(preset.id);
+		// The same agent installed from the registry (its registryId in lmbridge.agents).
+		const viaRegistry = !configured.has(preset.id) && preset.registryId && configured.has(preset.registryId) ? preset.registryId : undefined;
+		const isConfigured = configured.has(preset.id) || viaRegistry !== undefined;
 		const detail = [sentence(preset.description), preset.requires ? sentence(`Needs ${preset.requires}`) : ''].filter(Boolean).join(' ');
 		const item: ManageItem = {
 			label: isConfigured ? `$(check) ${preset.name}` : preset.name,
-			description: isConfigured ? `${preset.id} · configured` : preset.id,
+			description: viaRegistry ? `${preset.id} · added from the ACP registry as ${viaRegistry}` : isConfigured ? `${preset.id} · configured` : preset.id,
 			presetId: preset.id,
 			configured: isConfigured,
+			...(viaRegistry ? { sameAs: viaRegistry } : {}),
 		};
 		if (detail) {
 			item.detail = detail;
@@ -332,8 +355,9 @@ export async function manageAgents(deps: ManageDeps): Promise<string | undefined
 	}
 	const name = picked.label.replace(/^\$\(check\) /, '');
 	if (picked.configured) {
+		const where = picked.sameAs ? ` as "${picked.sameAs}"` : '';
 		const choice = await vscode.window.showInformationMessage(
-			`${name} is already in lmbridge.agents: pick it in the chat's model picker, under ACP Agents.`, OPEN_SETTINGS_ITEM);
+			`${name} is already in lmbridge.agents${where}: pick it in the chat's model picker, under ACP Agents.`, OPEN_SETTINGS_ITEM);
 		if (choice === OPEN_SETTINGS_ITEM) {
 			await deps.openSettings();
 		}
@@ -352,6 +376,15 @@ async function installFromRegistry(deps: ManageDeps, picked: ManageItem): Promis
 	const agent = picked.registryAgent!;
 	const config = () => vscode.workspace.getConfiguration('lmbridge');
 	const installed = installedVersions(config().inspect<unknown[]>('agents')?.globalValue).get(agent.id);
+	if (installed === undefined && picked.sameAs) {
+		// The same agent is there as its built-in preset: one agent, not two model entries.
+		const choice = await vscode.window.showInformationMessage(
+			`${agent.name} is already in lmbridge.agents as the built-in "${picked.sameAs}" (the same agent): pick it in the chat's model picker, under ACP Agents.`, OPEN_SETTINGS_ITEM);
+		if (choice === OPEN_SETTINGS_ITEM) {
+			await deps.openSettings();
+		}
+		return undefined;
+	}
 	if (installed !== undefined && !picked.update) {
 		const choice = await vscode.window.showInformationMessage(installed === null
 			? `lmbridge.agents already has an agent "${agent.id}" of your own: ${agent.name} from the registry would replace it; rename yours first.`

@@ -165,10 +165,14 @@ export interface AgentPreset {
 	id: string;
 	name: string;
 	description?: string;
-	/** What has to be installed first, e.g. "Node.js 18+". */
+	/** What has to be installed first, e.g. "Node.js 22+ (npx)". */
 	requires?: string;
 	command?: string;
 	args?: string[];
+	/** The package `command` runs, e.g. "@agentclientprotocol/claude-agent-acp". */
+	package?: string;
+	/** The id of the same agent in the ACP registry, e.g. "claude-acp": the two are one agent. */
+	registryId?: string;
 }
 export interface AgentPresetsResult { presets: AgentPreset[] }
 

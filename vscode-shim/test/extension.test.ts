@@ -340,7 +340,7 @@ describe('activate', () => {
 			['', undefined],
 			['$(gear) Open Settings', 'lmbridge.agents'],
 		]);
-		assert.equal(items[0].detail, 'Anthropic\'s Claude Code, through claude-agent-acp. Needs Node.js 18+.');
+		assert.equal(items[0].detail, 'Anthropic\'s Claude Code, through claude-agent-acp. Needs Node.js 22+.');
 	});
 
 	test('Manage ACP Agents: picking a preset adds {id} to the user settings and the daemon restarts with it', async () => {

@@ -51,8 +51,8 @@ type FakeModel = { id: string; name?: string; capabilities?: Record<string, unkn
 let models: FakeModel[] = process.env.FAKE_DAEMON_MODELS ? JSON.parse(process.env.FAKE_DAEMON_MODELS) : [{ id: 'fake', name: 'Fake Agent' }];
 
 const PRESETS = [
-	{ id: 'claude', name: 'Claude Code', description: 'Anthropic\'s Claude Code, through claude-agent-acp.', requires: 'Node.js 18+', command: 'npx', args: ['-y', '@zed-industries/claude-agent-acp@0.23.1'] },
-	{ id: 'codex', name: 'Codex', description: 'OpenAI\'s Codex, through codex-acp.', requires: 'Node.js 18+', command: 'npx', args: ['-y', '@zed-industries/codex-acp@0.16.0'] },
+	{ id: 'claude', name: 'Claude Code', description: 'Anthropic\'s Claude Code, through claude-agent-acp.', requires: 'Node.js 22+', command: 'npx', args: ['-y', '@agentclientprotocol/claude-agent-acp@0.101.0'], package: '@agentclientprotocol/claude-agent-acp', registryId: 'claude-acp' },
+	{ id: 'codex', name: 'Codex', description: 'OpenAI\'s Codex, through codex-acp.', requires: 'Node.js 20+', command: 'npx', args: ['-y', '@agentclientprotocol/codex-acp@2.6.0'], package: '@agentclientprotocol/codex-acp', registryId: 'codex-acp' },
 	{ id: 'gemini', name: 'Gemini CLI', description: 'Google\'s Gemini CLI.', requires: 'Node.js 20+', command: 'npx', args: ['-y', '@google/gemini-cli@0.61.0', '--acp'] },
 	{ id: 'fast-agent', name: 'fast-agent', description: 'fast-agent, any model it supports.', requires: 'uv (Python 3.13)', command: 'uvx', args: ['--python', '3.13', 'fast-agent-mcp@0.10.48', 'acp'] },
 ];

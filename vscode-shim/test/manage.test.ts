@@ -1,7 +1,8 @@
 /** The Manage ACP Agents quick pick's pure parts (src/manage.ts); the command itself is in extension.test.ts. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { configuredIds, manageItems, presetCommandLine, presetsFromWire, withPreset } from '../src/manage';
+import { configuredIds, manageItems, presetCommandLine, presetsFromWire, sameAgents, withPreset } from '../src/manage';
+import type { RegistryAgent } from '../src/wire';
 
 describe('presetsFromWire', () => {
 	test('keeps well-formed presets only', () => {
@@ -47,6 +48,26 @@ describe('manageItems', () => {
 		const items = manageItems([], new Set(), 'The daemon did not list its agents (timeout).');
 		assert.equal(items.length, 1);
 		assert.equal(items[0].detail, 'The daemon did not list its agents (timeout).');
+	});
+	test('a preset and the registry entry of the same agent are one: either added marks both', () => {
+		const presets = [
+			{ id: 'claude', name: 'Claude Code', registryId: 'claude-acp' },
+			{ id: 'codex', name: 'Codex', registryId: 'codex-acp' },
+			{ id: 'gemini', name: 'Gemini CLI' },
+		];
+		assert.deepEqual([...sameAgents(presets)], [['claude-acp', 'claude'], ['codex-acp', 'codex']]);
+		const agent = (id: string, name: string): RegistryAgent => ({ id, name, version: '1.0.0', description: '', distribution: 'npx', command: 'npx', args: ['-y', `${id}@1.0.0`], env: {} });
+		const registry = { agents: [agent('claude-acp', 'Claude Agent'), agent('codex-acp', 'Codex')], installed: new Map([['codex-acp', '1.0.0']]) };
+		// claude added as the preset, codex from the registry.
+		const items = manageItems(presets, configuredIds([{ id: 'claude' }, { id: 'codex-acp', command: 'npx', registry: { version: '1.0.0' } }]), undefined, registry);
+		const shown = items.filter(i => i.registryAgent || i.presetId).map(i => [i.label, i.description, i.configured, i.sameAs]);
+		assert.deepEqual(shown, [
+			['$(check) Claude Agent', 'claude-acp · added as the built-in claude', true, 'claude'],
+			['$(check) Codex', 'codex-acp · 1.0.0 · installed', true, undefined],
+			['$(check) Claude Code', 'claude · configured', true, undefined],
+			['$(check) Codex', 'codex · added from the ACP registry as codex-acp', true, 'codex-acp'],
+			['Gemini CLI', 'gemini', false, undefined],
+		]);
 	});
 	test('the command line of a preset', () => {
 		assert.equal(presetCommandLine({ id: 'c', name: 'C', command: 'npx', args: ['-y', 'pkg@1'] }), 'npx -y pkg@1');

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import os
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -160,7 +160,9 @@ class Spare:
     bridge: Any
     mcp_servers: list[dict[str, Any]]
     host: Any  # the mcp_bridge.McpHost the bridge is registered with
-    config_options: Any = None  # its session/new answer's configOptions
+    # Its session/new answer whole (configOptions, modes, ...): the chat that takes it gets
+    # what a session/new of its own would have answered (acp.session.AcpSession.open).
+    answer: dict[str, Any] = field(default_factory=dict)
     tools: list[Any] = field(default_factory=list)  # the wire.ToolInfos its endpoint serves from the start
 
 
@@ -229,6 +231,10 @@ class AgentProcess:
             if not pool.open:
                 raise AgentUnavailable(f"agent {self.label!r} not started: the daemon is shutting down")
             step("the start of its process")
+            if pool.preflight is not None:
+                problem = await pool.preflight(self.spec)
+                if problem:
+                    raise AgentUnavailable(problem)
             pool.started += 1
             conn = await pool.launcher(
                 self.spec.id, self.spec.command, self.spec.args, self.spec.env, self.cwd, self,
@@ -373,10 +379,10 @@ class AgentProcess:
             await bridge.set_tools(tools)  # served from the start: the agent lists them once
             await host.add(bridge)
             servers = [host.server_config(bridge)]
-            sid, options = await new_session(self, conn, self.cwd, servers)  # bounded: a stuck process is stopped
+            sid, answer = await new_session(self, conn, self.cwd, servers)  # bounded: a stuck process is stopped
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
-            self.spare, bridge = Spare(sid, bridge, servers, host, options, tools), None
+            self.spare, bridge = Spare(sid, bridge, servers, host, answer, tools), None
             log.info("spare session ready", agent=self.spec.id, acp_session=sid, tools=len(tools))
         except Exception as exc:
             log.info("no spare session", agent=self.spec.id, error=str(exc) or type(exc).__name__)
@@ -517,8 +523,12 @@ class AgentPool:
     def __init__(
         self, idle: float = 1800.0, launcher: Any = None, recorder: Any = None, *, spares: bool = False, mcp_host: Any = None,
         on_ready: Callable[[str, AgentFeatures], None] = lambda agent_id, caps: None, terminals: TerminalHost | None = None,
+        preflight: Callable[[AgentSpec], Awaitable[str | None]] | None = None,
     ) -> None:
         self.terminals = terminals  # terminal/* served to the agents (acp.terminals); None: not offered
+        # Before each start: why the agent cannot start (its start fails with it), or None
+        # (daemon.catalog.node_problem: a preset's release needing a newer Node.js).
+        self.preflight = preflight
         self.idle = idle
         self.on_ready = on_ready  # told each process's capabilities once it is initialized
         self.launcher = launcher or AgentConnection.spawn

@@ -83,7 +83,7 @@ class Opened:
     them). ``resumable``: the agent can take this session up again later. ``config_options``:
     the answer's ``configOptions`` as sent (untrusted). ``spare``: the spare taken, whose
     VS Code tools endpoint comes with it. ``modes``: the answer's ``modes`` as sent
-    (untrusted; None for a spare, whose answer kept only its configOptions)."""
+    (untrusted; a spare's are those of its session/new answer, kept whole)."""
 
     session_id: str
     how: str
@@ -144,22 +144,23 @@ async def request(process: AgentProcess, conn: AgentConnection, method: str, par
     return result[0]
 
 
-async def new_session(process: AgentProcess, conn: AgentConnection, cwd: str | None, mcp_servers: list[dict[str, Any]]) -> tuple[str, Any]:
+async def new_session(process: AgentProcess, conn: AgentConnection, cwd: str | None, mcp_servers: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """``session/new`` on ``conn`` (``process``'s), bounded as ``request``: (sessionId, the
-    answer's configOptions). For a session nobody routes yet (the process's spare). Raises
-    ``AgentError``, ``AgentUnavailable``, ``AgentStuck``, ``ValueError`` (no sessionId)."""
+    whole answer, a JSON object: its ``configOptions``, ``modes``, ``models``, ... as sent).
+    For a session nobody routes yet (the process's spare). Raises ``AgentError``,
+    ``AgentUnavailable``, ``AgentStuck``, ``ValueError`` (no sessionId)."""
     result = await request(process, conn, "session/new", {"cwd": cwd or "/", "mcpServers": mcp_servers})
-    return _session_id(result), _object(result).get("configOptions")
+    return _session_id(result), _object(result)
 
 
 async def probe(process: AgentProcess, conn: AgentConnection, cwd: str | None) -> Any:
     """A session opened and closed at once (where the agent offers ``session/close``), for
     what its answer says: its ``configOptions`` (the agent's models). Raises as
     ``new_session``."""
-    sid, options = await new_session(process, conn, cwd, [])
+    sid, answer = await new_session(process, conn, cwd, [])
     if process.caps.close:
         await conn.request("session/close", {"sessionId": sid})
-    return options
+    return answer.get("configOptions")
 
 
 class AcpSession:
@@ -220,9 +221,10 @@ class AcpSession:
                 self.process.open(spare.session_id, self.mailbox)
                 caps = self.process.caps
                 self.id = spare.session_id
-                self._learn(spare.config_options or [])
+                options = spare.answer.get("configOptions")
+                self._learn(options or [])
                 self._log.info("acp session", acp_session=spare.session_id, how="spare")
-                return Opened(spare.session_id, "spare", False, caps.resume or caps.load, spare.config_options or [], spare)
+                return Opened(spare.session_id, "spare", False, caps.resume or caps.load, options or [], spare, modes=spare.answer.get("modes"))
             return await self._new(await mcp_servers(), lost=False)
         if isinstance(how, Resume):
             return await self._take_up(how.session_id, await mcp_servers())

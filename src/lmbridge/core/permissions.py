@@ -249,17 +249,12 @@ def gemini_qualified(tool: str, server: str) -> str:
     return name if len(name) <= 63 else f"{name[:30]}...{name[-30:]}"
 
 
-#: How codex-acp 0.16.0 words its approval of an MCP tool call: 'Allow the vscode MCP server to run tool "search_workspace"?'.
-_CODEX_MCP_TOOL = re.compile(r'\brun tool "([^"]+)"')
-
-
 def bridged_tool(tool_call: Mapping[str, Any], bridge: Bridge | None) -> str | None:
     """The bridged VS Code tool a request names in its profile's structured place, if any.
 
     claude-agent-acp: ``_meta.claudeCode.toolName``; gemini-cli: the ``toolCallId``, always
-    ``<function>__<id>``; codex-acp: ``rawInput`` ``{server_name, request: {_meta:
-    {codex_approval_kind: "mcp_tool_call"}, message}}``; fast-agent: its title
-    ``<server>/<tool>`` (the only place it names one). Other agents: none.
+    ``<function>__<id>``; fast-agent: its title ``<server>/<tool>`` (the only place it names
+    one). Other agents (codex-acp included, core.profiles): none.
     """
     if bridge is None or not bridge.tools:
         return None
@@ -274,18 +269,6 @@ def bridged_tool(tool_call: Mapping[str, Any], bridge: Bridge | None) -> str | N
         call_id = tool_call.get("toolCallId")
         found = call_id.split("__", 1)[0] if isinstance(call_id, str) and "__" in call_id else None
         names = {gemini_qualified(t, server): t for t in bridge.tools}
-    elif naming is ToolNaming.CODEX_RAW_INPUT:
-        raw_input = _object(tool_call.get("rawInput"))
-        request = _object(raw_input.get("request"))
-        message = request.get("message")
-        if (
-            raw_input.get("server_name") == server
-            and _object(request.get("_meta")).get("codex_approval_kind") == "mcp_tool_call"
-            and isinstance(message, str)
-        ):
-            match = _CODEX_MCP_TOOL.search(message)
-            found = match.group(1) if match else None
-        names = {t: t for t in bridge.tools}
     elif naming is ToolNaming.TITLE:
         found = tool_call.get("title")
         names = {f"{server}/{t}": t for t in bridge.tools}

@@ -361,7 +361,7 @@ class TurnRenderer:
         closing = "".join(self.live.end(t) for t in live) + self.live.pause()
         code, signal = _exit_of(state, self.live)
         how = exit_line(code, signal) if live else ""
-        line = render_end(state, None if live else self.profile.raw_output, live=bool(live), how=how)
+        line = render_end(state, live=bool(live), how=how)
         return [text_part(closing + line)] if closing else [text_part(line)]
 
     def declined(self, tool_call_id: object) -> None:
@@ -432,18 +432,13 @@ def render_start(state: ToolState) -> str:
     return f"\n\n🔧 {_title(state)}{' — ' + where if where else ''}\n\n"
 
 
-def render_end(state: ToolState, raw_output: Callable[[Any], str | None] | None = None, *, live: bool = False, how: str = "") -> str:
+def render_end(state: ToolState, *, live: bool = False, how: str = "") -> str:
     """Markdown shown when a tool call ends: status and a short preview of its output or diff.
-    ``raw_output``: the agent's profile's reader of ``rawOutput``, for a call that ends
-    without ``content`` (``acp.profiles.AgentProfile.raw_output``). ``live``: its output was
+    ``live``: its output was
     shown as it came (its result's text content is not shown again). ``how``: how its
     command ended (``live.exit_line``), after the status."""
     head = f"\n\n{_ICONS.get(state.status or '', '•')} {_title(state)} {state.status}" + (f" · {how}" if how else "")
     previews = [p for p in (_preview(c) for c in state.content if not (live and getattr(c, "type", None) == "content")) if p]
-    if not previews and raw_output is not None and state.raw_output is not None:
-        text = raw_output(state.raw_output)
-        if text and text.strip():
-            previews.append(f"```\n{_clip(text.splitlines())}\n```")
     return head + ("\n\n" + "\n\n".join(previews) if previews else "") + "\n\n"
 
 

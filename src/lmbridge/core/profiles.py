@@ -11,9 +11,8 @@ docs/architecture.md ("Agent profiles") lists the flags and why each agent has t
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 
 class ToolNaming(enum.Enum):
@@ -22,26 +21,8 @@ class ToolNaming(enum.Enum):
 
     CLAUDE_META = "claude-meta"  # _meta.claudeCode.toolName: mcp__<server>__<tool>
     FUNCTION_CALL_ID = "function-call-id"  # toolCallId: mcp_<server>_<tool>__<n>
-    CODEX_RAW_INPUT = "codex-raw-input"  # rawInput.server_name + request._meta.codex_approval_kind + its message
     TITLE = "title"  # title only: <server>/<tool> (the agent names the tool nowhere else)
     NONE = "none"  # no name is trusted: every request is put to the user
-
-
-def codex_output(raw_output: object) -> str | None:
-    """What a codex-acp command printed, from its ``tool_call_update``'s ``rawOutput``
-    (codex-acp 0.16.0 sends no ``content``: ``{stdout, stderr, aggregated_output,
-    formatted_output, exit_code, …}``): ``formatted_output`` (else ``aggregated_output``,
-    else ``stdout``), with a last line ``exit code N`` when N is not 0. None when it holds
-    neither (not an object, no string output)."""
-    if not isinstance(raw_output, Mapping):
-        return None
-    text = next((v for v in (raw_output.get(k) for k in ("formatted_output", "aggregated_output", "stdout")) if isinstance(v, str)), None)
-    code = raw_output.get("exit_code")
-    failed = isinstance(code, int) and not isinstance(code, bool) and code != 0
-    if text is None and not failed:
-        return None
-    lines = (text or "").rstrip("\n")
-    return f"{lines}\nexit code {code}".lstrip("\n") if failed else lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +38,10 @@ class AgentProfile:
     after an eviction or a daemon restart (``session/resume`` and ``session/load`` answered
     "Session not found": seen in its real-agent tests; the cause is not known).
 
-    ``permission_content_is_prompt``: a permission's ``toolCall.content`` is the agent's
-    approval prompt (codex-acp: "Proposed Amendment … Available Decisions …"), not the
-    call's content: the card may show it, the call's output never does
-    (``render.TurnRenderer.permission_tool``). ``raw_output``: where the agent puts a
-    call's output instead of ``content``: a function of the ``rawOutput`` → the text shown
-    as the call's output when it ends without ``content`` (None: nothing read from it).
+    ``permission_content_is_prompt``: a permission's ``toolCall.content`` says what is asked
+    (codex-acp 2.6.0: the network access, or the added permissions, a command asks for; the
+    message of an MCP server's question), not the call's content: the card may show it, the
+    call's output never does (``present.TurnRenderer.permission_tool``).
 
     ``cancel_breaks_history``: a cancel can leave the session's history unusable, so the
     first prompt after it fails and keeps failing in that session, resumed or not
@@ -71,8 +50,9 @@ class AgentProfile:
     taking the same session up again (``session_actor.SessionActor._recover_session``).
 
     ``cancel_leaves_commands``: a ``session/cancel`` ends the turn but not a command it runs
-    (codex-acp 0.16.0: the command keeps running until ``session/close``, which ends it
-    within a second). A turn cancelled while one runs has its session closed and taken up
+    (codex-acp 2.6.0: ``session/cancel`` interrupts the turn, its command goes on as a
+    background terminal until ``session/close``, which terminates the thread's background
+    terminals). A turn cancelled while one runs has its session closed and taken up
     again (``turn``; ``core.present.TurnRenderer.left_running``).
 
     ``asking_mode``: the value of its mode control in which it asks the client
@@ -87,7 +67,6 @@ class AgentProfile:
     shared_mcp_registry: bool = False
     keeps_spare: bool = True
     permission_content_is_prompt: bool = False
-    raw_output: Callable[[Any], str | None] | None = None
     cancel_breaks_history: bool = False
     cancel_leaves_commands: bool = False
     asking_mode: str | None = None
@@ -98,10 +77,12 @@ class AgentProfile:
 # and plain file commands (touch) in the workspace unasked; auto and plan let its classifier decide.
 CLAUDE = AgentProfile("claude", ToolNaming.CLAUDE_META, asking_mode="default", self_approving=frozenset({"acceptEdits", "auto", "plan", "bypassPermissions"}))
 GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID, asking_mode="default", self_approving=frozenset({"autoEdit", "yolo"}))
-# codex-acp 2.6: no mode asks before every command; read-only asks before each edit and before a
-# command leaves its sandbox, and runs other commands unasked in a read-only, offline sandbox.
+# codex-acp 2.6.0 names an MCP tool only in the tool_call before its permission (rawInput
+# {server, tool}), which asks as kind "execute": put to the user, never named (ToolNaming.NONE).
+# No mode asks before every command; read-only asks before each edit and before a command leaves
+# its sandbox, and runs other commands unasked in a read-only, offline sandbox.
 CODEX = AgentProfile(
-    "codex", ToolNaming.CODEX_RAW_INPUT, permission_content_is_prompt=True, raw_output=codex_output, cancel_leaves_commands=True,
+    "codex", permission_content_is_prompt=True, cancel_leaves_commands=True,
     asking_mode="read-only", self_approving=frozenset({"workspace-write", "agent", "agent-full-access"}),
 )  # fmt: skip
 FAST_AGENT = AgentProfile("fast-agent", ToolNaming.TITLE, shared_mcp_registry=True, keeps_spare=False, cancel_breaks_history=True)  # fast-agent 0.10.48
@@ -116,8 +97,8 @@ PROFILES: Mapping[str, AgentProfile] = {
     "@zed-industries/claude-code-acp": CLAUDE,
     "@agentclientprotocol/claude-agent-acp": CLAUDE,
     "gemini-cli": GEMINI,
-    "codex-acp": CODEX,
-    "@agentclientprotocol/codex-acp": CODEX,  # codex-acp 2.x
+    "@agentclientprotocol/codex-acp": CODEX,  # 2.x
+    "codex-acp": CODEX,  # @zed-industries/codex-acp 0.x
     "fast-agent-acp": FAST_AGENT,
 }
 

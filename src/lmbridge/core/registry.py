@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -250,6 +251,58 @@ def _package_refusal(kind: Literal["npx", "uvx"], d: PackageDistribution) -> str
     if d.cmd is not None and not command_allowed(d.cmd):
         return f"its {kind} cmd {d.cmd!r} is not a plain command name"
     return None
+def _package_name(spec: str, kind: str) -> str | None:
+    """``@scope/name@1.2.3`` (npx) or ``name==1.2.3``, ``name[extra]>=1``, ``name@1`` (uvx) →
+    the package's name; None for what names no registry package (a path, a URL, a GitHub
+    ``owner/repo``, empty)."""
+    if not spec or ":" in spec:
+        return None
+    if kind == "npx":
+        if spec.startswith("@"):
+            scope, _, rest = spec[1:].partition("/")
+            name = rest.split("@", 1)[0]
+            return f"@{scope}/{name}" if scope and name and "/" not in name else None
+        name = spec.split("@", 1)[0]
+        return name if name and "/" not in name else None
+    if "/" in spec or "\\" in spec:
+        return None
+    for mark in ("[", "=", "<", ">", "~", "!", "@", ";", " "):
+        spec = spec.split(mark, 1)[0]
+    return spec.strip() or None
+
+
+def package_of(command: str, args: Sequence[str]) -> str | None:
+    """The package an ``npx`` or ``uvx`` command line runs (``package_line``'s forms, and
+    ``npx --yes``, ``--package=X``, ``-p X``, ``uvx --python V``): its name without the
+    version (``@agentclientprotocol/claude-agent-acp``, ``fast-agent-mcp``). None for any
+    other command, or one naming no package."""
+    kind = command.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".cmd").removesuffix(".exe")
+    if kind not in ("npx", "uvx"):
+        return None
+    with_value = {"npx": ("--package", "-p", "--cache", "--registry", "--userconfig"), "uvx": ("--from", "--python", "-p", "--with", "--index", "--index-url")}[kind]
+    explicit = {"npx": ("--package", "-p"), "uvx": ("--from",)}[kind]
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        flag, eq, value = arg.partition("=")
+        if eq and flag in explicit:
+            return _package_name(value, kind)
+        if arg in with_value:
+            if arg in explicit and i + 1 < len(args):
+                return _package_name(args[i + 1], kind)
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        return _package_name(arg, kind)
+    return None
+
+
+def node_major(version: str) -> int | None:
+    """``node --version``'s answer (``v20.20.2``) → 20; None when it is not one."""
+    head = version.strip().removeprefix("v").split(".", 1)[0]
+    return int(head) if head.isdigit() else None
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -13,13 +13,16 @@ Config file (JSON)::
 
 An entry with no ``command`` names a **preset** (``PRESETS``: claude, codex, gemini,
 fast-agent, docs/agents.md "Presets"): a known command with pinned package versions, a display name
-and the sign-in hint; any field the entry gives wins over the preset's.
+and the sign-in hint; any field the entry gives wins over the preset's. An entry with a command
+that is a preset's agent all the same (an ACP registry entry: ``preset_for``) gets its hint too.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,6 +36,7 @@ from lmbridge.core.agent_models import Choice, current_values, model_id, of_cate
 from lmbridge.core.auth import Hint
 from lmbridge.core.messages import AgentEntry, AgentSpec, ModelCapabilities, ModelInfo
 from lmbridge.core.profiles import AgentProfile
+from lmbridge.core.registry import node_major, package_of
 from lmbridge.log import get_logger
 
 log = get_logger("catalog")
@@ -42,42 +46,62 @@ MAX_OUTPUT_TOKENS = 64_000
 
 
 class Preset:
-    """A known agent: ``spec`` (its command, pinned), what it needs installed, how it signs in."""
+    """A known agent: ``spec`` (its command, pinned), what it needs installed, how it signs in.
 
-    def __init__(self, spec: AgentSpec, description: str, requires: str, hint: Hint) -> None:
+    ``package``: the npm (or PyPI) package whose release ``spec`` pins; ``registry_id``: the id
+    of the same agent in the ACP registry (``core.registry``). An entry that runs ``package``
+    (``core.registry.package_of``) or has ``registry_id`` is this agent whichever way it was
+    added (``preset_for``): it gets the preset's sign-in hint and the fields it leaves out.
+    ``node``: the oldest Node.js major the pinned release runs on (its ``engines.node``),
+    checked before an ``npx`` start (``node_problem``); None: no check.
+    """
+
+    def __init__(self, spec: AgentSpec, description: str, requires: str, hint: Hint, package: str, registry_id: str | None = None, node: int | None = None) -> None:
         self.spec, self.description, self.requires, self.hint = spec, description, requires, hint
+        self.package, self.registry_id, self.node = package, registry_id, node
 
     def info(self) -> dict[str, object]:
         """The ``agents/presets`` entry (docs/protocol.md)."""
         return {
             "id": self.spec.id, "name": self.spec.name, "description": self.description, "requires": self.requires,
-            "command": self.spec.command, "args": list(self.spec.args),
+            "command": self.spec.command, "args": list(self.spec.args), "package": self.package,
+            **({"registryId": self.registry_id} if self.registry_id else {}),
         }  # fmt: skip
 
 
 #: The agents users have, by id (docs/agents.md has what each does on the wire). Versions
 #: are the ones the real-agent tests run (tests/real_agent/package.json and
-#: fast-agent-requirements.txt): a preset starts what was tested.
+#: fast-agent-requirements.txt): a preset starts what was tested. ``make repin-agents``
+#: (tools/repin_agents.py) moves them, and the tests' pins, to each agent's newest release.
 PRESETS: dict[str, Preset] = {
     p.spec.id: p
     for p in (
         Preset(
-            AgentSpec(id="claude", name="Claude Code", command="npx", args=["-y", "@zed-industries/claude-agent-acp@0.23.1"]),
+            AgentSpec(id="claude", name="Claude Code", command="npx", args=["-y", "@agentclientprotocol/claude-agent-acp@0.101.0"]),
             "Anthropic's Claude Code through claude-agent-acp",
-            "Node.js 18+ (npx)",
+            "Node.js 22+ (npx)",
             Hint(env=("ANTHROPIC_API_KEY",)),
+            package="@agentclientprotocol/claude-agent-acp",
+            registry_id="claude-acp",
+            node=22,
         ),
         Preset(
-            AgentSpec(id="codex", name="Codex", command="npx", args=["-y", "@zed-industries/codex-acp@0.16.0"]),
+            AgentSpec(id="codex", name="Codex", command="npx", args=["-y", "@agentclientprotocol/codex-acp@2.6.0"]),
             "OpenAI's Codex through codex-acp",
-            "Node.js 18+ (npx)",
+            "Node.js 20+ (npx)",
             Hint(login=("npx", "-y", "@openai/codex", "login")),
+            package="@agentclientprotocol/codex-acp",
+            registry_id="codex-acp",
+            node=20,
         ),
         Preset(
             AgentSpec(id="gemini", name="Gemini CLI", command="npx", args=["-y", "@google/gemini-cli@0.61.0", "--acp"]),
             "Google's Gemini CLI in its ACP mode",
             "Node.js 20+ (npx)",
             Hint(env=("GEMINI_API_KEY",), login=("npx", "-y", "@google/gemini-cli@0.61.0")),
+            package="@google/gemini-cli",
+            registry_id="gemini",
+            node=20,
         ),
         Preset(
             # --no-shell: its own shell runs commands without asking (docs/agents.md); --home
@@ -100,9 +124,26 @@ PRESETS: dict[str, Preset] = {
             "fast-agent (fast-agent-mcp), any model it supports",
             "uv (uvx), which fetches Python 3.13",
             Hint(env=("OPENAI_API_KEY", "ANTHROPIC_API_KEY"), note="fast-agent also reads keys from fast-agent.secrets.yaml."),
+            package="fast-agent-mcp",
+            registry_id="fast-agent",
         ),
     )
 }
+
+
+def preset_for(spec: AgentSpec) -> Preset | None:
+    """The preset ``spec`` is, whichever way it was added: the preset of its id started the
+    preset's way (its command), else the one whose package its ``npx``/``uvx`` command line runs
+    (``core.registry.package_of``: a registry entry, a version of the user's own), else the one
+    whose ACP registry id it has (``claude-acp``, ``codex-acp``). None for any other agent."""
+    preset = PRESETS.get(spec.id)
+    if preset is not None and preset.spec.command == spec.command:
+        return preset
+    ran = package_of(spec.command, spec.args)
+    # A registry id that is also a preset's id (gemini, fast-agent) names the preset only started its way (above).
+    return next((p for p in PRESETS.values() if ran is not None and ran == p.package), None) or next(
+        (p for p in PRESETS.values() if p.registry_id == spec.id and spec.id not in PRESETS), None
+    )
 
 
 def resolve(entry: AgentSpec) -> AgentSpec:
@@ -117,13 +158,52 @@ def resolve(entry: AgentSpec) -> AgentSpec:
         return AgentSpec.model_validate({**preset.spec.model_dump(), **given})
     if not entry.command:
         raise ValueError(f"agent {entry.id!r} has no command and is no preset (presets: {', '.join(PRESETS)})")
-    return entry if type(entry) is AgentSpec else AgentSpec.model_validate(given)
+    spec = entry if type(entry) is AgentSpec else AgentSpec.model_validate(given)
+    same = preset_for(spec)
+    if same is None:
+        return spec
+    # The same agent added another way (a registry entry): the preset's defaults for what it leaves out.
+    defaults = same.spec.model_dump(exclude={"id", "name", "command", "args"}, exclude_defaults=True)
+    return AgentSpec.model_validate({**defaults, **given}) if defaults else spec
 
 
 def auth_hint(spec: AgentSpec) -> Hint | None:
-    """The preset's sign-in hint for an agent of a preset's id, started the preset's way."""
-    preset = PRESETS.get(spec.id)
-    return preset.hint if preset is not None and preset.spec.command == spec.command else None
+    """The preset's sign-in hint for an agent that is a preset's (``preset_for``)."""
+    preset = preset_for(spec)
+    return preset.hint if preset is not None else None
+
+
+#: ``node --version`` by the node executable's path, once per daemon.
+_NODE_VERSIONS: dict[str, str] = {}
+
+
+async def node_problem(spec: AgentSpec) -> str | None:
+    """Why ``spec`` cannot start: an ``npx`` start of a preset's agent (``preset_for``) whose
+    release needs a newer Node.js (``Preset.node``) than the ``node`` on the agent's PATH
+    (what ``npx`` runs it with). None when it may start: another command, no such preset,
+    no ``node`` found or its version unreadable (the start says what is wrong then)."""
+    preset = preset_for(spec)
+    if preset is None or preset.node is None or Path(spec.command).name not in ("npx", "npx.cmd"):
+        return None
+    node = shutil.which("node", path={**os.environ, **spec.env}.get("PATH"))
+    if node is None:
+        return None
+    if node not in _NODE_VERSIONS:
+        try:
+            with anyio.fail_after(10):
+                done = await anyio.run_process([node, "--version"], check=False)
+            _NODE_VERSIONS[node] = done.stdout.decode("utf-8", "replace").strip()
+        except (OSError, TimeoutError):
+            _NODE_VERSIONS[node] = ""
+    version = _NODE_VERSIONS[node]
+    major = node_major(version)
+    if major is None or major >= preset.node:
+        return None
+    name = spec.name or preset.spec.name or spec.id
+    return (
+        f"{name} needs Node.js {preset.node} or newer ({preset.package} declares engines.node >={preset.node}); "
+        f"the node npx runs here, {node}, is {version}: install Node.js {preset.node}+ (nodejs.org, or your version manager) and restart VS Code"
+    )
 
 
 def demo_agent() -> AgentSpec:

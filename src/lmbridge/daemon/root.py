@@ -21,7 +21,7 @@ import anyio.abc
 from lmbridge.acp.terminals import ClientMirror, TerminalHost
 from lmbridge.core import cap
 from lmbridge.core.messages import AgentSpec
-from lmbridge.daemon.catalog import Catalog
+from lmbridge.daemon.catalog import Catalog, node_problem
 from lmbridge.daemon.methods import SHUTTING_DOWN, Call, Methods, Settings
 from lmbridge.daemon.router import Router
 from lmbridge.daemon.services import RecentAgents
@@ -185,7 +185,7 @@ class Server:
                 # One process per agent, shared by its chats (docs/sessions.md); it exits once idle.
                 self.pool = pool = AgentPool(
                     config.idle_timeout, launcher=config.launcher, recorder=self.recorder, spares=config.spare_session, mcp_host=tools,
-                    on_ready=self._agent_ready, terminals=self.terminals,
+                    on_ready=self._agent_ready, terminals=self.terminals, preflight=node_problem,
                 )  # fmt: skip
                 settings = self.router.settings
                 # The agents' fs/* requests: through the shim when it offers fs, else the disk;

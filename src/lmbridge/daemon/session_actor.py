@@ -453,7 +453,10 @@ class SessionActor:
             self.tool_calls[msg.call.call_id] = msg.call
             event = turn.ToolInvoked(msg.call.call_id, msg.call.name, msg.call.arguments or {})
         elif isinstance(msg, AgentGone):
-            event = turn.AgentExited(msg.conn.describe_exit()) if msg.conn is self.acp.conn else None
+            # A start under way whose process another request found stuck opens its session on
+            # a new process (_start_agent): that process's end is not this chat's.
+            retried = self._starting is not None and self.acp.replaced()
+            event = turn.AgentExited(msg.conn.describe_exit()) if msg.conn is self.acp.conn and not retried else None
         elif isinstance(msg, turn.Ready):
             # The session a start opened is this actor's from here on: updates queued
             # before (session/load's replay of the history) were not for the user.
@@ -659,6 +662,9 @@ class SessionActor:
                     error, named = problem or str(exc), problem is not None
                 except ValueError as exc:
                     error = str(exc) or type(exc).__name__
+                finally:
+                    if self._starting is scope:
+                        self._starting = None
                 self._send.send_nowait(turn.Ready(error, named))
 
         assert self._tg is not None
