@@ -74,6 +74,14 @@ class AgentProfile:
     (codex-acp 0.16.0: the command keeps running until ``session/close``, which ends it
     within a second). A turn cancelled while one runs has its session closed and taken up
     again (``turn``; ``core.present.TurnRenderer.left_running``).
+
+    ``skip_option``: the ``optionId`` a Skip selects when the agent offers more than one
+    ``reject_once`` option (``permissions.outcome``; docs/protocol.md, "Which option an
+    answer selects"). codex-acp 2.6.0 offers ``decline`` ("No, continue without running it":
+    the model is told and the turn goes on) and ``cancel`` ("No, and tell Codex what to do
+    differently": it ends its turn); a Skip is ``decline``. A Stop is ACP's ``cancelled``
+    outcome, after ``session/cancel``, for every agent: codex-acp reads an answer that
+    selects no option as its ``cancel``.
     """
 
     name: str
@@ -84,11 +92,12 @@ class AgentProfile:
     raw_output: Callable[[Any], str | None] | None = None
     cancel_breaks_history: bool = False
     cancel_leaves_commands: bool = False
+    skip_option: str | None = None
 
 
 CLAUDE = AgentProfile("claude", ToolNaming.CLAUDE_META)
 GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID)
-CODEX = AgentProfile("codex", ToolNaming.CODEX_RAW_INPUT, permission_content_is_prompt=True, raw_output=codex_output, cancel_leaves_commands=True)
+CODEX = AgentProfile("codex", ToolNaming.CODEX_RAW_INPUT, permission_content_is_prompt=True, raw_output=codex_output, cancel_leaves_commands=True, skip_option="decline")
 FAST_AGENT = AgentProfile("fast-agent", ToolNaming.TITLE, shared_mcp_registry=True, keeps_spare=False, cancel_breaks_history=True)  # fast-agent 0.10.48
 OTHER = AgentProfile("other")
 
