@@ -827,7 +827,7 @@ class SessionActor:
         if self.bridge is not None:
             bridge, self.bridge = self.bridge, None
             (await self.hooks.mcp_host()).remove(bridge.session_id)
-        # The machine's last answers (cancelled permissions, session/cancel) go out
+        # The machine's last frames (session/cancel, then the cancelled permissions) go out
         # first, within the write bound; then the session is closed.
         self._out.close()
         with anyio.move_on_after(WRITE_TIMEOUT):
