@@ -77,8 +77,8 @@ class AgentProfile:
 
     ``skip_option``: the ``optionId`` a Skip selects when the agent offers more than one
     ``reject_once`` option (``permissions.outcome``; docs/protocol.md, "Which option an
-    answer selects"). codex-acp 2.6.0 offers ``decline`` ("No, continue without running it":
-    the model is told and the turn goes on) and ``cancel`` ("No, and tell Codex what to do
+    answer selects"). codex-acp 2.6.0's default set for a command offers ``decline`` ("No,
+    continue without running it") and ``cancel`` ("No, and tell Codex what to do
     differently": it ends its turn); a Skip is ``decline``. A Stop is ACP's ``cancelled``
     outcome, after ``session/cancel``, for every agent: codex-acp reads an answer that
     selects no option as its ``cancel``.
