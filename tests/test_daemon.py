@@ -288,7 +288,9 @@ async def test_stop_cancels_the_permission_and_the_new_content_is_a_new_prompt(s
     # first, an agent may call its model again), and the new prompt came after the old one ended.
     events = agent.events()
     order = [e["event"] for e in events if e["event"] in ("permission_outcome", "cancel", "prompt", "prompt_answered")]
-    assert order == ["prompt", "cancel", "permission_outcome", "prompt_answered", "prompt", "prompt_answered"]
+    assert order.index("cancel") < order.index("permission_outcome"), order  # the agent may end the turn before it reads the answer
+    assert sorted(order) == sorted(["prompt", "cancel", "permission_outcome", "prompt_answered", "prompt", "prompt_answered"]), order
+    assert order[:2] == ["prompt", "cancel"] and order[-2:] == ["prompt", "prompt_answered"] and order.index("prompt_answered") < 4, order
     assert len(agent.pids()) == 1
 
 
