@@ -284,10 +284,13 @@ async def test_stop_cancels_the_permission_and_the_new_content_is_a_new_prompt(s
     assert prompts[1]["text"] == "never mind, what is 2+2?"  # only the new content
     answered = agent.events("prompt_answered")
     assert answered[0]["stopReason"] == "cancelled"
-    # The permission was answered before session/cancel, and the new prompt came after the old one ended.
+    # session/cancel came first, then the permission's cancelled answer (ACP's order: answered
+    # first, an agent may call its model again), and the new prompt came after the old one ended.
     events = agent.events()
     order = [e["event"] for e in events if e["event"] in ("permission_outcome", "cancel", "prompt", "prompt_answered")]
-    assert order == ["prompt", "permission_outcome", "cancel", "prompt_answered", "prompt", "prompt_answered"]
+    assert order.index("cancel") < order.index("permission_outcome"), order  # the agent may end the turn before it reads the answer
+    assert sorted(order) == sorted(["prompt", "cancel", "permission_outcome", "prompt_answered", "prompt", "prompt_answered"]), order
+    assert order[:2] == ["prompt", "cancel"] and order[-2:] == ["prompt", "prompt_answered"] and order.index("prompt_answered") < 4, order
     assert len(agent.pids()) == 1
 
 

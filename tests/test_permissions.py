@@ -418,3 +418,99 @@ def test_no_answer_but_the_exact_token_ever_selects_an_allow_option(options: lis
         assert len(kinds) == 1  # never an id two options share
         if kinds[0].startswith("allow"):
             assert kinds == ["allow_once"] and text is not None and text.strip() == "tok-1" and not new_content
+
+
+# ---------------------------------------------------------------- which option an answer selects, by profile
+
+#: Today's option sets, as each agent sends them (docs/agents.md, "Permission options").
+CLAUDE_101_OPTIONS = [("allow-once", "allow_once"), ("allow-with-updates", "allow_always"), ("reject", "reject_once")]
+CODEX_26_COMMAND = [
+    ("allow_once", "allow_once"),
+    ("allow_for_session", "allow_always"),
+    ("accept_execpolicy_amendment", "allow_always"),
+    ("decline", "reject_once"),
+    ("cancel", "reject_once"),
+]
+CODEX_26_ESCALATION = [("allow_once", "allow_once"), ("accept_execpolicy_amendment", "allow_always"), ("cancel", "reject_once")]
+CODEX_26_FILE_CHANGE = [("allow_once", "allow_once"), ("allow_for_session", "allow_always"), ("cancel", "reject_once")]
+CODEX_26_MCP_ELICITATION = [("accept", "allow_once"), ("allow_session", "allow_always"), ("decline", "reject_once"), ("cancel", "reject_once")]
+CODEX_26_PERMISSIONS = [
+    ("allow_permissions_turn", "allow_once"),
+    ("allow_permissions_turn_strict_auto_review", "allow_once"),
+    ("allow_permissions_session", "allow_always"),
+    ("reject_permissions", "reject_once"),
+]
+GEMINI_061_OPTIONS = [("proceed_always", "allow_always"), ("proceed_once", "allow_once"), ("cancel", "reject_once")]
+FAST_OPTIONS_IDS = [("allow_once", "allow_once"), ("allow_always", "allow_always"), ("reject_once", "reject_once"), ("reject_always", "reject_always")]
+ALLOW, SKIP, STOP = P.Answer.ALLOW, P.Answer.REJECT, P.Answer.CANCELLED
+
+# (row, profile, options, answer) → the optionId selected, or None: ``cancelled``.
+CHOICES: list[tuple[str, profiles.AgentProfile, list[tuple[str, str]], P.Answer, str | None]] = [
+    ("claude 0.101 Allow", profiles.CLAUDE, CLAUDE_101_OPTIONS, ALLOW, "allow-once"),
+    ("claude 0.101 Skip", profiles.CLAUDE, CLAUDE_101_OPTIONS, SKIP, "reject"),
+    ("claude 0.101 Stop", profiles.CLAUDE, CLAUDE_101_OPTIONS, STOP, None),
+    ("codex 2.6 command Allow", profiles.CODEX, CODEX_26_COMMAND, ALLOW, "allow_once"),
+    ("codex 2.6 command Skip: decline, the turn goes on", profiles.CODEX, CODEX_26_COMMAND, SKIP, "decline"),
+    ("codex 2.6 command Stop: cancelled, codex's cancel", profiles.CODEX, CODEX_26_COMMAND, STOP, None),
+    ("codex 2.6 escalation Skip: its one reject", profiles.CODEX, CODEX_26_ESCALATION, SKIP, "cancel"),
+    ("codex 2.6 escalation Allow", profiles.CODEX, CODEX_26_ESCALATION, ALLOW, "allow_once"),
+    ("codex 2.6 file change Skip", profiles.CODEX, CODEX_26_FILE_CHANGE, SKIP, "cancel"),
+    ("codex 2.6 MCP elicitation Skip", profiles.CODEX, CODEX_26_MCP_ELICITATION, SKIP, "decline"),
+    ("codex 2.6 permissions: two allow_once, Allow is doubt", profiles.CODEX, CODEX_26_PERMISSIONS, ALLOW, None),
+    ("codex 2.6 permissions Skip", profiles.CODEX, CODEX_26_PERMISSIONS, SKIP, "reject_permissions"),
+    ("codex 2.6 not recognised: two rejects, Skip is doubt", profiles.OTHER, CODEX_26_COMMAND, SKIP, None),
+    ("codex 2.6 not recognised: Allow", profiles.OTHER, CODEX_26_COMMAND, ALLOW, "allow_once"),
+    ("codex 0.16 Skip", profiles.CODEX, [(o["optionId"], o["kind"]) for o in CODEX_OPTIONS], SKIP, "abort"),
+    ("gemini 0.61 Allow", profiles.GEMINI, GEMINI_061_OPTIONS, ALLOW, "proceed_once"),
+    ("gemini 0.61 Skip", profiles.GEMINI, GEMINI_061_OPTIONS, SKIP, "cancel"),
+    ("gemini 0.61 Stop", profiles.GEMINI, GEMINI_061_OPTIONS, STOP, None),
+    ("fast-agent Skip: reject_once, never reject_always", profiles.FAST_AGENT, FAST_OPTIONS_IDS, SKIP, "reject_once"),
+    ("fast-agent Allow", profiles.FAST_AGENT, FAST_OPTIONS_IDS, ALLOW, "allow_once"),
+    ("the profile's choice shares its id: doubt", profiles.CODEX, [("allow_once", "allow_once"), ("decline", "reject_once"), ("decline", "reject_once")], SKIP, None),
+    ("the profile's choice of another kind is never taken", profiles.CODEX, [("decline", "allow_once"), ("no", "reject_once"), ("stop", "reject_once")], SKIP, None),
+    ("the profile's choice not offered: doubt", profiles.CODEX, [("y", "allow_once"), ("no", "reject_once"), ("stop", "reject_once")], SKIP, None),
+]
+
+
+@pytest.mark.parametrize(("row", "profile", "options", "answer", "chosen"), CHOICES, ids=[c[0] for c in CHOICES])
+def test_which_option_each_answer_selects(row: str, profile: profiles.AgentProfile, options: list[tuple[str, str]], answer: P.Answer, chosen: str | None) -> None:
+    want = P.CANCELLED if chosen is None else {"outcome": "selected", "optionId": chosen}
+    assert P.outcome([P.Option(i, i, k) for i, k in options], answer, profile) == want
+    # The same rule answers a card: its profile travels with the request (``read``).
+    p = P.read(request({"toolCallId": "t", "title": "touch x", "kind": "execute"}, [{"optionId": i, "name": i, "kind": k} for i, k in options]), "call-1", "tok-1", profile=profile)
+    assert isinstance(p, P.Permission) and p.profile is profile
+    text = {ALLOW: "tok-1", SKIP: VSCODE_SKIP_TEXT, STOP: None}[answer]
+    assert P.decide(p, result(text)) == want
+
+
+def test_a_decline_without_a_card_selects_codex_decline_so_its_turn_goes_on() -> None:
+    options = [{"optionId": i, "name": i, "kind": k} for i, k in CODEX_26_COMMAND]
+    p, d = decision_of(profiles.CODEX, {"toolCallId": "c", "title": LONG + "x", "kind": "execute"}, options, AGENT_MODE)
+    assert isinstance(d, P.Decline) and d.outcome == {"outcome": "selected", "optionId": "decline"}
+
+
+KINDS_OF_OPTIONS = st.sampled_from(["allow_once", "allow_always", "reject_once", "reject_always", "x"])
+IDS = st.sampled_from(["allow_once", "decline", "cancel", "reject", "a", "b"])
+OPTION_LISTS = st.lists(st.tuples(IDS, KINDS_OF_OPTIONS), min_size=1, max_size=6)
+SKIP_OPTIONS = st.sampled_from([None, "decline", "cancel", "allow_once", "a"])
+
+
+@settings(max_examples=800, deadline=None)
+@given(OPTION_LISTS, st.sampled_from(list(P.Answer)), SKIP_OPTIONS)
+def test_an_answer_selects_only_an_option_of_its_own_kind(options: list[tuple[str, str]], answer: P.Answer, skip_option: str | None) -> None:
+    """A Skip never selects an allow option, whatever the profile names; a Stop is always
+    ``cancelled``; only ALLOW selects an allow option, and only ``allow_once``; no answer
+    selects an id two options share; with one option of the kind, the profile changes nothing."""
+    profile = profiles.AgentProfile("test", skip_option=skip_option)
+    out = P.outcome([P.Option(i, i, k) for i, k in options], answer, profile)
+    if answer not in (P.Answer.ALLOW, P.Answer.REJECT):
+        assert out == P.CANCELLED
+        return
+    wanted = "allow_once" if answer is P.Answer.ALLOW else "reject_once"
+    if out != P.CANCELLED:
+        kinds = [k for i, k in options if i == out["optionId"]]
+        assert kinds == [wanted]
+    of_kind = [i for i, k in options if k == wanted]
+    if len(of_kind) == 1 and [i for i, _ in options].count(of_kind[0]) == 1:
+        assert out == {"outcome": "selected", "optionId": of_kind[0]}
+        assert out == P.outcome([P.Option(i, i, k) for i, k in options], answer, profiles.OTHER)

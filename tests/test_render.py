@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -236,3 +237,37 @@ def test_a_huge_diff_is_summarised_not_computed():
             "content": [{"type": "diff", "path": "/w/big.txt", "oldText": old, "newText": new}]}
     text = "".join(p["value"] for p in r.update(call))
     assert "/w/big.txt: 30000 → 30000 lines (too long to show as a diff)" in text and "```diff" not in text
+
+
+# What the agents send for a call the user skipped (seen on the wire, 2026-11-28): each call's
+# start, then its end. Skipped, it reads "✗ … declined" whatever status it ends with.
+CLAUDE_101_SKIPPED = (
+    {"sessionUpdate": "tool_call", "toolCallId": "toolu_1", "title": "touch m", "kind": "execute", "status": "pending", "_meta": {"claudeCode": {"toolName": "Bash"}}},
+    {"sessionUpdate": "tool_call_update", "toolCallId": "toolu_1", "status": "failed", "rawOutput": "User refused permission to run tool",
+     "content": [{"type": "content", "content": {"type": "text", "text": "```\nUser refused permission to run tool\n```"}}],
+     "_meta": {"claudeCode": {"toolName": "Bash", "nonExecutionKind": "permission-rule"}}},
+)
+CODEX_26_SKIPPED = (
+    {"sessionUpdate": "tool_call", "toolCallId": "call_1", "title": "touch m", "kind": "execute", "status": "in_progress", "content": [{"type": "terminal", "terminalId": "call_1"}]},
+    {"sessionUpdate": "tool_call_update", "toolCallId": "call_1", "status": "failed", "_meta": {"terminal_exit": {"exit_code": None, "signal": None, "terminal_id": "call_1"}}},
+)
+SKIPPED_ROWS = [
+    ("claude 0.101: failed, its refusal shown", CLAUDE_101_SKIPPED, "failed", "User refused permission to run tool"),
+    ("codex 2.6: failed", CODEX_26_SKIPPED, "failed", None),
+    ("an agent that says completed", (CODEX_26_SKIPPED[0], {**CODEX_26_SKIPPED[1], "status": "completed"}), "completed", None),
+]
+
+
+@pytest.mark.parametrize(("row", "updates", "status", "preview"), SKIPPED_ROWS, ids=[r[0] for r in SKIPPED_ROWS])
+def test_a_call_the_user_skipped_reads_declined_whatever_its_status(row: str, updates: tuple[dict, ...], status: str, preview: str | None) -> None:
+    r = TurnRenderer()
+    r.update(updates[0])
+    r.declined(updates[0]["toolCallId"])
+    end = "".join(p["value"] for p in r.update(updates[1]))
+    assert "✗ **touch m** (execute) declined" in end and f" {status}" not in end, end
+    assert preview is None or preview in end
+    assert r.close() == []  # ended once
+    # Not skipped, the same end reads as the agent says.
+    r = TurnRenderer()
+    r.update(updates[0])
+    assert f"**touch m** (execute) {status}" in "".join(p["value"] for p in r.update(updates[1]))

@@ -791,7 +791,9 @@ class TurnInterleavings(RuleBasedStateMachine):
 
     def feed(self, event: Any) -> list[Any]:
         before = {t: dict(self._live_tags())[t] for t in Timer if t in dict(self._live_tags())}
+        waiting = {rid for rid in self.asked.values() if rid not in self.responded}
         fx = self.d(event)
+        self.cancel_first(fx, waiting)
         if isinstance(event, TimerFired) and before.get(event.timer) != event.tag:
             assert fx == [], f"a stale {event.timer.name} timer acted: {fx}"
         for e in fx:
@@ -829,6 +831,20 @@ class TurnInterleavings(RuleBasedStateMachine):
                 self.timers.append((e.timer, e.tag))
         return fx
 
+    @staticmethod
+    def cancel_first(fx: list[Any], waiting: set[Any]) -> None:
+        """ACP's cancellation: ``session/cancel`` goes before any ``cancelled`` answer, and
+        every permission still waiting then is answered ``cancelled`` after it, once."""
+        cancels = [i for i, e in enumerate(fx) if isinstance(e, SendCancel)]
+        if not cancels:
+            return
+        assert len(cancels) == 1, f"session/cancel sent twice: {fx}"
+        before = [e for e in fx[: cancels[0]] if isinstance(e, Respond)]
+        after = [e for e in fx[cancels[0] :] if isinstance(e, Respond)]
+        assert all(e.outcome != CANCELLED for e in before), f"a card answered cancelled before session/cancel: {fx}"
+        assert all(e.outcome == CANCELLED and e.approved is None for e in after), f"a card answered after session/cancel other than cancelled: {fx}"
+        assert sorted(e.rid for e in after) == sorted(waiting - {e.rid for e in before}), f"cards waiting at session/cancel not answered once: {fx}"
+
     def _live_tags(self) -> list[tuple[Timer, int]]:
         m = self.d.m
         live = []
@@ -849,6 +865,22 @@ class TurnInterleavings(RuleBasedStateMachine):
             self.allowed |= {c for c, a in answers.items() if a is Answer.ALLOW}
         self.feed(NewJob(JobInfo(self.jobs, answers=answers, cancel_first=cancel_first, has_prompt=prompt,
                                  messages=(f"m{self.jobs}",), tools=ACTION_TOOLS, cancelled=cancelled)))
+
+    @precondition(lambda self: self.d.m.phase is Phase.STREAMING and not self.exited)
+    @rule()
+    def card_shown(self) -> None:
+        """The agent asks while a request streams, and the card goes out (a shortcut to AWAITING)."""
+        self.permission("execute")
+        self.feed(TimerFired(Timer.GATHER, self.d.m.generation))
+
+    @precondition(lambda self: self.d.m.calls and self.d.m.phase in (Phase.STREAMING, Phase.AWAITING))
+    @rule(how=st.sampled_from(["stop", "new words", "stopped before it got here"]))
+    def stop_at_the_cards(self, how: str) -> None:
+        """The user stops the turn while cards wait (a random job rarely does)."""
+        self.jobs += 1
+        answers = {c: Answer.CANCELLED if how == "stop" else Answer.ALLOW for c in self.d.m.calls}
+        self.feed(NewJob(JobInfo(self.jobs, answers=answers, cancel_first=how != "stopped before it got here", has_prompt=how == "new words",
+                                 messages=(f"m{self.jobs}",), tools=ACTION_TOOLS, cancelled=how == "stopped before it got here")))
 
     @precondition(lambda self: self.jobs > 0)
     @rule(data=st.data())
@@ -1062,3 +1094,113 @@ def test_a_response_ending_while_output_streams_closes_the_block() -> None:
     d(Update({"sessionUpdate": "tool_call_update", "toolCallId": "c", "_meta": {"terminal_output": {"terminal_id": "c", "data": "no newline"}}}))
     fx = d(PromptEnded(d.prompt().seq, "end_turn"))
     assert texts(fx).startswith("\n````\n\n") and of(fx, Finish)
+
+
+# ---------------------------------------------------------------- a Stop at a card: session/cancel, then the answers
+
+
+def _cancel_then_answers(fx: list[Any], rids: set[int]) -> bool:
+    """``session/cancel`` comes before any answer, and each of ``rids`` is answered
+    ``cancelled`` exactly once after it (ACP's rule for a cancelled turn)."""
+    cancels = [i for i, e in enumerate(fx) if isinstance(e, SendCancel)]
+    answers = [(i, e) for i, e in enumerate(fx) if isinstance(e, Respond)]
+    return (
+        len(cancels) == 1
+        and all(i > cancels[0] for i, _ in answers)
+        and sorted(e.rid for _, e in answers) == sorted(rids)
+        and all(e.outcome == CANCELLED for _, e in answers)
+    )
+
+
+def _stop_after_allow() -> tuple[Driver, Any]:
+    """A request that answers a card Allow, stopped before it got here (``cancelled``)."""
+    return awaiting(), job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}, cancelled=True)
+
+
+def _two_cards_one_unanswered() -> tuple[Driver, Any]:
+    d = streaming()
+    d(ask(7))
+    d(ask(8))
+    d.fire(Timer.GATHER)
+    return d, job(2, has_prompt=False, answers={"call-7": Answer.ALLOW, "call-8": Answer.CANCELLED})
+
+
+# (how the Stop comes, the driver and its event) → the permissions it answers, after the cancel.
+STOPS: list[tuple[str, Callable[[], tuple[Driver, Any]], set[int]]] = [
+    ("Stop at a card (the next request without its result)", lambda: (awaiting(), job(2, cancel_first=True, answers={"call-7": Answer.CANCELLED})), {7}),
+    ("new words beside the card", lambda: (awaiting(), job(2, cancel_first=True, answers={"call-7": Answer.CANCELLED})), {7}),
+    ("Stop while the card is gathered", lambda: (_then(streaming(), ask(7)), CancelJob(1)), {7}),
+    ("a request stopped before it got here, its Allow void", _stop_after_allow, {7}),
+    ("a card without a result beside an Allow: the Allow is void too", _two_cards_one_unanswered, {7, 8}),
+    ("a request stopping the turn another streams", lambda: (_then(streaming(), ask(7)), job(2, cancel_first=True)), {7}),
+    ("the session closed at a card", lambda: (awaiting(), Close("bye")), {7}),
+]
+
+
+@pytest.mark.parametrize(("row", "setup", "rids"), STOPS, ids=[s[0] for s in STOPS])
+def test_a_stop_at_a_card_sends_session_cancel_before_answering_it_cancelled(row: str, setup: Callable[[], tuple[Driver, Any]], rids: set[int]) -> None:
+    """Answered first, an agent may read a ``cancelled`` card as a decline and call its model
+    again, which the cancel then cuts (fast-agent 0.10.48 kept that stopped answer as an empty
+    assistant message its model API refuses): the cancel goes first, then every card, once."""
+    d, event = setup()
+    fx = d(event)
+    assert _cancel_then_answers(fx, rids), fx
+    assert not [e for e in fx if isinstance(e, Respond) and e.approved is not None]  # a Stop approves nothing
+
+
+def test_new_words_while_a_card_waits_answer_it_then_stop_the_turn() -> None:
+    """A card answered Skip by a request that also brings new words (queued before the card was
+    shown): the Skip is the user's answer, then the turn is stopped; nothing answered twice."""
+    d = awaiting()
+    fx = d(job(2, answers={"call-7": Answer.REJECT}))
+    assert [type(e) for e in fx if isinstance(e, Respond | SendCancel)] == [Respond, SendCancel]
+    assert of(fx, Respond) == [Respond(7, "call-7", REJECTED)]
+
+
+CODEX_26_OPTIONS = (
+    {"optionId": "allow_once", "name": "Yes, proceed", "kind": "allow_once"},
+    {"optionId": "allow_for_session", "name": "Yes, and don't ask again for this command in this session", "kind": "allow_always"},
+    {"optionId": "decline", "name": "No, continue without running it", "kind": "reject_once"},
+    {"optionId": "cancel", "name": "No, and tell Codex what to do differently", "kind": "reject_once"},
+)
+
+
+def codex_awaiting() -> Driver:
+    """AWAITING a card of codex-acp 2.6.0's: its ``tool_call`` (in progress) came first."""
+    d = starting()
+    d.m.reset_renderer(TurnRenderer(profile=CODEX))
+    d(Ready())
+    call = {"toolCallId": "call_1", "title": "touch marker", "kind": "execute", "content": [{"type": "terminal", "terminalId": "call_1"}]}
+    d(Update({"sessionUpdate": "tool_call", "status": "in_progress", **call}))
+    params = {"sessionId": "s", "toolCall": {"toolCallId": "call_1", "title": "touch marker", "kind": "execute", "status": "pending"}, "options": list(CODEX_26_OPTIONS)}
+    d(PermissionAsked(7, params, "call-7", "token-7", profile=CODEX))
+    d.fire(Timer.GATHER)
+    assert d.state is Phase.AWAITING
+    return d
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome"),
+    [
+        (Answer.ALLOW, {"outcome": "selected", "optionId": "allow_once"}),
+        (Answer.REJECT, {"outcome": "selected", "optionId": "decline"}),
+    ],
+    ids=["Allow", "Skip"],
+)
+def test_codex_cards_are_answered_by_its_profile(answer: Answer, outcome: dict[str, Any]) -> None:
+    d = codex_awaiting()
+    fx = d(job(2, has_prompt=False, answers={"call-7": answer}))
+    assert [(r.rid, r.outcome) for r in of(fx, Respond)] == [(7, outcome)]
+
+
+@pytest.mark.parametrize("status", ["failed", "completed", "in_progress"])
+def test_a_call_the_user_skipped_reads_declined_whatever_status_codex_ends_it_with(status: str) -> None:
+    """codex-acp 2.6.0 ends a declined command ``failed`` (which read "✗ … failed"), then its
+    turn goes on; whatever the status (or none, at the turn's end), a Skip reads declined."""
+    d = codex_awaiting()
+    d(job(2, has_prompt=False, answers={"call-7": Answer.REJECT}))
+    fx = d(Update({"sessionUpdate": "tool_call_update", "toolCallId": "call_1", "status": status, "_meta": {"terminal_exit": {"exit_code": None, "signal": None, "terminal_id": "call_1"}}}))
+    fx += d(chunk("I did not run it.")) + d(PromptEnded(d.prompt().seq, "end_turn"))
+    shown = texts(fx)
+    assert "✗ **touch marker** (execute) declined" in shown and " failed" not in shown and "completed" not in shown, shown
+    assert shown.count("declined") == 1 and "I did not run it." in shown

@@ -142,27 +142,16 @@ async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path) -> Non
             assert "Never mind, just say hi." in user_texts(fake, -1)[-1]
             stopped = ("Permission request cancelled", "**The user interrupted this tool call**")
             log = (tmp_path / "daemon.stderr").read_text(errors="replace")
-            if not fake.refused():
-                # Mostly: fast-agent pairs the stopped call with "Permission request cancelled"
-                # or, when session/cancel wins the race, "**The user interrupted this tool
-                # call**", and the same ACP session answers: no recovery needed.
-                (result,) = fake.tool_messages()
-                assert result["text"] in stopped, result
-                assert log.count("acp session ") == 1 and "how=new" in log, log
-            else:
-                # Sometimes (seen under load) the cancelled permission's answer reached
-                # fast-agent first: it went back to the model with the call's result, the
-                # session/cancel then stopped that model call, and the stopped answer stayed in
-                # its history as an empty assistant message (as after a Stop mid-stream), which
-                # the API refused. The chat went on in a fresh session told the conversation.
-                (refused,) = fake.refused()
-                sent = refused.body["messages"]
-                assert {"role": "assistant", "content": ""} in sent, sent
-                assert any(m.get("role") == "tool" and message_text(m) in stopped for m in sent), sent
-                said = "\n".join(user_texts(fake, -1))
-                assert "<conversation-so-far>" in said and "Please create the marker file" in said, said
-                taken = [line for line in log.splitlines() if "acp session " in line]
-                assert len(taken) == 2 and all("how=new" in line for line in taken), log
+            # lmbridge sends session/cancel before the permission's cancelled answer: fast-agent
+            # pairs the stopped call with "**The user interrupted this tool call**" (or
+            # "Permission request cancelled") and the same ACP session answers. (When the answer
+            # went first, fast-agent sometimes went back to the model with the call's result, the
+            # cancel stopped that model call, and its history kept an empty assistant message
+            # the API refused: the chat fell back to a fresh session.)
+            assert not fake.refused(), [r.body["messages"] for r in fake.refused()]
+            (result,) = fake.tool_messages()
+            assert result["text"] in stopped, result
+            assert log.count("acp session ") == 1 and "how=new" in log, log
 
 
 async def test_a_second_turn_keeps_the_context(tmp_path: Path) -> None:

@@ -420,7 +420,7 @@ class Decision:
 
     ``session_id``: the session that runs it; ``fresh``: start a new agent
     session for it; ``resume``: take the agent's own session up again (a
-    dormant session woke up; ``context`` and ``prompt`` are what it has not seen). ``cancel_first``: send ``session/cancel`` (after answering
+    dormant session woke up; ``context`` and ``prompt`` are what it has not seen). ``cancel_first``: send ``session/cancel`` (then answer
     the pending permissions) before anything else. ``answers``: callId →
     Answer for every permission the previous response left pending.
     ``results``: the VS Code tool results for the calls answered RESULT.

@@ -68,7 +68,7 @@ from typing import Any
 
 from lmbridge.core import paths
 from lmbridge.core.messages import ToolResultPart
-from lmbridge.core.profiles import AgentProfile, ToolNaming
+from lmbridge.core.profiles import OTHER, AgentProfile, ToolNaming
 
 # ---------------------------------------------------------------- the tools
 
@@ -145,7 +145,7 @@ class Answer(enum.Enum):
     (RESULT, DECLINED, CANCELLED)."""
 
     ALLOW = "allow"  # the option of kind allow_once
-    REJECT = "reject"  # the option of kind reject_once (none: cancelled)
+    REJECT = "reject"  # the option of kind reject_once (several: the profile's skip_option; none: cancelled)
     CANCELLED = "cancelled"  # {"outcome": "cancelled"}; for a tool: an error result, the chat was stopped
     RESULT = "result"  # a VS Code tool's result, passed to the agent as the MCP result
     DECLINED = "declined"  # a VS Code tool the user skipped: an error result saying so
@@ -170,27 +170,36 @@ def answer(token: str, result: ToolResultPart | None, new_content: bool = False)
     return Answer.REJECT
 
 
-def outcome(options: Sequence[Option], chosen: Answer) -> Mapping[str, Any]:
-    """The ``RequestPermissionOutcome`` for ``chosen`` (ACP ``session/request_permission``).
+def outcome(options: Sequence[Option], chosen: Answer, profile: AgentProfile = OTHER) -> Mapping[str, Any]:
+    """The ``RequestPermissionOutcome`` for ``chosen`` (ACP ``session/request_permission``;
+    docs/protocol.md, "Which option an answer selects").
 
-    Options are chosen by ``kind``, never by id (ids differ per agent): ALLOW → the one
-    ``allow_once`` option, REJECT → the one ``reject_once`` option. Anything doubtful
-    answers ``cancelled``: no option of that kind, more than one, or an id shared with
-    another option (the agent could read it either way).
+    Options are chosen by ``kind`` (ids differ per agent): ALLOW → the one ``allow_once``
+    option; REJECT (a Skip, or a decline without a card) → the one ``reject_once`` option or,
+    when the agent offers several, the one its ``profile`` names (``AgentProfile.skip_option``:
+    codex-acp's ``decline``, with which its turn goes on). CANCELLED (a Stop) → ``cancelled``:
+    ACP's answer after ``session/cancel``. Anything doubtful answers ``cancelled``, the most
+    restrictive answer (ACP's: the agent ends its turn, nothing runs): no option of that kind,
+    several and none the profile names, or an id shared with another option (the agent could
+    read it either way). Never an allow option but for ALLOW.
     """
     wanted = {Answer.ALLOW: "allow_once", Answer.REJECT: "reject_once"}.get(chosen)
     if wanted is None:
         return CANCELLED
     ids = [o.option_id for o in options]
     matching = [o for o in options if o.kind == wanted]
-    if len(matching) == 1 and ids.count(matching[0].option_id) == 1:
+    if any(ids.count(o.option_id) > 1 for o in matching):
+        return CANCELLED
+    if len(matching) > 1 and chosen is Answer.REJECT:
+        matching = [o for o in matching if o.option_id == profile.skip_option]
+    if len(matching) == 1:
         return {"outcome": "selected", "optionId": matching[0].option_id}
     return CANCELLED
 
 
 def decide(permission: Permission, result: ToolResultPart | None, new_content: bool = False) -> Mapping[str, Any]:
-    """The ACP outcome a permission shown on a card gets: ``outcome(answer(...))``."""
-    return outcome(permission.options, answer(permission.token, result, new_content))
+    """The ACP outcome a permission shown on a card gets: ``outcome(answer(...))`` by its agent's profile."""
+    return outcome(permission.options, answer(permission.token, result, new_content), permission.profile)
 
 
 # ---------------------------------------------------------------- the request
@@ -302,6 +311,7 @@ class Permission:
     locations: tuple[tuple[str, int | None], ...] = ()
     details: str | None = None
     writes: tuple[str, ...] = ()  # the files an approval of it lets be written (``paths.named_files``)
+    profile: AgentProfile = OTHER  # its agent's: which option a Skip selects (``outcome``)
 
     @property
     def tool(self) -> str:
@@ -329,8 +339,11 @@ class Malformed:
         return {"code": INVALID_PARAMS, "message": f"invalid params: {self.field} {self.problem}"}
 
 
-def read(params: object, call_id: str, token: str, merged: Mapping[str, Any] | None = None, bridge: Bridge | None = None) -> Permission | Malformed:
+def read(
+    params: object, call_id: str, token: str, merged: Mapping[str, Any] | None = None, bridge: Bridge | None = None, profile: AgentProfile | None = None
+) -> Permission | Malformed:
     """Read a request's ``params`` (as received) into a ``Permission``, or say why it cannot be.
+    ``profile``: the agent's (None: the ``bridge``'s, else ``OTHER``).
 
     ``merged``: the request's tool call merged with the ``tool_call``/``tool_call_update``s the
     agent sent for the same ``toolCallId`` before (ACP treats them as create-or-update; its
@@ -384,6 +397,7 @@ def read(params: object, call_id: str, token: str, merged: Mapping[str, Any] | N
         details=None if command is not None or diffs else _json(raw_input),
         # As the request itself asks (its own kind and fields), never the calls merged under it.
         writes=tuple(paths.named_files(raw)) if raw.get("kind") in paths.EDIT_KINDS else (),
+        profile=profile if profile is not None else bridge.profile if bridge is not None else OTHER,
     )
 
 
@@ -573,7 +587,7 @@ def route(request: Permission | Malformed, offered: frozenset[str], agent: str) 
     label = _KIND_LABELS.get(p.kind, "act")
     if outcome(p.options, Answer.ALLOW) == CANCELLED:
         return Decline(CANCELLED, f"_{agent} asked to {label}, but its options cannot be read unambiguously: declined._", "ambiguous options")
-    refused = outcome(p.options, Answer.REJECT)
+    refused = outcome(p.options, Answer.REJECT, p.profile)
     if p.command is not None and len(p.command.text) > COMMAND_LIMIT:
         size = len(p.command.text)
         return Decline(refused, f"_{agent} asked to run a command of {size:,} characters, too long to show whole on a card: declined._", "command too long")

@@ -163,7 +163,7 @@ class ToolState:
     quiet: bool = False  # one of QUIET_TOOLS: a thinking line, no start and end lines
     started: bool = False  # start rendered
     finished: bool = False  # final status rendered
-    declined: bool = False  # its permission was answered with the reject option
+    declined: bool = False  # its permission was declined (a Skip, or lmbridge's decline): it reads "declined"
 
     def view(self) -> dict[str, Any]:
         """The call as ACP names its fields (what ``permissions.read`` merges a request over)."""
@@ -365,10 +365,9 @@ class TurnRenderer:
         return [text_part(closing + line)] if closing else [text_part(line)]
 
     def declined(self, tool_call_id: object) -> None:
-        """The permission for this tool call was answered with the agent's reject option
-        (the user's Skip, or a decline without a card): left open at the turn's end, it
-        reads as declined, not as ended without a result (codex-acp ends its whole turn at
-        a reject and never closes the call)."""
+        """The permission for this tool call was declined (the user's Skip, or a decline
+        without a card): it reads as declined, whatever status the agent ends it with
+        (``render_end``), and left open at the turn's end, not as ended without a result."""
         state = self.tools.get(tool_call_id) if isinstance(tool_call_id, str) else None
         if state is not None:
             state.declined = True
@@ -436,8 +435,13 @@ def render_end(state: ToolState, *, live: bool = False, how: str = "") -> str:
     """Markdown shown when a tool call ends: status and a short preview of its output or diff.
     ``live``: its output was
     shown as it came (its result's text content is not shown again). ``how``: how its
-    command ended (``live.exit_line``), after the status."""
-    head = f"\n\n{_ICONS.get(state.status or '', '•')} {_title(state)} {state.status}" + (f" · {how}" if how else "")
+    command ended (``live.exit_line``), after the status. A call whose permission the user
+    declined (``TurnRenderer.declined``) reads ``✗ … declined`` whatever status the agent ends
+    it with (codex-acp 2.6.0 ends a declined command ``failed``)."""
+    if state.declined:
+        head = f"\n\n✗ {_title(state)} declined"
+    else:
+        head = f"\n\n{_ICONS.get(state.status or '', '•')} {_title(state)} {state.status}" + (f" · {how}" if how else "")
     previews = [p for p in (_preview(c) for c in state.content if not (live and getattr(c, "type", None) == "content")) if p]
     return head + ("\n\n" + "\n\n".join(previews) if previews else "") + "\n\n"
 

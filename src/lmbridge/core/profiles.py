@@ -60,6 +60,13 @@ class AgentProfile:
     it unless the user chose another (``core.modes``). ``self_approving``: its modes in which
     it runs some edits or commands on its own judgement, unasked: entered only by the user's
     choice, and shown as such. Both as seen on the wire (docs/agents.md, "Modes: who approves").
+    ``skip_option``: the ``optionId`` a Skip selects when the agent offers more than one
+    ``reject_once`` option (``permissions.outcome``; docs/protocol.md, "Which option an
+    answer selects"). codex-acp 2.6.0's default set for a command offers ``decline`` ("No,
+    continue without running it") and ``cancel`` ("No, and tell Codex what to do
+    differently": it ends its turn); a Skip is ``decline``. A Stop is ACP's ``cancelled``
+    outcome, after ``session/cancel``, for every agent: codex-acp reads an answer that
+    selects no option as its ``cancel``.
     """
 
     name: str
@@ -71,6 +78,7 @@ class AgentProfile:
     cancel_leaves_commands: bool = False
     asking_mode: str | None = None
     self_approving: frozenset[str] = frozenset()
+    skip_option: str | None = None
 
 
 # claude-agent-acp 0.101: "default" (Manual) asks for each edit and command; acceptEdits runs edits
@@ -83,7 +91,7 @@ GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID, asking_mode="defaul
 # its sandbox, and runs other commands unasked in a read-only, offline sandbox.
 CODEX = AgentProfile(
     "codex", permission_content_is_prompt=True, cancel_leaves_commands=True,
-    asking_mode="read-only", self_approving=frozenset({"workspace-write", "agent", "agent-full-access"}),
+    asking_mode="read-only", self_approving=frozenset({"workspace-write", "agent", "agent-full-access"}), skip_option="decline",
 )  # fmt: skip
 FAST_AGENT = AgentProfile("fast-agent", ToolNaming.TITLE, shared_mcp_registry=True, keeps_spare=False, cancel_breaks_history=True)  # fast-agent 0.10.48
 OTHER = AgentProfile("other")

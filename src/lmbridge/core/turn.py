@@ -80,6 +80,7 @@ from lmbridge.core.history import Last, Pending
 from lmbridge.core.jobs import JobInfo, JobQueue
 from lmbridge.core.permissions import CANCELLED as CANCELLED_OUTCOME
 from lmbridge.core.permissions import Answer
+from lmbridge.core.profiles import OTHER, AgentProfile
 
 Part = dict[str, Any]
 
@@ -188,7 +189,8 @@ class PermissionAsked:
     """A ``session/request_permission``: its JSON-RPC id and ``params`` as received.
     ``call_id``/``token``: fresh, drawn by the actor. ``bridge``: the VS Code tools the
     session's MCP server offers (``permissions.Bridge``). ``answerable``: ``rid`` can be
-    written back (an object or list id cannot: the error then goes out with id null)."""
+    written back (an object or list id cannot: the error then goes out with id null).
+    ``profile``: the agent's (None: the bridge's): which option a Skip selects."""
 
     rid: Any
     params: Any
@@ -196,6 +198,7 @@ class PermissionAsked:
     token: str
     bridge: permissions.Bridge | None = None
     answerable: bool = True
+    profile: AgentProfile | None = None
 
 
 @dataclass(frozen=True)
@@ -672,7 +675,16 @@ class TurnMachine:
     # -- guards ---------------------------------------------------------------
 
     def _if_stops_the_turn(self, ev: NewJob) -> bool:
-        return ev.job.cancel_first
+        """The request stops the open turn: the history says so (a Stop at a card, new words
+        beside the cards: ``cancel_first``), or, while the prompt streams or waits, it answers a
+        permission of the turn ``cancelled`` (it was stopped before it got here, or holds no
+        result for the card). ACP's ``cancelled`` answers a cancelled turn: ``_stop_turn``
+        sends ``session/cancel`` first."""
+        job = ev.job
+        if job.cancel_first:
+            return True
+        live = self.state in (State.STREAMING, State.AWAITING)
+        return live and any(_answer_of(job, c) is Answer.CANCELLED for c in job.answers if c in self.calls and not self.calls[c].tool)
 
     def _if_cannot_go_on(self, _: NextJob) -> bool:
         """New words while the agent's turn is open, or cards this job cannot answer (it was
@@ -731,11 +743,15 @@ class TurnMachine:
     def _do_refuse_job(self, ev: NewJob) -> None:
         self._fx.append(Fail(ev.job.id, present.session_gone(self.agent)))
 
-    def _take_answers(self, job: JobInfo) -> None:
+    def _take_answers(self, job: JobInfo, stopping: bool = False) -> None:
+        """The answers ``job`` brings; ``stopping``: given after ``session/cancel``, where ACP's
+        answer to every permission is ``cancelled`` (a VS Code tool's result still goes out)."""
         self.tools = job.tools
-        for call_id, answer in job.answers.items():
-            if job.cancelled and answer is not Answer.RESULT:
-                answer = Answer.CANCELLED  # a request cancelled before it got here approves nothing
+        for call_id in job.answers:
+            answer = _answer_of(job, call_id)
+            call = self.calls.get(call_id)
+            if stopping and call is not None and not call.tool:
+                answer = Answer.CANCELLED
             self._answer(call_id, answer, job.id)
 
     def _do_queue(self, ev: NewJob) -> None:
@@ -743,14 +759,13 @@ class TurnMachine:
         self.waiting.put(ev.job)
 
     def _do_stop_the_turn_and_queue(self, ev: NewJob) -> None:
-        self._take_answers(ev.job)
         if self.job is not None:
             # This request stops the turn another request still streams (its
             # $/cancelRequest may come after): that response ends here, cancelled.
             stopped, self.job = self.job, None
             self._fx.append(StopTimer(Timer.GATHER))
             self._fx.append(Finish(stopped.id, "cancelled", Last.CANCELLED))
-        self._stop_turn()
+        self._stop_turn(ev.job)  # session/cancel, then the cards this request answers
         self.waiting.put(ev.job)
 
     def _do_forget_the_turn_and_queue(self, ev: NewJob) -> None:
@@ -839,11 +854,17 @@ class TurnMachine:
         self.renderer.close()
         self.held = None
 
-    def _stop_turn(self) -> None:
-        """ACP cancellation (docs/agents.md, "ACP as agents speak it"): every call answered cancelled,
-        ``session/cancel`` sent, the deadline started; the turn's output from now on dropped."""
-        self._forget_turn()
+    def _stop_turn(self, answering: JobInfo | None = None) -> None:
+        """ACP cancellation (docs/agents.md, "ACP as agents speak it"): ``session/cancel`` sent
+        first, then every call answered, each permission ``cancelled`` once (``answering``: the
+        request that stops the turn, whose answers go first), the deadline started; the turn's
+        output from now on dropped. Answered before the cancel, an agent may take a
+        ``cancelled`` card for a decline and call its model again, which the cancel then cuts
+        (fast-agent 0.10.48 kept that stopped answer as an empty assistant message)."""
         self._fx.append(SendCancel())
+        if answering is not None:
+            self._take_answers(answering, stopping=True)
+        self._forget_turn()
         self._fx.append(StartTimer(Timer.DRAIN, self.timing.drain, self.prompt_seq))
         self.cancelled_prompt = self.prompt_seq
 
@@ -902,13 +923,13 @@ class TurnMachine:
             request = permissions.Malformed("id", "is neither a string nor a number", answerable=False)
         else:
             merged = self.renderer.known(raw_call.get("toolCallId")) if isinstance(raw_call, Mapping) else None
-            request = permissions.read(ev.params, ev.call_id, ev.token, merged, ev.bridge)
+            request = permissions.read(ev.params, ev.call_id, ev.token, merged, ev.bridge, ev.profile)
         decision = permissions.route(request, self.tools, self.agent)
         live = self.state in (State.STREAMING, State.AWAITING)
         if isinstance(decision, permissions.Grant):
             # VS Code confirms its own tools when it runs them (docs/tools.md).
             assert isinstance(request, permissions.Permission)
-            self._fx.append(Respond(ev.rid, ev.call_id, permissions.outcome(request.options, Answer.ALLOW)))
+            self._fx.append(Respond(ev.rid, ev.call_id, permissions.outcome(request.options, Answer.ALLOW, request.profile)))
             self._fx.append(Log("info", "permission granted: a bridged VS Code tool", {"tool": decision.tool}))
             return
         if isinstance(decision, permissions.Refuse):
@@ -930,8 +951,7 @@ class TurnMachine:
             self.kept.add(parts)
         if isinstance(decision, permissions.Decline):
             self._say_line(decision.line)
-            if decision.outcome != CANCELLED_OUTCOME:
-                self.renderer.declined(request.tool_call_id)
+            self.renderer.declined(request.tool_call_id)  # whichever answer went out: lmbridge declined it
             self._fx.append(Respond(ev.rid, ev.call_id, decision.outcome))
             self._fx.append(Log("info", "permission declined without a card", {"reason": decision.reason, "tool": request.tool}))
             return
@@ -986,8 +1006,10 @@ class TurnMachine:
         if call.tool:
             self._fx.append(ResolveTool(call_id, answer, job_id))
         else:
-            outcome = permissions.outcome(call.options, answer)
-            if answer is Answer.REJECT and outcome != CANCELLED_OUTCOME:
+            outcome = permissions.outcome(call.options, answer, call.request.profile if call.request is not None else OTHER)
+            if answer is Answer.REJECT:
+                # The user's Skip reads as declined whatever option went out and whatever
+                # status the agent ends the call with (docs/protocol.md, "Tool calls").
                 self.renderer.declined(call.tool_call_id)
             approved = call.request if answer is Answer.ALLOW and outcome != CANCELLED_OUTCOME else None
             self._fx.append(Respond(call.rid, call_id, outcome, approved))
@@ -1087,9 +1109,9 @@ class TurnMachine:
         self._die(ev.reason)
 
     def _do_cancel_and_close(self, ev: Close) -> None:
+        self._fx.append(SendCancel())  # first: ACP's cancelled answers follow a cancel
         for call_id in list(self.calls):
             self._answer(call_id, Answer.CANCELLED, None)
-        self._fx.append(SendCancel())
         self._do_close(ev)
 
     def _do_close(self, ev: Close) -> None:
@@ -1144,6 +1166,12 @@ class TurnMachine:
         if self.dropped:
             self._fx.append(Log("info", "ended turn's output dropped", {"agent": self.agent, "parts": self.dropped}))
             self.dropped = 0
+
+
+def _answer_of(job: JobInfo, call_id: str) -> Answer:
+    """The answer ``job`` brings for ``call_id``: a request cancelled before it got here approves nothing."""
+    answer = job.answers[call_id]
+    return Answer.CANCELLED if job.cancelled and answer is not Answer.RESULT else answer
 
 
 _OUTPUT_KINDS = frozenset({"agent_message_chunk", "agent_thought_chunk", "tool_call", "tool_call_update", "plan", "user_message_chunk"})

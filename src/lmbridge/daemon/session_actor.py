@@ -502,7 +502,7 @@ class SessionActor:
             if self.bridge is not None:
                 bridge = permissions.Bridge(self.bridge.name, frozenset(self.bridge.tools), self.process.caps.profile)
             call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
-            return turn.PermissionAsked(rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id)
+            return turn.PermissionAsked(rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id, profile=self.process.caps.profile)
         if msg.bad_id:
             self._respond(None, error=BAD_ID_ERROR)
         elif rid is not None and self.client.serves(msg.method):
@@ -848,7 +848,7 @@ class SessionActor:
         if self.bridge is not None:
             bridge, self.bridge = self.bridge, None
             (await self.hooks.mcp_host()).remove(bridge.session_id)
-        # The machine's last answers (cancelled permissions, session/cancel) go out
+        # The machine's last frames (session/cancel, then the cancelled permissions) go out
         # first, within the write bound; then the session is closed.
         self._out.close()
         with anyio.move_on_after(WRITE_TIMEOUT):

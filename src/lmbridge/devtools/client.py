@@ -102,8 +102,8 @@ def without_last_round(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, 
 
     A stopped round (the last assistant message, its text and tool calls, and any tool
     results after it) is absent from the next request; the user message before it stays,
-    without an answer. The daemon reads the missing tool call as Stop: it answers the
-    permission ``cancelled`` and sends ``session/cancel``. Nothing is sent at Stop
+    without an answer. The daemon reads the missing tool call as Stop: it sends
+    ``session/cancel``, then answers the permission ``cancelled``. Nothing is sent at Stop
     itself: the request that asked has already ended.
     """
     for index in range(len(messages) - 1, -1, -1):
