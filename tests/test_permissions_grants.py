@@ -32,9 +32,13 @@ def resolve(path: str) -> str | None:
     return path if path.startswith(WORKSPACE + "/") else None
 
 
+LINKS = {"/w/notes.txt": "/w/.git/config"}  # a link the repository ships
+WS = P.Workspace((WORKSPACE,), resolve=lambda path: resolve(LINKS.get(path, path)))
+
+
 def card(tool_call: dict[str, Any]) -> P.Permission:
     """The request as the turn machine read it for its card (``permissions.read``)."""
-    p = P.read({"sessionId": "s", "toolCall": {"toolCallId": "t1", "status": "pending", **tool_call}, "options": OPTIONS}, "call-1", "tok-1")
+    p = P.read({"sessionId": "s", "toolCall": {"toolCallId": "t1", "status": "pending", **tool_call}, "options": OPTIONS}, "call-1", "tok-1", workspace=WS)
     assert isinstance(p, P.Permission)
     return p
 
@@ -54,13 +58,17 @@ def run(command: str, *args: str, cwd: str | None = None, env: dict[str, str] | 
     return params
 
 
-def write(path: str) -> P.WriteFile:
-    real = resolve(path)
-    return P.WriteFile(path, real if real is not None else path)
+def write(path: str, content: str = "x") -> P.WriteFile:
+    real = resolve(LINKS.get(path, path))
+    return P.WriteFile(path, real if real is not None else path, content)
+
+
+def diff(path: str, new: str = "x", old: str | None = "") -> dict[str, Any]:
+    return {"type": "diff", "path": path, "oldText": old, "newText": new}
 
 
 EDIT = {"title": "Write", "kind": "edit", "locations": [{"path": "/w/a.txt"}], "rawInput": {"file_path": "/w/b.txt"},
-        "content": [{"type": "diff", "path": "/w/c.txt", "oldText": "", "newText": "x"}]}  # fmt: skip
+        "content": [diff("/w/c.txt")]}  # fmt: skip
 NEW_TURN, STOP, CLOSED = "new prompt", "stop", "turn ended"
 OK, REFUSED, BAD = "permit", P.REFUSED, P.INVALID_PARAMS
 
@@ -110,11 +118,25 @@ ROWS: list[tuple[str, list[Any], list[Any], list[Any]]] = [
     ("no prompt turn open", [fast("ls")], [CLOSED, run("ls")], [None, REFUSED]),
     ("unreadable params", [fast("ls")], [{"command": 7}, {"command": "ls", "args": "-la"}, {"command": "ls", "env": {"A": "1"}}, {"command": "ls", "cwd": 3}],
      [BAD, BAD, BAD, BAD]),
-    # -- writes: an approved edit names the files, one write each
-    ("an edit: each file it names, once", [EDIT], [write("/w/a.txt"), write("/w/b.txt"), write("/w/c.txt"), write("/w/a.txt")], [OK, OK, OK, BAD]),
+    # -- writes: an approved edit grants each file its card shows a change of, with that text, once
+    ("an edit: the file whose change it shows, once", [EDIT], [write("/w/c.txt"), write("/w/c.txt")], [OK, BAD]),
+    ("two changes on one card: each once", [{**EDIT, "content": [diff("/w/c.txt"), diff("/w/d.txt", "y")]}], [write("/w/d.txt", "y"), write("/w/c.txt")], [OK, OK]),
     ("no edit approved", [], [write("/w/a.txt")], [BAD]),
     ("a file the edit did not name", [EDIT], [write("/w/d.txt")], [BAD]),
-    ("a delete and a move are edits", [{**EDIT, "kind": "delete"}, {**EDIT, "kind": "move"}], [write("/w/a.txt"), write("/w/a.txt")], [OK, OK]),
+    # Issue points: a path in a rawInput field the card does not show, or a location with no
+    # content shown, grants nothing; the content must be the card's, byte for byte.
+    ("a rawInput path the card does not show grants nothing", [EDIT], [write("/w/b.txt")], [BAD]),
+    ("a location with no change shown grants nothing", [EDIT], [write("/w/a.txt")], [BAD]),
+    ("other content than the card showed", [EDIT], [write("/w/c.txt", "x\nrm -rf ~"), write("/w/c.txt", "x ")], [BAD, BAD]),
+    ("the content shown, after other content was refused", [EDIT], [write("/w/c.txt", "y"), write("/w/c.txt")], [BAD, OK]),
+    ("a delete grants no write", [{**EDIT, "kind": "delete"}], [write("/w/c.txt"), write("/w/a.txt")], [BAD, BAD]),
+    ("a move grants only its destination", [{"kind": "move", "title": "mv", "rawInput": {"path": "/w/c.txt", "destination": "/w/e.txt"},
+                                             "content": [diff("/w/c.txt"), diff("/w/e.txt")]}],
+     [write("/w/c.txt"), write("/w/e.txt")], [BAD, OK]),
+    ("a change the card shows only through a merged call grants nothing", [{"kind": "edit", "title": "x", "locations": [{"path": "/w/c.txt"}]}],
+     [write("/w/c.txt")], [BAD]),
+    ("a link: the write goes to its target, as the card names it", [{"kind": "edit", "title": "x", "content": [diff("/w/notes.txt")]}],
+     [write("/w/notes.txt"), write("/w/.git/config")], [OK, BAD]),
     ("a read names nothing writable", [{**EDIT, "kind": "read"}], [write("/w/a.txt")], [BAD]),
     ("a command card names nothing writable", [{**EDIT, "kind": "execute"}], [write("/w/a.txt")], [BAD]),
     ("no kind names nothing writable", [{**EDIT, "kind": None}], [write("/w/a.txt")], [BAD]),
@@ -131,7 +153,7 @@ def walk(events: list[Any], actions: list[Any]) -> list[Any]:
     a Stop, each action permitted or denied in order."""
     grants = P.NO_GRANTS
     for happened in events:
-        grants = P.NO_GRANTS if happened in (NEW_TURN, STOP) else P.grant(grants, card(happened), resolve)
+        grants = P.NO_GRANTS if happened in (NEW_TURN, STOP) else P.grant(grants, card(happened), WS.resolve)
     got: list[Any] = []
     turn_open = True
     for action in actions:
@@ -171,9 +193,9 @@ def test_grants_stay_bounded() -> None:
     grants = P.NO_GRANTS
     for i in range(100):
         grants = P.grant(grants, card(fast(f"echo {i}")), resolve)
-        grants = P.grant(grants, card({"kind": "edit", "title": "x", "locations": [{"path": f"/w/{i}"}]}), resolve)
+        grants = P.grant(grants, card({"kind": "edit", "title": "x", "content": [diff(f"/w/{i}")]}), resolve)
     assert len(grants.commands) == P.MAX_GRANTED_COMMANDS and grants.commands[-1].text == "echo 99"
-    assert len(grants.writes) == 50 and grants.writes[-1] == "/w/99"
+    assert len(grants.writes) == 50 and grants.writes[-1].real == "/w/99"
 
 
 # ---------------------------------------------------------------- no sequence lets an unapproved command through

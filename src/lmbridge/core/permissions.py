@@ -80,7 +80,10 @@ READ_TOOL = "symposium-agent-action-read"  # read, search, think
 EDIT_TOOL = "symposium-agent-action-edit"  # edit, delete, move
 FETCH_TOOL = "symposium-agent-action-fetch"  # fetch
 MODE_TOOL = "symposium-agent-action-mode"  # switch_mode
-ACTION_TOOLS = frozenset({ACTION_TOOL, READ_TOOL, EDIT_TOOL, FETCH_TOOL, MODE_TOOL})
+#: An edit, delete or move of a protected file (``paths.protected``), or of files it does not
+#: name: never covered by a session approval of ``EDIT_TOOL`` (docs/vscode-shim.md).
+PROTECTED_TOOL = "symposium-agent-action-protected"
+ACTION_TOOLS = frozenset({ACTION_TOOL, READ_TOOL, EDIT_TOOL, FETCH_TOOL, MODE_TOOL, PROTECTED_TOOL})
 
 #: ACP ``ToolKind`` → the tool its request goes out on. Any other kind (execute, other,
 #: missing, unknown) goes out on ``ACTION_TOOL``.
@@ -102,6 +105,7 @@ SESSION_SCOPE: Mapping[str, str] = {
     EDIT_TOOL: "edits, deletions and moves of files",
     FETCH_TOOL: "fetches from the network",
     MODE_TOOL: "mode switches",
+    PROTECTED_TOOL: "changes to protected files (each of which can run code)",
 }
 
 #: Kinds a bridged VS Code tool is never granted for without a card: they act by themselves.
@@ -294,6 +298,36 @@ def bridged_tool(tool_call: Mapping[str, Any], bridge: Bridge | None) -> str | N
     return names.get(found) if isinstance(found, str) else None
 
 
+def _unresolved(path: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where a request's files are judged: ``folders`` (resolved), ``rules`` (the user's
+    ``chat.tools.edits.autoApprove``, ``paths.edit_rules``) and ``resolve``: a path as a write
+    would resolve it (``acp.files.Files.allowed``; None when no write there is allowed at all).
+    The default knows no workspace: every file is protected and nothing is writable."""
+
+    folders: tuple[str, ...] = ()
+    rules: paths.EditRules = paths.edit_rules(None)
+    resolve: Callable[[str], str | None] = _unresolved
+
+
+NO_WORKSPACE = Workspace()
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One write an approval of the card allows: the file as the card names it (``path``), the
+    file it resolves to (``real``, named on the card when it differs) and the ``content`` the card
+    showed for it, byte for byte."""
+
+    path: str
+    real: str
+    content: str
+
+
 @dataclass(frozen=True)
 class Permission:
     """One ``session/request_permission``, read once (``read``).
@@ -318,7 +352,9 @@ class Permission:
     terminals: tuple[str, ...] = ()
     locations: tuple[tuple[str, int | None], ...] = ()
     details: str | None = None
-    writes: tuple[str, ...] = ()  # the files an approval of it lets be written (``paths.named_files``)
+    writes: tuple[Write, ...] = ()  # what an approval of it lets be written (``writes_of``)
+    links: tuple[tuple[str, str], ...] = ()  # (file named, the file it resolves to) where they differ
+    protected: tuple[str, ...] = ()  # the files named that ``paths.protected`` protects (or the reason)
 
     @property
     def tool(self) -> str:
@@ -326,7 +362,8 @@ class Permission:
         else by kind (``TOOL_BY_KIND``)."""
         if self.command is not None:
             return ACTION_TOOL
-        return TOOL_BY_KIND.get(self.kind, ACTION_TOOL)
+        tool = TOOL_BY_KIND.get(self.kind, ACTION_TOOL)
+        return PROTECTED_TOOL if tool == EDIT_TOOL and self.protected else tool
 
 
 @dataclass(frozen=True)
@@ -346,13 +383,16 @@ class Malformed:
         return {"code": INVALID_PARAMS, "message": f"invalid params: {self.field} {self.problem}"}
 
 
-def read(params: object, call_id: str, token: str, merged: Mapping[str, Any] | None = None, bridge: Bridge | None = None) -> Permission | Malformed:
+def read(
+    params: object, call_id: str, token: str, merged: Mapping[str, Any] | None = None, bridge: Bridge | None = None, workspace: Workspace = NO_WORKSPACE
+) -> Permission | Malformed:
     """Read a request's ``params`` (as received) into a ``Permission``, or say why it cannot be.
 
     ``merged``: the request's tool call merged with the ``tool_call``/``tool_call_update``s the
     agent sent for the same ``toolCallId`` before (ACP treats them as create-or-update; its
     ``toolCallId``, ``title``, ``kind``, ``rawInput``, ``content``, ``locations`` as in ACP).
     The request's own fields win; a command found in either is the request's command.
+    ``workspace``: where its files are judged (protected files, links, writes).
     """
     if not isinstance(params, Mapping):
         return Malformed("params", "is not an object")
@@ -385,6 +425,8 @@ def read(params: object, call_id: str, token: str, merged: Mapping[str, Any] | N
     diffs = _diffs(content, raw_input)
     tool_call_id = view.get("toolCallId") if isinstance(view.get("toolCallId"), str) else None
     bridged = bridged_tool(view, bridge)
+    # Every file the request or the calls merged under it name, shown on the card or not.
+    files = tuple(dict.fromkeys([*paths.named_files(view), *paths.named_files(raw), *(d.path for d in diffs if d.path.startswith("/"))]))
     return Permission(
         call_id=call_id,
         token=token,
@@ -399,9 +441,54 @@ def read(params: object, call_id: str, token: str, merged: Mapping[str, Any] | N
         terminals=terminals,
         locations=tuple(_locations(view.get("locations"))),
         details=None if command is not None or diffs else _json(raw_input),
-        # As the request itself asks (its own kind and fields), never the calls merged under it.
-        writes=tuple(paths.named_files(raw)) if raw.get("kind") in paths.EDIT_KINDS else (),
+        writes=writes_of(raw, diffs, workspace),
+        links=tuple((f, r) for f in files if (r := workspace.resolve(f)) is not None and r != f),
+        protected=_protected(kind, files, workspace),
     )
+
+
+def writes_of(raw: Mapping[str, Any], diffs: Sequence[Diff], workspace: Workspace) -> tuple[Write, ...]:
+    """What an approval of a request lets lmbridge write (``fs/write_text_file``): as the request
+    itself asks (its own kind and content, never the calls merged under it), for kind edit or
+    move, each ACP ``diff`` of its own ``content`` that the card shows (``diffs``), its path
+    absolute and resolving inside the workspace: that file, with that ``newText``, once. A move
+    only its destination (``rawInput.destination``, else its last location); a delete nothing.
+    Paths in ``rawInput`` fields and locations grant nothing (the card shows no content for them)."""
+    kind = raw.get("kind")
+    if kind not in ("edit", "move"):
+        return ()
+    own = [c for c in raw.get("content") or [] if isinstance(c, Mapping) and c.get("type") == "diff"] if isinstance(raw.get("content"), list) else []
+    shown = {(d.path, d.new) for d in diffs}
+    pairs = [(c.get("path"), c.get("newText")) for c in own]
+    if kind == "move":
+        destination = _object(raw.get("rawInput")).get("destination")
+        if not isinstance(destination, str):
+            names = paths.named_files({"locations": raw.get("locations")})
+            destination = names[-1] if names else None
+        pairs = [(p, t) for p, t in pairs if p == destination]
+    out: list[Write] = []
+    for path, content in pairs:
+        if isinstance(path, str) and isinstance(content, str) and path.startswith("/") and (path, content) in shown:
+            real = workspace.resolve(path)
+            if real is not None and not any(w.path == path for w in out):
+                out.append(Write(path, real, content))
+    return tuple(out[: paths.MAX_PATHS])
+
+
+def _protected(kind: str, files: Sequence[str], workspace: Workspace) -> tuple[str, ...]:
+    """The files of an edit, delete or move an ``EDIT_TOOL`` session approval must not cover:
+    each named file, or the file a link of it resolves to, that ``paths.protected`` protects (or
+    that cannot be resolved inside the workspace); a request naming no file at all is one too."""
+    if kind not in paths.EDIT_KINDS:
+        return ()
+    if not files:
+        return ("(the request names no file)",)
+    out = []
+    for f in files:
+        real = workspace.resolve(f)
+        if real is None or paths.protected(f, workspace.folders, workspace.rules) or paths.protected(real, workspace.folders, workspace.rules):
+            out.append(f if real is None or real == f else f"{f} → {real}")
+    return tuple(out)
 
 
 def command_of(raw_input: object) -> Command | None:
@@ -614,11 +701,11 @@ REFUSED = -32000
 @dataclass(frozen=True, slots=True)
 class Grants:
     """What the cards the user approved in the prompt turn at hand still allow: ``commands``,
-    each one ``terminal/create`` (``runs``); ``writes``, resolved paths, each one
-    ``fs/write_text_file``. ``NO_GRANTS`` at each prompt and at a Stop."""
+    each one ``terminal/create`` (``runs``); ``writes``, each one ``fs/write_text_file`` of
+    that resolved file with that content. ``NO_GRANTS`` at each prompt and at a Stop."""
 
     commands: tuple[Command, ...] = ()
-    writes: tuple[str, ...] = ()
+    writes: tuple[Write, ...] = ()
 
 
 NO_GRANTS = Grants()
@@ -628,17 +715,17 @@ def grant(grants: Grants, approved: Permission, resolve: Callable[[str], str | N
     """``grants`` after the user approved ``approved`` on its card (the exact token: never a
     bridged tool's grant, a decline, a Skip or a Stop; the turn machine's ``Respond.approved``).
 
-    Its command (unless it named none) allows one run; each file its own request names, when
-    its own kind is edit, delete or move, one write. ``resolve``: the path as a write would
+    Its command (unless it named none) allows one run; each of its ``writes`` (the files the
+    card listed with the content it showed, ``writes_of``) one write of that content, if the
+    file still resolves to the file the card named. ``resolve``: the path as a write would
     resolve it (``acp.files.Files.allowed``), None when no write there is allowed at all."""
     commands = grants.commands
     if approved.command is not None and approved.command.text != NO_COMMAND:
         commands = (*commands, approved.command)[-MAX_GRANTED_COMMANDS:]
     writes = list(grants.writes)
-    for path in approved.writes:
-        real = resolve(path)
-        if real is not None:
-            writes.append(real)
+    for w in approved.writes:
+        if resolve(w.path) == w.real:
+            writes.append(w)
     return Grants(commands, tuple(writes[-paths.MAX_PATHS :]))
 
 
@@ -655,11 +742,12 @@ class RunCommand:
 
 @dataclass(frozen=True, slots=True)
 class WriteFile:
-    """An ``fs/write_text_file`` of ``path`` (as the agent sent it), resolved to ``real``
-    (``paths.check``: inside the workspace)."""
+    """An ``fs/write_text_file`` of ``content`` to ``path`` (as the agent sent it), resolved to
+    ``real`` (``paths.check``: inside the workspace)."""
 
     path: str
     real: str
+    content: str
 
 
 ClientAction = RunCommand | WriteFile
@@ -759,7 +847,8 @@ def permit(grants: Grants, action: ClientAction, turn_open: bool) -> tuple[Grant
 
     Only while a prompt turn of the session is open (``turn_open``). ``RunCommand``: the first
     approved command it ``runs`` is used up; none → ``Deny`` -32000. ``WriteFile``: one
-    approved write of ``real`` is used up; none → ``Deny`` -32602. A denial changes nothing."""
+    approved write of ``real`` with exactly that ``content`` (the card's, byte for byte) is used
+    up; none → ``Deny`` -32602. A denial changes nothing."""
     if isinstance(action, RunCommand):
         if not turn_open:
             return grants, Deny(REFUSED, "terminal/create: no prompt turn is open in this session")
@@ -773,14 +862,16 @@ def permit(grants: Grants, action: ClientAction, turn_open: bool) -> tuple[Grant
             f"{f' in {action.cwd[:200]!r}' if action.cwd else ''}{' with that environment' if action.env else ''} in this turn "
             "(ask first with session/request_permission, the command in rawInput.command; one approval runs it once)",
         )
-    if not turn_open or action.real not in grants.writes:
+    found = next((i for i, w in enumerate(grants.writes) if w.real == action.real and w.content == action.content), None) if turn_open else None
+    if found is None:
+        other = turn_open and any(w.real == action.real for w in grants.writes)
         return grants, Deny(
             INVALID_PARAMS,
-            f"refused: lmbridge writes {action.path[:500]} only after the user approved an edit of it in this turn "
-            "(ask with session/request_permission, kind edit, naming the file)",
+            f"refused: lmbridge writes {action.path[:500]} only after the user approved an edit of it in this turn"
+            f"{', with the content the card showed (this content differs)' if other else ''} "
+            "(ask with session/request_permission, kind edit, the file and its whole new text as a diff content)",
         )
-    i = grants.writes.index(action.real)
-    return replace(grants, writes=grants.writes[:i] + grants.writes[i + 1 :]), Permit()
+    return replace(grants, writes=grants.writes[:found] + grants.writes[found + 1 :]), Permit()
 
 
 # ---------------------------------------------------------------- the card
@@ -809,6 +900,17 @@ def render(p: Permission) -> Card:
         sections.append("\n\n".join(lines))
     for d in p.diffs:
         sections.append(f"**Changes to {_inline(d.path)}**\n\n{code_block(unified_diff(d), 'diff')}")
+    for name, target in p.links:
+        sections.append(f"{_inline(name)} is a link to {_inline(target)}: a change of it is made there.")
+    if p.writes:
+        items = [f"- {_inline(w.real)}{f' (named {_inline(w.path)})' if w.path != w.real else ''}" for w in p.writes]
+        sections.append("**Allow lets lmbridge write exactly the text shown above, once, to**\n\n" + "\n".join(items))
+    if p.tool == PROTECTED_TOOL:
+        items = [f"- {_inline(f)}" for f in p.protected[:MAX_LOCATIONS]]
+        sections.append(
+            "**Asked again, even if you allowed edits in this session**: VS Code protects these files "
+            "(`chat.tools.edits.autoApprove`), as a change to them can run code:\n\n" + "\n".join(items)
+        )
     for terminal in p.terminals:
         sections.append(f"Output in terminal {_inline(terminal)}.")
     if p.locations:

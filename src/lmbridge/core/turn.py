@@ -188,7 +188,8 @@ class PermissionAsked:
     """A ``session/request_permission``: its JSON-RPC id and ``params`` as received.
     ``call_id``/``token``: fresh, drawn by the actor. ``bridge``: the VS Code tools the
     session's MCP server offers (``permissions.Bridge``). ``answerable``: ``rid`` can be
-    written back (an object or list id cannot: the error then goes out with id null)."""
+    written back (an object or list id cannot: the error then goes out with id null).
+    ``workspace``: where its files are judged (``permissions.Workspace``)."""
 
     rid: Any
     params: Any
@@ -196,6 +197,7 @@ class PermissionAsked:
     token: str
     bridge: permissions.Bridge | None = None
     answerable: bool = True
+    workspace: permissions.Workspace = permissions.NO_WORKSPACE  # where its files are judged
 
 
 @dataclass(frozen=True)
@@ -901,7 +903,7 @@ class TurnMachine:
             request = permissions.Malformed("id", "is neither a string nor a number", answerable=False)
         else:
             merged = self.renderer.known(raw_call.get("toolCallId")) if isinstance(raw_call, Mapping) else None
-            request = permissions.read(ev.params, ev.call_id, ev.token, merged, ev.bridge)
+            request = permissions.read(ev.params, ev.call_id, ev.token, merged, ev.bridge, ev.workspace)
         decision = permissions.route(request, self.tools, self.agent)
         live = self.state in (State.STREAMING, State.AWAITING)
         if isinstance(decision, permissions.Grant):
