@@ -135,6 +135,16 @@ ROWS: list[tuple[str, profiles.AgentProfile, Any, Any, frozenset[str], tuple[str
     ("Ask mode: no command tool", profiles.CLAUDE, {"toolCallId": "t", "title": "touch x", "kind": "execute", "rawInput": {"command": "touch x"}}, CLAUDE_OPTIONS, ASK_MODE, ("decline", "reject")),
     ("Ask mode: a read is asked", profiles.CLAUDE, {"toolCallId": "t", "title": "Read a", "kind": "read"}, CLAUDE_OPTIONS, ASK_MODE, ("ask", READ_TOOL)),
     ("Ask mode: a read with a command", profiles.CLAUDE, {"toolCallId": "t", "title": "Read a", "kind": "read", "rawInput": {"command": "cat a"}}, CLAUDE_OPTIONS, ASK_MODE, ("decline", "reject")),
+    # -- a command holding what a card cannot show as it runs: declined, never shown otherwise
+    ("a bare CR in a command", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "echo ok\r# ; touch X"}}, FAST_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("a CRLF in a command", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "echo ok\r\ntouch X"}}, FAST_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("ESC in a command's title (gemini)", profiles.GEMINI, {"toolCallId": "t", "title": "echo \x1b[8mhidden\x1b[0m ok", "kind": "execute"}, GEMINI_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("a bidi override in an argv", profiles.CODEX, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": ["rm", "a\u202etxt.exe"]}}, CODEX_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("a zero-width space in a cwd", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "make", "cwd": "/w\u200b"}}, FAST_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("U+2028 in an env value", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "make", "env": {"A": "1\u2028B=2"}}}, FAST_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("NUL in a command", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "ls\x00-la"}}, FAST_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("U+0085 in a command", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "ls\x85rm x"}}, FAST_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("a tab and a newline are shown as they are", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "printf 'a\tb'\nls"}}, FAST_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     # -- malformed requests are refused at once, naming the field
     ("options 5", profiles.OTHER, {"toolCallId": "t", "title": "x", "kind": "execute"}, 5, AGENT_MODE, ("refuse", -32602)),
     ("options missing", profiles.OTHER, {"toolCallId": "t", "title": "x", "kind": "execute"}, None, AGENT_MODE, ("refuse", -32602)),
@@ -490,3 +500,41 @@ def test_the_users_setting_frees_a_file_from_protection() -> None:
     ws = P.Workspace(("/w",), paths.edit_rules({"**/*": True, "**/package.json": True}), resolve=lambda p: p)
     p = P.read(request({"toolCallId": "t", "title": "x", "kind": "edit", "locations": [{"path": "/w/package.json"}]}, CLAUDE_OPTIONS), "c", "t", workspace=ws)
     assert isinstance(p, P.Permission) and p.tool == EDIT_TOOL
+
+
+# ---------------------------------------------------------------- what a card cannot show as it is
+
+
+def test_control_and_format_characters_are_shown_escaped_on_the_card() -> None:
+    card = card_of({"toolCallId": "t", "title": "Edit \x1b[2Ja\u202etxt", "kind": "edit",
+                    "content": [{"type": "diff", "path": "/w/a\u200b.py", "oldText": "x = 1\r\n", "newText": "x = 2\rimport os\u2028\r\n"}]})  # fmt: skip
+    assert card.title == "Edit ⟨U+001B⟩[2Ja⟨U+202E⟩txt"
+    assert "+x = 2⟨U+000D⟩import os⟨U+2028⟩" in card.message  # a bare CR shown, a CRLF's CR a line end
+    assert "`/w/a⟨U+200B⟩.py`" in card.message
+    assert not P.UNSHOWABLE.search(card.message + card.title)
+    # One text for one rendering: the escape's own bracket is escaped too.
+    assert P.visible("⟨U+000D⟩") != P.visible("\r") and P.visible("⟨") == "⟨U+27E8⟩"
+
+
+def test_a_long_or_multi_line_title_is_shown_whole_also_beside_a_command() -> None:
+    for title in ("Run the tests\u2028and then rm -rf ~", "Run " + "x" * 200):
+        card = card_of({"toolCallId": "t", "title": title, "kind": "execute", "rawInput": {"command": "make test"}})
+        assert "**Title**" in card.message and P.visible(title) in card.message, title
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=40))
+def test_a_card_never_holds_a_character_it_cannot_show(text: str) -> None:
+    """Any text the agent writes, in any field: the card holds none of ``UNSHOWABLE``, and a
+    command holding one is declined."""
+    call = {"toolCallId": "t", "title": text, "kind": "execute", "rawInput": {"command": text or "x", "cwd": "/w"},
+            "content": [{"type": "content", "content": {"type": "text", "text": text}}], "locations": [{"path": "/w/" + text}]}  # fmt: skip
+    p = P.read(request(call, CLAUDE_OPTIONS), "c", "t", workspace=WS)
+    assert isinstance(p, P.Permission)
+    d = P.route(p, AGENT_MODE, "Agent")
+    if P.UNSHOWABLE.search(text):
+        assert isinstance(d, P.Decline)
+    else:
+        assert isinstance(d, P.Ask) or (isinstance(d, P.Decline) and "too" in d.line)
+    card = P.render(p)
+    assert not P.UNSHOWABLE.search(card.title + card.message)

@@ -135,6 +135,29 @@ DIFF_LINES = 4000
 #: Files listed on a card (they name what the diffs and the details show in full).
 MAX_LOCATIONS = 50
 
+#: Characters a card cannot show as what they are: C0 controls but tab and newline (a bare CR
+#: renders as a line break on the card and is an ordinary character to ``sh``; ESC, NUL), DEL
+#: and C1 (U+0085 among them), bidi controls, zero-width and other invisible format characters,
+#: U+2028/2029, tag characters. On a card each is shown as ``⟨U+XXXX⟩`` (and ``⟨`` itself so, so
+#: what a card shows stands for one text only: ``visible``); a command holding one is declined.
+UNSHOWABLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2028\u2029"
+    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
+_SHOWN_ESCAPED = re.compile(UNSHOWABLE.pattern[:-1] + "\u27e8]")
+
+
+def visible(text: str) -> str:
+    """``text`` with each ``UNSHOWABLE`` character (and ``⟨``) written ``⟨U+XXXX⟩``: what a card
+    shows of the agent's text, one text for one rendering."""
+    return _SHOWN_ESCAPED.sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", text)
+
+
+def unshowable(text: str) -> list[str]:
+    """The ``UNSHOWABLE`` characters in ``text``, each once, as ``U+XXXX``."""
+    return sorted({f"U+{ord(c):04X}" for c in UNSHOWABLE.findall(text)})
+
+
 #: JSON-RPC 2.0 error codes.
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
@@ -544,17 +567,23 @@ def _env(raw: object) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(pairs))
 
 
-_SAFE_ARG = re.compile(r"^[\w@%+=:,./-]+$")
+_SAFE_ARG = re.compile(r"[\w@%+=:,./-]+")  # fullmatch: ``$`` would match before a trailing newline
 # A system shell: a bare name (the daemon's PATH) or one in the system's bin folders. Any
 # other program named like a shell (./sh, /tmp/x/bash) may be anything: shown as it is.
-_SHELL = re.compile(r"^(/bin/|/usr/bin/|/usr/local/bin/|/opt/homebrew/bin/)?(ba|z|da)?sh$")
+_SHELL = re.compile(r"(/bin/|/usr/bin/|/usr/local/bin/|/opt/homebrew/bin/)?(ba|z|da)?sh")  # fullmatch: "sh\n" is not a shell
+
+
+def _command_unshowable(command: Command) -> list[str]:
+    """The ``UNSHOWABLE`` characters in what a command would run: its text, cwd and environment."""
+    parts = [command.text, command.cwd or "", *(f"{n}={v}" for n, v in command.env)]
+    return unshowable("\n".join(parts))
 
 
 def _argv_text(argv: list[str]) -> str:
     # codex: ["/bin/bash", "-lc", "<script>"] is shown as the script itself.
-    if len(argv) == 3 and _SHELL.search(argv[0]) and argv[1] in ("-c", "-lc"):
+    if len(argv) == 3 and _SHELL.fullmatch(argv[0]) and argv[1] in ("-c", "-lc"):
         return argv[2]
-    return " ".join(a if _SAFE_ARG.match(a) else "'" + a.replace("'", "'\\''") + "'" for a in argv)
+    return " ".join(a if _SAFE_ARG.fullmatch(a) else "'" + a.replace("'", "'\\''") + "'" for a in argv)
 
 
 def _diffs(content: list[Any], raw_input: object) -> tuple[Diff, ...]:
@@ -681,6 +710,12 @@ def route(request: Permission | Malformed, offered: frozenset[str], agent: str) 
     if p.command is not None and len(p.command.text) > COMMAND_LIMIT:
         size = len(p.command.text)
         return Decline(refused, f"_{agent} asked to run a command of {size:,} characters, too long to show whole on a card: declined._", "command too long")
+    if p.command is not None and (hidden := _command_unshowable(p.command)):
+        return Decline(
+            refused,
+            f"_{agent} asked to run a command holding characters a card cannot show as they would run ({', '.join(hidden[:8])}): declined._",
+            "command not showable",
+        )
     card = render(p)
     if len(card.message) > CARD_LIMIT:
         return Decline(refused, f"_{agent} asked to {label}, with more than a card can show whole ({len(card.message):,} characters): declined._", "card too large")
@@ -720,7 +755,7 @@ def grant(grants: Grants, approved: Permission, resolve: Callable[[str], str | N
     file still resolves to the file the card named. ``resolve``: the path as a write would
     resolve it (``acp.files.Files.allowed``), None when no write there is allowed at all."""
     commands = grants.commands
-    if approved.command is not None and approved.command.text != NO_COMMAND:
+    if approved.command is not None and approved.command.text != NO_COMMAND and not _command_unshowable(approved.command):
         commands = (*commands, approved.command)[-MAX_GRANTED_COMMANDS:]
     writes = list(grants.writes)
     for w in approved.writes:
@@ -800,7 +835,7 @@ def runs(approved: Command, action: RunCommand) -> bool:
     argv = [action.command, *action.args]
     if action.cwd != approved.cwd or action.env != approved.env:
         return False
-    if len(argv) == 3 and _SHELL.search(argv[0]) and argv[1] in ("-c", "-lc") and argv[2] == approved.text:
+    if len(argv) == 3 and _SHELL.fullmatch(argv[0]) and argv[1] in ("-c", "-lc") and argv[2] == approved.text:
         return True
     return _plain(approved.text) and _words(approved.text) == argv
 
@@ -884,9 +919,9 @@ def render(p: Permission) -> Card:
     clipped = len(heading) > HEADING_LIMIT or heading != p.title.strip()
     if len(heading) > HEADING_LIMIT:
         heading = heading[: HEADING_LIMIT - 1] + "…"
-    heading = heading or "The agent asks for permission"
+    heading = visible(heading) or "The agent asks for permission"
     sections = [f"The agent asks to **{escape(_KIND_LABELS.get(p.kind, p.kind))}** (kind: {_inline(p.kind)})."]
-    if clipped and p.command is None:
+    if clipped:
         sections.append(f"**Title**\n\n{code_block(p.title, 'text')}")
     if p.command is not None:
         lines = ["**Command**"]
@@ -935,12 +970,21 @@ def render(p: Permission) -> Card:
 def unified_diff(d: Diff) -> str:
     """A unified diff of one change (three lines of context); past ``DIFF_LINES`` lines, the
     new text whole instead (difflib is quadratic at worst)."""
-    old = [] if d.old is None else d.old.splitlines()
-    new = d.new.splitlines()
+    old = [] if d.old is None else _lines(d.old)
+    new = _lines(d.new)
     if len(old) + len(new) > DIFF_LINES:
         return "\n".join(["--- " + ("/dev/null" if d.old is None else d.path), "+++ " + d.path] + ["+" + line for line in new])
     out = list(difflib.unified_diff(old, new, "/dev/null" if d.old is None else d.path, d.path, lineterm=""))
     return "\n".join(out) if out else f"(no change to {d.path})"
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as a file has them: split at "\n" only (``str.splitlines`` also splits at a bare CR,
+    U+2028 and others, which would hide them), a CRLF's CR taken as part of the line end."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~&])")
@@ -948,12 +992,13 @@ _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~&])")
 
 def escape(text: str) -> str:
     """Inline markdown text with its syntax escaped and lines joined."""
-    return _MARKDOWN.sub(r"\\\1", _one_line(text))
+    return _MARKDOWN.sub(r"\\\1", visible(_one_line(text)))
 
 
 def _inline(text: str) -> str:
-    """Inline code that survives backticks in the value."""
-    text = _one_line(text)
+    """Inline code that survives backticks in the value: the value whole, a line break or a tab
+    in it shown ``⟨U+000A⟩``/``⟨U+0009⟩`` as ``visible`` shows the rest."""
+    text = visible(text).replace("\n", "⟨U+000A⟩").replace("\t", "⟨U+0009⟩")
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
@@ -962,7 +1007,8 @@ def _inline(text: str) -> str:
 
 def code_block(text: str, lang: str = "") -> str:
     """A fenced code block whose fence is longer than any backtick run inside: the text
-    inside is shown as it is, whole."""
+    inside is shown whole, its ``UNSHOWABLE`` characters as ``visible`` shows them."""
+    text = visible(text)
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{lang}\n{text}\n{fence}"
