@@ -164,6 +164,9 @@ class ClientRequests:
             result = await self.terminals.handle(method, params)
         except TerminalError as exc:
             error = exc.error()
+        except Exception as exc:  # a bug here answers this request, and ends nothing else (not the chat's session)
+            log.exception("terminal request failed", session=self.session_id, method=method)
+            error = {"code": acp_files.INTERNAL_ERROR, "message": f"{method}: internal error: {exc!r}"[:500]}
         try:
             self._respond(rid, result, error=error)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
