@@ -538,3 +538,19 @@ def test_a_card_never_holds_a_character_it_cannot_show(text: str) -> None:
         assert isinstance(d, P.Ask) or (isinstance(d, P.Decline) and "too" in d.line)
     card = P.render(p)
     assert not P.UNSHOWABLE.search(card.title + card.message)
+
+
+# ---------------------------------------------------------------- modes: whose choice
+
+
+@pytest.mark.parametrize(("category", "legacy", "value", "expected"), [
+    ("mode", False, "default", True), ("mode", False, "plan", True), ("mode", False, "read-only", True),
+    ("mode", False, "auto", False), ("mode", False, "acceptEdits", False), ("mode", False, "bypassPermissions", False),
+    ("mode", False, "dontAsk", False), ("mode", False, "agent", False), ("mode", False, "agent-full-access", False),
+    ("mode", False, "workspace-write", False), ("mode", False, "yolo", False), ("mode", False, "autoEdit", False),
+    ("mode", False, "some-new-mode", False), ("mode", False, 7, False),
+    (None, True, "code", False), (None, True, "ask", True),  # the older modes are modes too
+    ("thought_level", False, "high", True), (None, False, "anything", True),
+])  # fmt: skip
+def test_the_model_configuration_sets_only_an_asking_mode(category: str | None, legacy: bool, value: Any, expected: bool) -> None:
+    assert P.from_configuration("mode", category, legacy, value) is expected

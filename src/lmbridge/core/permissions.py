@@ -724,6 +724,29 @@ def route(request: Permission | Malformed, offered: frozenset[str], agent: str) 
     return Ask(card)
 
 
+# ---------------------------------------------------------------- modes: whose choice
+
+#: Values of an agent's ``mode`` control (config option category ``mode``, or the older modes)
+#: that ask before acting, or do less: claude-agent-acp's ``default`` ("Manual") and ``plan``,
+#: codex-acp's ``read-only``, gemini-cli's ``default`` and ``plan``. VS Code's model
+#: configuration sends one value per *model*, the last any chat chose, with every chat's next
+#: request; so a mode from it is set only when it is one of these. Any other mode (``auto``,
+#: ``acceptEdits``, ``bypassPermissions``, ``dontAsk``, ``agent``, ``agent-full-access``,
+#: ``workspace-write``, ``autoEdit``, ``yolo``, or one this table does not know) widens what runs
+#: without a card, and is set only for the chat whose user chose it: ``chat/setControl``, which
+#: names the chat (docs/protocol.md, "Per-chat controls").
+ASKING_MODES = frozenset({"default", "plan", "read-only", "ask", "manual"})
+
+
+def from_configuration(control_id: str, category: str | None, legacy: bool, value: object) -> bool:
+    """Whether VS Code's model configuration may set ``control_id`` to ``value`` on a chat's
+    session: any control but a mode (``category`` ``mode``, or the older modes: ``legacy``),
+    and a mode only to one of ``ASKING_MODES``."""
+    if category != "mode" and not legacy:
+        return True
+    return isinstance(value, str) and value in ASKING_MODES
+
+
 # ---------------------------------------------------------------- the agent's client actions
 
 #: Approved commands one turn's grants hold unused at once (the latest kept).

@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
 from lmbridge.acp.connection import AgentError, AgentUnavailable
-from lmbridge.core import session_state
+from lmbridge.core import permissions, session_state
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
@@ -146,17 +146,21 @@ class ChatControls:
     def chosen(self, configuration: dict[str, Any] | None, picked: dict[str, Any]) -> dict[str, str]:
         """The controls to set before a prompt: on a session opened new, the agent's ``mode``
         setting and everything VS Code's model configuration says (``configuration``); on one
-        that ran before, only what the user changed since the previous request (``picked``)."""
-        if self._fresh:
-            self._fresh = False
-            values: dict[str, Any] = {}
-            if self._mode:
-                mode = next((c for c in self.state.controls if c.category == "mode"), None)
-                if mode is not None:
-                    values[mode.id] = self._mode
-            values.update(configuration or {})
-        else:
-            values = dict(picked)
+        that ran before, only what the user changed since the previous request (``picked``).
+        Of the model configuration, a mode that widens what runs is never set: it is the last
+        choice of any chat of the model (``permissions.from_configuration``)."""
+        values: dict[str, Any] = {}
+        fresh, self._fresh = self._fresh, False
+        if fresh and self._mode:
+            mode = next((c for c in self.state.controls if c.category == "mode"), None)
+            if mode is not None:
+                values[mode.id] = self._mode
+        for control_id, value in ((configuration or {}) if fresh else picked).items():
+            control = self.state.control(control_id) if isinstance(control_id, str) else None
+            if control is not None and not permissions.from_configuration(control.id, control.category, control.legacy, value):
+                log.warning("a mode from the model configuration not set: only the chat's own mode control sets it", session=self.session_id, configId=control_id, value=value)
+                continue
+            values[control_id] = value
         return session_state.wanted(self.state, values)
 
     async def configure_then(self, changes: dict[str, str], write: Write, out: MemoryObjectSendStream[Write]) -> None:
