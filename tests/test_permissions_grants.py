@@ -292,3 +292,66 @@ def test_no_sequence_of_events_lets_an_unapproved_command_through(data: st.DataO
             assert match is not None, f"{argv} (cwd {action.cwd}, env {action.env}) ran, approved: {approved}"
             approved.remove(match)
             event("a command ran")
+
+
+# ---------------------------------------------------------------- no sequence writes what no card showed
+
+FILES = ["/w/a.txt", "/w/b.txt", "/w/notes.txt", "/w/.git/config", "/etc/passwd", "rel.txt"]
+TEXTS = ["x", "x\n", "x\r\n", "y", "", "x\rtouch X", "\u202ex"]
+
+
+@st.composite
+def edit_cards(draw: st.DrawFn) -> dict[str, Any]:
+    """An agent's edit, delete or move request: diffs, locations and rawInput paths, shown or not."""
+    kind = draw(st.sampled_from(["edit", "edit", "move", "delete", "read", "execute"]))
+    diffs = [diff(draw(st.sampled_from(FILES)), draw(st.sampled_from(TEXTS))) for _ in range(draw(st.integers(0, 3)))]
+    call: dict[str, Any] = {"title": "t", "kind": kind, "content": diffs}
+    if draw(st.booleans()):
+        call["locations"] = [{"path": draw(st.sampled_from(FILES))}]
+    if draw(st.booleans()):
+        call["rawInput"] = {draw(st.sampled_from(["filePath", "path", "abs_path", "destination"])): draw(st.sampled_from(FILES))}
+    return call
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_no_sequence_of_events_writes_what_no_approved_card_showed(data: st.DataObject) -> None:
+    """Random edit cards approved or skipped, new prompts, Stops, and writes of any file with any
+    content: each write permitted is, byte for byte, a change an approved card of this turn
+    showed (its diff's file, or the file it named as that file's link target, and its newText,
+    both on the card), and each is used once."""
+    grants = P.NO_GRANTS
+    shown: list[tuple[str, str]] = []  # (file written, content) that approved cards of this turn showed, unused
+    for _ in range(data.draw(st.integers(1, 12))):
+        step = data.draw(st.sampled_from(["approve", "approve", "skip", "new prompt", "write", "write", "write"]))
+        if step in ("approve", "skip"):
+            call = data.draw(edit_cards())
+            p = card(call)
+            if step == "approve":
+                grants = P.grant(grants, p, WS.resolve)
+                message = P.render(p).message
+                for w in p.writes:
+                    # The card shows what it grants: the file, and the change (unified_diff, one rendering per text).
+                    shown_diff = next(d for d in p.diffs if d.path == w.path and d.new == w.content)
+                    assert P.code_block(P.unified_diff(shown_diff), "diff") in message and f"`{w.real}`" in message
+                    shown.append((w.real, w.content))
+        elif step == "new prompt":
+            grants, shown = P.NO_GRANTS, []
+        else:
+            path, content = data.draw(st.sampled_from(FILES)), data.draw(st.sampled_from(TEXTS))
+            real = WS.resolve(path)
+            grants, decision = P.permit(grants, P.WriteFile(path, real or path, content), True)
+            if isinstance(decision, P.Permit):
+                assert real is not None and (real, content) in shown, f"wrote {content!r} to {path} ({real}), shown: {shown}"
+                shown.remove((real, content))
+                event("a write was permitted")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from([None, "", "a\n", "a\r\n"]), st.text(alphabet="ab\r\n\u2028\\ ", max_size=8), st.text(alphabet="ab\r\n\u2028\\ ", max_size=8))
+def test_two_contents_never_look_the_same_on_a_card(old: str | None, a: str, b: str) -> None:
+    """A change's rendering is one per text: a CR, a missing last newline, CRLF line ends, a
+    U+2028 all show, so a card's approval of one content is never one of another."""
+    if a != b:
+        show = lambda new: P.code_block(P.unified_diff(P.Diff("/w/a.txt", old, new)), "diff")  # noqa: E731
+        assert show(a) != show(b)

@@ -251,6 +251,7 @@ class Diff:
     path: str
     old: str | None  # None: a new file
     new: str
+    whole: bool = True  # the file's whole text (ACP's diff), not a fragment of it (Claude Code's old_string/new_string)
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,7 +600,7 @@ def _diffs(content: list[Any], raw_input: object) -> tuple[Diff, ...]:
         # Agents that put the edit only in rawInput (Claude Code's Edit and Write tools).
         if isinstance(raw.get("new_string"), str):
             old = raw.get("old_string")
-            out.append(Diff(path, old if isinstance(old, str) else "", raw["new_string"]))
+            out.append(Diff(path, old if isinstance(old, str) else "", raw["new_string"], whole=False))
         elif isinstance(raw.get("content"), str):
             out.append(Diff(path, None, raw["content"]))
     return tuple(out)
@@ -992,22 +993,38 @@ def render(p: Permission) -> Card:
 
 def unified_diff(d: Diff) -> str:
     """A unified diff of one change (three lines of context); past ``DIFF_LINES`` lines, the
-    new text whole instead (difflib is quadratic at worst)."""
-    old = [] if d.old is None else _lines(d.old)
-    new = _lines(d.new)
+    new text whole instead (difflib is quadratic at worst). Byte for byte: lines split at
+    "\n" only, a text whose every line ends CRLF said so in a line of its own (any other CR
+    stays, and ``visible`` shows it), a last line without a newline marked as diff marks it."""
+    old = [] if d.old is None else _lines(d.old, d.whole)
+    new = _lines(d.new, d.whole)
+    notes = [f"({which} text: CRLF line ends)" for which, text in (("old", d.old), ("new", d.new)) if text is not None and _crlf(text)]
     if len(old) + len(new) > DIFF_LINES:
-        return "\n".join(["--- " + ("/dev/null" if d.old is None else d.path), "+++ " + d.path] + ["+" + line for line in new])
+        return "\n".join([*notes, "--- " + ("/dev/null" if d.old is None else d.path), "+++ " + d.path] + ["+" + line for line in new])
     out = list(difflib.unified_diff(old, new, "/dev/null" if d.old is None else d.path, d.path, lineterm=""))
-    return "\n".join(out) if out else f"(no change to {d.path})"
+    return "\n".join([*notes, *out]) if out else f"(no change to {d.path})"
 
 
-def _lines(text: str) -> list[str]:
+NO_NEWLINE = "\\ No newline at end of file"
+
+
+def _crlf(text: str) -> bool:
+    """Every line of ``text`` that ends, ends with CRLF (and one does)."""
+    ended = text.split("\n")[:-1]
+    return bool(ended) and all(line.endswith("\r") for line in ended)
+
+
+def _lines(text: str, whole: bool = True) -> list[str]:
     """Lines as a file has them: split at "\n" only (``str.splitlines`` also splits at a bare CR,
-    U+2028 and others, which would hide them), a CRLF's CR taken as part of the line end."""
+    U+2028 and others, which would hide them); CRs of CRLF line ends dropped when every line
+    has one (``_crlf``: said on the card); a last line with no newline followed by ``NO_NEWLINE``."""
     lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    last = lines.pop()
+    if _crlf(text):
+        lines = [line[:-1] for line in lines]
+    if last:
+        lines.append(f"{last}\n{NO_NEWLINE}" if whole else last)
+    return lines
 
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~&])")
