@@ -122,6 +122,8 @@ ROWS: list[tuple[str, list[Any], list[Any], list[Any]]] = [
     ("no prompt turn open", [fast("ls")], [CLOSED, run("ls")], [None, REFUSED]),
     ("unreadable params", [fast("ls")], [{"command": 7}, {"command": "ls", "args": "-la"}, {"command": "ls", "env": {"A": "1"}}, {"command": "ls", "cwd": 3}],
      [BAD, BAD, BAD, BAD]),
+    ("what no process can be started with", [fast("make", env={"A=B": "1"}), fast("ls", args=["a\x00b"])],
+     [run("make", env={"A=B": "1"}), run("ls", "a\x00b"), run("make", cwd="/w\x00"), run("make", env={"": "1"})], [BAD, BAD, BAD, BAD]),
     # -- writes: an approved edit grants each file its card shows a change of, with that text, once
     ("an edit: the file whose change it shows, once", [EDIT], [write("/w/c.txt"), write("/w/c.txt")], [OK, BAD]),
     ("two changes on one card: each once", [{**EDIT, "content": [diff("/w/c.txt"), diff("/w/d.txt", "y")]}], [write("/w/d.txt", "y"), write("/w/c.txt")], [OK, OK]),

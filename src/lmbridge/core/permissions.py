@@ -831,7 +831,8 @@ class Deny:
 
 def run_command(params: object) -> RunCommand | Deny:
     """A ``terminal/create``'s params (``command``, ``args?``, ``cwd?``, ``env?`` as
-    ``[{name, value}]``) read, or the ``Deny`` (-32602) naming what is wrong."""
+    ``[{name, value}]``) read, or the ``Deny`` (-32602) naming what is wrong: also what no
+    process can be started with (NUL anywhere, an environment name empty or holding ``=``)."""
     p = _object(params)
     command, args, cwd, env = p.get("command"), p.get("args") or [], p.get("cwd"), p.get("env") or []
     if not isinstance(command, str) or not command or not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -840,6 +841,11 @@ def run_command(params: object) -> RunCommand | Deny:
         return Deny(INVALID_PARAMS, "terminal/create: cwd must be a string")
     if not isinstance(env, list) or not all(isinstance(_object(e).get("name"), str) and isinstance(_object(e).get("value"), str) for e in env):
         return Deny(INVALID_PARAMS, "terminal/create: env must be a list of {name, value} strings")
+    # What no process can be started with: refused here, named, never left to the spawn.
+    if any("\0" in text for text in (command, *args, cwd or "", *(e["name"] + e["value"] for e in env))):
+        return Deny(INVALID_PARAMS, "terminal/create: a command, argument, cwd or environment variable cannot hold NUL")
+    if any(not e["name"] or "=" in e["name"] for e in env):
+        return Deny(INVALID_PARAMS, "terminal/create: an environment variable's name must be non-empty and hold no '='")
     return RunCommand(command, tuple(args), cwd, tuple(sorted((e["name"], e["value"]) for e in env)))
 
 
