@@ -108,7 +108,7 @@ def test_parse_script_format() -> None:
 
 
 def test_daemon_command_is_assembled_in_one_place() -> None:
-    assert daemon_command() == [sys.executable, "-P", "-m", "lmbridge", "serve"]  # -P: the working folder is not on its sys.path
+    assert daemon_command() == [sys.executable, "-E", "-P", "-m", "lmbridge", "serve"]  # -P: the working folder is not on its sys.path; -E: no PYTHON* variable
     assert daemon_command("lmbridge serve --agent 'x=my agent --flag'") == ["lmbridge", "serve", "--agent", "x=my agent --flag"]
     assert daemon_command(None, ["--record", "f.jsonl"])[-2:] == ["--record", "f.jsonl"]
     with pytest.raises(ConsoleError):

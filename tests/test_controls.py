@@ -187,3 +187,30 @@ async def test_the_session_title_and_the_prompt_results_tokens_reach_the_chats_s
     assert len([line for line in log if "agent sign-in status" in line and "kind=api_key" in line]) == 1
     assert [line for line in log if "session title" in line and "Say hello" in line]
     assert not [line for line in log if "_auth/status_update" in line and "ignored" in line]
+WIDE = {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "default",
+        "options": [{"value": v, "name": v} for v in ("default", "plan", "acceptEdits", "bypassPermissions")]}  # fmt: skip
+
+
+async def test_a_mode_that_widens_what_runs_is_set_only_for_the_chat_that_chose_it(scripted: Any, daemon: Any, tmp_path: Any) -> None:
+    """VS Code's model configuration is one per model: the mode a user picked for one chat comes
+    with every chat's next request. A mode that runs more without asking is set only through
+    chat/setControl, which names the chat; from the configuration only an asking mode is."""
+    agent = scripted({"config_options": [WIDE], "default_turn": [{"text": "ok"}], "turns_per_session": True})
+    with anyio.fail_after(LIMIT):
+        async with daemon(initialize=False) as c:
+            await initialize(c, [agent.spec], str(tmp_path))
+            a1 = await c.chat(agent.id, [user("chat A")])
+            ok(a1)
+            chat_a = states(c)[-1]["chatId"]
+            # Chat A's user chooses bypassPermissions for chat A.
+            answer = await c.request("chat/setControl", {"chatId": chat_a, "controlId": "mode", "value": "bypassPermissions"})
+            assert control(answer, "mode")["current"] == "bypassPermissions"
+            # VS Code now sends that mode as the model's configuration with chat B's first request,
+            # and as a change with chat A's next one: neither sets it.
+            wide = {"mode": "bypassPermissions"}
+            ok(await c.chat(agent.id, [user("chat B")], options={"configuration": wide}))
+            ok(await c.chat(agent.id, [user("chat C")], options={"configuration": {"mode": "acceptEdits"}}))
+            # An asking mode still comes from the configuration.
+            ok(await c.chat(agent.id, [user("chat D")], options={"configuration": {"mode": "plan"}}))
+    sets = [(e["sessionId"], e["configId"], e["value"]) for e in agent.events("set_config_option")]
+    assert sets == [("s1", "mode", "bypassPermissions"), ("s4", "mode", "plan")]

@@ -243,8 +243,10 @@ def fs_answers(agent: Any) -> dict[str, dict[str, Any]]:
     return {e["id"]: e for e in agent.events("fs_answer")}
 
 
-def edit_permission(path: str, handle: str = "p1") -> dict[str, Any]:
-    call = {"toolCallId": f"w-{handle}", "title": f"Write {os.path.basename(path)}", "kind": "edit", "status": "pending", "locations": [{"path": path}]}
+def edit_permission(path: str, handle: str = "p1", content: str = "approved\n") -> dict[str, Any]:
+    """An edit of ``path`` whose card shows its new ``content`` (an ACP diff): what a write may carry."""
+    call = {"toolCallId": f"w-{handle}", "title": f"Write {os.path.basename(path)}", "kind": "edit", "status": "pending", "locations": [{"path": path}],
+            "content": [{"type": "diff", "path": path, "oldText": None, "newText": content}]}  # fmt: skip
     return {"permission": {"toolCall": call}, "id": handle}
 
 
@@ -299,6 +301,7 @@ async def test_a_write_needs_an_approved_edit_of_that_file_in_the_turn(scripted:
         edit_permission(str(target)),
         {"branch": "p1", "allow": [
             {"fs": {"method": "fs/write_text_file", "path": str(other), "content": "not this one\n"}, "id": "other-file"},
+            {"fs": {"method": "fs/write_text_file", "path": str(target), "content": "approved\n[core]\n\tfsmonitor = touch X\n"}, "id": "other-content"},
             {"fs": {"method": "fs/write_text_file", "path": str(target), "content": "approved\n"}, "id": "approved"},
             {"fs": {"method": "fs/write_text_file", "path": str(target), "content": "again\n"}, "id": "again"},
             {"text": "wrote it"},
@@ -321,6 +324,8 @@ async def test_a_write_needs_an_approved_edit_of_that_file_in_the_turn(scripted:
     answers = fs_answers(agent)
     assert "only after the user approved an edit" in answers["unasked"]["error"]["message"]
     assert answers["other-file"]["error"]["code"] == -32602
+    # Not what the card showed: refused, and the approval stays for the content it did show.
+    assert answers["other-content"]["error"]["code"] == -32602 and "content the card showed" in answers["other-content"]["error"]["message"]
     assert answers["approved"]["result"] == {}
     assert answers["again"]["error"]["code"] == -32602  # one approval, one write
     assert answers["next-turn"]["error"]["code"] == -32602
@@ -361,7 +366,7 @@ async def test_through_the_shim_reads_the_editors_text_and_writes_by_asking_it(s
         {"fs": {"method": "fs/read_text_file", "path": str(work / "link.txt"), "line": 2, "limit": 3}, "id": "read"},
         {"fs": {"method": "fs/read_text_file", "path": str(work / "gone.txt")}, "id": "shim-error"},
         {"fs": {"method": "fs/read_text_file", "path": "/etc/hostname"}, "id": "outside"},
-        edit_permission(str(target)),
+        edit_permission(str(target), content="new text\n"),
         {"branch": "p1", "allow": [
             {"fs": {"method": "fs/write_text_file", "path": str(target), "content": "new text\n"}, "id": "write"},
             {"text": "wrote"},
@@ -420,3 +425,36 @@ async def test_the_demo_agent_reads_and_appends_through_fs(daemon: Any, tmp_path
             assert second.error is None
             assert "I appended a line to `notes.md`." in "".join(p["value"] for p in second.parts if p["type"] == "text")
     assert (work / "notes.md").read_text() == "# Notes\nAppended by the demo agent.\n"
+
+
+@pytest.mark.anyio
+async def test_a_link_to_git_config_is_asked_on_the_protected_tool_naming_its_target(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    """A repository ships ``notes.txt -> .git/config``: the card of an edit of notes.txt names
+    .git/config and goes out on the tool no session approval of edits covers; the write then
+    goes where the card said, with what it showed."""
+    work = Path(os.path.realpath(tmp_path)) / "work"
+    (work / ".git").mkdir(parents=True)
+    config = work / ".git" / "config"
+    config.write_text("[core]\n")
+    os.symlink(".git/config", work / "notes.txt")
+    agent = scripted({"turns": [[
+        edit_permission(str(work / "notes.txt"), content="[core]\n\tbare = false\n"),
+        {"branch": "p1", "allow": [
+            {"fs": {"method": "fs/write_text_file", "path": str(work / "notes.txt"), "content": "[core]\n\tfsmonitor = touch X\n"}, "id": "other"},
+            {"fs": {"method": "fs/write_text_file", "path": str(work / "notes.txt"), "content": "[core]\n\tbare = false\n"}, "id": "shown"},
+            {"text": "wrote"},
+        ]},
+    ]]})  # fmt: skip
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], workspace=[str(work)]) as c:
+            first = await c.chat(agent.id, [user("write")])
+            [card] = tool_calls(first)
+            assert card["name"] == "symposium-agent-action-protected"
+            message = card["input"]["message"]
+            assert f"`{work}/notes.txt` is a link to `{config}`" in message and "Asked again" in message
+            second = await c.chat(agent.id, [user("write"), assistant(first.parts), approve(card)])
+            assert second.error is None
+    answers = fs_answers(agent)
+    assert answers["other"]["error"]["code"] == -32602
+    assert answers["shown"]["result"] == {}
+    assert config.read_text() == "[core]\n\tbare = false\n"

@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lmbridge.rpc import jsonrpc
 from lmbridge.rpc.jsonrpc import parse_json
 
 
@@ -91,3 +92,33 @@ def test_nan_and_infinity_are_not_json() -> None:
             assert "is not JSON" in str(exc)
         else:
             raise AssertionError(f"{data!r} parsed")
+
+
+# ---------------------------------------------------------------- writing: strict JSON only
+
+
+def test_a_float_that_is_not_finite_is_written_null_and_the_frame_stays_json() -> None:
+    """A VS Code tool call whose arguments hold ``1e400``, ``NaN`` or ``-Infinity`` (the MCP
+    SDK parses them) is written with ``null`` there, as JavaScript's ``JSON.stringify`` writes
+    them: the shim's ``JSON.parse`` takes the frame, and the call keeps its other arguments."""
+    frame = {"jsonrpc": "2.0", "method": "lm/responsePart", "params": {"part": {"type": "tool_call", "input": {
+        "big": json.loads("1e400"), "nan": float("nan"), "neg": float("-inf"), "list": [1.5, float("inf")], "keep": "x"}}}}  # fmt: skip
+    line = jsonrpc.encode(frame)
+    assert b"Infinity" not in line and b"NaN" not in line
+    assert parse_json(line)["params"]["part"]["input"] == {"big": None, "nan": None, "neg": None, "list": [1.5, None], "keep": "x"}
+    assert jsonrpc.encode_value({"a": 1.5}) == '{"a":1.5}'
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON_VALUES)
+def test_whatever_a_link_writes_is_strict_json(value: Any) -> None:
+    line = jsonrpc.encode({"jsonrpc": "2.0", "id": 1, "result": value})
+    assert line.endswith(b"\n") and b"\n" not in line[:-1]
+    assert parse_json(line)["id"] == 1  # the strict parser (no NaN, no Infinity) takes it

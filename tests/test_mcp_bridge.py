@@ -234,7 +234,7 @@ async def test_stdio_relay_for_no_open_session_is_refused():
                 code = await relay.wait()
                 stderr = b"".join([chunk async for chunk in relay.stderr])
         assert code == 2 and b"without serving session 's2'" in stderr and b"Fatal" not in stderr, (code, stderr)
-        gone = [*cfg["args"][:4], "--socket", "/nonexistent/mcp.sock", "--session", "s1"]
+        gone = [*cfg["args"][: cfg["args"].index("--socket")], "--socket", "/nonexistent/mcp.sock", "--session", "s1"]
         proc = await anyio.run_process([sys.executable, *gone], input=b"", check=False)
         assert proc.returncode == 2 and b"cannot reach the daemon" in proc.stderr
         host.remove("s1")

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lmbridge.core import paths, profiles
 from lmbridge.core import permissions as P
-from lmbridge.core import profiles
 from lmbridge.core.messages import VSCODE_SKIP_TEXT, ToolResultPart
-from lmbridge.core.permissions import ACTION_TOOL, ACTION_TOOLS, EDIT_TOOL, FETCH_TOOL, MODE_TOOL, READ_TOOL
+from lmbridge.core.permissions import ACTION_TOOL, ACTION_TOOLS, EDIT_TOOL, FETCH_TOOL, MODE_TOOL, PROTECTED_TOOL, READ_TOOL
 
 CLAUDE_OPTIONS = [
     {"optionId": "allow_always", "name": "Always Allow", "kind": "allow_always"},
@@ -80,7 +80,7 @@ ROWS: list[tuple[str, profiles.AgentProfile, Any, Any, frozenset[str], tuple[str
     ("gemini bridged, a command as its title", profiles.GEMINI, {"toolCallId": "mcp_vscode_grep_search__1", "title": "rm -rf /", "kind": "other"}, GEMINI_OPTIONS, AGENT_MODE, ("grant", "grep_search")),
     ("fast-agent shell", profiles.FAST_AGENT, {"toolCallId": "pending", "title": "shell/run_command", "kind": "execute", "rawInput": {"command": "touch x"}}, FAST_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     ("fast-agent bridged read", profiles.FAST_AGENT, {"toolCallId": "pending", "title": "vscode/read_file", "kind": "read", "rawInput": {"filePath": "/w/a"}}, FAST_OPTIONS, AGENT_MODE, ("grant", "read_file")),
-    ("demo agent write", profiles.OTHER, {"toolCallId": "w1", "title": "Write notes.txt", "kind": "edit", "locations": [{"path": "/tmp/notes.txt"}]}, FAST_OPTIONS, AGENT_MODE, ("ask", EDIT_TOOL)),
+    ("demo agent write", profiles.OTHER, {"toolCallId": "w1", "title": "Write notes.txt", "kind": "edit", "locations": [{"path": "/w/doc/notes.txt"}]}, FAST_OPTIONS, AGENT_MODE, ("ask", EDIT_TOOL)),
     ("unknown kind", profiles.OTHER, {"toolCallId": "t", "title": "Do a thing", "kind": "teleport"}, CLAUDE_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     ("no kind", profiles.OTHER, {"toolCallId": "t", "title": "Do a thing"}, CLAUDE_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     ("kind other", profiles.OTHER, {"toolCallId": "t", "title": "Do a thing", "kind": "other"}, CLAUDE_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
@@ -107,7 +107,19 @@ ROWS: list[tuple[str, profiles.AgentProfile, Any, Any, frozenset[str], tuple[str
     ("claude: another server's tool", profiles.CLAUDE, {"toolCallId": "t", "title": "x", "_meta": {"claudeCode": {"toolName": "mcp__github__read_file"}}}, CLAUDE_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     ("claude's name from another agent", profiles.OTHER, claude_mcp("read_file"), CLAUDE_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     ("gemini's name from claude", profiles.CLAUDE, {"toolCallId": "mcp_vscode_grep_search__1", "title": "grep", "kind": "other"}, CLAUDE_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
-    ("fast-agent title of an edit", profiles.FAST_AGENT, {"toolCallId": "pending", "title": "vscode/create_file", "kind": "edit"}, FAST_OPTIONS, AGENT_MODE, ("ask", EDIT_TOOL)),
+    ("fast-agent title of an edit naming no file", profiles.FAST_AGENT, {"toolCallId": "pending", "title": "vscode/create_file", "kind": "edit"}, FAST_OPTIONS, AGENT_MODE, ("ask", PROTECTED_TOOL)),
+    # -- protected files (VS Code's chat.tools.edits.autoApprove): never on the tool a session approval of edits covers
+    ("an edit of .git/config", profiles.CLAUDE, {"toolCallId": "t", "title": "Edit config", "kind": "edit", "rawInput": {"file_path": "/w/.git/config", "old_string": "", "new_string": "[core]\n\tfsmonitor = touch X"}}, CLAUDE_OPTIONS, AGENT_MODE, ("ask", PROTECTED_TOOL)),
+    ("a git hook", profiles.GEMINI, {"toolCallId": "t", "title": "Write", "kind": "edit", "content": [{"type": "diff", "path": "/w/.git/hooks/pre-commit", "newText": "x"}]}, GEMINI_OPTIONS, AGENT_MODE, ("ask", PROTECTED_TOOL)),
+    ("package.json deep down", profiles.GEMINI, {"toolCallId": "t", "title": "Write", "kind": "edit", "locations": [{"path": "/w/sub/package.json"}]}, GEMINI_OPTIONS, AGENT_MODE, ("ask", PROTECTED_TOOL)),
+    (".vscode/settings.json", profiles.OTHER, {"toolCallId": "t", "title": "Write", "kind": "edit", "locations": [{"path": "/w/.vscode/settings.json"}]}, FAST_OPTIONS, AGENT_MODE, ("ask", PROTECTED_TOOL)),
+    ("a lock file deleted", profiles.OTHER, {"toolCallId": "t", "title": "rm", "kind": "delete", "locations": [{"path": "/w/yarn.lock"}]}, FAST_OPTIONS, AGENT_MODE, ("ask", PROTECTED_TOOL)),
+    ("moved onto .claude/settings.json", profiles.OTHER, {"toolCallId": "t", "title": "mv", "kind": "move", "rawInput": {"path": "/w/a", "destination": "/w/.claude/settings.json"}}, FAST_OPTIONS, AGENT_MODE, ("ask", PROTECTED_TOOL)),
+    ("a protected path only in a rawInput field", profiles.OTHER, {"toolCallId": "t", "title": "Edit a", "kind": "edit", "locations": [{"path": "/w/a.py"}], "rawInput": {"abs_path": "/w/.git/config"}}, FAST_OPTIONS, AGENT_MODE, ("ask", PROTECTED_TOOL)),
+    ("a link to .git/config", profiles.GEMINI, {"toolCallId": "t", "title": "Write", "kind": "edit", "content": [{"type": "diff", "path": "/w/notes.txt", "newText": "x"}]}, GEMINI_OPTIONS, AGENT_MODE, ("ask", PROTECTED_TOOL)),
+    ("a file outside the workspace", profiles.OTHER, {"toolCallId": "t", "title": "Write", "kind": "edit", "locations": [{"path": "/etc/profile"}]}, FAST_OPTIONS, AGENT_MODE, ("ask", PROTECTED_TOOL)),
+    ("an ordinary file", profiles.OTHER, {"toolCallId": "t", "title": "Write", "kind": "edit", "locations": [{"path": "/w/src/.gitignore"}]}, FAST_OPTIONS, AGENT_MODE, ("ask", EDIT_TOOL)),
+    ("a read of .git/config is a read", profiles.OTHER, {"toolCallId": "t", "title": "Read", "kind": "read", "locations": [{"path": "/w/.git/config"}]}, FAST_OPTIONS, AGENT_MODE, ("ask", READ_TOOL)),
     ("fast-agent title, another server", profiles.FAST_AGENT, {"toolCallId": "pending", "title": "shell/read_file", "kind": "read"}, FAST_OPTIONS, AGENT_MODE, ("ask", READ_TOOL)),
     ("a grant needs an allow_once option", profiles.CLAUDE, claude_mcp("read_file"), [{"optionId": "a", "name": "A", "kind": "allow_always"}], AGENT_MODE, ("decline", "cancelled")),
     # -- nothing approvable, nothing shown whole, nobody to ask
@@ -121,6 +133,16 @@ ROWS: list[tuple[str, profiles.AgentProfile, Any, Any, frozenset[str], tuple[str
     ("Ask mode: no command tool", profiles.CLAUDE, {"toolCallId": "t", "title": "touch x", "kind": "execute", "rawInput": {"command": "touch x"}}, CLAUDE_OPTIONS, ASK_MODE, ("decline", "reject")),
     ("Ask mode: a read is asked", profiles.CLAUDE, {"toolCallId": "t", "title": "Read a", "kind": "read"}, CLAUDE_OPTIONS, ASK_MODE, ("ask", READ_TOOL)),
     ("Ask mode: a read with a command", profiles.CLAUDE, {"toolCallId": "t", "title": "Read a", "kind": "read", "rawInput": {"command": "cat a"}}, CLAUDE_OPTIONS, ASK_MODE, ("decline", "reject")),
+    # -- a command holding what a card cannot show as it runs: declined, never shown otherwise
+    ("a bare CR in a command", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "echo ok\r# ; touch X"}}, FAST_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("a CRLF in a command", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "echo ok\r\ntouch X"}}, FAST_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("ESC in a command's title (gemini)", profiles.GEMINI, {"toolCallId": "t", "title": "echo \x1b[8mhidden\x1b[0m ok", "kind": "execute"}, GEMINI_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("a bidi override in an argv", profiles.CODEX, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": ["rm", "a\u202etxt.exe"]}}, CODEX_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("a zero-width space in a cwd", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "make", "cwd": "/w\u200b"}}, FAST_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("U+2028 in an env value", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "make", "env": {"A": "1\u2028B=2"}}}, FAST_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("NUL in a command", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "ls\x00-la"}}, FAST_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("U+0085 in a command", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "ls\x85rm x"}}, FAST_OPTIONS, AGENT_MODE, ("decline", "reject")),
+    ("a tab and a newline are shown as they are", profiles.FAST_AGENT, {"toolCallId": "t", "title": "x", "kind": "execute", "rawInput": {"command": "printf 'a\tb'\nls"}}, FAST_OPTIONS, AGENT_MODE, ("ask", ACTION_TOOL)),
     # -- malformed requests are refused at once, naming the field
     ("options 5", profiles.OTHER, {"toolCallId": "t", "title": "x", "kind": "execute"}, 5, AGENT_MODE, ("refuse", -32602)),
     ("options missing", profiles.OTHER, {"toolCallId": "t", "title": "x", "kind": "execute"}, None, AGENT_MODE, ("refuse", -32602)),
@@ -130,6 +152,11 @@ ROWS: list[tuple[str, profiles.AgentProfile, Any, Any, frozenset[str], tuple[str
     ("toolCall missing", profiles.OTHER, None, CLAUDE_OPTIONS, AGENT_MODE, ("refuse", -32602)),
     ("toolCall a list", profiles.OTHER, [1, 2], CLAUDE_OPTIONS, AGENT_MODE, ("refuse", -32602)),
 ]
+
+
+#: The workspace /w, which ships a link notes.txt -> .git/config.
+LINKS = {"/w/notes.txt": "/w/.git/config"}
+WS = P.Workspace(("/w",), resolve=lambda path: LINKS.get(path, path) if LINKS.get(path, path).startswith("/w/") else None)
 
 
 def request(tool_call: Any, options: Any) -> dict[str, Any]:
@@ -143,7 +170,7 @@ def request(tool_call: Any, options: Any) -> dict[str, Any]:
 
 def decision_of(profile: profiles.AgentProfile, tool_call: Any, options: Any, offered: frozenset[str]) -> tuple[P.Permission | P.Malformed, P.Decision]:
     bridge = P.Bridge("vscode", TOOLS, profile)
-    p = P.read(request(tool_call, options), "call-1", "tok-1", None, bridge)
+    p = P.read(request(tool_call, options), "call-1", "tok-1", None, bridge, WS)
     return p, P.route(p, offered, "Agent")
 
 
@@ -243,7 +270,7 @@ def test_options_are_chosen_by_kind_and_doubt_is_cancelled(options: list[tuple[s
 
 
 def card_of(tool_call: dict[str, Any]) -> P.Card:
-    p = P.read(request(tool_call, CLAUDE_OPTIONS), "call-1", "tok-1")
+    p = P.read(request(tool_call, CLAUDE_OPTIONS), "call-1", "tok-1", workspace=WS)
     assert isinstance(p, P.Permission)
     d = P.route(p, AGENT_MODE, "Agent")
     assert isinstance(d, P.Ask), d
@@ -395,6 +422,8 @@ def test_a_request_never_goes_out_on_a_milder_tool_than_its_kind(tool_call: dict
     assert isinstance(p, P.Permission)
     if isinstance(d, P.Ask):
         expected = P.TOOL_BY_KIND.get(tool_call["kind"], ACTION_TOOL) if isinstance(tool_call["kind"], str) else ACTION_TOOL
+        if expected == EDIT_TOOL and p.protected:  # a protected file (or none named): never the edit tool
+            expected = PROTECTED_TOOL
         assert d.card.tool == (ACTION_TOOL if p.command is not None else expected)
     if isinstance(d, P.Grant):
         assert profile is not profiles.OTHER and p.command is None and p.kind not in P.ACTING_KINDS and d.tool in TOOLS
@@ -514,3 +543,108 @@ def test_an_answer_selects_only_an_option_of_its_own_kind(options: list[tuple[st
     if len(of_kind) == 1 and [i for i, _ in options].count(of_kind[0]) == 1:
         assert out == {"outcome": "selected", "optionId": of_kind[0]}
         assert out == P.outcome([P.Option(i, i, k) for i, k in options], answer, profiles.OTHER)
+# ---------------------------------------------------------------- protected files (chat.tools.edits.autoApprove)
+
+# (file, the user's chat.tools.edits.autoApprove as VS Code gives it (None: its default), protected?)
+PROTECTED_ROWS = [
+    ("/w/src/a.py", None, False),
+    ("/w/.git/config", None, True),
+    ("/w/.git/hooks/pre-commit", None, True),
+    ("/w/sub/.GIT/config", None, True),  # any case: the safer reading
+    ("/w/package.json", None, True),
+    ("/w/a/b/Cargo.toml", None, True),
+    ("/w/.env", None, True),
+    ("/w/.envrc", None, False),
+    ("/w/poetry.lock", None, True),
+    ("/w/pnpm-lock.yaml", None, True),
+    ("/w/app.csproj", None, True),
+    ("/w/.vscode/settings.json", None, True),
+    ("/w/.vscode/x/notes.json", None, False),
+    ("/w/.github/hooks/a.sh", None, True),
+    ("/w/.claude/settings.local.json", None, True),
+    ("/w/.codex/config.toml", None, True),
+    ("/w", None, True),  # the folder itself
+    ("/elsewhere/a.py", None, True),  # outside the workspace
+    # The user's own setting (VS Code merges it over the default, in order; the last match wins)
+    ("/w/package.json", {**dict(paths.EDIT_AUTO_APPROVE), "**/package.json": True}, False),
+    ("/w/src/a.py", {**dict(paths.EDIT_AUTO_APPROVE), "src/**": False}, True),
+    ("/w/.mcp.json", {"**/*": True}, True),  # Copilot protects these whatever the setting says
+    ("/w/.vscode/tasks.json", {**dict(paths.EDIT_AUTO_APPROVE), "**/.vscode/*.json": True}, True),
+    ("/w/.git/config", {"**/*": True}, False),
+    ("/w/.git/config", "junk", True),  # unreadable: the default
+]
+
+
+@pytest.mark.parametrize(("path", "setting", "expected"), PROTECTED_ROWS)
+def test_protected_files_are_vs_codes(path: str, setting: Any, expected: bool) -> None:
+    assert paths.protected(path, ["/w"], paths.edit_rules(setting)) is expected
+
+
+def test_a_protected_edit_says_why_it_is_asked_again_and_names_the_link_target() -> None:
+    card = card_of({"toolCallId": "t", "title": "Write notes", "kind": "edit", "content": [{"type": "diff", "path": "/w/notes.txt", "oldText": "", "newText": "[core]\n"}]})
+    assert card.tool == PROTECTED_TOOL
+    assert "Asked again, even if you allowed edits in this session" in card.message
+    assert "`/w/notes.txt → /w/.git/config`" in card.message
+    assert "`/w/notes.txt` is a link to `/w/.git/config`" in card.message
+    assert "- `/w/.git/config` (named `/w/notes.txt`)" in card.message  # what Allow writes, by its target
+    assert "changes to protected files" in card.message and "edits, deletions and moves" not in card.message
+
+
+def test_the_users_setting_frees_a_file_from_protection() -> None:
+    ws = P.Workspace(("/w",), paths.edit_rules({"**/*": True, "**/package.json": True}), resolve=lambda p: p)
+    p = P.read(request({"toolCallId": "t", "title": "x", "kind": "edit", "locations": [{"path": "/w/package.json"}]}, CLAUDE_OPTIONS), "c", "t", workspace=ws)
+    assert isinstance(p, P.Permission) and p.tool == EDIT_TOOL
+
+
+# ---------------------------------------------------------------- what a card cannot show as it is
+
+
+def test_control_and_format_characters_are_shown_escaped_on_the_card() -> None:
+    card = card_of({"toolCallId": "t", "title": "Edit \x1b[2Ja\u202etxt", "kind": "edit",
+                    "content": [{"type": "diff", "path": "/w/a\u200b.py", "oldText": "x = 1\r\n", "newText": "x = 2\rimport os\u2028\r\n"}]})  # fmt: skip
+    assert card.title == "Edit ⟨U+001B⟩[2Ja⟨U+202E⟩txt"
+    assert "+x = 2⟨U+000D⟩import os⟨U+2028⟩" in card.message  # a bare CR shown, a CRLF's CR a line end
+    assert "`/w/a⟨U+200B⟩.py`" in card.message
+    assert not P.UNSHOWABLE.search(card.message + card.title)
+    # One text for one rendering: the escape's own bracket is escaped too.
+    assert P.visible("⟨U+000D⟩") != P.visible("\r") and P.visible("⟨") == "⟨U+27E8⟩"
+
+
+def test_a_long_or_multi_line_title_is_shown_whole_also_beside_a_command() -> None:
+    for title in ("Run the tests\u2028and then rm -rf ~", "Run " + "x" * 200):
+        card = card_of({"toolCallId": "t", "title": title, "kind": "execute", "rawInput": {"command": "make test"}})
+        assert "**Title**" in card.message and P.visible(title) in card.message, title
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=40))
+def test_a_card_never_holds_a_character_it_cannot_show(text: str) -> None:
+    """Any text the agent writes, in any field: the card holds none of ``UNSHOWABLE``, and a
+    command holding one is declined."""
+    call = {"toolCallId": "t", "title": text, "kind": "execute", "rawInput": {"command": text or "x", "cwd": "/w"},
+            "content": [{"type": "content", "content": {"type": "text", "text": text}}], "locations": [{"path": "/w/" + text}]}  # fmt: skip
+    p = P.read(request(call, CLAUDE_OPTIONS), "c", "t", workspace=WS)
+    assert isinstance(p, P.Permission)
+    d = P.route(p, AGENT_MODE, "Agent")
+    if P.UNSHOWABLE.search(text):
+        assert isinstance(d, P.Decline)
+    else:
+        assert isinstance(d, P.Ask) or (isinstance(d, P.Decline) and "too" in d.line)
+    card = P.render(p)
+    assert not P.UNSHOWABLE.search(card.title + card.message)
+
+
+# ---------------------------------------------------------------- modes: whose choice
+
+
+@pytest.mark.parametrize(("category", "legacy", "value", "expected"), [
+    ("mode", False, "default", True), ("mode", False, "plan", True), ("mode", False, "read-only", True),
+    ("mode", False, "auto", False), ("mode", False, "acceptEdits", False), ("mode", False, "bypassPermissions", False),
+    ("mode", False, "dontAsk", False), ("mode", False, "agent", False), ("mode", False, "agent-full-access", False),
+    ("mode", False, "workspace-write", False), ("mode", False, "yolo", False), ("mode", False, "autoEdit", False),
+    ("mode", False, "some-new-mode", False), ("mode", False, 7, False),
+    (None, True, "code", False), (None, True, "ask", True),  # the older modes are modes too
+    ("thought_level", False, "high", True), (None, False, "anything", True),
+])  # fmt: skip
+def test_the_model_configuration_sets_only_an_asking_mode(category: str | None, legacy: bool, value: Any, expected: bool) -> None:
+    assert P.from_configuration("mode", category, legacy, value) is expected

@@ -32,9 +32,13 @@ def resolve(path: str) -> str | None:
     return path if path.startswith(WORKSPACE + "/") else None
 
 
+LINKS = {"/w/notes.txt": "/w/.git/config"}  # a link the repository ships
+WS = P.Workspace((WORKSPACE,), resolve=lambda path: resolve(LINKS.get(path, path)))
+
+
 def card(tool_call: dict[str, Any]) -> P.Permission:
     """The request as the turn machine read it for its card (``permissions.read``)."""
-    p = P.read({"sessionId": "s", "toolCall": {"toolCallId": "t1", "status": "pending", **tool_call}, "options": OPTIONS}, "call-1", "tok-1")
+    p = P.read({"sessionId": "s", "toolCall": {"toolCallId": "t1", "status": "pending", **tool_call}, "options": OPTIONS}, "call-1", "tok-1", workspace=WS)
     assert isinstance(p, P.Permission)
     return p
 
@@ -54,13 +58,17 @@ def run(command: str, *args: str, cwd: str | None = None, env: dict[str, str] | 
     return params
 
 
-def write(path: str) -> P.WriteFile:
-    real = resolve(path)
-    return P.WriteFile(path, real if real is not None else path)
+def write(path: str, content: str = "x") -> P.WriteFile:
+    real = resolve(LINKS.get(path, path))
+    return P.WriteFile(path, real if real is not None else path, content)
+
+
+def diff(path: str, new: str = "x", old: str | None = "") -> dict[str, Any]:
+    return {"type": "diff", "path": path, "oldText": old, "newText": new}
 
 
 EDIT = {"title": "Write", "kind": "edit", "locations": [{"path": "/w/a.txt"}], "rawInput": {"file_path": "/w/b.txt"},
-        "content": [{"type": "diff", "path": "/w/c.txt", "oldText": "", "newText": "x"}]}  # fmt: skip
+        "content": [diff("/w/c.txt")]}  # fmt: skip
 NEW_TURN, STOP, CLOSED = "new prompt", "stop", "turn ended"
 OK, REFUSED, BAD = "permit", P.REFUSED, P.INVALID_PARAMS
 
@@ -88,6 +96,10 @@ ROWS: list[tuple[str, list[Any], list[Any], list[Any]]] = [
     ("a shell running more than was shown", [fast("ls")], [run("sh", "-c", "ls; rm -rf /w")], [REFUSED]),
     ("a shell that is not one", [fast("ls")], [run("python3", "-c", "ls")], [REFUSED]),
     ("a shell with other flags", [fast("ls")], [run("bash", "--rcfile", "/tmp/x", "-c", "ls")], [REFUSED]),
+    ("a shell's name with a trailing newline is not one", [fast("ls")], [run("sh\n", "-c", "ls"), run("/bin/bash\n", "-lc", "ls")], [REFUSED, REFUSED]),
+    ("a card showing an argv of sh\\n shows it whole", [{"title": "t", "kind": "execute", "rawInput": {"command": ["sh\n", "-c", "ls"]}}],
+     [run("sh", "-c", "ls"), run("sh\n", "-c", "ls")], [REFUSED, OK]),
+    ("a command with a bare CR grants nothing", [fast("echo ok\r# ; touch X")], [run("sh", "-c", "echo ok\r# ; touch X")], [REFUSED]),
     ("a program named like a shell is not one", [fast("ls")], [run("/w/bash", "-lc", "ls"), run("./sh", "-c", "ls"), run("/tmp/x/sh", "-c", "ls")],
      [REFUSED, REFUSED, REFUSED]),
     ("a card showing such a program shows it whole, and runs it as shown",
@@ -110,11 +122,27 @@ ROWS: list[tuple[str, list[Any], list[Any], list[Any]]] = [
     ("no prompt turn open", [fast("ls")], [CLOSED, run("ls")], [None, REFUSED]),
     ("unreadable params", [fast("ls")], [{"command": 7}, {"command": "ls", "args": "-la"}, {"command": "ls", "env": {"A": "1"}}, {"command": "ls", "cwd": 3}],
      [BAD, BAD, BAD, BAD]),
-    # -- writes: an approved edit names the files, one write each
-    ("an edit: each file it names, once", [EDIT], [write("/w/a.txt"), write("/w/b.txt"), write("/w/c.txt"), write("/w/a.txt")], [OK, OK, OK, BAD]),
+    ("what no process can be started with", [fast("make", env={"A=B": "1"}), fast("ls", args=["a\x00b"])],
+     [run("make", env={"A=B": "1"}), run("ls", "a\x00b"), run("make", cwd="/w\x00"), run("make", env={"": "1"})], [BAD, BAD, BAD, BAD]),
+    # -- writes: an approved edit grants each file its card shows a change of, with that text, once
+    ("an edit: the file whose change it shows, once", [EDIT], [write("/w/c.txt"), write("/w/c.txt")], [OK, BAD]),
+    ("two changes on one card: each once", [{**EDIT, "content": [diff("/w/c.txt"), diff("/w/d.txt", "y")]}], [write("/w/d.txt", "y"), write("/w/c.txt")], [OK, OK]),
     ("no edit approved", [], [write("/w/a.txt")], [BAD]),
     ("a file the edit did not name", [EDIT], [write("/w/d.txt")], [BAD]),
-    ("a delete and a move are edits", [{**EDIT, "kind": "delete"}, {**EDIT, "kind": "move"}], [write("/w/a.txt"), write("/w/a.txt")], [OK, OK]),
+    # Issue points: a path in a rawInput field the card does not show, or a location with no
+    # content shown, grants nothing; the content must be the card's, byte for byte.
+    ("a rawInput path the card does not show grants nothing", [EDIT], [write("/w/b.txt")], [BAD]),
+    ("a location with no change shown grants nothing", [EDIT], [write("/w/a.txt")], [BAD]),
+    ("other content than the card showed", [EDIT], [write("/w/c.txt", "x\nrm -rf ~"), write("/w/c.txt", "x ")], [BAD, BAD]),
+    ("the content shown, after other content was refused", [EDIT], [write("/w/c.txt", "y"), write("/w/c.txt")], [BAD, OK]),
+    ("a delete grants no write", [{**EDIT, "kind": "delete"}], [write("/w/c.txt"), write("/w/a.txt")], [BAD, BAD]),
+    ("a move grants only its destination", [{"kind": "move", "title": "mv", "rawInput": {"path": "/w/c.txt", "destination": "/w/e.txt"},
+                                             "content": [diff("/w/c.txt"), diff("/w/e.txt")]}],
+     [write("/w/c.txt"), write("/w/e.txt")], [BAD, OK]),
+    ("a change the card shows only through a merged call grants nothing", [{"kind": "edit", "title": "x", "locations": [{"path": "/w/c.txt"}]}],
+     [write("/w/c.txt")], [BAD]),
+    ("a link: the write goes to its target, as the card names it", [{"kind": "edit", "title": "x", "content": [diff("/w/notes.txt")]}],
+     [write("/w/notes.txt"), write("/w/.git/config")], [OK, BAD]),
     ("a read names nothing writable", [{**EDIT, "kind": "read"}], [write("/w/a.txt")], [BAD]),
     ("a command card names nothing writable", [{**EDIT, "kind": "execute"}], [write("/w/a.txt")], [BAD]),
     ("no kind names nothing writable", [{**EDIT, "kind": None}], [write("/w/a.txt")], [BAD]),
@@ -131,7 +159,7 @@ def walk(events: list[Any], actions: list[Any]) -> list[Any]:
     a Stop, each action permitted or denied in order."""
     grants = P.NO_GRANTS
     for happened in events:
-        grants = P.NO_GRANTS if happened in (NEW_TURN, STOP) else P.grant(grants, card(happened), resolve)
+        grants = P.NO_GRANTS if happened in (NEW_TURN, STOP) else P.grant(grants, card(happened), WS.resolve)
     got: list[Any] = []
     turn_open = True
     for action in actions:
@@ -171,9 +199,9 @@ def test_grants_stay_bounded() -> None:
     grants = P.NO_GRANTS
     for i in range(100):
         grants = P.grant(grants, card(fast(f"echo {i}")), resolve)
-        grants = P.grant(grants, card({"kind": "edit", "title": "x", "locations": [{"path": f"/w/{i}"}]}), resolve)
+        grants = P.grant(grants, card({"kind": "edit", "title": "x", "content": [diff(f"/w/{i}")]}), resolve)
     assert len(grants.commands) == P.MAX_GRANTED_COMMANDS and grants.commands[-1].text == "echo 99"
-    assert len(grants.writes) == 50 and grants.writes[-1] == "/w/99"
+    assert len(grants.writes) == 50 and grants.writes[-1].real == "/w/99"
 
 
 # ---------------------------------------------------------------- no sequence lets an unapproved command through
@@ -266,3 +294,66 @@ def test_no_sequence_of_events_lets_an_unapproved_command_through(data: st.DataO
             assert match is not None, f"{argv} (cwd {action.cwd}, env {action.env}) ran, approved: {approved}"
             approved.remove(match)
             event("a command ran")
+
+
+# ---------------------------------------------------------------- no sequence writes what no card showed
+
+FILES = ["/w/a.txt", "/w/b.txt", "/w/notes.txt", "/w/.git/config", "/etc/passwd", "rel.txt"]
+TEXTS = ["x", "x\n", "x\r\n", "y", "", "x\rtouch X", "\u202ex"]
+
+
+@st.composite
+def edit_cards(draw: st.DrawFn) -> dict[str, Any]:
+    """An agent's edit, delete or move request: diffs, locations and rawInput paths, shown or not."""
+    kind = draw(st.sampled_from(["edit", "edit", "move", "delete", "read", "execute"]))
+    diffs = [diff(draw(st.sampled_from(FILES)), draw(st.sampled_from(TEXTS))) for _ in range(draw(st.integers(0, 3)))]
+    call: dict[str, Any] = {"title": "t", "kind": kind, "content": diffs}
+    if draw(st.booleans()):
+        call["locations"] = [{"path": draw(st.sampled_from(FILES))}]
+    if draw(st.booleans()):
+        call["rawInput"] = {draw(st.sampled_from(["filePath", "path", "abs_path", "destination"])): draw(st.sampled_from(FILES))}
+    return call
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_no_sequence_of_events_writes_what_no_approved_card_showed(data: st.DataObject) -> None:
+    """Random edit cards approved or skipped, new prompts, Stops, and writes of any file with any
+    content: each write permitted is, byte for byte, a change an approved card of this turn
+    showed (its diff's file, or the file it named as that file's link target, and its newText,
+    both on the card), and each is used once."""
+    grants = P.NO_GRANTS
+    shown: list[tuple[str, str]] = []  # (file written, content) that approved cards of this turn showed, unused
+    for _ in range(data.draw(st.integers(1, 12))):
+        step = data.draw(st.sampled_from(["approve", "approve", "skip", "new prompt", "write", "write", "write"]))
+        if step in ("approve", "skip"):
+            call = data.draw(edit_cards())
+            p = card(call)
+            if step == "approve":
+                grants = P.grant(grants, p, WS.resolve)
+                message = P.render(p).message
+                for w in p.writes:
+                    # The card shows what it grants: the file, and the change (unified_diff, one rendering per text).
+                    shown_diff = next(d for d in p.diffs if d.path == w.path and d.new == w.content)
+                    assert P.code_block(P.unified_diff(shown_diff), "diff") in message and f"`{w.real}`" in message
+                    shown.append((w.real, w.content))
+        elif step == "new prompt":
+            grants, shown = P.NO_GRANTS, []
+        else:
+            path, content = data.draw(st.sampled_from(FILES)), data.draw(st.sampled_from(TEXTS))
+            real = WS.resolve(path)
+            grants, decision = P.permit(grants, P.WriteFile(path, real or path, content), True)
+            if isinstance(decision, P.Permit):
+                assert real is not None and (real, content) in shown, f"wrote {content!r} to {path} ({real}), shown: {shown}"
+                shown.remove((real, content))
+                event("a write was permitted")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from([None, "", "a\n", "a\r\n"]), st.text(alphabet="ab\r\n\u2028\\ ", max_size=8), st.text(alphabet="ab\r\n\u2028\\ ", max_size=8))
+def test_two_contents_never_look_the_same_on_a_card(old: str | None, a: str, b: str) -> None:
+    """A change's rendering is one per text: a CR, a missing last newline, CRLF line ends, a
+    U+2028 all show, so a card's approval of one content is never one of another."""
+    if a != b:
+        show = lambda new: P.code_block(P.unified_diff(P.Diff("/w/a.txt", old, new)), "diff")  # noqa: E731
+        assert show(a) != show(b)

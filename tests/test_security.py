@@ -30,6 +30,7 @@ import anyio
 import pytest
 
 from lmbridge.core.messages import ToolInfo
+from lmbridge.daemon import catalog
 from lmbridge.devtools.client import approve, assistant, is_agent_action, text_of, user
 from lmbridge.rpc.record import Recorder
 from lmbridge.tools import mcp_bridge
@@ -89,6 +90,28 @@ async def test_a_workspaces_modules_never_run_in_lmbridges_processes(tmp_path: P
             assert cwd_of(pid) == str(workspace)
     assert agent.events("mcp_tools")[0]["names"] == ["search_workspace"]  # the relay ran, in the workspace
     assert sorted(p.name for p in markers.iterdir()) == []
+
+
+def test_no_lmbridge_process_honours_python_variables_from_an_agents_environment(tmp_path: Path) -> None:
+    """The MCP relay gets the agent's environment, and agents put workspace values there
+    (gemini-cli the workspace's ``.env``, Claude Code ``.claude/settings.json``'s ``env``): a
+    ``PYTHONPATH`` to the workspace's ``sitecustomize.py``, a ``PYTHONSTARTUP``, a
+    ``PYTHONUSERBASE``. The relay and the demo agent, as lmbridge starts them, honour none."""
+    hostile, marker = tmp_path / "hostile", tmp_path / "ran"
+    hostile.mkdir()
+    plant = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+    (hostile / "sitecustomize.py").write_text(plant)
+    (hostile / "usercustomize.py").write_text(plant)
+    (hostile / "startup.py").write_text(plant)
+    env = {**os.environ, "PYTHONPATH": str(hostile), "PYTHONSTARTUP": str(hostile / "startup.py"), "PYTHONINSPECT": "1", "PYTHONUSERBASE": str(hostile)}
+    host = McpHost()
+    host.socket_path = str(tmp_path / "no-daemon.sock")
+    relay = host.server_config(ToolBridge("s1", lambda call: anyio.sleep(0)))
+    done = subprocess.run([relay["command"], *relay["args"]], env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert done.returncode == 2 and b"cannot reach the daemon" in done.stderr  # it ran, as far as it could
+    demo = catalog.demo_agent()
+    subprocess.run([demo.command, *demo.args], env=env, input=b"", capture_output=True, timeout=60)  # stdin closed: it ends
+    assert not marker.exists(), marker.read_text()
 
 
 # ---------------------------------------------------------------- the VS Code tools' socket
@@ -189,7 +212,7 @@ def test_a_relay_is_given_nothing_secret() -> None:
     config = host.server_config(ToolBridge("s1", lambda call: anyio.sleep(0)))
     assert config == {
         "name": "vscode", "command": sys.executable,
-        "args": ["-P", "-m", "lmbridge", "mcp-stdio", "--socket", "/tmp/lmbridge-mcp-x/mcp.sock", "--session", "s1"], "env": [],
+        "args": ["-E", "-P", "-m", "lmbridge", "mcp-stdio", "--socket", "/tmp/lmbridge-mcp-x/mcp.sock", "--session", "s1"], "env": [],
     }  # fmt: skip
 
 

@@ -378,3 +378,34 @@ async def test_the_demo_agents_script_asks_then_runs_through_lmbridges_terminal(
     answer = text_of(second)
     assert answer.count(f"{FENCE}text\n") == 1, answer
     assert answer.index("line 1\n") < answer.index("line 2\n") < answer.index("exit code 0") < answer.index("`sh tick.sh` ended: exit code 0.")
+
+
+async def test_a_command_the_spawn_cannot_take_gets_an_error_and_the_chat_goes_on(scripted: Any, shared: Any, tmp_path: Path) -> None:
+    """Approved commands the operating system cannot start as given (an environment name
+    holding '=', a cwd longer than a path may be): each ``terminal/create`` is answered with an
+    error naming why, and the chat's session lives on (the next turn is served)."""
+    bad_env = {**command("pass"), "env": [{"name": "A=B", "value": "1"}]}
+    long_cwd = {**command("pass"), "cwd": str(tmp_path / ("x" * 5000))}
+    agent = scripted({"turns": [[
+        ask(bad_env),
+        ask(long_cwd, "p2"),
+        {"await": ["p1", "p2"]},
+        {"client": {"method": "terminal/create", "params": bad_env}, "id": "env"},
+        {"client": {"method": "terminal/create", "params": long_cwd}, "id": "cwd"},
+        {"client": {"method": "terminal/create", "params": {"command": "ls", "args": ["a\x00b"]}}, "id": "nul"},
+        {"client_await": ["env", "cwd", "nul"]},
+        {"text": "still here"},
+    ], [
+        {"text": "and on"},
+    ]]})  # fmt: skip
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            history = await approved(c, agent.id, "go")
+            call = await c.chat(agent.id, history)
+            assert call.error is None and "still here" in text_of(call)
+            more = await c.chat(agent.id, [*history, assistant(call.parts), user("more")])
+            assert more.error is None and "and on" in text_of(more)
+    r = results(agent)
+    assert r["env"]["error"]["code"] == -32602 and "'='" in r["env"]["error"]["message"]
+    assert r["cwd"]["error"]["code"] == -32000 and "cannot be used" in r["cwd"]["error"]["message"]
+    assert r["nul"]["error"]["code"] in (-32000, -32602)  # never approved: refused before any spawn

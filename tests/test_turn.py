@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from lmbridge.core import turn
+from lmbridge.core import permissions, turn
 from lmbridge.core.history import Last
 from lmbridge.core.permissions import ACTION_TOOL, ACTION_TOOLS, EDIT_TOOL, READ_TOOL, Answer
 from lmbridge.core.present import TurnRenderer
@@ -75,9 +75,16 @@ def job(i: int, **kw: Any) -> NewJob:
     return NewJob(JobInfo(i, **kw))
 
 
+#: The workspace /w, every path in it resolving to itself.
+WORKSPACE = permissions.Workspace(("/w",), resolve=lambda path: path if path.startswith("/w/") else None)
+
+
 def ask(rid: int, kind: str = "execute", title: str = "Run ls") -> PermissionAsked:
-    params = {"sessionId": "s", "toolCall": {"toolCallId": f"t{rid}", "title": title, "kind": kind}, "options": list(OPTIONS)}
-    return PermissionAsked(rid, params, f"call-{rid}", f"token-{rid}")
+    call: dict[str, Any] = {"toolCallId": f"t{rid}", "title": title, "kind": kind}
+    if kind == "edit":
+        call["locations"] = [{"path": f"/w/{title.split()[-1]}"}]
+    params = {"sessionId": "s", "toolCall": call, "options": list(OPTIONS)}
+    return PermissionAsked(rid, params, f"call-{rid}", f"token-{rid}", workspace=WORKSPACE)
 
 
 def of(effects: list[Any], kind: type) -> list[Any]:

@@ -74,7 +74,24 @@ export function initializeParams(version: string, current: Settings = settings()
 	if (current.agents.length > 0) {
 		params.agents = current.agents;
 	}
+	const editAutoApprove = editAutoApproveSetting();
+	if (editAutoApprove) {
+		params.editAutoApprove = editAutoApprove;
+	}
 	return params;
+}
+
+/**
+ * The user's `chat.tools.edits.autoApprove` (an application-scoped setting: a workspace cannot
+ * set it), its boolean entries in VS Code's order; undefined when this VS Code has none.
+ */
+export function editAutoApproveSetting(): Record<string, boolean> | undefined {
+	const value: unknown = vscode.workspace.getConfiguration('chat.tools.edits').get('autoApprove');
+	if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+		return undefined;
+	}
+	const rules = Object.entries(value).filter((entry): entry is [string, boolean] => typeof entry[1] === 'boolean');
+	return rules.length > 0 ? Object.fromEntries(rules) : undefined;
 }
 
 export function activate(context: vscode.ExtensionContext, overrides: ActivateOverrides = {}): LmBridgeApi {

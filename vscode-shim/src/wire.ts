@@ -26,6 +26,11 @@ export const AGENT_ACTION_TOOLS = [
 	'symposium-agent-action-fetch',
 	/** Switching the agent's mode (leaving plan mode). */
 	'symposium-agent-action-mode',
+	/**
+	 * Changing a protected file (VS Code's `chat.tools.edits.autoApprove` says no), or files the
+	 * request does not name: never covered by a session approval of the edit tool.
+	 */
+	'symposium-agent-action-protected',
 ] as const;
 
 // ---------------------------------------------------------------- methods
@@ -135,6 +140,11 @@ export interface InitializeParams {
 	userTurns?: 'request' | 'verbatim';
 	/** What the shim serves of the daemon's `client/*` requests and notifications. */
 	clientCapabilities?: ClientCapabilities;
+	/**
+	 * The user's `chat.tools.edits.autoApprove` (glob → VS Code's agent may edit it unasked), as
+	 * VS Code gives it: which files are protected. Absent: VS Code's default.
+	 */
+	editAutoApprove?: Record<string, boolean>;
 }
 
 /** `initialize`'s `clientCapabilities` (docs/protocol.md, "Daemon → shim"). */

@@ -7,7 +7,7 @@ import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
 import { BUILD_REQUIREMENTS, REQUIREMENTS } from '../src/bootstrap';
 import { launchSpec, MACHINE_SETTINGS, parseAgents, PRESET_IDS, readSettings, workspaceMachineSettings } from '../src/config';
-import { activate, COMMANDS, deactivate, LmBridgeApi, VENDOR } from '../src/extension';
+import { activate, COMMANDS, deactivate, initializeParams, LmBridgeApi, VENDOR } from '../src/extension';
 import { DEFAULT_REGISTRY_URL } from '../src/registry';
 import { FAKE_DAEMON, isAlive, tempDir, waitFor } from './helpers';
 import { CancellationTokenSource, LanguageModelChatMessage, mock } from './vscode-mock';
@@ -134,6 +134,7 @@ describe('package.json contributions', () => {
 		'symposium-agent-action-edit': ['edit', 'delete', 'move'],
 		'symposium-agent-action-fetch': ['fetch'],
 		'symposium-agent-action-mode': ['switch_mode'],
+		'symposium-agent-action-protected': ['protected'],
 	};
 	interface ToolContribution {
 		name: string; displayName: string; userDescription: string; modelDescription: string; when?: string;
@@ -141,7 +142,7 @@ describe('package.json contributions', () => {
 		inputSchema: { type: string; properties: Record<string, { type: string }>; required: string[] };
 	}
 	const tools = () => manifest.contributes.languageModelTools as ToolContribution[];
-	test('five agent-action tools, one per risk class, each with its own names', () => {
+	test('six agent-action tools, one per risk class, each with its own names', () => {
 		assert.deepEqual(tools().map(t => t.name).sort(), [...AGENT_ACTION_TOOLS].sort());
 		assert.deepEqual(Object.keys(KINDS).sort(), [...AGENT_ACTION_TOOLS].sort());
 		for (const key of ['displayName', 'userDescription', 'modelDescription', 'toolReferenceName', 'icon'] as const) {
@@ -272,7 +273,7 @@ describe('activate', () => {
 		});
 	});
 
-	test('the five agent-action tools are all registered, to one implementation', () => {
+	test('the six agent-action tools are all registered, to one implementation', () => {
 		const { api } = start();
 		assert.deepEqual([...mock.state.tools.keys()].sort(), [...AGENT_ACTION_TOOLS].sort());
 		for (const name of AGENT_ACTION_TOOLS) {
@@ -422,5 +423,17 @@ describe('activate', () => {
 		assert.ok(isAlive(pid));
 		await deactivate();
 		assert.ok(!isAlive(pid));
+	});
+});
+
+describe('initialize tells the daemon which files are protected', () => {
+	test('the user\'s chat.tools.edits.autoApprove, its booleans in order', () => {
+		mock.setConfig({ 'chat.tools.edits.autoApprove': { '**/*': true, '**/.git/**': false, '**/package.json': true, bad: 'yes' } });
+		const params = initializeParams('0.1.0', readSettings(config({})));
+		assert.deepEqual(params.editAutoApprove, { '**/*': true, '**/.git/**': false, '**/package.json': true });
+		assert.deepEqual(Object.keys(params.editAutoApprove ?? {}), ['**/*', '**/.git/**', '**/package.json']);
+	});
+	test('none in this VS Code: nothing sent (the daemon uses VS Code\'s default)', () => {
+		assert.equal(initializeParams('0.1.0', readSettings(config({}))).editAutoApprove, undefined);
 	});
 });

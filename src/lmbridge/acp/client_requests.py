@@ -22,7 +22,7 @@ from anyio.abc import TaskGroup
 from lmbridge.acp import files as acp_files
 from lmbridge.acp import terminals as acp_terminals
 from lmbridge.acp.terminals import TerminalError, Terminals
-from lmbridge.core import permissions
+from lmbridge.core import paths, permissions
 from lmbridge.log import get_logger
 
 log = get_logger("session")
@@ -97,6 +97,17 @@ class ClientRequests:
         if self.terminals is not None:
             self.terminals.kill_running()
 
+    def workspace(self) -> permissions.Workspace:
+        """Where a permission's files are judged now (``permissions.Workspace``): the workspace
+        folders resolved, the user's edit rules, and paths resolved as a write would."""
+        folders = []
+        for folder in self.files.folders():
+            try:
+                folders.append(paths.resolve(folder, acp_files.readlink))
+            except paths.Unresolvable:
+                continue
+        return permissions.Workspace(tuple(folders), paths.edit_rules(self.files.edit_rules()), self._writable)
+
     def _writable(self, path: str) -> str | None:
         """``path`` resolved as a write would resolve it; None outside the workspace."""
         try:
@@ -129,7 +140,7 @@ class ClientRequests:
             else:
                 p = acp_files.write_params(params)
                 real = self.files.allowed(p.path)
-                self.grants, decision = permissions.permit(self.grants, permissions.WriteFile(p.path, real), self._prompt_open())
+                self.grants, decision = permissions.permit(self.grants, permissions.WriteFile(p.path, real, p.content), self._prompt_open())
                 if isinstance(decision, permissions.Deny):
                     raise acp_files.FsError(decision.code, decision.message)
                 result = await self.files.write(p, real)
@@ -153,6 +164,9 @@ class ClientRequests:
             result = await self.terminals.handle(method, params)
         except TerminalError as exc:
             error = exc.error()
+        except Exception as exc:  # a bug here answers this request, and ends nothing else (not the chat's session)
+            log.exception("terminal request failed", session=self.session_id, method=method)
+            error = {"code": acp_files.INTERNAL_ERROR, "message": f"{method}: internal error: {exc!r}"[:500]}
         try:
             self._respond(rid, result, error=error)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):

@@ -104,12 +104,16 @@ def write_params(params: Any) -> WriteParams:
 
 class Files:
     """The agents' file requests. ``channel``: the shim (used when it offers ``fs``);
-    ``folders``: the workspace folders (``initialize``'s, read at each request)."""
+    ``folders``: the workspace folders (``initialize``'s, read at each request); ``edit_rules``:
+    the user's ``chat.tools.edits.autoApprove`` (``initialize``'s ``editAutoApprove``)."""
 
-    def __init__(self, channel: ClientChannel, folders: Callable[[], Sequence[str]], timeout: float = SHIM_TIMEOUT) -> None:
+    def __init__(
+        self, channel: ClientChannel, folders: Callable[[], Sequence[str]], timeout: float = SHIM_TIMEOUT, edit_rules: Callable[[], object] = lambda: None
+    ) -> None:
         self.channel = channel
         self.folders = folders
         self.timeout = timeout
+        self.edit_rules = edit_rules  # the user's chat.tools.edits.autoApprove (``initialize``'s), None: VS Code's default
 
     @property
     def through_vscode(self) -> bool:

@@ -248,9 +248,18 @@ class Terminals:
         cwd = params.get("cwd")
         if cwd is not None and not isinstance(cwd, str):
             raise TerminalError(INVALID_PARAMS, "terminal/create: cwd must be a string")
+        # What the spawn cannot take is refused here, named, rather than raised by it.
+        if any("\0" in text for text in (command, *args, cwd or "", *env, *env.values())):
+            raise TerminalError(INVALID_PARAMS, "terminal/create: a command, argument, cwd or environment variable cannot hold NUL")
+        if any(not name or "=" in name for name in env):
+            raise TerminalError(INVALID_PARAMS, "terminal/create: an environment variable's name must be non-empty and hold no '='")
         where = str(Path(self.cwd, cwd)) if cwd else self.cwd
-        if not Path(where).is_dir():
-            raise TerminalError(REFUSED, f"terminal/create: cwd {where} is not a directory")
+        try:
+            is_dir = Path(where).is_dir()
+        except (OSError, ValueError) as exc:
+            raise TerminalError(REFUSED, f"terminal/create: cwd {where[:500]} cannot be used: {getattr(exc, 'strerror', None) or exc}") from None
+        if not is_dir:
+            raise TerminalError(REFUSED, f"terminal/create: cwd {where[:500]} is not a directory")
         if len(self.terminals) >= MAX_TERMINALS:
             raise TerminalError(REFUSED, f"terminal/create: this session holds {MAX_TERMINALS} terminals already (release some)")
         try:
@@ -258,8 +267,8 @@ class Terminals:
                 [command, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 cwd=where, env={**os.environ, **env},
             )  # fmt: skip
-        except OSError as exc:
-            raise TerminalError(REFUSED, f"terminal/create: {command}: {exc.strerror or exc}") from None
+        except (OSError, ValueError) as exc:  # ValueError: what the spawn itself refuses to take
+            raise TerminalError(REFUSED, f"terminal/create: {command[:500]}: {getattr(exc, 'strerror', None) or exc}") from None
         terminal = Terminal(self.host.new_id(), " ".join([command, *args]), process, min(OUTPUT_LIMIT, OUTPUT_LIMIT if limit is None else limit))
         self.terminals[terminal.id] = terminal
         log.info("terminal started", terminal=terminal.id, pid=process.pid, command=terminal.command[:200], cwd=where)

@@ -227,7 +227,8 @@ class InitializeParams(_Wire):
     """``initialize``. ``userTurns``: what the agent gets of a Copilot-rendered user
     turn: ``"request"`` the user's words and attachments (``user_message``), ``"verbatim"``
     the text as it came (the shim's ``lmbridge.userTurns`` setting). ``clientCapabilities``:
-    what the shim serves of the daemon's requests (``ShimCapabilities``)."""
+    what the shim serves of the daemon's requests (``ShimCapabilities``). ``editAutoApprove``:
+    the user's ``chat.tools.edits.autoApprove``, which says which files are protected."""
 
     protocolVersion: int
     clientInfo: ClientInfo | None = None
@@ -235,6 +236,9 @@ class InitializeParams(_Wire):
     agents: list[AgentEntry] = Field(default_factory=list)
     userTurns: Literal["request", "verbatim"] = "request"
     clientCapabilities: ShimCapabilities = Field(default_factory=ShimCapabilities)
+    #: The user's ``chat.tools.edits.autoApprove`` (glob → may VS Code's agent edit it unasked),
+    #: VS Code's value in its order; absent: VS Code's default (``core.paths.EDIT_AUTO_APPROVE``).
+    editAutoApprove: dict[str, bool] | None = None
 
 
 class ChatInformationParams(_Wire):

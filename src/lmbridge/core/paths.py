@@ -18,6 +18,7 @@ touched.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -147,3 +148,109 @@ def named_files(call: object) -> list[str]:
         if isinstance(path, str) and path.startswith("/") and path not in out:
             out.append(path)
     return out[:MAX_PATHS]
+
+
+# ---------------------------------------------------------------- protected files
+
+#: VS Code 1.139's default of ``chat.tools.edits.autoApprove`` (``out/vs/code/browser/workbench/
+#: workbench.js``), in its order: a glob relative to the file's workspace folder → whether VS Code's
+#: own agent may edit such a file without asking. What is not auto-approved is *protected*: its
+#: edit can run code (a ``.git/config`` ``core.fsmonitor`` line runs on the next ``git status``,
+#: which VS Code's Git extension runs by itself), so it never rides a session approval
+#: (docs/vscode-shim.md, "Security model").
+EDIT_AUTO_APPROVE: tuple[tuple[str, bool], ...] = (
+    ("**/*", True),
+    ("**/.git/**", False),
+    ("**/{package.json,server.xml,build.rs,web.config,.gitattributes,.env,Cargo.toml}", False),
+    ("**/{.npmrc,.yarnrc,.yarnrc.yml,.pnpmfile.js,.pnpmfile.cjs,.pnpmfile.mjs,pnpm-workspace.yaml}", False),
+    ("**/*.{code-workspace,csproj,fsproj,vbproj,vcxproj,proj,targets,props,gradle,gradle.kts}", False),
+    ("**/gradle.properties", False),
+    ("**/ruby_lsp/*/addon", False),
+    ("**/*.lock", False),
+    ("**/*-lock.{yaml,json}", False),
+    ("**/.mcp.json", False),
+    ("**/.npmrc", False),
+    ("**/.vscode/*.json", False),
+    ("**/.github/agents/**", False),
+    ("**/.github/hooks/**", False),
+    ("**/.claude/agents/**", False),
+    ("**/.claude/settings.json", False),
+    ("**/.claude/settings.local.json", False),
+    ("**/.codex/agents/**", False),
+    ("**/.codex/config.toml", False),
+    ("**/.codex/hooks.json", False),
+)
+#: Globs Copilot Chat 0.67 protects after the user's own setting, whatever it says
+#: (``extensions/copilot/dist/extension.js``): a user's ``true`` does not free them.
+ALWAYS_PROTECTED: tuple[str, ...] = ("**/.mcp.json", "**/.npmrc", "**/.vscode/*.json", "**/.github/agents/**", "**/.claude/agents/**")
+
+EditRules = tuple[tuple[str, bool], ...]
+
+
+def edit_rules(setting: object) -> EditRules:
+    """The rules a ``chat.tools.edits.autoApprove`` value (as the shim sends it: VS Code's
+    value, its default merged with the user's) stands for, in order; ``ALWAYS_PROTECTED``
+    after it. Not an object of booleans, or absent: VS Code's default."""
+    rules: list[tuple[str, bool]] = []
+    if isinstance(setting, Mapping) and setting:
+        rules = [(k, v) for k, v in setting.items() if isinstance(k, str) and isinstance(v, bool)]
+    if not rules:
+        rules = list(EDIT_AUTO_APPROVE)
+    return (*rules, *((g, False) for g in ALWAYS_PROTECTED))
+
+
+def protected(real: str, folders: Sequence[str], rules: EditRules) -> bool:
+    """Whether an edit of ``real`` (absolute, resolved) is protected: outside the (resolved)
+    ``folders``, or the last of ``rules`` whose glob matches its path relative to the deepest
+    folder holding it says ``False`` (VS Code's reading of ``chat.tools.edits.autoApprove``:
+    approved until a matching rule says otherwise). Globs: ``**``, ``*``, ``?``, ``{a,b}``,
+    ``[…]``; matched regardless of case (the safer reading on any file system)."""
+    holding = [f.rstrip("/") for f in folders if real == f or real.startswith(f.rstrip("/") + "/")]
+    if not holding:
+        return True
+    relative = real[len(max(holding, key=len)) :].lstrip("/")
+    if not relative:
+        return True  # the folder itself
+    approved = True
+    for glob, value in rules:
+        if value != approved and _glob(glob).fullmatch(relative):
+            approved = value
+    return not approved
+
+
+def _glob(pattern: str) -> re.Pattern[str]:
+    return re.compile(_glob_source(pattern.lstrip("/")), re.IGNORECASE | re.DOTALL)
+
+
+def _glob_source(p: str) -> str:
+    out, i = [], 0
+    while i < len(p):
+        if p.startswith("**/", i):
+            out.append("(?:[^/]*/)*")
+            i += 3
+        elif p.startswith("/**", i) and i + 3 == len(p):
+            out.append("(?:/.*)?")
+            i += 3
+        elif p.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif p[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif p[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif p[i] == "{" and "}" in p[i:]:
+            end = p.index("}", i)
+            out.append("(?:" + "|".join(_glob_source(alt) for alt in p[i + 1 : end].split(",")) + ")")
+            i = end + 1
+        elif p[i] == "[" and "]" in p[i + 1 :]:
+            end = p.index("]", i + 1)
+            body = p[i + 1 : end]
+            body = "^" + body[1:] if body.startswith("!") else body
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(p[i]))
+            i += 1
+    return "".join(out)

@@ -80,7 +80,10 @@ READ_TOOL = "symposium-agent-action-read"  # read, search, think
 EDIT_TOOL = "symposium-agent-action-edit"  # edit, delete, move
 FETCH_TOOL = "symposium-agent-action-fetch"  # fetch
 MODE_TOOL = "symposium-agent-action-mode"  # switch_mode
-ACTION_TOOLS = frozenset({ACTION_TOOL, READ_TOOL, EDIT_TOOL, FETCH_TOOL, MODE_TOOL})
+#: An edit, delete or move of a protected file (``paths.protected``), or of files it does not
+#: name: never covered by a session approval of ``EDIT_TOOL`` (docs/vscode-shim.md).
+PROTECTED_TOOL = "symposium-agent-action-protected"
+ACTION_TOOLS = frozenset({ACTION_TOOL, READ_TOOL, EDIT_TOOL, FETCH_TOOL, MODE_TOOL, PROTECTED_TOOL})
 
 #: ACP ``ToolKind`` → the tool its request goes out on. Any other kind (execute, other,
 #: missing, unknown) goes out on ``ACTION_TOOL``.
@@ -102,6 +105,7 @@ SESSION_SCOPE: Mapping[str, str] = {
     EDIT_TOOL: "edits, deletions and moves of files",
     FETCH_TOOL: "fetches from the network",
     MODE_TOOL: "mode switches",
+    PROTECTED_TOOL: "changes to protected files (each of which can run code)",
 }
 
 #: Kinds a bridged VS Code tool is never granted for without a card: they act by themselves.
@@ -130,6 +134,29 @@ HEADING_LIMIT = 120
 DIFF_LINES = 4000
 #: Files listed on a card (they name what the diffs and the details show in full).
 MAX_LOCATIONS = 50
+
+#: Characters a card cannot show as what they are: C0 controls but tab and newline (a bare CR
+#: renders as a line break on the card and is an ordinary character to ``sh``; ESC, NUL), DEL
+#: and C1 (U+0085 among them), bidi controls, zero-width and other invisible format characters,
+#: U+2028/2029, tag characters. On a card each is shown as ``⟨U+XXXX⟩`` (and ``⟨`` itself so, so
+#: what a card shows stands for one text only: ``visible``); a command holding one is declined.
+UNSHOWABLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2028\u2029"
+    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
+_SHOWN_ESCAPED = re.compile(UNSHOWABLE.pattern[:-1] + "\u27e8]")
+
+
+def visible(text: str) -> str:
+    """``text`` with each ``UNSHOWABLE`` character (and ``⟨``) written ``⟨U+XXXX⟩``: what a card
+    shows of the agent's text, one text for one rendering."""
+    return _SHOWN_ESCAPED.sub(lambda m: f"⟨U+{ord(m.group()):04X}⟩", text)
+
+
+def unshowable(text: str) -> list[str]:
+    """The ``UNSHOWABLE`` characters in ``text``, each once, as ``U+XXXX``."""
+    return sorted({f"U+{ord(c):04X}" for c in UNSHOWABLE.findall(text)})
+
 
 #: JSON-RPC 2.0 error codes.
 INVALID_REQUEST = -32600
@@ -233,6 +260,7 @@ class Diff:
     path: str
     old: str | None  # None: a new file
     new: str
+    whole: bool = True  # the file's whole text (ACP's diff), not a fragment of it (Claude Code's old_string/new_string)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +314,36 @@ def bridged_tool(tool_call: Mapping[str, Any], bridge: Bridge | None) -> str | N
     return names.get(found) if isinstance(found, str) else None
 
 
+def _unresolved(path: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where a request's files are judged: ``folders`` (resolved), ``rules`` (the user's
+    ``chat.tools.edits.autoApprove``, ``paths.edit_rules``) and ``resolve``: a path as a write
+    would resolve it (``acp.files.Files.allowed``; None when no write there is allowed at all).
+    The default knows no workspace: every file is protected and nothing is writable."""
+
+    folders: tuple[str, ...] = ()
+    rules: paths.EditRules = paths.edit_rules(None)
+    resolve: Callable[[str], str | None] = _unresolved
+
+
+NO_WORKSPACE = Workspace()
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One write an approval of the card allows: the file as the card names it (``path``), the
+    file it resolves to (``real``, named on the card when it differs) and the ``content`` the card
+    showed for it, byte for byte."""
+
+    path: str
+    real: str
+    content: str
+
+
 @dataclass(frozen=True)
 class Permission:
     """One ``session/request_permission``, read once (``read``).
@@ -310,7 +368,9 @@ class Permission:
     terminals: tuple[str, ...] = ()
     locations: tuple[tuple[str, int | None], ...] = ()
     details: str | None = None
-    writes: tuple[str, ...] = ()  # the files an approval of it lets be written (``paths.named_files``)
+    writes: tuple[Write, ...] = ()  # what an approval of it lets be written (``writes_of``)
+    links: tuple[tuple[str, str], ...] = ()  # (file named, the file it resolves to) where they differ
+    protected: tuple[str, ...] = ()  # the files named that ``paths.protected`` protects (or the reason)
     profile: AgentProfile = OTHER  # its agent's: which option a Skip selects (``outcome``)
 
     @property
@@ -319,7 +379,8 @@ class Permission:
         else by kind (``TOOL_BY_KIND``)."""
         if self.command is not None:
             return ACTION_TOOL
-        return TOOL_BY_KIND.get(self.kind, ACTION_TOOL)
+        tool = TOOL_BY_KIND.get(self.kind, ACTION_TOOL)
+        return PROTECTED_TOOL if tool == EDIT_TOOL and self.protected else tool
 
 
 @dataclass(frozen=True)
@@ -340,7 +401,8 @@ class Malformed:
 
 
 def read(
-    params: object, call_id: str, token: str, merged: Mapping[str, Any] | None = None, bridge: Bridge | None = None, profile: AgentProfile | None = None
+    params: object, call_id: str, token: str, merged: Mapping[str, Any] | None = None, bridge: Bridge | None = None,
+    workspace: Workspace = NO_WORKSPACE, profile: AgentProfile | None = None,
 ) -> Permission | Malformed:
     """Read a request's ``params`` (as received) into a ``Permission``, or say why it cannot be.
     ``profile``: the agent's (None: the ``bridge``'s, else ``OTHER``).
@@ -349,6 +411,7 @@ def read(
     agent sent for the same ``toolCallId`` before (ACP treats them as create-or-update; its
     ``toolCallId``, ``title``, ``kind``, ``rawInput``, ``content``, ``locations`` as in ACP).
     The request's own fields win; a command found in either is the request's command.
+    ``workspace``: where its files are judged (protected files, links, writes).
     """
     if not isinstance(params, Mapping):
         return Malformed("params", "is not an object")
@@ -381,6 +444,8 @@ def read(
     diffs = _diffs(content, raw_input)
     tool_call_id = view.get("toolCallId") if isinstance(view.get("toolCallId"), str) else None
     bridged = bridged_tool(view, bridge)
+    # Every file the request or the calls merged under it name, shown on the card or not.
+    files = tuple(dict.fromkeys([*paths.named_files(view), *paths.named_files(raw), *(d.path for d in diffs if d.path.startswith("/"))]))
     return Permission(
         call_id=call_id,
         token=token,
@@ -395,10 +460,55 @@ def read(
         terminals=terminals,
         locations=tuple(_locations(view.get("locations"))),
         details=None if command is not None or diffs else _json(raw_input),
-        # As the request itself asks (its own kind and fields), never the calls merged under it.
-        writes=tuple(paths.named_files(raw)) if raw.get("kind") in paths.EDIT_KINDS else (),
+        writes=writes_of(raw, diffs, workspace),
+        links=tuple((f, r) for f in files if (r := workspace.resolve(f)) is not None and r != f),
+        protected=_protected(kind, files, workspace),
         profile=profile if profile is not None else bridge.profile if bridge is not None else OTHER,
     )
+
+
+def writes_of(raw: Mapping[str, Any], diffs: Sequence[Diff], workspace: Workspace) -> tuple[Write, ...]:
+    """What an approval of a request lets lmbridge write (``fs/write_text_file``): as the request
+    itself asks (its own kind and content, never the calls merged under it), for kind edit or
+    move, each ACP ``diff`` of its own ``content`` that the card shows (``diffs``), its path
+    absolute and resolving inside the workspace: that file, with that ``newText``, once. A move
+    only its destination (``rawInput.destination``, else its last location); a delete nothing.
+    Paths in ``rawInput`` fields and locations grant nothing (the card shows no content for them)."""
+    kind = raw.get("kind")
+    if kind not in ("edit", "move"):
+        return ()
+    own = [c for c in raw.get("content") or [] if isinstance(c, Mapping) and c.get("type") == "diff"] if isinstance(raw.get("content"), list) else []
+    shown = {(d.path, d.new) for d in diffs}
+    pairs = [(c.get("path"), c.get("newText")) for c in own]
+    if kind == "move":
+        destination = _object(raw.get("rawInput")).get("destination")
+        if not isinstance(destination, str):
+            names = paths.named_files({"locations": raw.get("locations")})
+            destination = names[-1] if names else None
+        pairs = [(p, t) for p, t in pairs if p == destination]
+    out: list[Write] = []
+    for path, content in pairs:
+        if isinstance(path, str) and isinstance(content, str) and path.startswith("/") and (path, content) in shown:
+            real = workspace.resolve(path)
+            if real is not None and not any(w.path == path for w in out):
+                out.append(Write(path, real, content))
+    return tuple(out[: paths.MAX_PATHS])
+
+
+def _protected(kind: str, files: Sequence[str], workspace: Workspace) -> tuple[str, ...]:
+    """The files of an edit, delete or move an ``EDIT_TOOL`` session approval must not cover:
+    each named file, or the file a link of it resolves to, that ``paths.protected`` protects (or
+    that cannot be resolved inside the workspace); a request naming no file at all is one too."""
+    if kind not in paths.EDIT_KINDS:
+        return ()
+    if not files:
+        return ("(the request names no file)",)
+    out = []
+    for f in files:
+        real = workspace.resolve(f)
+        if real is None or paths.protected(f, workspace.folders, workspace.rules) or paths.protected(real, workspace.folders, workspace.rules):
+            out.append(f if real is None or real == f else f"{f} → {real}")
+    return tuple(out)
 
 
 def command_of(raw_input: object) -> Command | None:
@@ -454,17 +564,23 @@ def _env(raw: object) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(pairs))
 
 
-_SAFE_ARG = re.compile(r"^[\w@%+=:,./-]+$")
+_SAFE_ARG = re.compile(r"[\w@%+=:,./-]+")  # fullmatch: ``$`` would match before a trailing newline
 # A system shell: a bare name (the daemon's PATH) or one in the system's bin folders. Any
 # other program named like a shell (./sh, /tmp/x/bash) may be anything: shown as it is.
-_SHELL = re.compile(r"^(/bin/|/usr/bin/|/usr/local/bin/|/opt/homebrew/bin/)?(ba|z|da)?sh$")
+_SHELL = re.compile(r"(/bin/|/usr/bin/|/usr/local/bin/|/opt/homebrew/bin/)?(ba|z|da)?sh")  # fullmatch: "sh\n" is not a shell
+
+
+def _command_unshowable(command: Command) -> list[str]:
+    """The ``UNSHOWABLE`` characters in what a command would run: its text, cwd and environment."""
+    parts = [command.text, command.cwd or "", *(f"{n}={v}" for n, v in command.env)]
+    return unshowable("\n".join(parts))
 
 
 def _argv_text(argv: list[str]) -> str:
     # codex: ["/bin/bash", "-lc", "<script>"] is shown as the script itself.
-    if len(argv) == 3 and _SHELL.search(argv[0]) and argv[1] in ("-c", "-lc"):
+    if len(argv) == 3 and _SHELL.fullmatch(argv[0]) and argv[1] in ("-c", "-lc"):
         return argv[2]
-    return " ".join(a if _SAFE_ARG.match(a) else "'" + a.replace("'", "'\\''") + "'" for a in argv)
+    return " ".join(a if _SAFE_ARG.fullmatch(a) else "'" + a.replace("'", "'\\''") + "'" for a in argv)
 
 
 def _diffs(content: list[Any], raw_input: object) -> tuple[Diff, ...]:
@@ -480,7 +596,7 @@ def _diffs(content: list[Any], raw_input: object) -> tuple[Diff, ...]:
         # Agents that put the edit only in rawInput (Claude Code's Edit and Write tools).
         if isinstance(raw.get("new_string"), str):
             old = raw.get("old_string")
-            out.append(Diff(path, old if isinstance(old, str) else "", raw["new_string"]))
+            out.append(Diff(path, old if isinstance(old, str) else "", raw["new_string"], whole=False))
         elif isinstance(raw.get("content"), str):
             out.append(Diff(path, None, raw["content"]))
     return tuple(out)
@@ -591,12 +707,45 @@ def route(request: Permission | Malformed, offered: frozenset[str], agent: str) 
     if p.command is not None and len(p.command.text) > COMMAND_LIMIT:
         size = len(p.command.text)
         return Decline(refused, f"_{agent} asked to run a command of {size:,} characters, too long to show whole on a card: declined._", "command too long")
+    if p.command is not None and (hidden := _command_unshowable(p.command)):
+        return Decline(
+            refused,
+            f"_{agent} asked to run a command holding characters a card cannot show as they would run ({', '.join(hidden[:8])}): declined._",
+            "command not showable",
+        )
     card = render(p)
     if len(card.message) > CARD_LIMIT:
         return Decline(refused, f"_{agent} asked to {label}, with more than a card can show whole ({len(card.message):,} characters): declined._", "card too large")
     if card.tool not in offered:
         return Decline(refused, f"_{agent} wanted to {label}: {_inline(_one_line(p.title) or 'no title')}. Declined: approving agent actions needs Agent mode._", "no action tool offered")
     return Ask(card)
+
+
+# ---------------------------------------------------------------- modes: whose choice
+
+#: Values of an agent's ``mode`` control (config option category ``mode``, or the older modes)
+#: that ask before acting, or do less: claude-agent-acp's ``default`` ("Manual") and ``plan``,
+#: codex-acp's ``read-only``, gemini-cli's ``default`` and ``plan``. VS Code's model
+#: configuration sends one value per *model*, the last any chat chose, with every chat's next
+#: request; so a mode from it is set only when it is one of these. Any other mode (``auto``,
+#: ``acceptEdits``, ``bypassPermissions``, ``dontAsk``, ``agent``, ``agent-full-access``,
+#: ``workspace-write``, ``autoEdit``, ``yolo``, or one this table does not know) widens what runs
+#: without a card, and is set only for the chat whose user chose it: ``chat/setControl``, which
+#: names the chat (docs/protocol.md, "Per-chat controls").
+ASKING_MODES = frozenset({"default", "plan", "read-only", "ask", "manual"})
+
+
+def from_configuration(control_id: str, category: str | None, legacy: bool, value: object, profile: AgentProfile = OTHER) -> bool:
+    """Whether VS Code's model configuration may set ``control_id`` to ``value`` on a chat's
+    session: any control but a mode (``category`` ``mode``, or the older modes: ``legacy``),
+    and a mode only to the agent's asking mode (``profile.asking_mode``) or one of
+    ``ASKING_MODES`` that its profile does not know to approve on its own
+    (``profile.self_approving``: claude-agent-acp's ``plan`` lets its classifier decide)."""
+    if category != "mode" and not legacy:
+        return True
+    if not isinstance(value, str):
+        return False
+    return value == profile.asking_mode or (value in ASKING_MODES and value not in profile.self_approving)
 
 
 # ---------------------------------------------------------------- the agent's client actions
@@ -611,11 +760,11 @@ REFUSED = -32000
 @dataclass(frozen=True, slots=True)
 class Grants:
     """What the cards the user approved in the prompt turn at hand still allow: ``commands``,
-    each one ``terminal/create`` (``runs``); ``writes``, resolved paths, each one
-    ``fs/write_text_file``. ``NO_GRANTS`` at each prompt and at a Stop."""
+    each one ``terminal/create`` (``runs``); ``writes``, each one ``fs/write_text_file`` of
+    that resolved file with that content. ``NO_GRANTS`` at each prompt and at a Stop."""
 
     commands: tuple[Command, ...] = ()
-    writes: tuple[str, ...] = ()
+    writes: tuple[Write, ...] = ()
 
 
 NO_GRANTS = Grants()
@@ -625,17 +774,17 @@ def grant(grants: Grants, approved: Permission, resolve: Callable[[str], str | N
     """``grants`` after the user approved ``approved`` on its card (the exact token: never a
     bridged tool's grant, a decline, a Skip or a Stop; the turn machine's ``Respond.approved``).
 
-    Its command (unless it named none) allows one run; each file its own request names, when
-    its own kind is edit, delete or move, one write. ``resolve``: the path as a write would
+    Its command (unless it named none) allows one run; each of its ``writes`` (the files the
+    card listed with the content it showed, ``writes_of``) one write of that content, if the
+    file still resolves to the file the card named. ``resolve``: the path as a write would
     resolve it (``acp.files.Files.allowed``), None when no write there is allowed at all."""
     commands = grants.commands
-    if approved.command is not None and approved.command.text != NO_COMMAND:
+    if approved.command is not None and approved.command.text != NO_COMMAND and not _command_unshowable(approved.command):
         commands = (*commands, approved.command)[-MAX_GRANTED_COMMANDS:]
     writes = list(grants.writes)
-    for path in approved.writes:
-        real = resolve(path)
-        if real is not None:
-            writes.append(real)
+    for w in approved.writes:
+        if resolve(w.path) == w.real:
+            writes.append(w)
     return Grants(commands, tuple(writes[-paths.MAX_PATHS :]))
 
 
@@ -652,11 +801,12 @@ class RunCommand:
 
 @dataclass(frozen=True, slots=True)
 class WriteFile:
-    """An ``fs/write_text_file`` of ``path`` (as the agent sent it), resolved to ``real``
-    (``paths.check``: inside the workspace)."""
+    """An ``fs/write_text_file`` of ``content`` to ``path`` (as the agent sent it), resolved to
+    ``real`` (``paths.check``: inside the workspace)."""
 
     path: str
     real: str
+    content: str
 
 
 ClientAction = RunCommand | WriteFile
@@ -681,7 +831,8 @@ class Deny:
 
 def run_command(params: object) -> RunCommand | Deny:
     """A ``terminal/create``'s params (``command``, ``args?``, ``cwd?``, ``env?`` as
-    ``[{name, value}]``) read, or the ``Deny`` (-32602) naming what is wrong."""
+    ``[{name, value}]``) read, or the ``Deny`` (-32602) naming what is wrong: also what no
+    process can be started with (NUL anywhere, an environment name empty or holding ``=``)."""
     p = _object(params)
     command, args, cwd, env = p.get("command"), p.get("args") or [], p.get("cwd"), p.get("env") or []
     if not isinstance(command, str) or not command or not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -690,6 +841,11 @@ def run_command(params: object) -> RunCommand | Deny:
         return Deny(INVALID_PARAMS, "terminal/create: cwd must be a string")
     if not isinstance(env, list) or not all(isinstance(_object(e).get("name"), str) and isinstance(_object(e).get("value"), str) for e in env):
         return Deny(INVALID_PARAMS, "terminal/create: env must be a list of {name, value} strings")
+    # What no process can be started with: refused here, named, never left to the spawn.
+    if any("\0" in text for text in (command, *args, cwd or "", *(e["name"] + e["value"] for e in env))):
+        return Deny(INVALID_PARAMS, "terminal/create: a command, argument, cwd or environment variable cannot hold NUL")
+    if any(not e["name"] or "=" in e["name"] for e in env):
+        return Deny(INVALID_PARAMS, "terminal/create: an environment variable's name must be non-empty and hold no '='")
     return RunCommand(command, tuple(args), cwd, tuple(sorted((e["name"], e["value"]) for e in env)))
 
 
@@ -709,7 +865,7 @@ def runs(approved: Command, action: RunCommand) -> bool:
     argv = [action.command, *action.args]
     if action.cwd != approved.cwd or action.env != approved.env:
         return False
-    if len(argv) == 3 and _SHELL.search(argv[0]) and argv[1] in ("-c", "-lc") and argv[2] == approved.text:
+    if len(argv) == 3 and _SHELL.fullmatch(argv[0]) and argv[1] in ("-c", "-lc") and argv[2] == approved.text:
         return True
     return _plain(approved.text) and _words(approved.text) == argv
 
@@ -756,7 +912,8 @@ def permit(grants: Grants, action: ClientAction, turn_open: bool) -> tuple[Grant
 
     Only while a prompt turn of the session is open (``turn_open``). ``RunCommand``: the first
     approved command it ``runs`` is used up; none → ``Deny`` -32000. ``WriteFile``: one
-    approved write of ``real`` is used up; none → ``Deny`` -32602. A denial changes nothing."""
+    approved write of ``real`` with exactly that ``content`` (the card's, byte for byte) is used
+    up; none → ``Deny`` -32602. A denial changes nothing."""
     if isinstance(action, RunCommand):
         if not turn_open:
             return grants, Deny(REFUSED, "terminal/create: no prompt turn is open in this session")
@@ -770,14 +927,16 @@ def permit(grants: Grants, action: ClientAction, turn_open: bool) -> tuple[Grant
             f"{f' in {action.cwd[:200]!r}' if action.cwd else ''}{' with that environment' if action.env else ''} in this turn "
             "(ask first with session/request_permission, the command in rawInput.command; one approval runs it once)",
         )
-    if not turn_open or action.real not in grants.writes:
+    found = next((i for i, w in enumerate(grants.writes) if w.real == action.real and w.content == action.content), None) if turn_open else None
+    if found is None:
+        other = turn_open and any(w.real == action.real for w in grants.writes)
         return grants, Deny(
             INVALID_PARAMS,
-            f"refused: lmbridge writes {action.path[:500]} only after the user approved an edit of it in this turn "
-            "(ask with session/request_permission, kind edit, naming the file)",
+            f"refused: lmbridge writes {action.path[:500]} only after the user approved an edit of it in this turn"
+            f"{', with the content the card showed (this content differs)' if other else ''} "
+            "(ask with session/request_permission, kind edit, the file and its whole new text as a diff content)",
         )
-    i = grants.writes.index(action.real)
-    return replace(grants, writes=grants.writes[:i] + grants.writes[i + 1 :]), Permit()
+    return replace(grants, writes=grants.writes[:found] + grants.writes[found + 1 :]), Permit()
 
 
 # ---------------------------------------------------------------- the card
@@ -790,9 +949,9 @@ def render(p: Permission) -> Card:
     clipped = len(heading) > HEADING_LIMIT or heading != p.title.strip()
     if len(heading) > HEADING_LIMIT:
         heading = heading[: HEADING_LIMIT - 1] + "…"
-    heading = heading or "The agent asks for permission"
+    heading = visible(heading) or "The agent asks for permission"
     sections = [f"The agent asks to **{escape(_KIND_LABELS.get(p.kind, p.kind))}** (kind: {_inline(p.kind)})."]
-    if clipped and p.command is None:
+    if clipped:
         sections.append(f"**Title**\n\n{code_block(p.title, 'text')}")
     if p.command is not None:
         lines = ["**Command**"]
@@ -806,6 +965,17 @@ def render(p: Permission) -> Card:
         sections.append("\n\n".join(lines))
     for d in p.diffs:
         sections.append(f"**Changes to {_inline(d.path)}**\n\n{code_block(unified_diff(d), 'diff')}")
+    for name, target in p.links:
+        sections.append(f"{_inline(name)} is a link to {_inline(target)}: a change of it is made there.")
+    if p.writes:
+        items = [f"- {_inline(w.real)}{f' (named {_inline(w.path)})' if w.path != w.real else ''}" for w in p.writes]
+        sections.append("**Allow lets lmbridge write exactly the text shown above, once, to**\n\n" + "\n".join(items))
+    if p.tool == PROTECTED_TOOL:
+        items = [f"- {_inline(f)}" for f in p.protected[:MAX_LOCATIONS]]
+        sections.append(
+            "**Asked again, even if you allowed edits in this session**: VS Code protects these files "
+            "(`chat.tools.edits.autoApprove`), as a change to them can run code:\n\n" + "\n".join(items)
+        )
     for terminal in p.terminals:
         sections.append(f"Output in terminal {_inline(terminal)}.")
     if p.locations:
@@ -829,13 +999,38 @@ def render(p: Permission) -> Card:
 
 def unified_diff(d: Diff) -> str:
     """A unified diff of one change (three lines of context); past ``DIFF_LINES`` lines, the
-    new text whole instead (difflib is quadratic at worst)."""
-    old = [] if d.old is None else d.old.splitlines()
-    new = d.new.splitlines()
+    new text whole instead (difflib is quadratic at worst). Byte for byte: lines split at
+    "\n" only, a text whose every line ends CRLF said so in a line of its own (any other CR
+    stays, and ``visible`` shows it), a last line without a newline marked as diff marks it."""
+    old = [] if d.old is None else _lines(d.old, d.whole)
+    new = _lines(d.new, d.whole)
+    notes = [f"({which} text: CRLF line ends)" for which, text in (("old", d.old), ("new", d.new)) if text is not None and _crlf(text)]
     if len(old) + len(new) > DIFF_LINES:
-        return "\n".join(["--- " + ("/dev/null" if d.old is None else d.path), "+++ " + d.path] + ["+" + line for line in new])
+        return "\n".join([*notes, "--- " + ("/dev/null" if d.old is None else d.path), "+++ " + d.path] + ["+" + line for line in new])
     out = list(difflib.unified_diff(old, new, "/dev/null" if d.old is None else d.path, d.path, lineterm=""))
-    return "\n".join(out) if out else f"(no change to {d.path})"
+    return "\n".join([*notes, *out]) if out else f"(no change to {d.path})"
+
+
+NO_NEWLINE = "\\ No newline at end of file"
+
+
+def _crlf(text: str) -> bool:
+    """Every line of ``text`` that ends, ends with CRLF (and one does)."""
+    ended = text.split("\n")[:-1]
+    return bool(ended) and all(line.endswith("\r") for line in ended)
+
+
+def _lines(text: str, whole: bool = True) -> list[str]:
+    """Lines as a file has them: split at "\n" only (``str.splitlines`` also splits at a bare CR,
+    U+2028 and others, which would hide them); CRs of CRLF line ends dropped when every line
+    has one (``_crlf``: said on the card); a last line with no newline followed by ``NO_NEWLINE``."""
+    lines = text.split("\n")
+    last = lines.pop()
+    if _crlf(text):
+        lines = [line[:-1] for line in lines]
+    if last:
+        lines.append(f"{last}\n{NO_NEWLINE}" if whole else last)
+    return lines
 
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~&])")
@@ -843,12 +1038,13 @@ _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~&])")
 
 def escape(text: str) -> str:
     """Inline markdown text with its syntax escaped and lines joined."""
-    return _MARKDOWN.sub(r"\\\1", _one_line(text))
+    return _MARKDOWN.sub(r"\\\1", visible(_one_line(text)))
 
 
 def _inline(text: str) -> str:
-    """Inline code that survives backticks in the value."""
-    text = _one_line(text)
+    """Inline code that survives backticks in the value: the value whole, a line break or a tab
+    in it shown ``⟨U+000A⟩``/``⟨U+0009⟩`` as ``visible`` shows the rest."""
+    text = visible(text).replace("\n", "⟨U+000A⟩").replace("\t", "⟨U+0009⟩")
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
@@ -857,7 +1053,8 @@ def _inline(text: str) -> str:
 
 def code_block(text: str, lang: str = "") -> str:
     """A fenced code block whose fence is longer than any backtick run inside: the text
-    inside is shown as it is, whole."""
+    inside is shown whole, its ``UNSHOWABLE`` characters as ``visible`` shows them."""
+    text = visible(text)
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{lang}\n{text}\n{fence}"

@@ -190,7 +190,8 @@ class PermissionAsked:
     ``call_id``/``token``: fresh, drawn by the actor. ``bridge``: the VS Code tools the
     session's MCP server offers (``permissions.Bridge``). ``answerable``: ``rid`` can be
     written back (an object or list id cannot: the error then goes out with id null).
-    ``profile``: the agent's (None: the bridge's): which option a Skip selects."""
+    ``workspace``: where its files are judged (``permissions.Workspace``). ``profile``: the
+    agent's (None: the bridge's): which option a Skip selects."""
 
     rid: Any
     params: Any
@@ -198,6 +199,7 @@ class PermissionAsked:
     token: str
     bridge: permissions.Bridge | None = None
     answerable: bool = True
+    workspace: permissions.Workspace = permissions.NO_WORKSPACE  # where its files are judged
     profile: AgentProfile | None = None
 
 
@@ -923,7 +925,7 @@ class TurnMachine:
             request = permissions.Malformed("id", "is neither a string nor a number", answerable=False)
         else:
             merged = self.renderer.known(raw_call.get("toolCallId")) if isinstance(raw_call, Mapping) else None
-            request = permissions.read(ev.params, ev.call_id, ev.token, merged, ev.bridge, ev.profile)
+            request = permissions.read(ev.params, ev.call_id, ev.token, merged, ev.bridge, ev.workspace, ev.profile)
         decision = permissions.route(request, self.tools, self.agent)
         live = self.state in (State.STREAMING, State.AWAITING)
         if isinstance(decision, permissions.Grant):

@@ -14,7 +14,7 @@ writer.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
 from lmbridge.acp.connection import AgentError, AgentUnavailable, Response
-from lmbridge.core import modes, session_state
+from lmbridge.core import modes, permissions, session_state
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
@@ -177,10 +177,16 @@ class ChatControls:
         (``picked``). What the user set on this chat with ``chat/setControl`` since is set
         again on a session opened new (one replacing a session lost). A session taken up
         again (``session/resume``, ``session/load``) gets its mode so too (codex-acp 2.6
-        takes a session up in its own starting mode), and ``picked``."""
+        takes a session up in its own starting mode), and ``picked``.
+
+        Of the model configuration (``configuration`` and ``picked``), a mode that widens what
+        runs is never set: it is the last choice of any chat of the model
+        (``permissions.from_configuration``); only ``chat/setControl``, which names the chat, sets it."""
         mode = self._mode_control()
         self._required = None
         fresh = self._fresh or self._taken_up
+        configuration = self._from_configuration(configuration or {})
+        picked = self._from_configuration(picked)
         if fresh:
             values: dict[str, Any] = {}
             if mode is not None:
@@ -188,11 +194,11 @@ class ChatControls:
                 if start is not None:
                     values[mode.id] = start
             if self._fresh:
-                values.update(configuration or {})
+                values.update(configuration)
                 values.update(self._chosen)
             else:  # taken up again: its mode as a new session's, the rest as it was
                 if mode is not None:
-                    for source in (configuration or {}, self._chosen):
+                    for source in (configuration, self._chosen):
                         if isinstance(source.get(mode.id), str):
                             values[mode.id] = source[mode.id]
                 values.update(picked)
@@ -205,6 +211,18 @@ class ChatControls:
         if fresh and mode is not None and mode.id in changes:
             self._required = mode.id  # a new session's mode: its first prompt waits on it (configure_then)
         return changes
+
+    def _from_configuration(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` from VS Code's model configuration less the modes it may not set (``permissions.from_configuration``)."""
+        kept: dict[str, Any] = {}
+        profile = self.acp.process.caps.profile
+        for control_id, value in values.items():
+            control = self.state.control(control_id) if isinstance(control_id, str) else None
+            if control is not None and not permissions.from_configuration(control.id, control.category, control.legacy, value, profile):
+                log.warning("a mode from the model configuration not set: only the chat's own mode control sets it", session=self.session_id, configId=control_id, value=value)
+                continue
+            kept[control_id] = value
+        return kept
 
     async def configure_then(self, changes: dict[str, str], write: Write, out: MemoryObjectSendStream[Write], prompt_id: int | None = None) -> None:
         """Each change set (bounded: ``session/set_config_option``, or ``session/set_mode``

@@ -155,6 +155,7 @@ class Settings:
 
     workspace: list[str] = field(default_factory=list)
     verbatim: bool = False
+    edit_auto_approve: dict[str, bool] | None = None  # the user's chat.tools.edits.autoApprove (None: VS Code's default)
 
 
 class Methods:
@@ -255,6 +256,7 @@ class Methods:
         self.settings.workspace = list(p.workspaceFolders)
         self.client.set_capabilities(p.clientCapabilities.model_dump())
         self.settings.verbatim = p.userTurns == "verbatim"
+        self.settings.edit_auto_approve = p.editAutoApprove
         problems = self.catalog.configure(p.agents)
         for problem in problems:
             log.warning("agent left out", problem=problem)

@@ -190,7 +190,7 @@ class Server:
                 settings = self.router.settings
                 # The agents' fs/* requests: through the shim when it offers fs, else the disk;
                 # inside the workspace folders (the daemon's cwd without any: where agents run).
-                files = Files(self.client, lambda: settings.workspace or [self.router.cwd])
+                files = Files(self.client, lambda: settings.workspace or [self.router.cwd], edit_rules=lambda: settings.edit_auto_approve)
                 self.history = history = HistoryActor(
                     pool, self.catalog, tools, self.recent,
                     idle_timeout=config.idle_timeout, recorder=self.recorder, max_processes=config.max_processes, index=config.index,

@@ -502,7 +502,10 @@ class SessionActor:
             if self.bridge is not None:
                 bridge = permissions.Bridge(self.bridge.name, frozenset(self.bridge.tools), self.process.caps.profile)
             call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
-            return turn.PermissionAsked(rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id, profile=self.process.caps.profile)
+            return turn.PermissionAsked(
+                rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id,
+                workspace=self.client.workspace(), profile=self.process.caps.profile,
+            )  # fmt: skip
         if msg.bad_id:
             self._respond(None, error=BAD_ID_ERROR)
         elif rid is not None and self.client.serves(msg.method):

@@ -521,6 +521,8 @@ class DemoAgent:
                 status=start.status,
                 locations=locations,
                 raw_input=start.raw_input,
+                # The change itself: lmbridge lets a write carry only the content its card showed.
+                content=start.content,
             ),
             options=list(PERMISSION_OPTIONS),
         )

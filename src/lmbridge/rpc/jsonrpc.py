@@ -50,9 +50,32 @@ def usable_id(rid: object) -> bool:
     return rid - rid == 0
 
 
-#: A value as compact JSON text, non-ASCII characters as they are (the one JSON writer of
-#: every link: ``encode`` and the daemon's batched ``lm/responsePart`` frames use it).
-encode_value = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_strict = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def encode_value(value: Any) -> str:
+    """A value as compact, strict JSON text (RFC 8259), non-ASCII characters as they are: the
+    one JSON writer of every link (``encode`` and the daemon's batched ``lm/responsePart``
+    frames use it). A float that is not finite (``inf`` from ``1e400``, ``nan``, ``-inf``,
+    which Python's parser and the MCP SDK's accept) is written ``null``, as JavaScript's
+    ``JSON.stringify`` writes it: the frame stays one the peer parses, and a tool call holding
+    one keeps its other arguments (docs/protocol.md, "Transport"). Raises ``TypeError`` for
+    what JSON cannot hold."""
+    try:
+        return _strict(value)
+    except ValueError:
+        return _strict(finite(value))
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every float that is not finite made ``None`` (containers copied)."""
+    if isinstance(value, float):
+        return value if value - value == 0 else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 #: How a frame's text becomes bytes. The only characters UTF-8 cannot encode are lone
 #: surrogates (JSON allows them escaped, JavaScript strings hold them, ``parse_json`` makes
 #: them from ``\\udc00``); in JSON text they can only sit inside a string, where
