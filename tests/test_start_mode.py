@@ -78,18 +78,23 @@ async def test_the_users_mode_for_the_agent_or_the_model_configuration_wins(scri
             model = next(m for m in listed["models"] if m["id"] == agent.id)
             assert model["configurationSchema"]["properties"]["mode"]["default"] == "acceptEdits"
             assert "the agent approves its own actions" in model["tooltip"]
-            # VS Code's model configuration: the user picked Plan Mode beside the model picker.
+            # VS Code's model configuration: the user picked Manual beside the model picker.
             before = models_changed(c)
-            ok(await c.chat(agent.id, [user("chat B")], options={"configuration": {"mode": "plan"}}))
-            assert control(states(c)[-1], "mode")["current"] == "plan"
+            ok(await c.chat(agent.id, [user("chat B")], options={"configuration": {"mode": "default"}}))
+            assert control(states(c)[-1], "mode")["current"] == "default"
             await eventually(lambda: models_changed(c) > before, what="lm/modelsChanged after the configuration changed")
             listed = await c.request("lm/provideLanguageModelChatInformation", {})
             tooltip = next(m for m in listed["models"] if m["id"] == agent.id)["tooltip"]
-            assert "New chats start in Plan Mode. In Plan Mode the agent approves its own actions" in tooltip
-            # ... or Auto, the mode the agent starts in: nothing to set, and not the asking mode either.
-            ok(await c.chat(agent.id, [user("chat C")], options={"configuration": {"mode": "auto"}}))
-            assert control(states(c)[-1], "mode")["current"] == "auto"
-    assert mode_sets(agent) == [("s1", "acceptEdits"), ("s2", "plan")]
+            assert "New chats start in Manual" in tooltip and "approves its own" not in tooltip
+            # A self-approving mode from the configuration (one per model, so maybe another chat's
+            # choice) is never set: chat C starts in the agent's own mode setting, and the model's
+            # tooltip does not claim that new chats start in Plan Mode.
+            ok(await c.chat(agent.id, [user("chat C")], options={"configuration": {"mode": "plan"}}))
+            assert control(states(c)[-1], "mode")["current"] == "acceptEdits"
+            listed = await c.request("lm/provideLanguageModelChatInformation", {})
+            tooltip = next(m for m in listed["models"] if m["id"] == agent.id)["tooltip"]
+            assert "New chats start in Plan Mode" not in tooltip
+    assert mode_sets(agent) == [("s1", "acceptEdits"), ("s2", "default"), ("s3", "acceptEdits")]
 
 
 async def test_an_agent_whose_asking_mode_is_not_known_keeps_its_own(scripted: Any, daemon: Any, tmp_path: Any) -> None:
@@ -119,10 +124,14 @@ def test_a_chats_own_choice_is_set_again_on_a_session_opened_new_for_it() -> Non
     controls.ready(Opened("s3", "new", True, True, [{**MODES, "currentValue": "plan"}]))
     assert controls.chosen({"mode": "default"}, {}) == {"mode": "auto"}
     controls.answered(ControlSet(SetControl("mode", "auto", by_user=False), {}))
-    # The user then picks Plan Mode beside the model picker: that is the chat's choice now.
-    assert controls.chosen({"mode": "plan"}, {"mode": "plan"}) == {"mode": "plan"}
+    # Plan Mode beside the model picker (one configuration per model: maybe another chat's
+    # choice) is a mode that approves on its own: not set.
+    assert controls.chosen({"mode": "plan"}, {"mode": "plan"}) == {}
+    # The user then picks Manual beside the model picker: that is the chat's choice now.
+    assert controls.chosen({"mode": "default"}, {"mode": "default"}) == {"mode": "default"}
+    controls.answered(ControlSet(SetControl("mode", "default", by_user=False), {}))
     controls.ready(Opened("s4", "new", True, True, [MODES]))
-    assert controls.chosen({"mode": "plan"}, {}) == {"mode": "plan"}
+    assert controls.chosen({"mode": "default"}, {}) == {"mode": "default"}
 
 
 async def test_a_message_is_not_sent_when_the_agent_refuses_the_asking_mode(scripted: Any, daemon: Any, tmp_path: Any) -> None:

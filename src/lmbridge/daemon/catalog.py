@@ -31,7 +31,7 @@ import anyio
 from pydantic import ValidationError
 
 from lmbridge import __version__, self_command
-from lmbridge.core import modes, profiles, session_state
+from lmbridge.core import modes, permissions, profiles, session_state
 from lmbridge.core.agent_models import Choice, current_values, model_id, of_category, select_options, to_json
 from lmbridge.core.auth import Hint
 from lmbridge.core.messages import AgentEntry, AgentSpec, ModelCapabilities, ModelInfo
@@ -287,7 +287,9 @@ def model_info(
         if start is not None:
             defaults[mode.id] = start
         chosen = configuration.get(mode.id) if isinstance(configuration, dict) else None
-        starts = chosen if isinstance(chosen, str) and mode.offers(chosen) else start
+        # Only a mode the configuration may set is one new chats start in (permissions.from_configuration).
+        allowed = isinstance(chosen, str) and mode.offers(chosen) and permissions.from_configuration(mode.id, mode.category, mode.legacy, chosen, profile)
+        starts = chosen if allowed and isinstance(chosen, str) else start
         note = modes.approval_note(profile, starts, mode.label(starts))
         if note is not None:
             tooltip += f"\nNew chats start in {mode.label(starts)}. {note}"
