@@ -18,6 +18,11 @@ the mode set (``session/set_config_option`` on the option of category ``mode``, 
 * codex only, ``cmd-out-esc``: the same with ``sandbox_permissions: require_escalated`` (how
   a codex model asks to leave its sandbox).
 
+codex only, two environment variables add to its fresh ``CODEX_HOME``:
+``PROBE_CODEX_CONFIG``, lines of its ``config.toml`` (separated by ``;``), and
+``PROBE_CODEX_RULES``, the text of an execpolicy rules file (``rules/probe.rules``, Starlark
+``prefix_rule(pattern=[...], decision="prompt")``).
+
 Every ``session/request_permission`` is recorded (its title, kind and options) and
 answered with its ``allow_once`` option, so the effect on disk shows whether the action
 ran. It prints one JSON row per mode: per action, whether a permission named it
@@ -120,6 +125,10 @@ def _launch(agent: str, home: Path, url: str) -> tuple[list[str], dict[str, str]
             ]
         )
     )
+    if rules := os.environ.get("PROBE_CODEX_RULES"):
+        # execpolicy rules (Starlark ``prefix_rule(...)``), loaded from CODEX_HOME/rules
+        (codex_home / "rules").mkdir(exist_ok=True)
+        (codex_home / "rules" / "probe.rules").write_text(rules + "\n")
     env = agent_environ({"HOME": str(home), "CODEX_HOME": str(codex_home), "FAKE_OPENAI_API_KEY": "x", "NO_PROXY": "127.0.0.1,localhost"})
     for name in list(env):
         if name.startswith(("OPENAI_", "CODEX_")) and name != "CODEX_HOME":
