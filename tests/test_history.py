@@ -848,6 +848,7 @@ def test_marker_rows(row: str, carries: str, text: str, goes: str) -> None:
     elif carries == "foreign":
         answer = with_marker(answer, {"type": "data", "mimeType": "stateful_marker", "data": "bT5yZXNwXzAxMjM="})
     known = set(core.sessions)
+    assert core.plan("m", [h1[0], answer, u("more")]).by == ("marker" if carries in ("ours", "other") else "text")
     turn = core.begin("m", [h1[0], answer, u("more")], 2)
     if goes == "own":
         assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, sid1)

@@ -482,6 +482,9 @@ class Plan:
     session_id: str | None
     kind: Kind
     start: int = 0
+    # How the candidates were found (for the log): "marker" (the last answer's stateful marker),
+    # "text" (its callIds or text), "words" (no answer: the first words), "" (a new chat).
+    by: str = ""
 
 
 def _without_results(messages: Sequence[Message], call_ids: set[str]) -> list[Message]:
@@ -534,8 +537,8 @@ class HistoryCore:
 
     # -- matching ---------------------------------------------------------
 
-    def _candidates(self, model_id: str, conv: Sequence[Message]) -> tuple[int, list[Session]]:
-        """(named, sessions): the sessions that have seen the last assistant message of
+    def _candidates(self, model_id: str, conv: Sequence[Message]) -> tuple[int, list[Session], str]:
+        """(named, sessions, by): the sessions that have seen the last assistant message of
         ``conv`` the daemon knows, at index ``named``; with no assistant message at all,
         the sessions whose first words are the request's (``named`` -1).
 
@@ -556,19 +559,19 @@ class HistoryCore:
             if mk is not None:
                 ids: set[str] = set(self._by_marker.get(mk, ()))
                 found = [self.sessions[x] for x in sorted(ids) if self.sessions[x].model_id == model_id]
-                return i, found
+                return i, found, "marker"
             ids = {self._by_call[c] for c in fp.call_ids if c in self._by_call} or {
                 sid for d in fp.digests() for sid in self._by_text.get(d, ())
             }
             found = [self.sessions[x] for x in sorted(ids) if self.sessions[x].model_id == model_id]
             if found:
-                return i, found
+                return i, found, "text"
         if any_assistant:
-            return -1, []
+            return -1, [], "text"
         # Every earlier turn was stopped: nothing of ours to match on, only the words.
         opening = next((k.words for k in map(UserKey.of_message, conv) if k.words != _EMPTY), None)
         ids = self._by_opening.get(opening, set()) if opening is not None else set()
-        return -1, [self.sessions[x] for x in sorted(ids) if self.sessions[x].model_id == model_id]
+        return -1, [self.sessions[x] for x in sorted(ids) if self.sessions[x].model_id == model_id], "words"
 
     def _aligned(self, s: Session, conv: Sequence[Message], upto: int) -> bool:
         if upto > len(conv):
@@ -629,7 +632,7 @@ class HistoryCore:
             raise HistoryError("the request's messages must end with a user message")
         if len(conv) == 1:
             return Plan(conv, None, Kind.NEW_CHAT)
-        named, candidates = self._candidates(model_id, conv)
+        named, candidates, by = self._candidates(model_id, conv)
         best: Plan | None = None
         tied = False
         for s in candidates:
@@ -637,11 +640,11 @@ class HistoryCore:
             if kind is Kind.DIVERGENCE or start <= named:
                 continue
             if best is None or start > best.start:
-                best, tied = Plan(conv, s.id, kind, start), False
+                best, tied = Plan(conv, s.id, kind, start, by), False
             elif start == best.start:
                 tied = True
         if best is None or tied:
-            return Plan(conv, None, Kind.DIVERGENCE)
+            return Plan(conv, None, Kind.DIVERGENCE, by=by)
         return best
 
     # -- transitions ------------------------------------------------------

@@ -419,7 +419,7 @@ class HistoryActor:
         if mk is not None and self.core.key and not request.parts.stopped():
             # First of the answer's parts, so that an answer stopped early carries it too.
             request.parts.send(marker.part(request.model_id or msg.spec.id, mk, self.core.key))
-        log.info("request", kind=decision.kind.value, session=decision.session_id, answers={k: v.value for k, v in decision.answers.items()})
+        log.info("request", kind=decision.kind.value, session=decision.session_id, by=plan.by, answers={k: v.value for k, v in decision.answers.items()})
         actor = self._actor(decision, request)
         job = msg.result = Job(decision, request)
         self.running[request] = (job, actor)
