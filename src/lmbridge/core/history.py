@@ -24,8 +24,17 @@ of the tool results in them and a digest of the user's words. A request is
 aligned against a session position by position, and every one of these must be
 equal; nothing is compared loosely.
 
-Which sessions are tried: those that emitted the request's last assistant
-message the daemon knows (by callId, else by text digest), or, when the request
+VS Code does carry one thing for the provider: a stateful marker (``core/marker.py``,
+docs/vscode.md "Stateful markers"), which each answer of the daemon's carries and
+Copilot re-sends inside that answer. An assistant item keeps the marker that names it
+(its own, or the one the message carried when the session was told it); a message and
+an item that both have a valid marker are the same answer exactly when the markers are
+equal, whatever text VS Code kept. Markers are MAC'd under the daemon's key (passed in):
+one that does not verify is no marker.
+
+Which sessions are tried: those that have seen the request's last assistant
+message the daemon knows (by its marker; without a valid one, by callId, else by
+text digest), or, when the request
 holds no assistant message at all (every turn was stopped), those whose first
 words are the request's. A session is continued only when it aligns, accounts
 for the message that named it, and accounts for more of the request than any
