@@ -170,10 +170,27 @@ async function waitForDisk(predicate, what) {
 
 /** The chat requests the daemon got from the shim (the recording, docs/recording.md), oldest first. */
 function chatRequests() {
+	return chatFrames().filter(l => l.dir === 'in' && l.frame?.method === 'lm/provideLanguageModelChatResponse')
+		.map(l => ({ id: l.frame.id, ...l.frame.params }));
+}
+
+/** The shim's frames in the recording (it starts again when the daemon restarts). */
+function chatFrames() {
 	if (!fs.existsSync(record)) return [];
-	return fs.readFileSync(record, 'utf8').split('\n').filter(Boolean).map(l => JSON.parse(l))
-		.filter(l => l.link === 'shim' && l.dir === 'in' && l.frame?.method === 'lm/provideLanguageModelChatResponse')
-		.map(l => l.frame.params);
+	return fs.readFileSync(record, 'utf8').split('\n').filter(Boolean).map(l => JSON.parse(l)).filter(l => l.link === 'shim' && l.frame);
+}
+
+/**
+ * Whether `kept` (the text VS Code re-sent of an answer) is, whitespace dropped, the text the
+ * daemon sent for request `id` at one of its part boundaries: what matching by text needs.
+ */
+function keptAtBoundary(id, kept) {
+	const squeeze = t => t.replace(/\s+/g, '');
+	const texts = chatFrames().filter(l => l.dir === 'out' && l.frame.method === 'lm/responsePart' && l.frame.params.requestId === id && l.frame.params.part.type === 'text')
+		.map(l => l.frame.params.part.value);
+	let acc = '';
+	const bounds = texts.map(t => squeeze(acc += t));
+	return { parts: texts.length, keptChars: squeeze(kept).length, sentChars: bounds.at(-1)?.length ?? 0, atBoundary: bounds.includes(squeeze(kept)) };
 }
 
 /** The stateful marker an assistant message carries (`lmb1.<session>.<answer>.<mac>`), or undefined. */
@@ -213,8 +230,11 @@ async function markerFinding(label) {
 	// The log line of this request: the daemon logs each request it matched (polled: no event).
 	const until = Date.now() + 15_000;
 	while (daemonRequestLines().length < chatRequests().length && Date.now() < until) await new Promise(r => setTimeout(r, 100));
+	const previous = chatRequests().at(-2);
+	const kept = (before?.content ?? []).filter(p => p.type === 'text').map(p => p.value).join('');
 	const finding = {
 		label, assistants: assistants.length, marked: assistants.filter(markerOf).length,
+		byText: previous ? keptAtBoundary(previous.id, kept) : undefined,
 		previousAnswerMarked: !!markerOf(before), previousAnswer: (before?.content ?? []).map(p => p.type === 'data' ? `[${p.mimeType}]` : p.type).join(','),
 		log: daemonRequestLines().at(-1)?.replace(/^.*?\brequest\b/, 'request').slice(0, 300),
 	};
@@ -222,6 +242,13 @@ async function markerFinding(label) {
 	fs.writeFileSync(path.join(OUT, 'markers.json'), JSON.stringify(markerFindings, null, 1));
 	console.log(`chatview: marker after ${label}: ${JSON.stringify(finding)}`);
 	return finding;
+}
+
+/** The answer before the last message came back with its marker, and the request went on in the chat's session s1 by it. */
+async function markerKept(label, kind) {
+	const f = await markerFinding(label);
+	check(f.previousAnswerMarked, `after ${label}: the answer came back without its marker: ${JSON.stringify(f)}`);
+	check(kind.test(f.log ?? '') && /by=marker/.test(f.log ?? '') && /session=s1\b/.test(f.log ?? ''), `after ${label}: not matched to the chat's session by its marker: ${JSON.stringify(f)}`);
 }
 
 // ---------------------------------------------------------------- the page
@@ -601,7 +628,9 @@ try {
 			await waitForResponseText(/You said: are you still there/);
 			await waitForIdle();
 			check(!fs.existsSync(notes), 'after Stop: the file was written');
-			await markerFinding('Stop at a card');
+			// The stopped round comes back with its marker and its tool call (no result): its card
+			// is answered cancelled and the same session goes on (docs/vscode.md, "Stateful markers").
+			await markerKept('Stop at a card', /kind=soft_cancel/);
 		});
 
 		await step('stop-stream', async () => {
@@ -615,7 +644,7 @@ try {
 			await send('and now hello');
 			await waitForResponseText(/You said: and now hello/);
 			await waitForIdle();
-			await markerFinding('Stop while streaming');
+			await markerKept('Stop while streaming', /kind=continuation/);
 		});
 
 		await step('mode-card', async () => {
@@ -727,7 +756,9 @@ try {
 			await send('are you still there after the script');
 			await waitForResponseText(/You said: are you still there after the script/);
 			await waitForIdle();
-			await markerFinding('Stop while ticker.sh ran');
+			// Once seen as kind=divergence (a fresh session): matched by text, the stopped answer VS Code
+			// kept was no answer of the daemon's; by its marker it is.
+			await markerKept('Stop while ticker.sh ran', /kind=continuation/);
 		});
 
 		await step('agent-models', async () => {
@@ -737,6 +768,8 @@ try {
 			await send('which model now');
 			await waitForResponseText(/YOU SAID: WHICH MODEL NOW/);
 			await waitForIdle();
+			// Copilot re-sends the markers re-stamped with the new model's id; the agent is the same.
+			await markerFinding('a switch to the agent\'s other model');
 		});
 
 		await step('fails-to-start', async () => {
