@@ -927,3 +927,17 @@ def test_an_index_entry_without_markers_restores_and_matches_by_text() -> None:
     new = HistoryCore(key=KEY, nonce="n1")
     rid = new.restore(data, 0.0)
     assert new.begin("m", [hist[0], a("a1"), u("again")], 1).session_id == rid
+
+
+def test_stop_at_a_card_the_round_back_with_its_marker_and_call_without_result_cancels_the_card() -> None:
+    # As the Chat view shows (docs/vscode.md, "Kept rounds"): a marked round stopped at its card
+    # comes back with its tool call and no result; the card is answered cancelled, never approved.
+    core = keyed()
+    turn = core.begin("m", [u("write it")], 0)
+    core.end(turn.session_id, fp(a("asking", "c1")), Last.PENDING, [Pending("c1", "T1")], 1, request=turn.number)
+    back = marked(core, "asking", turn.session_id, turn.number, "c1")
+    plan = core.plan("m", [u("write it"), back, u("are you there")])
+    assert plan.by == "marker"
+    again = core.begin("m", [u("write it"), back, u("are you there")], 2)
+    assert (again.kind, again.session_id) == (Kind.SOFT_CANCEL, turn.session_id)
+    assert again.answers == {"c1": Answer.CANCELLED} and again.cancel_first and again.prompt == (u("are you there"),)
