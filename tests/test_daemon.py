@@ -1320,3 +1320,58 @@ async def test_a_silent_turn_end_after_an_approval_is_not_the_claude_quirk(scrip
     assert (tmp_path / "once.txt").exists()
     assert len(agent.prompts()) == 2 and len(agent.events("session_new")) == 1
 
+
+
+# ---------------------------------------------------------------- stateful markers and usage (docs/vscode.md)
+
+
+def _marker_text(part: dict[str, Any]) -> str:
+    import base64
+
+    return base64.b64decode(part["data"]).decode()
+
+
+async def test_every_answer_carries_its_marker_first_and_its_usage_last(scripted: Any, shared: Any) -> None:
+    usage = {"sessionUpdate": "usage_update", "used": 1234, "size": 200000}
+    agent = scripted({"turns": [[{"update": usage}, {"text": "One."}], [{"text": "Two."}]]})
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            first = await c.chat(agent.id, [user("count")])
+            ok(first)
+            second = await c.chat(agent.id, [user("count"), assistant(first.parts, first.data), user("on")])
+            ok(second)
+    for call in (first, second):
+        assert call.data[0]["mimeType"] == "stateful_marker"
+        model, marker = _marker_text(call.data[0]).split("\\")
+        assert model == agent.id and marker.startswith("lmb1.")
+    assert _marker_text(first.data[0]).split(".")[1] == _marker_text(second.data[0]).split(".")[1]  # one session
+    assert [_marker_text(c.data[0]).split(".")[2] for c in (first, second)] == ["1", "2"]  # its answers 1 and 2
+    import base64
+
+    ring = json.loads(base64.b64decode(first.data[-1]["data"]))
+    assert first.data[-1]["mimeType"] == "usage"
+    assert ring["prompt_tokens"] == 1234 and ring["total_tokens"] == ring["prompt_tokens"] + ring["completion_tokens"]
+    assert [p["sessionId"] for p in agent.prompts()] == ["s1", "s1"]
+
+
+@pytest.mark.parametrize("with_marker", [True, False])
+async def test_a_stopped_answer_vscode_kept_cut_mid_part_continues_by_its_marker(scripted: Any, shared: Any, with_marker: bool) -> None:
+    # What VS Code re-sends of a stopped answer may end inside a part the daemon sent (a Stop
+    # while a command's output streamed): by text that is no answer of the daemon's; its
+    # marker still names it.
+    agent = scripted({"turns": [[{"text": "Streaming a long line of output"}, {"sleep": 30}], [{"text": "Next."}]], "on_cancel": "cancelled"})
+    with anyio.fail_after(LIMIT):
+        async with shared([agent]) as c:
+            call = await c.start("lm/provideLanguageModelChatResponse", {"modelId": agent.id, "messages": [user("stream please")]})
+            await eventually(lambda: call.parts, what="the first text part")
+            await c.cancel(call)
+            await call.done.wait()
+            await eventually(lambda: agent.events("cancel"), what="session/cancel at the agent")
+            kept = assistant([{"type": "text", "value": "Streaming a long li"}], call.data if with_marker else ())
+            second = await c.chat(agent.id, [user("stream please"), kept, user("and now?")])
+            ok(second)
+    prompts = agent.prompts()
+    if with_marker:
+        assert [p["sessionId"] for p in prompts] == ["s1", "s1"] and prompts[1]["text"] == "and now?"
+    else:  # by text alone: a divergence, a fresh session told the conversation
+        assert [p["sessionId"] for p in prompts] == ["s1", "s2"]

@@ -764,3 +764,180 @@ def test_plan_changes_nothing():
     assert fresh.session_id is None and len(core.sessions) == 1
     turn = core.begin("m", hist + [tr("c1", "T1")], 2, plan=plan)
     assert turn.resume == "acp-1" and turn.kind is Kind.LATE_ANSWERS
+
+
+# ---------------------------------------------------------------- stateful markers (core/marker.py)
+
+from lmbridge.core import marker as markers  # noqa: E402
+from lmbridge.core.marker import Marker  # noqa: E402
+
+KEY = bytes(range(32))
+
+
+def marked(core: HistoryCore, text: str, sid: str, number: int, *calls: str) -> Message:
+    """The assistant message VS Code re-sends for the session's answer ``number``: ``text``
+    (what VS Code kept of it) and the answer's marker part."""
+    mk = core.marker(sid, number)
+    assert mk is not None
+    msg = a(text, *calls)
+    part = markers.part("m", mk, KEY)
+    return msg.model_copy(update={"content": [*msg.content, Message.model_validate({"role": "assistant", "content": [part]}).content[0]]})
+
+
+def with_marker(msg: Message, part: dict[str, str]) -> Message:
+    return msg.model_copy(update={"content": [*msg.content, Message.model_validate({"role": "assistant", "content": [part]}).content[0]]})
+
+
+def keyed() -> HistoryCore:
+    return HistoryCore(key=KEY, nonce="n0")
+
+
+def marked_start(core: HistoryCore, first: str, answer: str, *, last: Last = Last.DONE) -> tuple[str, list[Message]]:
+    turn = core.begin("m", [u(first)], 0)
+    core.end(turn.session_id, fp(a(answer)), last, [], 1, request=turn.number)
+    return turn.session_id, [u(first), marked(core, answer, turn.session_id, turn.number)]
+
+
+def test_each_answer_is_named_by_its_session_and_number() -> None:
+    core = keyed()
+    sid, hist = marked_start(core, "hello", "hi")
+    turn = core.begin("m", [*hist, u("next")], 2)
+    assert core.marker(sid, turn.number) == Marker(core.sessions[sid].token, 2)
+    assert core.sessions[sid].token.startswith("n0")
+    plain = HistoryCore()
+    assert plain.marker(plain.begin("m", [u("q")], 0).session_id, 1) is None  # no key: no markers
+
+
+def _two(core: HistoryCore) -> tuple[str, str, list[Message]]:
+    sid1, h1 = marked_start(core, "same words", "same answer")
+    sid2, _ = marked_start(core, "same words", "same answer")
+    return sid1, sid2, h1
+
+
+# (row, what the request's last answer carries, its text, where the request goes)
+MARKER_ROWS = [
+    # The marker names the answer whatever VS Code kept of its text (a Stop mid-part).
+    ("ours, text cut", "ours", "same ans", "own"),
+    ("ours, text whole", "ours", "same answer", "own"),
+    # Two chats alike in words and answers: the marker tells them apart (by text: a tie).
+    ("ours, the other chat alike", "ours", "same answer", "own"),
+    # Fallback rows: no marker (a chat from before markers, or a summarised one): by text.
+    ("none, text whole", "none", "same answer", "tie"),
+    ("none, text cut", "none", "same ans", "fresh"),
+    # A marker that is not ours is ignored: as if none (by text).
+    ("another key's (forged)", "forged", "same answer", "tie"),
+    ("another provider's", "foreign", "same answer", "tie"),
+    # A valid marker of another chat's session in this chat's history (the words are this
+    # chat's): no chat, a fresh session. (A chat alike in words too is that chat.)
+    ("the other chat's", "other", "same answer", "fresh"),
+]
+
+
+@pytest.mark.parametrize(("row", "carries", "text", "goes"), MARKER_ROWS, ids=[r[0] for r in MARKER_ROWS])
+def test_marker_rows(row: str, carries: str, text: str, goes: str) -> None:
+    core = keyed()
+    sid1, sid2, h1 = _two(core)
+    answer = a(text)
+    if carries == "ours":
+        answer = marked(core, text, sid1, 1)
+    elif carries == "other":  # a chat whose answer is the same but whose words are not
+        sid3, _ = marked_start(core, "other words", "same answer")
+        answer = marked(core, text, sid3, 1)
+    elif carries == "forged":
+        answer = with_marker(answer, markers.part("m", Marker(core.sessions[sid1].token, 1), bytes(32)))
+    elif carries == "foreign":
+        answer = with_marker(answer, {"type": "data", "mimeType": "stateful_marker", "data": "bT5yZXNwXzAxMjM="})
+    known = set(core.sessions)
+    assert core.plan("m", [h1[0], answer, u("more")]).by == ("marker" if carries in ("ours", "other") else "text")
+    turn = core.begin("m", [h1[0], answer, u("more")], 2)
+    if goes == "own":
+        assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, sid1)
+        assert turn.prompt == (u("more"),) and turn.context == ()
+    else:  # a tie of two chats nothing tells apart, or nothing matches: never either chat
+        assert turn.kind is Kind.DIVERGENCE and turn.fresh and turn.session_id not in known
+        if goes == "fresh":
+            assert turn.context  # told the conversation
+
+
+def test_by_text_each_of_two_chats_alike_continues_when_their_answers_differ() -> None:
+    # The fallback is today's matching: without markers, different answers still tell chats apart.
+    core = keyed()
+    s1, h1 = marked_start(core, "q", "answer one")
+    s2, h2 = marked_start(core, "q", "answer two")
+    assert core.begin("m", [h1[0], a("answer one"), u("x")], 2).session_id == s1
+    assert core.begin("m", [h2[0], a("answer two"), u("y")], 2).session_id == s2
+
+
+def test_a_marker_of_a_session_of_another_model_does_not_continue_it() -> None:
+    # Copilot re-stamps the marker with the current model's id after a model switch.
+    core = keyed()
+    sid, hist = marked_start(core, "q", "a1")
+    turn = core.begin("other-model", [*hist, u("next")], 2)
+    assert turn.fresh and turn.session_id != sid
+
+
+def test_a_stopped_answer_cut_inside_a_part_continues_by_its_marker() -> None:
+    # By text alone this is a divergence (test_only_a_stopped_answer_matches_a_prefix).
+    core = keyed()
+    sid, hist = marked_start(core, "tell me slowly", "chunk 1 chunk 2 chunk 3", last=Last.CANCELLED)
+    turn = core.begin("m", [hist[0], marked(core, "chunk 1 chu", sid, 1), u("and now hello")], 2)
+    assert (turn.kind, turn.session_id) == (Kind.CONTINUATION, sid)
+
+
+def test_a_fresh_session_keeps_the_markers_it_was_told_and_continues_by_them() -> None:
+    # An edit of the second message: a fresh session told the first answer (with its marker);
+    # its next request is matched to it, not to the old chat.
+    core = keyed()
+    s1, hist = marked_start(core, "one", "answer one")
+    t2 = core.begin("m", [*hist, u("two")], 2)
+    core.end(s1, fp(a("answer two")), Last.DONE, [], 3, request=t2.number)
+    edit = core.begin("m", [*hist, u("two, edited")], 4)
+    assert edit.kind is Kind.DIVERGENCE and edit.fresh
+    core.end(edit.session_id, fp(a("edited answer")), Last.DONE, [], 5, request=edit.number)
+    again = core.begin("m", [*hist, u("two, edited"), marked(core, "edited answer", edit.session_id, edit.number), u("three")], 6)
+    assert (again.kind, again.session_id) == (Kind.CONTINUATION, edit.session_id)
+
+
+def test_a_marker_of_a_restored_session_wakes_it_after_a_restart() -> None:
+    core = keyed()
+    sid, hist = marked_start(core, "q", "a1")
+    core.sessions[sid].resume = "acp-1"
+    core.sleep(sid)
+    data = core.export(sid)
+    assert data is not None
+    new = HistoryCore(key=KEY, nonce="n1")  # the next daemon: same key (the state folder's), new nonce
+    rid = new.restore(data, 0.0)
+    turn = new.begin("m", [*hist, u("again")], 1)
+    assert (turn.kind, turn.session_id, turn.resume) == (Kind.CONTINUATION, rid, "acp-1")
+    assert new.marker(rid, turn.number) == Marker(core.sessions[sid].token, 2)  # numbering goes on
+    # The key lost (another state folder): the marker does not verify, the text still matches.
+    lost = HistoryCore(key=bytes(32), nonce="n2")
+    rid = lost.restore(data, 0.0)
+    assert lost.begin("m", [*hist, u("again")], 1).session_id == rid
+
+
+def test_an_index_entry_without_markers_restores_and_matches_by_text() -> None:
+    core = keyed()
+    sid, hist = marked_start(core, "q", "a1")
+    core.sessions[sid].resume = "acp-1"
+    data = core.export(sid)
+    assert data is not None
+    data = {k: v for k, v in data.items() if k not in ("marker_session", "requests")}
+    data["items"] = [item[:4] for item in data["items"]]  # type: ignore[attr-defined]
+    new = HistoryCore(key=KEY, nonce="n1")
+    rid = new.restore(data, 0.0)
+    assert new.begin("m", [hist[0], a("a1"), u("again")], 1).session_id == rid
+
+
+def test_stop_at_a_card_the_round_back_with_its_marker_and_call_without_result_cancels_the_card() -> None:
+    # As the Chat view shows (docs/vscode.md, "Kept rounds"): a marked round stopped at its card
+    # comes back with its tool call and no result; the card is answered cancelled, never approved.
+    core = keyed()
+    turn = core.begin("m", [u("write it")], 0)
+    core.end(turn.session_id, fp(a("asking", "c1")), Last.PENDING, [Pending("c1", "T1")], 1, request=turn.number)
+    back = marked(core, "asking", turn.session_id, turn.number, "c1")
+    plan = core.plan("m", [u("write it"), back, u("are you there")])
+    assert plan.by == "marker"
+    again = core.begin("m", [u("write it"), back, u("are you there")], 2)
+    assert (again.kind, again.session_id) == (Kind.SOFT_CANCEL, turn.session_id)
+    assert again.answers == {"c1": Answer.CANCELLED} and again.cancel_first and again.prompt == (u("are you there"),)

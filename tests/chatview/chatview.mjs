@@ -12,61 +12,65 @@
 //   01 setup       chat enabled with "Chat: Manage Language Models", the lmbridge demo model picked, Agent mode
 //   02 stream      a turn streams text
 //   03 words       the agent received the user's words, not Copilot's scaffolding
-//   04 editor-unsaved draft.md open in the editor with a line typed, not saved
-//   05 read-unsaved the agent reads it through lmbridge (fs/read_text_file): the editor's text, unsaved line included
-//   06 edit-card   the agent asks to append a line (kind edit): a card, nothing written yet
-//   07 edit-allow  Allow Once: the edit appears in the editor (a WorkspaceEdit) and is saved
-//   08 edit-undo   Ctrl+Z in the editor takes it back: the old text, the user's line kept
-//   09 card        the agent's permission request is an inline card with the action's title and details
-//   10 allow-once  Allow Once → the action ran (the file is on disk) and the answer goes on
-//   11 skip        Skip → the action did not run and the agent finished its turn
-//   12 stop-card   Stop while a card is pending → the turn ends at once, nothing ran...
-//   13 after-stop  ...and the next message in the same chat is answered
-//   14 stop-stream Stop while text streams...
-//   15 after-stream-stop ...and the next message is answered
-//   16 mode-card   the agent asks to leave plan mode (kind switch_mode): a card "Leave plan mode"...
-//   17 allow-session ...its default button, Allow in this Session: the agent goes on...
-//   18 mode-again  ...and VS Code now approves that tool by itself: the next such request is
+//   04 marker-turn the next message: VS Code re-sends the answer with its stateful marker and the
+//                 daemon matches the request by it (its log: by=marker); after each Stop below, markers.json
+//                 in the run folder says whether the stopped answer came back with its marker
+//   05 editor-unsaved draft.md open in the editor with a line typed, not saved
+//   06 read-unsaved the agent reads it through lmbridge (fs/read_text_file): the editor's text, unsaved line included
+//   07 edit-card   the agent asks to append a line (kind edit): a card, nothing written yet
+//   08 edit-allow  Allow Once: the edit appears in the editor (a WorkspaceEdit) and is saved
+//   09 edit-undo   Ctrl+Z in the editor takes it back: the old text, the user's line kept
+//   10 card        the agent's permission request is an inline card with the action's title and details
+//   11 allow-once  Allow Once → the action ran (the file is on disk) and the answer goes on
+//   12 skip        Skip → the action did not run and the agent finished its turn
+//   13 stop-card   Stop while a card is pending → the turn ends at once, nothing ran...
+//   14 after-stop  ...and the next message in the same chat is answered
+//   15 stop-stream Stop while text streams...
+//   16 after-stream-stop ...and the next message is answered
+//   17 mode-card   the agent asks to leave plan mode (kind switch_mode): a card "Leave plan mode"...
+//   18 allow-session ...its default button, Allow in this Session: the agent goes on...
+//   19 mode-again  ...and VS Code now approves that tool by itself: the next such request is
 //                 answered with no card...
-//   19 run-card    ...but the agent asking to run a command gets a card of its own ("Run date",
+//   20 run-card    ...but the agent asking to run a command gets a card of its own ("Run date",
 //                 another tool): the session approval of a mode switch never covers a command...
-//   20 run-skip    ...Skip: nothing ran, the agent says so and the chat is idle
-//   21 live-running a command's output live: the agent asks to run `sh ticker.sh` (a script in the
+//   21 run-skip    ...Skip: nothing ran, the agent says so and the chat is idle
+//   22 live-running a command's output live: the agent asks to run `sh ticker.sh` (a script in the
 //                 workspace), Allow Once, and it runs through lmbridge's terminal/create: while it runs
 //                 (waiting on a gate file the test makes only after this screenshot) the answer shows
 //                 its first lines in one code block, not its last, and a VS Code terminal mirrors it...
-//   22 live-ended  ...the gate opened: the same one block grown to the last line, the exit code after
+//   23 live-ended  ...the gate opened: the same one block grown to the last line, the exit code after
 //                 it, then the agent's closing text
-//   23 live-stop   the same script again, Stop while it waits: the turn ends, the command is killed (its
+//   24 live-stop   the same script again, Stop while it waits: the turn ends, the command is killed (its
 //                 process gone, its last lines never shown), and the next message is answered
-//   24 agent-models the agent's own models in the picker
-//   25 fails-to-start an agent that cannot start: the user reads which and why
-//   26 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
+//   25 agent-models the agent's own models in the picker
+//   26 fails-to-start an agent that cannot start: the user reads which and why
+//   27 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
 //                 message in the chat and, once the daemon reports auth_required, a notification
 //                 with Sign in… and Open Settings
-//   27 sign-in     Sign in… opens a terminal named for the agent running its login command (with
+//   28 sign-in     Sign in… opens a terminal named for the agent running its login command (with
 //                 no login command from the daemon, the test runs it as the user would)...
-//   28 signed-in   ...Enter in that terminal: the login ends, signed in...
-//   29 after-sign-in ...and the next message is answered, nothing restarted
-//   30 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
+//   29 signed-in   ...Enter in that terminal: the login ends, signed in...
+//   30 after-sign-in ...and the next message is answered, nothing restarted
+//   31 manage-agents lmbridge: Manage ACP Agents: the daemon's presets with what they need
 //                 (once the daemon lists them; until then "Open Settings" only)...
-//   31 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
+//   32 preset-added ...picking Claude Code adds {"id": "claude"} to the user settings, the
 //                 daemon restarts with it and VS Code lists it among the language models
-//   32 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
+//   33 registry-agents Manage ACP Agents lists the ACP registry feed (served here on 127.0.0.1:
 //                 an npx, a uvx and a binary agent) above the built-in agents...
-//   33 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
+//   34 registry-confirm ...picking the binary one (a tiny agent in a .tar.gz with its sha256)
 //                 asks first, saying what it downloads and runs...
-//   34 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
+//   35 registry-installed ...Install: downloaded, checked, unpacked into the extension's storage,
 //                 added to the user settings; the daemon restarts with it...
-//   35 registry-answer ...and it answers in the chat, picked in the model picker
-//   36 controls-agent an agent with modes, commands and usage (tests/agents/scripted_agent.py): once
+//   36 registry-answer ...and it answers in the chat, picked in the model picker
+//   37 controls-agent an agent with modes, commands and usage (tests/agents/scripted_agent.py): once
 //                 its options are learnt, VS Code's configuration button beside the model picker
 //                 shows its mode...
-//   37 plan-mode   ...choosing "Plan Mode" there: the next message sets it on the chat's session
+//   38 plan-mode   ...choosing "Plan Mode" there: the next message sets it on the chat's session
 //                 (session/set_config_option) and the status bar item says "Plan Mode · 1.2k/200k"...
-//   38 usage-item  ...whose tooltip gives the context used, the cost and the agent's commands
-//   39 agent-commands lmbridge: Agent Commands lists them; picking one types //name in the chat...
-//   40 slash-command ...and //compact reaches the agent as its /compact command
+//   39 usage-item  ...whose tooltip gives the context used, the cost and the agent's commands
+//   40 context-ring VS Code's own context ring beside the chat input shows the answer's usage part
+//   41 agent-commands lmbridge: Agent Commands lists them; picking one types //name in the chat...
+//   42 slash-command ...and //compact reaches the agent as its /compact command
 // CHATVIEW_FIRST_RUN=1 (make chatview-first-run) instead installs the vsix into a fresh profile
 // with no lmbridge on PATH and no daemon setting: the extension builds its private environment
 // from the bundled wheel (pip, from PyPI) under a progress notification; steps 01 installing,
@@ -160,6 +164,91 @@ async function waitForDisk(predicate, what) {
 		if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
 		await new Promise(r => setTimeout(r, 50)); // polling the disk: there is no event to wait on
 	}
+}
+
+// ---------------------------------------------------------------- stateful markers (docs/vscode.md, "Stateful markers")
+
+/** The chat requests the daemon got from the shim (the recording, docs/recording.md), oldest first. */
+function chatRequests() {
+	return chatFrames().filter(l => l.dir === 'in' && l.frame?.method === 'lm/provideLanguageModelChatResponse')
+		.map(l => ({ id: l.frame.id, ...l.frame.params }));
+}
+
+/** The shim's frames in the recording (it starts again when the daemon restarts). */
+function chatFrames() {
+	if (!fs.existsSync(record)) return [];
+	return fs.readFileSync(record, 'utf8').split('\n').filter(Boolean).map(l => JSON.parse(l)).filter(l => l.link === 'shim' && l.frame);
+}
+
+/**
+ * Whether `kept` (the text VS Code re-sent of an answer) is, whitespace dropped, the text the
+ * daemon sent for request `id` at one of its part boundaries: what matching by text needs.
+ */
+function keptAtBoundary(id, kept) {
+	const squeeze = t => t.replace(/\s+/g, '');
+	const texts = chatFrames().filter(l => l.dir === 'out' && l.frame.method === 'lm/responsePart' && l.frame.params.requestId === id && l.frame.params.part.type === 'text')
+		.map(l => l.frame.params.part.value);
+	let acc = '';
+	const bounds = texts.map(t => squeeze(acc += t));
+	return { parts: texts.length, keptChars: squeeze(kept).length, sentChars: bounds.at(-1)?.length ?? 0, atBoundary: bounds.includes(squeeze(kept)) };
+}
+
+/** The stateful marker an assistant message carries (`lmb1.<session>.<answer>.<mac>`), or undefined. */
+function markerOf(message) {
+	const part = (message?.content ?? []).find(p => p.type === 'data' && p.mimeType === 'stateful_marker');
+	return part ? Buffer.from(part.data, 'base64').toString('utf8').split('\\').pop() : undefined;
+}
+
+/** The daemon's log lines `request kind=… session=… by=…` (its stderr, in the extension's log), oldest first. */
+function daemonRequestLines() {
+	const out = [];
+	const walk = dir => {
+		for (const e of fs.existsSync(dir) ? fs.readdirSync(dir, { withFileTypes: true }) : []) {
+			const p = path.join(dir, e.name);
+			if (e.isDirectory()) walk(p);
+			else if (e.name.endsWith('.log')) {
+				for (const line of fs.readFileSync(p, 'utf8').split('\n')) if (/\brequest\b.*\bkind=/.test(line) && /\bby=/.test(line)) out.push(line);
+			}
+		}
+	};
+	walk(path.join(dirs.user, 'logs'));
+	return out;
+}
+
+/**
+ * What the last chat request says of the answer before its last user message: whether it came
+ * back with its marker, and how the daemon matched the request (its log: kind, by). Written to
+ * markers.json in the run folder, one entry per call.
+ */
+const markerFindings = [];
+async function markerFinding(label) {
+	const request = chatRequests().at(-1);
+	const messages = request?.messages ?? [];
+	const assistants = messages.filter(m => m.role === 'assistant');
+	const lastUser = messages.map(m => m.role).lastIndexOf('user');
+	const before = messages.slice(0, lastUser).filter(m => m.role === 'assistant').at(-1);
+	// The log line of this request: the daemon logs each request it matched (polled: no event).
+	const until = Date.now() + 15_000;
+	while (daemonRequestLines().length < chatRequests().length && Date.now() < until) await new Promise(r => setTimeout(r, 100));
+	const previous = chatRequests().at(-2);
+	const kept = (before?.content ?? []).filter(p => p.type === 'text').map(p => p.value).join('');
+	const finding = {
+		label, assistants: assistants.length, marked: assistants.filter(markerOf).length,
+		byText: previous ? keptAtBoundary(previous.id, kept) : undefined,
+		previousAnswerMarked: !!markerOf(before), previousAnswer: (before?.content ?? []).map(p => p.type === 'data' ? `[${p.mimeType}]` : p.type).join(','),
+		log: daemonRequestLines().at(-1)?.replace(/^.*?\brequest\b/, 'request').slice(0, 300),
+	};
+	markerFindings.push(finding);
+	fs.writeFileSync(path.join(OUT, 'markers.json'), JSON.stringify(markerFindings, null, 1));
+	console.log(`chatview: marker after ${label}: ${JSON.stringify(finding)}`);
+	return finding;
+}
+
+/** The answer before the last message came back with its marker, and the request went on in the chat's session s1 by it. */
+async function markerKept(label, kind) {
+	const f = await markerFinding(label);
+	check(f.previousAnswerMarked, `after ${label}: the answer came back without its marker: ${JSON.stringify(f)}`);
+	check(kind.test(f.log ?? '') && /by=marker/.test(f.log ?? '') && /session=s1\b/.test(f.log ?? ''), `after ${label}: not matched to the chat's session by its marker: ${JSON.stringify(f)}`);
 }
 
 // ---------------------------------------------------------------- the page
@@ -433,6 +522,17 @@ try {
 			check(!/environment_info|workspace_info|userRequest|reminderInstructions|conversation-so-far/.test(text), `Copilot's scaffolding reached the agent: ${JSON.stringify(text.slice(0, 400))}`);
 		});
 
+		await step('marker-turn', async () => {
+			// The next message: VS Code re-sends the first answer with the stateful marker it carried,
+			// and the daemon matches the request to its session by that marker.
+			await send('and a second message');
+			await waitForResponseText(/You said: and a second message/);
+			await waitForIdle();
+			const f = await markerFinding('a normal turn');
+			check(f.previousAnswerMarked, `the answer came back without its marker: ${JSON.stringify(f)}`);
+			check(/kind=continuation/.test(f.log ?? '') && /by=marker/.test(f.log ?? ''), `the request was not matched by its marker: ${JSON.stringify(f)}`);
+		});
+
 		await step('editor-unsaved', async () => {
 			// A file open in the editor with a line typed and not saved.
 			fs.writeFileSync(draft, '# Draft\nsaved line\n');
@@ -528,6 +628,9 @@ try {
 			await waitForResponseText(/You said: are you still there/);
 			await waitForIdle();
 			check(!fs.existsSync(notes), 'after Stop: the file was written');
+			// The stopped round comes back with its marker and its tool call (no result): its card
+			// is answered cancelled and the same session goes on (docs/vscode.md, "Stateful markers").
+			await markerKept('Stop at a card', /kind=soft_cancel/);
 		});
 
 		await step('stop-stream', async () => {
@@ -541,6 +644,7 @@ try {
 			await send('and now hello');
 			await waitForResponseText(/You said: and now hello/);
 			await waitForIdle();
+			await markerKept('Stop while streaming', /kind=continuation/);
 		});
 
 		await step('mode-card', async () => {
@@ -652,6 +756,9 @@ try {
 			await send('are you still there after the script');
 			await waitForResponseText(/You said: are you still there after the script/);
 			await waitForIdle();
+			// Once seen as kind=divergence (a fresh session): matched by text, the stopped answer VS Code
+			// kept was no answer of the daemon's; by its marker it is.
+			await markerKept('Stop while ticker.sh ran', /kind=continuation/);
 		});
 
 		await step('agent-models', async () => {
@@ -661,6 +768,8 @@ try {
 			await send('which model now');
 			await waitForResponseText(/YOU SAID: WHICH MODEL NOW/);
 			await waitForIdle();
+			// Copilot re-sends the markers re-stamped with the new model's id; the agent is the same.
+			await markerFinding('a switch to the agent\'s other model');
 		});
 
 		await step('fails-to-start', async () => {
@@ -814,6 +923,20 @@ try {
 			await hover.waitFor({ timeout: WAIT });
 			const text = await hover.innerText();
 			check(/Cost: 0\.42 USD/.test(text) && /\/\/compact/.test(text), `the tooltip lacks the cost or the commands: ${JSON.stringify(text.slice(0, 400))}`);
+		});
+
+		await step('context-ring', async () => {
+			// Each answer's usage data part (docs/vscode.md, "The context ring"): VS Code's own ring
+			// beside the chat input, its details on hover.
+			await page.mouse.move(700, 400);
+			const ring = page.locator('.chat-context-usage-widget').filter({ visible: true }).first();
+			await ring.waitFor({ timeout: WAIT });
+			await ring.hover();
+			const details = page.locator('.chat-context-usage-details').filter({ visible: true }).first();
+			await details.waitFor({ timeout: WAIT });
+			const text = await details.innerText();
+			console.log(`chatview: the context ring's details: ${JSON.stringify(text.slice(0, 300))}`);
+			check(/1[.,]?2\s?[kK]|1,200|0\.6\s?%|1%/.test(text), `the ring does not show the agent's usage (1,200 of 200,000): ${JSON.stringify(text.slice(0, 300))}`);
 		});
 
 		await step('agent-commands', async () => {

@@ -75,6 +75,13 @@ export function isInternalMimeType(mimeType: string): boolean {
 	return !mimeType.includes('/');
 }
 
+/**
+ * The one internal mime type a message's data part keeps on the wire: the stateful marker
+ * the daemon's answers carry, which VS Code re-sends with each answer (docs/vscode.md,
+ * "Stateful markers"). The daemon decides what it names; the shim only converts.
+ */
+export const STATEFUL_MARKER = 'stateful_marker';
+
 function isObject(value: unknown): value is Record<string, unknown> {
 	return typeof value === 'object' && value !== null;
 }
@@ -175,8 +182,8 @@ export interface Converted<T> {
 	dropped: string[];
 }
 
-function dataToWire(part: { mimeType: string; data: Uint8Array }): WireDataPart | undefined {
-	if (isInternalMimeType(part.mimeType)) {
+function dataToWire(part: { mimeType: string; data: Uint8Array }, keepMarker = false): WireDataPart | undefined {
+	if (isInternalMimeType(part.mimeType) && !(keepMarker && part.mimeType === STATEFUL_MARKER)) {
 		return undefined;
 	}
 	return { type: 'data', mimeType: part.mimeType, data: toBase64(part.data) };
@@ -229,7 +236,7 @@ export function partToWire(part: unknown, api: object = vscode): Converted<WireI
 			return { value: { type: 'tool_result', callId: p.callId as string, content: content.value }, dropped: content.dropped };
 		}
 		case 'data': {
-			const data = dataToWire(p as { mimeType: string; data: Uint8Array });
+			const data = dataToWire(p as { mimeType: string; data: Uint8Array }, true);
 			return data
 				? { value: data, dropped: [] }
 				: { value: undefined, dropped: [] }; // Copilot's markers: dropped by design, not worth a log line
@@ -340,6 +347,14 @@ export function responsePartFromWire(part: WireResponsePart, thinking: ThinkingD
 			}
 			const Thinking = thinkingPartClass(api);
 			return Thinking ? new Thinking(part.value, part.id) : undefined;
+		}
+		case 'data': {
+			// LanguageModelDataPart (1.106): absent from an older VS Code, which then gets nothing.
+			const Data = classOf(api, 'LanguageModelDataPart') as (new (data: Uint8Array, mimeType: string) => object) | undefined;
+			if (!Data || typeof part.mimeType !== 'string' || typeof part.data !== 'string') {
+				return undefined;
+			}
+			return new Data(new Uint8Array(Buffer.from(part.data, 'base64')), part.mimeType);
 		}
 		default:
 			return undefined;

@@ -79,7 +79,8 @@ export interface WireDataPart { type: 'data'; mimeType: string; /** base64 */ da
 export interface WireToolResultPart { type: 'tool_result'; callId: string; content: Array<WireTextPart | WireDataPart> }
 
 export type WireInputPart = WireTextPart | WireThinkingPart | WireToolCallPart | WireToolResultPart | WireDataPart;
-export type WireResponsePart = WireTextPart | WireThinkingPart | WireToolCallPart;
+/** The daemon's data parts: `stateful_marker` first in an answer, `usage` last (docs/protocol.md, "Shapes"). */
+export type WireResponsePart = WireTextPart | WireThinkingPart | WireToolCallPart | WireDataPart;
 
 export interface WireMessage {
 	role: WireRole;

@@ -67,7 +67,12 @@ describe('partToWire: every input part, by class and by shape', () => {
 		['DataPart jpeg by shape', { mimeType: 'image/jpeg', data: bytes('jpg') }, { type: 'data', mimeType: 'image/jpeg', data: b64('jpg') }],
 		['DataPart json', LanguageModelDataPart.json({ a: 1 }, 'application/json'), { type: 'data', mimeType: 'application/json', data: b64('{"a":1}') }],
 		['DataPart cache_control', new LanguageModelDataPart(bytes('ephemeral'), 'cache_control'), undefined],
-		['DataPart stateful_marker', new LanguageModelDataPart(bytes('marker'), 'stateful_marker'), undefined],
+		// The daemon's own marker, re-sent by VS Code with its answer: kept for the daemon to read.
+		['DataPart stateful_marker', new LanguageModelDataPart(bytes('m\\lmb1.x.1.mac'), 'stateful_marker'),
+			{ type: 'data', mimeType: 'stateful_marker', data: b64('m\\lmb1.x.1.mac') }],
+		['tool result drops stateful_marker', new LanguageModelToolResultPart('c8', [new LanguageModelTextPart('t'), new LanguageModelDataPart(bytes('m\\x'), 'stateful_marker')]),
+			{ type: 'tool_result', callId: 'c8', content: [{ type: 'text', value: 't' }] }],
+		['DataPart usage (Copilot internal)', new LanguageModelDataPart(bytes('{}'), 'usage'), undefined],
 		['DataPart thinking (Copilot internal)', new LanguageModelDataPart(bytes('{}'), 'thinking'), undefined],
 		['unknown object', { foo: 1, bar: 2 }, undefined],
 		['null', null, undefined],
@@ -104,7 +109,7 @@ describe('classifyPart without the proposed and newer classes', () => {
 });
 
 describe('messagesToWire: roles, names and content together', () => {
-	test('a Copilot-shaped request: system, user with context, assistant tool call, tool result, markers dropped', () => {
+	test('a Copilot-shaped request: system, user with context, assistant tool call, tool result, cache markers dropped, the stateful marker kept', () => {
 		const messages = [
 			{ role: 3, name: undefined, content: [new LanguageModelTextPart('You are Copilot'), new LanguageModelDataPart(bytes('e'), 'cache_control')] },
 			{ role: 1, name: 'alice', content: [new LanguageModelTextPart('<context>x</context>'), new LanguageModelTextPart('write a file'), LanguageModelDataPart.image(PNG, 'image/png')] },
@@ -115,7 +120,7 @@ describe('messagesToWire: roles, names and content together', () => {
 		assert.deepEqual(value, [
 			{ role: 'system', content: [{ type: 'text', value: 'You are Copilot' }] },
 			{ role: 'user', name: 'alice', content: [{ type: 'text', value: '<context>x</context>' }, { type: 'text', value: 'write a file' }, { type: 'data', mimeType: 'image/png', data: Buffer.from(PNG).toString('base64') }] },
-			{ role: 'assistant', content: [{ type: 'thinking', value: 'plan' }, { type: 'text', value: 'Sure.' }, { type: 'tool_call', callId: 'lmbridge-1', name: 'symposium-agent-action', input: { approvalToken: 't' } }] },
+			{ role: 'assistant', content: [{ type: 'thinking', value: 'plan' }, { type: 'text', value: 'Sure.' }, { type: 'tool_call', callId: 'lmbridge-1', name: 'symposium-agent-action', input: { approvalToken: 't' } }, { type: 'data', mimeType: 'stateful_marker', data: b64('m') }] },
 			{ role: 'user', content: [{ type: 'tool_result', callId: 'lmbridge-1', content: [{ type: 'text', value: 't' }] }] },
 		]);
 		assert.deepEqual(dropped, []);
@@ -206,6 +211,17 @@ describe('responsePartFromWire: every response part and thinking setting', () =>
 		['thinking, text, API present', { type: 'thinking', value: 'pondering' }, 'text', true, isText('pondering')],
 		['thinking, text, API absent', { type: 'thinking', value: 'pondering' }, 'text', false, isText('pondering')],
 		['thinking, hidden', { type: 'thinking', value: 'pondering' }, 'hidden', true, undefined],
+		['data: the stateful marker', { type: 'data', mimeType: 'stateful_marker', data: b64('demo\\lmb1.ab1.3.mac') }, 'auto', true, p => {
+			assert.ok(p instanceof LanguageModelDataPart, 'a data part');
+			assert.equal(p.mimeType, 'stateful_marker');
+			assert.equal(Buffer.from(p.data).toString('utf8'), 'demo\\lmb1.ab1.3.mac');
+		}],
+		['data: usage', { type: 'data', mimeType: 'usage', data: b64('{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}') }, 'auto', true, p => {
+			assert.ok(p instanceof LanguageModelDataPart, 'a data part');
+			assert.equal(p.mimeType, 'usage');
+			assert.deepEqual(JSON.parse(Buffer.from(p.data).toString('utf8')), { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 });
+		}],
+		['data without data', { type: 'data', mimeType: 'usage' } as unknown as WireResponsePart, 'auto', true, undefined],
 		['unknown type', { type: 'image', value: 'x' } as unknown as WireResponsePart, 'auto', true, undefined],
 		['text without value', { type: 'text' } as unknown as WireResponsePart, 'auto', true, undefined],
 	];

@@ -24,8 +24,17 @@ of the tool results in them and a digest of the user's words. A request is
 aligned against a session position by position, and every one of these must be
 equal; nothing is compared loosely.
 
-Which sessions are tried: those that emitted the request's last assistant
-message the daemon knows (by callId, else by text digest), or, when the request
+VS Code does carry one thing for the provider: a stateful marker (``core/marker.py``,
+docs/vscode.md "Stateful markers"), which each answer of the daemon's carries and
+Copilot re-sends inside that answer. An assistant item keeps the marker that names it
+(its own, or the one the message carried when the session was told it); a message and
+an item that both have a valid marker are the same answer exactly when the markers are
+equal, whatever text VS Code kept. Markers are MAC'd under the daemon's key (passed in):
+one that does not verify is no marker.
+
+Which sessions are tried: those that have seen the request's last assistant
+message the daemon knows (by its marker; without a valid one, by callId, else by
+text digest), or, when the request
 holds no assistant message at all (every turn was stopped), those whose first
 words are the request's. A session is continued only when it aligns, accounts
 for the message that named it, and accounts for more of the request than any
@@ -75,12 +84,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from lmbridge.core import marker as markers
 from lmbridge.core import permissions
+from lmbridge.core.marker import Marker
 from lmbridge.core.messages import VSCODE_SKIP_TEXT, DataPart, Message, TextPart, ToolCallPart, ToolResultPart
 from lmbridge.core.permissions import Answer
 from lmbridge.core.user_message import is_scaffolding, words
 
 _T = TypeVar("_T")
+_K = TypeVar("_K")
 
 
 class HistoryError(Exception):
@@ -171,6 +183,18 @@ MAX_DORMANT = 256
 # id(message) → (a weak reference to it, what was computed of it); entries die with their message.
 _FINGERPRINTS: dict[int, tuple[weakref.ref[Message], Fingerprint]] = {}
 _USER_KEYS: dict[int, tuple[weakref.ref[Message], UserKey]] = {}
+_MARKERS: dict[int, tuple[weakref.ref[Message], tuple[bytes, Marker | None]]] = {}
+
+
+def marker_of(message: Message, key: bytes | None) -> Marker | None:
+    """``marker.of_message``, computed once per message and key (the same objects come
+    back with every request, as for fingerprints)."""
+    if not key or message.role != "assistant":
+        return None
+    memo = _memoized(_MARKERS, message, lambda m: (key, markers.of_message(m, key)))
+    if memo[0] != key:
+        return markers.of_message(message, key)
+    return memo[1]
 
 
 def _memoized(table: dict[int, tuple[weakref.ref[Message], _T]], message: Message, compute: Callable[[Message], _T]) -> _T:
@@ -212,7 +236,9 @@ class UserKey:
 class Item:
     """One non-system VS Code message as the agent has seen it.
 
-    ``role`` "assistant": ``fingerprint`` set. ``role`` "user": ``result_ids``
+    ``role`` "assistant": ``fingerprint`` set, and ``marker`` the stateful marker that
+    names it (``core/marker.py``: of the daemon's own answer, or the one it carried when
+    it came in a request), None when it had none. ``role`` "user": ``result_ids``
     holds the callIds of the tool results in it (empty for plain user text) and
     ``words`` the digest of the user's words in it (``UserKey``); ``None`` (an
     entry of an older session index, which kept no words) matches nothing.
@@ -222,14 +248,23 @@ class Item:
     fingerprint: Fingerprint | None = None
     result_ids: tuple[str, ...] = ()
     words: bytes | None = None
+    marker: Marker | None = None
 
-    def matches(self, message: Message) -> bool:
+    def matches(self, message: Message, key: bytes | None = None) -> bool:
+        """Whether ``message`` is this item. An assistant message and item that both have a
+        marker (the message's valid under ``key``) are the same answer exactly when the
+        markers are equal, whatever the text (VS Code may keep a part of a stopped answer);
+        otherwise the fingerprints decide."""
         if message.role != self.role:
             return False
         if self.role == "assistant":
+            if self.marker is not None:
+                theirs = marker_of(message, key)
+                if theirs is not None:
+                    return theirs == self.marker
             return self.fingerprint is not None and self.fingerprint.matches(Fingerprint.of_message(message))
-        key = UserKey.of_message(message)
-        return key.result_ids == self.result_ids and key.words == self.words
+        user = UserKey.of_message(message)
+        return user.result_ids == self.result_ids and user.words == self.words
 
 
 def _result_ids(message: Message) -> tuple[str, ...]:
@@ -412,6 +447,9 @@ class Session:
     # the server hands back when VS Code replays them): aligning a replayed prefix
     # is then an identity check, so matching costs what is new, not the history.
     matched: list[Message] = field(default_factory=list, repr=False)
+    # The session's token in its stateful markers (``core/marker.py``): unique across daemon
+    # runs (a nonce of the run and a counter), kept in the session index.
+    token: str = ""
 
 
 @dataclass(frozen=True)
@@ -453,6 +491,9 @@ class Plan:
     session_id: str | None
     kind: Kind
     start: int = 0
+    # How the candidates were found (for the log): "marker" (the last answer's stateful marker),
+    # "text" (its callIds or text), "words" (no answer: the first words), "" (a new chat).
+    by: str = ""
 
 
 def _without_results(messages: Sequence[Message], call_ids: set[str]) -> list[Message]:
@@ -487,59 +528,76 @@ class HistoryCore:
     lists sessions to evict. ``now`` is in seconds (any monotonic origin).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, key: bytes | None = None, nonce: str = "") -> None:
+        """``key``: the secret of the stateful markers (``core/marker.py``); None: the answers
+        carry none and markers in requests are ignored. ``nonce``: ``[0-9a-z]`` characters
+        unique to this daemon run (the actor draws them), the start of every session's token."""
+        self.key = key
+        self.nonce = nonce
         self.sessions: dict[str, Session] = {}
         # Indexes of what the daemon emitted: callId → session id, text digest → {session id: count}.
         self._by_call: dict[str, str] = {}
         self._by_text: dict[bytes, dict[str, int]] = {}
+        # Stateful marker → {session id: count}: the sessions that have seen that answer.
+        self._by_marker: dict[Marker, dict[str, int]] = {}
         # The digest of each session's first words → session ids (chats with no answer of ours).
         self._by_opening: dict[bytes, set[str]] = {}
         self._counter = 0
 
     # -- matching ---------------------------------------------------------
 
-    def _candidates(self, model_id: str, conv: Sequence[Message]) -> tuple[int, list[Session]]:
-        """(named, sessions): the sessions that emitted the last assistant message of
+    def _candidates(self, model_id: str, conv: Sequence[Message]) -> tuple[int, list[Session], str]:
+        """(named, sessions, by): the sessions that have seen the last assistant message of
         ``conv`` the daemon knows, at index ``named``; with no assistant message at all,
-        the sessions whose first words are the request's (``named`` -1)."""
+        the sessions whose first words are the request's (``named`` -1).
+
+        An assistant message is known by its stateful marker first: a valid marker names
+        the sessions that have seen that very answer, and only them (none: a session
+        forgotten since, or a marker of one chat in another's history; the request then
+        goes to a fresh session). A message without a valid marker (an answer from before
+        markers, a summarised conversation, a marker not ours) is known as before: by its
+        callIds, else by its text."""
         any_assistant = False
         for i in range(len(conv) - 1, -1, -1):
             m = conv[i]
             if m.role != "assistant":
                 continue
             any_assistant = True
+            mk = marker_of(m, self.key)
             fp = Fingerprint.of_message(m)
+            if mk is not None:
+                ids: set[str] = set(self._by_marker.get(mk, ()))
+                found = [self.sessions[x] for x in sorted(ids) if self.sessions[x].model_id == model_id]
+                return i, found, "marker"
             ids = {self._by_call[c] for c in fp.call_ids if c in self._by_call} or {
                 sid for d in fp.digests() for sid in self._by_text.get(d, ())
             }
             found = [self.sessions[x] for x in sorted(ids) if self.sessions[x].model_id == model_id]
             if found:
-                return i, found
+                return i, found, "text"
         if any_assistant:
-            return -1, []
+            return -1, [], "text"
         # Every earlier turn was stopped: nothing of ours to match on, only the words.
         opening = next((k.words for k in map(UserKey.of_message, conv) if k.words != _EMPTY), None)
         ids = self._by_opening.get(opening, set()) if opening is not None else set()
-        return -1, [self.sessions[x] for x in sorted(ids) if self.sessions[x].model_id == model_id]
+        return -1, [self.sessions[x] for x in sorted(ids) if self.sessions[x].model_id == model_id], "words"
 
-    @staticmethod
-    def _aligned(s: Session, conv: Sequence[Message], upto: int) -> bool:
+    def _aligned(self, s: Session, conv: Sequence[Message], upto: int) -> bool:
         if upto > len(conv):
             return False
         known, same = s.matched, 0
         limit = min(upto, len(known))
         while same < limit and conv[same] is known[same]:
             same += 1
-        return all(item.matches(msg) for item, msg in zip(s.items[same:upto], conv[same:upto]))
+        return all(item.matches(msg, self.key) for item, msg in zip(s.items[same:upto], conv[same:upto]))
 
-    @staticmethod
-    def classify(s: Session, conv: Sequence[Message]) -> tuple[Kind, int]:
+    def classify(self, s: Session, conv: Sequence[Message]) -> tuple[Kind, int]:
         """The Kind of ``conv`` against session ``s``, and the index in ``conv``
         of the first message the agent has not seen. Pure: changes nothing."""
         n = len(s.items)
-        if HistoryCore._aligned(s, conv, n):
+        if self._aligned(s, conv, n):
             return CLASSIFICATION[(True, s.last, has_user_content(conv[n:]))], n
-        if s.unacked and HistoryCore._aligned(s, conv, n - 1):
+        if s.unacked and self._aligned(s, conv, n - 1):
             tail = conv[n - 1 :]
             if not tail or tail[0].role == "user":
                 return CLASSIFICATION[(False, s.last, has_user_content(tail))], n - 1
@@ -550,7 +608,7 @@ class HistoryCore:
             # only); the request must align up to the user's words that began the turn,
             # and bring new words. As the row of a last response absent.
             k = HistoryCore._turn_start(s)
-            if k < n - 1 and HistoryCore._aligned(s, conv, k):
+            if k < n - 1 and self._aligned(s, conv, k):
                 tail = conv[k:]
                 if tail and tail[0].role == "user" and has_user_content(tail):
                     return CLASSIFICATION[(False, s.last, True)], k
@@ -583,7 +641,7 @@ class HistoryCore:
             raise HistoryError("the request's messages must end with a user message")
         if len(conv) == 1:
             return Plan(conv, None, Kind.NEW_CHAT)
-        named, candidates = self._candidates(model_id, conv)
+        named, candidates, by = self._candidates(model_id, conv)
         best: Plan | None = None
         tied = False
         for s in candidates:
@@ -591,11 +649,11 @@ class HistoryCore:
             if kind is Kind.DIVERGENCE or start <= named:
                 continue
             if best is None or start > best.start:
-                best, tied = Plan(conv, s.id, kind, start), False
+                best, tied = Plan(conv, s.id, kind, start, by), False
             elif start == best.start:
                 tied = True
         if best is None or tied:
-            return Plan(conv, None, Kind.DIVERGENCE)
+            return Plan(conv, None, Kind.DIVERGENCE, by=by)
         return best
 
     # -- transitions ------------------------------------------------------
@@ -614,7 +672,7 @@ class HistoryCore:
             return self._continue(s, p.kind, p.conv, p.start, now)
         conv = p.conv
         self._counter += 1
-        s = Session(id=f"s{self._counter}", model_id=model_id, busy=True, requests=1, last_active=now)
+        s = Session(id=f"s{self._counter}", model_id=model_id, busy=True, requests=1, last_active=now, token=f"{self.nonce}{self._counter}")
         self.sessions[s.id] = s
         self._see(s, conv)
         s.matched = list(conv)
@@ -675,9 +733,9 @@ class HistoryCore:
     def _see(self, s: Session, messages: Sequence[Message]) -> None:
         for m in messages:
             if m.role == "assistant":
-                fp = Fingerprint.of_message(m)
-                s.items.append(Item("assistant", fingerprint=fp))
-                self._index(s, fp)
+                item = Item("assistant", fingerprint=Fingerprint.of_message(m), marker=marker_of(m, self.key))
+                s.items.append(item)
+                self._index(s, item)
             else:
                 key = UserKey.of_message(m)
                 s.items.append(Item("user", result_ids=key.result_ids, words=key.words))
@@ -713,9 +771,17 @@ class HistoryCore:
         s.last, s.pending = last, tuple(pending)
         s.unacked = not fingerprint.empty
         if s.unacked:
-            s.items.append(Item("assistant", fingerprint=fingerprint))
-            self._index(s, fingerprint)
+            item = Item("assistant", fingerprint=fingerprint, marker=self.marker(session_id, s.requests))
+            s.items.append(item)
+            self._index(s, item)
         return True
+
+    def marker(self, session_id: str, number: int) -> Marker | None:
+        """The stateful marker of the session's answer to its request ``number``
+        (``Decision.number``), which that answer carries (``marker.part``); None when
+        markers are off (no key). Raises ``HistoryError`` for an unknown session."""
+        s = self._get(session_id)
+        return Marker(s.token, number) if self.key and s.token else None
 
     def forget(self, session_id: str) -> Session | None:
         """Drop a session (agent died, evicted). Returns it, so the caller can
@@ -768,12 +834,13 @@ class HistoryCore:
         for item in s.items:
             fp = item.fingerprint
             if fp is not None:
-                items.append(["a", fp.text.hex(), fp.shown.hex() if fp.shown else "", list(fp.call_ids)])
+                items.append(["a", fp.text.hex(), fp.shown.hex() if fp.shown else "", list(fp.call_ids), *([item.marker.key()] if item.marker else [])])
             else:
                 items.append(["u", list(item.result_ids), *([item.words.hex()] if item.words is not None else [])])
         last = Last.INTERRUPTED if s.last is Last.PENDING else s.last
         return {"model": s.model_id, "resume": s.resume, "items": items, "last": last.value,
-                "pending": [[p.call_id, p.tool] for p in s.pending], "unacked": s.unacked}  # fmt: skip
+                "pending": [[p.call_id, p.tool] for p in s.pending], "unacked": s.unacked,
+                "marker_session": s.token, "requests": s.requests}  # fmt: skip
 
     def restore(self, data: dict[str, object], now: float) -> str:
         """A dormant session from ``export``'s data (a previous daemon's). Returns its id.
@@ -786,7 +853,8 @@ class HistoryCore:
             for raw in data["items"]:  # type: ignore[attr-defined]
                 if raw[0] == "a":
                     fp = Fingerprint(bytes.fromhex(raw[1]), tuple(str(c) for c in raw[3]), bytes.fromhex(raw[2]) if raw[2] else None)
-                    items.append(Item("assistant", fingerprint=fp))
+                    # No marker: an answer from before markers (or an older index).
+                    items.append(Item("assistant", fingerprint=fp, marker=Marker.of_key(raw[4]) if len(raw) > 4 else None))
                 elif raw[0] == "u":
                     # No words (an index written before they were kept): matches nothing.
                     user_words = bytes.fromhex(raw[2]) if len(raw) > 2 else None
@@ -795,17 +863,21 @@ class HistoryCore:
                     raise ValueError(f"unknown item {raw[0]!r}")
             pending = tuple(Pending(str(c), "", bool(tool)) for c, tool in data.get("pending") or [])  # type: ignore[attr-defined]
             last = Last(data.get("last", "done"))
+            token, requests = data.get("marker_session", ""), data.get("requests", 0)
+            if not isinstance(token, str) or not isinstance(requests, int):
+                raise ValueError("marker_session must be a string and requests a number")
             if last is Last.CANCELLED and pending:
                 last = Last.INTERRUPTED  # how an older index wrote a response that waited on cards
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise HistoryError(f"not a session index entry: {exc}") from None
         self._counter += 1
         s = Session(id=f"s{self._counter}", model_id=model, items=items, last=last, pending=pending,
-                    unacked=bool(data.get("unacked")), last_active=now, resume=resume, dormant=True)  # fmt: skip
+                    unacked=bool(data.get("unacked")), last_active=now, resume=resume, dormant=True,
+                    token=token or f"{self.nonce}{self._counter}", requests=requests)  # fmt: skip
         self.sessions[s.id] = s
         for item in items:
             if item.fingerprint is not None:
-                self._index(s, item.fingerprint)
+                self._index(s, item)
             else:
                 self._open(s, item.words)
         return s.id
@@ -816,7 +888,13 @@ class HistoryCore:
         except KeyError:
             raise HistoryError(f"no session {session_id!r}") from None
 
-    def _index(self, s: Session, fp: Fingerprint) -> None:
+    def _index(self, s: Session, item: Item) -> None:
+        if item.marker is not None:
+            counts = self._by_marker.setdefault(item.marker, {})
+            counts[s.id] = counts.get(s.id, 0) + 1
+        fp = item.fingerprint
+        if fp is None:
+            return
         for c in fp.call_ids:
             self._by_call[c] = s.id
         if not fp.call_ids:
@@ -826,6 +904,8 @@ class HistoryCore:
 
     def _unindex(self, s: Session, items: Iterable[Item]) -> None:
         for item in items:
+            if item.marker is not None:
+                _uncount(self._by_marker, item.marker, s.id)
             fp = item.fingerprint
             if fp is None:
                 continue
@@ -842,3 +922,13 @@ class HistoryCore:
                         del counts[s.id]
                     if not counts:
                         del self._by_text[digest]
+
+
+def _uncount(index: dict[_K, dict[str, int]], key: _K, session_id: str) -> None:
+    counts = index.get(key)
+    if counts and session_id in counts:
+        counts[session_id] -= 1
+        if counts[session_id] <= 0:
+            del counts[session_id]
+        if not counts:
+            del index[key]

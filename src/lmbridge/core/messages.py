@@ -86,7 +86,8 @@ class ToolResultPart(_Wire):
 
 
 InputPart = Annotated[TextPart | ThinkingPart | ToolCallPart | ToolResultPart | DataPart, Field(discriminator="type")]
-ResponsePart = Annotated[TextPart | ThinkingPart | ToolCallPart, Field(discriminator="type")]
+# Data parts the daemon sends: ``stateful_marker`` (core/marker.py) first, ``usage`` last (docs/protocol.md, "Shapes").
+ResponsePart = Annotated[TextPart | ThinkingPart | ToolCallPart | DataPart, Field(discriminator="type")]
 
 
 class Message(_Wire):

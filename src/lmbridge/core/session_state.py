@@ -392,3 +392,28 @@ def agent_command(blocks: list[dict[str, Any]], commands: tuple[Command, ...]) -
             return blocks
         return [*blocks[:i], {**block, "text": stripped[1:]}, *blocks[i + 1 :]]
     return blocks
+
+
+#: The mime type of the data part that tells VS Code an answer's token usage (Copilot Chat's
+#: ``CustomDataPartMimeTypes.Usage``; docs/vscode.md, "The context ring").
+USAGE_MIME = "usage"
+
+
+def answer_usage(usage: Usage | None, prompt_usage: Any) -> dict[str, int] | None:
+    """What an answer reports in its ``usage`` data part (docs/protocol.md, "Response parts"):
+    ``{"prompt_tokens", "completion_tokens", "total_tokens"}`` (Copilot Chat reads the part
+    only when all three are numbers; its context ring shows ``prompt_tokens`` against the
+    model's ``maxInputTokens``), or None when the agent told nothing.
+
+    ``prompt_tokens``: the context in use, the last ``usage_update``'s ``used``; without one,
+    the prompt result's ``usage`` (``inputTokens`` plus ``cachedReadTokens`` and
+    ``cachedWriteTokens``: what the turn read, which for a turn of several model calls
+    counts the context more than once). ``completion_tokens``: the prompt result's
+    ``outputTokens`` (0 when unknown). Never raises."""
+    result = prompt_usage if isinstance(prompt_usage, dict) else {}
+    read = [_count(result.get(k)) for k in ("inputTokens", "cachedReadTokens", "cachedWriteTokens")]
+    prompt = usage.used if usage is not None and usage.used is not None else (sum(n or 0 for n in read) if read[0] is not None else None)
+    if prompt is None:
+        return None
+    completion = _count(result.get("outputTokens")) or 0
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

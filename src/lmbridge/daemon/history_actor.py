@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import secrets
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -25,7 +26,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from lmbridge.acp.process import AgentPool
-from lmbridge.core import cap
+from lmbridge.core import cap, marker
 from lmbridge.core.history import Decision, Fingerprint, HistoryCore, HistoryError, Last, Pending, Session
 from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog
@@ -50,6 +51,8 @@ class SessionStore(Protocol):
     def load(self) -> list[dict[str, Any]]: ...
 
     def save(self, entries: list[dict[str, Any]]) -> None: ...
+
+    def marker_key(self) -> bytes: ...
 
 
 #: ``async () -> McpHost``: the daemon's MCP endpoint, started on first use (``services.ToolsHost``).
@@ -164,7 +167,8 @@ class HistoryActor:
         # requests waiting, oldest first. Each is answered once: granted, withdrawn or failed.
         self.session_wait = session_wait
         self.queues: dict[str, list[_Begin]] = {}
-        self.core = HistoryCore()
+        # The stateful markers' secret: this run's own until ``_restore`` reads the index's.
+        self.core = HistoryCore(key=secrets.token_bytes(32), nonce=secrets.token_hex(6))
         self.index = index  # the state folder's session index, or None: nothing persisted
         self.cwds: dict[str, str | None] = {}  # session id → the cwd its agent session runs in
         self.active_at: dict[str, float] = {}  # session id → wall-clock time it was last used (the index's "saved")
@@ -283,6 +287,10 @@ class HistoryActor:
         from lmbridge.core.history import HistoryError
 
         assert self.index is not None
+        try:
+            self.core.key = await anyio.to_thread.run_sync(self.index.marker_key)
+        except OSError as exc:  # markers of this run verify in this run only
+            log.warning("marker key unreadable: this run's own is used", error=str(exc)[:200])
         entries = await anyio.to_thread.run_sync(self.index.load)
         now, restored = time.monotonic(), 0
         for entry in entries:
@@ -407,7 +415,11 @@ class HistoryActor:
             for sid in room.close:
                 self._drop(sid, f"closed to stay within {self.max_processes} agent processes")
         decision = self.core.begin(msg.spec.id, request.messages, now, plan=plan)
-        log.info("request", kind=decision.kind.value, session=decision.session_id, answers={k: v.value for k, v in decision.answers.items()})
+        mk = self.core.marker(decision.session_id, decision.number)
+        if mk is not None and self.core.key and not request.parts.stopped():
+            # First of the answer's parts, so that an answer stopped early carries it too.
+            request.parts.send(marker.part(request.model_id or msg.spec.id, mk, self.core.key))
+        log.info("request", kind=decision.kind.value, session=decision.session_id, by=plan.by, answers={k: v.value for k, v in decision.answers.items()})
         actor = self._actor(decision, request)
         job = msg.result = Job(decision, request)
         self.running[request] = (job, actor)

@@ -10,6 +10,8 @@ part (docs/protocol.md, "Cancellation").
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -105,7 +107,7 @@ class Router:
                 self.catalog.changed()
         request = ChatRequest(
             spec, tuple(p.messages), self.cwd, Parts(self.out, call), tools=tuple(p.options.tools), verbatim=self.settings.verbatim,
-            model=found[1] if found else None, configuration=configuration, picked=picked, request_id=call.id, report=self._report(p.modelId),
+            model=found[1] if found else None, configuration=configuration, picked=picked, request_id=call.id, report=self._report(p.modelId), model_id=p.modelId,
         )  # fmt: skip
         ticket = history.begin(request)
         self.begun[call] = (history, request)
@@ -129,6 +131,9 @@ class Router:
             return Success({"stopReason": "cancelled"})  # already sent; the dispatcher drops this copy
         if job.error is not None:
             return Error(AGENT_FAILED, job.error, job.error_data) if job.error_data else Error(AGENT_FAILED, job.error)
+        if job.usage is not None:  # the answer's last part: VS Code's context ring shows it
+            data = base64.b64encode(json.dumps(job.usage).encode()).decode("ascii")
+            request.parts.send({"type": "data", "mimeType": session_state.USAGE_MIME, "data": data})
         return Success({"stopReason": job.stop_reason})
 
     def actor(self, chat: str) -> SessionActor | None:

@@ -105,6 +105,7 @@ class ChatRequest:
     configuration: dict[str, Any] | None = None
     picked: dict[str, Any] = field(default_factory=dict)
     request_id: Any = None  # the shim's request id (client/sessionState names it)
+    model_id: str = ""  # the VS Code model id the request named (its stateful marker says it)
     # Tells the shim the chat's state: (chat id, request id or None, session_state.to_wire(...)).
     report: Callable[[str, Any, dict[str, Any]], None] | None = None
 
@@ -129,6 +130,7 @@ class Job:
     stop_reason: str | None = None
     error: str | None = None
     error_data: dict[str, Any] | None = None  # the error's data: auth.problem's when the agent needs a login
+    usage: dict[str, int] | None = None  # what the answer's ``usage`` part tells (session_state.answer_usage)
     id: int = 0  # set by the actor when it takes the job up
     # What this response emitted, for the history core's fingerprint.
     _text: hashlib.blake2b = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
@@ -289,6 +291,7 @@ class SessionActor:
             buffer_limit=PENDING_OUTPUT,
         )
         self.jobs: dict[int, Job] = {}
+        self._prompt_usage: Any = None  # the last session/prompt result's ``usage`` (ACP), until its answer ends
         self._prompts: dict[int, int] = {}  # session/prompt request id → the machine's prompt number
         self._job_ids = 0
         self.tool_calls: dict[str, ToolCall] = {}  # callId → the VS Code tool call the agent waits on
@@ -431,6 +434,7 @@ class SessionActor:
                 event = turn.PromptEnded(seq, error=problem or str(msg.error), named=problem is not None)
             else:
                 self.controls.prompt_ended(msg.result)
+                self._prompt_usage = _object(msg.result).get("usage")  # the answer's usage part reads it (``_finish``)
                 event = turn.PromptEnded(seq, stop_reason=_object(msg.result).get("stopReason"))
         elif isinstance(msg, Job):
             conn = self.acp.conn
@@ -578,7 +582,9 @@ class SessionActor:
         await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending), job.decision.number)
         if not job.done.is_set():
             job.stop_reason = fx.stop_reason
+            job.usage = session_state.answer_usage(self.controls.state.usage, self._prompt_usage)
             job.done.set()
+        self._prompt_usage = None
 
     def _resolve_tool(self, fx: turn.ResolveTool) -> None:
         call = self.tool_calls.pop(fx.call_id, None)

@@ -42,6 +42,8 @@ MAX_ENTRIES = 200  # sessions kept (the most recently saved)
 FILE = "sessions.json"
 RECENT_FILE = "agents.json"  # {"program", "version", "recent": [agent ids, most recent first]}
 MAX_RECENT = 3  # agents pre-warmed at start-up
+MARKER_KEY_FILE = "marker.key"  # the stateful markers' secret (SessionIndex.marker_key)
+MARKER_KEY_BYTES = 32
 MODELS_FILE = "models.json"  # {"program", "version", "agents": {agent id: configOptions}, "images": {agent id: bool}, "profiles": {agent id: profile name}}
 
 
@@ -101,6 +103,33 @@ class SessionIndex:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+    def marker_key(self) -> bytes:
+        """The secret of the stateful markers (``core/marker.py``): 32 random bytes in
+        ``MARKER_KEY_FILE`` beside the index (mode 0600), made on first use, so that markers
+        of answers a previous daemon streamed still verify. A file of another size is
+        replaced. Raises ``OSError`` when the folder cannot be written."""
+        path = self.path.parent / MARKER_KEY_FILE
+        try:
+            key = path.read_bytes()
+            if len(key) == MARKER_KEY_BYTES:
+                return key
+            log.warning("marker key of the wrong size: replaced", path=str(path))
+        except FileNotFoundError:
+            pass
+        key = os.urandom(MARKER_KEY_BYTES)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=".lmbridge-", dir=path.parent)  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(key)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return key
 
     def recent(self) -> list[str]:
         """The agents used last, most recent first (``[]`` when unknown or unreadable)."""

@@ -46,6 +46,9 @@ class Call:
     result: Any = None
     error: RPCError | None = None
     late_parts: int = 0  # parts that arrived after the result (a protocol violation)
+    # The data parts (``stateful_marker``, ``usage``: docs/protocol.md, "Shapes"), kept apart
+    # from ``parts`` (what the chat shows): ``assistant(call.parts, call.data)`` replays them.
+    data: list[dict[str, Any]] = field(default_factory=list)
 
 
 def user(text: str) -> dict[str, Any]:
@@ -53,12 +56,15 @@ def user(text: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "value": text}]}
 
 
-def assistant(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def assistant(parts: Sequence[Mapping[str, Any]], data: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The assistant message VS Code replays for a response: its text joined,
-    then its tool calls (thinking is not replayed)."""
+    then its tool calls (thinking is not replayed), then the ``stateful_marker`` part of
+    ``data`` (``Call.data``), as Copilot Chat re-sends it (docs/vscode.md, "Stateful markers");
+    without ``data``, a chat from before markers."""
     text = "".join(p["value"] for p in parts if p["type"] == "text")
     content: list[dict[str, Any]] = [{"type": "text", "value": text}] if text else []
     content += [dict(p) for p in parts if p["type"] == "tool_call"]
+    content += [dict(p) for p in data if p.get("mimeType") == "stateful_marker"][:1]
     return {"role": "assistant", "content": content}
 
 
@@ -224,6 +230,9 @@ class DaemonClient:
             call.late_parts += 1
             return
         part = params["part"]
+        if isinstance(part, dict) and part.get("type") == "data":
+            call.data.append(part)
+            return
         call.parts.append(part)
         if call.on_part:
             call.on_part(part)
