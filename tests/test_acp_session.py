@@ -283,3 +283,26 @@ async def test_a_slow_take_up_that_keeps_sending_is_not_stuck(scripted: Any) -> 
             opened = await s.open(Resume("long"), no_servers)
             assert (opened.how, opened.session_id) == ("session/load", "long") and s.process.running
     assert len(agent.pids()) == 1 and not agent.events("frozen")
+
+
+@pytest.mark.parametrize("name", ["@agentclientprotocol/claude-agent-acp", "some-other-agent"])
+async def test_each_opening_carries_the_profiles_session_meta(scripted: Any, name: str) -> None:
+    """claude's profile ``session_meta`` (an ask rule for Bash: docs/agents.md, "Modes: who
+    approves") goes with its session/new, the spare's and the probe's too, and with
+    session/resume and session/load; another agent's carry no ``_meta``."""
+    from lmbridge.core.profiles import CLAUDE_ASK_EVERY_COMMAND
+
+    caps = {"agentCapabilities": {"loadSession": True, "sessionCapabilities": {"resume": {}}}, "agentInfo": {"name": name}}
+    agent = scripted({"initialize": caps, "refuse": ["session/resume"]})
+    with anyio.fail_after(LIMIT):
+        async with pool() as p:
+            s, _ = session(p, agent)
+            await s.connect()
+            await s.open(New(), no_servers)
+            await probe(s.process, s.conn, str(agent.dir))
+            await s.open(Resume("old-7"), no_servers)  # refused resume, then load
+    news = [f for f in agent.frames("session/new") if "params" in f]
+    takes = [f for m in ("session/resume", "session/load") for f in agent.frames(m) if "params" in f]
+    assert len(news) >= 2 and {f["method"] for f in takes} == {"session/resume", "session/load"}  # news: the chat's, the probe's (a spare's)
+    want = dict(CLAUDE_ASK_EVERY_COMMAND) if name.startswith("@agentclientprotocol/claude") else None
+    assert [f["params"].get("_meta") for f in news + takes] == [want] * len(news + takes)

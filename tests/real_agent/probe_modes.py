@@ -18,6 +18,9 @@ the mode set (``session/set_config_option`` on the option of category ``mode``, 
 * codex only, ``cmd-out-esc``: the same with ``sandbox_permissions: require_escalated`` (how
   a codex model asks to leave its sandbox).
 
+claude only, ``PROBE_CLAUDE_META``: the JSON of ``session/new``'s ``_meta`` (for instance
+``{"claudeCode": {"options": {"settings": {"permissions": {"ask": ["Bash"]}}}}}``).
+
 codex only, two environment variables add to its fresh ``CODEX_HOME``:
 ``PROBE_CODEX_CONFIG``, lines of its ``config.toml`` (separated by ``;``), and
 ``PROBE_CODEX_RULES``, the text of an execpolicy rules file (``rules/probe.rules``, Starlark
@@ -164,13 +167,16 @@ async def probe_mode(agent: str, mode: str | None) -> dict[str, Any]:
         argv, env = _launch(agent, root / "home", fake.url)
         async with AcpProbe.spawn(argv, env=env, cwd=ws) as probe, anyio.create_task_group() as tg:
             tg.start_soon(_serve_permissions, probe, asked)
+            new_params: dict[str, Any] = {"cwd": str(ws), "mcpServers": []}
+            if agent == "claude" and (meta := os.environ.get("PROBE_CLAUDE_META")):
+                new_params["_meta"] = json.loads(meta)
             with anyio.fail_after(60):
                 await probe.request("initialize", initialize_params())
                 try:
-                    new = await probe.request("session/new", {"cwd": str(ws), "mcpServers": []})
+                    new = await probe.request("session/new", new_params)
                 except AgentError:
                     await probe.request("authenticate", {"methodId": "api-key"})
-                    new = await probe.request("session/new", {"cwd": str(ws), "mcpServers": []})
+                    new = await probe.request("session/new", new_params)
             sid = new["sessionId"]
             option = next((o for o in new.get("configOptions") or [] if o.get("category") == "mode"), None)
             row["initial"] = option.get("currentValue") if option else (new.get("modes") or {}).get("currentModeId")

@@ -3,7 +3,8 @@ docs/agents.md, "Modes: who approves"): claude-agent-acp 0.101.0 starts its sess
 ``auto`` and codex-acp 2.6.0 in ``agent``, both modes in which the agent approves its own
 actions; a chat's new session is set to ``default`` (claude) and ``read-only`` (codex)
 before its first prompt, so the edit the model asks for shows a card first and is not made
-until the user answers. Offline, against the fake model servers (tests/fakes)."""
+until the user answers. claude is asked (its profile's ``session_meta``: an ask rule for
+Bash) before every command, a read-only ``ls`` of the workspace too. Offline, against the fake model servers (tests/fakes)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lmbridge.devtools.client import DaemonClient, tool_calls, user  # noqa: E402
+from lmbridge.devtools.client import DaemonClient, assistant, skip, text_of, tool_calls, user  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.fakes.fake_openai_responses import FakeResponses  # noqa: E402
 from tests.real_agent.cache import NODE_MODULES, missing  # noqa: E402
@@ -87,6 +88,30 @@ async def test_claude_starts_in_default_and_asks_before_an_edit(tmp_path: Path) 
                 assert mode_of(client) == "default"  # the agent said auto in session/new
                 assert len(tool_calls(call)) == 1, call.parts  # the card, not the edit
                 assert not target.exists()
+
+
+async def test_claude_asks_before_a_read_only_command_and_a_skip_does_not_run_it(tmp_path: Path) -> None:
+    _installed(NODE, CLAUDE_ENTRY)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "only-ls-shows-me.txt").write_text("x\n")
+    ls = {"tool_use": {"name": "Bash", "input": {"command": f"ls {work}", "description": "List the workspace"}}}
+    with FakeAnthropic([[ls], [{"text": "Understood, I did not list it."}]]) as fake:
+        spec = {"id": "claude", "name": "Claude Code", "command": str(NODE), "args": [str(CLAUDE_ENTRY)], "env": claude_agent_env(tmp_path / "home", fake.url)}
+        async with bridge(tmp_path, spec) as client:
+            with anyio.fail_after(TIMEOUT):
+                history = [user("List the workspace")]
+                call = await client.chat("claude", history, timeout=TIMEOUT)
+                assert call.error is None, call.error
+                assert mode_of(client) == "default"
+                (perm,) = tool_calls(call)  # the card: claude 0.101's default runs ls unasked without the ask rule
+                assert "**run a command**" in perm["input"]["message"] and f"ls {work}" in perm["input"]["message"]
+                assert fake.tool_results() == []  # it has not run
+                call = await client.chat("claude", [*history, assistant(call.parts), skip(perm)], timeout=TIMEOUT)
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
+            assert "I did not list it." in text_of(call)
+            (result,) = fake.tool_results()
+            assert result["is_error"] is True and "only-ls-shows-me" not in result["text"]
 
 
 async def test_codex_starts_in_read_only_and_asks_before_an_edit(tmp_path: Path) -> None:

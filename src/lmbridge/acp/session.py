@@ -149,8 +149,15 @@ async def new_session(process: AgentProcess, conn: AgentConnection, cwd: str | N
     whole answer, a JSON object: its ``configOptions``, ``modes``, ``models``, ... as sent).
     For a session nobody routes yet (the process's spare). Raises ``AgentError``,
     ``AgentUnavailable``, ``AgentStuck``, ``ValueError`` (no sessionId)."""
-    result = await request(process, conn, "session/new", {"cwd": cwd or "/", "mcpServers": mcp_servers})
+    result = await request(process, conn, "session/new", opening_params(process, {"cwd": cwd or "/", "mcpServers": mcp_servers}))
     return _session_id(result), _object(result)
+
+
+def opening_params(process: AgentProcess, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` of a ``session/new``, ``session/resume`` or ``session/load``, with the
+    agent's ``_meta`` (``AgentProfile.session_meta``) where its profile has one."""
+    meta = process.caps.profile.session_meta
+    return params if meta is None else {**params, "_meta": meta}
 
 
 async def probe(process: AgentProcess, conn: AgentConnection, cwd: str | None) -> Any:
@@ -231,7 +238,7 @@ class AcpSession:
         return await self._new(await mcp_servers(), lost=how.lost)
 
     async def _new(self, servers: list[dict[str, Any]], lost: bool) -> Opened:
-        params = {"cwd": self.process.cwd or "/", "mcpServers": servers}
+        params = opening_params(self.process, {"cwd": self.process.cwd or "/", "mcpServers": servers})
         try:
             result = await self._request("session/new", params)
         except AgentError as exc:
@@ -255,7 +262,7 @@ class AcpSession:
 
     async def _take_up(self, previous: str, servers: list[dict[str, Any]]) -> Opened:
         caps = self.process.caps
-        params = {"sessionId": previous, "cwd": self.process.cwd or "/", "mcpServers": servers}
+        params = opening_params(self.process, {"sessionId": previous, "cwd": self.process.cwd or "/", "mcpServers": servers})
         for method, offered in (("session/resume", caps.resume), ("session/load", caps.load)):
             if not offered:
                 continue

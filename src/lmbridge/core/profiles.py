@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 class ToolNaming(enum.Enum):
@@ -67,6 +68,13 @@ class AgentProfile:
     differently": it ends its turn); a Skip is ``decline``. A Stop is ACP's ``cancelled``
     outcome, after ``session/cancel``, for every agent: codex-acp reads an answer that
     selects no option as its ``cancel``.
+
+    ``session_meta``: the ``_meta`` sent with each ``session/new``, ``session/resume`` and
+    ``session/load`` (``acp.session``), a JSON object; None: none. claude-agent-acp 0.101.0
+    passes ``_meta.claudeCode.options`` to the Claude Agent SDK, whose ``settings`` are
+    Claude Code's flag settings: ``permissions.ask: ["Bash"]`` makes it ask the client before
+    every command, in every mode, the read-only ones (``ls``) included (docs/agents.md,
+    "Modes: who approves").
     """
 
     name: str
@@ -79,11 +87,17 @@ class AgentProfile:
     asking_mode: str | None = None
     self_approving: frozenset[str] = frozenset()
     skip_option: str | None = None
+    session_meta: Mapping[str, Any] | None = field(default=None, hash=False)
 
 
 # claude-agent-acp 0.101: "default" (Manual) asks for each edit and command; acceptEdits runs edits
 # and plain file commands (touch) in the workspace unasked; auto and plan let its classifier decide.
-CLAUDE = AgentProfile("claude", ToolNaming.CLAUDE_META, asking_mode="default", self_approving=frozenset({"acceptEdits", "auto", "plan", "bypassPermissions"}))
+# Its ask rule for Bash: every command asks, in every mode (else default runs read-only ones unasked).
+CLAUDE_ASK_EVERY_COMMAND: Mapping[str, Any] = {"claudeCode": {"options": {"settings": {"permissions": {"ask": ["Bash"]}}}}}
+CLAUDE = AgentProfile(
+    "claude", ToolNaming.CLAUDE_META, asking_mode="default", self_approving=frozenset({"acceptEdits", "auto", "plan", "bypassPermissions"}),
+    session_meta=CLAUDE_ASK_EVERY_COMMAND,
+)  # fmt: skip
 GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID, asking_mode="default", self_approving=frozenset({"autoEdit", "yolo"}))
 # codex-acp 2.6.0 names an MCP tool only in the tool_call before its permission (rawInput
 # {server, tool}), which asks as kind "execute": put to the user, never named (ToolNaming.NONE).
