@@ -62,7 +62,8 @@ async def test_codex_uses_a_key_in_its_environment_by_itself(tmp_path: Path) -> 
 
     with FakeResponses([[{"text": "Answered with your key."}]]) as fake:
         env = {**codex_agent_env(tmp_path / "home", fake.url, logged_in=False), "OPENAI_API_KEY": "sk-test"}
-        spec = {"id": "codex", "name": "Codex", "command": codex_agent_command()[0], "args": [], "env": env}
+        argv = codex_agent_command()
+        spec = {"id": "codex", "name": "Codex", "command": argv[0], "args": argv[1:], "env": env}
         daemon_env = codex_environ({"LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(tmp_path / "state")})
         (tmp_path / "work").mkdir()
         with open(tmp_path / "daemon.stderr", "ab") as stderr:
