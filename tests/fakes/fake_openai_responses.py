@@ -33,6 +33,23 @@ SSE events, in order: ``response.created``, ``response.in_progress``, then per i
 ``response.function_call_arguments.delta``/``.done``), ``response.output_item.done``, and
 finally ``response.completed`` with usage.
 
+codex also makes *side requests* on ``POST /v1/responses``, told apart from the main turn
+by their structured output (``text.format`` a JSON schema; the main turn has none) and
+answered **without consuming the script** (seen with codex-acp 2.6.0 / codex 0.166.0,
+:func:`classify_request`):
+
+* ``"title"``: the thread's title (model gpt-5.6-luna, no tools, schema ``{"title": string}``)
+  after the first turn; answered ``{"title": side_text}``.
+* ``"reviewer"``: mode ``agent`` ("Auto review") sends an action the model asks to run
+  outside the sandbox to a reviewer model (developer message "You are judging one planned
+  coding-agent action", read-only tools, schema with ``outcome`` allow/deny); answered
+  ``{"outcome": reviewer_outcome, ...}`` (default ``"allow"``, as a permissive real reviewer
+  would: the fake never makes that mode look safer than it is). (Answered with anything
+  unparseable, codex denies the action.)
+* ``"suggestion"``: a prompt suggestion (schema ``{"suggestion": string|null}``; codex-acp
+  asks only for AIR clients); answered ``{"suggestion": null}``.
+* ``"side"``: any other structured-output request, answered from its schema.
+
 Every request (any method, any path) is recorded (thread-safe) in
 :attr:`FakeResponses.requests`; ``GET /v1/models`` gets an empty model list, any other
 unknown path a 404 (and a note in :attr:`FakeResponses.unknown`).
@@ -52,9 +69,11 @@ from typing import Any
 
 from tests.fakes.scripted_server import Block, JsonHandler, Reply, ScriptedServer, estimate_tokens
 
-__all__ = ["DONE_TEXT", "FakeResponses", "RecordedRequest", "exec_command", "input_texts"]
+__all__ = ["DONE_TEXT", "SIDE_TEXT", "FakeResponses", "RecordedRequest", "classify_request", "exec_command", "input_texts"]
 
 DONE_TEXT = "Done."
+SIDE_TEXT = "Fake title"
+_REVIEWER_MARKER = "You are judging one planned coding-agent action"
 
 
 
@@ -79,13 +98,62 @@ def input_texts(body: dict[str, Any], role: str | None = None) -> list[str]:
     return out
 
 
+def _schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict):
+        return fmt["schema"]
+    return None
+
+
+def classify_request(body: dict[str, Any]) -> str:
+    """What a ``POST /v1/responses`` is: ``"responses"`` for a turn of the scripted
+    conversation, ``"title"``, ``"reviewer"``, ``"suggestion"`` or ``"side"`` for a side
+    request (module docstring)."""
+    schema = _schema(body)
+    if schema is None:
+        return "responses"
+    props = schema.get("properties") or {}
+    if "outcome" in props and any(_REVIEWER_MARKER in t for t in input_texts(body)):
+        return "reviewer"
+    if "title" in props:
+        return "title"
+    if "suggestion" in props:
+        return "suggestion"
+    return "side"
+
+
+def _schema_answer(schema: Any, text: str) -> Any:
+    """A value of JSON schema ``schema``: strings ``text``, the first enum value, null where
+    allowed, false, 0, and every property of an object."""
+    if not isinstance(schema, dict):
+        return text
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    if "object" in kinds or "properties" in schema:
+        return {k: _schema_answer(v, text) for k, v in (schema.get("properties") or {}).items()}
+    if "null" in kinds:
+        return None
+    if "string" in kinds:
+        return text
+    if "array" in kinds:
+        return []
+    if "boolean" in kinds:
+        return False
+    if "number" in kinds or "integer" in kinds:
+        return 0
+    return text
+
+
 @dataclass
 class RecordedRequest:
     method: str
     path: str
     headers: dict[str, str]
     body: Any  # parsed JSON (dict) or raw text, or None
-    kind: str  # "responses" | "other"
+    kind: str  # "responses" (the main turn) | "title" | "reviewer" | "suggestion" | "side" | "other"
     time: float = field(default_factory=time.monotonic)
     reply: list[Block] | None = None  # the blocks it was answered with (responses only)
 
@@ -96,9 +164,19 @@ class FakeResponses(ScriptedServer):
     thread_name = "fake-responses"
 
     def __init__(
-        self, replies: Iterable[Reply] = (), *, done_text: str = DONE_TEXT, chunk_size: int = 12, host: str = "127.0.0.1"
+        self,
+        replies: Iterable[Reply] = (),
+        *,
+        done_text: str = DONE_TEXT,
+        side_text: str = SIDE_TEXT,
+        reviewer_outcome: str = "allow",
+        chunk_size: int = 12,
+        host: str = "127.0.0.1",
     ) -> None:
         super().__init__(replies, done_text=done_text, chunk_size=chunk_size, host=host)
+        self.side_text = side_text
+        #: The auto reviewer's verdict, "allow" or "deny" (module docstring).
+        self.reviewer_outcome = reviewer_outcome
 
     @property
     def url(self) -> str:
@@ -107,8 +185,24 @@ class FakeResponses(ScriptedServer):
 
     # ------------------------------------------------------------------ queries
     def responses_requests(self) -> list[dict[str, Any]]:
-        """Bodies of the ``POST /v1/responses`` requests, in order."""
+        """Bodies of the main-turn ``POST /v1/responses`` requests (no side requests), in order."""
         return [r.body for r in self.snapshot() if r.kind == "responses"]
+
+    def side_requests(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """Bodies of the side requests (of ``kind``: ``"title"``, ``"reviewer"``,
+        ``"suggestion"``, ``"side"``), in order."""
+        side = ("title", "reviewer", "suggestion", "side")
+        return [r.body for r in self.snapshot() if r.kind in side and (kind is None or r.kind == kind)]
+
+    def _side_reply(self, kind: str, body: dict[str, Any]) -> list[Block]:
+        """The answer to a side request of ``kind`` (module docstring): one JSON message."""
+        if kind == "reviewer":
+            verdict: Any = {"risk_level": "low", "user_authorization": "high", "outcome": self.reviewer_outcome, "rationale": "The fake reviewer's verdict."}
+        elif kind == "suggestion":
+            verdict = {"suggestion": None}
+        else:
+            verdict = _schema_answer(_schema(body), self.side_text)
+        return [{"text": json.dumps(verdict)}]
 
     def function_call_outputs(self) -> list[dict[str, Any]]:
         """Every distinct ``function_call_output`` item the model was sent (first sighting per
@@ -179,8 +273,9 @@ class _Handler(JsonHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         fake = self.owner
         if self.command == "POST" and path == "/v1/responses" and isinstance(body, dict):
-            blocks = fake._resolve(fake._next_reply(body))
-            rec = RecordedRequest(self.command, self.path, headers, body, "responses", reply=blocks)
+            kind = classify_request(body)
+            blocks = fake._resolve(fake._next_reply(body) if kind == "responses" else fake._side_reply(kind, body))
+            rec = RecordedRequest(self.command, self.path, headers, body, kind, reply=blocks)
             fake._record(rec)
             failure = next((b["fail"] for b in blocks if "fail" in b), None)
             if failure is not None:
