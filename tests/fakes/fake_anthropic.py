@@ -260,9 +260,9 @@ class FakeAnthropic(ScriptedServer):
         self.classifier_severity = classifier_severity
         self.auto_tool_search = auto_tool_search
         self.classify = classify
-        # The real API always reports cache_creation/cache_read_input_tokens in usage.
-        # Without them claude-agent-acp 0.23.1 sent usage_update with "used": null
-        # (NaN), which the acp SDK's pydantic models reject; False reproduces that.
+        # The real API always reports cache_creation/cache_read_input_tokens in usage;
+        # False leaves them out (claude-agent-acp 0.23.1 then sent usage_update with
+        # "used": null, which the acp SDK's pydantic models reject; 0.101 counts 0).
         self.cache_usage_fields = cache_usage_fields
         # A scripted reply held back while the model loads its deferred tools (ToolSearch).
         self._held: list[Block] | None = None
