@@ -13,7 +13,6 @@ behaviour changed: update docs/agents.md and the bridge, not just the test.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import urllib.error
 import urllib.request
@@ -38,7 +37,7 @@ from tests.real_agent.acp_probe import (  # noqa: E402
 )
 from tests.real_agent.claude import claude_agent_launch  # noqa: E402
 
-TURN_TIMEOUT = float(os.environ.get("LMBRIDGE_TEST_TURN_TIMEOUT", 300))  # seconds, per test body: ≥10x idle (the agent's start and a few turns, 5-20 s idle)
+TURN_TIMEOUT = 300  # seconds, per test body: ≥10x idle (the agent's start and a few turns, 5-20 s idle)
 
 
 @pytest.fixture
