@@ -19,6 +19,9 @@ Each *reply* answers one ``POST /v1/responses`` and is a list of blocks:
   a function call (other keys, e.g. ``namespace``, go into the item as they are) (streamed as ``response.function_call_arguments.delta`` events; the id
   ``call_fake_<n>`` is generated unless given). codex's shell tool is
   ``exec_command {"cmd": "..."}`` (see :func:`exec_command`);
+* ``{"custom_tool_call": {"name": ..., "input": "text", "call_id": optional}}``: a call of a
+  freeform tool (streamed as ``response.custom_tool_call_input.delta`` events). codex's edit
+  tool ``apply_patch`` is one for gpt-5.5 (see :func:`apply_patch`);
 * ``{"reasoning": "..."}``: a reasoning item with that summary text;
 * ``{"sleep": seconds}``: pause the stream at that point (to cancel mid-stream);
 * ``{"fail": {"status": 400, "message": "...", "type": ..., "code": ...}}``: answer the
@@ -69,7 +72,7 @@ from typing import Any
 
 from tests.fakes.scripted_server import Block, JsonHandler, Reply, ScriptedServer, estimate_tokens
 
-__all__ = ["DONE_TEXT", "SIDE_TEXT", "FakeResponses", "RecordedRequest", "classify_request", "exec_command", "input_texts"]
+__all__ = ["DONE_TEXT", "SIDE_TEXT", "FakeResponses", "RecordedRequest", "add_file", "apply_patch", "classify_request", "exec_command", "input_texts"]
 
 DONE_TEXT = "Done."
 SIDE_TEXT = "Fake title"
@@ -80,6 +83,18 @@ _REVIEWER_MARKER = "You are judging one planned coding-agent action"
 def exec_command(cmd: str, **extra: Any) -> Block:
     """A function call of codex's shell tool."""
     return {"function_call": {"name": "exec_command", "arguments": {"cmd": cmd, **extra}}}
+
+
+def apply_patch(patch: str) -> Block:
+    """A call of codex's freeform edit tool: ``patch`` in its grammar
+    (``*** Begin Patch`` … ``*** End Patch``)."""
+    return {"custom_tool_call": {"name": "apply_patch", "input": patch}}
+
+
+def add_file(path: str, text: str) -> Block:
+    """``apply_patch`` adding the file ``path`` (absolute) with ``text``'s lines."""
+    lines = "".join(f"+{line}\n" for line in text.splitlines())
+    return apply_patch(f"*** Begin Patch\n*** Add File: {path}\n{lines}*** End Patch\n")
 
 
 def input_texts(body: dict[str, Any], role: str | None = None) -> list[str]:
@@ -205,12 +220,13 @@ class FakeResponses(ScriptedServer):
         return [{"text": json.dumps(verdict)}]
 
     def function_call_outputs(self) -> list[dict[str, Any]]:
-        """Every distinct ``function_call_output`` item the model was sent (first sighting per
-        call_id), with ``"text"``: its output flattened to a string."""
+        """Every distinct ``function_call_output`` (or ``custom_tool_call_output``) item the
+        model was sent (first sighting per call_id), with ``"text"``: its output flattened to
+        a string."""
         seen: dict[str, dict[str, Any]] = {}
         for body in self.responses_requests():
             for item in body.get("input") or []:
-                if isinstance(item, dict) and item.get("type") == "function_call_output":
+                if isinstance(item, dict) and item.get("type") in ("function_call_output", "custom_tool_call_output"):
                     call_id = str(item.get("call_id"))
                     if call_id not in seen:
                         seen[call_id] = {**item, "text": _flatten(item.get("output"))}
@@ -220,8 +236,9 @@ class FakeResponses(ScriptedServer):
         return next((o for o in self.function_call_outputs() if o.get("call_id") == call_id), None)
 
     def call_ids(self) -> list[str]:
-        """Ids of the function calls this fake has sent so far."""
-        return [b["function_call"]["call_id"] for r in self.snapshot() for b in r.reply or [] if "function_call" in b]
+        """Ids of the function (and custom tool) calls this fake has sent so far."""
+        calls = ("function_call", "custom_tool_call")
+        return [b[k]["call_id"] for r in self.snapshot() for b in r.reply or [] for k in calls if k in b]
 
     def _resolve(self, blocks: list[Block]) -> list[Block]:
         """Fill generated ids into function calls (in place, so :meth:`call_ids` sees them)."""
@@ -232,6 +249,10 @@ class FakeResponses(ScriptedServer):
                 args = fc.get("arguments", {})
                 fc["arguments"] = args if isinstance(args, str) else json.dumps(args)
                 b["function_call"] = fc
+            elif "custom_tool_call" in b:
+                ct = dict(b["custom_tool_call"])
+                ct.setdefault("call_id", f"call_fake_{next(self._ids):04d}")
+                b["custom_tool_call"] = ct
             elif not any(k in b for k in ("text", "reasoning", "sleep", "fail")):
                 raise ValueError(f"unknown fake reply block: {b!r}")
         return blocks
@@ -369,6 +390,16 @@ class _Handler(JsonHandler):
                     self._event({"type": "response.function_call_arguments.done", "item_id": item_id, "output_index": index, "arguments": args, "sequence_number": next(seq)})
                     item = {**item, "arguments": args, "status": "completed"}
                     out_tokens += max(1, len(args) // 4)
+                elif "custom_tool_call" in block:
+                    ct = block["custom_tool_call"]
+                    text = str(ct["input"])
+                    item = {"type": "custom_tool_call", "id": item_id, "call_id": ct["call_id"], "name": ct["name"], "input": "", "status": "in_progress"}
+                    self._event({"type": "response.output_item.added", "output_index": index, "item": item, "sequence_number": next(seq)})
+                    for i in range(0, len(text), 3 * n):
+                        self._event({"type": "response.custom_tool_call_input.delta", "item_id": item_id, "output_index": index, "delta": text[i : i + 3 * n], "sequence_number": next(seq)})
+                    self._event({"type": "response.custom_tool_call_input.done", "item_id": item_id, "output_index": index, "input": text, "sequence_number": next(seq)})
+                    item = {**item, "input": text, "status": "completed"}
+                    out_tokens += max(1, len(text) // 4)
                 else:
                     continue
                 self._event({"type": "response.output_item.done", "output_index": index, "item": item, "sequence_number": next(seq)})
