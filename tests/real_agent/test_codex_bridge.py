@@ -636,28 +636,12 @@ async def test_without_a_key_the_chat_says_authentication_is_required(tmp_path: 
             assert fake.responses_requests() == []
 
 
-# What codex-acp 0.16.0 says it needs to log in, as ``initialize`` returns it (for the
-# daemon's authentication UX): docs/agents.md.
+# What codex-acp 2.6.0 says it needs to log in, as ``initialize`` returns it (for the
+# daemon's authentication UX): docs/agents.md. (0.16.0 offered "chatgpt" and two env_var
+# methods, "codex-api-key" and "openai-api-key".)
 AUTH_METHODS = [
-    {
-        "id": "chatgpt",
-        "name": "Login with ChatGPT",
-        "description": "Use your ChatGPT login with Codex CLI (requires a paid ChatGPT subscription)",
-    },
-    {
-        "type": "env_var",
-        "id": "codex-api-key",
-        "name": "Use CODEX_API_KEY",
-        "description": "Requires setting the `CODEX_API_KEY` environment variable.",
-        "vars": [{"name": "CODEX_API_KEY"}],
-    },
-    {
-        "type": "env_var",
-        "id": "openai-api-key",
-        "name": "Use OPENAI_API_KEY",
-        "description": "Requires setting the `OPENAI_API_KEY` environment variable.",
-        "vars": [{"name": "OPENAI_API_KEY"}],
-    },
+    {"id": "api-key", "name": "API Key", "description": "Use an API key to authenticate", "_meta": {"api-key": {"provider": "openai"}}},
+    {"id": "chat-gpt", "name": "ChatGPT", "description": "Use ChatGPT to authenticate"},
 ]
 
 
@@ -672,12 +656,13 @@ async def test_on_the_wire_auth_methods_and_session_new_without_a_key(tmp_path: 
                 with pytest.raises(AgentError) as refused:
                     await probe.request("session/new", {"cwd": str(tmp_path / "work"), "mcpServers": []})
     assert init["authMethods"] == AUTH_METHODS
+    assert init["agentInfo"] == {"name": "@agentclientprotocol/codex-acp", "title": "Codex", "version": "2.6.0"}
     caps = init["agentCapabilities"]
     assert caps["loadSession"] is True
-    assert caps["sessionCapabilities"] == {"list": {}, "resume": {}, "close": {}}
+    assert {"list", "resume", "close"} <= set(caps["sessionCapabilities"])
     assert caps["mcpCapabilities"] == {"http": True, "sse": False, "acp": False}
-    assert caps["promptCapabilities"] == {"image": True, "audio": False, "embeddedContext": True}
-    assert refused.value.error["code"] == -32000 and refused.value.error["message"] == "Authentication required"
+    assert caps["promptCapabilities"] == {"image": True, "embeddedContext": True}
+    assert "Authentication required" in refused.value.error["message"], refused.value.error
     assert fake.snapshot() == []
 
 
@@ -686,82 +671,27 @@ async def test_on_the_wire_auth_methods_and_session_new_without_a_key(tmp_path: 
 # its behaviour changed: update docs/agents.md and the daemon, not just the test.
 
 
-async def _direct_session(probe: AcpProbe, work: Path) -> str:
-    await probe.request("initialize", initialize_params())
-    return (await probe.request("session/new", {"cwd": str(work), "mcpServers": []}))["sessionId"]
-
-
-def _select(req: dict[str, Any], kind: str) -> dict[str, Any]:
-    option = next(o["optionId"] for o in req["params"]["options"] if o["kind"] == kind)
-    return {"outcome": {"outcome": "selected", "optionId": option}}
-
-
-async def test_on_the_wire_a_command_asks_before_any_tool_call(tmp_path: Path) -> None:
+async def test_on_the_wire_the_session_starts_in_auto_review_and_a_command_runs_unasked(tmp_path: Path) -> None:
+    """codex-acp 2.6 starts each session in mode ``agent`` ("Auto review"; modes ``read-only``,
+    ``workspace-write``, ``agent``, ``agent-full-access``): a command runs in its sandbox with
+    no ``session/request_permission``, its output only as ``_meta.terminal_output`` (no
+    ``rawOutput``). This is why lmbridge must choose the session's mode. (codex-acp 0.16.0
+    under approval_policy "untrusted", which codex 0.166 refuses, asked before every command.)"""
     work = tmp_path / "work"
     work.mkdir()
     marker = work / "ran.txt"
-    with FakeResponses([[exec_command(f"touch {marker}")], [{"text": "Created."}]]) as fake:
+    with FakeResponses([[exec_command(f"echo made-7 && touch {marker}")], [{"text": "Created."}]]) as fake:
         argv, env = codex_agent_launch(tmp_path / "home", fake.url)
         async with AcpProbe.spawn(argv, env=env, cwd=work) as probe:
             with anyio.fail_after(TIMEOUT):
-                sid = await _direct_session(probe, work)
-                ended: dict[str, Any] = {}
-                async with anyio.create_task_group() as tg:
-
-                    async def prompt() -> None:
-                        ended["result"] = await probe.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]})
-
-                    tg.start_soon(prompt)
-                    req = await probe.next_request("session/request_permission")
-                    before = probe.update_kinds(sid)
-                    await probe.respond(req["id"], _select(req, "allow_once"))
-    assert "tool_call" not in before and "tool_call_update" not in before  # asked first, announced after
-    assert isinstance(req["id"], str) and len(req["id"]) == 36  # a UUID string
-    call = req["params"]["toolCall"]
-    assert call["kind"] == "execute" and call["title"] == f"touch {marker}" and call["status"] == "pending"
-    assert call["rawInput"]["command"] == ["/bin/bash", "-lc", f"touch {marker}"]
-    assert call["content"][0]["content"]["text"].startswith("Proposed Amendment")
-    assert [(o["optionId"], o["kind"]) for o in req["params"]["options"]] == [
-        ("approved", "allow_once"),
-        ("approved-execpolicy-amendment", "allow_always"),
-        ("abort", "reject_once"),
-    ]
-    assert ended["result"] == {"stopReason": "end_turn"} and marker.exists()
-    updates = [u for u in probe.updates(sid) if u["sessionUpdate"] in ("tool_call", "tool_call_update")]
-    assert [(u["sessionUpdate"], u.get("status")) for u in updates] == [("tool_call", "in_progress"), ("tool_call_update", "completed")]
-    assert updates[1]["rawOutput"]["exit_code"] == 0 and "content" not in updates[1]
-
-
-async def test_on_the_wire_a_reject_ends_the_turn_and_a_cancel_does_not_wait(tmp_path: Path) -> None:
-    """A reject ends the whole turn ``cancelled`` (the model is not called again); a
-    ``session/cancel`` ends it within ms, before the permission is answered, and a late
-    answer is ignored. The next prompt is answered normally."""
-    work = tmp_path / "work"
-    work.mkdir()
-    marker = work / "ran.txt"
-    with FakeResponses([[exec_command(f"touch {marker}")], [exec_command(f"touch {marker}")], [{"text": "Fine."}]]) as fake:
-        argv, env = codex_agent_launch(tmp_path / "home", fake.url)
-        async with AcpProbe.spawn(argv, env=env, cwd=work) as probe:
-            with anyio.fail_after(TIMEOUT):
-                sid = await _direct_session(probe, work)
-                results: list[Any] = []
-                for answer in ("reject", "cancel"):
-                    async with anyio.create_task_group() as tg:
-
-                        async def prompt() -> None:
-                            results.append(await probe.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}))
-
-                        tg.start_soon(prompt)
-                        req = await probe.next_request("session/request_permission")
-                        if answer == "reject":
-                            await probe.respond(req["id"], _select(req, "reject_once"))
-                        else:
-                            await probe.notify("session/cancel", {"sessionId": sid})
-                            with anyio.fail_after(2):
-                                while len(results) < 2:
-                                    await anyio.sleep(0.01)
-                            await probe.respond(req["id"], {"outcome": {"outcome": "cancelled"}})
-                last = await probe.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "next"}]})
-    assert results == [{"stopReason": "cancelled"}, {"stopReason": "cancelled"}]
-    assert last == {"stopReason": "end_turn"} and not marker.exists()
-    assert len(fake.responses_requests()) == 3  # one per prompt: neither stopped turn went back to the model
+                await probe.request("initialize", initialize_params())
+                new = await probe.request("session/new", {"cwd": str(work), "mcpServers": []})
+                result = await probe.request("session/prompt", {"sessionId": new["sessionId"], "prompt": [{"type": "text", "text": "go"}]})
+    assert new["modes"]["currentModeId"] == "agent"
+    assert [m["id"] for m in new["modes"]["availableModes"]] == ["read-only", "workspace-write", "agent", "agent-full-access"]
+    assert result["stopReason"] == "end_turn" and marker.exists()
+    assert not [m for _, _, m in probe.log if m.get("method") == "session/request_permission"]
+    updates = [u for u in probe.updates(new["sessionId"]) if u["sessionUpdate"] in ("tool_call", "tool_call_update")]
+    assert updates[0]["sessionUpdate"] == "tool_call" and updates[-1]["status"] == "completed"
+    assert not any("rawOutput" in u for u in updates)
+    assert "made-7" in (fake.function_call_outputs()[0]["text"])
