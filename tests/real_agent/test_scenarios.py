@@ -39,7 +39,7 @@ from lmbridge.devtools.client import Call, DaemonClient, approve, is_agent_actio
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.fakes.fake_gemini import FakeGemini  # noqa: E402
 from tests.fakes.fake_openai_chat import FakeOpenAIChat, message_text  # noqa: E402
-from tests.fakes.fake_openai_responses import FakeResponses, add_file, exec_command  # noqa: E402
+from tests.fakes.fake_openai_responses import FakeResponses, apply_patch, exec_command  # noqa: E402
 from tests.real_agent import claude, codex, fast_agent, gemini  # noqa: E402
 from tests.real_agent.copilot import Conversation, options  # noqa: E402
 from tests.real_agent.test_live_output import running, until_gone  # noqa: E402
@@ -58,7 +58,7 @@ class Agent:
     fake: Callable[..., Any]  # (script, done_text=...) -> the fake model API
     workspace: Callable[[Path], Path]
     command: Callable[[str], dict[str, Any]]  # a model's call of its shell
-    edit: Callable[[Path, str], dict[str, Any]] | None  # a model's call of its file-writing tool
+    edit: Callable[[Path, str, str], list[list[dict[str, Any]]]] | None  # the model's replies that edit a file's line (old → new)
     outputs: Callable[[Any], list[str]]  # the tool results the model was sent, as text
 
 
@@ -86,7 +86,10 @@ AGENTS = {
         lambda script, **kw: FakeAnthropic(script, **kw),
         lambda tmp: tmp,
         lambda cmd: {"tool_use": {"name": "Bash", "input": {"command": cmd, "description": "Run it"}}},
-        lambda path, text: {"tool_use": {"name": "Write", "input": {"file_path": str(path), "content": text}}},
+        lambda path, old, new: [  # Claude Code edits only a file read first
+            [{"tool_use": {"name": "Read", "input": {"file_path": str(path)}}}],
+            [{"text": "Editing it."}, {"tool_use": {"name": "Edit", "input": {"file_path": str(path), "old_string": old, "new_string": new}}}],
+        ],
         _claude_outputs,
     ),
     "codex": Agent(
@@ -96,7 +99,7 @@ AGENTS = {
         lambda script, **kw: FakeResponses(script, **kw),
         lambda tmp: tmp / "work",
         exec_command,
-        lambda path, text: add_file(str(path), text),
+        lambda path, old, new: [[{"text": "Editing it."}, apply_patch(f"*** Begin Patch\n*** Update File: {path}\n@@\n-{old}\n+{new}\n*** End Patch\n")]],
         _codex_outputs,
     ),
     "gemini": Agent(
@@ -106,7 +109,7 @@ AGENTS = {
         lambda script, **kw: FakeGemini(script, **kw),
         lambda tmp: tmp / "ws",
         lambda cmd: {"call": {"name": "run_shell_command", "args": {"command": cmd}}},
-        lambda path, text: {"call": {"name": "write_file", "args": {"file_path": str(path), "content": text}}},
+        lambda path, old, new: [[{"text": "Editing it."}, {"call": {"name": "write_file", "args": {"file_path": str(path), "content": f"{new}\n"}}}]],
         _gemini_outputs,
     ),
     "fast-agent": Agent(
@@ -168,18 +171,21 @@ async def card_first(client: DaemonClient, agent: Agent, conv: Conversation, ask
 
 @pytest.mark.parametrize("agent", cases("edit", edits=True))
 async def test_an_edit_shows_a_card_first_and_allow_writes_it(tmp_path: Path, agent: Agent) -> None:
+    assert agent.edit is not None
     path = agent.workspace(tmp_path) / "notes.txt"
-    text = "written by the agent\n"
-    with agent.fake([[{"text": "Writing it."}, agent.edit(path, text)], [{"text": "Wrote it."}]]) as fake:  # type: ignore[misc]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("the user's line\n")
+    script = [*agent.edit(path, "the user's line", "the agent's line"), [{"text": "Edited it."}]]
+    with agent.fake(script) as fake:
         async with agent.bridge(tmp_path, fake) as client:
             conv = Conversation(agent.workspace(tmp_path))
             with anyio.fail_after(TIMEOUT):
-                perm = await card_first(client, agent, conv, f"Write {path.name}")
-                assert not path.exists(), "the file was written before the user answered"
+                perm = await card_first(client, agent, conv, f"Edit {path.name}")
+                assert path.read_text() == "the user's line\n", "the file was written before the user answered"
                 call = await send(client, agent, conv.result(approve(perm)))
             assert call.result == {"stopReason": "end_turn"}, call.result
-            assert path.read_text() == text
-            assert "Wrote it." in text_of(call)
+            assert path.read_text() == "the agent's line\n"
+            assert "Edited it." in text_of(call)
 
 
 @pytest.mark.parametrize("agent", cases("command"))
