@@ -8,7 +8,7 @@ fake model API, the agent's own defaults untouched (no mode chosen by the test):
 * Allow runs it once (the marker holds one line; the model gets the command's output);
 * Skip stops it and the agent carries on (nothing ran; the model is called again, with a
   result that is not the command's output, and its answer ends the turn);
-* Stop ends a running command (its process is gone, it never finished).
+* Stop ends a running command (its process is gone).
 
 The fakes answer side requests as permissive real ones would (auto mode's classifier and
 codex's reviewer allow), so an agent's self-approving default shows here as what it is:
@@ -42,7 +42,6 @@ from tests.fakes.fake_openai_chat import FakeOpenAIChat, message_text  # noqa: E
 from tests.fakes.fake_openai_responses import FakeResponses, apply_patch, exec_command  # noqa: E402
 from tests.real_agent import claude, codex, fast_agent, gemini  # noqa: E402
 from tests.real_agent.copilot import Conversation, options  # noqa: E402
-from tests.real_agent.test_live_output import running, until_gone  # noqa: E402
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.anyio]
 TIMEOUT = 300  # seconds a test: ≥10x idle (an agent's start and two or three turns, 5-20 s idle)
@@ -223,22 +222,35 @@ async def test_skip_stops_it_and_the_agent_carries_on(tmp_path: Path, agent: Age
             assert results and not any(token in out for out in results), results
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
+
+
 @pytest.mark.parametrize("agent", cases("stop"))
 async def test_stop_ends_a_running_command(tmp_path: Path, agent: Agent) -> None:
-    token = f"lmbridge-stop-{uuid.uuid4().hex[:8]}"
-    marker = agent.workspace(tmp_path) / "finished.txt"
-    command = f"echo {token}; sleep 120; touch {marker}"
-    with agent.fake([[agent.command(command)]], done_text="After the stop.") as fake:
+    """The command writes its process id, then becomes a two-minute ``sleep``: Stop while it
+    runs, and that process is gone (the agents run a command in a shell of their own, some
+    through a terminal: its id is the one thing every way of running it shows)."""
+    pidfile = agent.workspace(tmp_path) / "command.pid"
+    with agent.fake([[agent.command(f"echo $$ > {pidfile}; exec sleep 120")]], done_text="After the stop.") as fake:
         async with agent.bridge(tmp_path, fake) as client:
             conv = Conversation(agent.workspace(tmp_path))
             with anyio.fail_after(TIMEOUT):
                 perm = await card_first(client, agent, conv, "Run the slow command")
                 turn = await client.start("lm/provideLanguageModelChatResponse", {"modelId": agent.model, "messages": conv.result(approve(perm)), "options": options([])})
-                while not running(token):
+                while not (pidfile.exists() and pidfile.read_text().strip()):
                     await anyio.sleep(0.2)
+                pid = int(pidfile.read_text())
+                await anyio.sleep(1.0)  # it runs
+                assert alive(pid) and turn.result is None, turn.result
                 await client.cancel(turn)
-                await until_gone(token)
+                while alive(pid):
+                    await anyio.sleep(0.2)
                 conv.stopped()
                 after = await send(client, agent, conv.ask("Are you there?"))
-            assert not marker.exists()
             assert "After the stop." in text_of(after), text_of(after)
