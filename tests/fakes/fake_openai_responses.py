@@ -22,6 +22,9 @@ Each *reply* answers one ``POST /v1/responses`` and is a list of blocks:
 * ``{"custom_tool_call": {"name": ..., "input": "text", "call_id": optional}}``: a call of a
   freeform tool (streamed as ``response.custom_tool_call_input.delta`` events). codex's edit
   tool ``apply_patch`` is one for gpt-5.5 (see :func:`apply_patch`);
+* ``{"tool_search_call": {"query": ..., "limit": optional}}``: a call of codex's client-side
+  ``tool_search`` (codex 0.166 defers MCP tools, the VS Code tools among them: a request
+  offers their namespace only in the ``tool_search_output`` that answers it);
 * ``{"reasoning": "..."}``: a reasoning item with that summary text;
 * ``{"sleep": seconds}``: pause the stream at that point (to cancel mid-stream);
 * ``{"fail": {"status": 400, "message": "...", "type": ..., "code": ...}}``: answer the
@@ -29,7 +32,10 @@ Each *reply* answers one ``POST /v1/responses`` and is a list of blocks:
   other blocks are ignored.
 
 A reply may also be a callable ``f(body) -> list[block]``. When the script is exhausted
-every further request is answered ``"Done."``.
+every further request is answered ``"Done."``. A scripted function call in a ``namespace``
+the request has not loaded (:func:`namespaces`) while it offers ``tool_search`` is preceded,
+as a real model's is, by a ``tool_search_call`` for it: that request is answered with the
+search alone and the scripted reply kept for the next (``auto_tool_search``).
 
 SSE events, in order: ``response.created``, ``response.in_progress``, then per item
 ``response.output_item.added``, its deltas (``response.output_text.delta`` or
@@ -72,7 +78,7 @@ from typing import Any
 
 from tests.fakes.scripted_server import Block, JsonHandler, Reply, ScriptedServer, estimate_tokens
 
-__all__ = ["DONE_TEXT", "SIDE_TEXT", "FakeResponses", "RecordedRequest", "add_file", "apply_patch", "classify_request", "exec_command", "input_texts"]
+__all__ = ["DONE_TEXT", "SIDE_TEXT", "FakeResponses", "RecordedRequest", "add_file", "apply_patch", "classify_request", "exec_command", "input_texts", "namespaces"]
 
 DONE_TEXT = "Done."
 SIDE_TEXT = "Fake title"
@@ -95,6 +101,17 @@ def add_file(path: str, text: str) -> Block:
     """``apply_patch`` adding the file ``path`` (absolute) with ``text``'s lines."""
     lines = "".join(f"+{line}\n" for line in text.splitlines())
     return apply_patch(f"*** Begin Patch\n*** Add File: {path}\n{lines}*** End Patch\n")
+
+
+def namespaces(body: dict[str, Any]) -> dict[str, list[str]]:
+    """The tool namespaces a request offers the model, each with its tools' names: in
+    ``tools``, and those ``tool_search`` loaded (``tool_search_output`` items of ``input``)."""
+    found: dict[str, list[str]] = {}
+    outputs = [i for i in body.get("input") or [] if isinstance(i, dict) and i.get("type") == "tool_search_output"]
+    for tool in [*(body.get("tools") or []), *(t for o in outputs for t in o.get("tools") or [])]:
+        if isinstance(tool, dict) and tool.get("type") == "namespace":
+            found.setdefault(str(tool.get("name")), []).extend(str(t.get("name")) for t in tool.get("tools") or [] if isinstance(t, dict))
+    return found
 
 
 def input_texts(body: dict[str, Any], role: str | None = None) -> list[str]:
@@ -185,11 +202,14 @@ class FakeResponses(ScriptedServer):
         done_text: str = DONE_TEXT,
         side_text: str = SIDE_TEXT,
         reviewer_outcome: str = "allow",
+        auto_tool_search: bool = True,
         chunk_size: int = 12,
         host: str = "127.0.0.1",
     ) -> None:
         super().__init__(replies, done_text=done_text, chunk_size=chunk_size, host=host)
         self.side_text = side_text
+        self.auto_tool_search = auto_tool_search
+        self._held: list[Block] | None = None  # a scripted reply held back while tool_search runs
         #: The auto reviewer's verdict, "allow" or "deny" (module docstring).
         self.reviewer_outcome = reviewer_outcome
 
@@ -208,6 +228,23 @@ class FakeResponses(ScriptedServer):
         ``"suggestion"``, ``"side"``), in order."""
         side = ("title", "reviewer", "suggestion", "side")
         return [r.body for r in self.snapshot() if r.kind in side and (kind is None or r.kind == kind)]
+
+    def _main_reply(self, body: dict[str, Any]) -> list[Block]:
+        """The next scripted reply, or first a ``tool_search_call`` for the namespaces it calls
+        and the request has not loaded (module docstring); a reply is held back once at most."""
+        with self._lock:
+            held, self._held = self._held, None
+        blocks = held if held is not None else self._next_reply(body)
+        offers_search = any(isinstance(t, dict) and t.get("type") == "tool_search" for t in body.get("tools") or [])
+        if self.auto_tool_search and held is None and offers_search:
+            loaded = namespaces(body)
+            wanted = [b["function_call"] for b in blocks if "function_call" in b and b["function_call"].get("namespace")]
+            missing = [fc["name"] for fc in wanted if fc["name"] not in loaded.get(fc["namespace"], [])]
+            if missing:
+                with self._lock:
+                    self._held = blocks
+                return [{"tool_search_call": {"query": " ".join(dict.fromkeys(missing)), "limit": 8}}]
+        return blocks
 
     def _side_reply(self, kind: str, body: dict[str, Any]) -> list[Block]:
         """The answer to a side request of ``kind`` (module docstring): one JSON message."""
@@ -249,6 +286,10 @@ class FakeResponses(ScriptedServer):
                 args = fc.get("arguments", {})
                 fc["arguments"] = args if isinstance(args, str) else json.dumps(args)
                 b["function_call"] = fc
+            elif "tool_search_call" in b:
+                ts = dict(b["tool_search_call"])
+                ts.setdefault("call_id", f"call_fake_{next(self._ids):04d}")
+                b["tool_search_call"] = ts
             elif "custom_tool_call" in b:
                 ct = dict(b["custom_tool_call"])
                 ct.setdefault("call_id", f"call_fake_{next(self._ids):04d}")
@@ -295,7 +336,7 @@ class _Handler(JsonHandler):
         fake = self.owner
         if self.command == "POST" and path == "/v1/responses" and isinstance(body, dict):
             kind = classify_request(body)
-            blocks = fake._resolve(fake._next_reply(body) if kind == "responses" else fake._side_reply(kind, body))
+            blocks = fake._resolve(fake._main_reply(body) if kind == "responses" else fake._side_reply(kind, body))
             rec = RecordedRequest(self.command, self.path, headers, body, kind, reply=blocks)
             fake._record(rec)
             failure = next((b["fail"] for b in blocks if "fail" in b), None)
@@ -390,6 +431,12 @@ class _Handler(JsonHandler):
                     self._event({"type": "response.function_call_arguments.done", "item_id": item_id, "output_index": index, "arguments": args, "sequence_number": next(seq)})
                     item = {**item, "arguments": args, "status": "completed"}
                     out_tokens += max(1, len(args) // 4)
+                elif "tool_search_call" in block:
+                    ts = block["tool_search_call"]
+                    args = {"query": ts["query"], "limit": ts.get("limit", 8)}
+                    item = {"type": "tool_search_call", "id": item_id, "call_id": ts["call_id"], "execution": "client", "arguments": args, "status": "in_progress"}
+                    self._event({"type": "response.output_item.added", "output_index": index, "item": item, "sequence_number": next(seq)})
+                    item = {**item, "status": "completed"}
                 elif "custom_tool_call" in block:
                     ct = block["custom_tool_call"]
                     text = str(ct["input"])
