@@ -136,6 +136,13 @@ XFAIL: dict[tuple[str, str], Any] = {
     ("codex", "command"): _CODEX_AGENT,
     ("codex", "skip"): _CODEX_AGENT,
     ("codex", "stop"): _CODEX_AGENT,
+    # gemini-cli 0.61 ends the command at Stop, but its next prompt sends the stopped call
+    # without its response, which the Gemini API refuses (HTTP 400, function call parts
+    # unpaired): the chat cannot go on in that session.
+    ("gemini", "stop"): pytest.mark.xfail(
+        strict=True,
+        reason="after a Stop while gemini-cli runs a command, the Gemini API refuses its next prompt (a call without its response): lmbridge must go on in a fresh session",
+    ),
 }
 
 
