@@ -241,8 +241,9 @@ def alive(pid: int) -> bool:
 @pytest.mark.parametrize("agent", cases("stop"))
 async def test_stop_ends_a_running_command(tmp_path: Path, agent: Agent) -> None:
     """The command writes its process id, then becomes a one-minute ``sleep`` (≥10x the few
-    seconds a Stop takes idle): Stop while it runs, and that process is gone (the agents run a command in a shell of their own, some
-    through a terminal: its id is the one thing every way of running it shows)."""
+    seconds a Stop takes idle): Stop while it runs, and that process is gone (the agents run
+    a command in a shell of their own, some through a terminal: its id is the one thing
+    every way of running it shows)."""
     pidfile = agent.workspace(tmp_path) / "command.pid"
     with agent.fake([[agent.command(f"echo $$ > {pidfile}; exec sleep 60")]], done_text="After the stop.") as fake:
         async with agent.bridge(tmp_path, fake) as client:
