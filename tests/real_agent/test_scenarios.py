@@ -138,10 +138,12 @@ XFAIL: dict[tuple[str, str], Any] = {
     ("codex", "stop"): _CODEX_AGENT,
     # gemini-cli 0.61 ends the command at Stop, but its next prompt sends the stopped call
     # without its response, which the Gemini API refuses (HTTP 400, function call parts
-    # unpaired): the chat cannot go on in that session.
+    # unpaired). The daemon then takes the chat up in a new session, but not every time:
+    # of two runs on a loaded machine, one answered, one showed the API's refusal. Not
+    # strict until that race is found.
     ("gemini", "stop"): pytest.mark.xfail(
-        strict=True,
-        reason="after a Stop while gemini-cli runs a command, the Gemini API refuses its next prompt (a call without its response): lmbridge must go on in a fresh session",
+        strict=False,
+        reason="after a Stop while gemini-cli runs a command, the Gemini API sometimes refuses the next prompt (a call without its response) before lmbridge goes on in a fresh session",
     ),
 }
 
