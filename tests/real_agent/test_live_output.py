@@ -1,6 +1,6 @@
 """A running command's output in the chat, with the real agents through the real daemon
-(docs/agents.md, "A command's output"): codex-acp 0.16.0 streams it while the command runs
-(``_meta.terminal_output`` about a second apart), claude-agent-acp 0.23.1 sends it once the
+(docs/agents.md, "A command's output"): codex-acp streams it while the command runs
+(``_meta.terminal_output`` about a second apart), claude-agent-acp sends it once the
 command has ended; gemini-cli 0.61.0 does not use ``terminal/*`` even when offered.
 
 Orders, not timings, are asserted (docs/reliability.md, "Tests under load"): the command
@@ -47,6 +47,12 @@ COUNT = "for i in 1 2 3 4 5 6; do echo line $i; sleep 1; done"
 
 needs_codex = pytest.mark.skipif(not codex.is_installed(), reason="codex-acp is not installed: make real-agent-deps")
 needs_claude = pytest.mark.skipif(not claude.is_installed(), reason="claude-agent-acp is not installed: make real-agent-deps")
+# Today's releases start sessions in a mode that approves their own commands (claude-agent-acp
+# 0.101: auto; codex-acp 2.6: agent, "Auto review"): no card comes to approve.
+NO_CARD = pytest.mark.xfail(
+    strict=True,
+    reason="claude-agent-acp 0.101 (auto) and codex-acp 2.6 (agent) start sessions in a self-approving mode, so no card: lmbridge must start them in their asking mode",
+)
 needs_gemini = pytest.mark.skipif(not gemini.is_installed(), reason="gemini-cli is not installed: make real-agent-deps")
 
 
@@ -74,6 +80,7 @@ class Timeline:
         self.seen = anyio.Event()
         self.wanted = ""
         self.ended = threading.Event()  # the chat showed a command's exit code
+        self.approved = threading.Event()  # the turn the user approved is streaming
 
     def __call__(self, part: dict[str, Any]) -> None:
         if part["type"] == "text":
@@ -99,7 +106,8 @@ def after_the_end(timeline: Timeline, blocks: list[dict[str, Any]]) -> Any:
     the fake server waits for it, at most TIMEOUT: then the test's own asserts say what is missing)."""
 
     def reply(body: dict[str, Any]) -> list[dict[str, Any]]:
-        timeline.ended.wait(TIMEOUT)
+        if timeline.approved.is_set():  # no approved turn streams (no card came): nothing to wait for
+            timeline.ended.wait(TIMEOUT)
         return blocks
 
     return reply
@@ -112,6 +120,7 @@ async def approved_turn(client: DaemonClient, model: str, conv: Conversation, as
     (perm,) = tool_calls(call)
     conv.answered(call)
     timeline.start = time.monotonic()
+    timeline.approved.set()
     return await client.start("lm/provideLanguageModelChatResponse", {"modelId": model, "messages": conv.result(approve(perm)), "options": options([])}, timeline)
 
 
@@ -119,6 +128,7 @@ async def approved_turn(client: DaemonClient, model: str, conv: Conversation, as
 
 
 @needs_codex
+@NO_CARD
 async def test_codex_streams_a_command_output_into_the_chat_as_it_runs(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     cmd = f"sleep 1; echo ready; while [ ! -f {gate} ]; do sleep 0.1; done; echo done"
@@ -139,6 +149,7 @@ async def test_codex_streams_a_command_output_into_the_chat_as_it_runs(tmp_path:
 
 
 @needs_codex
+@NO_CARD
 async def test_codex_timeline_of_a_six_second_command(tmp_path: Path) -> None:
     """The figure the docs quote: a command printing a line a second for 6 s."""
     timeline = Timeline()
@@ -157,6 +168,7 @@ async def test_codex_timeline_of_a_six_second_command(tmp_path: Path) -> None:
 
 
 @needs_codex
+@NO_CARD
 async def test_stop_while_codex_runs_a_command_ends_the_command(tmp_path: Path) -> None:
     """codex-acp ends a cancelled turn but not its command (only session/close does): the
     daemon closes the session and takes it up again; the command is gone, and the chat goes on."""
@@ -192,6 +204,7 @@ def bash(command: str) -> dict[str, Any]:
 
 
 @needs_claude
+@NO_CARD
 async def test_claude_shows_a_command_output_once_at_its_end(tmp_path: Path) -> None:
     with FakeAnthropic([[bash(COUNT)], [{"text": "Counted."}]]) as fake:
         async with claude.claude_bridge(tmp_path, fake.url) as client:

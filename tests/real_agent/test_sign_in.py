@@ -24,6 +24,10 @@ pytestmark = [pytest.mark.real_agent, pytest.mark.anyio]
 TIMEOUT = 300  # seconds: ≥10x idle
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="claude-agent-acp 0.101 lists two login methods (claude-ai-login, console-login): lmbridge must offer every login method an agent lists",
+)
 async def test_claude_without_a_key_says_how_to_sign_in_then_works_once_it_has_one(tmp_path: Path) -> None:
     node, entry = claude_agent_command()
     with FakeAnthropic([[{"text": "Signed in and answering."}]]) as fake:
@@ -53,6 +57,10 @@ async def test_claude_without_a_key_says_how_to_sign_in_then_works_once_it_has_o
                 assert "Signed in and answering." in text_of(second)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="codex-acp 2.6's key method is api-key (no env_var methods): lmbridge must authenticate with an api-key method at once when its key is in the agent's environment",
+)
 async def test_codex_uses_a_key_in_its_environment_by_itself(tmp_path: Path) -> None:
     """codex-acp not logged in, OPENAI_API_KEY in its env: session/new says "Authentication
     required", the daemon calls ``authenticate`` with the env_var method, and the chat is
@@ -62,7 +70,8 @@ async def test_codex_uses_a_key_in_its_environment_by_itself(tmp_path: Path) -> 
 
     with FakeResponses([[{"text": "Answered with your key."}]]) as fake:
         env = {**codex_agent_env(tmp_path / "home", fake.url, logged_in=False), "OPENAI_API_KEY": "sk-test"}
-        spec = {"id": "codex", "name": "Codex", "command": codex_agent_command()[0], "args": [], "env": env}
+        argv = codex_agent_command()
+        spec = {"id": "codex", "name": "Codex", "command": argv[0], "args": argv[1:], "env": env}
         daemon_env = codex_environ({"LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(tmp_path / "state")})
         (tmp_path / "work").mkdir()
         with open(tmp_path / "daemon.stderr", "ab") as stderr:
@@ -77,6 +86,10 @@ async def test_codex_uses_a_key_in_its_environment_by_itself(tmp_path: Path) -> 
     assert "authenticating" in (tmp_path / "daemon.stderr").read_text() and "method=openai-api-key" in (tmp_path / "daemon.stderr").read_text()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="codex-acp 2.6 offers api-key and chat-gpt, no env_var methods naming its keys: lmbridge must say which key an api-key method reads",
+)
 async def test_codex_not_logged_in_names_its_keys_and_nothing_reaches_the_model(tmp_path: Path) -> None:
     from tests.fakes.fake_openai_responses import FakeResponses
     from tests.real_agent.codex import codex_bridge
