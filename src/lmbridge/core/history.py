@@ -47,7 +47,10 @@ A session's last response may be *acknowledged* (it appears in the request) or
 *absent* (VS Code dropped it: the user pressed Stop while our tool call waited
 for confirmation, or edited/regenerated the turn). That, whether the response
 ended waiting on permissions, and whether new user content follows, decide the
-``Kind`` (see ``CLASSIFICATION`` below, walked row by row by the tests).
+``Kind`` (see ``CLASSIFICATION`` below, walked row by row by the tests). A stopped turn
+may also come back as one unmarked assistant message standing for all its rounds, text
+joined and file names linkified: it is taken as that turn, acknowledged, only where the
+request aligns up to the words that began it (``HistoryCore._kept_stop``).
 
 A request that holds a single user message is always a new chat. A request that
 matches no session (another model answered, the history was edited) is a
