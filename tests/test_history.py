@@ -941,3 +941,102 @@ def test_stop_at_a_card_the_round_back_with_its_marker_and_call_without_result_c
     again = core.begin("m", [u("write it"), back, u("are you there")], 2)
     assert (again.kind, again.session_id) == (Kind.SOFT_CANCEL, turn.session_id)
     assert again.answers == {"c1": Answer.CANCELLED} and again.cancel_first and again.prompt == (u("are you there"),)
+
+
+# ---------------------------------------------------------------- a stopped turn VS Code kept as one message
+
+# Recorded in the Chat view (`make chatview`, step "live-stop": code-server 4.139.1, Copilot
+# Chat 0.67.0): the user allowed `sh ticker.sh` and pressed Stop while its output streamed. The
+# next request re-sent that turn with the words alone, and the two rounds the daemon streamed
+# (the card's round, the stopped answer) as ONE assistant message: no marker, no tool call, no
+# result, the file name linkified (docs/vscode.md, "A stopped turn kept as one message").
+TICKER_WORDS = "run the script ticker.sh"
+TICKER_CARD = "\n\n🔧 **Run sh ticker.sh** (execute)\n\n"
+TICKER_PARTS = ["\n\n````text\ntick 1 of 6\n", "tick 2 of 6\n", "tick 3 of 6\n"]
+TICKER_KEPT = "\n\n🔧 **Run sh [`ticker.sh`](ticker.sh )** (execute)\n\n\n\n````text\ntick 1 of 6\ntick 2 of 6\ntick 3 of 6\n"
+
+
+def _ticker_stopped(core: HistoryCore) -> tuple[str, list[Message]]:
+    """A marked chat whose last turn ran ticker.sh (the card allowed) and was stopped while the
+    command streamed; returns (session id, the request's messages before the stopped turn)."""
+    sid, hist = copilot_chat(core, "hello there", a("Hello from the demo agent."), 0)
+    hist[-1:] = [past("hello there"), marked(core, "Hello from the demo agent.", sid, 1)]
+    card = core.begin("m", [*hist, cur(TICKER_WORDS)], 1)
+    assert (card.kind, card.session_id) == (Kind.CONTINUATION, sid)
+    asking = marked(core, TICKER_CARD, sid, card.number, "c1")
+    core.end(sid, fp(a(TICKER_CARD, "c1")), Last.PENDING, [Pending("c1", "T1")], 2, request=card.number)
+    run = core.begin("m", [*hist, past(TICKER_WORDS), asking, tr("c1", "T1")], 3)
+    assert (run.kind, run.answers) == (Kind.TOOL_RESULTS, {"c1": Answer.ALLOW})
+    streamed, prefixes = "", []
+    for part in TICKER_PARTS:
+        streamed += part
+        prefixes.append(fp(a(streamed)).text)
+    core.end(sid, Fingerprint(fp(a(streamed)).text, (), None, tuple(prefixes)), Last.CANCELLED, [], 4, request=run.number)
+    return sid, hist
+
+
+def _kept(text: str = TICKER_KEPT, *extra: dict[str, str]) -> Message:
+    msg = a(text)
+    return with_marker(msg, extra[0]) if extra else msg
+
+
+# (row, the request after the Stop (built from the chat's messages before the stopped turn), goes)
+KEPT_ROWS = [
+    # As recorded: the turn's words, its rounds joined and linkified, new words.
+    ("as recorded", lambda h: [*h, u(f"<userRequest>\n{TICKER_WORDS}\n</userRequest>\n"), _kept(), cur("are you still there")], "own"),
+    ("the text kept whole", lambda h: [*h, past(TICKER_WORDS), _kept(TICKER_CARD + "".join(TICKER_PARTS)), cur("are you still there")], "own"),
+    # Not the stopped turn: an edit of its words, or of an earlier message, is a divergence.
+    ("its words edited", lambda h: [*h, past("run the script other.sh"), _kept(), cur("are you still there")], "fresh"),
+    ("an earlier message edited", lambda h: [h[0], u(SCAFFOLD), past("hello, edited"), h[3], past(TICKER_WORDS), _kept(), cur("x")], "fresh"),
+    # A retry (no new words), or another provider's answer (its own marker): not this rule.
+    ("no new words", lambda h: [*h, past(TICKER_WORDS), _kept(), tr("c9", "x")], "fresh"),
+    (
+        "another provider's answer",
+        lambda h: [*h, past(TICKER_WORDS), _kept(TICKER_KEPT, {"type": "data", "mimeType": "stateful_marker", "data": "bT5yZXNwXzAxMjM="}), cur("x")],
+        "fresh",
+    ),
+    ("a tool call kept", lambda h: [*h, past(TICKER_WORDS), a(TICKER_KEPT, "c7"), cur("are you still there")], "fresh"),
+]
+
+
+@pytest.mark.parametrize(("row", "build", "goes"), KEPT_ROWS, ids=[r[0] for r in KEPT_ROWS])
+def test_a_stopped_turn_kept_as_one_message_continues(row: str, build, goes: str) -> None:
+    core = keyed()
+    sid, hist = _ticker_stopped(core)
+    request = build(hist)
+    plan = core.plan("m", request)
+    assert plan.by == "marker"
+    turn = core.begin("m", request, 5)
+    if goes == "own":
+        assert (turn.kind, turn.session_id, turn.fresh, turn.cancel_first) == (Kind.CONTINUATION, sid, False, False)
+        assert turn.prompt == (request[-1],) and turn.context == ()  # the agent streamed that turn itself
+        # The next request replays the kept message (an equal object, not the same one) and goes on.
+        core.end(sid, fp(a("Hello again.")), Last.DONE, [], 6, request=turn.number)
+        again = [*(m.model_copy() for m in request[:-1]), past("are you still there"), marked(core, "Hello again.", sid, turn.number), cur("bye")]
+        nxt = core.begin("m", again, 7)
+        assert (nxt.kind, nxt.session_id, nxt.prompt) == (Kind.CONTINUATION, sid, (again[-1],))
+    else:
+        assert turn.kind is Kind.DIVERGENCE and turn.fresh and turn.session_id != sid
+
+
+def test_a_finished_turn_kept_as_one_unmarked_message_is_a_divergence() -> None:
+    # Only a stopped turn: a finished answer comes back with its marker; one without it is an edit.
+    core = keyed()
+    sid, hist = copilot_chat(core, "hello there", a("Hello."), 0)
+    hist[-1:] = [past("hello there"), marked(core, "Hello.", sid, 1)]
+    turn = core.begin("m", [*hist, cur(TICKER_WORDS)], 1)
+    core.end(sid, fp(a("ran it")), Last.DONE, [], 2, request=turn.number)
+    again = core.begin("m", [*hist, past(TICKER_WORDS), a("ran it, edited"), cur("x")], 3)
+    assert again.kind is Kind.DIVERGENCE and again.fresh
+
+
+@settings(max_examples=40, deadline=None)
+@given(words=st.text(min_size=1, max_size=12).filter(lambda w: "".join(w.split()) not in ("", "".join(TICKER_WORDS.split()))), kept=st.text(min_size=1, max_size=40))
+def test_a_kept_stop_never_continues_under_other_words(words: str, kept: str) -> None:
+    # Whatever VS Code kept of the turn, the words that began it must be the session's.
+    core = keyed()
+    sid, hist = _ticker_stopped(core)
+    for said, goes in ((TICKER_WORDS, sid), (words, None)):
+        request = [*hist, past(said), a(kept + "x"), cur("next")]
+        turn = core.plan("m", request)
+        assert turn.session_id == goes

@@ -47,7 +47,10 @@ A session's last response may be *acknowledged* (it appears in the request) or
 *absent* (VS Code dropped it: the user pressed Stop while our tool call waited
 for confirmation, or edited/regenerated the turn). That, whether the response
 ended waiting on permissions, and whether new user content follows, decide the
-``Kind`` (see ``CLASSIFICATION`` below, walked row by row by the tests).
+``Kind`` (see ``CLASSIFICATION`` below, walked row by row by the tests). A stopped turn
+may also come back as one unmarked assistant message standing for all its rounds, text
+joined and file names linkified: it is taken as that turn, acknowledged, only where the
+request aligns up to the words that began it (``HistoryCore._kept_stop``).
 
 A request that holds a single user message is always a new chat. A request that
 matches no session (another model answered, the history was edited) is a
@@ -494,6 +497,9 @@ class Plan:
     # How the candidates were found (for the log): "marker" (the last answer's stateful marker),
     # "text" (its callIds or text), "words" (no answer: the first words), "" (a new chat).
     by: str = ""
+    # conv[start] is the session's stopped turn as VS Code kept it (``HistoryCore._kept_stop``):
+    # recorded as seen, never told to the agent (it streamed that turn itself).
+    kept: bool = False
 
 
 def _without_results(messages: Sequence[Message], call_ids: set[str]) -> list[Message]:
@@ -591,16 +597,17 @@ class HistoryCore:
             same += 1
         return all(item.matches(msg, self.key) for item, msg in zip(s.items[same:upto], conv[same:upto]))
 
-    def classify(self, s: Session, conv: Sequence[Message]) -> tuple[Kind, int]:
-        """The Kind of ``conv`` against session ``s``, and the index in ``conv``
-        of the first message the agent has not seen. Pure: changes nothing."""
+    def classify(self, s: Session, conv: Sequence[Message]) -> tuple[Kind, int, bool]:
+        """The Kind of ``conv`` against session ``s``, the index in ``conv`` of the first
+        message the agent has not seen, and whether that message is the session's stopped
+        turn as VS Code kept it (``_kept_stop``: recorded, never told). Pure: changes nothing."""
         n = len(s.items)
         if self._aligned(s, conv, n):
-            return CLASSIFICATION[(True, s.last, has_user_content(conv[n:]))], n
+            return CLASSIFICATION[(True, s.last, has_user_content(conv[n:]))], n, False
         if s.unacked and self._aligned(s, conv, n - 1):
             tail = conv[n - 1 :]
             if not tail or tail[0].role == "user":
-                return CLASSIFICATION[(False, s.last, has_user_content(tail))], n - 1
+                return CLASSIFICATION[(False, s.last, has_user_content(tail))], n - 1, False
         if s.last in (Last.CANCELLED, Last.PENDING, Last.INTERRUPTED):
             # A turn the user stopped, every round of it absent: VS Code may drop a stopped
             # turn whole, the rounds before the one stopped (a card answered, a command run)
@@ -611,8 +618,31 @@ class HistoryCore:
             if k < n - 1 and self._aligned(s, conv, k):
                 tail = conv[k:]
                 if tail and tail[0].role == "user" and has_user_content(tail):
-                    return CLASSIFICATION[(False, s.last, True)], k
-        return Kind.DIVERGENCE, 0
+                    return CLASSIFICATION[(False, s.last, True)], k, False
+        if self._kept_stop(s, conv):
+            return CLASSIFICATION[(True, s.last, True)], HistoryCore._turn_start(s), True
+        return Kind.DIVERGENCE, 0, False
+
+    def _kept_stop(self, s: Session, conv: Sequence[Message]) -> bool:
+        """Whether ``conv`` holds the session's stopped turn as VS Code keeps a turn it
+        re-renders from the chat view (docs/vscode.md, "A stopped turn kept as one message"):
+        the rounds' markers, tool calls and results gone, their text joined into ONE
+        assistant message, file names linkified. The request must align with the session up
+        to the user's words that began the stopped turn (everything before it, those words
+        included, as the agent saw it), the kept message must carry no tool call and no
+        stateful marker at all (not ours, whose valid marker would name its answer, nor
+        another provider's), and new user words must follow. Its text is not compared:
+        VS Code rewrites it (a link ``[`X`](X )`` for the daemon's ``X``) and joins rounds
+        the daemon digested apart."""
+        if s.last is not Last.CANCELLED:
+            return False
+        k = HistoryCore._turn_start(s)
+        if not 0 < k < len(s.items) or len(conv) < k + 2 or not self._aligned(s, conv, k):
+            return False
+        kept, rest = conv[k], conv[k + 1 :]
+        if kept.role != "assistant" or rest[0].role != "user" or not has_user_content(rest):
+            return False
+        return not any(isinstance(p, ToolCallPart) or (isinstance(p, DataPart) and p.mimeType == markers.MIME) for p in kept.content)
 
     @staticmethod
     def _turn_start(s: Session) -> int:
@@ -645,11 +675,11 @@ class HistoryCore:
         best: Plan | None = None
         tied = False
         for s in candidates:
-            kind, start = self.classify(s, conv)
+            kind, start, kept = self.classify(s, conv)
             if kind is Kind.DIVERGENCE or start <= named:
                 continue
             if best is None or start > best.start:
-                best, tied = Plan(conv, s.id, kind, start, by), False
+                best, tied = Plan(conv, s.id, kind, start, by, kept), False
             elif start == best.start:
                 tied = True
         if best is None or tied:
@@ -669,7 +699,7 @@ class HistoryCore:
         p = plan if plan is not None else self.plan(model_id, messages)
         s = self.sessions.get(p.session_id) if p.session_id is not None else None
         if s is not None:
-            return self._continue(s, p.kind, p.conv, p.start, now)
+            return self._continue(s, p.kind, p.conv, p.start, now, p.kept)
         conv = p.conv
         self._counter += 1
         s = Session(id=f"s{self._counter}", model_id=model_id, busy=True, requests=1, last_active=now, token=f"{self.nonce}{self._counter}")
@@ -680,7 +710,7 @@ class HistoryCore:
         kind = Kind.NEW_CHAT if len(conv) == 1 else Kind.DIVERGENCE
         return Decision(kind=kind, session_id=s.id, fresh=True, context=context, prompt=prompt, number=s.requests)
 
-    def _continue(self, s: Session, kind: Kind, conv: Sequence[Message], start: int, now: float) -> Decision:
+    def _continue(self, s: Session, kind: Kind, conv: Sequence[Message], start: int, now: float, kept: bool = False) -> Decision:
         tail = conv[start:]
         results = {p.callId: p for m in tail for p in m.content if isinstance(p, ToolResultPart)}
         note = None
@@ -705,7 +735,7 @@ class HistoryCore:
         if kind is not Kind.TOOL_RESULTS:
             # Results of the calls just answered reach the agent through their
             # answers; as prompt text they would mean nothing (or leak a token).
-            context, prompt = split_prompt(_without_results(tail, set(answers)))
+            context, prompt = split_prompt(_without_results(tail[1:] if kept else tail, set(answers)))
             if note is not None:
                 prompt = (note, *prompt)
         if start < len(s.items):  # VS Code dropped the last response
