@@ -36,15 +36,6 @@ def bridge(tmp_path: Path, fake: FakeAnthropic, *args: str) -> Any:
     return claude_bridge(tmp_path, fake.url, *args)
 
 
-# claude-agent-acp 0.101 starts each session in mode "auto": the first turn's command runs
-# with no card (0.23.1 asked in its default mode), so a test built on an approved first turn
-# fails at its first answer.
-NO_CARD_IN_AUTO = pytest.mark.xfail(
-    strict=True,
-    reason="claude-agent-acp 0.101 starts sessions in its self-approving mode auto, so no card: lmbridge must start them in its asking mode (default)",
-)
-
-
 def bash(command: str) -> dict:
     return {"tool_use": {"name": "Bash", "input": {"command": command, "description": "Run it"}}}
 
@@ -82,7 +73,6 @@ def log_of(tmp_path: Path) -> str:
     return (tmp_path / "daemon.stderr").read_text(errors="replace")
 
 
-@NO_CARD_IN_AUTO
 async def test_after_a_stop_at_a_permission_the_agent_still_holds_the_first_turn(tmp_path: Path) -> None:
     marker, second = tmp_path / "one.txt", tmp_path / "two.txt"
     replies = [[{"text": "Creating it."}, bash(f"touch {marker}")], [{"text": "Created."}], [bash(f"touch {second}")]]
@@ -100,7 +90,6 @@ async def test_after_a_stop_at_a_permission_the_agent_still_holds_the_first_turn
     assert "how=session/resume" in log_of(tmp_path)
 
 
-@NO_CARD_IN_AUTO
 async def test_after_a_daemon_restart_the_agent_still_holds_the_first_turn(tmp_path: Path) -> None:
     marker = tmp_path / "one.txt"
     with FakeAnthropic([[bash(f"touch {marker}")], [{"text": "Created."}]], done_text="Still here.") as fake:
@@ -117,7 +106,6 @@ async def test_after_a_daemon_restart_the_agent_still_holds_the_first_turn(tmp_p
     assert log_of(tmp_path).count("how=session/resume") == 1
 
 
-@NO_CARD_IN_AUTO
 async def test_after_an_eviction_the_agent_still_holds_the_first_turn(tmp_path: Path) -> None:
     marker = tmp_path / "one.txt"
     with FakeAnthropic([[bash(f"touch {marker}")], [{"text": "Created."}]], done_text="Back again.") as fake:
@@ -147,7 +135,6 @@ async def test_two_chats_share_one_process_and_never_cross(tmp_path: Path) -> No
     assert "bananas" in str(follow_ups[1]["messages"]) and "apples" not in str(follow_ups[1]["messages"])
 
 
-@NO_CARD_IN_AUTO
 async def test_a_crash_of_the_shared_process_recovers_every_chat(tmp_path: Path) -> None:
     """Two chats on the one process; it is killed. Each chat's next request restarts it and
     takes its session up again where claude still has it (session/resume)."""
@@ -202,7 +189,6 @@ async def test_claudes_own_models_are_in_the_picker_and_reach_the_model_api(tmp_
 
 
 @pytest.mark.parametrize("shape", ["round_kept", "turn_dropped"])
-@NO_CARD_IN_AUTO
 async def test_after_a_stop_while_a_command_runs_the_agent_still_holds_the_first_turn(tmp_path: Path, shape: str) -> None:
     """A Stop while claude runs an approved command (its stale-turn quirk follows any cancel):
     the next message is answered from the same ACP session, closed and resumed, so the model
