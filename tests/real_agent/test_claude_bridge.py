@@ -30,12 +30,6 @@ from tests.real_agent.claude import claude_bridge  # noqa: E402
 
 pytestmark = [pytest.mark.real_agent, pytest.mark.anyio]
 TIMEOUT = 300  # seconds per test body: ≥10x idle (the agent's start and a few turns, 5-20 s idle)
-# claude-agent-acp 0.101 starts each session in mode "auto": a command in the workspace runs
-# with no session/request_permission, so no card comes (0.23.1 asked in its default mode).
-NO_CARD_IN_AUTO = pytest.mark.xfail(
-    strict=True,
-    reason="claude-agent-acp 0.101 starts sessions in its self-approving mode auto, so no card: lmbridge must start them in its asking mode (default)",
-)
 
 
 def bridge(tmp_path: Path, fake: FakeAnthropic) -> Any:
@@ -61,7 +55,6 @@ async def ask_for_bash(client: DaemonClient, marker: Path) -> tuple[list[dict], 
     return history, perm
 
 
-@NO_CARD_IN_AUTO
 async def test_approve_runs_the_command(tmp_path: Path) -> None:
     marker = tmp_path / "ran.txt"
     with FakeAnthropic([[{"text": "I'll create it."}, bash(f"touch {marker}")], [{"text": "Created the file."}]]) as fake:
@@ -76,7 +69,6 @@ async def test_approve_runs_the_command(tmp_path: Path) -> None:
             assert result["is_error"] is False
 
 
-@NO_CARD_IN_AUTO
 async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path) -> None:
     marker = tmp_path / "ran.txt"
     with FakeAnthropic([[bash(f"touch {marker}")], [{"text": "Understood, I did not run it."}]]) as fake:
@@ -91,7 +83,6 @@ async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path) -> None:
             assert result["is_error"] is True
 
 
-@NO_CARD_IN_AUTO
 async def test_stop_does_not_run_and_the_next_request_is_answered_promptly(tmp_path: Path) -> None:
     marker = tmp_path / "ran.txt"
     with FakeAnthropic([[bash(f"touch {marker}")]], done_text="Fine, moving on.") as fake:

@@ -1,16 +1,19 @@
 """Sessions that keep the agent's memory (docs/sessions.md) with the real agent: claude-agent-acp 0.101.0 through ``lmbridge serve``, against
 the fake Anthropic API, looking at what the fake model receives.
 
-The agent keeps its own memory of a chat: after a Stop at a permission (its stale-turn
-quirk), after a daemon restart with the same state folder and agent HOME, after an
-eviction, after a crash of its process, the next model request still holds the first
-turn's ``tool_use``/``tool_result`` blocks (session/close + session/resume; claude offers
-both). Two chats share one agent process and never cross.
+The agent keeps its own memory of a chat: after a Stop at a permission or while a command
+runs (claude-agent-acp 0.101 answers the next prompt in the same session: the stale turn
+0.23.1 gave after a cancel is gone, so the chat simply goes on), after a daemon restart
+with the same state folder and agent HOME, after an eviction, after a crash of its
+process, the next model request still holds the first turn's ``tool_use``/``tool_result``
+blocks (session/close + session/resume; claude offers both). Two chats share one agent
+process and never cross.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -34,15 +37,6 @@ TIMEOUT = 300  # seconds per test body: ≥10x idle (the agent's start and a few
 
 def bridge(tmp_path: Path, fake: FakeAnthropic, *args: str) -> Any:
     return claude_bridge(tmp_path, fake.url, *args)
-
-
-# claude-agent-acp 0.101 starts each session in mode "auto": the first turn's command runs
-# with no card (0.23.1 asked in its default mode), so a test built on an approved first turn
-# fails at its first answer.
-NO_CARD_IN_AUTO = pytest.mark.xfail(
-    strict=True,
-    reason="claude-agent-acp 0.101 starts sessions in its self-approving mode auto, so no card: lmbridge must start them in its asking mode (default)",
-)
 
 
 def bash(command: str) -> dict:
@@ -82,7 +76,11 @@ def log_of(tmp_path: Path) -> str:
     return (tmp_path / "daemon.stderr").read_text(errors="replace")
 
 
-@NO_CARD_IN_AUTO
+def sessions_opened(log: str) -> list[str]:
+    """How the daemon opened each ACP session it logged (``how=``: new, spare, session/resume, session/load)."""
+    return re.findall(r"\] acp session .* how=(\S+)", log)
+
+
 async def test_after_a_stop_at_a_permission_the_agent_still_holds_the_first_turn(tmp_path: Path) -> None:
     marker, second = tmp_path / "one.txt", tmp_path / "two.txt"
     replies = [[{"text": "Creating it."}, bash(f"touch {marker}")], [{"text": "Created."}], [bash(f"touch {second}")]]
@@ -97,10 +95,11 @@ async def test_after_a_stop_at_a_permission_the_agent_still_holds_the_first_turn
             assert call.error is None and "I remember the first file." in text_of(call)
             assert not second.exists()
             assert remembers_first_turn(fake.main_requests()[-1], f"touch {marker}")
-    assert "how=session/resume" in log_of(tmp_path)
+    # claude-agent-acp 0.101 answers the prompt after a cancel in the same session (0.23.1
+    # ended it at once, empty: closed and resumed), so the chat went on in its one session.
+    assert sessions_opened(log_of(tmp_path)) == ["new"]
 
 
-@NO_CARD_IN_AUTO
 async def test_after_a_daemon_restart_the_agent_still_holds_the_first_turn(tmp_path: Path) -> None:
     marker = tmp_path / "one.txt"
     with FakeAnthropic([[bash(f"touch {marker}")], [{"text": "Created."}]], done_text="Still here.") as fake:
@@ -117,7 +116,6 @@ async def test_after_a_daemon_restart_the_agent_still_holds_the_first_turn(tmp_p
     assert log_of(tmp_path).count("how=session/resume") == 1
 
 
-@NO_CARD_IN_AUTO
 async def test_after_an_eviction_the_agent_still_holds_the_first_turn(tmp_path: Path) -> None:
     marker = tmp_path / "one.txt"
     with FakeAnthropic([[bash(f"touch {marker}")], [{"text": "Created."}]], done_text="Back again.") as fake:
@@ -147,7 +145,6 @@ async def test_two_chats_share_one_process_and_never_cross(tmp_path: Path) -> No
     assert "bananas" in str(follow_ups[1]["messages"]) and "apples" not in str(follow_ups[1]["messages"])
 
 
-@NO_CARD_IN_AUTO
 async def test_a_crash_of_the_shared_process_recovers_every_chat(tmp_path: Path) -> None:
     """Two chats on the one process; it is killed. Each chat's next request restarts it and
     takes its session up again where claude still has it (session/resume)."""
@@ -202,15 +199,15 @@ async def test_claudes_own_models_are_in_the_picker_and_reach_the_model_api(tmp_
 
 
 @pytest.mark.parametrize("shape", ["round_kept", "turn_dropped"])
-@NO_CARD_IN_AUTO
 async def test_after_a_stop_while_a_command_runs_the_agent_still_holds_the_first_turn(tmp_path: Path, shape: str) -> None:
-    """A Stop while claude runs an approved command (its stale-turn quirk follows any cancel):
-    the next message is answered from the same ACP session, closed and resumed, so the model
-    still sees the first turn's tool_use/tool_result blocks, not a transcript told as text.
+    """A Stop while claude runs an approved command: the next message is answered from the
+    same ACP session (claude-agent-acp 0.101 goes on after a cancel), so the model still sees the first turn's tool_use/tool_result blocks, not a transcript told as text.
     VS Code's next request keeps the round that showed the card (``round_kept``), or drops
     the stopped turn whole (``turn_dropped``): both go on in the chat's own session."""
     marker, slow = tmp_path / "one.txt", tmp_path / "slow.txt"
-    command = f"sleep 30 && touch {slow}"
+    # Claude Code 0.3.x refuses a command that starts with a long sleep ("Blocked: sleep 30
+    # followed by: ..."), so the slow command does something first.
+    command = f"echo started && sleep 30 && touch {slow}"
     replies = [[{"text": "Creating it."}, bash(f"touch {marker}")], [{"text": "Created."}], [bash(command)]]
     with FakeAnthropic(replies, done_text="I remember the first file.") as fake:
         async with bridge(tmp_path, fake) as client:
@@ -235,4 +232,4 @@ async def test_after_a_stop_while_a_command_runs_the_agent_still_holds_the_first
             assert remembers_first_turn(last, f"touch {marker}")
             assert "<conversation" not in str(last["messages"][-1]["content"])
     log = log_of(tmp_path)
-    assert "how=session/resume" in log, log
+    assert sessions_opened(log) == ["new"], log  # the one session went on: not resumed, not a fresh one

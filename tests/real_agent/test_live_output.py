@@ -204,7 +204,6 @@ def bash(command: str) -> dict[str, Any]:
 
 
 @needs_claude
-@NO_CARD
 async def test_claude_shows_a_command_output_once_at_its_end(tmp_path: Path) -> None:
     with FakeAnthropic([[bash(COUNT)], [{"text": "Counted."}]]) as fake:
         async with claude.claude_bridge(tmp_path, fake.url) as client:

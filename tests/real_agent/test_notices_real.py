@@ -2,9 +2,9 @@
 APIs: their notices are not their words (docs/agents.md, "Notices and the newer updates"),
 and codex's API key method is used at once when its key is set ("Signing in").
 
-Against a fake API on 127.0.0.1 claude 0.101 warns at every answer that the gateway cannot
-take its new auto-mode classifier billing ("Claude reported a warning"): a real notice,
-offline. Through the daemon (which says ``session.notices``) it comes as a ``notice`` update
+Against a fake API on 127.0.0.1 claude 0.101 in mode ``auto`` warns at every answer that
+the gateway cannot take its new auto-mode classifier billing ("Claude reported a warning"):
+a real notice, offline (in ``default``, where the daemon starts sessions, it does not warn). Through the daemon (which says ``session.notices``) it comes as a ``notice`` update
 and is shown apart; a fresh session told the conversation never gets it as Claude's words.
 Spoken to directly without that capability, it is an ``agent_message_chunk`` marked
 ``_meta.claudeCode.kind: "informational"``, which ``core.notices`` reads as a notice.
@@ -47,7 +47,10 @@ if not (NODE.is_file() and ENTRY.is_file()):
 
 async def test_a_notice_is_shown_apart_and_never_told_to_a_fresh_session_as_claudes_words(tmp_path: Path) -> None:
     with FakeAnthropic([[{"text": ANSWER}], [{"text": "Second answer."}]]) as fake:
-        spec = {"id": "claude", "name": "Claude Code", "command": str(NODE), "args": [str(ENTRY)], "env": claude_agent_env(tmp_path / "home", fake.url)}
+        # The warning is about auto mode's classifier: claude warns only in a session in auto
+        # (the daemon starts sessions in default unless the agent's "mode" setting says otherwise).
+        env = claude_agent_env(tmp_path / "home", fake.url)
+        spec = {"id": "claude", "name": "Claude Code", "command": str(NODE), "args": [str(ENTRY)], "env": env, "mode": "auto"}
         daemon_env = agent_environ({"XDG_STATE_HOME": str(tmp_path / "state")})
         with open(tmp_path / "daemon.stderr", "ab") as stderr:
             async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve"], env=daemon_env, stderr=stderr) as client:

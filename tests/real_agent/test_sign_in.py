@@ -24,10 +24,6 @@ pytestmark = [pytest.mark.real_agent, pytest.mark.anyio]
 TIMEOUT = 300  # seconds: ≥10x idle
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="claude-agent-acp 0.101 lists two login methods (claude-ai-login, console-login): lmbridge must offer every login method an agent lists",
-)
 async def test_claude_without_a_key_says_how_to_sign_in_then_works_once_it_has_one(tmp_path: Path) -> None:
     node, entry = claude_agent_command()
     with FakeAnthropic([[{"text": "Signed in and answering."}]]) as fake:
@@ -42,12 +38,17 @@ async def test_claude_without_a_key_says_how_to_sign_in_then_works_once_it_has_o
                 with anyio.fail_after(TIMEOUT):
                     first = await client.chat("claude", chat.ask("hello"), timeout=TIMEOUT, options=options())
                 assert first.error is not None and first.result is None
+                # claude-agent-acp 0.101 lists two terminal logins: each is offered, the first is "login".
                 assert first.error.message == (
-                    f"Claude Code needs you to sign in (Authentication required): sign in by running `{node} {entry} --cli` "
-                    "in a terminal. Then send your message again."
+                    f"Claude Code needs you to sign in (Authentication required): sign in by running `{node} {entry} --cli auth login --claudeai` "
+                    f"(Claude Subscription) or `{node} {entry} --cli auth login --console` (Anthropic Console) in a terminal. Then send your message again."
                 )
-                assert first.error.data["login"] == {"command": node, "args": [entry, "--cli"], "env": {}}
-                assert first.error.data["methods"] == [{"id": "claude-login", "name": "Log in with Claude", "description": "Run `claude /login` in the terminal"}]
+                assert first.error.data["login"] == {"command": node, "args": [entry, "--cli", "auth", "login", "--claudeai"], "env": {}}
+                assert [(x["id"], x["name"], x["command"], x["args"]) for x in first.error.data["logins"]] == [
+                    ("claude-ai-login", "Claude Subscription", node, [entry, "--cli", "auth", "login", "--claudeai"]),
+                    ("console-login", "Anthropic Console", node, [entry, "--cli", "auth", "login", "--console"]),
+                ]
+                assert [(m["id"], m["name"]) for m in first.error.data["methods"]] == [("claude-ai-login", "Claude Subscription"), ("console-login", "Anthropic Console")]
                 assert fake.main_requests() == []  # nothing reached the model
                 # The user sets a key (the shim sends the changed setting with initialize).
                 await client.initialize(workspace=[str(tmp_path)], agents=[{**spec, "env": {**env, "ANTHROPIC_API_KEY": "x"}}])
