@@ -41,7 +41,7 @@ from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: 
 from lmbridge.devtools.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
 from lmbridge.tools.mcp_bridge import STOPPED_TEXT  # noqa: E402
 from tests.conftest import children  # noqa: E402
-from tests.fakes.fake_openai_responses import FakeResponses, exec_command, input_texts, namespaces  # noqa: E402
+from tests.fakes.fake_openai_responses import FakeResponses, escalated_command, exec_command, input_texts, namespaces  # noqa: E402
 from tests.real_agent.acp_probe import AcpProbe, AgentError, initialize_params  # noqa: E402
 from tests.real_agent.codex import codex_agent_launch, codex_bridge, is_installed  # noqa: E402
 from tests.real_agent.copilot import Conversation, options  # noqa: E402
@@ -53,13 +53,6 @@ pytestmark = [
 ]
 TIMEOUT = 300  # seconds per test body: ≥10x idle (the agent's start and a few turns, 5-20 s idle)
 MODEL = "codex"
-# codex-acp 2.6 starts each session in mode "agent" (Auto review): a command runs in its
-# sandbox with no session/request_permission, so no card comes (0.16.0 under approval_policy
-# "untrusted", which codex 0.166 refuses, asked before every command).
-NO_CARD_IN_AUTO_REVIEW = pytest.mark.xfail(
-    strict=True,
-    reason="codex-acp 2.6 starts sessions in its self-approving mode agent (Auto review), so no card: lmbridge must start them in a mode that asks",
-)
 # Copilot's scaffolding around the user's words: none of it may reach the model.
 SCAFFOLDING = ("<userRequest>", "<reminderInstructions>", "<environment_info>", "<workspace_info>", "<context>")
 
@@ -203,11 +196,10 @@ async def test_a_fresh_session_is_told_the_conversation_without_copilots_cache_c
 # ---------------------------------------------------------------- permissions
 
 
-@NO_CARD_IN_AUTO_REVIEW
 async def test_approve_runs_the_command_and_the_model_gets_its_output(tmp_path: Path) -> None:
     marker = workspace(tmp_path) / "ran.txt"
     cmd = f"echo approved-output-7 && touch {marker}"
-    with FakeResponses([[{"text": "I'll create it."}, exec_command(cmd)], [{"text": "Created the file."}]]) as fake:
+    with FakeResponses([[{"text": "I'll create it."}, escalated_command(cmd)], [{"text": "Created the file."}]]) as fake:
         async with bridge(tmp_path, fake) as client:
             conv = Conversation(workspace(tmp_path))
             with anyio.fail_after(TIMEOUT):
@@ -226,12 +218,11 @@ async def test_approve_runs_the_command_and_the_model_gets_its_output(tmp_path: 
             assert "approved-output-7" in shown, shown
 
 
-@NO_CARD_IN_AUTO_REVIEW
 async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path) -> None:
     """codex ends the whole turn ``cancelled`` on a reject (docs/agents.md): the model is not
     called again in that turn, and VS Code must see a finished turn, not an error."""
     marker = workspace(tmp_path) / "ran.txt"
-    with FakeResponses([[exec_command(f"touch {marker}")]], done_text="Understood, I did not run it.") as fake:
+    with FakeResponses([[escalated_command(f"touch {marker}")]], done_text="Understood, I did not run it.") as fake:
         async with bridge(tmp_path, fake) as client:
             conv = Conversation(workspace(tmp_path))
             with anyio.fail_after(TIMEOUT):
@@ -257,10 +248,9 @@ async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path) -> None:
             assert "aborted" in output["text"].lower()
 
 
-@NO_CARD_IN_AUTO_REVIEW
 async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path) -> None:
     marker = workspace(tmp_path) / "ran.txt"
-    with FakeResponses([[exec_command(f"touch {marker}")]], done_text="Fine, moving on.") as fake:
+    with FakeResponses([[escalated_command(f"touch {marker}")]], done_text="Fine, moving on.") as fake:
         async with bridge(tmp_path, fake) as client:
             conv = Conversation(workspace(tmp_path))
             with anyio.fail_after(TIMEOUT):
@@ -278,7 +268,7 @@ async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path) -> Non
             assert user_words(last)[-1] == "Never mind, just say hi."
             # The model got the stopped call as aborted, and the turn as interrupted.
             (output,) = fake.function_call_outputs()
-            assert output["text"].startswith("aborted by user"), output
+            assert aborted(output["text"]), output
             assert any("<turn_aborted>" in t for t in input_texts(last, "user"))
     log = log_of(tmp_path)
     # How the daemon went on after the Stop (docs/sessions.md): codex ends a cancelled turn at
@@ -287,11 +277,10 @@ async def test_stop_at_a_permission_then_the_next_message(tmp_path: Path) -> Non
     assert len(taken) == 1 and "how=new" in taken[0], "the session was taken up again:\n" + "\n".join(taken)
 
 
-@NO_CARD_IN_AUTO_REVIEW
 async def test_two_actions_in_one_turn(tmp_path: Path) -> None:
     one, two = workspace(tmp_path) / "one.txt", workspace(tmp_path) / "two.txt"
     with FakeResponses(
-        [[{"text": "Two steps."}, exec_command(f"echo first-7 && touch {one}")], [exec_command(f"echo second-7 && touch {two}")], [{"text": "Both made."}]]
+        [[{"text": "Two steps."}, escalated_command(f"echo first-7 && touch {one}")], [escalated_command(f"echo second-7 && touch {two}")], [{"text": "Both made."}]]
     ) as fake:
         async with bridge(tmp_path, fake) as client:
             conv = Conversation(workspace(tmp_path))
@@ -311,11 +300,10 @@ async def test_two_actions_in_one_turn(tmp_path: Path) -> None:
             assert "first-7" in outputs[0]["text"] and "second-7" in outputs[1]["text"]
 
 
-@NO_CARD_IN_AUTO_REVIEW
 async def test_two_commands_in_one_model_reply(tmp_path: Path) -> None:
     """Two function calls in ONE model reply (parallel tool calls): each asks on its own."""
     one, two = workspace(tmp_path) / "one.txt", workspace(tmp_path) / "two.txt"
-    with FakeResponses([[exec_command(f"touch {one}"), exec_command(f"touch {two}")], [{"text": "Both made."}]]) as fake:
+    with FakeResponses([[escalated_command(f"touch {one}"), escalated_command(f"touch {two}")], [{"text": "Both made."}]]) as fake:
         async with bridge(tmp_path, fake) as client:
             conv = Conversation(workspace(tmp_path))
             asked: list[dict[str, Any]] = []
@@ -335,13 +323,12 @@ async def test_two_commands_in_one_model_reply(tmp_path: Path) -> None:
             assert {o["call_id"] for o in fake.function_call_outputs()} == set(fake.call_ids())
 
 
-@NO_CARD_IN_AUTO_REVIEW
 async def test_without_the_action_tools_the_command_is_declined_and_the_turn_finishes(tmp_path: Path) -> None:
     """A request that offers no agent-action tool (Ask mode; docs/vscode.md, "The Chat view") cannot ask the
     user: the daemon gives codex its reject option, codex ends the turn (cancelled), and
     the answer says what codex wanted to do."""
     marker = workspace(tmp_path) / "ran.txt"
-    with FakeResponses([[exec_command(f"touch {marker}")]]) as fake:
+    with FakeResponses([[escalated_command(f"touch {marker}")]]) as fake:
         async with bridge(tmp_path, fake) as client:
             conv = Conversation(workspace(tmp_path))
             ask_mode = options()
@@ -357,14 +344,13 @@ async def test_without_the_action_tools_the_command_is_declined_and_the_turn_fin
 # ---------------------------------------------------------------- sessions (docs/sessions.md)
 
 
-@NO_CARD_IN_AUTO_REVIEW
 async def test_after_a_daemon_restart_codex_still_holds_the_first_turn(tmp_path: Path) -> None:
     """VS Code reloaded: a new daemon (same state folder, same codex HOME) takes the chat's
     ACP session up with ``session/resume`` and sends only the new turn; the model's next
     request still holds the first turn's command and its output."""
     marker = workspace(tmp_path) / "ran.txt"
     cmd = f"echo first-turn-7 && touch {marker}"
-    with FakeResponses([[exec_command(cmd)], [{"text": "Created."}]], done_text="Still here.") as fake:
+    with FakeResponses([[escalated_command(cmd)], [{"text": "Created."}]], done_text="Still here.") as fake:
         conv = Conversation(workspace(tmp_path))
         with anyio.fail_after(TIMEOUT):
             async with bridge(tmp_path, fake) as client:
@@ -381,11 +367,10 @@ async def test_after_a_daemon_restart_codex_still_holds_the_first_turn(tmp_path:
     assert log_of(tmp_path).count("how=session/resume") == 1, log_of(tmp_path)
 
 
-@NO_CARD_IN_AUTO_REVIEW
 async def test_after_an_eviction_codex_still_holds_the_first_turn(tmp_path: Path) -> None:
     """An idle chat's session is closed (``session/close``); its next request resumes it."""
     marker = workspace(tmp_path) / "ran.txt"
-    with FakeResponses([[exec_command(f"echo first-turn-8 && touch {marker}")], [{"text": "Created."}]], done_text="Back again.") as fake:
+    with FakeResponses([[escalated_command(f"echo first-turn-8 && touch {marker}")], [{"text": "Created."}]], done_text="Back again.") as fake:
         async with bridge(tmp_path, fake, "--idle-timeout", "2") as client:
             conv = Conversation(workspace(tmp_path))
             with anyio.fail_after(TIMEOUT):
@@ -401,12 +386,11 @@ async def test_after_an_eviction_codex_still_holds_the_first_turn(tmp_path: Path
     assert "how=session/resume" in log_of(tmp_path)
 
 
-@NO_CARD_IN_AUTO_REVIEW
 async def test_after_a_crash_codex_still_holds_the_first_turn(tmp_path: Path) -> None:
     """The agent process is killed between turns: the next request starts codex again and
     resumes the chat's session (codex keeps its sessions on disk under CODEX_HOME)."""
     marker = workspace(tmp_path) / "ran.txt"
-    with FakeResponses([[exec_command(f"echo first-turn-9 && touch {marker}")], [{"text": "Created."}]], done_text="Recovered.") as fake:
+    with FakeResponses([[escalated_command(f"echo first-turn-9 && touch {marker}")], [{"text": "Created."}]], done_text="Recovered.") as fake:
         async with bridge(tmp_path, fake) as client:
             conv = Conversation(workspace(tmp_path))
             with anyio.fail_after(TIMEOUT):
@@ -424,19 +408,24 @@ async def test_after_a_crash_codex_still_holds_the_first_turn(tmp_path: Path) ->
     assert "how=session/resume" in log_of(tmp_path)
 
 
+def aborted(output: str) -> bool:
+    """codex told the model the call did not run: its output ends ``aborted by user`` (for an
+    escalated command after a ``Wall time: … seconds`` line, codex 0.166)."""
+    return output.splitlines()[-1:] == ["aborted by user"]
+
+
 def remembers(body: dict[str, Any], output: str) -> bool:
     """The model request holds the first turn's command output (codex's own memory of it)."""
     return any(output in json.dumps(i) for i in body.get("input") or [] if i.get("type") == "function_call_output")
 
 
-@NO_CARD_IN_AUTO_REVIEW
 async def test_two_commands_one_allowed_one_skipped(tmp_path: Path) -> None:
     """Two cards in one response; the user allows one and skips the other. codex ends the
     whole turn at the reject (docs/agents.md), and (seen every time) the allowed command does
     not run either: both calls reach the model as "aborted by user". VS Code sees a
     finished answer, and the chat goes on."""
     one, two = workspace(tmp_path) / "one.txt", workspace(tmp_path) / "two.txt"
-    with FakeResponses([[exec_command(f"touch {one}"), exec_command(f"touch {two}")]], done_text="Next.") as fake:
+    with FakeResponses([[escalated_command(f"touch {one}"), escalated_command(f"touch {two}")]], done_text="Next.") as fake:
         async with bridge(tmp_path, fake) as client:
             conv = Conversation(workspace(tmp_path))
             with anyio.fail_after(TIMEOUT):
@@ -454,8 +443,8 @@ async def test_two_commands_one_allowed_one_skipped(tmp_path: Path) -> None:
             assert not two.exists()
             outputs = {o["call_id"]: o["text"] for o in fake.function_call_outputs()}
             call_one, call_two = fake.call_ids()
-            assert outputs[call_two].startswith("aborted by user")
-            assert one.exists() == (not outputs[call_one].startswith("aborted by user"))  # what ran is what the model was told
+            assert aborted(outputs[call_two]), outputs[call_two]
+            assert one.exists() == (not aborted(outputs[call_one]))  # what ran is what the model was told
 
 
 # ---------------------------------------------------------------- cancel
