@@ -7,17 +7,21 @@ Responses API (tests/fakes/fake_openai_responses.py).
 Each test asserts on real effects: a file the command made (or did not), and what the
 fake model received (the user's words, ``function_call_output`` items, earlier turns).
 
-codex-acp 0.16.0 as lmbridge met it (codex-acp 2.6.0 starts each session in mode ``agent``,
-"Auto review", and runs a command in its sandbox without asking: the tests that need a
-card are strict xfails until lmbridge chooses the session's mode; the tests "on the wire"
-pin 2.6.0 without the daemon):
-it asks ``session/request_permission`` (a UUID-string request id) before it announces the
-``tool_call``; options ``approved``/``approved-execpolicy-amendment``/``abort`` (allow_once,
-allow_always, reject_once); a reject ends the whole turn ``cancelled`` (the daemon ends the
-response ``end_turn``, with a line); a ``session/cancel`` ends the turn within ms without
-waiting for the permission's answer; it asks approval for MCP calls too (the daemon grants
-those of its own VS Code tools); ``mcpCapabilities.http``; ``loadSession`` and
-sessionCapabilities list/resume/close (a restart, an eviction, a crash all resume); images.
+codex-acp 2.6.0 starts each session in mode ``agent`` ("Auto review"); lmbridge sets a new
+session to ``read-only`` (docs/agents.md, "Modes: who approves"). There codex asks
+``session/request_permission`` before an edit, and before a command only when the model asks
+to leave the sandbox (``exec_command`` with ``sandbox_permissions: "require_escalated"`` and
+a ``justification``, as a real model does for a command that must write or reach the
+network): so the fake model's commands that should show a card ask so
+(:func:`escalated_command`). A plain command runs unasked in the read-only sandbox, where it
+can read but not write (the documented gap, "The gap with codex": pinned here, not a pass).
+Options ``allow_once``/``accept_execpolicy_amendment``/``cancel`` (allow_once, allow_always,
+reject_once); a reject ends the whole turn ``cancelled`` (the daemon ends the response
+``end_turn``, with a line); a ``session/cancel`` ends the turn without waiting for the
+permission's answer; the daemon answers codex's approvals for its own VS Code tools;
+``mcpCapabilities.http``; ``loadSession`` and sessionCapabilities list/resume/close (a
+restart, an eviction, a crash all resume); images. The tests "on the wire" pin 2.6.0 without
+the daemon.
 """
 
 from __future__ import annotations
@@ -216,6 +220,27 @@ async def test_approve_runs_the_command_and_the_model_gets_its_output(tmp_path: 
             shown = text_of(call)
             assert "Proposed Amendment" not in shown and "Available Decisions" not in shown, shown
             assert "approved-output-7" in shown, shown
+
+
+async def test_a_plain_command_runs_unasked_in_the_read_only_sandbox(tmp_path: Path) -> None:
+    """The documented gap (docs/agents.md, "The gap with codex"), pinned so a change shows:
+    in ``read-only`` a command that does not ask to leave the sandbox runs with no card. It
+    can read the workspace (the file's content reaches the model) but writes nothing."""
+    marker = workspace(tmp_path) / "ran.txt"
+    workspace(tmp_path).mkdir(parents=True)
+    (workspace(tmp_path) / "notes.txt").write_text("readable-7\n")
+    with FakeResponses([[exec_command(f"cat {workspace(tmp_path) / 'notes.txt'} && touch {marker}")], [{"text": "Tried."}]]) as fake:
+        async with bridge(tmp_path, fake) as client:
+            conv = Conversation(workspace(tmp_path))
+            with anyio.fail_after(TIMEOUT):
+                call = await chat(client, conv.ask("Please create ran.txt"))
+            assert call.error is None and call.result == {"stopReason": "end_turn"}, (call.error, call.result)
+            assert tool_calls(call) == []  # no card
+            assert "Tried." in text_of(call)
+            assert not marker.exists()  # the sandbox writes nothing
+            (output,) = fake.function_call_outputs()
+            assert "readable-7" in output["text"], output  # but what it read reached the model
+    assert [line for line in log_of(tmp_path).splitlines() if "config option set" in line and "configId=mode value=read-only" in line], log_of(tmp_path)
 
 
 async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path) -> None:
