@@ -240,7 +240,7 @@ async def test_a_plain_command_runs_unasked_in_the_read_only_sandbox(tmp_path: P
             assert not marker.exists()  # the sandbox writes nothing
             (output,) = fake.function_call_outputs()
             assert "readable-7" in output["text"], output  # but what it read reached the model
-    assert [line for line in log_of(tmp_path).splitlines() if "config option set" in line and "configId=mode value=read-only" in line], log_of(tmp_path)
+    assert [line for line in log_of(tmp_path).splitlines() if "config option set" in line and "configId=mode" in line and "value=read-only" in line], log_of(tmp_path)
 
 
 async def test_skip_does_not_run_and_the_turn_finishes(tmp_path: Path) -> None:
