@@ -78,7 +78,7 @@ from typing import Any
 
 from tests.fakes.scripted_server import Block, JsonHandler, Reply, ScriptedServer, estimate_tokens
 
-__all__ = ["DONE_TEXT", "SIDE_TEXT", "FakeResponses", "RecordedRequest", "add_file", "apply_patch", "classify_request", "exec_command", "input_texts", "namespaces"]
+__all__ = ["DONE_TEXT", "SIDE_TEXT", "FakeResponses", "RecordedRequest", "add_file", "apply_patch", "classify_request", "escalated_command", "exec_command", "input_texts", "namespaces"]
 
 DONE_TEXT = "Done."
 SIDE_TEXT = "Fake title"
@@ -89,6 +89,15 @@ _REVIEWER_MARKER = "You are judging one planned coding-agent action"
 def exec_command(cmd: str, **extra: Any) -> Block:
     """A function call of codex's shell tool."""
     return {"function_call": {"name": "exec_command", "arguments": {"cmd": cmd, **extra}}}
+
+
+def escalated_command(cmd: str, justification: str = "Do you allow this command to run outside the sandbox?", **extra: Any) -> Block:
+    """A call of codex's shell tool asking to leave its sandbox (``sandbox_permissions:
+    "require_escalated"`` with a ``justification``, as codex 0.166's ``exec_command`` schema
+    offers): what a model sends for a command that must write or reach the network. In
+    codex-acp's ``read-only`` mode it is the one kind of command codex asks about (a card);
+    a plain :func:`exec_command` runs unasked in the read-only sandbox."""
+    return exec_command(cmd, sandbox_permissions="require_escalated", justification=justification, **extra)
 
 
 def apply_patch(patch: str) -> Block:

@@ -36,7 +36,7 @@ from lmbridge.core.live import FENCE  # noqa: E402
 from lmbridge.devtools.client import DaemonClient, approve, text_of, tool_calls  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.fakes.fake_gemini import FakeGemini  # noqa: E402
-from tests.fakes.fake_openai_responses import FakeResponses, exec_command  # noqa: E402
+from tests.fakes.fake_openai_responses import FakeResponses, escalated_command  # noqa: E402
 from tests.real_agent import claude, codex, gemini  # noqa: E402
 from tests.real_agent.acp_probe import AcpProbe, initialize_params, text_prompt  # noqa: E402
 from tests.real_agent.copilot import Conversation, options  # noqa: E402
@@ -125,16 +125,17 @@ async def approved_turn(client: DaemonClient, model: str, conv: Conversation, as
 
 
 # ---------------------------------------------------------------- codex-acp: streamed
+# Each command asks to leave the sandbox (require_escalated): in the read-only mode lmbridge
+# starts codex in, that is the command codex shows a card for (docs/agents.md).
 
 
 @needs_codex
-@NO_CARD
 async def test_codex_streams_a_command_output_into_the_chat_as_it_runs(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     cmd = f"sleep 1; echo ready; while [ ! -f {gate} ]; do sleep 0.1; done; echo done"
     timeline = Timeline()
     timeline.wanted = "ready\n"
-    with FakeResponses([[exec_command(cmd)], after_the_end(timeline, [{"text": "Finished."}])]) as fake:
+    with FakeResponses([[escalated_command(cmd)], after_the_end(timeline, [{"text": "Finished."}])]) as fake:
         async with codex.codex_bridge(tmp_path, fake.url) as client:
             conv = Conversation(tmp_path / "work")
             with anyio.fail_after(TIMEOUT):
@@ -149,11 +150,10 @@ async def test_codex_streams_a_command_output_into_the_chat_as_it_runs(tmp_path:
 
 
 @needs_codex
-@NO_CARD
 async def test_codex_timeline_of_a_six_second_command(tmp_path: Path) -> None:
     """The figure the docs quote: a command printing a line a second for 6 s."""
     timeline = Timeline()
-    with FakeResponses([[exec_command(COUNT)], after_the_end(timeline, [{"text": "Counted."}])]) as fake:
+    with FakeResponses([[escalated_command(COUNT)], after_the_end(timeline, [{"text": "Counted."}])]) as fake:
         async with codex.codex_bridge(tmp_path, fake.url) as client:
             conv = Conversation(tmp_path / "work")
             with anyio.fail_after(TIMEOUT):
@@ -168,13 +168,12 @@ async def test_codex_timeline_of_a_six_second_command(tmp_path: Path) -> None:
 
 
 @needs_codex
-@NO_CARD
 async def test_stop_while_codex_runs_a_command_ends_the_command(tmp_path: Path) -> None:
     """codex-acp ends a cancelled turn but not its command (only session/close does): the
     daemon closes the session and takes it up again; the command is gone, and the chat goes on."""
     marker = f"lmbridge-live-{uuid.uuid4().hex[:8]}"
     cmd = f"sleep 1; echo {marker}; sleep 120; echo never"
-    with FakeResponses([[exec_command(cmd)], [{"text": "After the stop."}]]) as fake:
+    with FakeResponses([[escalated_command(cmd)], [{"text": "After the stop."}]]) as fake:
         async with codex.codex_bridge(tmp_path, fake.url) as client:
             conv = Conversation(tmp_path / "work")
             timeline = Timeline()

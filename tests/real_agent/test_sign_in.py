@@ -58,14 +58,10 @@ async def test_claude_without_a_key_says_how_to_sign_in_then_works_once_it_has_o
                 assert "Signed in and answering." in text_of(second)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="codex-acp 2.6's key method is api-key (no env_var methods): lmbridge must authenticate with an api-key method at once when its key is in the agent's environment",
-)
 async def test_codex_uses_a_key_in_its_environment_by_itself(tmp_path: Path) -> None:
     """codex-acp not logged in, OPENAI_API_KEY in its env: session/new says "Authentication
-    required", the daemon calls ``authenticate`` with the env_var method, and the chat is
-    answered without the user doing anything."""
+    required", the daemon calls ``authenticate`` with codex-acp 2.6's ``api-key`` method, and
+    the chat is answered without the user doing anything."""
     from tests.fakes.fake_openai_responses import FakeResponses
     from tests.real_agent.codex import codex_agent_command, codex_agent_env, codex_environ
 
@@ -84,13 +80,9 @@ async def test_codex_uses_a_key_in_its_environment_by_itself(tmp_path: Path) -> 
         assert "Answered with your key." in text_of(call)
         (request,) = [r for r in fake.snapshot() if r.kind == "responses"]
         assert request.headers.get("authorization") == "Bearer sk-test"  # the key it signed in with
-    assert "authenticating" in (tmp_path / "daemon.stderr").read_text() and "method=openai-api-key" in (tmp_path / "daemon.stderr").read_text()
+    assert "authenticating" in (tmp_path / "daemon.stderr").read_text() and "method=api-key" in (tmp_path / "daemon.stderr").read_text()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="codex-acp 2.6 offers api-key and chat-gpt, no env_var methods naming its keys: lmbridge must say which key an api-key method reads",
-)
 async def test_codex_not_logged_in_names_its_keys_and_nothing_reaches_the_model(tmp_path: Path) -> None:
     from tests.fakes.fake_openai_responses import FakeResponses
     from tests.real_agent.codex import codex_bridge
@@ -104,7 +96,7 @@ async def test_codex_not_logged_in_names_its_keys_and_nothing_reaches_the_model(
             "Codex needs you to sign in (Authentication required): set CODEX_API_KEY or OPENAI_API_KEY in its \"env\" in the lmbridge.agents setting"
         ), call.error.message
         assert call.error.data["env"] == ["CODEX_API_KEY", "OPENAI_API_KEY"]
-        assert [m["id"] for m in call.error.data["methods"]] == ["chatgpt", "codex-api-key", "openai-api-key"]
+        assert [m["id"] for m in call.error.data["methods"]] == ["api-key", "chat-gpt"]  # codex-acp 2.6's
 
 
 async def test_gemini_without_a_key_says_so_then_answers_once_it_has_one(tmp_path: Path) -> None:
