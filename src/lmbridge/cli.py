@@ -85,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     sessions.add_argument("--clear", action="store_true", help="forget every session (chats then continue in a fresh agent session)")
     sessions.add_argument("--json", action="store_true", help="print the entries as JSON")
 
-    sub.add_parser("demo-agent", help="run the built-in demo ACP agent on stdio")
+    demo = sub.add_parser("demo-agent", help="run the built-in demo ACP agent on stdio")
+    demo.add_argument("--scratch", metavar="DIR", help="the folder its writes go to (default: $LMBRIDGE_DEMO_SCRATCH, else a new private one)")
 
     relay = sub.add_parser("mcp-stdio", help="(spawned by agents) stdio relay to the daemon's MCP server for VS Code tools")
     relay.add_argument("--socket", required=True, help="the daemon's MCP Unix socket")
@@ -120,8 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sessions":
         return _sessions(args)
     if args.command == "demo-agent":
+        from lmbridge.devtools.demo_agent import SCRATCH_ENV
         from lmbridge.devtools.demo_agent import main as demo_agent_main
 
+        if args.scratch:  # an argument, not the environment: a recording keeps it (it redacts env values)
+            os.environ[SCRATCH_ENV] = args.scratch
         return demo_agent_main()
     if args.command == "console":
         from lmbridge.devtools.console import ConsoleOptions

@@ -85,7 +85,7 @@ async def recording(
 
 
 def demo_spec(scratch: Path) -> dict[str, Any]:
-    return {"id": "demo", "name": "lmbridge demo agent", "command": "lmbridge", "args": ["demo-agent"], "env": {"LMBRIDGE_DEMO_SCRATCH": str(scratch / "notes")}}
+    return {"id": "demo", "name": "lmbridge demo agent", "command": "lmbridge", "args": ["demo-agent", "--scratch", str(scratch / "notes")]}
 
 
 async def chat(run: Run, model: str, history: list[dict[str, Any]], stop: str | None = None, options: dict[str, Any] | None = None) -> Call:
