@@ -163,22 +163,23 @@ class SessionIndex:
         agents = data.get("agents")
         return {k: v for k, v in agents.items() if isinstance(v, list)} if isinstance(agents, dict) else {}
 
-    def images(self) -> dict[str, bool]:
-        """Agent id → whether it takes images (its ``promptCapabilities.image``) as last seen; ``{}`` if unknown."""
+    def _models_field(self, name: str) -> Any:
+        """Field ``name`` of the models cache written by this program and version; None if
+        there is none (unreadable: ``models()`` says why)."""
         try:
             data = json.loads((self.path.parent / MODELS_FILE).read_bytes())
         except (OSError, ValueError):
-            return {}  # models() says why
-        images = data.get("images") if isinstance(data, dict) and data.get("program") == PROGRAM and data.get("version") == MODELS_VERSION else None
+            return None
+        return data.get(name) if isinstance(data, dict) and data.get("program") == PROGRAM and data.get("version") == MODELS_VERSION else None
+
+    def images(self) -> dict[str, bool]:
+        """Agent id → whether it takes images (its ``promptCapabilities.image``) as last seen; ``{}`` if unknown."""
+        images = self._models_field("images")
         return {k: v for k, v in images.items() if isinstance(v, bool)} if isinstance(images, dict) else {}
 
     def profiles(self) -> dict[str, str]:
         """Agent id → the name of its profile (``core.profiles``) as last seen; ``{}`` if unknown."""
-        try:
-            data = json.loads((self.path.parent / MODELS_FILE).read_bytes())
-        except (OSError, ValueError):
-            return {}  # models() says why
-        names = data.get("profiles") if isinstance(data, dict) and data.get("program") == PROGRAM and data.get("version") == MODELS_VERSION else None
+        names = self._models_field("profiles")
         return {k: v for k, v in names.items() if isinstance(v, str)} if isinstance(names, dict) else {}
 
     def save_models(self, agents: dict[str, Any], images: dict[str, bool] | None = None, profiles: dict[str, str] | None = None) -> None:
