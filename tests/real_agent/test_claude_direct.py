@@ -276,11 +276,15 @@ async def test_cancel_while_permission_pending_then_next_turn_is_in_step(tmp_pat
     answered empty with zero usage and its answer streamed during the following prompt;
     0.101 is in step, after a cancel mid-stream too.)"""
     target = tmp_path / "work" / "ran.txt"
-    replies = [
-        [{"text": "I'll create the file."}, bash(f"touch {target}", "Create ran.txt")],
-        [{"text": "Answer to first."}],
-        [{"text": "Answer to second."}],
-    ]
+
+    def answer_to(body: dict[str, Any]) -> list[dict[str, Any]]:
+        # Keyed by the prompt the request carries, not by its place in the script: under load
+        # claude may make one more model call after the cancel (seen once, a busy machine),
+        # which must not shift the answers. Only a turn out of step shows the wrong one.
+        text = last_user_text(body)
+        return [{"text": "Answer to first." if "first after cancel" in text else "Answer to second." if "second after cancel" in text else "Other."}]
+
+    replies = [[{"text": "I'll create the file."}, bash(f"touch {target}", "Create ran.txt")], answer_to, answer_to, answer_to]
     with anyio.fail_after(TURN_TIMEOUT):
         async with claude_session(tmp_path, replies) as s:
             result = await _cancel_pending_permission(s, target)
