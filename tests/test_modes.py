@@ -52,7 +52,7 @@ def test_the_mode_a_new_session_starts_in(profile: profiles.AgentProfile, offere
         (CLAUDE, "default", Approver.USER),
         (CLAUDE, "acceptEdits", Approver.AGENT),  # edits and `touch` in the workspace unasked (seen)
         (CLAUDE, "auto", Approver.AGENT),  # its classifier decides (seen)
-        (CLAUDE, "plan", Approver.AGENT),  # commands go to the classifier (seen)
+        (CLAUDE, "plan", None),  # with the Bash ask rule (session_meta) edits and commands ask (seen): not the agent's
         (CLAUDE, "bypassPermissions", Approver.AGENT),
         (CLAUDE, "dontAsk", None),
         (CODEX, "read-only", Approver.USER),
@@ -74,7 +74,7 @@ def test_who_approves_in_each_mode(profile: profiles.AgentProfile, mode: str | N
 
 
 def test_the_wire_marks_only_the_modes_whose_approver_is_known() -> None:
-    assert modes.approvers(CLAUDE, (*CLAUDE_MODES, "dontAsk")) == {"default": "user", "acceptEdits": "agent", "plan": "agent", "auto": "agent"}
+    assert modes.approvers(CLAUDE, (*CLAUDE_MODES, "dontAsk")) == {"default": "user", "acceptEdits": "agent", "auto": "agent"}
     assert modes.approvers(OTHER, ("ask", "code")) == {}
 
 

@@ -29,7 +29,7 @@ MODES = {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "cu
          "options": [{"value": "default", "name": "Manual"}, {"value": "acceptEdits", "name": "Accept Edits"},
                      {"value": "plan", "name": "Plan Mode"}, {"value": "auto", "name": "Auto"}]}  # fmt: skip
 RESUME = {"agentCapabilities": {"sessionCapabilities": {"resume": {}, "close": {}}}}
-APPROVERS = {"default": "user", "acceptEdits": "agent", "plan": "agent", "auto": "agent"}
+APPROVERS = {"default": "user", "acceptEdits": "agent", "plan": None, "auto": "agent"}  # plan asks for everything under the Bash ask rule
 
 
 def like_claude(scripted: Any) -> Any:
@@ -88,12 +88,12 @@ async def test_the_users_mode_for_the_agent_or_the_model_configuration_wins(scri
             assert "New chats start in Manual" in tooltip and "approves its own" not in tooltip
             # A self-approving mode from the configuration (one per model, so maybe another chat's
             # choice) is never set: chat C starts in the agent's own mode setting, and the model's
-            # tooltip does not claim that new chats start in Plan Mode.
-            ok(await c.chat(agent.id, [user("chat C")], options={"configuration": {"mode": "plan"}}))
+            # tooltip does not claim that new chats start in Auto.
+            ok(await c.chat(agent.id, [user("chat C")], options={"configuration": {"mode": "auto"}}))
             assert control(states(c)[-1], "mode")["current"] == "acceptEdits"
             listed = await c.request("lm/provideLanguageModelChatInformation", {})
             tooltip = next(m for m in listed["models"] if m["id"] == agent.id)["tooltip"]
-            assert "New chats start in Plan Mode" not in tooltip
+            assert "New chats start in Auto" not in tooltip
     assert mode_sets(agent) == [("s1", "acceptEdits"), ("s2", "default"), ("s3", "acceptEdits")]
 
 
@@ -124,9 +124,9 @@ def test_a_chats_own_choice_is_set_again_on_a_session_opened_new_for_it() -> Non
     controls.ready(Opened("s3", "new", True, True, [{**MODES, "currentValue": "plan"}]))
     assert controls.chosen({"mode": "default"}, {}) == {"mode": "auto"}
     controls.answered(ControlSet(SetControl("mode", "auto", by_user=False), {}))
-    # Plan Mode beside the model picker (one configuration per model: maybe another chat's
+    # Accept Edits beside the model picker (one configuration per model: maybe another chat's
     # choice) is a mode that approves on its own: not set.
-    assert controls.chosen({"mode": "plan"}, {"mode": "plan"}) == {}
+    assert controls.chosen({"mode": "acceptEdits"}, {"mode": "acceptEdits"}) == {}
     # The user then picks Manual beside the model picker: that is the chat's choice now.
     assert controls.chosen({"mode": "default"}, {"mode": "default"}) == {"mode": "default"}
     controls.answered(ControlSet(SetControl("mode", "default", by_user=False), {}))

@@ -91,11 +91,12 @@ class AgentProfile:
 
 
 # claude-agent-acp 0.101: "default" (Manual) asks for each edit and command; acceptEdits runs edits
-# and plain file commands (touch) in the workspace unasked; auto and plan let its classifier decide.
-# Its ask rule for Bash: every command asks, in every mode (else default runs read-only ones unasked).
+# in the workspace unasked, auto lets its classifier decide. With the ask rule for Bash every command
+# asks, in every mode (else default runs read-only ones unasked, and plan lets the classifier decide
+# commands): plan then asks for everything (seen), so it is not a mode that approves on its own.
 CLAUDE_ASK_EVERY_COMMAND: Mapping[str, Any] = {"claudeCode": {"options": {"settings": {"permissions": {"ask": ["Bash"]}}}}}
 CLAUDE = AgentProfile(
-    "claude", ToolNaming.CLAUDE_META, asking_mode="default", self_approving=frozenset({"acceptEdits", "auto", "plan", "bypassPermissions"}),
+    "claude", ToolNaming.CLAUDE_META, asking_mode="default", self_approving=frozenset({"acceptEdits", "auto", "bypassPermissions"}),
     session_meta=CLAUDE_ASK_EVERY_COMMAND,
 )  # fmt: skip
 GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID, asking_mode="default", self_approving=frozenset({"autoEdit", "yolo"}))
