@@ -244,10 +244,16 @@ async function markerFinding(label) {
 	return finding;
 }
 
-/** The answer before the last message came back with its marker, and the request went on in the chat's session s1 by it. */
-async function markerKept(label, kind) {
+/**
+ * The request went on in the chat's session s1 by a marker, and (unless `answerMarked` is false)
+ * the answer before the last message came back with its own. A stopped turn that held an approved
+ * tool call may come back as ONE unmarked message joining its rounds (docs/vscode.md, "A stopped
+ * turn kept as one message"): whether VS Code keeps that answer's marker is recorded in
+ * markers.json, not required; the session must still be found by the earlier answer's marker.
+ */
+async function markerKept(label, kind, { answerMarked = true } = {}) {
 	const f = await markerFinding(label);
-	check(f.previousAnswerMarked, `after ${label}: the answer came back without its marker: ${JSON.stringify(f)}`);
+	if (answerMarked) check(f.previousAnswerMarked, `after ${label}: the answer came back without its marker: ${JSON.stringify(f)}`);
 	check(kind.test(f.log ?? '') && /by=marker/.test(f.log ?? '') && /session=s1\b/.test(f.log ?? ''), `after ${label}: not matched to the chat's session by its marker: ${JSON.stringify(f)}`);
 }
 
@@ -756,9 +762,10 @@ try {
 			await send('are you still there after the script');
 			await waitForResponseText(/You said: are you still there after the script/);
 			await waitForIdle();
-			// Once seen as kind=divergence (a fresh session): matched by text, the stopped answer VS Code
-			// kept was no answer of the daemon's; by its marker it is.
-			await markerKept('Stop while ticker.sh ran', /kind=continuation/);
+			// Once seen as kind=divergence (a fresh session): VS Code re-sent the stopped turn as one
+			// unmarked message joining its two rounds, a file name linkified; the daemon now goes on in
+			// the session the earlier answer's marker names (core/history.py, kept as one message).
+			await markerKept('Stop while ticker.sh ran', /kind=continuation/, { answerMarked: false });
 		});
 
 		await step('agent-models', async () => {
