@@ -367,6 +367,7 @@ async function pickModel(name) {
 	// A model the daemon just added (a restart after a settings change) reaches the picker once
 	// VS Code asks for the models again: an open picker does not refresh, so open it again.
 	const until = Date.now() + WAIT;
+	const chosen = page.locator(`.interactive-input-part .model-picker-item [aria-label="Models, ${name}"]`).first();
 	for (;;) {
 		await picker.click();
 		await page.getByPlaceholder('Search models').fill(name); // the picker lists favourites; search finds the rest
@@ -374,12 +375,13 @@ async function pickModel(name) {
 		const found = await item.waitFor({ timeout: 10_000 }).then(() => true, () => false);
 		if (found) {
 			await item.click();
-			break;
+			// A click can miss (seen once: the picker stayed open with a notice above its list, the
+			// item's name cut short): then the picker is opened again, as for a model not there yet.
+			if (await chosen.waitFor({ timeout: 15_000 }).then(() => true, () => false)) return;
 		}
 		await page.keyboard.press('Escape');
-		if (Date.now() > until) throw new Error(`${name} is not in the model picker`);
+		if (Date.now() > until) throw new Error(`${name} is not in the model picker, or picking it did not take`);
 	}
-	await page.locator(`.interactive-input-part .model-picker-item [aria-label="Models, ${name}"]`).first().waitFor({ timeout: WAIT });
 }
 
 async function dismissNotifications() {
