@@ -1,7 +1,8 @@
 """A subagent of the real claude-agent-acp 0.101.0 in its parent's chat (docs/agents.md,
 "Subagents"), through the real daemon, against the fake Anthropic Messages API.
 
-The fake model calls the Agent tool (Claude Code's Task); the subagent it starts (its
+The fake model calls the Agent tool (Claude Code's Task), in the foreground or in the
+background; the subagent it starts (its
 requests come next, with tools: scripted like the main loop) runs a Bash command, which
 asks a permission card; then it answers, and the parent answers last. The card is in the
 parent's chat, the subagent's tool call is shown under the Agent call, and the command runs
@@ -46,7 +47,7 @@ def tool_results(body: dict[str, Any]) -> int:
     return sum(1 for m in body.get("messages") or [] if isinstance(m.get("content"), list) for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result")
 
 
-def model(marker: Path) -> Any:
+def model(marker: Path, background: bool) -> Any:
     """The fake model of both conversations: the parent's (it launches the subagent, then
     answers once it has its report) and the subagent's (one Bash call, then its report)."""
 
@@ -57,7 +58,7 @@ def model(marker: Path) -> Any:
             return [{"text": "SUBAGENT-REPORT: the marker exists."}]
         if not tool_results(body):
             (name,) = [n for n in tool_names(body) if n in SUBAGENT_TOOLS][:1]
-            launch = {"description": "Create the marker", "prompt": SUBAGENT_PROMPT, "subagent_type": "general-purpose", "run_in_background": False}
+            launch = {"description": "Create the marker", "prompt": SUBAGENT_PROMPT, "subagent_type": "general-purpose", "run_in_background": background}
             return [{"text": "I'll hand this to a subagent."}, {"tool_use": {"name": name, "input": launch}}]
         if "SUBAGENT-REPORT" in json.dumps(body.get("messages")):
             return [{"text": "PARENT: the subagent created it."}]
@@ -66,9 +67,14 @@ def model(marker: Path) -> Any:
     return reply
 
 
-async def test_a_subagents_card_and_tool_call_reach_the_parents_chat(tmp_path: Path) -> None:
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "background"])
+async def test_a_subagents_card_and_tool_call_reach_the_parents_chat(tmp_path: Path, background: bool) -> None:
+    """Foreground: the Agent call runs while its subagent works. Background (Claude Code's
+    async agent): the Agent call ends at once; claude-agent-acp holds the turn until the
+    subagent settles (a client without ``backgroundSubagents``), so its card still comes in
+    this chat's answer."""
     marker = tmp_path / "from-subagent.txt"
-    with FakeAnthropic([model(marker)] * 12) as fake:
+    with FakeAnthropic([model(marker, background)] * 12) as fake:
         async with claude_bridge(tmp_path, fake.url, "--record", str(tmp_path / "wire.jsonl")) as client:
             with anyio.fail_after(TIMEOUT):
                 history = [user("Create the marker file, through a subagent")]
