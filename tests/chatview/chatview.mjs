@@ -71,6 +71,9 @@
 //   40 context-ring VS Code's own context ring beside the chat input shows the answer's usage part
 //   41 agent-commands lmbridge: Agent Commands lists them; picking one types //name in the chat...
 //   42 slash-command ...and //compact reaches the agent as its /compact command
+//   43 subagent    an agent's subagent in a child session of its own (tests/agents/scripted_agent.py):
+//                 its tool call quoted under the call that spawned it, its card in this chat...
+//   44 subagent-allow ...Allow Once: the subagent's write happens, and the answer goes on
 // CHATVIEW_FIRST_RUN=1 (make chatview-first-run) instead installs the vsix into a fresh profile
 // with no lmbridge on PATH and no daemon setting: the extension builds its private environment
 // from the bundled wheel (pip, from PyPI) under a progress notification; steps 01 installing,
@@ -122,6 +125,27 @@ fs.writeFileSync(controlsScenario, JSON.stringify({
 		{ recall: 'Got: ' },
 	],
 }));
+// An agent whose subagent runs in a child session (docs/agents.md, "Subagents"): announced by a
+// subagent_update, its read call and its card for a write sent in the child's sessionId.
+const subagentScenario = path.join(OUT, 'subagent-agent.json');
+const parentMeta = { claudeCode: { parentToolUseId: 'task-1' } };
+const childUpdate = update => ({ send: { jsonrpc: '2.0', method: 'session/update', params: { sessionId: 'child-1', update } } });
+fs.writeFileSync(subagentScenario, JSON.stringify({ turns: [[
+	{ tool_call: { toolCallId: 'task-1', title: 'Explore the repository', kind: 'think', status: 'in_progress' } },
+	{ update: { sessionUpdate: 'subagent_update', sessionId: 'child-1', title: 'Explore', state: { state: 'running' } } },
+	childUpdate({ sessionUpdate: 'tool_call', toolCallId: 'c1', title: 'Read README.md', kind: 'read', status: 'in_progress', _meta: parentMeta }),
+	childUpdate({ sessionUpdate: 'tool_call_update', toolCallId: 'c1', status: 'completed', _meta: parentMeta }),
+	{ ask: { sessionId: 'child-1', toolCall: { toolCallId: 'c2', title: 'Write child.txt', kind: 'edit', status: 'pending',
+		rawInput: { path: 'child.txt', content: 'from the subagent' }, locations: [{ path: 'child.txt' }], _meta: parentMeta } }, id: 'p1' },
+	{ branch: 'p1',
+		allow: [
+			{ write_file: { path: 'child.txt', content: 'from the subagent' } },
+			childUpdate({ sessionUpdate: 'tool_call_update', toolCallId: 'c2', status: 'completed', _meta: parentMeta }),
+			{ tool_call_update: { toolCallId: 'task-1', status: 'completed' } },
+			{ text: 'The subagent wrote it.' },
+		],
+		reject: [{ text: 'The subagent did not write it.' }] },
+]] }));
 const controlsFrames = () => (fs.existsSync(controlsLog) ? fs.readFileSync(controlsLog, 'utf8') : '').split('\n').filter(Boolean).map(l => JSON.parse(l));
 
 let page;
@@ -437,6 +461,8 @@ fs.writeFileSync(machineSettings, JSON.stringify({
 			{ id: 'broken', name: 'Broken agent', command: path.join(OUT, 'no-such-agent') },
 			{ id: 'controls', name: 'Scripted controls agent', command: path.join(ROOT, '.venv', 'bin', 'python'),
 				args: [path.join(ROOT, 'tests', 'agents', 'scripted_agent.py'), controlsScenario, '--log', controlsLog] },
+			{ id: 'subagent', name: 'Scripted subagent agent', command: path.join(ROOT, '.venv', 'bin', 'python'),
+				args: [path.join(ROOT, 'tests', 'agents', 'scripted_agent.py'), subagentScenario] },
 			{ id: 'auth', name: 'Auth agent', command: path.join(ROOT, '.venv', 'bin', 'python'),
 				args: [path.join(ROOT, 'tests', 'chatview', 'auth_agent.py')], env: { AUTH_AGENT_TOKEN: authToken } },
 		],
@@ -966,6 +992,29 @@ try {
 			await waitForIdle();
 			const prompts = controlsFrames().filter(f => f.method === 'session/prompt').map(f => f.params.prompt[0]?.text);
 			check(prompts.at(-1) === '/compact now', `the agent did not get its /compact command: ${JSON.stringify(prompts.at(-1))}`);
+		});
+
+		const childFile = path.join(dirs.ws, 'child.txt');
+		await step('subagent', async () => {
+			const toast = page.locator('[aria-label="Dismiss notification"]').filter({ visible: true });
+			if (await toast.count() > 0) await toast.first().click();
+			await pickModel('Scripted subagent agent');
+			await send('explore with a subagent');
+			await waitForCardWith('Write child.txt');
+			await waitForResponseText(/Read README\.md \(read\) completed · in Explore the repository/);
+			check(!fs.existsSync(childFile), 'the subagent wrote before the user answered');
+		});
+
+		await step('subagent-allow', async () => {
+			const pending = await waitForCardWith('Write child.txt');
+			await pending.locator('a[aria-label="More Actions..."]').filter({ visible: true }).first().click();
+			const item = page.locator('.context-view .action-item', { hasText: /^Allow Once/ }).filter({ visible: true }).first();
+			await item.hover();
+			await page.keyboard.press('Enter'); // VS Code's menus act on the highlighted item
+			await waitForResponseText(/The subagent wrote it\./);
+			await waitForIdle();
+			await waitForDisk(() => fs.existsSync(childFile), 'child.txt on disk');
+			check(/Write child\.txt \(edit\) completed · in Explore the repository/.test(await responseText()), 'the subagent\'s write is not shown under its call');
 		});
 	}
 } catch (err) {

@@ -9,9 +9,12 @@ The process is the ``events`` sink of its ``AgentConnection``: each frame the
 agent sends is routed, in arrival order and without a task switch, to the
 mailbox of the session actor that owns it: ``session/update`` and the agent's
 requests by ``params.sessionId``, the answer to a ``session/prompt`` by its
-request id. A frame for no open session is answered here (a permission
-``cancelled``, anything else method-not-found) or dropped, so two chats never
-see each other's traffic and nothing is approved for a session nobody shows.
+request id. A frame of a child session the agent announced in an open one (a
+subagent's, ``core.subagents``) goes to that session's actor, re-addressed to its
+session, so it is shown and answered like the chat's own. A frame for no open session
+nor a child of one is answered here (a permission ``cancelled``, anything else
+method-not-found) or dropped, so two chats never see each other's traffic and nothing
+is approved for a session nobody shows.
 
 When the process exits, every actor using it gets ``AgentGone``; the next start
 spawns a new one. A process nobody has used for ``idle`` seconds exits.
@@ -49,7 +52,7 @@ from lmbridge.acp import files, terminals
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, EventSink, Incoming, Response
 from lmbridge.acp.session import new_session
 from lmbridge.acp.terminals import TerminalHost
-from lmbridge.core import auth, permissions, profiles
+from lmbridge.core import auth, permissions, profiles, subagents
 from lmbridge.core.messages import AgentSpec
 from lmbridge.core.session_state import state_kind
 from lmbridge.log import get_logger
@@ -195,6 +198,8 @@ class AgentProcess:
         # of a session nobody routes yet: an agent tells its commands just after answering
         # session/new (claude-agent-acp), before the session is routed, or to the spare.
         self.unrouted: dict[str, dict[str, Incoming]] = {}
+        # The child sessions its sessions announced (subagents): their frames go to the parent's chat.
+        self.children = subagents.Children()
         self.responses: dict[int, Sink] = {}  # session/prompt request id → the mailbox of the actor that sent it
         self._lock = anyio.Lock()
         self._idle: anyio.CancelScope | None = None
@@ -321,6 +326,7 @@ class AgentProcess:
         for sid in session_ids:
             if self.sessions.get(sid) is mailbox:
                 del self.sessions[sid]
+                self.children.forget(sid)
         self.responses = {rid: box for rid, box in self.responses.items() if box is not mailbox}
         if not self.users and self.running:
             self._reap_later()
@@ -431,9 +437,16 @@ class AgentProcess:
             return
         params = _object(item.params)
         sid = params.get("sessionId")
-        box = self.sessions.get(sid) if isinstance(sid, str) else None
-        if box is not None:
-            box.send_nowait(item)
+        routed = self.children.route(sid, item.method, params, self.sessions)
+        if routed.session is not None and isinstance(sid, str):
+            if item.method == "session/update" and item.id is None:
+                self.children.learn(sid, params.get("update"))
+            if routed.route is subagents.Route.CHILD:  # a subagent's: its parent chat's, as that session's
+                item = Incoming(item.method, {**params, "sessionId": routed.session}, item.id, item.bad_id)
+            self.sessions[routed.session].send_nowait(item)
+            return
+        if routed.route is subagents.Route.DROP:
+            log.debug("a subagent's own session state dropped", agent=self.spec.id, sessionId=sid)
             return
         if item.bad_id:
             self._answer(None, error=BAD_ID_ERROR)

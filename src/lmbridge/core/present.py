@@ -18,6 +18,8 @@ zero or more parts (docs/protocol.md has the parts):
   ``core.notices``) → a text part of its own, a blockquote apart from the answer, which
   ``core.transcript`` never re-tells as the agent's words; once per session word for word
   (``NOTICES_KEPT``).
+* A subagent's tool call (``_meta.claudeCode.parentToolUseId`` names the call that spawned
+  it: ``core.subagents``) → its start and end lines quoted under that call, naming it.
 * A tool call the agent makes for its own housekeeping (``QUIET_TOOLS``: claude's
   ``ToolSearch``, which loads the definitions of deferred tools) → one ``thinking`` part
   with its title, never the start and end lines of a step the user must read.
@@ -41,7 +43,7 @@ from typing import Any
 from acp import schema
 from pydantic import BaseModel, ValidationError
 
-from lmbridge.core import notices
+from lmbridge.core import notices, subagents
 from lmbridge.core.live import LiveOutput, exit_line
 from lmbridge.core.profiles import OTHER, AgentProfile
 from lmbridge.core.text import clip
@@ -313,7 +315,7 @@ class TurnRenderer:
         if not state.started and state.title:
             state.started = True
             if state.status not in FINAL_STATUSES:
-                parts += [*self._pause(), text_part(render_start(state))]
+                parts += [*self._pause(), text_part(self._under_parent(state, render_start(state)))]
         if exited is not None:
             self.live.exited(*exited)
         if output is not None:
@@ -361,8 +363,21 @@ class TurnRenderer:
         closing = "".join(self.live.end(t) for t in live) + self.live.pause()
         code, signal = _exit_of(state, self.live)
         how = exit_line(code, signal) if live else ""
-        line = render_end(state, live=bool(live), how=how)
+        line = self._under_parent(state, render_end(state, live=bool(live), how=how))
         return [text_part(closing + line)] if closing else [text_part(line)]
+
+    def _under_parent(self, state: ToolState, text: str) -> str:
+        """``text`` of a subagent's tool call (``subagents.parent_tool_call``: it names the
+        call that spawned it) shown under that call: quoted, its first line naming the
+        parent (docs/protocol.md, "Subagents"). Any other call's text as it is."""
+        parent_id = subagents.parent_tool_call({"_meta": state.meta})
+        if parent_id is None or parent_id == state.id:
+            return text
+        parent = self.tools.get(parent_id)
+        name = clip(parent.title, PARENT_TITLE_LIMIT) if parent is not None and parent.title else "a subagent"
+        lines = text.strip("\n").split("\n")
+        lines[0] += f" · _in {name}_"
+        return "\n\n" + "\n".join(f"> {line}" if line else ">" for line in lines) + "\n\n"
 
     def declined(self, tool_call_id: object) -> None:
         """The permission for this tool call was declined (the user's Skip, or a decline
@@ -415,6 +430,8 @@ class TurnRenderer:
         return [text_part("\n\n**Plan**\n" + "\n".join(lines) + "\n\n")]
 
 
+#: Characters of the spawning call's title on a subagent's tool call line.
+PARENT_TITLE_LIMIT = 80
 #: Characters of a tool call's title in the answer (an agent sent 100 KB; what the user
 #: approves is shown whole on its card, not here).
 TITLE_LIMIT = 500
