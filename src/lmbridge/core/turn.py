@@ -409,13 +409,10 @@ Effect = (
 )
 
 
-
 @dataclass(frozen=True)
 class NextJob:
     """Internal: the job next in line may run (the machine feeds it to itself)."""
 
-
-# ---------------------------------------------------------------- the table
 
 # ---------------------------------------------------------------- pure helpers
 
@@ -823,6 +820,9 @@ def _stop_turn(m: TurnMachine, answering: JobInfo | None = None, *, streamed: bo
     m.cancelled_prompt = m.prompt_seq
 
 
+# -- actions: starting
+
+
 def die_at_start(m: TurnMachine, ev: Ready) -> None:
     """The agent could not start: the session dies."""
     _die_at_start(m, ev, renewing=False)
@@ -854,6 +854,9 @@ def say_starting(m: TurnMachine, _: TimerFired) -> None:
     m.notices += 1
     if math.isfinite(t.progress):  # the next line, while it still waits
         m.effects.append(StartTimer(Timer.NOTICE, t.progress, m.starts))
+
+
+# -- actions: the agent's traffic
 
 
 def show(m: TurnMachine, ev: Update) -> None:
@@ -1032,6 +1035,9 @@ def _answer(m: TurnMachine, call_id: str, answer: Answer, job_id: int | None) ->
         m.effects.append(Respond(call.rid, call_id, outcome, approved))
 
 
+# -- actions: the prompt ends, timers
+
+
 def show_the_cards(m: TurnMachine, _: TimerFired) -> None:
     shown = _shown(m)
     for call in shown:
@@ -1118,6 +1124,9 @@ def end_the_turn(m: TurnMachine, ev: PromptEnded) -> None:
         m.effects.append(Log("info", "the agent cancelled its own turn", {"agent": m.agent}))
         reason = "end_turn"
     _finish(m, reason, Last.DONE)
+
+
+# -- actions: endings
 
 
 def detach(m: TurnMachine, ev: AgentExited) -> None:
