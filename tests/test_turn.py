@@ -371,9 +371,22 @@ def renewing() -> Driver:
 SETUPS["renewing"] = renewing
 
 
+def renewing_with_job() -> Driver:
+    """RENEWING for job 2, whose prompt (the first after a cancel) failed: the agent saw its words."""
+    d = draining()
+    d(job(2, messages=("words the agent saw",)))
+    d(PromptEnded(d.prompt().seq, "cancelled"))
+    d(PromptEnded(d.prompt().seq, None, "HTTP 400"))
+    assert d.m.state is State.RENEWING and d.m.job is not None and d.m.job.id == 2
+    return d
+
+
+SETUPS["renewing_with_job"] = renewing_with_job
+
+
 def _row(state: State, event: type, guard: str, action: str) -> turn.Row:
     """The first row (as the machine looks them up) for ``state`` with this event, guard and action."""
-    return [r for r in turn.TABLE if state in r.states and r.event is event and r.guard == guard and r.action == action][0]
+    return [r for r in turn.TABLE if state in r.states and r.event is event and r.guard_name == guard and r.action_name == action][0]
 
 
 def _finished(*ends: tuple[int, str]) -> Callable[[Driver, list[Any]], bool]:
@@ -389,13 +402,13 @@ def _failed(job_id: int, message: str) -> Callable[[Driver, list[Any]], bool]:
 ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[Driver, list[Any]], bool]]] = [
     ("closed", lambda d: job(5), State.CLOSED, NewJob, "", "refuse_job",
      _failed(5, "agent 'Demo': its session has just ended; please retry")),
-    ("streaming", lambda d: job(2, cancel_first=True), State.STREAMING, NewJob, "stops_the_turn", "stop_the_turn_and_queue",
+    ("streaming", lambda d: job(2, cancel_first=True), State.STREAMING, NewJob, "stops_the_turn", "stop_streaming_and_queue",
      lambda d, fx: _finished((1, "cancelled"))(d, fx) and SendCancel() in fx and [j.id for j in d.m.waiting] == [2]),
     ("awaiting", lambda d: job(2, cancel_first=True), State.AWAITING, NewJob, "stops_the_turn", "stop_the_turn_and_queue",
      lambda d, fx: of(fx, Respond) == [Respond(7, "call-7", CANCELLED)] and SendCancel() in fx),
-    ("held", lambda d: job(2, cancel_first=True), State.ENDED, NewJob, "stops_the_turn", "forget_the_turn_and_queue",
+    ("held", lambda d: job(2, cancel_first=True), State.ENDED, NewJob, "asks_to_stop", "forget_the_turn_and_queue",
      lambda d, fx: d.m.held is None and SendCancel() not in fx and of(fx, Prompt) == [Prompt(2, 2)] and "said while waiting" not in texts(fx)),
-    ("draining", lambda d: job(2, cancel_first=True), State.DRAINING, NewJob, "stops_the_turn", "forget_the_turn_and_queue",
+    ("draining", lambda d: job(2, cancel_first=True), State.DRAINING, NewJob, "asks_to_stop", "forget_the_turn_and_queue",
      lambda d, fx: SendCancel() not in fx and [j.id for j in d.m.waiting] == [2]),
     ("starting", lambda d: job(2), State.STARTING, NewJob, "", "queue", lambda d, fx: fx == [] and [j.id for j in d.m.waiting] == [2]),
     ("fresh", lambda d: job(1), State.NO_AGENT, NextJob, "", "start_agent",
@@ -414,25 +427,34 @@ ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[
      lambda d, fx: _finished((2, "end_turn"))(d, fx) and texts(fx) == "_Demo ended its turn without a reply._"),
     ("starting", lambda d: CancelJob(1), State.STARTING, CancelJob, "streams", "cancel_the_start",
      lambda d, fx: _finished((1, "cancelled"))(d, fx) and StopTimer(Timer.NOTICE) in fx),
+    ("renewing_with_job", lambda d: CancelJob(2), State.RENEWING, CancelJob, "streams", "cancel_the_renewal",
+     lambda d, fx: _finished((2, "cancelled"))(d, fx) and StopTimer(Timer.NOTICE) in fx and d.m.unsent == ()),
     ("streaming", lambda d: CancelJob(1), State.STREAMING, CancelJob, "streams", "stop",
      lambda d, fx: _finished((1, "cancelled"))(d, fx) and SendCancel() in fx and StartTimer(Timer.DRAIN, 10.0, 1) in fx),
     ("draining_with_job", lambda d: CancelJob(2), State.DRAINING, CancelJob, "waits", "unqueue",
      lambda d, fx: _finished((2, "cancelled"))(d, fx) and not d.m.waiting),
+    ("streaming", lambda d: CancelJob(99), State.STREAMING, CancelJob, "", "ignore", lambda d, fx: fx == []),
     ("starting", lambda d: Ready("boom"), State.STARTING, Ready, "failed", "die_at_start",
      lambda d, fx: _failed(1, "agent 'Demo' failed to start: boom")(d, fx) and of(fx, Died)),
-    ("renewing", lambda d: Ready("refused"), State.RENEWING, Ready, "failed", "die_at_start",
+    ("renewing", lambda d: Ready("refused"), State.RENEWING, Ready, "failed", "die_at_renewal",
      lambda d, fx: _failed(2, "agent 'Demo' could not open a new session: refused")(d, fx)),
     ("starting", lambda d: Ready(lost=True), State.STARTING, Ready, "", "up",
      lambda d, fx: StopTimer(Timer.NOTICE) in fx and of(fx, Prompt) == [Prompt(1, 1, whole=True)]),
-    ("closed", lambda d: Ready(), State.CLOSED, Ready, "", "nothing", lambda d, fx: fx == []),
+    ("closed", lambda d: Ready(), State.CLOSED, Ready, "", "ignore", lambda d, fx: fx == []),
     ("streaming", lambda d: chunk("x"), State.STREAMING, Update, "", "show", lambda d, fx: texts(fx) == "x"),
     ("awaiting", lambda d: chunk("x"), State.AWAITING, Update, "", "keep", lambda d, fx: fx == [] and d.m.kept.parts == [{"type": "text", "value": "x"}]),
-    ("idle", lambda d: chunk("x"), State.IDLE, Update, "", "drop", lambda d, fx: [e.event for e in of(fx, turn.Log)] == ["output of an ended turn dropped"]),
+    ("idle", lambda d: chunk("x"), State.IDLE, Update, "", "drop_while_idle", lambda d, fx: [e.fields for e in of(fx, turn.Log)] == [{"agent": "Demo", "state": "idle"}]),
+    ("starting", lambda d: chunk("x"), State.STARTING, Update, "", "drop_while_starting", lambda d, fx: [e.fields for e in of(fx, turn.Log)] == [{"agent": "Demo", "state": "starting"}]),
+    ("draining", lambda d: chunk("x"), State.DRAINING, Update, "", "drop_while_draining", lambda d, fx: [e.fields for e in of(fx, turn.Log)] == [{"agent": "Demo", "state": "draining"}]),
+    ("closed", lambda d: chunk("x"), State.CLOSED, Update, "", "drop_after_the_close", lambda d, fx: [e.fields for e in of(fx, turn.Log)] == [{"agent": "Demo", "state": "closed"}]),
     ("streaming", lambda d: ask(50), State.STREAMING, PermissionAsked, "", "route_permission",
      lambda d, fx: "call-50" in d.m.calls and of(fx, StartTimer)[0].timer is Timer.GATHER),
-    ("idle", lambda d: ask(50), State.IDLE, PermissionAsked, "", "route_permission", lambda d, fx: of(fx, Respond) == [Respond(50, "call-50", CANCELLED)]),
+    ("awaiting", lambda d: ask(50), State.AWAITING, PermissionAsked, "", "route_permission_for_later",
+     lambda d, fx: "call-50" in d.m.calls and not of(fx, StartTimer) and not of(fx, Emit) and not of(fx, Respond)),
+    ("idle", lambda d: ask(50), State.IDLE, PermissionAsked, "", "route_permission_no_turn", lambda d, fx: of(fx, Respond) == [Respond(50, "call-50", CANCELLED)]),
     ("streaming", lambda d: ToolInvoked("m1", "vscode_tool", {}), State.STREAMING, ToolInvoked, "", "take_tool_call",
      lambda d, fx: "m1" in d.m.calls and of(fx, StartTimer)[0].timer is Timer.GATHER),
+    ("awaiting", lambda d: ToolInvoked("m1", "vscode_tool", {}), State.AWAITING, ToolInvoked, "", "keep_tool_call", lambda d, fx: "m1" in d.m.calls and fx == []),
     ("idle", lambda d: ToolInvoked("m1", "vscode_tool", {}), State.IDLE, ToolInvoked, "", "refuse_tool_call",
      lambda d, fx: of(fx, ResolveTool) == [ResolveTool("m1", Answer.CANCELLED)]),
     ("after_cancel", _prompt_end(None, "HTTP 400"), State.STREAMING, PromptEnded, "first_after_a_cancel_failed", "renew_and_retry",
@@ -447,21 +469,33 @@ ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[
     ("draining_command", _prompt_end("cancelled"), State.DRAINING, PromptEnded, "left_a_command", "close_and_take_up",
      lambda d, fx: StopTimer(Timer.DRAIN) in fx and of(fx, NewSession) == [NewSession("a cancelled turn left a command running", take_up=True, close=True)]),
     ("closing", _prompt_end("cancelled"), State.CLOSING, PromptEnded, "current", "drained", lambda d, fx: StopTimer(Timer.DRAIN) in fx),
+    ("streaming", lambda d: PromptEnded(d.prompt().seq - 1, "end_turn"), State.STREAMING, PromptEnded, "", "ignore", lambda d, fx: fx == []),
     ("asking", _timer(Timer.GATHER), State.STREAMING, TimerFired, "gathered", "show_the_cards",
      lambda d, fx: of(fx, Finish)[0].stop_reason == "tool_calls" and [e.part["callId"] for e in of(fx, Emit) if e.part["type"] == "tool_call"] == ["call-7"]),
     ("starting", _timer(Timer.NOTICE), State.STARTING, TimerFired, "still_starting", "say_starting", lambda d, fx: texts(fx) == "_Starting Demo…_\n\n"),
     ("draining", _timer(Timer.DRAIN), State.DRAINING, TimerFired, "drain_deadline", "close_the_session",
      lambda d, fx: of(fx, CloseSession) == [CloseSession(1)]),
+    ("idle", lambda d: TimerFired(Timer.GATHER, 0), State.IDLE, TimerFired, "", "ignore", lambda d, fx: fx == []),
     ("closing", lambda d: SessionClosed(d.prompt().seq), State.CLOSING, SessionClosed, "current", "fresh_session",
      lambda d, fx: of(fx, NewSession) == [NewSession("a cancelled turn did not end", take_up=False, close=False)] and d.m.whole),
     ("closing_ended", lambda d: SessionClosed(d.prompt().seq), State.CLOSING_ENDED, SessionClosed, "current", "take_up_again",
      lambda d, fx: of(fx, NewSession) == [NewSession("a cancelled turn ended only once its session was closed", take_up=True, close=False)]),
+    ("draining", lambda d: SessionClosed(d.prompt().seq), State.DRAINING, SessionClosed, "", "ignore", lambda d, fx: fx == []),
     ("idle", lambda d: AgentExited("gone"), State.IDLE, AgentExited, "nothing_waits", "detach", lambda d, fx: of(fx, Detach) == [Detach()] and not of(fx, Fail)),
     ("streaming", lambda d: AgentExited("gone"), State.STREAMING, AgentExited, "", "die", lambda d, fx: _failed(1, "gone")(d, fx) and of(fx, Died)),
     ("streaming", lambda d: Close("bye"), State.STREAMING, Close, "", "cancel_and_close",
      lambda d, fx: SendCancel() in fx and _failed(1, "session closed: bye")(d, fx) and of(fx, Shutdown)),
     ("starting", lambda d: Close("bye"), State.STARTING, Close, "", "close",
      lambda d, fx: SendCancel() not in fx and _failed(1, "session closed: bye")(d, fx) and of(fx, Shutdown)),
+    ("closed", lambda d: AgentExited("late"), State.CLOSED, AgentExited, "", "ignore", lambda d, fx: fx == []),
+    ("closed", lambda d: Close("again"), State.CLOSED, Close, "", "ignore", lambda d, fx: fx == []),
+]
+
+# The rows for events that cannot happen: each raises ``TurnError`` naming the event and the state.
+IMPOSSIBLE: list[tuple[str, Any, State]] = [
+    ("streaming", Ready(), State.STREAMING),
+    ("streaming", NextJob(), State.STREAMING),
+    ("starting", NextJob(), State.STARTING),
 ]
 
 
@@ -481,8 +515,17 @@ def test_walk_the_table_row_by_row(
     assert check(d, fx), fx
 
 
+@pytest.mark.parametrize(("setup", "event", "state"), IMPOSSIBLE)
+def test_an_event_that_cannot_happen_raises(setup: str, event: Any, state: State) -> None:
+    d = SETUPS[setup]()
+    assert d.m.state is state
+    with pytest.raises(TurnError, match=f"{type(event).__name__} cannot happen in state {state.name}"):
+        d.m.handle(event)
+
+
 def test_the_row_walk_covers_every_row() -> None:
     walked = {_row(state, kind, guard, action) for _, _, state, kind, guard, action, _ in ROWS}
+    walked |= {_row(state, type(event), "", "impossible") for _, event, state in IMPOSSIBLE}
     for row in turn.TABLE:
         assert row in walked, f"row {row} never walked"
 
@@ -491,6 +534,52 @@ def test_every_row_has_one_next_state_and_the_docs_print_the_table() -> None:
     assert all(row.target is None or isinstance(row.target, State) for row in turn.TABLE)
     docs = (Path(__file__).parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
     assert turn.table_text() in docs, "docs/architecture.md does not print the current turn table (turn.table_text())"
+
+
+def test_the_table_is_total() -> None:
+    """Every (state, event) pair has its rows, the last of them unconditional: nothing is
+    left out and ignored silently (an ignored pair is an ``ignore`` row)."""
+    assert set(turn.EVENTS) == {NewJob, CancelJob, Ready, turn.Update, PermissionAsked, ToolInvoked, PromptEnded, SessionClosed, AgentExited, TimerFired, Close, NextJob}
+    for state in State:
+        for event in turn.EVENTS:
+            rows = [r for r in turn.TABLE if state in r.states and r.event is event]
+            assert rows and rows[-1].guard is None, f"{state.name} + {event.__name__}: {[str(r) for r in rows]}"
+
+
+def test_a_table_with_a_pair_left_out_is_refused() -> None:
+    """As h11's ``_state.py`` raises ``LocalProtocolError`` on a missing key: a pair with no
+    row, or whose rows may all refuse, is an error, never a silent no-op."""
+    left_out = tuple(r for r in turn.TABLE if not (r.event is SessionClosed and r.action is turn.ignore))
+    with pytest.raises(TurnError, match="no row for SessionClosed in state NO_AGENT"):
+        turn.index(left_out)
+    others = tuple(s for s in State if s is not State.STREAMING)
+    guarded = tuple(r for r in turn.TABLE if not (r.event is TimerFired and r.action is turn.ignore)) + (turn.Row(others, TimerFired, None, None, turn.ignore),)
+    with pytest.raises(TurnError, match="last row for TimerFired in state STREAMING has a guard"):
+        turn.index(guarded)
+
+
+def test_the_machine_raises_on_a_pair_with_no_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    d = draining()
+    rows = {key: found for key, found in turn._ROWS.items() if key != (State.DRAINING, SessionClosed)}
+    monkeypatch.setattr(turn, "_ROWS", rows)
+    with pytest.raises(TurnError, match="the turn table has no row for SessionClosed in state DRAINING"):
+        d(SessionClosed(d.prompt().seq))
+
+
+def test_guards_and_actions_are_functions_that_never_read_the_state() -> None:
+    """Rows bind functions (mypy checks each takes its row's event), and what a row does
+    depends on the row, never on a test of the state inside it (rows are split instead)."""
+    import ast
+    import inspect
+
+    for row in turn.TABLE:
+        assert callable(row.action) and (row.guard is None or callable(row.guard)), row
+    tree = ast.parse(inspect.getsource(turn))
+    functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert {r.action_name for r in turn.TABLE} <= {f.name for f in functions}
+    for f in functions:
+        reads = [n.attr for n in ast.walk(f) if isinstance(n, ast.Attribute) and n.attr in ("state", "phase") and isinstance(n.value, ast.Name) and n.value.id == "m"]
+        assert not reads, f"{f.name} reads the machine's {reads}"
 
 
 def test_ready_outside_a_start_is_a_protocol_error() -> None:

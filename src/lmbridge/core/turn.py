@@ -7,10 +7,18 @@ Rules of this file (after h11's ``_state.py``):
   session actor feeds events in and carries out the effects that come back;
   it decides nothing itself.
 * The decisions are the rows of ``TABLE``: ``(state, event, guard) -> (next state,
-  action)``, one next state per row. ``TurnMachine.handle`` finds the first row whose
-  state, event and guard match, runs its action and enters its state. An event no row
-  names changes nothing (a stale timer, a late answer, anything after the close), except
-  ``Ready``, which only ever answers a start: elsewhere it raises ``TurnError``.
+  action)``, one next state per row, its guard and action functions of this module
+  (``(machine, event) -> bool`` and ``-> None``), bound by reference and typed by the
+  row's event. ``TurnMachine.handle`` finds the first row whose state, event and guard
+  match, runs its action and enters its state.
+* The table is total: every (state, event) pair has rows, the last unconditional. Where
+  nothing happens the row says ``ignore`` (a stale timer, a late answer, anything after
+  the close); where the event cannot come it says ``impossible`` and ``handle`` raises
+  ``TurnError`` (``Ready`` outside a start). A pair with no row is refused at import
+  (``index``) and raises in ``handle``, as h11's ``_state.py`` raises on a missing key.
+* No guard or action tests the state: where the state changes what an event does, the
+  rows are split. The calls the agent waits on are ``calls.AwaitedCalls``; the output
+  kept for the next request is ``kept.Kept``.
 * No I/O, no clock, no randomness: timers are effects (``StartTimer`` /
   ``StopTimer``) that come back as ``TimerFired`` events, and callIds and
   approval tokens arrive inside the events that need them.
@@ -73,11 +81,13 @@ import enum
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar, get_args
 
 from lmbridge.core import notices, permissions, present
+from lmbridge.core.calls import AwaitedCall, AwaitedCalls
 from lmbridge.core.history import Last, Pending
 from lmbridge.core.jobs import JobInfo, JobQueue
+from lmbridge.core.kept import Kept
 from lmbridge.core.permissions import CANCELLED as CANCELLED_OUTCOME
 from lmbridge.core.permissions import Answer
 from lmbridge.core.profiles import OTHER, AgentProfile
@@ -399,18 +409,12 @@ Effect = (
 )
 
 
-
 @dataclass(frozen=True)
 class NextJob:
     """Internal: the job next in line may run (the machine feeds it to itself)."""
 
 
-# ---------------------------------------------------------------- the table
-
-#: A row's next state when it stays where it was (for rows over several states).
-STAY = None
-_S = State
-_LIVE = tuple(s for s in State if s is not State.CLOSED)
+# ---------------------------------------------------------------- pure helpers
 
 
 @dataclass(frozen=True)
@@ -423,109 +427,6 @@ class Timing:
     gather: float = GATHER
     notice: float = START_NOTICE
     progress: float = START_PROGRESS
-
-
-@dataclass(frozen=True)
-class Row:
-    """One decision: in any of ``states``, on ``event``, when ``guard`` holds (``""``:
-    always), run ``action`` and enter ``target`` (``STAY``: the state it was in).
-    Guards and actions are named methods of ``TurnMachine`` (``_if_<guard>``, ``_do_<action>``)."""
-
-    states: tuple[State, ...]
-    event: type
-    guard: str
-    target: State | None
-    action: str
-
-    def __str__(self) -> str:
-        states = "any live" if self.states == _LIVE else ", ".join(s.name for s in self.states)
-        guard = f" [{self.guard}]" if self.guard else ""
-        return f"{states} + {self.event.__name__}{guard} -> {self.target.name if self.target else '(stays)'}: {self.action}"
-
-
-def _row(states: State | tuple[State, ...], event: type, guard: str, target: State | None, action: str) -> Row:
-    return Row(states if isinstance(states, tuple) else (states,), event, guard, target, action)
-
-
-#: The program. First match wins; tests/test_turn.py walks every row and checks its action.
-TABLE: tuple[Row, ...] = (
-    # A request comes: it answers the cards it can, stops the turn if it must, and waits in line.
-    _row(_S.CLOSED, NewJob, "", STAY, "refuse_job"),
-    _row((_S.STREAMING, _S.AWAITING), NewJob, "stops_the_turn", _S.DRAINING, "stop_the_turn_and_queue"),
-    _row(_S.ENDED, NewJob, "stops_the_turn", _S.IDLE, "forget_the_turn_and_queue"),
-    _row(_LIVE, NewJob, "stops_the_turn", STAY, "forget_the_turn_and_queue"),
-    _row(_LIVE, NewJob, "", STAY, "queue"),
-    # The job next in line runs: it starts the agent, prompts, goes on with the open turn,
-    # is told how the turn ended, or is answered at once.
-    _row(_S.NO_AGENT, NextJob, "", _S.STARTING, "start_agent"),
-    _row(_S.AWAITING, NextJob, "cannot_go_on", _S.DRAINING, "stop_the_turn_first"),
-    _row(_S.AWAITING, NextJob, "", _S.STREAMING, "go_on"),
-    _row((_S.IDLE, _S.ENDED), NextJob, "has_prompt", _S.STREAMING, "prompt"),
-    _row(_S.ENDED, NextJob, "turn_failed", _S.CLOSED, "tell_the_end"),
-    _row(_S.ENDED, NextJob, "", _S.IDLE, "tell_the_end"),
-    _row(_S.IDLE, NextJob, "", STAY, "answer_at_once"),
-    # A Stop (``$/cancelRequest``).
-    _row((_S.STARTING, _S.RENEWING), CancelJob, "streams", STAY, "cancel_the_start"),
-    _row(_S.STREAMING, CancelJob, "streams", _S.DRAINING, "stop"),
-    _row(tuple(State), CancelJob, "waits", STAY, "unqueue"),
-    # A start is answered.
-    _row((_S.STARTING, _S.RENEWING), Ready, "failed", _S.CLOSED, "die_at_start"),
-    _row((_S.STARTING, _S.RENEWING), Ready, "", _S.IDLE, "up"),
-    _row(_S.CLOSED, Ready, "", STAY, "nothing"),
-    # The agent's traffic never changes the state.
-    _row(_S.STREAMING, Update, "", STAY, "show"),
-    _row(_S.AWAITING, Update, "", STAY, "keep"),
-    _row(tuple(State), Update, "", STAY, "drop"),
-    _row(tuple(State), PermissionAsked, "", STAY, "route_permission"),
-    _row((_S.STREAMING, _S.AWAITING), ToolInvoked, "", STAY, "take_tool_call"),
-    _row(tuple(State), ToolInvoked, "", STAY, "refuse_tool_call"),
-    # The prompt ends.
-    _row(_S.STREAMING, PromptEnded, "first_after_a_cancel_failed", _S.RENEWING, "renew_and_retry"),
-    _row(_S.STREAMING, PromptEnded, "failed", _S.CLOSED, "end_the_turn"),
-    _row(_S.STREAMING, PromptEnded, "current", _S.IDLE, "end_the_turn"),
-    _row(_S.AWAITING, PromptEnded, "current", _S.ENDED, "hold_the_end"),
-    _row(_S.DRAINING, PromptEnded, "left_a_command", _S.RENEWING, "close_and_take_up"),
-    _row(_S.DRAINING, PromptEnded, "current", _S.IDLE, "drained"),
-    _row(_S.CLOSING, PromptEnded, "current", _S.CLOSING_ENDED, "drained"),
-    # Timers.
-    _row(_S.STREAMING, TimerFired, "gathered", _S.AWAITING, "show_the_cards"),
-    _row(_S.STARTING, TimerFired, "still_starting", STAY, "say_starting"),
-    _row(_S.DRAINING, TimerFired, "drain_deadline", _S.CLOSING, "close_the_session"),
-    # The session a cancelled turn outlived is closed: it is replaced.
-    _row(_S.CLOSING, SessionClosed, "current", _S.RENEWING, "fresh_session"),
-    _row(_S.CLOSING_ENDED, SessionClosed, "current", _S.RENEWING, "take_up_again"),
-    # Endings.
-    _row(_S.IDLE, AgentExited, "nothing_waits", _S.NO_AGENT, "detach"),
-    _row(_LIVE, AgentExited, "", _S.CLOSED, "die"),
-    _row((_S.STREAMING, _S.AWAITING), Close, "", _S.CLOSED, "cancel_and_close"),
-    _row(_LIVE, Close, "", _S.CLOSED, "close"),
-)
-
-
-def table_text(table: tuple[Row, ...] = TABLE) -> str:
-    """The table as markdown, one line a row (docs/architecture.md prints it)."""
-    lines = ["| # | state | event | guard | next state | action |", "|---|---|---|---|---|---|"]
-    for i, row in enumerate(table, 1):
-        states = "any but CLOSED" if row.states == _LIVE else "any" if row.states == tuple(State) else ", ".join(s.name for s in row.states)
-        target = row.target.name if row.target else "(stays)"
-        lines.append(f"| {i} | {states} | {row.event.__name__} | {row.guard or '—'} | {target} | {row.action} |")
-    return "\n".join(lines) + "\n"
-
-
-def _index(table: tuple[Row, ...]) -> dict[tuple[State, type], tuple[Row, ...]]:
-    index: dict[tuple[State, type], list[Row]] = {}
-    for row in table:
-        for state in row.states:
-            index.setdefault((state, row.event), []).append(row)
-    return {key: tuple(rows) for key, rows in index.items()}
-
-
-_ROWS = _index(TABLE)
-
-
-# ---------------------------------------------------------------- pure helpers
-
-
 
 
 class Renderer(Protocol):
@@ -545,26 +446,6 @@ def _text(value: str) -> Part:
 
 
 # ---------------------------------------------------------------- the machine
-
-
-
-@dataclass
-class _Call:
-    """A call the agent waits on: a permission (``rid`` set) or a VS Code tool call."""
-
-    call_id: str
-    part: Part
-    rid: Any = None
-    token: str = ""
-    options: tuple[permissions.Option, ...] = ()
-    shown_in: int | None = None  # the job whose response showed it
-    tool_call_id: str | None = None  # the agent's toolCallId of a permission
-    request: permissions.Permission | None = None  # the permission its card shows
-
-    @property
-    def tool(self) -> bool:
-        return self.rid is None
-
 
 
 class TurnMachine:
@@ -594,9 +475,9 @@ class TurnMachine:
         self.state = State.NO_AGENT
         self.job: JobInfo | None = None  # the job streaming (or being started for)
         self.waiting = JobQueue()
-        self.calls: dict[str, _Call] = {}  # what the agent waits on, by callId
+        self.calls = AwaitedCalls()  # what the agent waits on
         self.tools: frozenset[str] = frozenset()  # what the latest request offered
-        self.kept = present.Kept(buffer_limit)  # output kept for the next request (AWAITING, ENDED)
+        self.kept = Kept(buffer_limit)  # output kept for the next request (AWAITING, ENDED)
         self.held: PromptEnded | None = None  # ENDED: how the turn ended
         self.prompt_seq = 0  # prompts sent
         self.cancelled_prompt: int | None = None  # the prompt last cancelled: the one after it is watched
@@ -609,8 +490,8 @@ class TurnMachine:
         self.notices = 0  # start notices shown for the current start
         self.dropped = 0  # parts of ended turns dropped since the last report
         self.visible: int | None = None  # the last job that got text or a tool call
-        self.trace: list[tuple[Row, State]] = []  # the rows the last ``handle`` went through, each with the state it entered
-        self._fx: list[Effect] = []
+        self.trace: list[tuple[Row[Any], State]] = []  # the rows the last ``handle`` went through, each with the state it entered
+        self.effects: list[Effect] = []  # what the event being handled asks for, in order
 
     # -- derived views (read by tests and logs; never stored) -------------------
 
@@ -630,544 +511,703 @@ class TurnMachine:
     @property
     def watch(self) -> bool:
         """The open prompt is the first after a cancel, sent by the job streaming it."""
-        return self.state is State.STREAMING and self._first_after_a_cancel()
+        return self.state is State.STREAMING and _first_after_a_cancel(self)
 
     # -- entry ----------------------------------------------------------------
 
     def handle(self, event: Event) -> list[Effect]:
         """Feed one event; returns the effects to carry out, in order. Raises ``TurnError``
-        for an event that cannot happen (``Ready`` outside a start)."""
-        self._fx, self.trace = [], []
+        for an event that cannot happen (its row is ``impossible``: ``Ready`` outside a
+        start) and for a (state, event) pair the table has no row for (it has one for every pair)."""
+        self.effects, self.trace = [], []
         self._step(event)
         while self.job is None and len(self.waiting) and self.state in TAKES_A_JOB:
             self._step(NextJob())
-        fx, self._fx = self._fx, []
+        fx, self.effects = self.effects, []
         return fx
 
-    def row_for(self, event: Event | NextJob) -> Row | None:
-        """The row ``event`` would go through now (None: it changes nothing). Raises
-        ``TurnError`` for an event that cannot happen."""
-        found = self._match(event)
-        return found[0] if found else None
+    def row_for(self, event: Event | NextJob) -> Row[Any]:
+        """The row ``event`` would go through now. Raises ``TurnError`` as ``handle`` does."""
+        return self._match(event)
 
-    def _match(self, event: Event | NextJob) -> tuple[Row, Callable[[TurnMachine, Any], None]] | None:
-        for row, guard, action in _COMPILED.get((self.state, type(event)), ()):
-            if guard is None or guard(self, event):
-                return row, action
-        if isinstance(event, Ready):
-            raise TurnError(f"Ready cannot happen in state {self.state.name}")
-        return None
+    def _match(self, event: Event | NextJob) -> Row[Any]:
+        for row in _ROWS.get((self.state, type(event)), ()):
+            if row.guard is None or row.guard(self, event):
+                if row.action is impossible:
+                    raise TurnError(f"{type(event).__name__} cannot happen in state {self.state.name}")
+                return row
+        # As h11's ``_state.py``: a pair with no row is a missing rule, never a silent no-op.
+        raise TurnError(f"the turn table has no row for {type(event).__name__} in state {self.state.name}")
 
     def _step(self, event: Event | NextJob) -> None:
-        found = self._match(event)
-        if found is None:
-            return
-        row, action = found
-        action(self, event)
+        row = self._match(event)
+        row.action(self, event)
         if row.target is not None:
             self.state = row.target
         self.trace.append((row, self.state))
         if row.target in (State.IDLE, State.ENDED):
-            self._report_dropped()  # a turn is over: what it dropped, told once
+            _report_dropped(self)  # a turn is over: what it dropped, told once
 
     def reset_renderer(self, renderer: Renderer) -> None:
         """A fresh ACP session renders from scratch."""
         self.renderer = renderer
 
-    # -- guards ---------------------------------------------------------------
 
-    def _if_stops_the_turn(self, ev: NewJob) -> bool:
-        """The request stops the open turn: the history says so (a Stop at a card, new words
-        beside the cards: ``cancel_first``), or, while the prompt streams or waits, it answers a
-        permission of the turn ``cancelled`` (it was stopped before it got here, or holds no
-        result for the card). ACP's ``cancelled`` answers a cancelled turn: ``_stop_turn``
-        sends ``session/cancel`` first."""
-        job = ev.job
-        if job.cancel_first:
-            return True
-        live = self.state in (State.STREAMING, State.AWAITING)
-        return live and any(_answer_of(job, c) is Answer.CANCELLED for c in job.answers if c in self.calls and not self.calls[c].tool)
+# ---------------------------------------------------------------- guards and actions
 
-    def _if_cannot_go_on(self, _: NextJob) -> bool:
-        """New words while the agent's turn is open, or cards this job cannot answer (it was
-        classified before the job ahead of it showed them): the turn is stopped first."""
-        job = self.waiting.peek()
-        return job.has_prompt or bool(self._stale_calls(job))
 
-    def _if_has_prompt(self, _: NextJob) -> bool:
-        return self.waiting.peek().has_prompt
+# -- guards: each is (machine, event) -> bool, named in the table's ``guard`` column --------
 
-    def _if_turn_failed(self, _: NextJob) -> bool:
-        return self.held is not None and self.held.error is not None
 
-    def _if_streams(self, ev: CancelJob) -> bool:
-        return self.job is not None and self.job.id == ev.job_id
+def asks_to_stop(m: TurnMachine, ev: NewJob) -> bool:
+    """The history says the request stops the open turn (a Stop at a card, new words beside
+    the cards: ``cancel_first``)."""
+    return ev.job.cancel_first
 
-    def _if_waits(self, ev: CancelJob) -> bool:
-        return ev.job_id in self.waiting
 
-    def _if_failed(self, ev: Ready | PromptEnded) -> bool:
-        if isinstance(ev, PromptEnded):
-            return self._if_current(ev) and ev.error is not None
-        return ev.error is not None
+def stops_the_turn(m: TurnMachine, ev: NewJob) -> bool:
+    """While the prompt streams or waits: the request asks to stop it (``asks_to_stop``), or
+    it answers a permission of the turn ``cancelled`` (it was stopped before it got here, or
+    holds no result for the card). ACP's ``cancelled`` answers a cancelled turn:
+    ``_stop_turn`` sends ``session/cancel`` first."""
+    job = ev.job
+    return job.cancel_first or any(_answer_of(job, c) is Answer.CANCELLED for c in job.answers if m.calls.is_permission(c))
 
-    def _if_current(self, ev: PromptEnded | SessionClosed) -> bool:
-        return ev.seq == self.prompt_seq
 
-    def _if_left_a_command(self, ev: PromptEnded) -> bool:
-        """The cancelled turn ended, but a command it ran may run on (codex-acp: only
-        ``session/close`` ends it; ``Renderer.left_running``)."""
-        return ev.seq == self.prompt_seq and self.command_left
+def cannot_go_on(m: TurnMachine, _: NextJob) -> bool:
+    """New words while the agent's turn is open, or cards this job cannot answer (it was
+    classified before the job ahead of it showed them): the turn is stopped first."""
+    job = m.waiting.peek()
+    return job.has_prompt or bool(m.calls.stale(job))
 
-    def _first_after_a_cancel(self) -> bool:
-        return self.job is not None and self.job.has_prompt and self.cancelled_prompt is not None and self.prompt_seq == self.cancelled_prompt + 1
 
-    def _if_first_after_a_cancel_failed(self, ev: PromptEnded) -> bool:
-        """The first prompt after a cancel failed, or ended at once with nothing: an agent's
-        quirk (claude-agent-acp, gemini-cli; docs/agents.md, "Quirks"), not the user's problem."""
-        empty = ev.error is None and ev.stop_reason == "end_turn" and self.output == 0
-        return self._if_current(ev) and self._first_after_a_cancel() and (empty or ev.error is not None)
+def has_prompt(m: TurnMachine, _: NextJob) -> bool:
+    return m.waiting.peek().has_prompt
 
-    def _if_gathered(self, ev: TimerFired) -> bool:
-        return ev.timer is Timer.GATHER and ev.tag == self.generation and bool(self._shown())
 
-    def _if_still_starting(self, ev: TimerFired) -> bool:
-        return ev.timer is Timer.NOTICE and ev.tag == self.starts and self.job is not None
+def turn_failed(m: TurnMachine, _: NextJob) -> bool:
+    return m.held is not None and m.held.error is not None
 
-    def _if_drain_deadline(self, ev: TimerFired) -> bool:
-        return ev.timer is Timer.DRAIN and ev.tag == self.prompt_seq
 
-    def _if_nothing_waits(self, _: AgentExited) -> bool:
-        return not len(self.waiting)
+def streams(m: TurnMachine, ev: CancelJob) -> bool:
+    return m.job is not None and m.job.id == ev.job_id
 
-    # -- actions: requests ----------------------------------------------------
 
-    def _do_refuse_job(self, ev: NewJob) -> None:
-        self._fx.append(Fail(ev.job.id, present.session_gone(self.agent)))
+def waits(m: TurnMachine, ev: CancelJob) -> bool:
+    return ev.job_id in m.waiting
 
-    def _take_answers(self, job: JobInfo, stopping: bool = False) -> None:
-        """The answers ``job`` brings; ``stopping``: given after ``session/cancel``, where ACP's
-        answer to every permission is ``cancelled`` (a VS Code tool's result still goes out)."""
-        self.tools = job.tools
-        for call_id in job.answers:
-            answer = _answer_of(job, call_id)
-            call = self.calls.get(call_id)
-            if stopping and call is not None and not call.tool:
-                answer = Answer.CANCELLED
-            self._answer(call_id, answer, job.id)
 
-    def _do_queue(self, ev: NewJob) -> None:
-        self._take_answers(ev.job)
-        self.waiting.put(ev.job)
+def failed(m: TurnMachine, ev: Ready | PromptEnded) -> bool:
+    if isinstance(ev, PromptEnded):
+        return current(m, ev) and ev.error is not None
+    return ev.error is not None
 
-    def _do_stop_the_turn_and_queue(self, ev: NewJob) -> None:
-        if self.job is not None:
-            # This request stops the turn another request still streams (its
-            # $/cancelRequest may come after): that response ends here, cancelled.
-            stopped, self.job = self.job, None
-            self._fx.append(StopTimer(Timer.GATHER))
-            self._fx.append(Finish(stopped.id, "cancelled", Last.CANCELLED))
-        self._stop_turn(ev.job)  # session/cancel, then the cards this request answers
-        self.waiting.put(ev.job)
 
-    def _do_forget_the_turn_and_queue(self, ev: NewJob) -> None:
-        self._take_answers(ev.job)
-        self._forget_turn()
-        self.waiting.put(ev.job)
+def current(m: TurnMachine, ev: PromptEnded | SessionClosed) -> bool:
+    return ev.seq == m.prompt_seq
 
-    def _do_start_agent(self, _: NextJob) -> None:
-        self.job = self.waiting.pop()
-        self.starts += 1
-        self.notices = 0
-        self._fx.append(StartTimer(Timer.NOTICE, self.timing.notice, self.starts))
-        self._fx.append(StartAgent(self.job.id))
 
-    def _do_stop_the_turn_first(self, _: NextJob) -> None:
-        self._stop_turn()  # the job stays first in line: it runs once the turn has ended
+def left_a_command(m: TurnMachine, ev: PromptEnded) -> bool:
+    """The cancelled turn ended, but a command it ran may run on (codex-acp: only
+    ``session/close`` ends it; ``Renderer.left_running``)."""
+    return ev.seq == m.prompt_seq and m.command_left
 
-    def _attach(self) -> JobInfo:
-        """Attach the job next in line to the turn: what was kept for it goes out first."""
-        job = self.job = self.waiting.pop()
-        for call_id in self._stale_calls(job):
-            # Classified before the request ahead of it showed these calls: it cannot answer
-            # them, and the turn that asked is over (when unsure, deny).
-            self._answer(call_id, Answer.CANCELLED, None)
-        for part in self.kept.take():
-            self._emit(part)
-        for call in [c for c in self.calls.values() if c.shown_in is None]:
-            self._show(call)
-        return job
 
-    def _do_go_on(self, _: NextJob) -> None:
-        self._attach()  # the agent goes on with its turn
+def _first_after_a_cancel(m: TurnMachine) -> bool:
+    return m.job is not None and m.job.has_prompt and m.cancelled_prompt is not None and m.prompt_seq == m.cancelled_prompt + 1
 
-    def _do_prompt(self, _: NextJob) -> None:
-        job = self._attach()
-        self.held = None
-        self.prompt_seq += 1
-        self.output = 0
-        self._fx.append(Prompt(job.id, self.prompt_seq, whole=self.whole, unsent=self.unsent))
-        self.whole, self.unsent = False, ()
 
-    def _do_tell_the_end(self, _: NextJob) -> None:
-        """How the turn ended (``held``), told to this job: a failure fails it."""
-        self._attach()
-        held, self.held = self.held, None
-        assert held is not None
-        self._do_end_the_turn(held)
+def first_after_a_cancel_failed(m: TurnMachine, ev: PromptEnded) -> bool:
+    """The first prompt after a cancel failed, or ended at once with nothing: an agent's
+    quirk (claude-agent-acp, gemini-cli; docs/agents.md, "Quirks"), not the user's problem."""
+    empty = ev.error is None and ev.stop_reason == "end_turn" and m.output == 0
+    return current(m, ev) and _first_after_a_cancel(m) and (empty or ev.error is not None)
 
-    def _do_answer_at_once(self, _: NextJob) -> None:
-        self._attach()
-        self._finish("end_turn", Last.DONE)
-        self._report_dropped()
 
-    def _do_cancel_the_start(self, ev: CancelJob) -> None:
-        # The agent is still starting: it is kept, the request ends now.
-        job = self.job
-        assert job is not None
-        self.job = None
-        if self.state is State.STARTING:  # (a renewal's job was seen by the agent already)
-            self.unsent += job.messages
-        self._fx.append(StopTimer(Timer.NOTICE))
-        self._fx.append(Finish(job.id, "cancelled", Last.CANCELLED))
+def gathered(m: TurnMachine, ev: TimerFired) -> bool:
+    return ev.timer is Timer.GATHER and ev.tag == m.generation and bool(_shown(m))
 
-    def _do_stop(self, ev: CancelJob) -> None:
-        job = self.job
-        assert job is not None
-        self._fx.append(StopTimer(Timer.GATHER))
-        self.job = None
-        self._fx.append(Finish(job.id, "cancelled", Last.CANCELLED))
-        self._stop_turn()
 
-    def _do_unqueue(self, ev: CancelJob) -> None:
-        job = self.waiting.take(ev.job_id)
-        assert job is not None
-        self.unsent += job.messages  # the agent never saw them
-        self._fx.append(Finish(job.id, "cancelled", Last.CANCELLED))
+def still_starting(m: TurnMachine, ev: TimerFired) -> bool:
+    return ev.timer is Timer.NOTICE and ev.tag == m.starts and m.job is not None
 
-    def _forget_turn(self) -> None:
-        """Every call answered cancelled, the output kept dropped, the turn's end forgotten."""
-        for call_id in list(self.calls):
-            self._answer(call_id, Answer.CANCELLED, None)
-        self.kept.clear()
-        # Stopped at a card, the command it asks for has not run: only a turn stopped while it
-        # streamed can leave one running (a card answered earlier, a command the agent runs).
-        self.command_left = self.command_left or (self.state.phase is Phase.STREAMING and self.renderer.left_running())
-        self.renderer.close()
-        self.held = None
 
-    def _stop_turn(self, answering: JobInfo | None = None) -> None:
-        """ACP cancellation (docs/agents.md, "ACP as agents speak it"): ``session/cancel`` sent
-        first, then every call answered, each permission ``cancelled`` once (``answering``: the
-        request that stops the turn, whose answers go first), the deadline started; the turn's
-        output from now on dropped. Answered before the cancel, an agent may take a
-        ``cancelled`` card for a decline and call its model again, which the cancel then cuts
-        (fast-agent 0.10.48 kept that stopped answer as an empty assistant message)."""
-        self._fx.append(SendCancel())
-        if answering is not None:
-            self._take_answers(answering, stopping=True)
-        self._forget_turn()
-        self._fx.append(StartTimer(Timer.DRAIN, self.timing.drain, self.prompt_seq))
-        self.cancelled_prompt = self.prompt_seq
+def drain_deadline(m: TurnMachine, ev: TimerFired) -> bool:
+    return ev.timer is Timer.DRAIN and ev.tag == m.prompt_seq
 
-    # -- actions: starting ----------------------------------------------------
 
-    def _do_die_at_start(self, ev: Ready) -> None:
-        self._fx.append(StopTimer(Timer.NOTICE))
-        assert ev.error is not None
-        self._die(present.start_failed(self.agent, ev.error, named=ev.named, renewing=self.state is State.RENEWING))
+def nothing_waits(m: TurnMachine, _: AgentExited) -> bool:
+    return not len(m.waiting)
 
-    def _do_up(self, ev: Ready) -> None:
-        self._fx.append(StopTimer(Timer.NOTICE))
-        self.whole = self.whole or ev.lost  # the ACP session has seen none of the chat
-        if self.job is not None:
-            self.waiting.put_back(self.job)  # it runs first
-            self.job = None
 
-    def _do_nothing(self, _: Any) -> None:
-        pass  # closed while starting
+# -- actions: each is (machine, event) -> None, named in the table's ``action`` column ------
 
-    def _do_say_starting(self, _: TimerFired) -> None:
-        t = self.timing
-        waited = t.notice + self.notices * t.progress if self.notices else None
-        self._say(present.StartNotice(self.agent, waited))
-        self.notices += 1
-        if math.isfinite(t.progress):  # the next line, while it still waits
-            self._fx.append(StartTimer(Timer.NOTICE, t.progress, self.starts))
 
-    # -- actions: the agent's traffic ----------------------------------------
+def ignore(m: TurnMachine, ev: object) -> None:
+    """Nothing happens: a stale timer or answer, a Stop for a job that has ended, traffic
+    after the close. The table names each such pair rather than leaving it out."""
 
-    def _do_show(self, ev: Update) -> None:
-        for part in self.renderer.update(ev.raw):
-            if not notices.is_notice(part.get("value")):  # an agent's notice is not its answer
-                self.output += 1
-            self._emit(part)
 
-    def _do_keep(self, ev: Update) -> None:
-        self.kept.add(self.renderer.update(ev.raw))
+def impossible(m: TurnMachine, ev: object) -> None:
+    """The event cannot happen in this state (``Ready`` answers a start only; ``NextJob``
+    comes only where a job can be taken): ``TurnMachine._match`` raises ``TurnError`` instead
+    of running this."""
+    raise TurnError(f"{type(ev).__name__} cannot happen here")
 
-    def _do_drop(self, ev: Update) -> None:
-        # A turn that has ended (or is starting, or being cancelled): never part of a later answer.
-        parts = _output_kinds(ev.raw)
-        if not parts:
-            return
-        if self.dropped == 0:
-            self._fx.append(Log("info", "output of an ended turn dropped", {"agent": self.agent, "state": self.phase.value}))
-        self.dropped += len(parts)
 
-    def _do_route_permission(self, ev: PermissionAsked) -> None:
-        """What the permission becomes is the permission rule's (``permissions.route``); a
-        card waits for the gather window while a job streams, else for the next request."""
-        params = ev.params if isinstance(ev.params, Mapping) else {}
-        raw_call = params.get("toolCall")
-        request: permissions.Permission | permissions.Malformed
-        if not ev.answerable:
-            request = permissions.Malformed("id", "is neither a string nor a number", answerable=False)
-        else:
-            merged = self.renderer.known(raw_call.get("toolCallId")) if isinstance(raw_call, Mapping) else None
-            request = permissions.read(ev.params, ev.call_id, ev.token, merged, ev.bridge, ev.workspace, ev.profile)
-        decision = permissions.route(request, self.tools, self.agent)
-        live = self.state in (State.STREAMING, State.AWAITING)
-        if isinstance(decision, permissions.Grant):
-            # VS Code confirms its own tools when it runs them (docs/tools.md).
-            assert isinstance(request, permissions.Permission)
-            self._fx.append(Respond(ev.rid, ev.call_id, permissions.outcome(request.options, Answer.ALLOW, request.profile)))
-            self._fx.append(Log("info", "permission granted: a bridged VS Code tool", {"tool": decision.tool}))
-            return
-        if isinstance(decision, permissions.Refuse):
-            self._fx.append(RespondError(ev.rid if ev.answerable else None, decision.error))
-            self._fx.append(Log("warning", "malformed permission request refused", {"agent": self.agent, "error": decision.error["message"]}))
-            if live:
-                self._say_line(decision.line)
-            return
-        if not live:
-            self._fx.append(Respond(ev.rid, ev.call_id, CANCELLED_OUTCOME))
-            return
+# -- actions: requests
+
+
+def refuse_job(m: TurnMachine, ev: NewJob) -> None:
+    m.effects.append(Fail(ev.job.id, present.session_gone(m.agent)))
+
+
+def _take_answers(m: TurnMachine, job: JobInfo, stopping: bool = False) -> None:
+    """The answers ``job`` brings; ``stopping``: given after ``session/cancel``, where ACP's
+    answer to every permission is ``cancelled`` (a VS Code tool's result still goes out)."""
+    m.tools = job.tools
+    for call_id in job.answers:
+        answer = _answer_of(job, call_id)
+        if stopping and m.calls.is_permission(call_id):
+            answer = Answer.CANCELLED
+        _answer(m, call_id, answer, job.id)
+
+
+def queue(m: TurnMachine, ev: NewJob) -> None:
+    _take_answers(m, ev.job)
+    m.waiting.put(ev.job)
+
+
+def stop_streaming_and_queue(m: TurnMachine, ev: NewJob) -> None:
+    """This request stops the turn another request still streams (its ``$/cancelRequest``
+    may come after): that response ends here, cancelled; then as ``stop_the_turn_and_queue``."""
+    stopped = m.job
+    assert stopped is not None
+    m.job = None
+    m.effects.append(StopTimer(Timer.GATHER))
+    m.effects.append(Finish(stopped.id, "cancelled", Last.CANCELLED))
+    _stop_turn(m, ev.job, streamed=True)
+    m.waiting.put(ev.job)
+
+
+def stop_the_turn_and_queue(m: TurnMachine, ev: NewJob) -> None:
+    _stop_turn(m, ev.job, streamed=False)  # session/cancel, then the cards this request answers
+    m.waiting.put(ev.job)
+
+
+def forget_the_turn_and_queue(m: TurnMachine, ev: NewJob) -> None:
+    _take_answers(m, ev.job)
+    _forget_turn(m, streamed=False)
+    m.waiting.put(ev.job)
+
+
+def start_agent(m: TurnMachine, _: NextJob) -> None:
+    m.job = m.waiting.pop()
+    m.starts += 1
+    m.notices = 0
+    m.effects.append(StartTimer(Timer.NOTICE, m.timing.notice, m.starts))
+    m.effects.append(StartAgent(m.job.id))
+
+
+def stop_the_turn_first(m: TurnMachine, _: NextJob) -> None:
+    _stop_turn(m, streamed=False)  # the job stays first in line: it runs once the turn has ended
+
+
+def _attach(m: TurnMachine) -> JobInfo:
+    """Attach the job next in line to the turn: what was kept for it goes out first."""
+    job = m.job = m.waiting.pop()
+    for call_id in m.calls.stale(job):
+        # Classified before the request ahead of it showed these calls: it cannot answer
+        # them, and the turn that asked is over (when unsure, deny).
+        _answer(m, call_id, Answer.CANCELLED, None)
+    for part in m.kept.take():
+        _emit(m, part)
+    for call in m.calls.unshown():
+        _show(m, call)
+    return job
+
+
+def go_on(m: TurnMachine, _: NextJob) -> None:
+    _attach(m)  # the agent goes on with its turn
+
+
+def prompt(m: TurnMachine, _: NextJob) -> None:
+    job = _attach(m)
+    m.held = None
+    m.prompt_seq += 1
+    m.output = 0
+    m.effects.append(Prompt(job.id, m.prompt_seq, whole=m.whole, unsent=m.unsent))
+    m.whole, m.unsent = False, ()
+
+
+def tell_the_end(m: TurnMachine, _: NextJob) -> None:
+    """How the turn ended (``held``), told to this job: a failure fails it."""
+    _attach(m)
+    held, m.held = m.held, None
+    assert held is not None
+    end_the_turn(m, held)
+
+
+def answer_at_once(m: TurnMachine, _: NextJob) -> None:
+    _attach(m)
+    _finish(m, "end_turn", Last.DONE)
+    _report_dropped(m)
+
+
+def cancel_the_start(m: TurnMachine, ev: CancelJob) -> None:
+    """The agent is still starting: it is kept, the request ends now; the agent never saw
+    its messages (they go first with the next prompt)."""
+    job = _cancel_the_job(m)
+    m.unsent += job.messages
+
+
+def cancel_the_renewal(m: TurnMachine, ev: CancelJob) -> None:
+    """A fresh ACP session is opening for a job the agent has seen already (its prompt
+    failed after a cancel): it is kept, the request ends now."""
+    _cancel_the_job(m)
+
+
+def _cancel_the_job(m: TurnMachine) -> JobInfo:
+    job = m.job
+    assert job is not None
+    m.job = None
+    m.effects.append(StopTimer(Timer.NOTICE))
+    m.effects.append(Finish(job.id, "cancelled", Last.CANCELLED))
+    return job
+
+
+def stop(m: TurnMachine, ev: CancelJob) -> None:
+    job = m.job
+    assert job is not None
+    m.effects.append(StopTimer(Timer.GATHER))
+    m.job = None
+    m.effects.append(Finish(job.id, "cancelled", Last.CANCELLED))
+    _stop_turn(m, streamed=True)
+
+
+def unqueue(m: TurnMachine, ev: CancelJob) -> None:
+    job = m.waiting.take(ev.job_id)
+    assert job is not None
+    m.unsent += job.messages  # the agent never saw them
+    m.effects.append(Finish(job.id, "cancelled", Last.CANCELLED))
+
+
+def _forget_turn(m: TurnMachine, *, streamed: bool) -> None:
+    """Every call answered cancelled, the output kept dropped, the turn's end forgotten.
+    ``streamed``: a job streamed the turn until now (it was STREAMING)."""
+    for call_id in list(m.calls):
+        _answer(m, call_id, Answer.CANCELLED, None)
+    m.kept.clear()
+    # Stopped at a card, the command it asks for has not run: only a turn stopped while it
+    # streamed can leave one running (a card answered earlier, a command the agent runs).
+    m.command_left = m.command_left or (streamed and m.renderer.left_running())
+    m.renderer.close()
+    m.held = None
+
+
+def _stop_turn(m: TurnMachine, answering: JobInfo | None = None, *, streamed: bool) -> None:
+    """ACP cancellation (docs/agents.md, "ACP as agents speak it"): ``session/cancel`` sent
+    first, then every call answered, each permission ``cancelled`` once (``answering``: the
+    request that stops the turn, whose answers go first), the deadline started; the turn's
+    output from now on dropped. Answered before the cancel, an agent may take a
+    ``cancelled`` card for a decline and call its model again, which the cancel then cuts
+    (fast-agent 0.10.48 kept that stopped answer as an empty assistant message)."""
+    m.effects.append(SendCancel())
+    if answering is not None:
+        _take_answers(m, answering, stopping=True)
+    _forget_turn(m, streamed=streamed)
+    m.effects.append(StartTimer(Timer.DRAIN, m.timing.drain, m.prompt_seq))
+    m.cancelled_prompt = m.prompt_seq
+
+
+# -- actions: starting
+
+
+def die_at_start(m: TurnMachine, ev: Ready) -> None:
+    """The agent could not start: the session dies."""
+    _die_at_start(m, ev, renewing=False)
+
+
+def die_at_renewal(m: TurnMachine, ev: Ready) -> None:
+    """The running agent could not open a fresh ACP session: the session dies."""
+    _die_at_start(m, ev, renewing=True)
+
+
+def _die_at_start(m: TurnMachine, ev: Ready, *, renewing: bool) -> None:
+    m.effects.append(StopTimer(Timer.NOTICE))
+    assert ev.error is not None
+    _die(m, present.start_failed(m.agent, ev.error, named=ev.named, renewing=renewing))
+
+
+def up(m: TurnMachine, ev: Ready) -> None:
+    m.effects.append(StopTimer(Timer.NOTICE))
+    m.whole = m.whole or ev.lost  # the ACP session has seen none of the chat
+    if m.job is not None:
+        m.waiting.put_back(m.job)  # it runs first
+        m.job = None
+
+
+def say_starting(m: TurnMachine, _: TimerFired) -> None:
+    t = m.timing
+    waited = t.notice + m.notices * t.progress if m.notices else None
+    _say(m, present.StartNotice(m.agent, waited))
+    m.notices += 1
+    if math.isfinite(t.progress):  # the next line, while it still waits
+        m.effects.append(StartTimer(Timer.NOTICE, t.progress, m.starts))
+
+
+# -- actions: the agent's traffic
+
+
+def show(m: TurnMachine, ev: Update) -> None:
+    for part in m.renderer.update(ev.raw):
+        if not notices.is_notice(part.get("value")):  # an agent's notice is not its answer
+            m.output += 1
+        _emit(m, part)
+
+
+def keep(m: TurnMachine, ev: Update) -> None:
+    m.kept.add(m.renderer.update(ev.raw))
+
+
+def drop_while_idle(m: TurnMachine, ev: Update) -> None:
+    _drop(m, ev, Phase.IDLE)
+
+
+def drop_while_starting(m: TurnMachine, ev: Update) -> None:
+    _drop(m, ev, Phase.STARTING)
+
+
+def drop_while_draining(m: TurnMachine, ev: Update) -> None:
+    _drop(m, ev, Phase.DRAINING)
+
+
+def drop_after_the_close(m: TurnMachine, ev: Update) -> None:
+    _drop(m, ev, Phase.CLOSED)
+
+
+def _drop(m: TurnMachine, ev: Update, phase: Phase) -> None:
+    """Output of a turn that has ended (or is starting, or being cancelled): never part of a
+    later answer. Counted; the first of a turn is logged with the ``phase`` it came in."""
+    parts = _output_kinds(ev.raw)
+    if not parts:
+        return
+    if m.dropped == 0:
+        m.effects.append(Log("info", "output of an ended turn dropped", {"agent": m.agent, "state": phase.value}))
+    m.dropped += len(parts)
+
+
+def route_permission(m: TurnMachine, ev: PermissionAsked) -> None:
+    """A job streams: what the permission becomes (``_route_permission``) goes to it; a card
+    waits for the gather window."""
+    _route_permission(m, ev, _To.STREAM)
+
+
+def route_permission_for_later(m: TurnMachine, ev: PermissionAsked) -> None:
+    """The turn is open, no job streams: what the permission becomes is kept for the next
+    request, which shows its card."""
+    _route_permission(m, ev, _To.KEPT)
+
+
+def route_permission_no_turn(m: TurnMachine, ev: PermissionAsked) -> None:
+    """No turn is open (or it is being cancelled): a bridged tool is still granted and a
+    malformed request refused; any other is answered ``cancelled``."""
+    _route_permission(m, ev, None)
+
+
+class _To(enum.Enum):
+    """Where what a permission becomes goes: to the job streaming, or kept for the next request."""
+
+    STREAM = "stream"
+    KEPT = "kept"
+
+
+def _route_permission(m: TurnMachine, ev: PermissionAsked, to: _To | None) -> None:
+    """What the permission becomes is the permission rule's (``permissions.route``); ``to``:
+    where its parts go (None: no turn is open to show it)."""
+    params = ev.params if isinstance(ev.params, Mapping) else {}
+    raw_call = params.get("toolCall")
+    request: permissions.Permission | permissions.Malformed
+    if not ev.answerable:
+        request = permissions.Malformed("id", "is neither a string nor a number", answerable=False)
+    else:
+        merged = m.renderer.known(raw_call.get("toolCallId")) if isinstance(raw_call, Mapping) else None
+        request = permissions.read(ev.params, ev.call_id, ev.token, merged, ev.bridge, ev.workspace, ev.profile)
+    decision = permissions.route(request, m.tools, m.agent)
+    if isinstance(decision, permissions.Grant):
+        # VS Code confirms its own tools when it runs them (docs/tools.md).
         assert isinstance(request, permissions.Permission)
-        parts = self.renderer.permission_tool(dict(raw_call)) if isinstance(raw_call, Mapping) else []
-        if self.state is State.STREAMING:
-            self.output += 1
-            for part in parts:
-                self._emit(part)
-        else:
-            self.kept.add(parts)
-        if isinstance(decision, permissions.Decline):
-            self._say_line(decision.line)
-            self.renderer.declined(request.tool_call_id)  # whichever answer went out: lmbridge declined it
-            self._fx.append(Respond(ev.rid, ev.call_id, decision.outcome))
-            self._fx.append(Log("info", "permission declined without a card", {"reason": decision.reason, "tool": request.tool}))
-            return
-        card = decision.card
-        tool_input = {"title": card.title, "message": card.message, "approvalToken": ev.token}
-        part = {"type": "tool_call", "callId": ev.call_id, "name": card.tool, "input": tool_input}
-        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, request.options, tool_call_id=request.tool_call_id, request=request)
-        if self.state is State.STREAMING:
-            self._show(call)
+        m.effects.append(Respond(ev.rid, ev.call_id, permissions.outcome(request.options, Answer.ALLOW, request.profile)))
+        m.effects.append(Log("info", "permission granted: a bridged VS Code tool", {"tool": decision.tool}))
+        return
+    if isinstance(decision, permissions.Refuse):
+        m.effects.append(RespondError(ev.rid if ev.answerable else None, decision.error))
+        m.effects.append(Log("warning", "malformed permission request refused", {"agent": m.agent, "error": decision.error["message"]}))
+        if to is not None:
+            _say_line(m, decision.line, to)
+        return
+    if to is None:
+        m.effects.append(Respond(ev.rid, ev.call_id, CANCELLED_OUTCOME))
+        return
+    assert isinstance(request, permissions.Permission)
+    parts = m.renderer.permission_tool(dict(raw_call)) if isinstance(raw_call, Mapping) else []
+    if to is _To.STREAM:
+        m.output += 1
+        for part in parts:
+            _emit(m, part)
+    else:
+        m.kept.add(parts)
+    if isinstance(decision, permissions.Decline):
+        _say_line(m, decision.line, to)
+        m.renderer.declined(request.tool_call_id)  # whichever answer went out: lmbridge declined it
+        m.effects.append(Respond(ev.rid, ev.call_id, decision.outcome))
+        m.effects.append(Log("info", "permission declined without a card", {"reason": decision.reason, "tool": request.tool}))
+        return
+    card = decision.card
+    tool_input = {"title": card.title, "message": card.message, "approvalToken": ev.token}
+    part = {"type": "tool_call", "callId": ev.call_id, "name": card.tool, "input": tool_input}
+    call = m.calls.add(AwaitedCall(ev.call_id, part, ev.rid, ev.token, request.options, tool_call_id=request.tool_call_id, request=request))
+    if to is _To.STREAM:
+        _show(m, call)
 
-    def _do_take_tool_call(self, ev: ToolInvoked) -> None:
-        part = {"type": "tool_call", "callId": ev.call_id, "name": ev.name, "input": dict(ev.arguments)}
-        call = self.calls[ev.call_id] = _Call(ev.call_id, part)
-        if self.state is State.STREAMING:
-            self._show(call)
 
-    def _do_refuse_tool_call(self, ev: ToolInvoked) -> None:
-        self._fx.append(ResolveTool(ev.call_id, Answer.CANCELLED))
+def take_tool_call(m: TurnMachine, ev: ToolInvoked) -> None:
+    """A job streams: the VS Code tool call goes to it (in the gather window)."""
+    _show(m, _await_tool_call(m, ev))
 
-    def _say(self, n: present.Note) -> None:
-        """A note for the user in the answer of the job at hand."""
-        self._emit(present.note(n))
 
-    def _say_line(self, line: str) -> None:
-        """A line for the user in the answer streaming now, or kept for the next request."""
-        part = _text(f"\n\n{line}\n\n")
-        if self.state is State.STREAMING:
-            self._emit(part)
-        else:
-            self.kept.add([part])
+def keep_tool_call(m: TurnMachine, ev: ToolInvoked) -> None:
+    """The turn is open, no job streams: the VS Code tool call waits for the next request."""
+    _await_tool_call(m, ev)
 
-    def _show(self, call: _Call) -> None:
-        """Give a call to the streaming job and (re)start the gather window. Its tool call
-        part goes out when the window closes, with the response's end (``tool_calls``): a
-        permission the agent drops by ending its turn meanwhile never becomes a card that
-        nobody waits on (a dead permission card)."""
-        assert self.job is not None
-        call.shown_in = self.job.id
-        self.generation += 1
-        self._fx.append(StartTimer(Timer.GATHER, self.timing.gather, self.generation))
 
-    def _shown(self) -> list[_Call]:
-        return [c for c in self.calls.values() if self.job is not None and c.shown_in == self.job.id]
+def _await_tool_call(m: TurnMachine, ev: ToolInvoked) -> AwaitedCall:
+    part = {"type": "tool_call", "callId": ev.call_id, "name": ev.name, "input": dict(ev.arguments)}
+    return m.calls.add(AwaitedCall(ev.call_id, part))
 
-    def _stale_calls(self, job: JobInfo) -> list[str]:
-        return [call_id for call_id, c in self.calls.items() if c.shown_in not in (None, job.id) and call_id not in job.answers]
 
-    def _answer(self, call_id: str, answer: Answer, job_id: int | None) -> None:
-        call = self.calls.pop(call_id, None)
-        if call is None:
-            return
-        if call.tool:
-            self._fx.append(ResolveTool(call_id, answer, job_id))
-        else:
-            outcome = permissions.outcome(call.options, answer, call.request.profile if call.request is not None else OTHER)
-            if answer is Answer.REJECT:
-                # The user's Skip reads as declined whatever option went out and whatever
-                # status the agent ends the call with (docs/protocol.md, "Tool calls").
-                self.renderer.declined(call.tool_call_id)
-            approved = call.request if answer is Answer.ALLOW and outcome != CANCELLED_OUTCOME else None
-            self._fx.append(Respond(call.rid, call_id, outcome, approved))
+def refuse_tool_call(m: TurnMachine, ev: ToolInvoked) -> None:
+    m.effects.append(ResolveTool(ev.call_id, Answer.CANCELLED))
 
-    # -- actions: the prompt ends, timers --------------------------------------
 
-    def _do_show_the_cards(self, _: TimerFired) -> None:
-        shown = self._shown()
-        for call in shown:
-            self._emit(call.part)
-        self._finish("tool_calls", Last.PENDING, tuple(Pending(c.call_id, c.token, tool=c.tool) for c in shown))
+def _say(m: TurnMachine, n: present.Note) -> None:
+    """A note for the user in the answer of the job at hand."""
+    _emit(m, present.note(n))
 
-    def _do_close_the_session(self, _: TimerFired) -> None:
-        # The agent never ended the cancelled turn: its ACP session is closed. It is
-        # never prompted again while that prompt may still run (its output would
-        # interleave with the next answer's): SessionClosed decides what replaces it.
-        self._fx.append(Log("warning", "cancelled turn did not end: its session is closed", {"agent": self.agent}))
-        self._fx.append(CloseSession(self.prompt_seq))
 
-    def _do_fresh_session(self, _: SessionClosed) -> None:
-        # Still open after the close: that session is left for good (its late output and
-        # answer are for a session this chat no longer has). A fresh one is told the conversation.
-        self.whole = True
-        self.command_left = False  # closing the session ended it
-        self._fx.append(Log("warning", "cancelled turn still open after its session was closed: a fresh session", {"agent": self.agent}))
-        self._fx.append(NewSession("a cancelled turn did not end", take_up=False, close=False))
+def _say_line(m: TurnMachine, line: str, to: _To) -> None:
+    """A line for the user in the answer streaming now, or kept for the next request."""
+    part = _text(f"\n\n{line}\n\n")
+    if to is _To.STREAM:
+        _emit(m, part)
+    else:
+        m.kept.add([part])
 
-    def _do_close_and_take_up(self, ev: PromptEnded) -> None:
-        # The agent ended the cancelled turn but not the command it ran (codex-acp: docs/agents.md,
-        # "A command's output, and terminals"): closing the session ends it; then it is taken up.
-        self._do_drained(ev)
-        self.command_left = False
-        self._fx.append(Log("info", "a cancelled turn left a command running: its session is closed and taken up", {"agent": self.agent}))
-        self._fx.append(NewSession("a cancelled turn left a command running", take_up=True, close=True))
 
-    def _do_take_up_again(self, _: SessionClosed) -> None:
-        self.command_left = False  # closing the session ended it
-        # It ended (the close ended it, or it ended late): the session can be taken up
-        # again, with the agent's own memory of the chat.
-        self._fx.append(NewSession("a cancelled turn ended only once its session was closed", take_up=True, close=False))
+def _show(m: TurnMachine, call: AwaitedCall) -> None:
+    """Give a call to the streaming job and (re)start the gather window. Its tool call
+    part goes out when the window closes, with the response's end (``tool_calls``): a
+    permission the agent drops by ending its turn meanwhile never becomes a card that
+    nobody waits on (a dead permission card)."""
+    assert m.job is not None
+    call.shown_in = m.job.id
+    m.generation += 1
+    m.effects.append(StartTimer(Timer.GATHER, m.timing.gather, m.generation))
 
-    def _do_drained(self, ev: PromptEnded) -> None:
-        self._fx.append(StopTimer(Timer.DRAIN))
-        if ev.error is not None:
-            # Whatever ends a cancelled turn ends it as cancelled: agents answer a cancel with end_turn or an error too.
-            self._fx.append(Log("info", "cancelled turn ended with an error", {"error": ev.error}))
-        self.renderer.close()
-        self._report_dropped()
 
-    def _do_hold_the_end(self, ev: PromptEnded) -> None:
-        self.held = ev  # told to the next request, with what was kept
+def _shown(m: TurnMachine) -> list[AwaitedCall]:
+    return m.calls.shown_in(m.job.id if m.job is not None else None)
 
-    def _do_renew_and_retry(self, ev: PromptEnded) -> None:
-        # A fresh ACP session (or the same one taken up) gets the job's prompt again.
-        self._fx.append(StopTimer(Timer.GATHER))
-        self._fx.append(Log("warning", "first turn after a cancel failed or was empty: the session is taken up again", {"agent": self.agent, "error": ev.error}))
-        self._fx.append(NewSession("the first turn after a cancel failed"))
 
-    def _close_out(self) -> None:
-        """The turn is over: its tool calls closed in the response, its calls answered."""
-        self._fx.append(StopTimer(Timer.GATHER))
-        for part in self.renderer.close():
-            self._emit(part)
-        for call_id in list(self.calls):
-            self._answer(call_id, Answer.CANCELLED, None)  # the turn ended without them
+def _answer(m: TurnMachine, call_id: str, answer: Answer, job_id: int | None) -> None:
+    call = m.calls.take(call_id)
+    if call is None:
+        return
+    if call.tool:
+        m.effects.append(ResolveTool(call_id, answer, job_id))
+    else:
+        outcome = permissions.outcome(call.options, answer, call.request.profile if call.request is not None else OTHER)
+        if answer is Answer.REJECT:
+            # The user's Skip reads as declined whatever option went out and whatever
+            # status the agent ends the call with (docs/protocol.md, "Tool calls").
+            m.renderer.declined(call.tool_call_id)
+        approved = call.request if answer is Answer.ALLOW and outcome != CANCELLED_OUTCOME else None
+        m.effects.append(Respond(call.rid, call_id, outcome, approved))
 
-    def _do_end_the_turn(self, ev: PromptEnded) -> None:
-        """The turn is over: the job ends with its stop reason, or fails with its error."""
-        self._close_out()
-        if ev.error is not None:
-            self._fail(present.turn_failed(self.agent, ev.error, named=ev.named))
-            return
-        stop = ev.stop_reason if ev.stop_reason in STOP_REASONS else "end_turn"
-        if stop != ev.stop_reason:
-            self._fx.append(Log("warning", "unknown stopReason, reported as end_turn", {"stopReason": ev.stop_reason}))
-        if stop == "cancelled":
-            # Nobody cancelled this turn (that one would be DRAINING): the agent ended it
-            # itself. codex-acp ends the whole turn so when a permission is rejected
-            # (docs/agents.md, "Quirks"). For VS Code the response has simply ended: ``cancelled``
-            # answers a $/cancelRequest only.
-            self._fx.append(Log("info", "the agent cancelled its own turn", {"agent": self.agent}))
-            stop = "end_turn"
-        self._finish(stop, Last.DONE)
 
-    # -- actions: endings -------------------------------------------------------
+# -- actions: the prompt ends, timers
 
-    def _do_detach(self, ev: AgentExited) -> None:
-        # Nothing was streaming, nothing waits on it: no request fails; the next starts it again.
-        for call_id in list(self.calls):
-            self._answer(call_id, Answer.CANCELLED, None)
-        self.cancelled_prompt = None
-        self._fx.append(Log("warning", "agent gone between turns: the next request starts it again", {"agent": self.agent, "reason": ev.reason}))
-        self._fx.append(Detach())
 
-    def _do_die(self, ev: AgentExited) -> None:
-        self.calls = {c: call for c, call in self.calls.items() if call.tool}  # permissions: nobody to answer
-        self._die(ev.reason)
+def show_the_cards(m: TurnMachine, _: TimerFired) -> None:
+    shown = _shown(m)
+    for call in shown:
+        _emit(m, call.part)
+    _finish(m, "tool_calls", Last.PENDING, tuple(Pending(c.call_id, c.token, tool=c.tool) for c in shown))
 
-    def _do_cancel_and_close(self, ev: Close) -> None:
-        self._fx.append(SendCancel())  # first: ACP's cancelled answers follow a cancel
-        for call_id in list(self.calls):
-            self._answer(call_id, Answer.CANCELLED, None)
-        self._do_close(ev)
 
-    def _do_close(self, ev: Close) -> None:
-        self._end_all(present.session_closed(ev.reason))
-        self._fx.append(Shutdown())
+def close_the_session(m: TurnMachine, _: TimerFired) -> None:
+    # The agent never ended the cancelled turn: its ACP session is closed. It is
+    # never prompted again while that prompt may still run (its output would
+    # interleave with the next answer's): SessionClosed decides what replaces it.
+    m.effects.append(Log("warning", "cancelled turn did not end: its session is closed", {"agent": m.agent}))
+    m.effects.append(CloseSession(m.prompt_seq))
 
-    def _die(self, reason: str) -> None:
-        self._end_all(reason)
-        self._fx.append(Died(reason))
-        self._fx.append(Shutdown())
 
-    def _end_all(self, message: str) -> None:
-        for call_id in list(self.calls):
-            self._answer(call_id, Answer.CANCELLED, None)
-        jobs = ([self.job] if self.job else []) + self.waiting.clear()
-        self.job = None
-        for job in jobs:
-            self._fx.append(Fail(job.id, message))
-        for timer in Timer:
-            self._fx.append(StopTimer(timer))
+def fresh_session(m: TurnMachine, _: SessionClosed) -> None:
+    # Still open after the close: that session is left for good (its late output and
+    # answer are for a session this chat no longer has). A fresh one is told the conversation.
+    m.whole = True
+    m.command_left = False  # closing the session ended it
+    m.effects.append(Log("warning", "cancelled turn still open after its session was closed: a fresh session", {"agent": m.agent}))
+    m.effects.append(NewSession("a cancelled turn did not end", take_up=False, close=False))
 
-    def _finish(self, stop_reason: str, last: Last, pending: tuple[Pending, ...] = ()) -> None:
-        job = self.job
-        assert job is not None
-        if stop_reason != "cancelled" and self.visible != job.id:
-            # Copilot Chat shows "Sorry, no response was returned." for a response with
-            # neither text nor a tool call: say what happened instead.
-            declined = any(a in (Answer.REJECT, Answer.DECLINED) for a in job.answers.values())
-            self._say(present.EmptyAnswer(self.agent, declined))
-        for part in self.renderer.pause():  # the response must not end inside a command's output block
-            self._emit(part)
-        self.job = None
-        self._fx.append(StopTimer(Timer.GATHER))
-        self._fx.append(Finish(job.id, stop_reason, last, pending))
 
-    def _fail(self, message: str) -> None:
-        job = self.job
-        assert job is not None
-        self.job = None
-        self._fx.append(Fail(job.id, message))
-        self._fx.append(Died(message))
-        self._end_all(message)
-        self._fx.append(Shutdown())
+def close_and_take_up(m: TurnMachine, ev: PromptEnded) -> None:
+    # The agent ended the cancelled turn but not the command it ran (codex-acp: docs/agents.md,
+    # "A command's output, and terminals"): closing the session ends it; then it is taken up.
+    drained(m, ev)
+    m.command_left = False
+    m.effects.append(Log("info", "a cancelled turn left a command running: its session is closed and taken up", {"agent": m.agent}))
+    m.effects.append(NewSession("a cancelled turn left a command running", take_up=True, close=True))
 
-    def _emit(self, part: Part) -> None:
-        assert self.job is not None
-        if part.get("type") == "tool_call" or (part.get("type") == "text" and str(part.get("value", "")).strip() and not notices.is_notice(part["value"])):
-            self.visible = self.job.id
-        self._fx.append(Emit(self.job.id, part))
 
-    def _report_dropped(self) -> None:
-        if self.dropped:
-            self._fx.append(Log("info", "ended turn's output dropped", {"agent": self.agent, "parts": self.dropped}))
-            self.dropped = 0
+def take_up_again(m: TurnMachine, _: SessionClosed) -> None:
+    m.command_left = False  # closing the session ended it
+    # It ended (the close ended it, or it ended late): the session can be taken up
+    # again, with the agent's own memory of the chat.
+    m.effects.append(NewSession("a cancelled turn ended only once its session was closed", take_up=True, close=False))
+
+
+def drained(m: TurnMachine, ev: PromptEnded) -> None:
+    m.effects.append(StopTimer(Timer.DRAIN))
+    if ev.error is not None:
+        # Whatever ends a cancelled turn ends it as cancelled: agents answer a cancel with end_turn or an error too.
+        m.effects.append(Log("info", "cancelled turn ended with an error", {"error": ev.error}))
+    m.renderer.close()
+    _report_dropped(m)
+
+
+def hold_the_end(m: TurnMachine, ev: PromptEnded) -> None:
+    m.held = ev  # told to the next request, with what was kept
+
+
+def renew_and_retry(m: TurnMachine, ev: PromptEnded) -> None:
+    # A fresh ACP session (or the same one taken up) gets the job's prompt again.
+    m.effects.append(StopTimer(Timer.GATHER))
+    m.effects.append(Log("warning", "first turn after a cancel failed or was empty: the session is taken up again", {"agent": m.agent, "error": ev.error}))
+    m.effects.append(NewSession("the first turn after a cancel failed"))
+
+
+def _close_out(m: TurnMachine) -> None:
+    """The turn is over: its tool calls closed in the response, its calls answered."""
+    m.effects.append(StopTimer(Timer.GATHER))
+    for part in m.renderer.close():
+        _emit(m, part)
+    for call_id in list(m.calls):
+        _answer(m, call_id, Answer.CANCELLED, None)  # the turn ended without them
+
+
+def end_the_turn(m: TurnMachine, ev: PromptEnded) -> None:
+    """The turn is over: the job ends with its stop reason, or fails with its error."""
+    _close_out(m)
+    if ev.error is not None:
+        _fail(m, present.turn_failed(m.agent, ev.error, named=ev.named))
+        return
+    reason = ev.stop_reason if ev.stop_reason in STOP_REASONS else "end_turn"
+    if reason != ev.stop_reason:
+        m.effects.append(Log("warning", "unknown stopReason, reported as end_turn", {"stopReason": ev.stop_reason}))
+    if reason == "cancelled":
+        # Nobody cancelled this turn (that one would be DRAINING): the agent ended it
+        # itm. codex-acp ends the whole turn so when a permission is rejected
+        # (docs/agents.md, "Quirks"). For VS Code the response has simply ended: ``cancelled``
+        # answers a $/cancelRequest only.
+        m.effects.append(Log("info", "the agent cancelled its own turn", {"agent": m.agent}))
+        reason = "end_turn"
+    _finish(m, reason, Last.DONE)
+
+
+# -- actions: endings
+
+
+def detach(m: TurnMachine, ev: AgentExited) -> None:
+    # Nothing was streaming, nothing waits on it: no request fails; the next starts it again.
+    for call_id in list(m.calls):
+        _answer(m, call_id, Answer.CANCELLED, None)
+    m.cancelled_prompt = None
+    m.effects.append(Log("warning", "agent gone between turns: the next request starts it again", {"agent": m.agent, "reason": ev.reason}))
+    m.effects.append(Detach())
+
+
+def die(m: TurnMachine, ev: AgentExited) -> None:
+    m.calls.forget_permissions()  # nobody is left to answer them
+    _die(m, ev.reason)
+
+
+def cancel_and_close(m: TurnMachine, ev: Close) -> None:
+    m.effects.append(SendCancel())  # first: ACP's cancelled answers follow a cancel
+    for call_id in list(m.calls):
+        _answer(m, call_id, Answer.CANCELLED, None)
+    close(m, ev)
+
+
+def close(m: TurnMachine, ev: Close) -> None:
+    _end_all(m, present.session_closed(ev.reason))
+    m.effects.append(Shutdown())
+
+
+def _die(m: TurnMachine, reason: str) -> None:
+    _end_all(m, reason)
+    m.effects.append(Died(reason))
+    m.effects.append(Shutdown())
+
+
+def _end_all(m: TurnMachine, message: str) -> None:
+    for call_id in list(m.calls):
+        _answer(m, call_id, Answer.CANCELLED, None)
+    jobs = ([m.job] if m.job else []) + m.waiting.clear()
+    m.job = None
+    for job in jobs:
+        m.effects.append(Fail(job.id, message))
+    for timer in Timer:
+        m.effects.append(StopTimer(timer))
+
+
+def _finish(m: TurnMachine, stop_reason: str, last: Last, pending: tuple[Pending, ...] = ()) -> None:
+    job = m.job
+    assert job is not None
+    if stop_reason != "cancelled" and m.visible != job.id:
+        # Copilot Chat shows "Sorry, no response was returned." for a response with
+        # neither text nor a tool call: say what happened instead.
+        declined = any(a in (Answer.REJECT, Answer.DECLINED) for a in job.answers.values())
+        _say(m, present.EmptyAnswer(m.agent, declined))
+    for part in m.renderer.pause():  # the response must not end inside a command's output block
+        _emit(m, part)
+    m.job = None
+    m.effects.append(StopTimer(Timer.GATHER))
+    m.effects.append(Finish(job.id, stop_reason, last, pending))
+
+
+def _fail(m: TurnMachine, message: str) -> None:
+    job = m.job
+    assert job is not None
+    m.job = None
+    m.effects.append(Fail(job.id, message))
+    m.effects.append(Died(message))
+    _end_all(m, message)
+    m.effects.append(Shutdown())
+
+
+def _emit(m: TurnMachine, part: Part) -> None:
+    assert m.job is not None
+    if part.get("type") == "tool_call" or (part.get("type") == "text" and str(part.get("value", "")).strip() and not notices.is_notice(part["value"])):
+        m.visible = m.job.id
+    m.effects.append(Emit(m.job.id, part))
+
+
+def _report_dropped(m: TurnMachine) -> None:
+    if m.dropped:
+        m.effects.append(Log("info", "ended turn's output dropped", {"agent": m.agent, "parts": m.dropped}))
+        m.dropped = 0
 
 
 def _answer_of(job: JobInfo, call_id: str) -> Answer:
@@ -1186,12 +1226,166 @@ def _output_kinds(raw: Any) -> list[Part]:
     return [{"type": "dropped", "kind": kind}] if kind in _OUTPUT_KINDS else []
 
 
-def _compile(rows: dict[tuple[State, type], tuple[Row, ...]]) -> dict[tuple[State, type], tuple[tuple[Row, Any, Any], ...]]:
-    """Each row with its guard and action looked up once (a name no method has fails at import)."""
-    return {
-        key: tuple((row, getattr(TurnMachine, f"_if_{row.guard}") if row.guard else None, getattr(TurnMachine, f"_do_{row.action}")) for row in found)
-        for key, found in rows.items()
-    }
+# ---------------------------------------------------------------- the table
+
+#: A row's next state when it stays where it was (for rows over several states).
+STAY = None
+#: A row's guard when it always holds.
+ALWAYS = None
+_S = State
+_ANY = tuple(State)
+_LIVE = tuple(s for s in State if s is not State.CLOSED)
+
+E = TypeVar("E", bound="Event | NextJob")
+Guard = Callable[["TurnMachine", E], bool]
+Action = Callable[["TurnMachine", E], None]
 
 
-_COMPILED = _compile(_ROWS)
+@dataclass(frozen=True)
+class Row(Generic[E]):
+    """One decision: in any of ``states``, on ``event``, when ``guard`` holds (``ALWAYS``:
+    None), run ``action`` and enter ``target`` (``STAY``: the state it was in). Guards and
+    actions are the functions above, bound here (so mypy checks each takes the row's event)."""
+
+    states: tuple[State, ...]
+    event: type[E]
+    guard: Guard[E] | None
+    target: State | None
+    action: Action[E]
+
+    @property
+    def guard_name(self) -> str:
+        return self.guard.__name__ if self.guard is not None else ""
+
+    @property
+    def action_name(self) -> str:
+        return self.action.__name__
+
+    def __str__(self) -> str:
+        guard = f" [{self.guard_name}]" if self.guard else ""
+        return f"{_states_text(self.states)} + {self.event.__name__}{guard} -> {self.target.name if self.target else '(stays)'}: {self.action_name}"
+
+
+def _row(states: State | tuple[State, ...], event: type[E], guard: Guard[E] | None, target: State | None, action: Action[E]) -> Row[Any]:
+    return Row(states if isinstance(states, tuple) else (states,), event, guard, target, action)
+
+
+def _but(*states: State) -> tuple[State, ...]:
+    """Every state except ``states``, in the enum's order."""
+    return tuple(s for s in State if s not in states)
+
+
+#: The program: one group of rows per event, the rows for one (state, event) pair in the order
+#: they are tried, the last of them unconditional (``ALWAYS``), so every pair has its rule:
+#: ``ignore`` where nothing happens, ``impossible`` where the event cannot come.
+#: tests/test_turn.py walks every row and checks its action, and checks the table is total.
+TABLE: tuple[Row[Any], ...] = (
+    # A request comes: it answers the cards it can, stops the turn if it must, and waits in line.
+    _row(_S.CLOSED, NewJob, ALWAYS, STAY, refuse_job),
+    _row(_S.STREAMING, NewJob, stops_the_turn, _S.DRAINING, stop_streaming_and_queue),
+    _row(_S.AWAITING, NewJob, stops_the_turn, _S.DRAINING, stop_the_turn_and_queue),
+    _row(_S.ENDED, NewJob, asks_to_stop, _S.IDLE, forget_the_turn_and_queue),
+    _row(_but(_S.STREAMING, _S.AWAITING, _S.ENDED, _S.CLOSED), NewJob, asks_to_stop, STAY, forget_the_turn_and_queue),
+    _row(_LIVE, NewJob, ALWAYS, STAY, queue),
+    # The job next in line runs (only where one can be taken: TAKES_A_JOB): it starts the agent,
+    # prompts, goes on with the open turn, is told how the turn ended, or is answered at once.
+    _row(_S.NO_AGENT, NextJob, ALWAYS, _S.STARTING, start_agent),
+    _row(_S.AWAITING, NextJob, cannot_go_on, _S.DRAINING, stop_the_turn_first),
+    _row(_S.AWAITING, NextJob, ALWAYS, _S.STREAMING, go_on),
+    _row((_S.IDLE, _S.ENDED), NextJob, has_prompt, _S.STREAMING, prompt),
+    _row(_S.ENDED, NextJob, turn_failed, _S.CLOSED, tell_the_end),
+    _row(_S.ENDED, NextJob, ALWAYS, _S.IDLE, tell_the_end),
+    _row(_S.IDLE, NextJob, ALWAYS, STAY, answer_at_once),
+    _row(_but(*TAKES_A_JOB), NextJob, ALWAYS, STAY, impossible),
+    # A Stop (``$/cancelRequest``); one for a job that has ended already changes nothing.
+    _row(_S.STARTING, CancelJob, streams, STAY, cancel_the_start),
+    _row(_S.RENEWING, CancelJob, streams, STAY, cancel_the_renewal),
+    _row(_S.STREAMING, CancelJob, streams, _S.DRAINING, stop),
+    _row(_ANY, CancelJob, waits, STAY, unqueue),
+    _row(_ANY, CancelJob, ALWAYS, STAY, ignore),
+    # A start is answered; only a start is.
+    _row(_S.STARTING, Ready, failed, _S.CLOSED, die_at_start),
+    _row(_S.RENEWING, Ready, failed, _S.CLOSED, die_at_renewal),
+    _row((_S.STARTING, _S.RENEWING), Ready, ALWAYS, _S.IDLE, up),
+    _row(_S.CLOSED, Ready, ALWAYS, STAY, ignore),  # closed while starting
+    _row(_but(_S.STARTING, _S.RENEWING, _S.CLOSED), Ready, ALWAYS, STAY, impossible),
+    # The agent's traffic never changes the state.
+    _row(_S.STREAMING, Update, ALWAYS, STAY, show),
+    _row(_S.AWAITING, Update, ALWAYS, STAY, keep),
+    _row((_S.NO_AGENT, _S.IDLE, _S.ENDED), Update, ALWAYS, STAY, drop_while_idle),
+    _row((_S.STARTING, _S.RENEWING), Update, ALWAYS, STAY, drop_while_starting),
+    _row((_S.DRAINING, _S.CLOSING, _S.CLOSING_ENDED), Update, ALWAYS, STAY, drop_while_draining),
+    _row(_S.CLOSED, Update, ALWAYS, STAY, drop_after_the_close),
+    _row(_S.STREAMING, PermissionAsked, ALWAYS, STAY, route_permission),
+    _row(_S.AWAITING, PermissionAsked, ALWAYS, STAY, route_permission_for_later),
+    _row(_but(_S.STREAMING, _S.AWAITING), PermissionAsked, ALWAYS, STAY, route_permission_no_turn),
+    _row(_S.STREAMING, ToolInvoked, ALWAYS, STAY, take_tool_call),
+    _row(_S.AWAITING, ToolInvoked, ALWAYS, STAY, keep_tool_call),
+    _row(_but(_S.STREAMING, _S.AWAITING), ToolInvoked, ALWAYS, STAY, refuse_tool_call),
+    # The prompt ends; the answer to an older prompt (of a session left behind) changes nothing.
+    _row(_S.STREAMING, PromptEnded, first_after_a_cancel_failed, _S.RENEWING, renew_and_retry),
+    _row(_S.STREAMING, PromptEnded, failed, _S.CLOSED, end_the_turn),
+    _row(_S.STREAMING, PromptEnded, current, _S.IDLE, end_the_turn),
+    _row(_S.AWAITING, PromptEnded, current, _S.ENDED, hold_the_end),
+    _row(_S.DRAINING, PromptEnded, left_a_command, _S.RENEWING, close_and_take_up),
+    _row(_S.DRAINING, PromptEnded, current, _S.IDLE, drained),
+    _row(_S.CLOSING, PromptEnded, current, _S.CLOSING_ENDED, drained),
+    _row(_ANY, PromptEnded, ALWAYS, STAY, ignore),
+    # Timers; a stale one (its tag is not the current one) changes nothing.
+    _row(_S.STREAMING, TimerFired, gathered, _S.AWAITING, show_the_cards),
+    _row(_S.STARTING, TimerFired, still_starting, STAY, say_starting),
+    _row(_S.DRAINING, TimerFired, drain_deadline, _S.CLOSING, close_the_session),
+    _row(_ANY, TimerFired, ALWAYS, STAY, ignore),
+    # The session a cancelled turn outlived is closed: it is replaced.
+    _row(_S.CLOSING, SessionClosed, current, _S.RENEWING, fresh_session),
+    _row(_S.CLOSING_ENDED, SessionClosed, current, _S.RENEWING, take_up_again),
+    _row(_ANY, SessionClosed, ALWAYS, STAY, ignore),
+    # Endings; after the close, nothing more ends.
+    _row(_S.IDLE, AgentExited, nothing_waits, _S.NO_AGENT, detach),
+    _row(_LIVE, AgentExited, ALWAYS, _S.CLOSED, die),
+    _row((_S.STREAMING, _S.AWAITING), Close, ALWAYS, _S.CLOSED, cancel_and_close),
+    _row(_but(_S.STREAMING, _S.AWAITING, _S.CLOSED), Close, ALWAYS, _S.CLOSED, close),
+    _row(_S.CLOSED, AgentExited, ALWAYS, STAY, ignore),
+    _row(_S.CLOSED, Close, ALWAYS, STAY, ignore),
+)
+
+#: Every event the table answers: the actor's (``Event``) and the machine's own ``NextJob``.
+EVENTS: tuple[type, ...] = (*get_args(Event), NextJob)
+
+
+def _states_text(states: tuple[State, ...]) -> str:
+    if states == _ANY:
+        return "any"
+    if len(states) > len(State) // 2:
+        return "any but " + ", ".join(s.name for s in State if s not in states)
+    return ", ".join(s.name for s in states)
+
+
+def table_text(table: tuple[Row[Any], ...] = TABLE) -> str:
+    """The table as markdown, one line a row (docs/architecture.md prints it)."""
+    lines = ["| # | state | event | guard | next state | action |", "|---|---|---|---|---|---|"]
+    for i, row in enumerate(table, 1):
+        target = row.target.name if row.target else "(stays)"
+        lines.append(f"| {i} | {_states_text(row.states)} | {row.event.__name__} | {row.guard_name or '—'} | {target} | {row.action_name} |")
+    return "\n".join(lines) + "\n"
+
+
+def index(table: tuple[Row[Any], ...]) -> dict[tuple[State, type], tuple[Row[Any], ...]]:
+    """The rows for each (state, event) pair, in the order they are tried. Raises ``TurnError``
+    when the table is not total: a pair with no row, or whose last row has a guard (an event
+    its guards all refuse would fall through)."""
+    found: dict[tuple[State, type], list[Row[Any]]] = {}
+    for row in table:
+        for state in row.states:
+            found.setdefault((state, row.event), []).append(row)
+    for state in State:
+        for event in EVENTS:
+            rows = found.get((state, event))
+            if not rows:
+                raise TurnError(f"the turn table has no row for {event.__name__} in state {state.name}")
+            if rows[-1].guard is not None:
+                raise TurnError(f"the turn table's last row for {event.__name__} in state {state.name} has a guard: {rows[-1]}")
+    return {key: tuple(rows) for key, rows in found.items()}
+
+
+_ROWS = index(TABLE)
