@@ -69,6 +69,8 @@ from typing import Any
 from lmbridge.core import paths
 from lmbridge.core.messages import ToolResultPart
 from lmbridge.core.profiles import OTHER, AgentProfile, ToolNaming
+from lmbridge.core.text import code_block as text_code_block
+from lmbridge.core.text import inline_code
 
 # ---------------------------------------------------------------- the tools
 
@@ -1044,20 +1046,13 @@ def escape(text: str) -> str:
 def _inline(text: str) -> str:
     """Inline code that survives backticks in the value: the value whole, a line break or a tab
     in it shown ``⟨U+000A⟩``/``⟨U+0009⟩`` as ``visible`` shows the rest."""
-    text = visible(text).replace("\n", "⟨U+000A⟩").replace("\t", "⟨U+0009⟩")
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
+    return inline_code(visible(text).replace("\n", "⟨U+000A⟩").replace("\t", "⟨U+0009⟩"))
 
 
 def code_block(text: str, lang: str = "") -> str:
-    """A fenced code block whose fence is longer than any backtick run inside: the text
-    inside is shown whole, its ``UNSHOWABLE`` characters as ``visible`` shows them."""
-    text = visible(text)
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{lang}\n{text}\n{fence}"
+    """A fenced code block whose fence is longer than any backtick run inside (``text.code_block``):
+    the text inside is shown whole, its ``UNSHOWABLE`` characters as ``visible`` shows them."""
+    return text_code_block(visible(text), lang)
 
 
 def _one_line(text: str) -> str:
