@@ -67,6 +67,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lmbridge.core import paths
+from lmbridge.core.errors import INVALID_PARAMS, INVALID_REQUEST, REFUSED
 from lmbridge.core.messages import ToolResultPart
 from lmbridge.core.profiles import OTHER, AgentProfile, ToolNaming
 from lmbridge.core.text import code_block as text_code_block
@@ -160,9 +161,6 @@ def unshowable(text: str) -> list[str]:
     return sorted({f"U+{ord(c):04X}" for c in UNSHOWABLE.findall(text)})
 
 
-#: JSON-RPC 2.0 error codes.
-INVALID_REQUEST = -32600
-INVALID_PARAMS = -32602
 
 
 # ---------------------------------------------------------------- answers
@@ -754,9 +752,8 @@ def from_configuration(control_id: str, category: str | None, legacy: bool, valu
 
 #: Approved commands one turn's grants hold unused at once (the latest kept).
 MAX_GRANTED_COMMANDS = 16
-#: JSON-RPC error code of a refused ``terminal/create`` (as ``acp.terminals``' other refusals);
-#: a refused write is ``INVALID_PARAMS``, as the file requests' other refusals.
-REFUSED = -32000
+# A refused ``terminal/create`` is answered ``errors.REFUSED`` (as ``acp.terminals``' other
+# refusals); a refused write ``INVALID_PARAMS``, as the file requests' other refusals.
 
 
 @dataclass(frozen=True, slots=True)

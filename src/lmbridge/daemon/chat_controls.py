@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
 from lmbridge.acp.connection import AgentError, AgentUnavailable, Response
-from lmbridge.core import modes, permissions, present, session_state
+from lmbridge.core import errors, modes, permissions, present, session_state
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
@@ -252,7 +252,7 @@ class ChatControls:
         finally:
             try:
                 if refused is not None and prompt_id is not None:  # the turn ends in error: the chat's session with it
-                    self._send.send_nowait(Response(prompt_id, error=AgentError("session/prompt", {"code": -32000, "message": refused})))
+                    self._send.send_nowait(Response(prompt_id, error=AgentError("session/prompt", {"code": errors.AGENT_FAILED, "message": refused})))
                 else:
                     out.send_nowait(write)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):

@@ -35,7 +35,7 @@ from lmbridge.acp.client_requests import ClientRequests, session_ended
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentUnavailable, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
-from lmbridge.core import auth, permissions, present, session_state, turn
+from lmbridge.core import auth, errors, permissions, present, session_state, turn
 from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, conversation, squeezed
 from lmbridge.core.jobs import JobInfo
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
@@ -514,7 +514,7 @@ class SessionActor:
         elif rid is not None and self.client.serves(msg.method):
             self.client.handle(rid, msg.method, params, self.acp_session)
         elif rid is not None:
-            self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
+            self._respond(rid, error=errors.error(errors.METHOD_NOT_FOUND, msg.method))
         else:
             self._skip(f"agent notification {clip(repr(msg.method), 200)} ignored")
         return None
