@@ -262,7 +262,7 @@ describe('provideLanguageModelChatResponse: errors', () => {
 		const seen: Array<[unknown, string]> = [];
 		const { provider } = setup('auto', {}, { onAuthRequired: (auth, message) => seen.push([auth, message]) });
 		const message = 'Codex needs you to sign in: run "codex login" (Sign in…), or set OPENAI_API_KEY in its "env" in lmbridge.agents.';
-		const data = { reason: 'auth_required', agentId: 'fake', agentName: 'Codex', login: { command: 'codex', args: ['login'] }, env: ['OPENAI_API_KEY'], methods: [] };
+		const data = { reason: 'auth_required', agentId: 'fake', agentName: 'Codex', login: { command: 'codex', args: ['login'], env: {} }, logins: [], env: ['OPENAI_API_KEY'], methods: [] };
 		await assert.rejects(provider.provideLanguageModelChatResponse(model(), script([{ error: { code: -32000, message, data } }]), noOptions, recorder().progress, token()),
 			(e: unknown) => {
 				assert.ok(!(e instanceof LanguageModelError));
@@ -270,7 +270,7 @@ describe('provideLanguageModelChatResponse: errors', () => {
 				assert.equal((e as Error).stack, '');
 				return true;
 			});
-		assert.deepEqual(seen, [[{ ...data, login: { command: 'codex', args: ['login'] } }, message]]);
+		assert.deepEqual(seen, [[data, message]]);
 		// Another error: no hook.
 		await assert.rejects(provider.provideLanguageModelChatResponse(model(), script([{ error: { code: -32000, message: 'boom' } }]), noOptions, recorder().progress, token()));
 		assert.equal(seen.length, 1);
