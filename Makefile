@@ -82,7 +82,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(MAKE) -C vscode-shim wire-check PYTHON=../$(PY)
 
-# vscode-shim/src/wire.ts regenerated from the daemon's wire models (core/messages.py, core/outbound.py).
+# vscode-shim/src/chat/wire.ts regenerated from the daemon's wire models (core/messages.py, core/outbound.py).
 .PHONY: wire
 wire: $(STAMP)
 	$(MAKE) -C vscode-shim wire PYTHON=../$(PY)

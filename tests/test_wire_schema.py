@@ -78,13 +78,13 @@ def test_the_schema_follows_dump() -> None:
 def test_the_check_fails_when_wire_ts_differs(tmp_path: Path) -> None:
     schema = subprocess.run([sys.executable, "-m", "lmbridge.devtools.wire_schema"], capture_output=True, text=True, check=True).stdout
     check = lambda path: subprocess.run(["node", "scripts/wire.mjs", "--check", str(path)], input=schema, cwd=SHIM, capture_output=True, text=True)  # noqa: E731
-    assert check(SHIM / "src" / "wire.ts").returncode == 0, "src/wire.ts is not what the models generate: make wire"
+    assert check(SHIM / "src" / "chat" / "wire.ts").returncode == 0, "src/chat/wire.ts is not what the models generate: make wire"
     edited = tmp_path / "wire.ts"
-    edited.write_text((SHIM / "src" / "wire.ts").read_text().replace("\tchatId: string;", "\tchatId?: string;", 1))
+    edited.write_text((SHIM / "src" / "chat" / "wire.ts").read_text().replace("\tchatId: string;", "\tchatId?: string;", 1))
     failed = check(edited)
     assert failed.returncode == 1 and "make wire" in failed.stderr
     # A model changed and wire.ts not regenerated: the same failure.
     changed = json.loads(schema)
     changed["$defs"]["SessionStateParams"]["required"].remove("chatId")
-    stale = subprocess.run(["node", "scripts/wire.mjs", "--check", "src/wire.ts"], input=json.dumps(changed), cwd=SHIM, capture_output=True, text=True)
+    stale = subprocess.run(["node", "scripts/wire.mjs", "--check", "src/chat/wire.ts"], input=json.dumps(changed), cwd=SHIM, capture_output=True, text=True)
     assert stale.returncode == 1

@@ -1,7 +1,7 @@
-// src/wire.ts from the daemon's wire schema (`python -m lmbridge.devtools.wire_schema`, read on
+// src/chat/wire.ts from the daemon's wire schema (`python -m lmbridge.devtools.wire_schema`, read on
 // stdin): its types by json-schema-to-typescript, its constants (protocol version, agent-action
-// tools, methods, error codes) written here. `node scripts/wire.mjs --write src/wire.ts` writes the
-// file; `--check src/wire.ts` exits 1 when the file differs from what the schema gives
+// tools, methods, error codes) written here. `node scripts/wire.mjs --write src/chat/wire.ts` writes the
+// file; `--check src/chat/wire.ts` exits 1 when the file differs from what the schema gives
 // (`make wire`, `make wire-check`; docs/vscode-shim.md, "The wire").
 import { readFileSync, writeFileSync } from 'node:fs';
 import { compile } from 'json-schema-to-typescript';

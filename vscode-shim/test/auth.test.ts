@@ -1,9 +1,9 @@
-/** An agent that needs a sign-in (src/auth.ts): the error data, the notification, the terminal. */
+/** An agent that needs a sign-in (src/chat/auth.ts): the error data, the notification, the terminal. */
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
-import { authActions, authMessage, AuthNotifier, authRequired, chosenLogin, loginEnv, loginTerminalOptions, OPEN_AGENT_SETTINGS, SIGN_IN } from '../src/auth';
-import type { AuthRequiredData } from '../src/wire';
+import { authActions, authMessage, AuthNotifier, authRequired, chosenLogin, loginEnv, loginTerminalOptions, OPEN_AGENT_SETTINGS, SIGN_IN } from '../src/chat/auth';
+import type { AuthRequiredData } from '../src/chat/wire';
 import { MockLogOutputChannel, mock } from './vscode-mock';
 
 afterEach(() => mock.reset());

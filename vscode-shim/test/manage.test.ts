@@ -1,8 +1,8 @@
-/** The Manage ACP Agents quick pick's pure parts (src/manage.ts); the command itself is in extension.test.ts. */
+/** The Manage ACP Agents quick pick's pure parts (src/product/manage.ts); the command itself is in extension.test.ts. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { configuredIds, manageItems, presetCommandLine, presetsFromWire, sameAgents, withPreset } from '../src/manage';
-import type { AgentPreset, RegistryAgent } from '../src/wire';
+import { configuredIds, manageItems, presetCommandLine, presetsFromWire, sameAgents, withPreset } from '../src/product/manage';
+import type { AgentPreset, RegistryAgent } from '../src/chat/wire';
 
 /** A preset as the daemon sends it (agents/presets: every field, null where it has none). */
 const preset = (p: Pick<AgentPreset, 'id' | 'name'> & Partial<AgentPreset>): AgentPreset =>

@@ -1,10 +1,10 @@
-/** The provider (src/provider.ts) end to end over the fake daemon: streaming, cancellation, errors. */
+/** The provider (src/chat/provider.ts) end to end over the fake daemon: streaming, cancellation, errors. */
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
-import { ThinkingDisplay } from '../src/convert';
-import { DaemonClient } from '../src/daemon';
-import { LmBridgeProvider, ProviderHooks } from '../src/provider';
+import { ThinkingDisplay } from '../src/chat/convert';
+import { DaemonClient } from '../src/chat/daemon';
+import { LmBridgeProvider, ProviderHooks } from '../src/chat/provider';
 import { fakeClient, FakeClient, model, noOptions, recorder, script, waitFor } from './helpers';
 import {
 	CancellationTokenSource, LanguageModelChatMessage, LanguageModelDataPart, LanguageModelError, LanguageModelTextPart,

@@ -1,6 +1,6 @@
 """The one table of JSON-RPC error codes lmbridge sends or reads, on both links (the shim's
 stdio and the agents'; docs/protocol.md, "Errors"), and how their messages start. Every
-module names a code from here; the shim's ``ErrorCode`` (vscode-shim/src/wire.ts) is
+module names a code from here; the shim's ``ErrorCode`` (vscode-shim/src/chat/wire.ts) is
 generated from ``SHIM_CODES`` (``make wire``). Pure: no I/O."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 notifications, ``client/*`` requests and the data of its errors; ``core/messages.py`` has
 what the shim sends (requests' params) and the parts both send.
 
-Together they are the wire's one definition: the shim's ``vscode-shim/src/wire.ts`` is
+Together they are the wire's one definition: the shim's ``vscode-shim/src/chat/wire.ts`` is
 generated from their JSON Schema (``lmbridge.devtools.wire_schema``, ``make wire``), and
 ``make lint`` fails when the checked-in file differs. The daemon builds these shapes as
 plain dicts on its hot paths; tests/test_wire_schema.py checks that what it builds is

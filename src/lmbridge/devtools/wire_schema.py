@@ -3,7 +3,7 @@ one JSON Schema document, from the daemon's pydantic models (``core/messages.py`
 shim sends; ``core/outbound.py``, what the daemon sends) and its tables (``METHODS``,
 ``core/errors.py``, the agent-action tools of ``core/permissions.py``).
 
-vscode-shim/scripts/wire.mjs turns it into vscode-shim/src/wire.ts with json-schema-to-typescript
+vscode-shim/scripts/wire.mjs turns it into vscode-shim/src/chat/wire.ts with json-schema-to-typescript
 (``make wire``; ``make lint`` fails when the checked-in file differs). The document has:
 
 - ``$defs``: one schema per wire type, by the shim's name for it (``TS_NAMES``), each

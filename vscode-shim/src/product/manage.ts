@@ -11,7 +11,7 @@
  */
 import * as vscode from 'vscode';
 import { commandLine, Fetch, installAgent, loadFeed, registryPlatform, RegistryEntry, registryRefusal, removeOtherVersions } from './registry';
-import type { AgentPreset, AgentPresetsResult, RegistryAgent } from './wire';
+import type { AgentPreset, AgentPresetsResult, RegistryAgent } from '../chat/wire';
 
 export const OPEN_SETTINGS_ITEM = 'Open Settings';
 
