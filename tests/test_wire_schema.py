@@ -10,17 +10,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from test_auth import CLAUDE_101, CODEX
+from test_daemon import LIMIT, write_turn
 from test_presets import FEED
 from test_session_state import MODE
 
 from lmbridge.core import auth, outbound, session_state
-from lmbridge.core.messages import METHODS
+from lmbridge.core.messages import METHODS, ResponsePart, dump
 from lmbridge.core.registry import registry_agents
 from lmbridge.daemon.catalog import PRESETS, auth_hint
 from lmbridge.devtools import wire_schema
+from lmbridge.devtools.client import tool_calls, user
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIM = ROOT / "vscode-shim"
@@ -88,3 +91,21 @@ def test_the_check_fails_when_wire_ts_differs(tmp_path: Path) -> None:
     changed["$defs"]["SessionStateParams"]["required"].remove("chatId")
     stale = subprocess.run(["node", "scripts/wire.mjs", "--check", "src/chat/wire.ts"], input=json.dumps(changed), cwd=SHIM, capture_output=True, text=True)
     assert stale.returncode == 1
+
+
+@pytest.mark.anyio
+async def test_what_the_real_daemon_sends_is_its_wire_model(scripted: Any, daemon: Any) -> None:
+    """``lmbridge serve`` with a scripted agent: its results, each part it streams and a
+    permission card's input validate as the wire models, and give back what was sent."""
+    agent = scripted({"turns": [write_turn()]})
+    part = TypeAdapter(ResponsePart)
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], initialize=False) as c:
+            outbound.InitializeResult.model_validate(await c.initialize(agents=[agent.spec]))
+            outbound.ChatInformationResult.model_validate(await c.request("lm/provideLanguageModelChatInformation", {"silent": True}))
+            outbound.AgentPresetsResult.model_validate(await c.request("agents/presets"))
+            first = await c.chat(agent.id, [user("please write my notes")])
+            assert outbound.ChatResponseResult.model_validate(first.result).stopReason == "tool_calls"
+            assert first.parts and all(dump(part.validate_python(p)) == p for p in first.parts)
+            (card,) = tool_calls(first)
+            outbound.AgentActionInput.model_validate(card["input"])
