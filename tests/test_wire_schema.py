@@ -109,3 +109,13 @@ async def test_what_the_real_daemon_sends_is_its_wire_model(scripted: Any, daemo
             assert first.parts and all(dump(part.validate_python(p)) == p for p in first.parts)
             (card,) = tool_calls(first)
             outbound.AgentActionInput.model_validate(card["input"])
+
+
+@pytest.mark.anyio
+async def test_every_method_the_daemon_serves_is_in_the_wire_table() -> None:
+    """The daemon's method table names no method wire.ts's ``Method`` lacks (``debug/idle``, off by default, aside)."""
+    from lmbridge.daemon.root import Config, Server
+
+    served = set(Server(Config()).methods.table)
+    named = {method for method, _ in METHODS.values()}
+    assert served and served <= named, served - named
