@@ -73,12 +73,19 @@ chatview: $(STAMP) vsix
 chatview-first-run: $(STAMP) vsix
 	@eval "$$(tests/chatview/install.sh | sed 's/^/export /')" && CHATVIEW_FIRST_RUN=1 "$$NODE24" tests/chatview/chatview.mjs
 
-# ruff (pyflakes, pycodestyle, isort, bugbear, pyupgrade), mypy (strict on core/, rpc/, acp/) and
-# the layout's import contract (import-linter; pyproject.toml, docs/architecture.md "Layout").
+# ruff (pyflakes, pycodestyle, isort, bugbear, pyupgrade), mypy (strict on core/, rpc/, acp/),
+# the layout's import contract (import-linter; pyproject.toml, docs/architecture.md "Layout"), and
+# the shim's wire.ts as the daemon's wire models generate it (`make wire`; docs/vscode-shim.md).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(MAKE) -C vscode-shim wire-check PYTHON=../$(PY)
+
+# vscode-shim/src/chat/wire.ts regenerated from the daemon's wire models (core/messages.py, core/outbound.py).
+.PHONY: wire
+wire: $(STAMP)
+	$(MAKE) -C vscode-shim wire PYTHON=../$(PY)
 
 # pytest exits 5 when it collects no tests; that is a failure here, not a pass.
 test-python: $(STAMP) real-agent-deps

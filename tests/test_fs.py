@@ -374,7 +374,7 @@ async def test_through_the_shim_reads_the_editors_text_and_writes_by_asking_it(s
     ]]})
     asked: list[tuple[str, Any]] = []
 
-    async def serve(method: str, params: Any) -> Any:  # the VS Code extension's part (vscode-shim/src/files.ts)
+    async def serve(method: str, params: Any) -> Any:  # the VS Code extension's part (vscode-shim/src/chat/files.ts)
         asked.append((method, params))
         if method == "client/readTextFile" and params["path"].endswith("gone.txt"):
             raise RPCError({"code": -32002, "message": "Resource not found: gone.txt"})

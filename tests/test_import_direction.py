@@ -14,7 +14,7 @@ import pytest
 
 PURE = ["lmbridge.core.turn", "lmbridge.core.history", "lmbridge.core.permissions", "lmbridge.core.transcript", "lmbridge.core.messages", "lmbridge.core.profiles",
         "lmbridge.core.present", "lmbridge.core.user_message", "lmbridge.core.agent_models", "lmbridge.core.auth", "lmbridge.core.cap", "lmbridge.core.text", "lmbridge.core.jobs",
-        "lmbridge.core.notices"]  # fmt: skip
+        "lmbridge.core.notices", "lmbridge.core.errors", "lmbridge.core.outbound"]  # fmt: skip
 IO = ["lmbridge.acp.connection", "lmbridge.acp.session", "lmbridge.acp.process", "lmbridge.daemon.session_actor", "lmbridge.daemon.history_actor", "lmbridge.daemon.root",
       "lmbridge.daemon.stdio", "anyio"]
 PROBE = "import importlib, json, sys; importlib.import_module(sys.argv[1]); print(json.dumps(sorted(set(json.loads(sys.argv[2])) & set(sys.modules))))"

@@ -1,4 +1,4 @@
-"""The daemon's dependencies as the VS Code extension installs them (vscode-shim/src/bootstrap.ts):
+"""The daemon's dependencies as the VS Code extension installs them (vscode-shim/src/product/bootstrap.ts):
 ``requirements/daemon.txt``, compiled by uv from pyproject.toml (``make lock``), every package
 pinned with the sha256 of its files, and ``requirements/build.txt``, the hashed build backend
 of the one dependency published only as source. Checked against pyproject.toml here, so a

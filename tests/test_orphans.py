@@ -25,9 +25,9 @@ from typing import Any
 import anyio
 import pytest
 
-from lmbridge.acp.client_requests import SESSION_ENDED
+from lmbridge.core.errors import CLIENT_GONE
+from lmbridge.core.errors import REFUSED as SESSION_ENDED
 from lmbridge.devtools.client import text_of, user
-from lmbridge.rpc.channel import CLIENT_GONE
 from tests.conftest import alive
 from tests.test_hostile_agent import Hostile
 from tests.test_terminals import approved, ask

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from lmbridge.core import errors
 from lmbridge.core import permissions as P
 
 OPTIONS = [
@@ -70,7 +71,7 @@ def diff(path: str, new: str = "x", old: str | None = "") -> dict[str, Any]:
 EDIT = {"title": "Write", "kind": "edit", "locations": [{"path": "/w/a.txt"}], "rawInput": {"file_path": "/w/b.txt"},
         "content": [diff("/w/c.txt")]}  # fmt: skip
 NEW_TURN, STOP, CLOSED = "new prompt", "stop", "turn ended"
-OK, REFUSED, BAD = "permit", P.REFUSED, P.INVALID_PARAMS
+OK, REFUSED, BAD = "permit", errors.REFUSED, errors.INVALID_PARAMS
 
 # (row, what happened in the turn: approved cards and boundaries, the actions in order, what each gets)
 # An action is terminal/create params, a WriteFile, or CLOSED (every later action comes with no turn open).

@@ -286,7 +286,7 @@ def test_rule(table: str, value: str, ok: bool, why: str) -> None:
 
 
 def test_the_refused_variables_are_the_tables() -> None:
-    # The shim's list (vscode-shim/src/registry.ts) is checked against the same table.
+    # The shim's list (vscode-shim/src/product/registry.ts) is checked against the same table.
     assert sorted(REFUSED_ENV_NAMES) == RULES["refusedEnv"]["names"]
     assert sorted(REFUSED_ENV_PREFIXES) == RULES["refusedEnv"]["prefixes"]
 

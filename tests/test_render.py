@@ -57,6 +57,24 @@ def test_diff_preview_is_a_diff_block():
     assert "```diff" in end[0]["value"] and "-x" in end[0]["value"] and "+y" in end[0]["value"]
 
 
+@pytest.mark.parametrize(
+    ("content", "block"),
+    [
+        ({"type": "content", "content": {"type": "text", "text": "before\n```\n# not a heading\n```"}},
+         "````\nbefore\n```\n# not a heading\n```\n````"),
+        ({"type": "content", "content": {"type": "text", "text": "a ````` run"}}, "``````\na ````` run\n``````"),
+        ({"type": "diff", "path": "/a.md", "oldText": "x\n", "newText": "```\n"}, "````diff\n--- /a.md\n+++ /a.md\n@@ -1 +1 @@\n-x\n+```\n````"),
+    ],
+    ids=["output holding a fence", "output holding five backticks", "a diff adding a fence"],
+)
+def test_a_preview_holding_backticks_stays_one_code_block(content: dict, block: str) -> None:
+    """The agent's text cannot end the preview's block early: its fence is longer than any backtick run inside."""
+    r = TurnRenderer()
+    r.update({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "Run", "kind": "other", "status": "pending"})
+    end = r.update({"sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "completed", "content": [content]})
+    assert block in end[0]["value"]
+
+
 def test_update_before_create_and_duplicate_create():
     # codex asks before announcing; claude sends two tool_calls with one id (docs/agents.md).
     r = TurnRenderer()

@@ -72,7 +72,7 @@ async def test_a_workspaces_modules_never_run_in_lmbridges_processes(tmp_path: P
     with an agent that starts the MCP stdio relay: all of them run in the workspace, and
     nothing of it is imported."""
     workspace, markers = hostile_workspace(tmp_path)
-    as_the_shim = (sys.executable, "-P", "-m", "lmbridge", "serve")  # vscode-shim/src/config.ts launchSpec
+    as_the_shim = (sys.executable, "-P", "-m", "lmbridge", "serve")  # vscode-shim/src/product/config.ts launchSpec
     scratch = {"LMBRIDGE_DEMO_SCRATCH": str(tmp_path / "scratch")}
     with anyio.fail_after(LIMIT):
         async with daemon(command=as_the_shim, cwd=str(workspace), workspace=[str(workspace)], env=scratch) as c:

@@ -26,8 +26,9 @@ from structlog.testing import capture_logs
 
 from lmbridge.acp.connection import AgentConnection, AgentUnavailable
 from lmbridge.acp.process import AgentPool
+from lmbridge.core.errors import AGENT_FAILED
 from lmbridge.core.messages import PROTOCOL_VERSION, AgentSpec
-from lmbridge.daemon.methods import AGENT_FAILED, SHUTTING_DOWN
+from lmbridge.daemon.methods import SHUTTING_DOWN
 from lmbridge.daemon.root import Config, Server
 from lmbridge.daemon.session_index import SessionIndex
 from lmbridge.daemon.stdio import Stdout

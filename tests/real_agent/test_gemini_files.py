@@ -44,7 +44,7 @@ async def send(client: DaemonClient, messages: list[dict[str, Any]]) -> Call:
 
 
 class Editor:
-    """The VS Code side as vscode-shim/src/files.ts serves it: open documents with their
+    """The VS Code side as vscode-shim/src/chat/files.ts serves it: open documents with their
     (unsaved) text; a write applies to the document and saves it."""
 
     def __init__(self) -> None:

@@ -1,9 +1,9 @@
-/** An agent that needs a sign-in (src/auth.ts): the error data, the notification, the terminal. */
+/** An agent that needs a sign-in (src/chat/auth.ts): the error data, the notification, the terminal. */
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
-import { authActions, authMessage, AuthNotifier, authRequired, chosenLogin, loginEnv, loginTerminalOptions, OPEN_AGENT_SETTINGS, SIGN_IN } from '../src/auth';
-import type { AuthRequiredData } from '../src/wire';
+import { authActions, authMessage, AuthNotifier, authRequired, chosenLogin, loginEnv, loginTerminalOptions, OPEN_AGENT_SETTINGS, SIGN_IN } from '../src/chat/auth';
+import type { AuthRequiredData } from '../src/chat/wire';
 import { MockLogOutputChannel, mock } from './vscode-mock';
 
 afterEach(() => mock.reset());
@@ -12,18 +12,19 @@ const CODEX: AuthRequiredData = {
 	reason: 'auth_required', agentId: 'codex', agentName: 'Codex',
 	login: { command: 'npx', args: ['-y', '@openai/codex@0.137.0', 'login'], env: { CODEX_HOME: '/home/me/.codex' } },
 	env: ['OPENAI_API_KEY', 'CODEX_API_KEY'],
-	methods: [{ id: 'chatgpt', name: 'Log in with ChatGPT', description: 'Use your ChatGPT plan' }, { id: 'openai-api-key', name: 'OPENAI_API_KEY' }],
+	logins: [],
+	methods: [{ id: 'chatgpt', name: 'Log in with ChatGPT', description: 'Use your ChatGPT plan' }, { id: 'openai-api-key', name: 'OPENAI_API_KEY', description: null }],
 };
 const CLAUDE_ARGS = ['-y', '@agentclientprotocol/claude-agent-acp@0.101.0', '--cli', 'auth', 'login'];
 /** claude-agent-acp 0.101 lists two terminal logins (docs/agents.md, "Signing in"). */
 const CLAUDE: AuthRequiredData = {
 	reason: 'auth_required', agentId: 'claude', agentName: 'Claude Code',
-	login: { command: 'npx', args: [...CLAUDE_ARGS, '--claudeai'] },
+	login: { command: 'npx', args: [...CLAUDE_ARGS, '--claudeai'], env: {} },
 	logins: [
-		{ id: 'claude-ai-login', name: 'Claude Subscription', description: 'Use Claude subscription ', command: 'npx', args: [...CLAUDE_ARGS, '--claudeai'] },
-		{ id: 'console-login', name: 'Anthropic Console', command: 'npx', args: [...CLAUDE_ARGS, '--console'] },
+		{ id: 'claude-ai-login', name: 'Claude Subscription', description: 'Use Claude subscription ', command: 'npx', args: [...CLAUDE_ARGS, '--claudeai'], env: {} },
+		{ id: 'console-login', name: 'Anthropic Console', description: null, command: 'npx', args: [...CLAUDE_ARGS, '--console'], env: {} },
 	],
-	env: [], methods: [{ id: 'claude-ai-login', name: 'Claude Subscription' }, { id: 'console-login', name: 'Anthropic Console' }],
+	env: [], methods: [{ id: 'claude-ai-login', name: 'Claude Subscription', description: null }, { id: 'console-login', name: 'Anthropic Console', description: null }],
 };
 const MESSAGE = 'Codex needs you to sign in: run "codex login" (Sign in…), or set OPENAI_API_KEY in its "env" in lmbridge.agents.';
 
@@ -31,15 +32,15 @@ describe('authRequired', () => {
 	const rows: Array<[string, unknown, AuthRequiredData | undefined]> = [
 		['the daemon\'s data, whole', CODEX, CODEX],
 		['no login, only keys; the name defaults to the id', { reason: 'auth_required', agentId: 'gemini', login: null, env: ['GEMINI_API_KEY'] },
-			{ reason: 'auth_required', agentId: 'gemini', agentName: 'gemini', login: null, env: ['GEMINI_API_KEY'], methods: [] }],
+			{ reason: 'auth_required', agentId: 'gemini', agentName: 'gemini', login: null, logins: [], env: ['GEMINI_API_KEY'], methods: [] }],
 		['a login without a command is none', { reason: 'auth_required', agentId: 'a', login: { args: ['x'] } },
-			{ reason: 'auth_required', agentId: 'a', agentName: 'a', login: null, env: [], methods: [] }],
+			{ reason: 'auth_required', agentId: 'a', agentName: 'a', login: null, logins: [], env: [], methods: [] }],
 		['junk in the lists is left out', { reason: 'auth_required', agentId: 'a', login: { command: 'x', args: ['l', 3], env: { A: '1', B: 2 } }, env: ['K', null], methods: [{ id: 'm' }, { name: 'no id' }, 'x'] },
-			{ reason: 'auth_required', agentId: 'a', agentName: 'a', login: { command: 'x', args: ['l'], env: { A: '1' } }, env: ['K'], methods: [{ id: 'm' }] }],
+			{ reason: 'auth_required', agentId: 'a', agentName: 'a', login: { command: 'x', args: ['l'], env: { A: '1' } }, logins: [], env: ['K'], methods: [{ id: 'm', name: 'm', description: null }] }],
 		['every login, whole', CLAUDE, CLAUDE],
 		['a login without an id or a command is left out; a name defaults to the id',
 			{ reason: 'auth_required', agentId: 'a', logins: [{ id: 'x', command: 'c' }, { name: 'no id', command: 'c' }, { id: 'y' }, 7] },
-			{ reason: 'auth_required', agentId: 'a', agentName: 'a', login: null, logins: [{ id: 'x', name: 'x', command: 'c', args: [] }], env: [], methods: [] }],
+			{ reason: 'auth_required', agentId: 'a', agentName: 'a', login: null, logins: [{ id: 'x', name: 'x', description: null, command: 'c', args: [], env: {} }], env: [], methods: [] }],
 		['another reason', { reason: 'unknown_model', agentId: 'a' }, undefined],
 		['no agent id', { reason: 'auth_required' }, undefined],
 		['no data', undefined, undefined],
@@ -80,7 +81,7 @@ describe('the notification and the terminal, pure', () => {
 			name: 'Sign in: Codex', shellPath: 'npx', shellArgs: ['-y', '@openai/codex@0.137.0', 'login'], isTransient: true,
 			env: { CODEX_HOME: '/home/me/.codex' }, cwd: '/home/me',
 		});
-		assert.deepEqual(loginTerminalOptions({ ...CODEX, login: { command: 'claude', args: ['/login'] } }),
+		assert.deepEqual(loginTerminalOptions({ ...CODEX, login: { command: 'claude', args: ['/login'], env: {} } }),
 			{ name: 'Sign in: Codex', shellPath: 'claude', shellArgs: ['/login'], isTransient: true });
 		assert.equal(loginTerminalOptions({ ...CODEX, login: null }), undefined);
 	});
@@ -92,7 +93,7 @@ describe('the notification and the terminal, pure', () => {
 		assert.deepEqual(loginEnv(agentEnv), { CODEX_HOME: '/elsewhere', CLAUDE_CONFIG_DIR: '/claude', XDG_CONFIG_HOME: '/xdg', HOME: '/scratch-home', PATH: '/opt/node/bin:/usr/bin' });
 		assert.deepEqual(loginTerminalOptions(CODEX, undefined, agentEnv)?.env,
 			{ CODEX_HOME: '/home/me/.codex', CLAUDE_CONFIG_DIR: '/claude', XDG_CONFIG_HOME: '/xdg', HOME: '/scratch-home', PATH: '/opt/node/bin:/usr/bin' });
-		assert.deepEqual(loginTerminalOptions({ ...CODEX, login: { command: 'codex', args: ['login'] } }, undefined, { CODEX_HOME: '/mine', OPENAI_API_KEY: 'sk-1' })?.env,
+		assert.deepEqual(loginTerminalOptions({ ...CODEX, login: { command: 'codex', args: ['login'], env: {} } }, undefined, { CODEX_HOME: '/mine', OPENAI_API_KEY: 'sk-1' })?.env,
 			{ CODEX_HOME: '/mine' });
 	});
 });

@@ -1,4 +1,4 @@
-/** Finding or installing the daemon (src/bootstrap.ts): the decisions, and the install with a fake runner. */
+/** Finding or installing the daemon (src/product/bootstrap.ts): the decisions, and the install with a fake runner. */
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -7,9 +7,9 @@ import type * as vscode from 'vscode';
 import {
 	BUILD_REQUIREMENTS, bundledWheelName, choosePython, daemonSource, DaemonBootstrap, findOnPath, INSTALL_TITLE, MARKER, needsInstall, parsePythonVersion,
 	pythonCandidates, REQUIREMENTS, resolveCandidates, Runner, spawnRunner, staleEnvironments, venvName, venvPython, VERSION_SCRIPT, wheelStamp,
-} from '../src/bootstrap';
-import { readSettings } from '../src/config';
-import { DaemonError } from '../src/daemon';
+} from '../src/product/bootstrap';
+import { readSettings } from '../src/product/config';
+import { DaemonError } from '../src/chat/daemon';
 import { tempDir } from './helpers';
 import { MockLogOutputChannel, mock } from './vscode-mock';
 

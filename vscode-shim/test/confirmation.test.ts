@@ -1,5 +1,5 @@
 /**
- * The agent-action card (src/confirmation.ts) and the tool around it (src/tool.ts): the
+ * The agent-action card (src/chat/confirmation.ts) and the tool around it (src/chat/tool.ts): the
  * extension shows the daemon's title and message as they are, falls back to safe text
  * when one is missing, never trusts the markdown, and returns the approval token on Allow.
  */
@@ -7,9 +7,9 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describe, test } from 'node:test';
-import { confirmationOf, DEFAULT_MESSAGE, DEFAULT_TITLE } from '../src/confirmation';
-import { AgentActionTool } from '../src/tool';
-import type { AgentActionInput } from '../src/wire';
+import { confirmationOf, DEFAULT_MESSAGE, DEFAULT_TITLE } from '../src/chat/confirmation';
+import { AgentActionTool } from '../src/chat/tool';
+import type { AgentActionInput } from '../src/chat/wire';
 import { CancellationTokenSource, LanguageModelTextPart, LanguageModelToolResult, MarkdownString } from './vscode-mock';
 
 /** What the daemon sends for a command (docs/protocol.md, "Permission bridging"). */
@@ -94,7 +94,9 @@ describe('confirmationOf: the daemon\'s card, shown as it is', () => {
 describe('the extension holds no ACP knowledge', () => {
 	test('no source file reads the agent\'s request (rawInput, ACP kinds, permission options)', () => {
 		const src = path.resolve(__dirname, '../../src');
-		for (const file of fs.readdirSync(src).filter(f => f.endsWith('.ts'))) {
+		const files = (fs.readdirSync(src, { recursive: true }) as string[]).filter(f => f.endsWith('.ts'));
+		assert.ok(files.length > 15, `every source file, in src/chat and src/product too (${files.length})`);
+		for (const file of files) {
 			const text = fs.readFileSync(path.join(src, file), 'utf8');
 			for (const word of ['rawInput', 'switch_mode', 'allow_once', 'reject_once', 'optionId']) {
 				assert.ok(!text.includes(word), `${file} mentions ${word}`);

@@ -1,11 +1,11 @@
-/** The active agent chat's controls, commands and usage (src/controls.ts). */
+/** The active agent chat's controls, commands and usage (src/product/controls.ts). */
 import assert from 'node:assert/strict';
 import { beforeEach, describe, test } from 'node:test';
 import * as vscode from 'vscode';
 import {
 	ChatControls, approvalText, commandItems, controlItems, formatTokens, statusText, statusTooltip, stateFromWire, usageText,
-} from '../src/controls';
-import type { SessionStateParams } from '../src/wire';
+} from '../src/product/controls';
+import type { SessionStateParams } from '../src/chat/wire';
 import { mock } from './vscode-mock';
 
 const CLAUDE: SessionStateParams = {

@@ -1,12 +1,12 @@
-/** Table tests of every conversion in src/convert.ts: each row is one case. */
+/** Table tests of every conversion in src/chat/convert.ts: each row is one case. */
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 import {
 	BINARY_PART_TOKENS, classifyPart, errorFromRpc, estimateTokens, isInternalMimeType, messagesToWire,
 	modelInfoFromWire, optionsToWire, partToWire, promptTsxText, responsePartFromWire, roleToWire,
 	thinkingPartClass, toolResultContentToWire, ThinkingDisplay,
-} from '../src/convert';
-import type { ModelInfo, RpcError, WireInputPart, WireResponsePart } from '../src/wire';
+} from '../src/chat/convert';
+import type { ModelInfo, RpcError, WireInputPart, WireResponsePart } from '../src/chat/wire';
 import * as mockApi from './vscode-mock';
 import {
 	LanguageModelChatMessageRole, LanguageModelDataPart, LanguageModelError, LanguageModelPromptTsxPart,

@@ -1,7 +1,7 @@
-/** The daemon process (src/daemon.ts) against the fake daemon run as a real child process. */
+/** The daemon process (src/chat/daemon.ts) against the fake daemon run as a real child process. */
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
-import { DaemonClient, DaemonError, OPEN_SETTINGS, SHOW_LOGS, stderrLevel } from '../src/daemon';
+import { DaemonClient, DaemonError, OPEN_SETTINGS, SHOW_LOGS, stderrLevel } from '../src/chat/daemon';
 import { fakeClient, isAlive, waitFor } from './helpers';
 import { mock } from './vscode-mock';
 

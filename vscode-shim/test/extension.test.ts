@@ -1,17 +1,17 @@
-/** Activation, settings and commands (src/extension.ts, src/config.ts), with the fake daemon. */
+/** Activation, settings and commands (src/extension.ts, src/product/config.ts), with the fake daemon. */
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
-import { BUILD_REQUIREMENTS, REQUIREMENTS } from '../src/bootstrap';
-import { launchSpec, MACHINE_SETTINGS, parseAgents, PRESET_IDS, readSettings, workspaceMachineSettings } from '../src/config';
+import { BUILD_REQUIREMENTS, REQUIREMENTS } from '../src/product/bootstrap';
+import { launchSpec, MACHINE_SETTINGS, parseAgents, PRESET_IDS, readSettings, workspaceMachineSettings } from '../src/product/config';
 import { activate, COMMANDS, deactivate, initializeParams, LmBridgeApi, VENDOR } from '../src/extension';
-import { DEFAULT_REGISTRY_URL } from '../src/registry';
+import { DEFAULT_REGISTRY_URL } from '../src/product/registry';
 import { FAKE_DAEMON, isAlive, tempDir, waitFor } from './helpers';
 import { CancellationTokenSource, LanguageModelChatMessage, mock } from './vscode-mock';
-import { AGENT_ACTION_TOOLS } from '../src/wire';
+import { AGENT_ACTION_TOOLS } from '../src/chat/wire';
 
 const manifest = JSON.parse(fs.readFileSync(path.resolve(__dirname, '../../package.json'), 'utf8'));
 

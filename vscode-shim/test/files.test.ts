@@ -1,12 +1,12 @@
-/** client/readTextFile and client/writeTextFile (src/files.ts): the path rule on a real
+/** client/readTextFile and client/writeTextFile (src/chat/files.ts): the path rule on a real
  *  file system (symlinks, `..`), line cutting, the edit, against the mock's documents. */
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { afterEach, describe, test } from 'node:test';
-import { changedMiddle, cutLines, inside, readTextFile, resolveReal, RESOURCE_NOT_FOUND, writeTextFile } from '../src/files';
-import { RpcHandlerError } from '../src/rpc';
+import { changedMiddle, cutLines, inside, readTextFile, resolveReal, RESOURCE_NOT_FOUND, writeTextFile } from '../src/chat/files';
+import { RpcHandlerError } from '../src/chat/rpc';
 import { mock } from './vscode-mock';
 
 afterEach(() => mock.reset());

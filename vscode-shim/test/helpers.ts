@@ -7,7 +7,7 @@ import * as os from 'os';
 import * as path from 'path';
 import * as tar from 'tar';
 import * as vscode from 'vscode';
-import { DaemonClient, DaemonClientOptions } from '../src/daemon';
+import { DaemonClient, DaemonClientOptions } from '../src/chat/daemon';
 import { LanguageModelChatMessage, MockLogOutputChannel } from './vscode-mock';
 
 /** The bundled fake daemon sits beside the bundled tests. */

@@ -1,10 +1,10 @@
-/** Importing agents from VS Code's chat.agentHost.acpAgents and Zed's agent_servers (src/import.ts). */
+/** Importing agents from VS Code's chat.agentHost.acpAgents and Zed's agent_servers (src/product/import.ts). */
 import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { beforeEach, describe, test } from 'node:test';
 import * as vscode from 'vscode';
-import { candidates, fromAgentHost, fromZed, importAgents, parseJsonc, slug, zedSettingsPath } from '../src/import';
+import { candidates, fromAgentHost, fromZed, importAgents, parseJsonc, slug, zedSettingsPath } from '../src/product/import';
 import { tempDir } from './helpers';
 import { mock, MockLogOutputChannel } from './vscode-mock';
 

@@ -11,7 +11,7 @@ import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
 import { activate, deactivate, LmBridgeApi } from '../src/extension';
-import { AGENT_ACTION_TOOLS, type AgentActionInput } from '../src/wire';
+import { AGENT_ACTION_TOOLS, type AgentActionInput } from '../src/chat/wire';
 import { isAlive, recorder, tempDir, waitFor } from './helpers';
 import {
 	CancellationTokenSource, LanguageModelChatMessage, LanguageModelTextPart, LanguageModelToolCallPart,

@@ -1,8 +1,12 @@
-/** The Manage ACP Agents quick pick's pure parts (src/manage.ts); the command itself is in extension.test.ts. */
+/** The Manage ACP Agents quick pick's pure parts (src/product/manage.ts); the command itself is in extension.test.ts. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { configuredIds, manageItems, presetCommandLine, presetsFromWire, sameAgents, withPreset } from '../src/manage';
-import type { RegistryAgent } from '../src/wire';
+import { configuredIds, manageItems, presetCommandLine, presetsFromWire, sameAgents, withPreset } from '../src/product/manage';
+import type { AgentPreset, RegistryAgent } from '../src/chat/wire';
+
+/** A preset as the daemon sends it (agents/presets: every field, null where it has none). */
+const preset = (p: Pick<AgentPreset, 'id' | 'name'> & Partial<AgentPreset>): AgentPreset =>
+	({ description: null, requires: null, command: null, args: [], package: null, ...p });
 
 describe('presetsFromWire', () => {
 	test('keeps well-formed presets only', () => {
@@ -30,8 +34,8 @@ describe('withPreset', () => {
 describe('manageItems', () => {
 	test('presets, the configured marked, a separator, Open Settings', () => {
 		const items = manageItems([
-			{ id: 'claude', name: 'Claude Code', description: 'Claude Code through claude-agent-acp.', requires: 'Node.js 18+' },
-			{ id: 'gemini', name: 'Gemini CLI' },
+			preset({ id: 'claude', name: 'Claude Code', description: 'Claude Code through claude-agent-acp.', requires: 'Node.js 18+' }),
+			preset({ id: 'gemini', name: 'Gemini CLI' }),
 		], configuredIds([{ id: 'gemini' }, { id: ' x ' }, 'junk']));
 		assert.deepEqual(items.map(i => ({ label: i.label, description: i.description, detail: i.detail, presetId: i.presetId, configured: i.configured, kind: i.kind })), [
 			{ label: 'Claude Code', description: 'claude', detail: 'Claude Code through claude-agent-acp. Needs Node.js 18+.', presetId: 'claude', configured: false, kind: undefined },
@@ -41,7 +45,7 @@ describe('manageItems', () => {
 		]);
 	});
 	test('the daemon\'s descriptions become sentences', () => {
-		const [item] = manageItems([{ id: 'codex', name: 'Codex', description: 'OpenAI\'s Codex through codex-acp', requires: 'Node.js 18+ (npx)' }], new Set());
+		const [item] = manageItems([preset({ id: 'codex', name: 'Codex', description: 'OpenAI\'s Codex through codex-acp', requires: 'Node.js 18+ (npx)' })], new Set());
 		assert.equal(item.detail, 'OpenAI\'s Codex through codex-acp. Needs Node.js 18+ (npx).');
 	});
 	test('no presets: only Open Settings, with the reason', () => {
@@ -51,9 +55,9 @@ describe('manageItems', () => {
 	});
 	test('a preset and the registry entry of the same agent are one: either added marks both', () => {
 		const presets = [
-			{ id: 'claude', name: 'Claude Code', registryId: 'claude-acp' },
-			{ id: 'codex', name: 'Codex', registryId: 'codex-acp' },
-			{ id: 'gemini', name: 'Gemini CLI' },
+			preset({ id: 'claude', name: 'Claude Code', registryId: 'claude-acp' }),
+			preset({ id: 'codex', name: 'Codex', registryId: 'codex-acp' }),
+			preset({ id: 'gemini', name: 'Gemini CLI' }),
 		];
 		assert.deepEqual([...sameAgents(presets)], [['claude-acp', 'claude'], ['codex-acp', 'codex']]);
 		const agent = (id: string, name: string): RegistryAgent => ({ id, name, version: '1.0.0', description: '', distribution: 'npx', command: 'npx', args: ['-y', `${id}@1.0.0`], env: {} });
@@ -70,7 +74,7 @@ describe('manageItems', () => {
 		]);
 	});
 	test('the command line of a preset', () => {
-		assert.equal(presetCommandLine({ id: 'c', name: 'C', command: 'npx', args: ['-y', 'pkg@1'] }), 'npx -y pkg@1');
-		assert.equal(presetCommandLine({ id: 'c', name: 'C' }), '');
+		assert.equal(presetCommandLine(preset({ id: 'c', name: 'C', command: 'npx', args: ['-y', 'pkg@1'] })), 'npx -y pkg@1');
+		assert.equal(presetCommandLine(preset({ id: 'c', name: 'C' })), '');
 	});
 });

@@ -1,10 +1,10 @@
-/** The provider (src/provider.ts) end to end over the fake daemon: streaming, cancellation, errors. */
+/** The provider (src/chat/provider.ts) end to end over the fake daemon: streaming, cancellation, errors. */
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
-import { ThinkingDisplay } from '../src/convert';
-import { DaemonClient } from '../src/daemon';
-import { LmBridgeProvider, ProviderHooks } from '../src/provider';
+import { ThinkingDisplay } from '../src/chat/convert';
+import { DaemonClient } from '../src/chat/daemon';
+import { LmBridgeProvider, ProviderHooks } from '../src/chat/provider';
 import { fakeClient, FakeClient, model, noOptions, recorder, script, waitFor } from './helpers';
 import {
 	CancellationTokenSource, LanguageModelChatMessage, LanguageModelDataPart, LanguageModelError, LanguageModelTextPart,
@@ -262,7 +262,7 @@ describe('provideLanguageModelChatResponse: errors', () => {
 		const seen: Array<[unknown, string]> = [];
 		const { provider } = setup('auto', {}, { onAuthRequired: (auth, message) => seen.push([auth, message]) });
 		const message = 'Codex needs you to sign in: run "codex login" (Sign in…), or set OPENAI_API_KEY in its "env" in lmbridge.agents.';
-		const data = { reason: 'auth_required', agentId: 'fake', agentName: 'Codex', login: { command: 'codex', args: ['login'] }, env: ['OPENAI_API_KEY'], methods: [] };
+		const data = { reason: 'auth_required', agentId: 'fake', agentName: 'Codex', login: { command: 'codex', args: ['login'], env: {} }, logins: [], env: ['OPENAI_API_KEY'], methods: [] };
 		await assert.rejects(provider.provideLanguageModelChatResponse(model(), script([{ error: { code: -32000, message, data } }]), noOptions, recorder().progress, token()),
 			(e: unknown) => {
 				assert.ok(!(e instanceof LanguageModelError));
@@ -270,7 +270,7 @@ describe('provideLanguageModelChatResponse: errors', () => {
 				assert.equal((e as Error).stack, '');
 				return true;
 			});
-		assert.deepEqual(seen, [[{ ...data, login: { command: 'codex', args: ['login'] } }, message]]);
+		assert.deepEqual(seen, [[data, message]]);
 		// Another error: no hook.
 		await assert.rejects(provider.provideLanguageModelChatResponse(model(), script([{ error: { code: -32000, message: 'boom' } }]), noOptions, recorder().progress, token()));
 		assert.equal(seen.length, 1);

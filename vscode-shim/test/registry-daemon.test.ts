@@ -13,7 +13,7 @@ import * as path from 'node:path';
 import { after, test } from 'node:test';
 import type * as vscode from 'vscode';
 import { activate, COMMANDS, deactivate } from '../src/extension';
-import { registryPlatform } from '../src/registry';
+import { registryPlatform } from '../src/product/registry';
 import { recorder, serve, sha256, tarGz, tempDir, waitFor } from './helpers';
 import { CancellationTokenSource, LanguageModelChatMessage, LanguageModelTextPart, mock } from './vscode-mock';
 

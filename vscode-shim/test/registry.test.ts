@@ -1,6 +1,6 @@
 /**
- * The ACP registry's network and disk half (src/registry.ts) and the quick pick's registry
- * items (src/manage.ts), against a feed and archives served on 127.0.0.1: the feed cached and
+ * The ACP registry's network and disk half (src/product/registry.ts) and the quick pick's registry
+ * items (src/product/manage.ts), against a feed and archives served on 127.0.0.1: the feed cached and
  * used when the network fails; a binary agent downloaded, checked against its sha256 (a wrong
  * one refused), unpacked with no entry leaving its folder (link chains followed) and no more
  * than its bound written; npx and uvx entries as the daemon describes them; what a registry
@@ -14,12 +14,12 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { zipSync } from 'fflate';
-import { installedVersions, installPrompt, offerUpdates, registryFromWire, registryItems, updatesAvailable, withRegistryEntry } from '../src/manage';
+import { installedVersions, installPrompt, offerUpdates, registryFromWire, registryItems, updatesAvailable, withRegistryEntry } from '../src/product/manage';
 import {
 	archiveKind, binaryCmdAllowed, bunzip, checkUrl, commandAllowed, envRefused, feedCachePath, inside, installAgent, linkProblems, loadFeed,
 	packageAllowed, plainText, REFUSED_ENV_NAMES, REFUSED_ENV_PREFIXES, registryPlatform, registryRefusal, removeOtherVersions, UNPACK_LIMITS,
-} from '../src/registry';
-import type { RegistryAgent } from '../src/wire';
+} from '../src/product/registry';
+import type { RegistryAgent } from '../src/chat/wire';
 import { serve, sha256, tarGz, tempDir } from './helpers';
 import { MockLogOutputChannel, mock } from './vscode-mock';
 

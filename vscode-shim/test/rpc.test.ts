@@ -1,7 +1,7 @@
-/** JSON-RPC framing and routing (src/rpc.ts), fed byte by byte where it matters. */
+/** JSON-RPC framing and routing (src/chat/rpc.ts), fed byte by byte where it matters. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { counter, RpcConnection, RpcHandlerError, RpcRequestError } from '../src/rpc';
+import { counter, RpcConnection, RpcHandlerError, RpcRequestError } from '../src/chat/rpc';
 import { MockLogOutputChannel } from './vscode-mock';
 
 function connection() {

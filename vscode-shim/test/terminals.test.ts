@@ -1,10 +1,10 @@
-/** client/terminal/* (src/terminals.ts): a command the daemon runs, mirrored in a Pseudoterminal
+/** client/terminal/* (src/chat/terminals.ts): a command the daemon runs, mirrored in a Pseudoterminal
  *  the user can watch and close, against the mock's terminals. */
 import assert from 'node:assert/strict';
 import { afterEach, describe, test } from 'node:test';
 import type * as vscode from 'vscode';
-import { RpcHandlerError } from '../src/rpc';
-import { EARLY_LIMIT, exitLine, TerminalMirror, toTerminal } from '../src/terminals';
+import { RpcHandlerError } from '../src/chat/rpc';
+import { EARLY_LIMIT, exitLine, TerminalMirror, toTerminal } from '../src/chat/terminals';
 import { mock } from './vscode-mock';
 
 afterEach(() => mock.reset());

@@ -22,16 +22,16 @@ from anyio.abc import TaskGroup
 from lmbridge.acp import files as acp_files
 from lmbridge.acp import terminals as acp_terminals
 from lmbridge.acp.terminals import TerminalError, Terminals
-from lmbridge.core import paths, permissions
+from lmbridge.core import errors, paths, permissions
 from lmbridge.log import get_logger
 
 log = get_logger("session")
 
 #: JSON-RPC error code of a request the session ended before it was served, and of any other
 #: agent request left unread at its end (a server error; docs/protocol.md, "Terminals").
-SESSION_ENDED = -32000
+SESSION_ENDED = errors.REFUSED
 #: JSON-RPC error code of a ``terminal/*`` request for a session that is not this chat's.
-NOT_THIS_SESSION = -32002
+NOT_THIS_SESSION = errors.RESOURCE_NOT_FOUND
 
 
 def session_ended(method: str) -> dict[str, Any]:
@@ -134,7 +134,7 @@ class ClientRequests:
         """Answer one fs/* request."""
         try:
             if params.get("sessionId") != acp_session:
-                raise acp_files.FsError(acp_files.INVALID_PARAMS, "invalid params: sessionId is not this session's")
+                raise acp_files.FsError(errors.INVALID_PARAMS, "invalid params: sessionId is not this session's")
             if method == acp_files.READ:
                 result = await self.files.read(params)
             else:
@@ -150,7 +150,7 @@ class ClientRequests:
             return
         except Exception as exc:  # a bug here answers this request, and ends nothing else
             log.exception("file request failed", session=self.session_id, method=method)
-            self._respond(rid, error={"code": acp_files.INTERNAL_ERROR, "message": f"internal error: {exc!r}"[:500]})
+            self._respond(rid, error=errors.error(errors.INTERNAL_ERROR, f"{exc!r}"[:480]))
             return
         log.info("file request served", session=self.session_id, method=method, through="vscode" if self.files.through_vscode else "disk")
         self._respond(rid, result)
@@ -166,7 +166,7 @@ class ClientRequests:
             error = exc.error()
         except Exception as exc:  # a bug here answers this request, and ends nothing else (not the chat's session)
             log.exception("terminal request failed", session=self.session_id, method=method)
-            error = {"code": acp_files.INTERNAL_ERROR, "message": f"{method}: internal error: {exc!r}"[:500]}
+            error = {"code": errors.INTERNAL_ERROR, "message": f"{method}: {errors.message(errors.INTERNAL_ERROR, repr(exc))}"[:500]}
         try:
             self._respond(rid, result, error=error)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):

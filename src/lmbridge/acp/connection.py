@@ -33,6 +33,7 @@ import anyio
 from anyio.abc import Process
 
 from lmbridge.acp import watchdog
+from lmbridge.core import errors
 from lmbridge.core.text import clip
 from lmbridge.log import get_logger
 from lmbridge.rpc import framing, record
@@ -89,7 +90,7 @@ class AgentUnavailable(Exception):
 
 #: The answer to a request whose id cannot be written back (an object, a list, a bool):
 #: JSON-RPC 2.0 answers it with id null.
-BAD_ID_ERROR = {"code": -32600, "message": "invalid request: id must be a string or a number"}
+BAD_ID_ERROR = errors.error(errors.INVALID_REQUEST, "id must be a string or a number")
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,11 +29,9 @@ from typing import Any
 import anyio
 
 from lmbridge.core import paths
+from lmbridge.core.errors import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND
 from lmbridge.rpc.channel import ClientChannel, ClientFailed
 
-INVALID_PARAMS = -32602
-RESOURCE_NOT_FOUND = -32002  # ACP's "Resource not found"
-INTERNAL_ERROR = -32603
 #: Bytes of a file read from disk, at most (a larger one is refused, never cut silently).
 MAX_FILE = 32 * 1024 * 1024
 #: Seconds the shim may take to read or write a file.

@@ -52,7 +52,7 @@ from lmbridge.acp import files, terminals
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, EventSink, Incoming, Response
 from lmbridge.acp.session import new_session
 from lmbridge.acp.terminals import TerminalHost
-from lmbridge.core import auth, permissions, profiles, subagents
+from lmbridge.core import auth, errors, permissions, profiles, subagents
 from lmbridge.core.messages import AgentSpec
 from lmbridge.core.session_state import state_kind
 from lmbridge.log import get_logger
@@ -472,9 +472,9 @@ class AgentProcess:
         if item.method == "session/request_permission":
             self._answer(item.id, {"outcome": dict(permissions.CANCELLED)})
         elif item.method in files.METHODS or item.method in terminals.METHODS:  # served, but only for a session of this process
-            self._answer(item.id, error={"code": -32602, "message": f"invalid params: sessionId {str(sid)[:100]!r} is no open session"})
+            self._answer(item.id, error=errors.error(errors.INVALID_PARAMS, f"sessionId {str(sid)[:100]!r} is no open session"))
         else:
-            self._answer(item.id, error={"code": -32601, "message": f"method not found: {item.method}"})
+            self._answer(item.id, error=errors.error(errors.METHOD_NOT_FOUND, item.method))
 
     def _answer(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
         conn = self.conn or self._starting

@@ -42,6 +42,8 @@ import anyio
 from anyio.abc import Process, TaskGroup
 
 from lmbridge.acp import watchdog
+from lmbridge.core import errors
+from lmbridge.core.errors import INVALID_PARAMS, METHOD_NOT_FOUND, REFUSED, RESOURCE_NOT_FOUND
 from lmbridge.log import get_logger
 
 log = get_logger("terminals")
@@ -58,9 +60,7 @@ READ_SIZE = 64 * 1024
 #: Seconds the output may take to end once the command has exited.
 EXIT_GRACE = 0.5
 
-INVALID_PARAMS = -32602
-NOT_FOUND = -32002  # ACP: resource not found (an unknown terminalId)
-REFUSED = -32000
+NOT_FOUND = RESOURCE_NOT_FOUND  # an unknown terminalId
 
 
 class TerminalError(Exception):
@@ -229,7 +229,7 @@ class Terminals:
             self.terminals.pop(terminal.id, None)
             await self.stop(terminal)
             return {}
-        raise TerminalError(-32601, f"method not found: {method}")
+        raise TerminalError(METHOD_NOT_FOUND, errors.message(METHOD_NOT_FOUND, method))
 
     async def create(self, params: Mapping[str, Any]) -> dict[str, Any]:
         if self.closed:

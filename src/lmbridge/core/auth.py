@@ -39,11 +39,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lmbridge.core.errors import AUTH_REQUIRED
+
 #: The notification claude-agent-acp pushes its sign-in status with (``status``).
 STATUS_UPDATE = "_auth/status_update"
 
-#: ACP ``ErrorCode`` ``auth_required``.
-AUTH_REQUIRED = -32000
 
 #: ``_meta["api-key"].provider`` of an API key method → the variables its agent reads the
 #: key from, in its order (codex-acp 2.6 ``readApiKeyFromEnv``: ``CODEX_API_KEY``, then

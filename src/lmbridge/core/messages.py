@@ -19,6 +19,29 @@ PROTOCOL_VERSION = 1
 #: The only text VS Code puts in a tool result when the user presses Skip (docs/vscode.md, "Skip and Stop").
 VSCODE_SKIP_TEXT = "The user chose to skip the tool call, they want to proceed without running it"
 
+#: The wire's methods, by the shim's name for them (wire.ts ``Method``): the method and what
+#: it is (docs/protocol.md). One definition: wire.ts is generated from it (``make wire``).
+METHODS: dict[str, tuple[str, str]] = {
+    "initialize": ("initialize", ""),
+    "chatInformation": ("lm/provideLanguageModelChatInformation", ""),
+    "chatResponse": ("lm/provideLanguageModelChatResponse", ""),
+    "tokenCount": ("lm/provideTokenCount", ""),
+    "shutdown": ("shutdown", ""),
+    "agentPresets": ("agents/presets", 'The agents the daemon knows by id alone (`{"id": "claude"}` in lmbridge.agents).'),
+    "agentRegistry": ("agents/registry", "The agents of an ACP registry feed the shim fetched, for this platform."),
+    "responsePart": ("lm/responsePart", "Notification daemon → shim while a chat response runs."),
+    "modelsChanged": ("lm/modelsChanged", "Notification daemon → shim: the models changed (an agent's own models were learnt)."),
+    "cancelRequest": ("$/cancelRequest", "Notification shim → daemon."),
+    "sessionState": ("client/sessionState", "Notification daemon → shim: a chat's modes and options, commands and usage (when the shim says `sessionState`)."),
+    "setControl": ("chat/setControl", "Request shim → daemon: set one of a chat's controls on its live agent session."),
+    "readTextFile": ("client/readTextFile", "Request daemon → shim: a file's text as the editor has it (unsaved changes included)."),
+    "writeTextFile": ("client/writeTextFile", "Request daemon → shim: a file's new text, applied as a WorkspaceEdit and saved."),
+    "terminalOpen": ("client/terminal/open", "Request daemon → shim: mirror a command lmbridge runs for an agent in a VS Code terminal."),
+    "terminalOutput": ("client/terminal/output", "Notification daemon → shim: that command's output."),
+    "terminalExit": ("client/terminal/exit", "Notification daemon → shim: that command's end."),
+    "terminalKilled": ("$/terminalKilled", "Notification shim → daemon: the user closed (or Ctrl+C'd) that terminal: kill the command."),
+}
+
 StopReason = Literal["end_turn", "tool_calls", "cancelled", "max_tokens", "max_turn_requests", "refusal"]
 
 
@@ -90,10 +113,13 @@ InputPart = Annotated[TextPart | ThinkingPart | ToolCallPart | ToolResultPart | 
 ResponsePart = Annotated[TextPart | ThinkingPart | ToolCallPart | DataPart, Field(discriminator="type")]
 
 
+Role = Literal["user", "assistant", "system"]
+
+
 class Message(_Wire):
     """``LanguageModelChatRequestMessage``: ``{"role", "name"?, "content": [InputPart]}``."""
 
-    role: Literal["user", "assistant", "system"]
+    role: Role
     name: str | None = None
     content: list[InputPart] = Field(default_factory=list)
 

@@ -107,7 +107,7 @@ def cut_lines(text: str, line: int | None = None, limit: int | None = None) -> s
     (ACP ``fs/read_text_file``'s ``line`` and ``limit``). None: from the first / to the end."""
     if line is None and limit is None:
         return text
-    # Lines end at "\n" only (a "\r\n" line too), as the shim cuts them (vscode-shim/src/files.ts).
+    # Lines end at "\n" only (a "\r\n" line too), as the shim cuts them (vscode-shim/src/chat/files.ts).
     parts = text.split("\n")
     lines = [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
     start = max(0, (line or 1) - 1)

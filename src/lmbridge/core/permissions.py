@@ -67,8 +67,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lmbridge.core import paths
+from lmbridge.core.errors import INVALID_PARAMS, INVALID_REQUEST, REFUSED
 from lmbridge.core.messages import ToolResultPart
 from lmbridge.core.profiles import OTHER, AgentProfile, ToolNaming
+from lmbridge.core.text import code_block as text_code_block
+from lmbridge.core.text import inline_code
 
 # ---------------------------------------------------------------- the tools
 
@@ -158,9 +161,6 @@ def unshowable(text: str) -> list[str]:
     return sorted({f"U+{ord(c):04X}" for c in UNSHOWABLE.findall(text)})
 
 
-#: JSON-RPC 2.0 error codes.
-INVALID_REQUEST = -32600
-INVALID_PARAMS = -32602
 
 
 # ---------------------------------------------------------------- answers
@@ -752,9 +752,8 @@ def from_configuration(control_id: str, category: str | None, legacy: bool, valu
 
 #: Approved commands one turn's grants hold unused at once (the latest kept).
 MAX_GRANTED_COMMANDS = 16
-#: JSON-RPC error code of a refused ``terminal/create`` (as ``acp.terminals``' other refusals);
-#: a refused write is ``INVALID_PARAMS``, as the file requests' other refusals.
-REFUSED = -32000
+# A refused ``terminal/create`` is answered ``errors.REFUSED`` (as ``acp.terminals``' other
+# refusals); a refused write ``INVALID_PARAMS``, as the file requests' other refusals.
 
 
 @dataclass(frozen=True, slots=True)
@@ -1044,20 +1043,13 @@ def escape(text: str) -> str:
 def _inline(text: str) -> str:
     """Inline code that survives backticks in the value: the value whole, a line break or a tab
     in it shown ``⟨U+000A⟩``/``⟨U+0009⟩`` as ``visible`` shows the rest."""
-    text = visible(text).replace("\n", "⟨U+000A⟩").replace("\t", "⟨U+0009⟩")
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
+    return inline_code(visible(text).replace("\n", "⟨U+000A⟩").replace("\t", "⟨U+0009⟩"))
 
 
 def code_block(text: str, lang: str = "") -> str:
-    """A fenced code block whose fence is longer than any backtick run inside: the text
-    inside is shown whole, its ``UNSHOWABLE`` characters as ``visible`` shows them."""
-    text = visible(text)
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{lang}\n{text}\n{fence}"
+    """A fenced code block whose fence is longer than any backtick run inside (``text.code_block``):
+    the text inside is shown whole, its ``UNSHOWABLE`` characters as ``visible`` shows them."""
+    return text_code_block(visible(text), lang)
 
 
 def _one_line(text: str) -> str:

@@ -46,7 +46,7 @@ from pydantic import BaseModel, ValidationError
 from lmbridge.core import notices, subagents
 from lmbridge.core.live import LiveOutput, exit_line
 from lmbridge.core.profiles import OTHER, AgentProfile
-from lmbridge.core.text import clip
+from lmbridge.core.text import clip, code_block
 
 Part = dict[str, Any]
 Warn = Callable[[str], None]
@@ -483,10 +483,10 @@ def _preview(item: Any) -> str:
             # every chat for 11 s (docs/reliability.md, "Bounds"). Past the bound, say what changed instead.
             return f"_{item.path}: {len(old)} → {len(new)} lines (too long to show as a diff)_"
         diff = list(difflib.unified_diff(old, new, item.path, item.path, lineterm="", n=1))
-        return f"```diff\n{_clip(diff)}\n```"
+        return code_block(_clip(diff), "diff")
     if kind == "content":
         text = content_text(item.content)
-        return f"```\n{_clip(text.splitlines())}\n```" if text.strip() else ""
+        return code_block(_clip(text.splitlines())) if text.strip() else ""
     # A terminal's output is shown as it comes (``TurnRenderer.tool``), not here.
     return ""
 
@@ -629,7 +629,14 @@ def note(n: Note) -> Part:
 
 def session_gone(agent: str) -> str:
     """A request that came after its session ended (the error the user reads)."""
-    return f"agent {agent!r}: its session has just ended; please retry"
+    return f"agent {agent!r}: {SESSION_GONE}; please retry"
+
+
+#: The one wording of "this chat's agent session ended under it": a request's error
+#: (``session_gone``) and a control set's (``CONTROL_SESSION_GONE``).
+SESSION_GONE = "its session has just ended"
+#: A ``chat/setControl`` for a chat whose agent session ended (the error the user reads).
+CONTROL_SESSION_GONE = f"this chat's agent: {SESSION_GONE}; send a message first"
 
 
 def start_failed(agent: str, error: str, *, named: bool, renewing: bool) -> str:

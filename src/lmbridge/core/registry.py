@@ -24,7 +24,7 @@ variable is one a package manager, a loader or an interpreter reads (``REFUSED_E
 an archive URL is ``https://host/…``
 (``http://127.0.0.1…`` only) with no user name, backslash, fragment, or host that a browser
 would read as another (``URL_GRAMMAR``). The shim applies the same rules to what it installs
-(vscode-shim/src/registry.ts), and both are tested against one table
+(vscode-shim/src/product/registry.ts), and both are tested against one table
 (tests/fixtures/registry_rules.json).
 """
 

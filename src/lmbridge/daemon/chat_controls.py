@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
 from lmbridge.acp.connection import AgentError, AgentUnavailable, Response
-from lmbridge.core import modes, permissions, session_state
+from lmbridge.core import errors, modes, permissions, present, session_state
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ log = get_logger("session")
 
 #: Updates of a session being opened kept for its Ready (claude tells its commands just after session/new).
 EARLY_UPDATES = 16
-ENDED = "this chat's agent session has just ended; send a message first"
 
 Report = Callable[[str, Any, dict[str, Any]], None]  # (session id, the shim's request id or None, the state on the wire)
 
@@ -253,7 +252,7 @@ class ChatControls:
         finally:
             try:
                 if refused is not None and prompt_id is not None:  # the turn ends in error: the chat's session with it
-                    self._send.send_nowait(Response(prompt_id, error=AgentError("session/prompt", {"code": -32000, "message": refused})))
+                    self._send.send_nowait(Response(prompt_id, error=AgentError("session/prompt", {"code": errors.AGENT_FAILED, "message": refused})))
                 else:
                     out.send_nowait(write)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -282,7 +281,7 @@ class ChatControls:
             except (AgentError, AgentUnavailable) as exc:
                 self._send.send_nowait(ControlSet(request, error=f"the agent refused: {exc}" if str(exc) else "the agent refused"))
             except BaseException:  # the actor stops (its task group cancelled): never leave the caller waiting
-                request.fail(ENDED)
+                request.fail(present.CONTROL_SESSION_GONE)
                 raise
             else:
                 self._send.send_nowait(ControlSet(request, answer))

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from lmbridge import __version__
 from lmbridge.core.agent_models import model_id, of_category, select_options
+from lmbridge.core.errors import AGENT_FAILED, INVALID_PARAMS
 from lmbridge.core.messages import PROTOCOL_VERSION, CancelParams, ChatInformationParams, InitializeParams, TokenCountParams, dump
 from lmbridge.daemon.catalog import Catalog, model_info
 from lmbridge.daemon.stdio import RequestId, StdoutWriter
@@ -35,8 +36,7 @@ if TYPE_CHECKING:
 
 log = get_logger("methods")
 
-UNKNOWN_MODEL = -32602  # with data {"kind": "unknown_model"}
-AGENT_FAILED = -32000  # the agent could not start, crashed, or answered with an error
+UNKNOWN_MODEL = INVALID_PARAMS  # with data {"kind": "unknown_model"}
 SHUTTING_DOWN = "the daemon is shutting down"  # AGENT_FAILED's message for a request read before EOF
 
 #: A jsonrpcserver method: the call's context first, then the request's params by name.
@@ -102,7 +102,7 @@ def validated(model: type[P], params: Mapping[str, Any]) -> P:
 
 def invalid_params(problem: str | InvalidParams) -> Result:
     """-32602: ``problem`` (what is wrong), or an ``InvalidParams`` as it says it."""
-    return Error(-32602, problem.message if isinstance(problem, InvalidParams) else f"invalid params: {problem}")
+    return Error(INVALID_PARAMS, problem.message if isinstance(problem, InvalidParams) else f"invalid params: {problem}")
 
 
 def takes(model: type[P]) -> Callable[[Callable[[Methods, Call, P], Awaitable[Result]]], Callable[..., Awaitable[Result]]]:
@@ -216,7 +216,7 @@ class Methods:
             try:
                 answer = self._initialize(validated(InitializeParams, request.get("params", {})))
             except InvalidParams as exc:
-                answer = {"error": {"code": -32602, "message": exc.message}}
+                answer = {"error": {"code": INVALID_PARAMS, "message": exc.message}}
             self.out.send({"jsonrpc": "2.0", **answer, "id": rid})
             asyncio.get_running_loop().call_soon(warm_up)  # after the answer is written
             self._initialized()
@@ -252,7 +252,7 @@ class Methods:
         """``initialize``: ``{"result": ...}`` or ``{"error": ...}``."""
         if p.protocolVersion != PROTOCOL_VERSION:
             message = f"invalid params: unsupported protocolVersion {p.protocolVersion}; this daemon speaks {PROTOCOL_VERSION}"
-            return {"error": {"code": -32602, "message": message}}
+            return {"error": {"code": INVALID_PARAMS, "message": message}}
         self.settings.workspace = list(p.workspaceFolders)
         self.client.set_capabilities(p.clientCapabilities.model_dump())
         self.settings.verbatim = p.userTurns == "verbatim"
@@ -353,7 +353,7 @@ class Methods:
 
         actor = self.router.actor(p.chatId)
         if actor is None:
-            return Error(-32602, "that chat has no live agent session (send it a message first)")
+            return Error(INVALID_PARAMS, "that chat has no live agent session (send it a message first)")
         request = SetControl(p.controlId, p.value)
         await actor.set_control(request)
         if request.error is not None:

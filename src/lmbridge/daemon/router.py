@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from lmbridge.core import session_state
 from lmbridge.core.agent_models import split_model_id
+from lmbridge.core.errors import AGENT_FAILED
 from lmbridge.core.messages import ChatResponseParams, MessageCache
 from lmbridge.daemon.catalog import Catalog
-from lmbridge.daemon.methods import AGENT_FAILED, SHUTTING_DOWN, UNKNOWN_MODEL, Call, Error, InvalidParams, Settings, Success, invalid_params, validated
+from lmbridge.daemon.methods import SHUTTING_DOWN, UNKNOWN_MODEL, Call, Error, InvalidParams, Settings, Success, invalid_params, validated
 from lmbridge.daemon.stdio import StdoutWriter
 from lmbridge.log import get_logger
 

@@ -35,7 +35,7 @@ from lmbridge.acp.client_requests import ClientRequests, session_ended
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentUnavailable, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
-from lmbridge.core import auth, permissions, session_state, turn
+from lmbridge.core import auth, errors, permissions, present, session_state, turn
 from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, conversation, squeezed
 from lmbridge.core.jobs import JobInfo
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
@@ -43,7 +43,6 @@ from lmbridge.core.permissions import Answer
 from lmbridge.core.present import Part, Skipped, TurnRenderer
 from lmbridge.core.text import clip
 from lmbridge.core.transcript import prompt_blocks
-from lmbridge.daemon import chat_controls
 from lmbridge.daemon.catalog import auth_hint
 from lmbridge.daemon.chat_controls import ChatControls, ControlSet, SetControl
 from lmbridge.log import get_logger
@@ -328,7 +327,7 @@ class SessionActor:
         """Hand ``job`` over: the actor owns it from now on. A closed actor reads no more
         jobs: one submitted to it fails at once instead of waiting forever."""
         if self._closed:
-            job.error = f"agent {self.spec.id!r}: its session has just ended; please retry"
+            job.error = present.session_gone(self.spec.id)
             job.done.set()
             return
         self._send.send_nowait(job)
@@ -347,7 +346,7 @@ class SessionActor:
     async def set_control(self, request: SetControl) -> None:
         """Set a control on the live session (``SetControl``); returns once it is answered."""
         if self._closed:
-            request.fail("this chat's agent session has ended; send a message first")
+            request.fail(present.CONTROL_SESSION_GONE)
         else:
             self._send.send_nowait(request)
         await request.done.wait()
@@ -407,17 +406,17 @@ class SessionActor:
             except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
                 break
             if isinstance(msg, Job) and not msg.done.is_set():
-                msg.error = f"agent {self.spec.id!r}: its session has just ended; please retry"
+                msg.error = present.session_gone(self.spec.id)
                 msg.done.set()
             request = msg if isinstance(msg, SetControl) else msg.request if isinstance(msg, ControlSet) else None
             if request is not None:
-                request.fail(chat_controls.ENDED)
+                request.fail(present.CONTROL_SESSION_GONE)
             answer = _unread_answer(msg)
             if answer is not None:  # the agent's request, queued behind the close: answered, never dropped
                 self._respond(*answer)
         for job in self.jobs.values():  # a bug left it unanswered: never leave a request hanging
             if not job.done.is_set():
-                job.error = job.error or f"agent {self.spec.id!r}: its session has just ended; please retry"
+                job.error = job.error or present.session_gone(self.spec.id)
                 job.done.set()
 
     async def _handle(self, msg: Any) -> None:
@@ -515,7 +514,7 @@ class SessionActor:
         elif rid is not None and self.client.serves(msg.method):
             self.client.handle(rid, msg.method, params, self.acp_session)
         elif rid is not None:
-            self._respond(rid, error={"code": -32601, "message": f"method not found: {msg.method}"})
+            self._respond(rid, error=errors.error(errors.METHOD_NOT_FOUND, msg.method))
         else:
             self._skip(f"agent notification {clip(repr(msg.method), 200)} ignored")
         return None

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 import anyio.abc
 
+from lmbridge.core.errors import INVALID_REQUEST, PARSE_ERROR
 from lmbridge.core.text import clip
 from lmbridge.log import get_logger
 from lmbridge.rpc.framing import MAX_LINE, BadLines, Overlong
-from lmbridge.rpc.jsonrpc import INVALID_REQUEST, PARSE_ERROR, TEXT_ERRORS, Answer, Invalid, classify, encode, encode_value, error_frame
+from lmbridge.rpc.jsonrpc import TEXT_ERRORS, Answer, Invalid, classify, encode, encode_value, error_frame
 from lmbridge.rpc.peer import READ_SIZE, Peer
 
 if TYPE_CHECKING:

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from lmbridge.core.errors import CLIENT_GONE, CLIENT_TIMEOUT, INTERNAL_ERROR
 from lmbridge.rpc.peer import Outgoing
 
 #: The prefix of every id the daemon gives a request it sends the shim.
@@ -38,8 +39,6 @@ MESSAGE_LIMIT = 2000
 
 #: JSON-RPC 2.0 / lmbridge error codes of a failed ``client/*`` request, as the daemon
 #: passes them on to an agent (docs/protocol.md, "Daemon → shim").
-CLIENT_GONE = -32010  # the shim is gone, or does not serve the capability
-CLIENT_TIMEOUT = -32011  # the shim did not answer in time
 
 
 class ClientFailed(Exception):
@@ -183,11 +182,11 @@ class ShimChannel:
 def _shim_error(method: str, error: Any) -> ClientError:
     """The shim's error object as a ``ClientError`` (a malformed one still ends the request)."""
     if not isinstance(error, Mapping):
-        return ClientError(-32603, f"{method}: VS Code answered with a malformed error")
+        return ClientError(INTERNAL_ERROR, f"{method}: VS Code answered with a malformed error")
     code = error.get("code")
     message = error.get("message")
     return ClientError(
-        code if type(code) is int else -32603,
+        code if type(code) is int else INTERNAL_ERROR,
         (message if isinstance(message, str) else "error")[:MESSAGE_LIMIT],
         error.get("data"),
     )

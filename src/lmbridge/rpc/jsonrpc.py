@@ -11,14 +11,8 @@ from typing import Any
 
 from pydantic_core import from_json
 
+from lmbridge.core.errors import INVALID_REQUEST, METHOD_NOT_FOUND
 from lmbridge.core.text import clip
-
-#: JSON-RPC 2.0 "Invalid Request" (§5.1): a frame that is not a request, or whose id cannot be used.
-INVALID_REQUEST = -32600
-#: JSON-RPC 2.0 "Parse error" (§5.1): a line that is not JSON.
-PARSE_ERROR = -32700
-#: JSON-RPC 2.0 "Method not found" (§5.1).
-METHOD_NOT_FOUND = -32601
 
 
 def parse_json(data: bytes | str) -> Any:

@@ -30,10 +30,11 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
 from anyio.lowlevel import checkpoint
 
+from lmbridge.core.errors import INVALID_REQUEST
 from lmbridge.core.text import clip
 from lmbridge.rpc import framing
 from lmbridge.rpc.framing import Lines, Overlong
-from lmbridge.rpc.jsonrpc import INVALID_REQUEST, encode, parse_json, usable_id
+from lmbridge.rpc.jsonrpc import encode, parse_json, usable_id
 
 #: Bytes asked of the stream per read.
 READ_SIZE = 256 * 1024

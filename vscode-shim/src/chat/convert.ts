@@ -298,7 +298,7 @@ export function optionsToWire(options: RequestOptionsLike | undefined): WireChat
 		out.tools = options.tools.map(t => {
 			const tool: WireTool = { name: t.name, description: t.description ?? '' };
 			if (t.inputSchema !== undefined) {
-				tool.inputSchema = t.inputSchema;
+				tool.inputSchema = t.inputSchema as Record<string, unknown>;
 			}
 			return tool;
 		});

@@ -11,7 +11,7 @@
  */
 import * as vscode from 'vscode';
 import { commandLine, Fetch, installAgent, loadFeed, registryPlatform, RegistryEntry, registryRefusal, removeOtherVersions } from './registry';
-import type { AgentPreset, AgentPresetsResult, RegistryAgent } from './wire';
+import type { AgentPreset, AgentPresetsResult, RegistryAgent } from '../chat/wire';
 
 export const OPEN_SETTINGS_ITEM = 'Open Settings';
 
@@ -179,7 +179,7 @@ export function manageItems(presets: AgentPreset[], configured: Set<string>, pro
 		// The same agent installed from the registry (its registryId in lmbridge.agents).
 		const viaRegistry = !configured.has(preset.id) && preset.registryId && configured.has(preset.registryId) ? preset.registryId : undefined;
 		const isConfigured = configured.has(preset.id) || viaRegistry !== undefined;
-		const detail = [sentence(preset.description), preset.requires ? sentence(`Needs ${preset.requires}`) : ''].filter(Boolean).join(' ');
+		const detail = [sentence(preset.description ?? undefined), preset.requires ? sentence(`Needs ${preset.requires}`) : ''].filter(Boolean).join(' ');
 		const item: ManageItem = {
 			label: isConfigured ? `$(check) ${preset.name}` : preset.name,
 			description: viaRegistry ? `${preset.id} · added from the ACP registry as ${viaRegistry}` : isConfigured ? `${preset.id} · configured` : preset.id,

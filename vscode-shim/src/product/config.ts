@@ -4,10 +4,10 @@
  */
 import * as os from 'os';
 import * as path from 'path';
-import type { ThinkingDisplay } from './convert';
-import type { LaunchSpec } from './daemon';
+import type { ThinkingDisplay } from '../chat/convert';
+import type { LaunchSpec } from '../chat/daemon';
 import { DEFAULT_REGISTRY_URL } from './registry';
-import type { AgentSpec } from './wire';
+import type { AgentSpec } from '../chat/wire';
 
 export const SECTION = 'lmbridge';
 

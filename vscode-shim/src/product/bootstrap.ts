@@ -30,7 +30,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
 import { expandHome, launchSpec, Settings } from './config';
-import { DaemonError, LaunchSpec } from './daemon';
+import { DaemonError, LaunchSpec } from '../chat/daemon';
 
 export const MIN_PYTHON = [3, 11] as const;
 /** The progress notification's title; VS Code shows it as "<title>: <current step>". */

@@ -15,7 +15,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
-import type { AgentSpec } from './wire';
+import type { AgentSpec } from '../chat/wire';
 import { configuredIds } from './manage';
 
 export interface Imported {

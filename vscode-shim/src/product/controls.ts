@@ -14,7 +14,7 @@
  * The text and the items are pure functions, tested; the class is a thin owner of the state.
  */
 import * as vscode from 'vscode';
-import type { Approver, SessionStateParams, WireControl, WireUsage } from './wire';
+import type { Approver, SessionStateParams, WireControl, WireUsage } from '../chat/wire';
 
 /** What the user types to reach the agent's own command, whatever VS Code makes of `/name`. */
 export const COMMAND_ESCAPE = '//';

@@ -36,12 +36,7 @@ function loginCommand(value: unknown): LoginCommand | null {
 	if (!isObject(value) || typeof value.command !== 'string' || !value.command.trim()) {
 		return null;
 	}
-	const login: LoginCommand = { command: value.command, args: strings(value.args) };
-	const env = stringRecord(value.env);
-	if (env) {
-		login.env = env;
-	}
-	return login;
+	return { command: value.command, args: strings(value.args), env: stringRecord(value.env) ?? {} };
 }
 
 function namedLogins(value: unknown): NamedLogin[] {
@@ -53,7 +48,7 @@ function namedLogins(value: unknown): NamedLogin[] {
 		const login = loginCommand(item);
 		if (login && isObject(item) && typeof item.id === 'string' && item.id) {
 			const name = typeof item.name === 'string' && item.name.trim() ? item.name.trim() : item.id;
-			out.push({ id: item.id, name, ...(typeof item.description === 'string' && item.description ? { description: item.description } : {}), ...login });
+			out.push({ id: item.id, name, description: typeof item.description === 'string' && item.description ? item.description : null, ...login });
 		}
 	}
 	return out;
@@ -70,13 +65,13 @@ export function authRequired(error: RpcError): AuthRequiredData | undefined {
 		agentId: data.agentId,
 		agentName: typeof data.agentName === 'string' && data.agentName ? data.agentName : data.agentId,
 		login: loginCommand(data.login),
-		...(Array.isArray(data.logins) ? { logins: namedLogins(data.logins) } : {}),
+		logins: namedLogins(data.logins),
 		env: strings(data.env),
 		methods: Array.isArray(data.methods)
 			? data.methods.filter(isObject).filter(m => typeof m.id === 'string').map(m => ({
 				id: m.id as string,
-				...(typeof m.name === 'string' ? { name: m.name } : {}),
-				...(typeof m.description === 'string' ? { description: m.description } : {}),
+				name: typeof m.name === 'string' ? m.name : m.id as string,
+				description: typeof m.description === 'string' ? m.description : null,
 			}))
 			: [],
 	};

@@ -20,7 +20,7 @@ import type { ReadTextFileParams, ReadTextFileResult, WriteTextFileParams } from
 import { ErrorCode } from './wire';
 
 /** ACP's "Resource not found" (agents recognise a missing file by it). */
-export const RESOURCE_NOT_FOUND = -32002;
+export const RESOURCE_NOT_FOUND = ErrorCode.ResourceNotFound;
 
 /** `path` as the OS resolves it: each existing component's symlinks followed, `..` taken
  *  after them; a component that does not exist (a file to create) is kept as written. */

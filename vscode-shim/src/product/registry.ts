@@ -25,7 +25,7 @@ import * as path from 'path';
 import * as tar from 'tar';
 import { unzipSync } from 'fflate';
 import Bunzip from 'seek-bzip';
-import type { RegistryAgent } from './wire';
+import type { RegistryAgent } from '../chat/wire';
 
 export const DEFAULT_REGISTRY_URL = 'https://cdn.agentclientprotocol.com/registry/v1/latest/registry.json';
 
