@@ -4,13 +4,19 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_daemon import eventually, ok
+from test_terminals import approved, results
 
 from lmbridge.core import paths
+from lmbridge.devtools.client import assistant, text_of, user
 
 # A multi-root workspace: /a and /b; /a/lnk links into /b, /b/esc out of both, /c is not open.
 LINKS = {"/a/lnk": "/b/sub", "/b/esc": "/etc", "/b/up": "..", "/home/b": "/b"}
@@ -144,3 +150,135 @@ def test_working_folder_is_always_inside_a_folder(cwd: str | None) -> None:
             if absolute:
                 again = paths.working_folder(absolute, base, ["/a", "/b"], readlink)
                 assert isinstance(again, paths.Allowed) == isinstance(paths.check(absolute, ["/a", "/b"], readlink), paths.Allowed)
+
+
+# ---------------------------------------------------------------- the daemon, with the scripted agent
+
+LIMIT = 180  # seconds, each test (~2-5 s idle)
+#: An agent that takes every workspace folder (ACP ``sessionCapabilities.additionalDirectories``).
+TAKES_FOLDERS = {"agentCapabilities": {"sessionCapabilities": {"additionalDirectories": {}, "resume": {}, "close": {}}}}
+
+
+def workspace(tmp_path: Path, *names: str) -> list[str]:
+    out = []
+    for name in names:
+        (tmp_path / name).mkdir(exist_ok=True)
+        out.append(str(tmp_path / name))
+    return out
+
+
+@pytest.mark.anyio
+async def test_every_folder_beyond_the_first_goes_to_session_new_and_resume(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    """A multi-root workspace: the session opens in the first folder, the others are its
+    ``additionalDirectories``, on ``session/new`` and again when the chat's session is taken
+    up after a restart (``session/resume``), with the folders VS Code has then."""
+    a, b, c = workspace(tmp_path, "a", "b", "c")
+    agent = scripted({"initialize": TAKES_FOLDERS, "turns": [[{"text": "First."}]]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], workspace=[a, b, c]) as client:
+            first = await client.chat(agent.id, [user("one")])
+            ok(first)
+        agent.write({"initialize": TAKES_FOLDERS, "turns": [[{"text": "Second."}]]})
+        async with daemon([agent], workspace=[a, c]) as client:  # b closed meanwhile
+            ok(await client.chat(agent.id, [user("one"), assistant(first.parts), user("two")]))
+    (new,) = agent.frames("session/new")
+    assert new["params"]["cwd"] == a and new["params"]["additionalDirectories"] == [b, c]
+    (resume,) = agent.frames("session/resume")
+    assert resume["params"]["cwd"] == a and resume["params"]["additionalDirectories"] == [c]
+
+
+@pytest.mark.anyio
+async def test_an_agent_without_the_capability_gets_the_first_folder_only(scripted: Any, shared: Any, tmp_path: Path) -> None:
+    a, b = workspace(tmp_path, "a", "b")
+    agent = scripted({"initialize": {"agentCapabilities": {"sessionCapabilities": {"resume": {}}}}})
+    with anyio.fail_after(LIMIT):
+        async with shared([agent], workspace=[a, b]) as client:
+            ok(await client.chat(agent.id, [user("one")]))
+    (new,) = agent.frames("session/new")
+    assert new["params"]["cwd"] == a and "additionalDirectories" not in new["params"]
+
+
+@pytest.mark.anyio
+async def test_a_spare_opened_for_other_folders_is_not_taken(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    """The spare session is opened with the folders of its time; VS Code's folders change
+    (``$/workspaceFolders``): the next new chat opens a session of its own with the new
+    folders, the old spare is closed, and the next spare has the new folders."""
+    a, b, c = workspace(tmp_path, "a", "b", "c")
+    agent = scripted({"initialize": TAKES_FOLDERS, "turns_per_session": True, "default_turn": [{"text": "ok"}]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], workspace=[a, b], args=["--spare-session"]) as client:
+            ok(await client.chat(agent.id, [user("first chat")]))
+            await eventually(lambda: len(agent.frames("session/new")) == 2, what="the spare session")
+            first, spare = agent.frames("session/new")
+            assert first["params"]["additionalDirectories"] == spare["params"]["additionalDirectories"] == [b]
+            await client.send_frame({"jsonrpc": "2.0", "method": "$/workspaceFolders", "params": {"workspaceFolders": [a, c]}})
+            second = await client.chat(agent.id, [user("second chat")])
+            ok(second)
+            assert text_of(second) == "ok"
+            await eventually(lambda: len(agent.frames("session/new")) == 4, what="the next spare")
+            await eventually(lambda: agent.frames("session/close"), what="the old spare closed")
+    news = agent.frames("session/new")
+    prompts = agent.prompts()
+    spare_id = agent.events("session_new")[1]["sessionId"]
+    assert prompts[1]["sessionId"] != spare_id  # not the spare opened for a and b
+    assert [n["params"]["additionalDirectories"] for n in news[2:]] == [[c], [c]]  # the chat's own, then the next spare
+    assert agent.frames("session/close")[0]["params"]["sessionId"] == spare_id  # closed while the daemon ran (the rest at its end)
+
+
+@pytest.mark.anyio
+async def test_a_spare_for_the_same_folders_is_taken(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    a, b = workspace(tmp_path, "a", "b")
+    agent = scripted({"initialize": TAKES_FOLDERS, "turns_per_session": True, "default_turn": [{"text": "ok"}]})
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], workspace=[a, b], args=["--spare-session"]) as client:
+            ok(await client.chat(agent.id, [user("first chat")]))
+            await eventually(lambda: len(agent.frames("session/new")) == 2, what="the spare session")
+            await client.send_frame({"jsonrpc": "2.0", "method": "$/workspaceFolders", "params": {"workspaceFolders": [a, b]}})  # the same folders again
+            ok(await client.chat(agent.id, [user("second chat")]))
+    assert agent.prompts()[1]["sessionId"] == agent.events("session_new")[1]["sessionId"]
+
+
+@pytest.mark.anyio
+async def test_fs_and_terminal_take_any_folder_and_nothing_outside(scripted: Any, shared: Any, tmp_path: Path) -> None:
+    """``fs/read_text_file`` of a file in the second folder is served; ``terminal/create`` with
+    a cwd in the second folder runs there; a cwd outside every folder is refused (the grant
+    used, nothing started), as is a read outside."""
+    a, b = workspace(tmp_path, "a", "b")
+    (tmp_path / "b" / "notes.txt").write_text("in b\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "secret.txt").write_text("no\n")
+    where = str(tmp_path / "where")
+
+    def run_in(cwd: str) -> dict[str, Any]:
+        return {"command": sys.executable, "args": ["-c", f"import os; open({where!r} + os.path.basename(os.getcwd()), 'w')"], "cwd": cwd}
+
+    def ask(params: dict[str, Any], handle: str) -> dict[str, Any]:
+        shown = {k: v for k, v in params.items() if k in ("command", "args", "cwd")}
+        call = {"toolCallId": f"t-{handle}", "title": "run", "kind": "execute", "status": "pending", "rawInput": shown}
+        return {"permission": {"toolCall": call}, "id": handle}
+
+    outside = str(tmp_path / "out")
+    agent = scripted({"turns": [[
+        ask(run_in(b), "p1"),
+        ask(run_in(outside), "p2"),
+        {"await": ["p1", "p2"]},
+        {"client": {"method": "fs/read_text_file", "params": {"path": str(tmp_path / "b" / "notes.txt")}}, "id": "read-b"},
+        {"client": {"method": "fs/read_text_file", "params": {"path": str(tmp_path / "out" / "secret.txt")}}, "id": "read-out"},
+        {"client": {"method": "terminal/create", "params": run_in(b)}, "id": "run-b"},
+        {"client": {"method": "terminal/create", "params": run_in(outside)}, "id": "run-out"},
+        {"client_await": ["read-b", "read-out", "run-b", "run-out"]},
+        {"client": {"method": "terminal/wait_for_exit", "params": {"terminalId": "$run-b.terminalId"}}, "id": "wait"},
+        {"client_await": "wait"},
+        {"text": "done"},
+    ]]})  # fmt: skip
+    with anyio.fail_after(LIMIT):
+        async with shared([agent], workspace=[a, b]) as client:
+            history = await approved(client, agent.id, "go")
+            call = await client.chat(agent.id, history)
+            assert call.error is None
+    r = results(agent)
+    assert r["read-b"]["result"] == {"content": "in b\n"}
+    assert "outside the workspace folders" in r["read-out"]["error"]["message"]
+    assert r["run-b"]["result"]["terminalId"].startswith("term-") and r["wait"]["result"] == {"exitCode": 0, "signal": None}
+    assert r["run-out"]["error"]["code"] == -32000 and "outside the workspace folders" in r["run-out"]["error"]["message"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("where")) == ["whereb"]  # ran in b, never outside
