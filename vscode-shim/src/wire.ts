@@ -66,6 +66,7 @@ export const Method = {
 	terminalExit: 'client/terminal/exit',
 	/** Notification shim → daemon: the user closed (or Ctrl+C'd) that terminal: kill the command. */
 	terminalKilled: '$/terminalKilled',
+	workspaceFolders: '$/workspaceFolders',
 } as const;
 
 // ---------------------------------------------------------------- shapes
@@ -135,6 +136,7 @@ export type StopReason = 'end_turn' | 'tool_calls' | 'cancelled' | 'max_tokens' 
 export interface InitializeParams {
 	protocolVersion: number;
 	clientInfo?: { name: string; version: string };
+	/** Every workspace folder on disk, in VS Code's order: agents run in the first, and are given the others (ACP `additionalDirectories`) where they take them. */
 	workspaceFolders?: string[];
 	agents?: AgentSpec[];
 	/** What the agent gets of a Copilot-rendered user turn: the user's words (default) or the text as it came. */
