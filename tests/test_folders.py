@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from test_daemon import eventually, ok
 from test_terminals import approved, results
 
-from lmbridge.core import paths
+from lmbridge.core import paths, permissions
 from lmbridge.devtools.client import assistant, text_of, user
 
 # A multi-root workspace: /a and /b; /a/lnk links into /b, /b/esc out of both, /c is not open.
@@ -150,6 +150,43 @@ def test_working_folder_is_always_inside_a_folder(cwd: str | None) -> None:
             if absolute:
                 again = paths.working_folder(absolute, base, ["/a", "/b"], readlink)
                 assert isinstance(again, paths.Allowed) == isinstance(paths.check(absolute, ["/a", "/b"], readlink), paths.Allowed)
+
+
+# ---------------------------------------------------------------- the card says which folder
+
+TWO = permissions.Workspace(("/a", "/b"), resolve=lambda p: real if (real := paths.resolve(p, readlink)) and paths.holder(real, ("/a", "/b")) else None)
+
+
+@pytest.mark.parametrize(
+    ("files", "cwd", "workspace", "expected"),
+    [
+        (["/b/x.py"], None, TWO, ("/b",)),
+        (["/a/x.py", "/b/y.py", "/a/z.py"], None, TWO, ("/a", "/b")),  # each once, in order
+        (["/a/lnk/x.py"], None, TWO, ("/b",)),  # where the link leads: what is touched
+        (["/c/x.py"], None, TWO, (permissions.OUTSIDE,)),
+        (["/b/esc/passwd"], None, TWO, (permissions.OUTSIDE,)),
+        ([], "/b/sub", TWO, ("/b",)),  # a command's cwd
+        ([], "sub", TWO, ("/a",)),  # relative: from the first folder
+        ([], "../b", TWO, ("/b",)),
+        ([], None, TWO, ()),  # no cwd: where the agent's tool is, not said
+        (["/b/x.py"], None, permissions.Workspace(("/b",), resolve=lambda p: p), ()),  # one folder: every card is in it
+    ],
+)
+def test_folders_of(files: list[str], cwd: str | None, workspace: permissions.Workspace, expected: tuple[str, ...]) -> None:
+    command = permissions.Command("make", cwd) if cwd is not None else None
+    assert permissions.folders_of(files, command, workspace) == expected
+
+
+def test_the_card_names_the_folder() -> None:
+    params = {
+        "toolCall": {"toolCallId": "t1", "title": "Edit y.py", "kind": "edit", "content": [{"type": "diff", "path": "/b/y.py", "oldText": "a", "newText": "b"}]},
+        "options": [{"optionId": "ok", "name": "Yes", "kind": "allow_once"}, {"optionId": "no", "name": "No", "kind": "reject_once"}],
+    }
+    request = permissions.read(params, "c1", "tok", workspace=TWO)
+    assert isinstance(request, permissions.Permission) and request.folders == ("/b",)
+    assert "**Workspace folder**: `/b`" in permissions.render(request).message
+    alone = permissions.read(params, "c1", "tok", workspace=permissions.Workspace(("/b",), resolve=lambda p: p))
+    assert isinstance(alone, permissions.Permission) and "Workspace folder" not in permissions.render(alone).message
 
 
 # ---------------------------------------------------------------- the daemon, with the scripted agent
