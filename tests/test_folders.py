@@ -319,3 +319,30 @@ async def test_fs_and_terminal_take_any_folder_and_nothing_outside(scripted: Any
     assert r["run-b"]["result"]["terminalId"].startswith("term-") and r["wait"]["result"] == {"exitCode": 0, "signal": None}
     assert r["run-out"]["error"]["code"] == -32000 and "outside the workspace folders" in r["run-out"]["error"]["message"]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("where")) == ["whereb"]  # ran in b, never outside
+
+
+@pytest.mark.anyio
+async def test_a_folder_removed_is_out_of_reach_and_a_bad_notice_changes_nothing(scripted: Any, shared: Any, tmp_path: Path) -> None:
+    """``$/workspaceFolders`` without the second folder: a read there is refused and the next
+    session is given no other folder; a notice of another shape is ignored (the folders stay)."""
+    a, b = workspace(tmp_path, "a", "b")
+    (tmp_path / "a" / "x.txt").write_text("in a\n")
+    (tmp_path / "b" / "y.txt").write_text("in b\n")
+    agent = scripted({"initialize": TAKES_FOLDERS, "turns": [[
+        {"client": {"method": "fs/read_text_file", "params": {"path": str(tmp_path / "a" / "x.txt")}}, "id": "read-a"},
+        {"client": {"method": "fs/read_text_file", "params": {"path": str(tmp_path / "b" / "y.txt")}}, "id": "read-b"},
+        {"client_await": ["read-a", "read-b"]},
+        {"text": "read"},
+    ]]})  # fmt: skip
+    with anyio.fail_after(LIMIT):
+        async with shared([agent], workspace=[a, b]) as client:
+            notice = {"jsonrpc": "2.0", "method": "$/workspaceFolders"}
+            await client.send_frame({**notice, "params": {"workspaceFolders": [a]}})
+            for bad in ({"workspaceFolders": a}, {"workspaceFolders": [a, b, 7]}, {"folders": [a, b]}, {"workspaceFolders": [a, b], "more": 1}):
+                await client.send_frame({**notice, "params": bad})
+            ok(await client.chat(agent.id, [user("read both")]))
+    r = results(agent)
+    assert r["read-a"]["result"] == {"content": "in a\n"}
+    assert "outside the workspace folders" in r["read-b"]["error"]["message"]
+    (new,) = agent.frames("session/new")
+    assert new["params"]["cwd"] == a and "additionalDirectories" not in new["params"]
