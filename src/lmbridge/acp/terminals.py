@@ -263,7 +263,8 @@ class Terminals:
             raise TerminalError(INVALID_PARAMS, "terminal/create: a command, argument, cwd or environment variable cannot hold NUL")
         if any(not name or "=" in name for name in env):
             raise TerminalError(INVALID_PARAMS, "terminal/create: an environment variable's name must be non-empty and hold no '='")
-        inside = paths.working_folder(cwd, self.cwd, self.folders(), files.readlink)
+        # No folder known: where the session runs, as for files (the daemon's cwd without any).
+        inside = paths.working_folder(cwd, self.cwd, list(self.folders()) or [self.cwd], files.readlink)
         if isinstance(inside, paths.Refused):
             raise TerminalError(REFUSED, inside.message[:1000])
         where = inside.real
