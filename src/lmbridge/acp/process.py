@@ -29,8 +29,9 @@ does not wait for ``session/new``. It is opened with its own VS Code tools endpo
 serves from the start the tools the last new chat offered (agents list them once, at
 session start) and runs none until a chat adopts it; a chat offering the same tools
 (``mcp_bridge.same_tools``) adopts it, one offering others gets a fresh session and the
-spare is closed; so is a spare given other workspace folders (``additionalDirectories``) than
-a session opened now would get (the folders changed since). The chat that takes it, or opens a fresh one, asks for the next.
+spare is closed; so is a spare given other workspace folders (``additionalDirectories``)
+than a session opened now would get (the folders changed since). The chat that takes it, or
+opens a fresh one, asks for the next.
 """
 
 from __future__ import annotations
