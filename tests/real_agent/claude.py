@@ -121,11 +121,12 @@ def claude_agent_launch(home: Path, base_url: str) -> tuple[list[str], dict[str,
 
 
 @asynccontextmanager
-async def claude_bridge(tmp_path: Path, base_url: str, *args: str) -> AsyncIterator[Any]:
+async def claude_bridge(tmp_path: Path, base_url: str, *args: str, workspace: list[str] | None = None) -> AsyncIterator[Any]:
     """``lmbridge serve *args`` (an initialized ``lmbridge.devtools.client.DaemonClient``) with claude as
     model ``claude`` against ``base_url``. Its state folder, claude's HOME and its stderr
     (``daemon.stderr``) live in ``tmp_path``: a second bridge on the same ``tmp_path`` is VS
-    Code reloaded. The daemon passes its environment on to agents: IS_SANDBOX is not in it."""
+    Code reloaded. The daemon passes its environment on to agents: IS_SANDBOX is not in it.
+    ``workspace``: the workspace folders (default ``tmp_path`` alone)."""
     from lmbridge.devtools.client import DaemonClient
 
     node, entry = claude_agent_command()
@@ -133,6 +134,6 @@ async def claude_bridge(tmp_path: Path, base_url: str, *args: str) -> AsyncItera
     env = agent_environ({"LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(tmp_path / "state")})
     with open(tmp_path / "daemon.stderr", "ab") as stderr:
         async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
-            await client.initialize(workspace=[str(tmp_path)], agents=[spec])
+            await client.initialize(workspace=workspace or [str(tmp_path)], agents=[spec])
             yield client
             await client.close(timeout=60)  # EOF: the daemon stops the agent, ~1-3 s idle (4.5 s loaded)

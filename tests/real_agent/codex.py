@@ -125,10 +125,11 @@ def codex_agent_launch(home: Path, base_url: str, *, logged_in: bool = True) -> 
 
 
 @asynccontextmanager
-async def codex_bridge(tmp_path: Path, base_url: str, *args: str, logged_in: bool = True) -> AsyncIterator[Any]:
+async def codex_bridge(tmp_path: Path, base_url: str, *args: str, logged_in: bool = True, more_folders: tuple[str, ...] = ()) -> AsyncIterator[Any]:
     """``lmbridge serve *args`` (an initialized ``lmbridge.devtools.client.DaemonClient``) with codex as
     model ``codex`` against ``base_url``. Its state folder, codex's HOME and the daemon's
-    stderr (``daemon.stderr``) live in ``tmp_path``; the workspace is ``tmp_path/work``."""
+    stderr (``daemon.stderr``) live in ``tmp_path``; the workspace is ``tmp_path/work``, then
+    ``more_folders`` (a multi-root workspace)."""
     from lmbridge.devtools.client import DaemonClient
 
     (tmp_path / "work").mkdir(exist_ok=True)
@@ -142,6 +143,6 @@ async def codex_bridge(tmp_path: Path, base_url: str, *args: str, logged_in: boo
     env = codex_environ({"LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(tmp_path / "state")})
     with open(tmp_path / "daemon.stderr", "ab") as stderr:
         async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
-            await client.initialize(workspace=[str(tmp_path / "work")], agents=[spec])
+            await client.initialize(workspace=[str(tmp_path / "work"), *more_folders], agents=[spec])
             yield client
             await client.close(timeout=60)  # EOF: the daemon stops the agent, ~1-3 s idle (4.5 s loaded)

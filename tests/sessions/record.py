@@ -68,10 +68,11 @@ def venv_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 @asynccontextmanager
 async def recording(
     path: Path, agents: list[dict[str, Any]], env: dict[str, str] | None = None, scratch: Path | None = None,
-    serve: Callable[[str, Any], Awaitable[Any]] | None = None,
+    serve: Callable[[str, Any], Awaitable[Any]] | None = None, more_folders: tuple[str, ...] = (),
 ) -> AsyncIterator[Run]:
     """``serve``: the client answers the daemon's ``client/*`` requests with it (and says
-    ``clientCapabilities.fs``), as the VS Code extension does."""
+    ``clientCapabilities.fs``), as the VS Code extension does. ``more_folders``: workspace
+    folders after the scratch one (a multi-root workspace)."""
     scratch = scratch or Path(tempfile.mkdtemp(prefix="lmbridge-rec-"))
     workspace = scratch / "ws"
     workspace.mkdir(exist_ok=True)
@@ -79,7 +80,7 @@ async def recording(
     async with DaemonClient.spawn(command, env=env or venv_env(), stderr=sys.stderr) as client:
         client.on_request = serve
         capabilities = {"fs": True} if serve is not None else None
-        await client.initialize(workspace=[str(workspace)], agents=agents, client_name="record-sessions", capabilities=capabilities)
+        await client.initialize(workspace=[str(workspace), *more_folders], agents=agents, client_name="record-sessions", capabilities=capabilities)
         yield Run(client, scratch, workspace)
     shutil.rmtree(scratch, ignore_errors=True)
 
@@ -253,7 +254,9 @@ async def scripted_terminal(path: Path) -> None:
     output streams into the answer as one block, its exit code after it."""
     scratch = Path(tempfile.mkdtemp(prefix="lmbridge-rec-"))
     scenario = scratch / "scenario.json"
-    run = {"command": "/bin/sh", "args": ["-c", "echo one; echo two; echo three; exit 3"], "cwd": "/"}  # a cwd that replays anywhere
+    # A command runs only in a workspace folder; the scratch one is gone when the recording is
+    # replayed, so a second folder that is there on any Linux machine: /tmp (its card names it).
+    run = {"command": "/bin/sh", "args": ["-c", "echo one; echo two; echo three; exit 3"], "cwd": "/tmp"}
     turn = [
         {"tool_call": {"toolCallId": "t1", "title": "Count to three", "kind": "execute", "status": "in_progress"}},
         {"ask": {"toolCall": {"toolCallId": "t1", "kind": "execute", "status": "pending", "rawInput": run}}, "id": "p1"},
@@ -270,7 +273,7 @@ async def scripted_terminal(path: Path) -> None:
     ]
     scenario.write_text(json.dumps({"turns": [turn]}))
     spec = {"id": "termy", "command": sys.executable, "args": [str(SCRIPTED_AGENT), str(scenario)]}
-    async with recording(path, [spec], scratch=scratch) as rec:
+    async with recording(path, [spec], scratch=scratch, more_folders=("/tmp",)) as rec:
         first = await chat(rec, "termy", [user("Count to three.")], "tool_calls")
         [card] = tool_calls(first)
         call = await chat(rec, "termy", [user("Count to three."), assistant(first.parts), approve(card)], "end_turn")

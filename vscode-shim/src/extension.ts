@@ -12,7 +12,7 @@ import { DAEMON_SETTINGS, readSettings, SECTION, Settings, workspaceMachineSetti
 import { DaemonClient, DaemonClientOptions } from './chat/daemon';
 import { ChatControls } from './product/controls';
 import { importAgents } from './product/import';
-import { readTextFile, writeTextFile } from './chat/files';
+import { folderPaths, readTextFile, writeTextFile } from './chat/files';
 import { manageAgents, ManageDeps, offerUpdates } from './product/manage';
 import { LmBridgeProvider } from './chat/provider';
 import type { Fetch } from './product/registry';
@@ -60,9 +60,7 @@ function daemonCwd(): string | undefined {
 }
 
 export function initializeParams(version: string, current: Settings = settings()): InitializeParams {
-	const folders = (vscode.workspace.workspaceFolders ?? [])
-		.filter(f => f.uri.scheme === 'file')
-		.map(f => f.uri.fsPath);
+	const folders = folderPaths();
 	const params: InitializeParams = {
 		protocolVersion: PROTOCOL_VERSION,
 		clientInfo: { name: 'lmbridge-vscode', version },
@@ -180,6 +178,9 @@ export function activate(context: vscode.ExtensionContext, overrides: ActivateOv
 			await daemon.restart('restart requested');
 			provider.modelsChanged();
 		}),
+		// A folder added to or removed from the workspace: the daemon's file and terminal rule and
+		// the sessions it opens from now on take the new folders (docs/protocol.md).
+		vscode.workspace.onDidChangeWorkspaceFolders(() => daemon.notify(Method.workspaceFolders, { workspaceFolders: folderPaths() })),
 		vscode.workspace.onDidChangeConfiguration(async event => {
 			if (!DAEMON_SETTINGS.some(key => event.affectsConfiguration(key))) {
 				return;

@@ -8,9 +8,10 @@ import type * as vscode from 'vscode';
 import { BUILD_REQUIREMENTS, REQUIREMENTS } from '../src/product/bootstrap';
 import { launchSpec, MACHINE_SETTINGS, parseAgents, PRESET_IDS, readSettings, workspaceMachineSettings } from '../src/product/config';
 import { activate, COMMANDS, deactivate, initializeParams, LmBridgeApi, VENDOR } from '../src/extension';
+import { folderPaths } from '../src/chat/files';
 import { DEFAULT_REGISTRY_URL } from '../src/product/registry';
 import { FAKE_DAEMON, isAlive, tempDir, waitFor } from './helpers';
-import { CancellationTokenSource, LanguageModelChatMessage, mock } from './vscode-mock';
+import { CancellationTokenSource, LanguageModelChatMessage, mock, Uri } from './vscode-mock';
 import { AGENT_ACTION_TOOLS } from '../src/chat/wire';
 
 const manifest = JSON.parse(fs.readFileSync(path.resolve(__dirname, '../../package.json'), 'utf8'));
@@ -271,6 +272,26 @@ describe('activate', () => {
 			userTurns: 'request',
 			clientCapabilities: { fs: true, terminal: true, sessionState: true },
 		});
+	});
+
+	test('a multi-root workspace: every folder on disk in VS Code\'s order, and a change reaches the running daemon', async () => {
+		const [a, b, c] = [tempDir('a-'), tempDir('b-'), tempDir('c-')];
+		mock.setWorkspaceFolders([a]);
+		mock.changeWorkspaceFolders([{ uri: Uri.file(a) }, { uri: Uri.parse('vscode-remote://ssh/home/me/x') }, { uri: Uri.file(b) }]);
+		const { api, record } = start();
+		mock.changeWorkspaceFolders([{ uri: Uri.file(a) }, { uri: Uri.file(b) }]); // no daemon yet: nothing to tell, nothing started
+		assert.equal(api.daemon.pid, undefined);
+		await api.provider.provideLanguageModelChatInformation({ silent: true }, token());
+		assert.deepEqual(frames(record)[0].params.workspaceFolders, [a, b], 'the remote folder is none: the daemon cannot read it');
+		mock.changeWorkspaceFolders([{ uri: Uri.file(a) }, { uri: Uri.file(c) }, { uri: Uri.file(b) }]);
+		await waitFor(() => frames(record).some(f => f.method === '$/workspaceFolders'), 5000, '$/workspaceFolders');
+		const told = frames(record).filter(f => f.method === '$/workspaceFolders');
+		assert.deepEqual(told.map(f => [f.id, f.params]), [[undefined, { workspaceFolders: [a, c, b] }]], 'one notification, every folder in order');
+	});
+
+	test('folderPaths: file folders only, in order', () => {
+		assert.deepEqual(folderPaths(undefined), []);
+		assert.deepEqual(folderPaths([{ uri: Uri.file('/w/a') }, { uri: Uri.parse('vscode-vfs://github/x') }, { uri: Uri.file('/w/b') }]), ['/w/a', '/w/b']);
 	});
 
 	test('the six agent-action tools are all registered, to one implementation', () => {

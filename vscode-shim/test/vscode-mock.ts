@@ -169,7 +169,7 @@ export class Uri {
 		return new Uri('file', path);
 	}
 	static parse(value: string): Uri {
-		const m = /^(\w+):(.*)$/.exec(value);
+		const m = /^([A-Za-z][\w+.-]*):(.*)$/.exec(value); // a scheme: letters, digits, + - .
 		return new Uri(m?.[1] ?? 'file', m?.[2] ?? value);
 	}
 	toString(): string {
@@ -303,6 +303,7 @@ export interface MockTerminal { options: Record<string, unknown>; shown: number;
 const state = {
 	config: {} as Record<string, unknown>,
 	configListeners: new EventEmitter<{ affectsConfiguration(section: string): boolean }>(),
+	folderListeners: new EventEmitter<{ added: unknown[]; removed: unknown[] }>(),
 	errorMessages: [] as ErrorMessage[],
 	/** Which button the fake user clicks on an error message. */
 	errorResponse: undefined as ((m: ErrorMessage) => string | undefined) | undefined,
@@ -358,6 +359,7 @@ export const workspace = {
 		};
 	},
 	onDidChangeConfiguration: state.configListeners.event,
+	onDidChangeWorkspaceFolders: state.folderListeners.event,
 	get workspaceFolders() {
 		return state.workspaceFolders;
 	},
@@ -485,6 +487,11 @@ export const mock = {
 	},
 	setWorkspaceFolders(paths: string[] | undefined): void {
 		state.workspaceFolders = paths?.map((p, index) => ({ uri: Uri.file(p), name: p, index }));
+	},
+	/** Folders changed while the window is open (a multi-root workspace): `onDidChangeWorkspaceFolders` fires. */
+	changeWorkspaceFolders(folders: Array<{ uri: Uri }>): void {
+		state.workspaceFolders = folders.map((f, index) => ({ uri: f.uri, name: f.uri.fsPath, index }));
+		state.folderListeners.fire({ added: [], removed: [] });
 	},
 	/** Opens a document as an editor would, with `text` unsaved when given. */
 	openDocument(path: string, text?: string): MockTextDocument {

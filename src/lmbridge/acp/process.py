@@ -32,7 +32,9 @@ does not wait for ``session/new``. It is opened with its own VS Code tools endpo
 serves from the start the tools the last new chat offered (agents list them once, at
 session start) and runs none until a chat adopts it; a chat offering the same tools
 (``mcp_bridge.same_tools``) adopts it, one offering others gets a fresh session and the
-spare is closed. The chat that takes it, or opens a fresh one, asks for the next.
+spare is closed; so is a spare given other workspace folders (``additionalDirectories``)
+than a session opened now would get (the folders changed since). The chat that takes it, or
+opens a fresh one, asks for the next.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from lmbridge.acp import files, terminals
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, EventSink, Incoming, Response
 from lmbridge.acp.session import new_session
 from lmbridge.acp.terminals import TerminalHost
-from lmbridge.core import auth, errors, permissions, profiles, subagents
+from lmbridge.core import auth, errors, paths, permissions, profiles, subagents
 from lmbridge.core.messages import AgentSpec
 from lmbridge.core.session_state import state_kind
 from lmbridge.log import get_logger
@@ -116,6 +118,8 @@ class AgentFeatures:
     load: bool = False  # loadSession: session/load
     resume: bool = False  # sessionCapabilities.resume: session/resume
     close: bool = False  # sessionCapabilities.close: session/close
+    # sessionCapabilities.additionalDirectories: session/new, resume and load take every workspace folder
+    additional_directories: bool = False
     auth_methods: tuple[auth.Method, ...] = ()  # authMethods, read by auth.methods
     # Which agent it is, by agentInfo.name (acp.profiles): its quirks as named flags.
     profile: profiles.AgentProfile = profiles.OTHER
@@ -132,6 +136,7 @@ class AgentFeatures:
             load=caps.get("loadSession") is True,
             resume=isinstance(sessions.get("resume"), dict),
             close=isinstance(sessions.get("close"), dict),
+            additional_directories=isinstance(sessions.get("additionalDirectories"), dict),
             auth_methods=auth.methods(methods) if isinstance(methods, list) else (),
             profile=profiles.profile_of(_object(init.get("agentInfo")).get("name")),
         )
@@ -167,6 +172,7 @@ class Spare:
     # what a session/new of its own would have answered (acp.session.AcpSession.open).
     answer: dict[str, Any] = field(default_factory=dict)
     tools: list[Any] = field(default_factory=list)  # the wire.ToolInfos its endpoint serves from the start
+    additional: tuple[str, ...] = ()  # the additionalDirectories it was opened with (``AgentProcess.additional``)
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,7 @@ class AgentProcess:
         self._preparing = False
         self._spare_done = anyio.Event()  # set when the spare being opened is ready (or failed)
         self._preparing_tools: list[Any] = []  # the tools the spare being opened offers
+        self._preparing_additional: tuple[str, ...] = ()  # the additionalDirectories it is opened with
         self.spare_tools: list[Any] = []  # the tools the last new chat offered (wire.ToolInfo): the next spare's
         self.stale = False  # said it needs a login: restarted once nobody uses it (retire)
         self.auth_status: auth.Status | None = None  # what its last _auth/status_update said
@@ -338,22 +345,37 @@ class AgentProcess:
 
     # -- the spare session ------------------------------------------------------------
 
+    def additional(self) -> tuple[str, ...]:
+        """The ``additionalDirectories`` a session opened now is given: every workspace folder
+        but the process's cwd (``paths.additional_directories``), where the agent offered
+        ``sessionCapabilities.additionalDirectories``; else none (docs/agents.md, "Every
+        workspace folder")."""
+        if not self.caps.additional_directories:
+            return ()
+        return paths.additional_directories(self.pool.folders(), self.cwd)
+
     async def take_spare(self, tools: Sequence[Any] = ()) -> Spare | None:
         """The spare session for a new chat offering ``tools`` (``wire.ToolInfo``s, as the
         chat's tools endpoint would serve them): the one ready, or the one being opened
         (waited for: it is further along than a session/new started now), when it was
         opened with the same tools (``mcp_bridge.same_tools``): agents list an MCP server's
-        tools once, at session start. A spare with other tools is closed and None returned
-        (the chat opens a fresh session). ``tools`` are kept for the next spare, which is
-        prepared at once."""
+        tools once, at session start; and with the workspace folders a session opened now
+        gets (``additional``): a spare opened before the folders changed has others. A spare
+        that differs is closed and None returned (the chat opens a fresh session). ``tools``
+        are kept for the next spare, which is prepared at once."""
         from lmbridge.tools.mcp_bridge import same_tools
 
         self.spare_tools = list(tools)
-        if self.spare is None and self._preparing and same_tools(self._preparing_tools, self.spare_tools):
+        additional = self.additional()
+        if self.spare is None and self._preparing and same_tools(self._preparing_tools, self.spare_tools) and self._preparing_additional == additional:
             await self._spare_done.wait()
         spare, self.spare = self.spare, None
         if spare is not None and not same_tools(spare.tools, self.spare_tools):
             log.info("spare session not taken: other tools", agent=self.spec.id, acp_session=spare.session_id)
+            self._close_spare(spare)
+            spare = None
+        if spare is not None and spare.additional != additional:
+            log.info("spare session not taken: other workspace folders", agent=self.spec.id, acp_session=spare.session_id)
             self._close_spare(spare)
             spare = None
         if spare is not None:
@@ -367,9 +389,10 @@ class AgentProcess:
         if self.pool.spares and self.running and self.caps.profile.keeps_spare and self.spare is None and not self._preparing and self.pool.open:
             self._preparing, self._spare_done = True, anyio.Event()
             self._preparing_tools = list(self.spare_tools)
-            self.pool.start_soon(self._prepare_spare, self._preparing_tools)
+            self._preparing_additional = self.additional()
+            self.pool.start_soon(self._prepare_spare, self._preparing_tools, self._preparing_additional)
 
-    async def _prepare_spare(self, tools: list[Any]) -> None:
+    async def _prepare_spare(self, tools: list[Any], additional: tuple[str, ...] = ()) -> None:
         from lmbridge.tools.mcp_bridge import ToolBridge, error_result, same_tools, server_name
 
         async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
@@ -385,10 +408,10 @@ class AgentProcess:
             await bridge.set_tools(tools)  # served from the start: the agent lists them once
             await host.add(bridge)
             servers = [host.server_config(bridge)]
-            sid, answer = await new_session(self, conn, self.cwd, servers)  # bounded: a stuck process is stopped
+            sid, answer = await new_session(self, conn, self.cwd, servers, additional)  # bounded: a stuck process is stopped
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
-            self.spare, bridge = Spare(sid, bridge, servers, host, answer, tools), None
+            self.spare, bridge = Spare(sid, bridge, servers, host, answer, tools, additional), None
             log.info("spare session ready", agent=self.spec.id, acp_session=sid, tools=len(tools))
         except Exception as exc:
             log.info("no spare session", agent=self.spec.id, error=str(exc) or type(exc).__name__)
@@ -397,8 +420,8 @@ class AgentProcess:
             self._spare_done.set()
             if bridge is not None and host is not None:
                 host.remove(bridge.session_id)
-        if self.spare is not None and not same_tools(self.spare.tools, self.spare_tools):
-            # A new chat offered other tools meanwhile: this one would never be taken.
+        if self.spare is not None and (not same_tools(self.spare.tools, self.spare_tools) or self.spare.additional != self.additional()):
+            # A new chat offered other tools meanwhile, or the folders changed: this one would never be taken.
             spare, self.spare = self.spare, None
             self._close_spare(spare)
             self.want_spare()
@@ -536,8 +559,11 @@ class AgentPool:
     def __init__(
         self, idle: float = 1800.0, launcher: Any = None, recorder: Any = None, *, spares: bool = False, mcp_host: Any = None,
         on_ready: Callable[[str, AgentFeatures], None] = lambda agent_id, caps: None, terminals: TerminalHost | None = None,
-        preflight: Callable[[AgentSpec], Awaitable[str | None]] | None = None,
+        preflight: Callable[[AgentSpec], Awaitable[str | None]] | None = None, folders: Callable[[], Sequence[str]] = lambda: (),
     ) -> None:
+        # The workspace folders now (initialize's, in VS Code's order; the first is the agents'
+        # cwd): each process gives its sessions the others as additionalDirectories.
+        self.folders = folders
         self.terminals = terminals  # terminal/* served to the agents (acp.terminals); None: not offered
         # Before each start: why the agent cannot start (its start fails with it), or None
         # (daemon.catalog.node_problem: a preset's release needing a newer Node.js).

@@ -13,7 +13,11 @@ A session is opened one of three ways (``AcpSession.open``):
   to the caller, who does not show it), else, or when both are refused, ``session/new``
   (``Opened.lost``: the agent no longer holds the chat's earlier turns).
 * ``Spare(tools)``: the process's spare session (opened ahead, ``acp.process.Spare``) when
-  it offers the same VS Code tools as the chat, else ``session/new``.
+  it offers the same VS Code tools as the chat and was given the same workspace folders,
+  else ``session/new``.
+
+Each is given the workspace folders beyond ``cwd`` as ``additionalDirectories`` where the
+agent offers them (``AgentProcess.additional``; docs/agents.md, "Every workspace folder").
 
 The session decides nothing about turns: the turn machine (``turn``) does, and the session
 actor carries out its effects through this class. Frames that must go out in order with the
@@ -144,18 +148,26 @@ async def request(process: AgentProcess, conn: AgentConnection, method: str, par
     return result[0]
 
 
-async def new_session(process: AgentProcess, conn: AgentConnection, cwd: str | None, mcp_servers: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+async def new_session(
+    process: AgentProcess, conn: AgentConnection, cwd: str | None, mcp_servers: list[dict[str, Any]], additional: tuple[str, ...] = (),
+) -> tuple[str, dict[str, Any]]:
     """``session/new`` on ``conn`` (``process``'s), bounded as ``request``: (sessionId, the
     whole answer, a JSON object: its ``configOptions``, ``modes``, ``models``, ... as sent).
-    For a session nobody routes yet (the process's spare). Raises ``AgentError``,
-    ``AgentUnavailable``, ``AgentStuck``, ``ValueError`` (no sessionId)."""
-    result = await request(process, conn, "session/new", opening_params(process, {"cwd": cwd or "/", "mcpServers": mcp_servers}))
+    ``additional``: its ``additionalDirectories`` (``AgentProcess.additional``). For a session
+    nobody routes yet (the process's spare). Raises ``AgentError``, ``AgentUnavailable``,
+    ``AgentStuck``, ``ValueError`` (no sessionId)."""
+    params = opening_params(process, {"cwd": cwd or "/", "mcpServers": mcp_servers}, additional)
+    result = await request(process, conn, "session/new", params)
     return _session_id(result), _object(result)
 
 
-def opening_params(process: AgentProcess, params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` of a ``session/new``, ``session/resume`` or ``session/load``, with the
-    agent's ``_meta`` (``AgentProfile.session_meta``) where its profile has one."""
+def opening_params(process: AgentProcess, params: dict[str, Any], additional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``params`` of a ``session/new``, ``session/resume`` or ``session/load``, with
+    ``additionalDirectories`` (ACP "Session Setup": the workspace folders beyond ``cwd``) when
+    ``additional`` names any, and the agent's ``_meta`` (``AgentProfile.session_meta``) where
+    its profile has one."""
+    if additional:
+        params = {**params, "additionalDirectories": list(additional)}
     meta = process.caps.profile.session_meta
     return params if meta is None else {**params, "_meta": meta}
 
@@ -238,7 +250,7 @@ class AcpSession:
         return await self._new(await mcp_servers(), lost=how.lost)
 
     async def _new(self, servers: list[dict[str, Any]], lost: bool) -> Opened:
-        params = opening_params(self.process, {"cwd": self.process.cwd or "/", "mcpServers": servers})
+        params = opening_params(self.process, {"cwd": self.process.cwd or "/", "mcpServers": servers}, self.process.additional())
         try:
             result = await self._request("session/new", params)
         except AgentError as exc:
@@ -262,7 +274,7 @@ class AcpSession:
 
     async def _take_up(self, previous: str, servers: list[dict[str, Any]]) -> Opened:
         caps = self.process.caps
-        params = opening_params(self.process, {"sessionId": previous, "cwd": self.process.cwd or "/", "mcpServers": servers})
+        params = opening_params(self.process, {"sessionId": previous, "cwd": self.process.cwd or "/", "mcpServers": servers}, self.process.additional())
         for method, offered in (("session/resume", caps.resume), ("session/load", caps.load)):
             if not offered:
                 continue

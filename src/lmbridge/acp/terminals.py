@@ -12,8 +12,10 @@ Here (docs/agents.md, docs/protocol.md "Terminals"):
   permission rule (``core.permissions.permit``), which the session actor asks before it calls
   ``Terminals.handle`` for a ``terminal/create`` (docs/agents.md, "What protects what").
 
-* The command runs in the workspace (the session's cwd; a relative ``cwd`` is taken from
-  there), ``command`` with ``args`` as given (no shell), ``env`` added to the daemon's, stdout
+* The command runs in the workspace: the session's cwd, or the ``cwd`` it names (a relative
+  one taken from the session's cwd) if that lies in one of the workspace folders
+  (``core.paths.working_folder``, the rule of the files; any folder of a multi-root
+  workspace; anything else refused), ``command`` with ``args`` as given (no shell), ``env`` added to the daemon's, stdout
   and stderr as one stream, in its own process group (a kill ends what it started too).
 * Its output is kept bounded: at most ``outputByteLimit`` bytes (the agent's, capped at
   ``OUTPUT_LIMIT``), cut from the start at a character boundary (``truncated``). Each chunk
@@ -33,7 +35,7 @@ import itertools
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,8 +43,8 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import Process, TaskGroup
 
-from lmbridge.acp import watchdog
-from lmbridge.core import errors
+from lmbridge.acp import files, watchdog
+from lmbridge.core import errors, paths
 from lmbridge.core.errors import INVALID_PARAMS, METHOD_NOT_FOUND, REFUSED, RESOURCE_NOT_FOUND
 from lmbridge.log import get_logger
 
@@ -167,10 +169,14 @@ class TerminalHost:
     def new_id(self) -> str:
         return f"term-{next(self._ids)}"
 
-    def session(self, cwd: str | None, on_output: Callable[[dict[str, Any]], None], tg: TaskGroup) -> Terminals:
-        """The terminals of one session: run in ``cwd``; ``on_output`` gets each
-        ``core.present.TERMINAL_UPDATE`` (output and exit); their tasks run in ``tg``."""
-        terminals = Terminals(self, cwd, on_output, tg)
+    def session(
+        self, cwd: str | None, on_output: Callable[[dict[str, Any]], None], tg: TaskGroup, folders: Callable[[], Sequence[str]] | None = None,
+    ) -> Terminals:
+        """The terminals of one session: run in ``cwd``, or a ``cwd`` the agent names inside
+        one of the workspace ``folders`` (read at each ``terminal/create``; None: ``cwd``
+        alone); ``on_output`` gets each ``core.present.TERMINAL_UPDATE`` (output and exit);
+        their tasks run in ``tg``."""
+        terminals = Terminals(self, cwd, on_output, tg, folders)
         self.sessions.add(terminals)
         return terminals
 
@@ -195,9 +201,12 @@ class Terminals:
     """The terminals of one ACP session (``TerminalHost.session``): ``handle`` serves one
     ``terminal/*`` request; ``aclose`` kills them all (the session ended)."""
 
-    def __init__(self, host: TerminalHost, cwd: str | None, on_output: Callable[[dict[str, Any]], None], tg: TaskGroup) -> None:
+    def __init__(
+        self, host: TerminalHost, cwd: str | None, on_output: Callable[[dict[str, Any]], None], tg: TaskGroup, folders: Callable[[], Sequence[str]] | None = None,
+    ) -> None:
         self.host = host
         self.cwd = cwd or os.getcwd()
+        self.folders = folders or (lambda: [self.cwd])
         self.on_output = on_output
         self.tg = tg
         self.terminals: dict[str, Terminal] = {}
@@ -253,7 +262,11 @@ class Terminals:
             raise TerminalError(INVALID_PARAMS, "terminal/create: a command, argument, cwd or environment variable cannot hold NUL")
         if any(not name or "=" in name for name in env):
             raise TerminalError(INVALID_PARAMS, "terminal/create: an environment variable's name must be non-empty and hold no '='")
-        where = str(Path(self.cwd, cwd)) if cwd else self.cwd
+        # No folder known: where the session runs, as for files (the daemon's cwd without any).
+        inside = paths.working_folder(cwd, self.cwd, list(self.folders()) or [self.cwd], files.readlink)
+        if isinstance(inside, paths.Refused):
+            raise TerminalError(REFUSED, inside.message[:1000])
+        where = inside.real
         try:
             is_dir = Path(where).is_dir()
         except (OSError, ValueError) as exc:

@@ -40,6 +40,7 @@ METHODS: dict[str, tuple[str, str]] = {
     "terminalOutput": ("client/terminal/output", "Notification daemon → shim: that command's output."),
     "terminalExit": ("client/terminal/exit", "Notification daemon → shim: that command's end."),
     "terminalKilled": ("$/terminalKilled", "Notification shim → daemon: the user closed (or Ctrl+C'd) that terminal: kill the command."),
+    "workspaceFolders": ("$/workspaceFolders", "Notification shim → daemon: the workspace folders changed (every folder on disk, in VS Code's order); sessions opened later get them."),
 }
 
 StopReason = Literal["end_turn", "tool_calls", "cancelled", "max_tokens", "max_turn_requests", "refusal"]
@@ -259,6 +260,8 @@ class InitializeParams(_Wire):
 
     protocolVersion: int
     clientInfo: ClientInfo | None = None
+    #: Every workspace folder on disk, in VS Code's order: agents run in the first, and are
+    #: given the others (ACP ``additionalDirectories``) where they take them.
     workspaceFolders: list[str] = Field(default_factory=list)
     agents: list[AgentEntry] = Field(default_factory=list)
     userTurns: Literal["request", "verbatim"] = "request"

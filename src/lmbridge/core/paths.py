@@ -1,6 +1,7 @@
-"""The path rule of ``fs/read_text_file`` and ``fs/write_text_file``: which files an agent may
-read and write through lmbridge, and how a read is cut (docs/protocol.md, "Daemon → shim";
-docs/agents.md, "Files through VS Code").
+"""The path rule of ``fs/read_text_file``, ``fs/write_text_file`` and ``terminal/create``'s
+``cwd``: which files an agent may read and write through lmbridge and where its commands run,
+how a read is cut, and which folders a session is given (docs/protocol.md, "Daemon → shim";
+docs/agents.md, "Files through VS Code", "Every workspace folder").
 
 Rules of this file (like ``permissions``): no I/O. A path is resolved as the operating system
 resolves it, with the file system's symlinks read through the ``readlink`` the caller passes
@@ -11,8 +12,8 @@ component that does not exist (a file to create) is kept as written. More than
 ``MAX_LINKS`` symlinks in one path is a loop: refused.
 
 The decision: the resolved path must be one of the workspace folders (each resolved the same
-way) or lie under one; anything else is refused with a message that names the path and the
-folders. Whoever then reads or writes uses the *resolved* path, so what is checked is what is
+way, every folder of a multi-root workspace alike) or lie under one; anything else is refused
+with a message that names the path and the folders. Whoever then reads or writes uses the *resolved* path, so what is checked is what is
 touched.
 """
 
@@ -69,7 +70,26 @@ def resolve(path: str, readlink: Readlink) -> str:
 
 def inside(real: str, folders: Sequence[str]) -> bool:
     """Whether the resolved path ``real`` is one of the resolved ``folders`` or lies under one."""
-    return any(real == f or real.startswith(f.rstrip("/") + "/") for f in folders)
+    return holder(real, folders) is not None
+
+
+def holder(real: str, folders: Sequence[str]) -> str | None:
+    """The folder of ``folders`` (resolved) that holds the resolved path ``real`` (is it, or
+    lies above it): the deepest one where folders nest, as given; None when none does."""
+    holding = [f for f in folders if real == f or real.startswith(f.rstrip("/") + "/")]
+    return max(holding, key=len) if holding else None
+
+
+def additional_directories(folders: Sequence[object], cwd: str | None) -> tuple[str, ...]:
+    """ACP's ``additionalDirectories`` of a session opened in ``cwd`` in a workspace of
+    ``folders`` (as the shim sent them, in VS Code's order; the first is the agents' cwd):
+    every other absolute folder, each once, in order; never ``cwd`` itself, never a relative
+    or NUL-holding entry (docs/protocol.md, "initialize"; docs/agents.md, "Every workspace folder")."""
+    out: list[str] = []
+    for folder in folders:
+        if isinstance(folder, str) and folder.startswith("/") and "\0" not in folder and folder != cwd and folder not in out:
+            out.append(folder)
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +120,17 @@ def check(path: object, folders: Sequence[str], readlink: Readlink) -> Allowed |
         where = ", ".join(roots) if roots else "none is open"
         return Refused(f"refused: {path[:500]} is outside the workspace folders ({where})")
     return Allowed(real)
+
+
+def working_folder(cwd: str | None, base: str, folders: Sequence[str], readlink: Readlink) -> Allowed | Refused:
+    """Where a ``terminal/create`` runs: its ``cwd`` (None: ``base``, the session's cwd; a
+    relative one taken from ``base``) under the same rule as a file (``check``): one of the
+    workspace ``folders`` or under one, resolved; anything else refused."""
+    where = base if not cwd else cwd if cwd.startswith("/") else base.rstrip("/") + "/" + cwd
+    decision = check(where, folders, readlink)
+    if isinstance(decision, Refused):
+        return Refused(f"terminal/create: cwd {decision.message}")
+    return decision
 
 
 def cut_lines(text: str, line: int | None = None, limit: int | None = None) -> str:
@@ -205,10 +236,10 @@ def protected(real: str, folders: Sequence[str], rules: EditRules) -> bool:
     folder holding it says ``False`` (VS Code's reading of ``chat.tools.edits.autoApprove``:
     approved until a matching rule says otherwise). Globs: ``**``, ``*``, ``?``, ``{a,b}``,
     ``[…]``; matched regardless of case (the safer reading on any file system)."""
-    holding = [f.rstrip("/") for f in folders if real == f or real.startswith(f.rstrip("/") + "/")]
-    if not holding:
+    folder = holder(real, folders)
+    if folder is None:
         return True
-    relative = real[len(max(holding, key=len)) :].lstrip("/")
+    relative = real[len(folder.rstrip("/")) :].lstrip("/")
     if not relative:
         return True  # the folder itself
     approved = True

@@ -371,6 +371,8 @@ class Permission:
     writes: tuple[Write, ...] = ()  # what an approval of it lets be written (``writes_of``)
     links: tuple[tuple[str, str], ...] = ()  # (file named, the file it resolves to) where they differ
     protected: tuple[str, ...] = ()  # the files named that ``paths.protected`` protects (or the reason)
+    # In a multi-root workspace, the folders its files and its command's cwd lie in (``folders_of``).
+    folders: tuple[str, ...] = ()
     profile: AgentProfile = OTHER  # its agent's: which option a Skip selects (``outcome``)
 
     @property
@@ -463,6 +465,7 @@ def read(
         writes=writes_of(raw, diffs, workspace),
         links=tuple((f, r) for f in files if (r := workspace.resolve(f)) is not None and r != f),
         protected=_protected(kind, files, workspace),
+        folders=folders_of(files, command, workspace),
         profile=profile if profile is not None else bridge.profile if bridge is not None else OTHER,
     )
 
@@ -493,6 +496,31 @@ def writes_of(raw: Mapping[str, Any], diffs: Sequence[Diff], workspace: Workspac
             if real is not None and not any(w.path == path for w in out):
                 out.append(Write(path, real, content))
     return tuple(out[: paths.MAX_PATHS])
+
+
+#: ``folders_of``'s entry for a file or cwd in no workspace folder.
+OUTSIDE = "outside every workspace folder"
+
+
+def folders_of(files: Sequence[str], command: Command | None, workspace: Workspace) -> tuple[str, ...]:
+    """Which workspace folders a request acts in, for its card (docs/agents.md, "Every
+    workspace folder"): in a workspace of more than one folder, the folder (``paths.holder``,
+    resolved) of each file it names and of its command's ``cwd`` (a relative one from the
+    first folder, the agents' cwd), each once, in order; ``OUTSIDE`` for one in none. A command
+    naming no cwd runs where the agent's own tool is (its session's cwd, or where an earlier
+    ``cd`` left it): not said. One folder or none: nothing (every card is in it)."""
+    if len(workspace.folders) < 2:
+        return ()
+    targets = list(files)
+    if command is not None and command.cwd:
+        targets.append(command.cwd if command.cwd.startswith("/") else f"{workspace.folders[0].rstrip('/')}/{command.cwd}")
+    out: list[str] = []
+    for target in targets:
+        real = workspace.resolve(target)
+        folder = (paths.holder(real, workspace.folders) if real is not None else None) or OUTSIDE
+        if folder not in out:
+            out.append(folder)
+    return tuple(out)
 
 
 def _protected(kind: str, files: Sequence[str], workspace: Workspace) -> tuple[str, ...]:
@@ -975,6 +1003,9 @@ def render(p: Permission) -> Card:
             "**Asked again, even if you allowed edits in this session**: VS Code protects these files "
             "(`chat.tools.edits.autoApprove`), as a change to them can run code:\n\n" + "\n".join(items)
         )
+    if p.folders:
+        named = [_inline(f) if f != OUTSIDE else f"**{OUTSIDE}**" for f in p.folders]
+        sections.append(f"**Workspace folder{'s' if len(named) > 1 else ''}**: {', '.join(named)}")
     for terminal in p.terminals:
         sections.append(f"Output in terminal {_inline(terminal)}.")
     if p.locations:

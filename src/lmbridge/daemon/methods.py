@@ -180,7 +180,7 @@ class Methods:
         self.catalog = catalog
         self.router = router
         self.client = client
-        self.settings = settings  # written by initialize only
+        self.settings = settings  # written by initialize (its workspace by $/workspaceFolders too)
         self._stop = stop
         self._initialized = initialized
         self.inflight: dict[RequestId, Call] = {}  # requests being handled, by id (not null)
@@ -195,6 +195,7 @@ class Methods:
             "shutdown": self.shutdown,
             "$/cancelRequest": self.cancel_request,
             "$/terminalKilled": self.terminal_killed,
+            "$/workspaceFolders": self.workspace_folders,
         }
         if debug_idle:
             self.table["debug/idle"] = self.debug_idle
@@ -338,6 +339,19 @@ class Methods:
         if not isinstance(terminal_id, str) or set(params) - {"terminalId"}:
             return invalid_params("$/terminalKilled: params must be {terminalId: string}")
         self._terminal_killed(terminal_id)
+        return Success(None)
+
+    async def workspace_folders(self, call: Call, **params: Any) -> Result:
+        """``$/workspaceFolders {workspaceFolders}``: VS Code's workspace folders changed (a
+        folder added to or removed from a multi-root workspace). The file and terminal rule
+        (``core.paths``) reads them at each request from now on, and sessions opened from now on
+        are given them (a spare given others is not taken: ``acp.process``); sessions already
+        open keep the ``additionalDirectories`` they were opened with (docs/protocol.md)."""
+        folders = params.get("workspaceFolders")
+        if set(params) != {"workspaceFolders"} or not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
+            return invalid_params("$/workspaceFolders: params must be {workspaceFolders: string[]}")
+        self.settings.workspace = list(folders)
+        log.info("workspace folders changed", folders=len(folders))
         return Success(None)
 
     async def set_control(self, call: Call, **params: Any) -> Result:

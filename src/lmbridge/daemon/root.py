@@ -186,6 +186,7 @@ class Server:
                 self.pool = pool = AgentPool(
                     config.idle_timeout, launcher=config.launcher, recorder=self.recorder, spares=config.spare_session, mcp_host=tools,
                     on_ready=self._agent_ready, terminals=self.terminals, preflight=node_problem,
+                    folders=lambda: self.router.settings.workspace,
                 )  # fmt: skip
                 settings = self.router.settings
                 # The agents' fs/* requests: through the shim when it offers fs, else the disk;

@@ -371,7 +371,7 @@ class SessionActor:
             # Each command's output and exit come back on the mailbox as updates (in order
             # with the agent's), rendered live under its tool call (core.present).
             hosted = self.pool.terminals
-            self.client.start(tg, None if hosted is None else hosted.session(self.cwd, self._terminal_update, tg))
+            self.client.start(tg, None if hosted is None else hosted.session(self.cwd, self._terminal_update, tg, folders=self.client.files.folders))
             try:
                 async for msg in self._mailbox:
                     # Everything already queued is handled before the next await on

@@ -94,8 +94,18 @@ function isLowSurrogate(c: number): boolean {
 	return c >= 0xdc00 && c <= 0xdfff;
 }
 
+/**
+ * The workspace folders as the daemon gets them (`initialize`'s and `$/workspaceFolders`'s
+ * `workspaceFolders`) and as this file judges paths: every folder on disk (`file:`), in
+ * VS Code's order (the first is where agents run; the daemon gives them the others as ACP
+ * `additionalDirectories`). A remote folder (`vscode-remote:`, `vscode-vfs:`) is none.
+ */
+export function folderPaths(folders: readonly { uri: { scheme: string; fsPath: string } }[] | undefined = vscode.workspace.workspaceFolders): string[] {
+	return (folders ?? []).filter(f => f.uri.scheme === 'file').map(f => f.uri.fsPath);
+}
+
 function workspaceFolders(): string[] {
-	return (vscode.workspace.workspaceFolders ?? []).filter(f => f.uri.scheme === 'file').map(f => f.uri.fsPath);
+	return folderPaths();
 }
 
 /** `p` resolved, if it lies in a workspace folder; else a clear error. */

@@ -66,6 +66,8 @@ export const Method = {
 	terminalExit: 'client/terminal/exit',
 	/** Notification shim → daemon: the user closed (or Ctrl+C'd) that terminal: kill the command. */
 	terminalKilled: '$/terminalKilled',
+	/** Notification shim → daemon: the workspace folders changed (every folder on disk, in VS Code's order); sessions opened later get them. */
+	workspaceFolders: '$/workspaceFolders',
 } as const;
 
 /** JSON-RPC error codes (src/lmbridge/core/errors.py). */
