@@ -79,6 +79,13 @@ def job(i: int, **kw: Any) -> NewJob:
 WORKSPACE = permissions.Workspace(("/w",), resolve=lambda path: path if path.startswith("/w/") else None)
 
 
+def question(rid: int) -> turn.ElicitationAsked:
+    """The agent asks one question (``elicitation/create``, form mode)."""
+    params = {"mode": "form", "sessionId": "s1", "message": "Which colour?",
+              "requestedSchema": {"type": "object", "properties": {"c": {"type": "string", "enum": ["red", "blue"]}}}}  # fmt: skip
+    return turn.ElicitationAsked(rid, params, f"call-{rid}", f"token-{rid}")
+
+
 def ask(rid: int, kind: str = "execute", title: str = "Run ls") -> PermissionAsked:
     call: dict[str, Any] = {"toolCallId": f"t{rid}", "title": title, "kind": kind}
     if kind == "edit":
@@ -431,6 +438,10 @@ ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[
     ("streaming", lambda d: ask(50), State.STREAMING, PermissionAsked, "", "route_permission",
      lambda d, fx: "call-50" in d.m.calls and of(fx, StartTimer)[0].timer is Timer.GATHER),
     ("idle", lambda d: ask(50), State.IDLE, PermissionAsked, "", "route_permission", lambda d, fx: of(fx, Respond) == [Respond(50, "call-50", CANCELLED)]),
+    ("streaming", lambda d: question(51), State.STREAMING, turn.ElicitationAsked, "", "route_question",
+     lambda d, fx: d.m.calls["call-51"].part["name"] == permissions.ACTION_TOOL and of(fx, StartTimer)[0].timer is Timer.GATHER),
+    ("idle", lambda d: question(51), State.IDLE, turn.ElicitationAsked, "", "route_question",
+     lambda d, fx: [(a.rid, a.answer) for a in of(fx, turn.AnswerQuestion)] == [(51, Answer.CANCELLED)]),
     ("streaming", lambda d: ToolInvoked("m1", "vscode_tool", {}), State.STREAMING, ToolInvoked, "", "take_tool_call",
      lambda d, fx: "m1" in d.m.calls and of(fx, StartTimer)[0].timer is Timer.GATHER),
     ("idle", lambda d: ToolInvoked("m1", "vscode_tool", {}), State.IDLE, ToolInvoked, "", "refuse_tool_call",

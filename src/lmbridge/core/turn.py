@@ -62,7 +62,7 @@ Every timer is tagged with the sequence number of what started it (the gather
 window with the surfacing, the drain deadline with the prompt, the start notice with the
 start) and is stopped when that ends; a ``TimerFired`` whose tag is stale matches no row.
 Every job ends exactly once (``Finish`` or ``Fail``); every permission is answered exactly
-once (``Respond`` or ``RespondError``). What a permission becomes (a card, a grant,
+once (``Respond`` or ``RespondError``), every question too (``AnswerQuestion``). What a permission becomes (a card, a grant,
 a decline, a refusal) and which option an answer selects is the permission rule's
 (``permissions``): this machine only carries its decisions out at the right time.
 """
@@ -75,7 +75,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lmbridge.core import notices, permissions, present
+from lmbridge.core import elicitation, notices, permissions, present
 from lmbridge.core.history import Last, Pending
 from lmbridge.core.jobs import JobInfo, JobQueue
 from lmbridge.core.permissions import CANCELLED as CANCELLED_OUTCOME
@@ -204,6 +204,17 @@ class PermissionAsked:
 
 
 @dataclass(frozen=True)
+class ElicitationAsked:
+    """An ``elicitation/create`` (the agent asks the user a question, ``core.elicitation``):
+    its JSON-RPC id and ``params`` as received; ``call_id``/``token``: fresh, drawn by the actor."""
+
+    rid: Any
+    params: Any
+    call_id: str
+    token: str
+
+
+@dataclass(frozen=True)
 class ToolInvoked:
     """The agent called a VS Code tool through the MCP bridge."""
 
@@ -247,7 +258,7 @@ class Close:
     reason: str
 
 
-Event = NewJob | CancelJob | Ready | Update | PermissionAsked | ToolInvoked | PromptEnded | SessionClosed | AgentExited | TimerFired | Close
+Event = NewJob | CancelJob | Ready | Update | PermissionAsked | ElicitationAsked | ToolInvoked | PromptEnded | SessionClosed | AgentExited | TimerFired | Close
 
 
 # ---------------------------------------------------------------- effects
@@ -287,6 +298,19 @@ class Respond:
     call_id: str
     outcome: Mapping[str, Any]
     approved: permissions.Permission | None = None
+
+
+@dataclass(frozen=True)
+class AnswerQuestion:
+    """Answer an ``elicitation/create`` (``core.elicitation.response``): the user's ``answer``
+    to ``question``; for ``Answer.RESULT``, VS Code's result is the one job ``job_id`` brought
+    for ``call_id`` (the actor reads it)."""
+
+    rid: Any
+    call_id: str
+    question: elicitation.Question
+    answer: Answer
+    job_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -394,7 +418,7 @@ class Log:
 
 
 Effect = (
-    Emit | Finish | Fail | Respond | RespondError | ResolveTool | SendCancel | StartAgent | NewSession | CloseSession | Prompt | StartTimer | StopTimer | Died
+    Emit | Finish | Fail | Respond | AnswerQuestion | RespondError | ResolveTool | SendCancel | StartAgent | NewSession | CloseSession | Prompt | StartTimer | StopTimer | Died
     | Detach | Shutdown | Log
 )
 
@@ -477,6 +501,7 @@ TABLE: tuple[Row, ...] = (
     _row(_S.AWAITING, Update, "", STAY, "keep"),
     _row(tuple(State), Update, "", STAY, "drop"),
     _row(tuple(State), PermissionAsked, "", STAY, "route_permission"),
+    _row(tuple(State), ElicitationAsked, "", STAY, "route_question"),
     _row((_S.STREAMING, _S.AWAITING), ToolInvoked, "", STAY, "take_tool_call"),
     _row(tuple(State), ToolInvoked, "", STAY, "refuse_tool_call"),
     # The prompt ends.
@@ -560,6 +585,8 @@ class _Call:
     shown_in: int | None = None  # the job whose response showed it
     tool_call_id: str | None = None  # the agent's toolCallId of a permission
     request: permissions.Permission | None = None  # the permission its card shows
+    question: elicitation.Question | None = None  # the agent's question it shows
+    by_result: bool = False  # answered by VS Code's tool result (its question tool), not by a token
 
     @property
     def tool(self) -> bool:
@@ -964,6 +991,29 @@ class TurnMachine:
         if self.state is State.STREAMING:
             self._show(call)
 
+    def _do_route_question(self, ev: ElicitationAsked) -> None:
+        """How a question is shown is ``elicitation.route``'s: VS Code's question tool, lmbridge's
+        card, or (neither offered, or no request to show it in) ``cancel`` at once. Like a card,
+        it waits for the gather window while a job streams, else for the next request."""
+        question = elicitation.read(ev.params)
+        if isinstance(question, elicitation.Malformed):
+            self._fx.append(RespondError(ev.rid, question.error))
+            self._fx.append(Log("warning", "question refused", {"agent": self.agent, "error": question.problem}))
+            return
+        via = elicitation.route(self.tools)
+        if self.state not in (State.STREAMING, State.AWAITING) or via == "none":
+            if via == "none" and self.state in (State.STREAMING, State.AWAITING):
+                self._say_line(elicitation.unshown_line(self.agent))
+            self._fx.append(AnswerQuestion(ev.rid, ev.call_id, question, Answer.CANCELLED))
+            return
+        if via == "ask":
+            part = {"type": "tool_call", "callId": ev.call_id, "name": elicitation.ASK_TOOL, "input": elicitation.ask_input(question)}
+        else:
+            part = {"type": "tool_call", "callId": ev.call_id, "name": permissions.ACTION_TOOL, "input": elicitation.card_input(question, self.agent, ev.token)}
+        call = self.calls[ev.call_id] = _Call(ev.call_id, part, ev.rid, ev.token, question=question, by_result=via == "ask")
+        if self.state is State.STREAMING:
+            self._show(call)
+
     def _do_take_tool_call(self, ev: ToolInvoked) -> None:
         part = {"type": "tool_call", "callId": ev.call_id, "name": ev.name, "input": dict(ev.arguments)}
         call = self.calls[ev.call_id] = _Call(ev.call_id, part)
@@ -1007,6 +1057,8 @@ class TurnMachine:
             return
         if call.tool:
             self._fx.append(ResolveTool(call_id, answer, job_id))
+        elif call.question is not None:
+            self._fx.append(AnswerQuestion(call.rid, call_id, call.question, answer, job_id))
         else:
             outcome = permissions.outcome(call.options, answer, call.request.profile if call.request is not None else OTHER)
             if answer is Answer.REJECT:
@@ -1022,7 +1074,7 @@ class TurnMachine:
         shown = self._shown()
         for call in shown:
             self._emit(call.part)
-        self._finish("tool_calls", Last.PENDING, tuple(Pending(c.call_id, c.token, tool=c.tool) for c in shown))
+        self._finish("tool_calls", Last.PENDING, tuple(Pending(c.call_id, c.token, tool=c.tool or c.by_result) for c in shown))
 
     def _do_close_the_session(self, _: TimerFired) -> None:
         # The agent never ended the cancelled turn: its ACP session is closed. It is
