@@ -27,6 +27,10 @@
 //   14 after-stop  ...and the next message in the same chat is answered
 //   15 stop-stream Stop while text streams...
 //   16 after-stream-stop ...and the next message is answered
+//   16a question   the agent asks a question (elicitation/create): VS Code's question carousel shows
+//                 it (lmbridge's vscode_askQuestions call)...
+//   16b question-answer ...Green picked, a note typed, Submit: the agent reads both...
+//   16c question-skip ...asked again, Skip: the agent hears the question declined (or cancelled)
 //   17 mode-card   the agent asks to leave plan mode (kind switch_mode): a card "Leave plan mode"...
 //   18 allow-session ...its default button, Allow in this Session: the agent goes on...
 //   19 mode-again  ...and VS Code now approves that tool by itself: the next such request is
@@ -311,6 +315,9 @@ async function waitForCard(title) {
 	check(text.includes(title), `the card does not show the action's title ${JSON.stringify(title)}: ${JSON.stringify(text.slice(0, 300))}`);
 	return text;
 }
+
+/** VS Code's question carousel (its vscode_askQuestions tool), while it waits for answers. */
+const questions = () => page.locator('.chat-question-carousel-widget-container').filter({ visible: true }).last();
 
 /** A pending card showing `title`, once it is there (an earlier card may still be fading out). */
 async function waitForCardWith(title) {
@@ -653,6 +660,41 @@ try {
 			await waitForResponseText(/You said: and now hello/);
 			await waitForIdle();
 			await markerKept('Stop while streaming', /kind=continuation/);
+		});
+
+		await step('question', async () => {
+			// The agent asks (elicitation/create): VS Code's own question carousel, from lmbridge's
+			// call of its vscode_askQuestions tool (docs/vscode.md, "Questions").
+			await send('ask me something');
+			await questions().waitFor({ state: 'visible', timeout: WAIT });
+			const text = await questions().innerText();
+			check(text.includes('Which colour should the button be?') && /Green/.test(text), `the question is not shown: ${JSON.stringify(text.slice(0, 300))}`);
+			const asked = chatFrames().filter(l => l.dir === 'out' && l.frame.method === 'lm/responsePart' && l.frame.params.part.type === 'tool_call').map(l => l.frame.params.part.name);
+			check(asked.at(-1) === 'vscode_askQuestions', `the question was not a vscode_askQuestions call: ${JSON.stringify(asked.slice(-3))}`);
+		});
+
+		await step('question-answer', async () => {
+			// Pick Green, then the optional note, then submit: the agent reads the answer.
+			await questions().locator('.chat-question-list-item', { hasText: 'Green' }).first().click();
+			const note = questions().locator('.chat-question-freeform-textarea').filter({ visible: true }).first();
+			if (!(await note.count())) await questions().locator('.chat-question-nav-arrow').last().click();
+			await note.waitFor({ state: 'visible', timeout: WAIT });
+			await note.click();
+			await page.keyboard.type('matte please');
+			await questions().locator('.chat-question-submit-button').filter({ visible: true }).first().click();
+			await waitForResponseText(/You chose green\. Note: matte please/);
+			await waitForIdle();
+		});
+
+		await step('question-skip', async () => {
+			// Skip on the carousel: the agent is told the user declined, and finishes its turn.
+			await send('ask me again');
+			await questions().waitFor({ state: 'visible', timeout: WAIT });
+			await questions().getByRole('button', { name: /^Skip/ }).filter({ visible: true }).first().click();
+			await waitForResponseText(/You declined the question\.|The question was cancelled\./);
+			await waitForIdle();
+			const said = (await responseText()).match(/You declined the question\.|The question was cancelled\./)[0];
+			console.log(`chatview: Skip on VS Code's question carousel reached the agent as: ${said}`);
 		});
 
 		await step('mode-card', async () => {
