@@ -30,7 +30,7 @@
 //   16a question   the agent asks a question (elicitation/create): VS Code's question carousel shows
 //                 it (lmbridge's vscode_askQuestions call)...
 //   16b question-answer ...Green picked, a note typed, Submit: the agent reads both...
-//   16c question-skip ...asked again, Skip: the agent hears the question declined (or cancelled)
+//   16c question-skip ...asked again, Skip all questions: the agent hears the question declined
 //   17 mode-card   the agent asks to leave plan mode (kind switch_mode): a card "Leave plan mode"...
 //   18 allow-session ...its default button, Allow in this Session: the agent goes on...
 //   19 mode-again  ...and VS Code now approves that tool by itself: the next such request is
@@ -142,7 +142,7 @@ async function step(name, fn) {
 	await fn();
 	shot += 1;
 	const file = `${String(shot).padStart(2, '0')}-${name}.png`;
-	await page.screenshot({ path: path.join(OUT, file) });
+	await page.screenshot({ path: path.join(OUT, file), timeout: WAIT }); // a busy machine can take 30 s (Playwright's default)
 	results.push({ step: name, screenshot: file, ms: Date.now() - t0 });
 	console.log(`chatview: ✓ ${name} (${((Date.now() - t0) / 1000).toFixed(1)} s) ${file}`);
 }
@@ -674,27 +674,25 @@ try {
 		});
 
 		await step('question-answer', async () => {
-			// Pick Green, then the optional note, then submit: the agent reads the answer.
+			// Pick Green (the carousel moves on to the next question by itself), type a note, Submit:
+			// the agent reads both.
 			await questions().locator('.chat-question-list-item', { hasText: 'Green' }).first().click();
-			const note = questions().locator('.chat-question-freeform-textarea').filter({ visible: true }).first();
-			if (!(await note.count())) await questions().locator('.chat-question-nav-arrow').last().click();
+			const note = questions().getByPlaceholder('Enter your answer').filter({ visible: true }).first();
 			await note.waitFor({ state: 'visible', timeout: WAIT });
-			await note.click();
-			await page.keyboard.type('matte please');
+			await note.fill('matte please');
 			await questions().locator('.chat-question-submit-button').filter({ visible: true }).first().click();
 			await waitForResponseText(/You chose green\. Note: matte please/);
 			await waitForIdle();
 		});
 
 		await step('question-skip', async () => {
-			// Skip on the carousel: the agent is told the user declined, and finishes its turn.
+			// "Skip all questions" answers each question with its default (VS Code's rule): this one
+			// has none, so every question comes back skipped and the agent hears it declined.
 			await send('ask me again');
 			await questions().waitFor({ state: 'visible', timeout: WAIT });
-			await questions().getByRole('button', { name: /^Skip/ }).filter({ visible: true }).first().click();
-			await waitForResponseText(/You declined the question\.|The question was cancelled\./);
+			await questions().locator('[aria-label="Skip all questions"]').filter({ visible: true }).first().click();
+			await waitForResponseText(/You declined the question\./);
 			await waitForIdle();
-			const said = (await responseText()).match(/You declined the question\.|The question was cancelled\./)[0];
-			console.log(`chatview: Skip on VS Code's question carousel reached the agent as: ${said}`);
 		});
 
 		await step('mode-card', async () => {
