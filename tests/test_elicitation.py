@@ -395,3 +395,24 @@ def test_a_question_reaching_a_session_that_has_ended_is_cancelled() -> None:
     from lmbridge.daemon.session_actor import _unread_answer
 
     assert _unread_answer(Incoming(E.METHOD, CLAUDE_ONE, id=12)) == (12, {"action": "cancel"}, None)
+
+
+_PROPERTY = st.one_of(
+    st.fixed_dictionaries({"type": st.just("string")}, optional={"title": st.text(max_size=120), "description": st.text(max_size=400)}),
+    st.fixed_dictionaries({"type": st.just("string"), "enum": st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=5, unique=True)},
+                          optional={"title": st.text(max_size=120)}),
+    st.fixed_dictionaries({"type": st.sampled_from(["number", "integer", "boolean"])}, optional={"title": st.text(max_size=120)}),
+)  # fmt: skip
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=20), _PROPERTY, min_size=1, max_size=6), st.text(max_size=300))
+def test_any_form_asks_within_the_question_tools_schema(props: dict[str, Any], message: str) -> None:
+    q = E.read({"mode": "form", "sessionId": "s", "message": message, "requestedSchema": {"type": "object", "properties": props}})
+    assert isinstance(q, E.Question)
+    asked = E.ask_input(q)["questions"]
+    assert len(asked) == len(props)
+    assert len({a["header"] for a in asked}) == len(asked)  # answers come back by header
+    for a in asked:
+        assert 0 < len(a["header"]) <= E.HEADER_MAX
+        assert 0 < len(a["question"]) <= E.QUESTION_MAX
+        assert "options" not in a or a["options"]

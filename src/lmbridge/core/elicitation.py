@@ -160,7 +160,7 @@ def read(params: object) -> Question | Malformed:
             kind = "number"
         else:
             return Malformed(f"elicitation: property {key[:40]!r} has a type lmbridge cannot show")
-        title = prop.title or key
+        title = " ".join((prop.title or key).split()) or f"Question {len(fields) + 1}"
         # The message asks the first question when that property does not ask its own.
         text = prop.description or (req.message if not fields and req.message.strip() else title)
         header = _clip(title, HEADER_MAX)
@@ -169,7 +169,7 @@ def read(params: object) -> Question | Malformed:
             suffix = f" ({n})"
             header, n = _clip(title, HEADER_MAX - len(suffix)) + suffix, n + 1
         headers.add(header)
-        question = _clip(text, QUESTION_MAX)
+        question = _clip(text, QUESTION_MAX) or _clip(title, QUESTION_MAX)
         detail = text if question != " ".join(text.split()) else None
         fields.append(Field(key, kind, header, question, detail, choices, key in required, prop.default))
     return Question(req.message, tuple(fields), req.tool_call_id)
