@@ -568,3 +568,40 @@ async def test_scripted_cancel_aborts_pending_await(tmp_path: Path) -> None:
     assert not never.exists()
     outcomes = [e for e in read_log(log) if e.get("event") == "permission_outcome"]
     assert [o["kind"] for o in outcomes] == ["cancelled"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ({"action": "accept", "content": {"colour": "green", "note": "matte"}}, "You chose green. Note: matte"),
+        ({"action": "decline"}, "You declined the question."),
+        ({"action": "cancel"}, "The question was cancelled."),
+    ],
+)
+async def test_demo_asks_a_question_and_says_the_answer(tmp_path: Path, answer: dict[str, Any], said: str) -> None:
+    peer, _ = await start_demo(tmp_path)
+    with anyio.fail_after(TIMEOUT):
+        await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {"elicitation": {"form": {}}}})
+        sid = (await peer.call("session/new", {"cwd": str(ROOT), "mcpServers": []}))["result"]["sessionId"]
+        pending = await peer.send("session/prompt", prompt(sid, "ask me something"))
+        request = await peer.requests.get()
+        assert request["method"] == "elicitation/create"
+        params = request["params"]
+        assert params["mode"] == "form" and params["sessionId"] == sid and params["message"] == "Which colour should the button be?"
+        assert [o["const"] for o in params["requestedSchema"]["properties"]["colour"]["oneOf"]] == ["red", "green", "blue"]
+        await peer.respond(request["id"], answer)
+        assert (await pending)["result"] == {"stopReason": "end_turn"}
+    assert said in peer.text()
+    await peer.close()
+
+
+@pytest.mark.anyio
+async def test_demo_asks_nothing_of_a_client_that_shows_no_questions(tmp_path: Path) -> None:
+    peer, _ = await start_demo(tmp_path)
+    with anyio.fail_after(TIMEOUT):
+        _, sid = await peer.setup()  # clientCapabilities: {}
+        assert (await peer.call("session/prompt", prompt(sid, "ask me something")))["result"] == {"stopReason": "end_turn"}
+    assert "I cannot ask: the client shows no questions." in peer.text()
+    assert not [f for f in peer.frames if f.get("method") == "elicitation/create"]
+    await peer.close()

@@ -79,6 +79,13 @@ def job(i: int, **kw: Any) -> NewJob:
 WORKSPACE = permissions.Workspace(("/w",), resolve=lambda path: path if path.startswith("/w/") else None)
 
 
+def question(rid: int) -> turn.ElicitationAsked:
+    """The agent asks one question (``elicitation/create``, form mode)."""
+    params = {"mode": "form", "sessionId": "s1", "message": "Which colour?",
+              "requestedSchema": {"type": "object", "properties": {"c": {"type": "string", "enum": ["red", "blue"]}}}}  # fmt: skip
+    return turn.ElicitationAsked(rid, params, f"call-{rid}", f"token-{rid}")
+
+
 def ask(rid: int, kind: str = "execute", title: str = "Run ls") -> PermissionAsked:
     call: dict[str, Any] = {"toolCallId": f"t{rid}", "title": title, "kind": kind}
     if kind == "edit":
@@ -452,6 +459,12 @@ ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[
     ("awaiting", lambda d: ask(50), State.AWAITING, PermissionAsked, "", "route_permission_for_later",
      lambda d, fx: "call-50" in d.m.calls and not of(fx, StartTimer) and not of(fx, Emit) and not of(fx, Respond)),
     ("idle", lambda d: ask(50), State.IDLE, PermissionAsked, "", "route_permission_no_turn", lambda d, fx: of(fx, Respond) == [Respond(50, "call-50", CANCELLED)]),
+    ("streaming", lambda d: question(51), State.STREAMING, turn.ElicitationAsked, "", "route_question",
+     lambda d, fx: d.m.calls.get("call-51").part["name"] == permissions.ACTION_TOOL and of(fx, StartTimer)[0].timer is Timer.GATHER),
+    ("awaiting", lambda d: question(51), State.AWAITING, turn.ElicitationAsked, "", "route_question_for_later",
+     lambda d, fx: "call-51" in d.m.calls and not of(fx, StartTimer) and not of(fx, turn.AnswerQuestion)),
+    ("idle", lambda d: question(51), State.IDLE, turn.ElicitationAsked, "", "route_question_no_turn",
+     lambda d, fx: [(a.rid, a.answer) for a in of(fx, turn.AnswerQuestion)] == [(51, Answer.CANCELLED)]),
     ("streaming", lambda d: ToolInvoked("m1", "vscode_tool", {}), State.STREAMING, ToolInvoked, "", "take_tool_call",
      lambda d, fx: "m1" in d.m.calls and of(fx, StartTimer)[0].timer is Timer.GATHER),
     ("awaiting", lambda d: ToolInvoked("m1", "vscode_tool", {}), State.AWAITING, ToolInvoked, "", "keep_tool_call", lambda d, fx: "m1" in d.m.calls and fx == []),

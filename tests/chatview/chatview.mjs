@@ -27,6 +27,10 @@
 //   14 after-stop  ...and the next message in the same chat is answered
 //   15 stop-stream Stop while text streams...
 //   16 after-stream-stop ...and the next message is answered
+//   16a question   the agent asks a question (elicitation/create): VS Code's question carousel shows
+//                 it (lmbridge's vscode_askQuestions call)...
+//   16b question-answer ...Green picked, a note typed, Submit: the agent reads both...
+//   16c question-skip ...asked again, Skip all questions: the agent hears the question declined
 //   17 mode-card   the agent asks to leave plan mode (kind switch_mode): a card "Leave plan mode"...
 //   18 allow-session ...its default button, Allow in this Session: the agent goes on...
 //   19 mode-again  ...and VS Code now approves that tool by itself: the next such request is
@@ -162,7 +166,7 @@ async function step(name, fn) {
 	await fn();
 	shot += 1;
 	const file = `${String(shot).padStart(2, '0')}-${name}.png`;
-	await page.screenshot({ path: path.join(OUT, file) });
+	await page.screenshot({ path: path.join(OUT, file), timeout: WAIT }); // a busy machine can take 30 s (Playwright's default)
 	results.push({ step: name, screenshot: file, ms: Date.now() - t0 });
 	console.log(`chatview: ✓ ${name} (${((Date.now() - t0) / 1000).toFixed(1)} s) ${file}`);
 }
@@ -335,6 +339,9 @@ async function waitForCard(title) {
 	check(text.includes(title), `the card does not show the action's title ${JSON.stringify(title)}: ${JSON.stringify(text.slice(0, 300))}`);
 	return text;
 }
+
+/** VS Code's question carousel (its vscode_askQuestions tool), while it waits for answers. */
+const questions = () => page.locator('.chat-question-carousel-widget-container').filter({ visible: true }).last();
 
 /** A pending card showing `title`, once it is there (an earlier card may still be fading out). */
 async function waitForCardWith(title) {
@@ -679,6 +686,39 @@ try {
 			await waitForResponseText(/You said: and now hello/);
 			await waitForIdle();
 			await markerKept('Stop while streaming', /kind=continuation/);
+		});
+
+		await step('question', async () => {
+			// The agent asks (elicitation/create): VS Code's own question carousel, from lmbridge's
+			// call of its vscode_askQuestions tool (docs/vscode.md, "Questions").
+			await send('ask me something');
+			await questions().waitFor({ state: 'visible', timeout: WAIT });
+			const text = await questions().innerText();
+			check(text.includes('Which colour should the button be?') && /Green/.test(text), `the question is not shown: ${JSON.stringify(text.slice(0, 300))}`);
+			const asked = chatFrames().filter(l => l.dir === 'out' && l.frame.method === 'lm/responsePart' && l.frame.params.part.type === 'tool_call').map(l => l.frame.params.part.name);
+			check(asked.at(-1) === 'vscode_askQuestions', `the question was not a vscode_askQuestions call: ${JSON.stringify(asked.slice(-3))}`);
+		});
+
+		await step('question-answer', async () => {
+			// Pick Green (the carousel moves on to the next question by itself), type a note, Submit:
+			// the agent reads both.
+			await questions().locator('.chat-question-list-item', { hasText: 'Green' }).first().click();
+			const note = questions().getByPlaceholder('Enter your answer').filter({ visible: true }).first();
+			await note.waitFor({ state: 'visible', timeout: WAIT });
+			await note.fill('matte please');
+			await questions().locator('.chat-question-submit-button').filter({ visible: true }).first().click();
+			await waitForResponseText(/You chose green\. Note: matte please/);
+			await waitForIdle();
+		});
+
+		await step('question-skip', async () => {
+			// "Skip all questions" answers each question with its default (VS Code's rule): this one
+			// has none, so every question comes back skipped and the agent hears it declined.
+			await send('ask me again');
+			await questions().waitFor({ state: 'visible', timeout: WAIT });
+			await questions().locator('[aria-label="Skip all questions"]').filter({ visible: true }).first().click();
+			await waitForResponseText(/You declined the question\./);
+			await waitForIdle();
 		});
 
 		await step('mode-card', async () => {

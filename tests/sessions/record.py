@@ -117,6 +117,20 @@ async def demo_permission(path: Path, answer: str) -> None:
             await chat(run, "demo", without_last_round(history) + [user("Never mind, just say hello.")], "end_turn")
 
 
+async def demo_question(path: Path) -> None:
+    """The demo agent asks (elicitation/create); VS Code's question tool answers it."""
+    scratch = Path(tempfile.mkdtemp(prefix="lmbridge-rec-"))
+    options = {"tools": [{"name": "vscode_askQuestions", "description": "Ask the user questions"}]}
+    async with recording(path, [demo_spec(scratch)], scratch=scratch) as run:
+        await run.client.request("lm/provideLanguageModelChatInformation", {"silent": True})
+        history = [user("Please ask me something.")]
+        call = await chat(run, "demo", history, "tool_calls", options)
+        (question,) = tool_calls(call)
+        history.append(assistant(call.parts))
+        answer = {"Colour": {"selected": ["Green"], "freeText": None, "skipped": False}, "Note": {"selected": [], "freeText": "matte", "skipped": False}}
+        await chat(run, "demo", history + [tool_result(question["callId"], json.dumps({"answers": answer}))], "end_turn", options)
+
+
 async def demo_approve(path: Path) -> None:
     await demo_permission(path, "approve")
 
@@ -380,6 +394,7 @@ SCENARIOS: dict[str, tuple[str, Scenario, Callable[[], str | None] | None]] = {
     "demo-skip": ("demo agent: write a file, Skip", demo_skip, None),
     "demo-stop": ("demo agent: write a file, Stop, then a new message", demo_stop, None),
     "demo-cancel": ("demo agent: cancel mid-stream, then continue", demo_cancel, None),
+    "demo-question": ("demo agent: asks a question (elicitation), VS Code's question tool answers", demo_question, None),
     "demo-two-files": ("demo agent: two concurrent permissions, one allowed and one skipped", demo_two_files, None),
     "demo-files": ("demo agent: reads a file through the editor (fs/*), appends a line after Allow", demo_files, None),
     "agent-crash": ("scripted agent crashes mid-turn; the next request starts a fresh agent", agent_crash, None),

@@ -54,7 +54,7 @@ from lmbridge.acp import files, terminals
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, EventSink, Incoming, Response
 from lmbridge.acp.session import new_session
 from lmbridge.acp.terminals import TerminalHost
-from lmbridge.core import auth, errors, paths, permissions, profiles, subagents
+from lmbridge.core import auth, elicitation, errors, paths, permissions, profiles, subagents
 from lmbridge.core.messages import AgentSpec
 from lmbridge.core.session_state import state_kind
 from lmbridge.log import get_logger
@@ -150,12 +150,15 @@ def client_capabilities(*, terminal: bool) -> dict[str, Any]:
     answer shows it as it comes (``core.live``). ``fs``: ``fs/read_text_file`` and
     ``fs/write_text_file`` are served (``acp.files``). ``auth.terminal``: agents list the login
     they run in a terminal (``core.auth``). ``session.notices``: what the agent tells the user
-    that is not its answer comes as ``notice`` updates, shown apart (``core.notices``)."""
+    that is not its answer comes as ``notice`` updates, shown apart (``core.notices``).
+    ``elicitation.form``: the agent may ask the user questions (``elicitation/create``, form
+    mode; ``core.elicitation``); url mode is not offered (docs/agents.md, "Questions")."""
     return {
         "fs": {"readTextFile": True, "writeTextFile": True},  # served by the session actor (acp/files.py: through VS Code, else disk)
         "terminal": terminal,
         "auth": {"terminal": True},
         "session": {"notices": {}},
+        "elicitation": {"form": {}},
         "_meta": {"terminal_output": True},
     }
 
@@ -494,6 +497,8 @@ class AgentProcess:
         # A request nobody can show: answered here, and never approved.
         if item.method == "session/request_permission":
             self._answer(item.id, {"outcome": dict(permissions.CANCELLED)})
+        elif item.method == elicitation.METHOD:  # a question nobody can show: cancelled, as ACP says
+            self._answer(item.id, dict(elicitation.CANCEL))
         elif item.method in files.METHODS or item.method in terminals.METHODS:  # served, but only for a session of this process
             self._answer(item.id, error=errors.error(errors.INVALID_PARAMS, f"sessionId {str(sid)[:100]!r} is no open session"))
         else:

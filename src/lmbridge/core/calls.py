@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from lmbridge.core import permissions
+from lmbridge.core import elicitation, permissions
 from lmbridge.core.jobs import JobInfo
 
 Part = dict[str, Any]
@@ -27,7 +27,9 @@ class AwaitedCall:
     ``part``: the tool call part that shows it; ``rid``: the permission request's JSON-RPC id;
     ``token``: its approval token; ``options``: its ACP options; ``shown_in``: the job whose
     response showed it; ``tool_call_id``: the agent's toolCallId of a permission;
-    ``request``: the permission its card shows.
+    ``request``: the permission its card shows; ``question``: the agent's question it shows
+    (``core.elicitation``); ``by_result``: answered by VS Code's tool result (its question
+    tool), not by a token.
     """
 
     call_id: str
@@ -38,6 +40,8 @@ class AwaitedCall:
     shown_in: int | None = None
     tool_call_id: str | None = None
     request: permissions.Permission | None = None
+    question: elicitation.Question | None = None
+    by_result: bool = False
 
     @property
     def tool(self) -> bool:
@@ -57,6 +61,10 @@ class AwaitedCalls:
     def add(self, call: AwaitedCall) -> AwaitedCall:
         self._calls[call.call_id] = call
         return call
+
+    def get(self, call_id: str) -> AwaitedCall | None:
+        """The call waiting as ``call_id``, left in place; None if it does not wait."""
+        return self._calls.get(call_id)
 
     def take(self, call_id: str) -> AwaitedCall | None:
         """Take the call out (it is being answered); None if it does not wait."""

@@ -70,7 +70,7 @@ Every timer is tagged with the sequence number of what started it (the gather
 window with the surfacing, the drain deadline with the prompt, the start notice with the
 start) and is stopped when that ends; a ``TimerFired`` whose tag is stale matches no row.
 Every job ends exactly once (``Finish`` or ``Fail``); every permission is answered exactly
-once (``Respond`` or ``RespondError``). What a permission becomes (a card, a grant,
+once (``Respond`` or ``RespondError``), every question too (``AnswerQuestion``). What a permission becomes (a card, a grant,
 a decline, a refusal) and which option an answer selects is the permission rule's
 (``permissions``): this machine only carries its decisions out at the right time.
 """
@@ -83,7 +83,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, get_args
 
-from lmbridge.core import notices, permissions, present
+from lmbridge.core import elicitation, notices, permissions, present
 from lmbridge.core.calls import AwaitedCall, AwaitedCalls
 from lmbridge.core.history import Last, Pending
 from lmbridge.core.jobs import JobInfo, JobQueue
@@ -214,6 +214,17 @@ class PermissionAsked:
 
 
 @dataclass(frozen=True)
+class ElicitationAsked:
+    """An ``elicitation/create`` (the agent asks the user a question, ``core.elicitation``):
+    its JSON-RPC id and ``params`` as received; ``call_id``/``token``: fresh, drawn by the actor."""
+
+    rid: Any
+    params: Any
+    call_id: str
+    token: str
+
+
+@dataclass(frozen=True)
 class ToolInvoked:
     """The agent called a VS Code tool through the MCP bridge."""
 
@@ -257,7 +268,7 @@ class Close:
     reason: str
 
 
-Event = NewJob | CancelJob | Ready | Update | PermissionAsked | ToolInvoked | PromptEnded | SessionClosed | AgentExited | TimerFired | Close
+Event = NewJob | CancelJob | Ready | Update | PermissionAsked | ElicitationAsked | ToolInvoked | PromptEnded | SessionClosed | AgentExited | TimerFired | Close
 
 
 # ---------------------------------------------------------------- effects
@@ -297,6 +308,19 @@ class Respond:
     call_id: str
     outcome: Mapping[str, Any]
     approved: permissions.Permission | None = None
+
+
+@dataclass(frozen=True)
+class AnswerQuestion:
+    """Answer an ``elicitation/create`` (``core.elicitation.response``): the user's ``answer``
+    to ``question``; for ``Answer.RESULT``, VS Code's result is the one job ``job_id`` brought
+    for ``call_id`` (the actor reads it)."""
+
+    rid: Any
+    call_id: str
+    question: elicitation.Question
+    answer: Answer
+    job_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -404,7 +428,7 @@ class Log:
 
 
 Effect = (
-    Emit | Finish | Fail | Respond | RespondError | ResolveTool | SendCancel | StartAgent | NewSession | CloseSession | Prompt | StartTimer | StopTimer | Died
+    Emit | Finish | Fail | Respond | AnswerQuestion | RespondError | ResolveTool | SendCancel | StartAgent | NewSession | CloseSession | Prompt | StartTimer | StopTimer | Died
     | Detach | Shutdown | Log
 )
 
@@ -970,6 +994,47 @@ def _route_permission(m: TurnMachine, ev: PermissionAsked, to: _To | None) -> No
     if to is _To.STREAM:
         _show(m, call)
 
+def route_question(m: TurnMachine, ev: ElicitationAsked) -> None:
+    """A job streams: the agent's question (``core.elicitation``) goes to it; it waits for
+    the gather window, like a card."""
+    _route_question(m, ev, _To.STREAM)
+
+
+def route_question_for_later(m: TurnMachine, ev: ElicitationAsked) -> None:
+    """The turn is open, no job streams: the question is kept for the next request."""
+    _route_question(m, ev, _To.KEPT)
+
+
+def route_question_no_turn(m: TurnMachine, ev: ElicitationAsked) -> None:
+    """No turn is open to show it (or it is being cancelled): answered ``cancel`` at once
+    (a malformed one refused)."""
+    _route_question(m, ev, None)
+
+
+def _route_question(m: TurnMachine, ev: ElicitationAsked, to: _To | None) -> None:
+    """How a question is shown is ``elicitation.route``'s: VS Code's question tool, lmbridge's
+    card, or (neither offered) ``cancel`` at once with a line saying so; ``to``: where it
+    goes (None: no turn is open to show it)."""
+    question = elicitation.read(ev.params)
+    if isinstance(question, elicitation.Malformed):
+        m.effects.append(RespondError(ev.rid, question.error))
+        m.effects.append(Log("warning", "question refused", {"agent": m.agent, "error": question.problem}))
+        return
+    via = elicitation.route(m.tools)
+    if to is None or via == "none":
+        if to is not None:
+            _say_line(m, elicitation.unshown_line(m.agent), to)
+        m.effects.append(AnswerQuestion(ev.rid, ev.call_id, question, Answer.CANCELLED))
+        return
+    if via == "ask":
+        part = {"type": "tool_call", "callId": ev.call_id, "name": elicitation.ASK_TOOL, "input": elicitation.ask_input(question)}
+    else:
+        part = {"type": "tool_call", "callId": ev.call_id, "name": permissions.ACTION_TOOL, "input": elicitation.card_input(question, m.agent, ev.token)}
+    call = m.calls.add(AwaitedCall(ev.call_id, part, ev.rid, ev.token, question=question, by_result=via == "ask"))
+    if to is _To.STREAM:
+        _show(m, call)
+
+
 
 def take_tool_call(m: TurnMachine, ev: ToolInvoked) -> None:
     """A job streams: the VS Code tool call goes to it (in the gather window)."""
@@ -1025,6 +1090,8 @@ def _answer(m: TurnMachine, call_id: str, answer: Answer, job_id: int | None) ->
         return
     if call.tool:
         m.effects.append(ResolveTool(call_id, answer, job_id))
+    elif call.question is not None:
+        m.effects.append(AnswerQuestion(call.rid, call_id, call.question, answer, job_id))
     else:
         outcome = permissions.outcome(call.options, answer, call.request.profile if call.request is not None else OTHER)
         if answer is Answer.REJECT:
@@ -1042,7 +1109,7 @@ def show_the_cards(m: TurnMachine, _: TimerFired) -> None:
     shown = _shown(m)
     for call in shown:
         _emit(m, call.part)
-    _finish(m, "tool_calls", Last.PENDING, tuple(Pending(c.call_id, c.token, tool=c.tool) for c in shown))
+    _finish(m, "tool_calls", Last.PENDING, tuple(Pending(c.call_id, c.token, tool=c.tool or c.by_result) for c in shown))
 
 
 def close_the_session(m: TurnMachine, _: TimerFired) -> None:
@@ -1319,6 +1386,9 @@ TABLE: tuple[Row[Any], ...] = (
     _row(_S.STREAMING, PermissionAsked, ALWAYS, STAY, route_permission),
     _row(_S.AWAITING, PermissionAsked, ALWAYS, STAY, route_permission_for_later),
     _row(_but(_S.STREAMING, _S.AWAITING), PermissionAsked, ALWAYS, STAY, route_permission_no_turn),
+    _row(_S.STREAMING, ElicitationAsked, ALWAYS, STAY, route_question),
+    _row(_S.AWAITING, ElicitationAsked, ALWAYS, STAY, route_question_for_later),
+    _row(_but(_S.STREAMING, _S.AWAITING), ElicitationAsked, ALWAYS, STAY, route_question_no_turn),
     _row(_S.STREAMING, ToolInvoked, ALWAYS, STAY, take_tool_call),
     _row(_S.AWAITING, ToolInvoked, ALWAYS, STAY, keep_tool_call),
     _row(_but(_S.STREAMING, _S.AWAITING), ToolInvoked, ALWAYS, STAY, refuse_tool_call),

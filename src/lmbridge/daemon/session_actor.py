@@ -35,7 +35,7 @@ from lmbridge.acp.client_requests import ClientRequests, session_ended
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentUnavailable, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
-from lmbridge.core import auth, errors, permissions, present, session_state, turn
+from lmbridge.core import auth, elicitation, errors, permissions, present, session_state, turn
 from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, conversation, squeezed
 from lmbridge.core.jobs import JobInfo
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
@@ -509,6 +509,11 @@ class SessionActor:
                 rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id,
                 workspace=self.client.workspace(), profile=self.process.caps.profile,
             )  # fmt: skip
+        if msg.method == elicitation.METHOD and rid is not None and not msg.bad_id:
+            if params.get("sessionId") != self.acp_session:
+                self._respond(rid, dict(elicitation.CANCEL))
+                return None
+            return turn.ElicitationAsked(rid, msg.params, f"lmbridge-{self.id}-{secrets.token_hex(6)}", secrets.token_urlsafe(18))
         if msg.bad_id:
             self._respond(None, error=BAD_ID_ERROR)
         elif rid is not None and self.client.serves(msg.method):
@@ -539,6 +544,8 @@ class SessionActor:
                 if fx.approved is not None:
                     self.client.granted(fx.approved)
                 self._respond(fx.rid, {"outcome": dict(fx.outcome)})
+            elif isinstance(fx, turn.AnswerQuestion):
+                self._answer_question(fx)
             elif isinstance(fx, turn.RespondError):
                 self._respond(fx.rid, error=fx.error)
             elif isinstance(fx, turn.ResolveTool):
@@ -601,6 +608,15 @@ class SessionActor:
         else:
             call.resolve(error_result(DECLINED_TEXT if fx.answer is Answer.DECLINED else STOPPED_TEXT))
         log.info("tool call answered", session=self.id, callId=fx.call_id, answer=fx.answer.value)
+
+    def _answer_question(self, fx: turn.AnswerQuestion) -> None:
+        """The agent's question answered (``core.elicitation.response``), with VS Code's result
+        of its question tool where the request brought one."""
+        job = self.jobs.get(fx.job_id) if fx.job_id is not None else None
+        result = job.decision.results.get(fx.call_id) if job is not None else None
+        answer = elicitation.response(fx.question, fx.answer, result.text() if result is not None else None)
+        log.info("question answered", session=self.id, callId=fx.call_id, action=answer["action"])
+        self._respond(fx.rid, answer)
 
     def _start_timer(self, fx: turn.StartTimer) -> None:
         old = self._timers.pop(fx.timer, None)
@@ -900,4 +916,6 @@ def _unread_answer(msg: Any) -> tuple[int | str | None, Any, dict[str, Any] | No
         return None
     if msg.method == "session/request_permission":
         return msg.id, {"outcome": dict(permissions.CANCELLED)}, None
+    if msg.method == elicitation.METHOD:
+        return msg.id, dict(elicitation.CANCEL), None
     return msg.id, None, session_ended(msg.method)

@@ -37,6 +37,14 @@ NAME"                           ``{"command": "sh NAME"}``), then
                                 permission was declined."; a client that offers no
                                 terminals (``clientCapabilities.terminal``) or refuses one:
                                 the call failed and the agent says why.
+contains "ask me"                asks a question (``elicitation/create``, form mode, as
+                                claude-agent-acp's AskUserQuestion does): "Which colour
+                                should the button be?", a single select (Red, Green, Blue)
+                                and an optional free-text "Note". accept -> says "You chose
+                                COLOUR." (and "Note: ..."); decline -> "You declined the
+                                question."; cancel -> "The question was cancelled."; a
+                                client without ``clientCapabilities.elicitation.form`` ->
+                                "I cannot ask: the client shows no questions."
 contains "write" or "file"      ``tool_call`` "Write notes.txt" (kind edit, pending), then
 (case-insensitive)              ``session/request_permission`` with options Allow
                                 (allow_once, id ``allow``), Always allow (allow_always,
@@ -84,7 +92,7 @@ option of category ``model``: ``plain`` or ``loud``, so VS Code's picker shows t
 agent's own models), ``session/set_config_option``, ``session/prompt`` and the
 ``session/cancel`` notification. Sent to the client:
 ``session/update`` (agent_thought_chunk, plan, agent_message_chunk, tool_call,
-tool_call_update), ``session/request_permission``, ``fs/read_text_file``,
+tool_call_update), ``session/request_permission``, ``elicitation/create``, ``fs/read_text_file``,
 ``fs/write_text_file``, ``terminal/create``, ``terminal/wait_for_exit`` and
 ``terminal/release``. Anything else is answered with
 JSON-RPC -32601 by the SDK.
@@ -115,9 +123,15 @@ from typing import Any, Literal
 import acp
 import anyio
 from acp.schema import (
+    AcceptElicitationResponse,
     AgentCapabilities,
     AllowedOutcome,
     ClientCapabilities,
+    DeclineElicitationResponse,
+    ElicitationFormSessionMode,
+    ElicitationSchema,
+    ElicitationStringPropertySchema,
+    EnumOption,
     ImageContentBlock,
     Implementation,
     InitializeResponse,
@@ -222,6 +236,7 @@ class DemoAgent:
         self._client: acp.Client | None = None
         self._sessions: dict[str, _Session] = {}
         self._terminals = False  # the client's initialize offered terminal/* (clientCapabilities.terminal)
+        self._asks = False  # ... and form questions (clientCapabilities.elicitation.form)
 
     # -- SDK hooks ---------------------------------------------------------------
 
@@ -233,6 +248,7 @@ class DemoAgent:
         """Answer ``initialize``: protocol 1, image prompts, no session loading. Remembers
         whether the client serves ``terminal/*`` (the "run the script" row needs it)."""
         self._terminals = bool(client_capabilities and client_capabilities.terminal)
+        self._asks = bool(client_capabilities and client_capabilities.elicitation and client_capabilities.elicitation.form is not None)
         log.info("initialize: client protocol version %s, terminals %s", protocol_version, self._terminals)
         return InitializeResponse(
             protocol_version=acp.PROTOCOL_VERSION,
@@ -318,6 +334,10 @@ class DemoAgent:
                 assert script is not None
                 await self._run_script(session, script.group(1).rstrip("."), scope)
             return
+        if "ask me" in lowered:
+            await self._think(sid, text)
+            await self._ask(sid)
+            return
         writes = "write" in lowered or "file" in lowered
         slow = not writes and "slow" in lowered
         leaves_plan_mode = not writes and not slow and "plan mode" in lowered
@@ -396,6 +416,31 @@ class DemoAgent:
             ),
         )
         await self._say(sid, f"I wrote `{path}`.\n")
+
+    async def _ask(self, sid: str) -> None:
+        """Ask the user a question (``elicitation/create``, form mode) and say the answer."""
+        if not self._asks:
+            await self._say(sid, "I cannot ask: the client shows no questions.\n")
+            return
+        colours = [EnumOption(const=c.lower(), title=c) for c in ("Red", "Green", "Blue")]
+        schema = ElicitationSchema(properties={
+            "colour": ElicitationStringPropertySchema(type="string", title="Colour", one_of=colours),
+            "note": ElicitationStringPropertySchema(type="string", title="Note", description="Anything to add? (optional)"),
+        }, required=["colour"])  # fmt: skip
+        mode = ElicitationFormSessionMode(session_id=sid, requested_schema=schema)
+        try:
+            answer = await self._conn.create_elicitation(message="Which colour should the button be?", mode=mode)
+        except acp.RequestError as exc:
+            await self._say(sid, f"I could not ask: {exc}\n")
+            return
+        if isinstance(answer, AcceptElicitationResponse):
+            content = answer.content or {}
+            note = f" Note: {content['note']}" if content.get("note") else ""
+            await self._say(sid, f"You chose {content.get('colour')}.{note}\n")
+        elif isinstance(answer, DeclineElicitationResponse):
+            await self._say(sid, "You declined the question.\n")
+        else:
+            await self._say(sid, "The question was cancelled.\n")
 
     async def _show(self, session: _Session, name: str) -> None:
         """Read ``<cwd>/name`` through the client and say what it holds."""
