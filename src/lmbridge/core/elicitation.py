@@ -46,7 +46,8 @@ from acp.schema import (
 )
 from pydantic import ValidationError
 
-from lmbridge.core.permissions import ACTION_TOOL, INVALID_PARAMS, Answer, escape
+from lmbridge.core.errors import INVALID_PARAMS
+from lmbridge.core.permissions import ACTION_TOOL, Answer, escape
 
 METHOD = "elicitation/create"
 ASK_TOOL = "vscode_askQuestions"  # VS Code's own question tool (workbench, core tools)
