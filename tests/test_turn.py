@@ -552,7 +552,7 @@ def test_every_row_has_one_next_state_and_the_docs_print_the_table() -> None:
 def test_the_table_is_total() -> None:
     """Every (state, event) pair has its rows, the last of them unconditional: nothing is
     left out and ignored silently (an ignored pair is an ``ignore`` row)."""
-    assert set(turn.EVENTS) == {NewJob, CancelJob, Ready, turn.Update, PermissionAsked, ToolInvoked, PromptEnded, SessionClosed, AgentExited, TimerFired, Close, NextJob}
+    assert set(turn.EVENTS) == {NewJob, CancelJob, Ready, turn.Update, PermissionAsked, turn.ElicitationAsked, ToolInvoked, PromptEnded, SessionClosed, AgentExited, TimerFired, Close, NextJob}
     for state in State:
         for event in turn.EVENTS:
             rows = [r for r in turn.TABLE if state in r.states and r.event is event]
