@@ -41,7 +41,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +54,12 @@ sys.path.insert(0, str(ROOT))
 from lmbridge.acp.connection import AgentConnection, Incoming, Response  # noqa: E402
 from lmbridge.devtools.client import DaemonClient, user  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
-from tests.real_agent.claude import agent_environ, claude_agent_command, claude_agent_env  # noqa: E402
+from tests.real_agent.claude import claude_agent_command, claude_agent_env  # noqa: E402
 
 CHAT = "lm/provideLanguageModelChatResponse"
 NEXT_RATIO = 0.5  # the 2nd…Nth new chat, at most this × the direct client's
 SPARE_MIB = 250.0  # the agents' RSS, at most the direct client's + this (one spare Claude Code)
+PREWARM_WAIT = 5.0  # seconds the pre-warmed run waits, once the agent runs, for its spare sessions
 
 
 def tree_rss_kib(root: int, include_root: bool) -> tuple[int, int]:
@@ -104,17 +106,45 @@ class _Sink:
             self.event.set()
 
 
-async def direct(fake: FakeAnthropic, home: Path, chats: int, gap: float) -> dict[str, Any]:
-    """The direct ACP client: one process, a session per chat."""
-    node, entry = claude_agent_command()
-    env = claude_agent_env(home, fake.url)  # on top of this process's environment (IS_SANDBOX unset in main)
+@dataclass(frozen=True)
+class Agent:
+    """One agent the bench drives: its id for lmbridge, its version, its argv, its extra
+    environment (given its scratch HOME and the fake's URL), and its fake model server."""
+
+    id: str
+    version: str
+    command: list[str]
+    env: Callable[[Path, str], dict[str, str]]
+    fake: Callable[[], Any]
+
+
+def agents() -> dict[str, Agent]:
+    from tests.fakes.fake_openai_responses import FakeResponses
+    from tests.real_agent import claude, codex
+
+    return {
+        "claude": Agent("claude", f"claude-agent-acp {claude.AGENT_VERSION}", claude_agent_command(), claude_agent_env,
+                        lambda: FakeAnthropic([], done_text="Hello.")),
+        "codex": Agent("codex", f"codex-acp {codex.AGENT_VERSION} (codex {codex.CODEX_VERSION})", codex.codex_agent_command(), codex.codex_agent_env,
+                       lambda: FakeResponses([], done_text="Hello.")),
+    }  # fmt: skip
+
+
+async def direct(agent: Agent, url: str, home: Path, chats: int, gap: float) -> dict[str, Any]:
+    """The direct ACP client: one process, a session per chat, each chat's prompt sent as soon
+    as its session/new is answered; the next chat ``gap`` s after the previous answer."""
+    node, *entry = agent.command
+    env = agent.env(home, url)  # on top of this process's environment, scrubbed by main
     sink = _Sink()
     times, opens = [], []
     async with anyio.create_task_group() as tg:
         t0 = time.perf_counter()
-        conn = await AgentConnection.spawn("claude", node, [entry], env, str(home.parent), sink)
+        conn = await AgentConnection.spawn(agent.id, node, entry, env, str(home.parent), sink)
         tg.start_soon(conn.serve)
         await conn.request("initialize", {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}})
+        await anyio.sleep(1.0)
+        idle = tree_rss_kib(conn.process.pid, include_root=True)[0]  # the agent with no session
+        t0 = time.perf_counter()
         for i in range(chats):
             if i:
                 await anyio.sleep(gap)
@@ -127,18 +157,19 @@ async def direct(fake: FakeAnthropic, home: Path, chats: int, gap: float) -> dic
         agents, count = tree_rss_kib(conn.process.pid, include_root=True)
         await conn.close()
         tg.cancel_scope.cancel()
-    return {"times": times, "opens": opens, "agents_rss_mib": agents / 1024, "agent_processes": count}
+    return {"times": times, "opens": opens, "agents_rss_mib": agents / 1024, "agent_processes": count, "idle_agents_rss_mib": idle / 1024}
 
 
-async def bridged(
-    fake: FakeAnthropic, home: Path, state: Path, chats: int, gap: float, daemon_src: str | None, args: Sequence[str], prewarmed: bool
-) -> dict[str, Any]:
-    node, entry = claude_agent_command()
-    spec = {"id": "claude", "name": "Claude Code", "command": node, "args": [entry], "env": claude_agent_env(home, fake.url)}
-    env = agent_environ({"LMBRIDGE_LOG_LEVEL": "warning", "XDG_STATE_HOME": str(state)})
+async def bridged(agent: Agent, url: str, home: Path, state: Path, chats: int, gap: float, daemon_src: str | None, args: Sequence[str], prewarmed: bool) -> dict[str, Any]:
+    """lmbridge: each chat one ``lm/provideLanguageModelChatResponse``; the next ``gap`` s
+    after the previous answer. ``prewarmed``: the previous run left the agent in the state
+    folder's recently used list, so ``initialize`` starts it; the bench waits for its spares."""
+    node, *entry = agent.command
+    spec = {"id": agent.id, "name": agent.id, "command": node, "args": entry, "env": agent.env(home, url)}
+    env = {**os.environ, "LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(state)}
     if daemon_src:
         env["PYTHONPATH"] = daemon_src
-    times = []
+    times, idle = [], 0
     with open(state / "daemon.stderr", "ab") as stderr:
         async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
             await client.initialize(workspace=[str(home.parent)], agents=[spec])
@@ -146,18 +177,20 @@ async def bridged(
                 deadline = time.monotonic() + 60
                 while tree_rss_kib(client.process.pid, include_root=False)[1] == 0 and time.monotonic() < deadline:
                     await anyio.sleep(0.05)
-                await anyio.sleep(3.0)  # its initialize (and spare session) answered
+                await anyio.sleep(PREWARM_WAIT)  # its initialize (and spare sessions) answered
+                idle = tree_rss_kib(client.process.pid, include_root=False)[0]  # the agent with its spares, no chat yet
             for i in range(chats):
                 if i:
                     await anyio.sleep(gap)
                 t0 = time.perf_counter()
-                call = await client.chat("claude", [user(f"hello {i}")], timeout=120)
+                call = await client.chat(agent.id, [user(f"hello {i}")], timeout=120)
                 assert call.error is None, call.error
                 times.append(time.perf_counter() - t0)
             await anyio.sleep(1.0)
             agents, count = tree_rss_kib(client.process.pid, include_root=False)
             daemon = rss_kib(client.process.pid)
-    return {"times": times, "agents_rss_mib": agents / 1024, "daemon_rss_mib": daemon / 1024, "agent_processes": count}
+    out = {"times": times, "agents_rss_mib": agents / 1024, "daemon_rss_mib": daemon / 1024, "agent_processes": count}
+    return out | ({"idle_agents_rss_mib": idle / 1024} if prewarmed else {})
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -169,14 +202,15 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
            "each_s": [round(statistics.median(r["times"][i] for r in runs), 3) for i in range(len(runs[0]["times"]))]}  # fmt: skip
     if "opens" in runs[0]:  # the direct client's session/new alone (2nd…Nth): what a spare saves at most
         out["next_open_s"] = round(statistics.median(t for r in runs for t in r["opens"][1:]), 3)
-    if "daemon_rss_mib" in runs[0]:
-        out["daemon_rss_mib"] = round(statistics.median(r["daemon_rss_mib"] for r in runs), 1)
+    for key in ("daemon_rss_mib", "idle_agents_rss_mib"):
+        if key in runs[0]:
+            out[key] = round(statistics.median(r[key] for r in runs), 1)
     return out
 
 
 def checks(figures: dict[str, Any]) -> dict[str, Any]:
-    """Each lmbridge run against the targets: its 2nd…Nth chat over the direct client's, its
-    agents' RSS over the direct client's (MiB), and whether each is within its target."""
+    """Each lmbridge run against the goals: its 2nd…Nth chat over the direct client's, its
+    agents' RSS over the direct client's (MiB), and whether each is within its goal."""
     direct = figures["direct"]
     out: dict[str, Any] = {"next_ratio_max": NEXT_RATIO, "rss_over_direct_max_mib": SPARE_MIB}
     for name, f in figures.items():
@@ -189,55 +223,100 @@ def checks(figures: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def main_async(chats: int, runs: int, gap: float, daemon_src: str | None, spare: bool | None) -> dict[str, Any]:
-    results: dict[str, list[dict[str, Any]]] = {"direct": [], "lmbridge_cold": [], "lmbridge_prewarmed": []}
-    extra = [] if spare is None else ["--spare-session" if spare else "--no-spare-session"]
-    with FakeAnthropic([], done_text="Hello.") as fake:
-        for _ in range(runs):
-            with tempfile.TemporaryDirectory(prefix="bench-sessions-") as tmp:
-                base = Path(tmp)
-                results["direct"].append(await direct(fake, base / "direct" / "home", chats, gap))
-                state = base / "state"
-                state.mkdir()
-                home = base / "bridged" / "home"
-                results["lmbridge_cold"].append(await bridged(fake, home, state, chats, gap, daemon_src, extra, prewarmed=False))
-                if daemon_src is None:
-                    results["lmbridge_prewarmed"].append(await bridged(fake, home, state, chats, gap, daemon_src, extra, prewarmed=True))
-    return {k: summarise(v) for k, v in results.items() if v}
+def gap_name(gap: float) -> str:
+    return "back_to_back" if gap == 0 else f"spaced_{gap:g}s"
+
+
+async def main_async(names: Sequence[str], chats: int, runs: int, gaps: Sequence[float], daemon_src: str | None, extra: Sequence[str]) -> dict[str, Any]:
+    """Every agent, every gap, ``runs`` times: the direct client, then lmbridge cold, then
+    pre-warmed, one after the other in each round, so each side sees the same load."""
+    out: dict[str, Any] = {}
+    for name in names:
+        agent = agents()[name]
+        results = {gap: {"direct": [], "lmbridge_cold": [], "lmbridge_prewarmed": []} for gap in gaps}  # type: dict[float, dict[str, list[dict[str, Any]]]]
+        with agent.fake() as fake:
+            for _ in range(runs):
+                for gap in gaps:
+                    with tempfile.TemporaryDirectory(prefix="bench-sessions-") as tmp:
+                        base = Path(tmp)
+                        results[gap]["direct"].append(await direct(agent, fake.url, base / "direct" / "home", chats, gap))
+                        state = base / "state"  # the daemon's private state folder (XDG_STATE_HOME): nothing of the machine's
+                        state.mkdir()
+                        home = base / "bridged" / "home"
+                        results[gap]["lmbridge_cold"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=False))
+                        results[gap]["lmbridge_prewarmed"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=True))
+        out[name] = {"version": agent.version}
+        for gap, kinds in results.items():
+            figures = {k: summarise(v) for k, v in kinds.items() if v}
+            figures["checks"] = checks(figures)
+            out[name][gap_name(gap)] = figures
+    return out
+
+
+def report(figures: dict[str, Any]) -> list[str]:
+    """The printed table: every figure with its goal and whether it was met."""
+    lines = []
+    for name, per in figures.items():
+        if name.startswith("_"):
+            continue
+        for gap, f in per.items():
+            if gap == "version":
+                continue
+            lines.append(f"\n{per['version']}, {gap.replace('_', ' ')}:")
+            lines.append(f"{'':20} {'1st chat s':>10} {'2nd..Nth s':>10} {'× direct':>8} {'goal':>6} {'met':>4} {'agents MiB':>10} {'+direct':>8} {'goal':>6} "
+                         f"{'idle MiB':>8} {'daemon MiB':>10} {'procs':>5}")  # fmt: skip
+            d = f["direct"]
+            for kind, row in f.items():
+                if kind == "checks":
+                    continue
+                c = f["checks"].get(kind)
+                ratio = row["next_s"] / d["next_s"] if d["next_s"] else float("nan")
+                met = "" if c is None else ("yes" if c["next_ok"] else "NO")
+                over = "" if c is None else f"{c['rss_over_direct_mib']:+.0f}"
+                rss_met = "" if c is None else f"≤+{SPARE_MIB:.0f}" + ("" if c["rss_ok"] else "!")
+                goal = "" if c is None else f"≤ {NEXT_RATIO}"
+                lines.append(f"{kind:20} {row['first_s']:>10.3f} {row['next_s']:>10.3f} {ratio:>8.2f} {goal:>6} {met:>4} {row['agents_rss_mib']:>10.1f} {over:>8} "
+                             f"{rss_met:>6} {row.get('idle_agents_rss_mib', 0):>8.1f} {row.get('daemon_rss_mib', 0):>10.1f} {row['agent_processes']:>5}")  # fmt: skip
+            lines.append("  each chat (s): " + "; ".join(f"{k} {row['each_s']}" for k, row in f.items() if k != "checks")
+                         + f"; direct session/new alone {d.get('next_open_s')}")  # fmt: skip
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", default="claude,codex", help="comma-separated: claude, codex (default both)")
     parser.add_argument("--chats", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--gap", type=float, default=1.5, help="seconds between new chats (default 1.5; 0: back to back)")
+    parser.add_argument("--gaps", default="0,1.5", help="seconds between new chats, comma-separated (default 0,1.5; 0: back to back)")
     parser.add_argument("--daemon-src", help="run lmbridge serve from this src folder (a checkout from before)")
     parser.add_argument(
         "--spare-session", action=argparse.BooleanOptionalAction, default=None,
         help="pass lmbridge serve --spare-session or --no-spare-session (default: neither, the daemon's default: on)",
     )  # fmt: skip
+    parser.add_argument("--spares", type=int, help="spare sessions kept per agent process ($LMBRIDGE_SPARE_SESSIONS; default: the daemon's)")
     parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "sessions.json")
     args = parser.parse_args(argv)
-    os.environ.pop("IS_SANDBOX", None)  # this machine sets it; claude's session/new then fails as root (docs/agents.md, "Running them offline")
-    load_before = os.getloadavg()[0]  # a shared machine: other work moves every figure
-    figures = anyio.run(main_async, args.chats, args.runs, args.gap, args.daemon_src, args.spare_session)
-    figures["checks"] = checks(figures)
-    figures["_setup"] = {"chats": args.chats, "runs": args.runs, "gap_s": args.gap, "daemon_src": args.daemon_src, "spare_session": args.spare_session,
-                         "load_before": load_before, "load_after": os.getloadavg()[0]}  # fmt: skip
+    # The agents must see no real account or sandbox flag of this machine: IS_SANDBOX (claude's
+    # session/new then fails as root: docs/agents.md, "Running them offline"), ANTHROPIC_*, OPENAI_*, CODEX_*.
+    from tests.real_agent.codex import codex_environ
+
+    scrubbed = codex_environ()
+    os.environ.clear()
+    os.environ.update(scrubbed)
+    if args.spares is not None:
+        os.environ["LMBRIDGE_SPARE_SESSIONS"] = str(args.spares)
+    extra = [] if args.spare_session is None else ["--spare-session" if args.spare_session else "--no-spare-session"]
+    gaps = [float(g) for g in args.gaps.split(",")]
+    load_before = os.getloadavg()  # a shared machine: other work moves every figure
+    figures = anyio.run(main_async, args.agents.split(","), args.chats, args.runs, gaps, args.daemon_src, extra)
+    figures["_setup"] = {"chats": args.chats, "runs": args.runs, "gaps_s": gaps, "daemon_src": args.daemon_src, "spare_session": args.spare_session,
+                         "spares": args.spares, "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
+                         "cpus": os.cpu_count()}  # fmt: skip
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
-    direct_next = figures["direct"]["next_s"]
-    print(f"{'':22} {'1st chat s':>10} {'2nd..Nth s':>10} {'× direct':>8} {'agents MiB':>10} {'daemon MiB':>10} {'procs':>5}")
-    for name, f in figures.items():
-        if name.startswith("_") or name == "checks":
-            continue
-        ratio = f["next_s"] / direct_next if direct_next else float("nan")
-        print(f"{name:22} {f['first_s']:>10.3f} {f['next_s']:>10.3f} {ratio:>8.2f} {f['agents_rss_mib']:>10.1f} {f.get('daemon_rss_mib', 0):>10.1f} {f['agent_processes']:>5}")
-    print(f"1-minute load average {figures['_setup']['load_before']:.2f} before, {figures['_setup']['load_after']:.2f} after (2 cores, shared)")
-    for name, c in figures["checks"].items():
-        if isinstance(c, dict):
-            print(f"{name}: 2nd..Nth chat {c['next_ratio']:.2f}× direct (target ≤ {NEXT_RATIO}): {'ok' if c['next_ok'] else 'MISSED'}; "
-                  f"agents' RSS direct {c['rss_over_direct_mib']:+.0f} MiB (target ≤ +{SPARE_MIB:.0f}): {'ok' if c['rss_ok'] else 'MISSED'}")  # fmt: skip
+    print("\n".join(report(figures)))
+    s = figures["_setup"]
+    print(f"\nload average (1, 5, 15 min) {s['load_before']} before, {s['load_after']} after ({s['cpus']} cores, shared); results in {args.out}")
     return 0
 
 

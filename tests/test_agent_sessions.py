@@ -220,6 +220,10 @@ def _tools(schema: dict[str, Any]) -> dict[str, Any]:
     return {"tools": [{"name": "search_workspace", "description": "Search", "inputSchema": schema}], "toolMode": "auto"}
 
 
+#: Tests that count the sessions opened keep one spare (the default keeps ``SPARE_COUNT``).
+ONE_SPARE = {"LMBRIDGE_SPARE_SESSIONS": "1"}
+
+
 def _spare_endpoint(event: dict[str, Any]) -> bool:
     """Whether a session/new was a spare's (its tools relay names a spare endpoint)."""
     return any(s["args"][s["args"].index("--session") + 1].startswith("spare") for s in event["mcpServers"])
@@ -238,21 +242,20 @@ async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, dae
     with anyio.fail_after(LIMIT):
         # The fixture sets $LMBRIDGE_SPARE_SESSION=0.
         args, env = (["--spare-session"], {}) if how == "option" else ([], {"LMBRIDGE_SPARE_SESSION": "1"})
-        async with daemon([agent], args=args, env=env) as c:
+        async with daemon([agent], args=args, env={**env, **ONE_SPARE}) as c:
             ok(await c.chat(agent.id, [user("first chat")], options=tools))
             await eventually(lambda: len(agent.events("session_new")) == 2, what="the spare session")
-            spare = agent.events("session_new")[1]
-            assert _spare_endpoint(spare)
+            (spare,) = [e for e in agent.events("session_new") if _spare_endpoint(e)]
             second = await c.chat(agent.id, [user("second chat")], options=tools)
             ok(second)
             assert text_of(second) == "listed"
     prompts = agent.prompts()
     assert prompts[1]["sessionId"] == spare["sessionId"]
     # Nothing was opened for the second chat while it waited: every session but the first
-    # chat's was opened ahead, as a spare (the one opened once the second chat took its
-    # spare may come before or after its prompt).
-    assert [_spare_endpoint(e) for e in agent.events("session_new")][:2] == [False, True]
-    assert not [e for e in agent.events("session_new")[1:] if not _spare_endpoint(e)]
+    # chat's was opened ahead, as a spare (the first spare beside the first chat's own
+    # session/new; the one opened once the second chat took its spare before its prompt).
+    (own,) = [e for e in agent.events("session_new") if not _spare_endpoint(e)]
+    assert own["sessionId"] == prompts[0]["sessionId"]
     assert [e["names"] for e in agent.events("mcp_tools")] == [["search_workspace"]]
     second_sent = agent.frames("session/prompt")[1]["t"]
     assert not [e for e in agent.events("session_close") if e["t"] < second_sent]  # the spare was taken, not closed
@@ -265,16 +268,14 @@ async def test_a_chat_that_takes_the_spare_gets_the_older_modes(scripted: Any, d
     modes = {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]}
     agent = scripted({"initialize": CAPS["resume"], "modes": modes, "default_turn": [{"text": "ok"}]})
     with anyio.fail_after(LIMIT):
-        async with daemon([{**agent.spec, "mode": "code"}], args=["--spare-session"]) as c:
+        async with daemon([{**agent.spec, "mode": "code"}], args=["--spare-session"], env=ONE_SPARE) as c:
             ok(await c.chat(agent.id, [user("first chat")]))
             await eventually(lambda: len(agent.events("session_new")) == 2, what="the spare session")
-            spare = agent.events("session_new")[1]
-            assert _spare_endpoint(spare)
+            (spare,) = [e for e in agent.events("session_new") if _spare_endpoint(e)]
             ok(await c.chat(agent.id, [user("second chat")]))
-    assert [p["sessionId"] for p in agent.prompts()] == [agent.events("session_new")[0]["sessionId"], spare["sessionId"]]
-    assert [(e["sessionId"], e["modeId"]) for e in agent.events("set_mode")] == [
-        (agent.events("session_new")[0]["sessionId"], "code"), (spare["sessionId"], "code"),
-    ]
+    (own,) = [e for e in agent.events("session_new")[:2] if not _spare_endpoint(e)]
+    assert [p["sessionId"] for p in agent.prompts()] == [own["sessionId"], spare["sessionId"]]
+    assert [(e["sessionId"], e["modeId"]) for e in agent.events("set_mode")] == [(own["sessionId"], "code"), (spare["sessionId"], "code")]
 
 
 async def test_a_chat_waiting_on_a_spare_whose_process_is_stuck_opens_its_session_on_a_new_one(scripted: Any, daemon: Any) -> None:
@@ -283,7 +284,7 @@ async def test_a_chat_waiting_on_a_spare_whose_process_is_stuck_opens_its_sessio
     session on a new process and is answered (not failed with the old process's end)."""
     agent = scripted({"initialize": CAPS["resume"], "freeze_at_new": 2, "pid_session_ids": True, "default_turn": [{"text": "ok"}]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent], args=["--spare-session"], env={"LMBRIDGE_SESSION_TIMEOUT": "3"}) as c:
+        async with daemon([agent], args=["--spare-session"], env={"LMBRIDGE_SESSION_TIMEOUT": "3", **ONE_SPARE}) as c:
             ok(await c.chat(agent.id, [user("first chat")]))
             await eventually(lambda: agent.events("frozen"), what="the spare's session/new freezing the process")
             agent.write({"initialize": CAPS["resume"], "pid_session_ids": True, "default_turn": [{"text": "ok"}]})  # the next process does not freeze
@@ -305,10 +306,10 @@ async def test_a_chat_offering_other_tools_than_the_spare_gets_a_fresh_session(s
     one = _tools({"type": "object", "properties": {"q": {"type": "string"}}})
     other = _tools({"type": "object", "properties": {"query": {"type": "string"}}})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent], args=["--spare-session"]) as c:
+        async with daemon([agent], args=["--spare-session"], env=ONE_SPARE) as c:
             ok(await c.chat(agent.id, [user("first chat: no tools")]))
             await eventually(lambda: len(agent.events("session_new")) == 2, what="the first spare")
-            empty = agent.events("session_new")[1]["sessionId"]
+            (empty,) = [e["sessionId"] for e in agent.events("session_new") if _spare_endpoint(e)]
             ok(await c.chat(agent.id, [user("second chat: tools")], options=one))
             await eventually(lambda: len(agent.events("session_new")) == 4, what="the second spare")
             ok(await c.chat(agent.id, [user("third chat: the same tools")], options=one))
