@@ -30,8 +30,8 @@ opened with its own VS Code tools endpoint, which serves from the start the tool
 new chat offered (agents list them once, at session start) and runs none until a chat
 adopts it; a chat offering the same tools (``mcp_bridge.same_tools``) adopts one, one
 offering others gets a fresh session and the spares are closed. The moment one is taken
-(before that chat's prompt is sent), or a chat opens a fresh one, the next is opened
-(docs/sessions.md, "Pre-warming and the spare sessions").
+(not after that chat's answer), or a chat finds none and opens its own, the next ones are
+opened (docs/sessions.md, "Pre-warming and the spare sessions").
 """
 
 from __future__ import annotations
@@ -345,8 +345,8 @@ class AgentProcess:
         the same tools (``mcp_bridge.same_tools``): agents list an MCP server's tools once, at
         session start. Ready spares with other tools are closed and None returned (the chat
         opens a fresh session). ``tools`` are kept for the next spares, which are opened at
-        once (``want_spare``): the one taken is replaced before the chat's prompt is sent,
-        and with none to take they are opened beside the chat's own ``session/new``."""
+        once (``want_spare``): the one taken is replaced while the chat answers, and with
+        none to take they are opened beside the chat's own ``session/new``."""
         from lmbridge.tools.mcp_bridge import same_tools
 
         self.spare_tools = list(tools)
