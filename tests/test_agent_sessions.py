@@ -262,7 +262,7 @@ async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, dae
 
 
 async def test_new_chats_back_to_back_each_take_a_spare_ready_before_they_were_sent(scripted: Any, daemon: Any, tmp_path: Path) -> None:
-    """docs/sessions.md, "Pre-warming and the spare sessions": the daemon keeps two spares
+    """docs/sessions.md, "Pre-warming and the spare session": the daemon keeps two spares
     per agent (its default); a spare taken is replaced at once, while the chat that took it
     is still answering (not after its answer), and two new chats sent back to back each take
     a spare whose session/new was answered before the chat was sent. Every session/new

@@ -31,7 +31,7 @@ new chat offered (agents list them once, at session start) and runs none until a
 adopts it; a chat offering the same tools (``mcp_bridge.same_tools``) adopts one, one
 offering others gets a fresh session and the spares are closed. The moment one is taken
 (not after that chat's answer), or a chat finds none and opens its own, the next ones are
-opened (docs/sessions.md, "Pre-warming and the spare sessions").
+opened (docs/sessions.md, "Pre-warming and the spare session").
 """
 
 from __future__ import annotations
