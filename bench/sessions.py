@@ -1,35 +1,45 @@
 """``make bench-sessions``: new chats and agent memory, lmbridge against a direct ACP client
-(docs/sessions.md, "Measured"). Both drive claude-agent-acp 0.23.1 against the fake Anthropic API
-(``tests/fakes/fake_anthropic.py``), on this machine.
+(docs/performance.md, "New chats and the spare sessions"; docs/sessions.md, "Measured"). It
+drives today's agents (tests/real_agent/package.json): claude-agent-acp against the fake
+Anthropic API (``tests/fakes/fake_anthropic.py``) and codex-acp against the fake Responses
+API (``tests/fakes/fake_openai_responses.py``), on this machine.
 
-Usage: ``python -m bench.sessions [--chats N] [--runs R] [--gap S] [--[no-]spare-session] [--daemon-src DIR] [--out PATH]``
+Usage: ``python -m bench.sessions [--agents claude,codex] [--chats N] [--runs R] [--gaps 0,1.5]
+[--spares N] [--[no-]spare-session] [--daemon-src DIR] [--out PATH]``
 
 - **direct**: one agent process started and ``initialize``d once; each new chat is a
-  ``session/new`` and one ``session/prompt``. This is the client the issue measures against.
+  ``session/new`` and one ``session/prompt``. This is what Zed and VS Code's own ACP
+  adapter do: the client the goals are measured against.
 - **lmbridge**: ``python -m lmbridge serve`` (``--daemon-src``: run the daemon from another
-  checkout's ``src``, to measure a commit from before) initialized with the claude agent.
-  Each new chat is one ``lm/provideLanguageModelChatResponse`` with a one-message history.
-  It runs twice: cold (the first chat starts the agent) and pre-warmed (the previous run
-  left the agent in the index's recently used list; ``initialize`` starts it, then the
-  bench waits for the pre-warm before the first chat). The daemon keeps a spare ACP
-  session ready (its default); ``--no-spare-session`` measures it without.
+  checkout's ``src``, to measure a commit from before) initialized with the agent. Each new
+  chat is one ``lm/provideLanguageModelChatResponse`` with a one-message history. It runs
+  twice: cold (the first chat starts the agent) and pre-warmed (the previous run left the
+  agent in the state folder's recently used list; ``initialize`` starts it, then the bench
+  waits ``PREWARM_WAIT`` s for its spare sessions). The daemon keeps its spare sessions
+  (its default; ``--spares N``: ``$LMBRIDGE_SPARE_SESSIONS``; ``--no-spare-session``: none).
+  Its state folder is a fresh temporary one per round (``$XDG_STATE_HOME``): nothing of the
+  machine's ``~/.local/state/lmbridge`` is read.
 
-Figures, each the median of R runs:
+For each agent and each gap, ``runs`` rounds of direct, lmbridge cold, lmbridge pre-warmed,
+one after the other (so both sides see the same load). Figures, each the median of the rounds:
 - the time to answer a new chat, from the request to its answer: the 1st chat, then the
-  2nd…Nth chats, ``--gap`` seconds apart (a user typing the next chat's words; default
-  1.5 s; 0: back to back);
+  2nd…Nth chats, each sent ``gap`` s after the previous one was answered (0: back to back,
+  as soon as it was answered; 1.5: a user typing the next chat's words);
 - for the direct client, its ``session/new`` alone (``next_open_s``, 2nd…Nth): what a
   spare session can save at most (the prompt itself is not saved);
 - the agents' RSS after N chats: the processes under the client (the agent adapter and
-  its Claude Code children), plus, for lmbridge, the daemon's own RSS. Sampled 1 s after
-  the last chat.
+  its children), plus, for lmbridge, the daemon's own RSS, sampled 1 s after the last
+  chat; and idle (``idle_agents_rss_mib``): the direct client's agent with no session, the
+  pre-warmed daemon's agent with its spares before the first chat (their difference is
+  what the spares cost).
 
-The targets (docs/performance.md, "New chats and the spare session"), checked for each
-lmbridge run and printed, never failed on (a benchmark on a shared machine reports):
-the 2nd…Nth new chat takes at most ``NEXT_RATIO`` × the direct client's, and the agents'
-RSS is at most the direct client's + ``SPARE_MIB`` (one spare Claude Code).
+The goals (docs/performance.md, "Goals"), checked for each lmbridge run and printed with
+each figure, never failed on (a benchmark on a shared machine reports): the 2nd…Nth new
+chat takes at most ``NEXT_RATIO`` × the direct client's, and the agents' RSS is at most the
+direct client's + ``SPARE_MIB``. The 1-, 5- and 15-minute load averages before and after
+are printed and kept.
 
-Results go to ``.bench/sessions.json`` (the targets under ``checks``); the table is printed.
+Results go to ``.bench/sessions.json`` (per agent, per gap; the goals under ``checks``).
 """
 
 from __future__ import annotations
