@@ -1,5 +1,5 @@
 """``make bench-sessions``: new chats and agent memory, lmbridge against a direct ACP client
-(docs/performance.md, "New chats and the spare sessions"; docs/sessions.md, "Measured"). It
+(docs/performance.md, "New chats and the spare session"; docs/sessions.md, "Measured"). It
 drives today's agents (tests/real_agent/package.json): claude-agent-acp against the fake
 Anthropic API (``tests/fakes/fake_anthropic.py``) and codex-acp against the fake Responses
 API (``tests/fakes/fake_openai_responses.py``), on this machine.
