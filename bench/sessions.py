@@ -15,7 +15,7 @@ Usage: ``python -m bench.sessions [--agents claude,codex] [--chats N] [--runs R]
   chat is one ``lm/provideLanguageModelChatResponse`` with a one-message history. It runs
   twice: cold (the first chat starts the agent) and pre-warmed (the previous run left the
   agent in the state folder's recently used list; ``initialize`` starts it, then the bench
-  waits ``PREWARM_WAIT`` s for its spare sessions). The daemon keeps its spare sessions
+  waits for its spare sessions, as the daemon's log says them ready: at most ``PREWARM_WAIT`` s). The daemon keeps its spare sessions
   (its default; ``--spares N``: ``$LMBRIDGE_SPARE_SESSIONS``; ``--no-spare-session``: none).
   Its state folder is a fresh temporary one per round (``$XDG_STATE_HOME``): nothing of the
   machine's ``~/.local/state/lmbridge`` is read.
@@ -69,7 +69,7 @@ from tests.real_agent.claude import claude_agent_command, claude_agent_env  # no
 CHAT = "lm/provideLanguageModelChatResponse"
 NEXT_RATIO = 0.5  # the 2nd…Nth new chat, at most this × the direct client's
 SPARE_MIB = 250.0  # the agents' RSS, at most the direct client's + this (one spare Claude Code)
-PREWARM_WAIT = 5.0  # seconds the pre-warmed run waits, once the agent runs, for its spare sessions
+PREWARM_WAIT = 120.0  # seconds the pre-warmed run waits at most for its spare sessions (the daemon's log says each)
 
 
 def tree_rss_kib(root: int, include_root: bool) -> tuple[int, int]:
@@ -170,24 +170,27 @@ async def direct(agent: Agent, url: str, home: Path, chats: int, gap: float) -> 
     return {"times": times, "opens": opens, "agents_rss_mib": agents / 1024, "agent_processes": count, "idle_agents_rss_mib": idle / 1024}
 
 
-async def bridged(agent: Agent, url: str, home: Path, state: Path, chats: int, gap: float, daemon_src: str | None, args: Sequence[str], prewarmed: bool) -> dict[str, Any]:
+async def bridged(agent: Agent, url: str, home: Path, state: Path, chats: int, gap: float, daemon_src: str | None, args: Sequence[str], prewarmed: bool, spares: int) -> dict[str, Any]:
     """lmbridge: each chat one ``lm/provideLanguageModelChatResponse``; the next ``gap`` s
     after the previous answer. ``prewarmed``: the previous run left the agent in the state
-    folder's recently used list, so ``initialize`` starts it; the bench waits for its spares."""
+    folder's recently used list, so ``initialize`` starts it; the bench waits for its
+    ``spares`` spare sessions to be ready (its log says each), then 1 s."""
     node, *entry = agent.command
     spec = {"id": agent.id, "name": agent.id, "command": node, "args": entry, "env": agent.env(home, url)}
     env = {**os.environ, "LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(state)}
     if daemon_src:
         env["PYTHONPATH"] = daemon_src
     times, idle = [], 0
-    with open(state / "daemon.stderr", "ab") as stderr:
+    log = state / "daemon.stderr"
+    logged = len(log.read_text(errors="replace")) if log.exists() else 0  # the cold run's log comes first
+    with open(log, "ab") as stderr:
         async with DaemonClient.spawn([sys.executable, "-m", "lmbridge", "serve", *args], env=env, stderr=stderr) as client:
             await client.initialize(workspace=[str(home.parent)], agents=[spec])
-            if prewarmed:  # the agent the user used last starts right after initialize
-                deadline = time.monotonic() + 60
-                while tree_rss_kib(client.process.pid, include_root=False)[1] == 0 and time.monotonic() < deadline:
-                    await anyio.sleep(0.05)
-                await anyio.sleep(PREWARM_WAIT)  # its initialize (and spare sessions) answered
+            if prewarmed:  # the agent the user used last starts right after initialize, then opens its spares
+                with anyio.move_on_after(PREWARM_WAIT):
+                    while log.read_text(errors="replace")[logged:].count("spare session ready") < spares:
+                        await anyio.sleep(0.1)
+                await anyio.sleep(1.0)
                 idle = tree_rss_kib(client.process.pid, include_root=False)[0]  # the agent with its spares, no chat yet
             for i in range(chats):
                 if i:
@@ -237,7 +240,7 @@ def gap_name(gap: float) -> str:
     return "back_to_back" if gap == 0 else f"spaced_{gap:g}s"
 
 
-async def main_async(names: Sequence[str], chats: int, runs: int, gaps: Sequence[float], daemon_src: str | None, extra: Sequence[str]) -> dict[str, Any]:
+async def main_async(names: Sequence[str], chats: int, runs: int, gaps: Sequence[float], daemon_src: str | None, extra: Sequence[str], spares: int) -> dict[str, Any]:
     """Every agent, every gap, ``runs`` times: the direct client, then lmbridge cold, then
     pre-warmed, one after the other in each round, so each side sees the same load."""
     out: dict[str, Any] = {}
@@ -253,8 +256,8 @@ async def main_async(names: Sequence[str], chats: int, runs: int, gaps: Sequence
                         state = base / "state"  # the daemon's private state folder (XDG_STATE_HOME): nothing of the machine's
                         state.mkdir()
                         home = base / "bridged" / "home"
-                        results[gap]["lmbridge_cold"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=False))
-                        results[gap]["lmbridge_prewarmed"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=True))
+                        results[gap]["lmbridge_cold"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=False, spares=spares))
+                        results[gap]["lmbridge_prewarmed"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=True, spares=spares))
         out[name] = {"version": agent.version}
         for gap, kinds in results.items():
             figures = {k: summarise(v) for k, v in kinds.items() if v}
@@ -318,7 +321,10 @@ def main(argv: list[str] | None = None) -> int:
     extra = [] if args.spare_session is None else ["--spare-session" if args.spare_session else "--no-spare-session"]
     gaps = [float(g) for g in args.gaps.split(",")]
     load_before = os.getloadavg()  # a shared machine: other work moves every figure
-    figures = anyio.run(main_async, args.agents.split(","), args.chats, args.runs, gaps, args.daemon_src, extra)
+    from lmbridge.acp.process import SPARE_COUNT  # after $LMBRIDGE_SPARE_SESSIONS is set: the daemon's count
+
+    spares = 0 if args.spare_session is False else SPARE_COUNT
+    figures = anyio.run(main_async, args.agents.split(","), args.chats, args.runs, gaps, args.daemon_src, extra, spares)
     figures["_setup"] = {"chats": args.chats, "runs": args.runs, "gaps_s": gaps, "daemon_src": args.daemon_src, "spare_session": args.spare_session,
                          "spares": args.spares, "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
                          "cpus": os.cpu_count()}  # fmt: skip
