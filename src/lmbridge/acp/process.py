@@ -399,18 +399,18 @@ class AgentProcess:
             log.info("spare session ready", agent=self.spec.id, acp_session=sid, tools=len(tools))
         except Exception as exc:
             log.info("no spare session", agent=self.spec.id, error=str(exc) or type(exc).__name__)
-        finally:
+        finally:  # cancelled too (the pool closing): whoever waits on it is told
             self._preparing.remove(tools)
             if bridge is not None and host is not None:
                 host.remove(bridge.session_id)
-        if ready is not None and not same_tools(ready.tools, self.spare_tools):
-            # A new chat offered other tools meanwhile: this one would never be taken.
-            self._close_spare(ready)
-            self.want_spare()
-        elif ready is not None:
-            self.spares.append(ready)
-        done, self._spare_done = self._spare_done, anyio.Event()
-        done.set()
+            if ready is not None and not same_tools(ready.tools, self.spare_tools):
+                # A new chat offered other tools meanwhile: this one would never be taken.
+                self._close_spare(ready)
+                self.want_spare()
+            elif ready is not None:
+                self.spares.append(ready)
+            done, self._spare_done = self._spare_done, anyio.Event()
+            done.set()
 
     def _close_spare(self, spare: Spare) -> None:
         """Let go of ``spare``: its tools endpoint removed (nothing can reach it), and
