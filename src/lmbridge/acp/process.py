@@ -30,8 +30,8 @@ opened with its own VS Code tools endpoint, which serves from the start the tool
 new chat offered (agents list them once, at session start) and runs none until a chat
 adopts it; a chat offering the same tools (``mcp_bridge.same_tools``) adopts one, one
 offering others gets a fresh session and the spares are closed. The moment one is taken
-(not after that chat's answer), or a chat finds none and opens its own, the next ones are
-opened (docs/sessions.md, "Pre-warming and the spare session").
+(not after that chat's answer), or a chat finds none and has opened its own, the next ones
+are opened (docs/sessions.md, "Pre-warming and the spare session").
 """
 
 from __future__ import annotations
@@ -344,9 +344,8 @@ class AgentProcess:
         for: it is further along than a session/new started now), when it was opened with
         the same tools (``mcp_bridge.same_tools``): agents list an MCP server's tools once, at
         session start. Ready spares with other tools are closed and None returned (the chat
-        opens a fresh session). ``tools`` are kept for the next spares, which are opened at
-        once (``want_spare``): the one taken is replaced while the chat answers, and with
-        none to take they are opened beside the chat's own ``session/new``."""
+        opens a fresh session). ``tools`` are kept for the next spares; the one taken is
+        replaced at once (``want_spare``), while the chat answers."""
         from lmbridge.tools.mcp_bridge import same_tools
 
         self.spare_tools = list(tools)
@@ -360,8 +359,7 @@ class AgentProcess:
                 self.want_spare()
                 return spare
             if not any(same_tools(t, self.spare_tools) for t in self._preparing):
-                self.want_spare()  # opened beside the chat's own session/new: ready for the chat after it
-                return None
+                return None  # the chat opens its own session, then asks for the spares (acp.session)
             await self._spare_done.wait()
 
     def want_spare(self) -> None:
