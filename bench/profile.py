@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.run import OUT_DIR, Peer, analyse, daemon_stream, init_daemon
+from bench.run import OUT_DIR, Peer, analyse, daemon_stream, init_daemon, private_state
 
 PLAN = {"all": [(20_000, 32)] * 3 + [(2_000, 4096)] * 3, "text": [(20_000, 32)] * 5, "4k": [(2_000, 4096)] * 5}
 
@@ -52,4 +52,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    with private_state():  # the daemon reads no state of this machine's
+        sys.exit(main(sys.argv[1:]))

@@ -29,6 +29,7 @@ Results go to ``.bench/results.json``; the table is printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -37,8 +38,9 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,26 @@ ANSWERED = re.compile(r"@(\d+);(selected|cancelled)")
 clock = time.monotonic_ns
 
 AGENT_SPEC = {"id": "synth", "name": "bench synthetic agent", "command": sys.executable, "args": [str(AGENT)], "env": {}}
+#: The goals each figure is printed with (docs/performance.md, "Goals"): throughput ratios, daemon over direct.
+GOALS = {"throughput_text": 0.95, "throughput_4k": 0.8}
+
+
+@contextlib.contextmanager
+def private_state() -> Iterator[Path]:
+    """A fresh state folder for every daemon this process starts (``$XDG_STATE_HOME``, which
+    ``lmbridge serve`` reads: docs/sessions.md), removed afterwards: the machine's own
+    (``~/.local/state/lmbridge``: the agents used last, their models, the session index)
+    would pre-warm agents and change the figures from one run to the next."""
+    before = os.environ.get("XDG_STATE_HOME")
+    with tempfile.TemporaryDirectory(prefix="lmbridge-bench-state-") as state:
+        os.environ["XDG_STATE_HOME"] = state
+        try:
+            yield Path(state)
+        finally:
+            if before is None:
+                os.environ.pop("XDG_STATE_HOME", None)
+            else:
+                os.environ["XDG_STATE_HOME"] = before
 
 
 # ---------------------------------------------------------------- statistics
@@ -344,8 +366,9 @@ def bench_throughput(d: Peer, n: int, size: int, runs: int) -> dict[str, Any]:
     out["daemon_frames_out"] = stats(frames, 0)  # < chunks when the daemon coalesced text
     out["daemon_cpu_us_per_chunk"] = stats(daemon_cpu, 1)
     out["direct_client_cpu_us_per_chunk"] = stats(client_cpu, 1)  # this process: spawn, handshake, reading
-    out["target"] = ">= 0.8x direct"
-    out["met"] = out["ratio"]["median"] >= 0.8
+    goal = GOALS["throughput_text" if size <= 64 else "throughput_4k"]
+    out["target"] = f">= {goal}x direct"
+    out["met"] = out["ratio"]["median"] >= goal
     return out
 
 
@@ -610,14 +633,14 @@ def table(res: dict[str, Any]) -> str:
     def ok(met: bool | None) -> str:
         return "" if met is None else ("yes" if met else "NO")
 
-    rows.append(("start: spawn → initialize answered", *spread(f["start"]["ms"], " ms"), "≤ 300 ms", ok(f["start"]["met"])))
+    rows.append(("start: spawn → initialize answered", *spread(f["start"]["ms"], " ms"), "≤ 300 ms at load 3", ok(f["start"]["met"])))
     for key, label in (("throughput_text", "text chunks"), ("throughput_4k", "4 KiB chunks")):
         t = f[key]
         name = f"throughput {t['chunks']:,} {label}"
         rows.append((f"{name}: daemon", *spread(t["daemon"]["chunks_per_s"], " chunks/s", "{:,.0f}"), "", ""))
         rows.append((f"{name}: direct", *spread(t["direct"]["chunks_per_s"], " chunks/s", "{:,.0f}"), "", ""))
         rows.append((f"{name}: daemon MiB/s (direct)", f"{t['daemon']['mib_per_s']['median']:.1f} ({t['direct']['mib_per_s']['median']:.1f})", "", "", ""))
-        rows.append((f"{name}: ratio daemon/direct", *spread(t["ratio"], "×", "{:.2f}"), "≥ 0.8×", ok(t["met"])))
+        rows.append((f"{name}: ratio daemon/direct", *spread(t["ratio"], "×", "{:.2f}"), f"≥ {GOALS[key]}×", ok(t["met"])))
         rows.append((f"{name}: frames out of the daemon", *spread(t["daemon_frames_out"], "", "{:,.0f}"), "", ""))
         rows.append((f"{name}: CPU per chunk, daemon (bare client)", f"{t['daemon_cpu_us_per_chunk']['median']:.1f} ({t['direct_client_cpu_us_per_chunk']['median']:.1f}) µs", "", "", ""))
     lat = f["latency"]
@@ -661,6 +684,12 @@ def table(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``make bench``: every daemon started with a private state folder (``private_state``)."""
+    with private_state():
+        return _bench(argv)
+
+
+def _bench(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a smoke run: small sizes, one run each (figures not meaningful)")
     ap.add_argument("--runs", type=int, help="runs per figure (default 5; --quick: 1)")

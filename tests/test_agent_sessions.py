@@ -220,6 +220,10 @@ def _tools(schema: dict[str, Any]) -> dict[str, Any]:
     return {"tools": [{"name": "search_workspace", "description": "Search", "inputSchema": schema}], "toolMode": "auto"}
 
 
+#: Tests that count the sessions opened keep one spare (the default keeps ``SPARE_COUNT``).
+ONE_SPARE = {"LMBRIDGE_SPARE_SESSIONS": "1"}
+
+
 def _spare_endpoint(event: dict[str, Any]) -> bool:
     """Whether a session/new was a spare's (its tools relay names a spare endpoint)."""
     return any(s["args"][s["args"].index("--session") + 1].startswith("spare") for s in event["mcpServers"])
@@ -238,7 +242,7 @@ async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, dae
     with anyio.fail_after(LIMIT):
         # The fixture sets $LMBRIDGE_SPARE_SESSION=0.
         args, env = (["--spare-session"], {}) if how == "option" else ([], {"LMBRIDGE_SPARE_SESSION": "1"})
-        async with daemon([agent], args=args, env=env) as c:
+        async with daemon([agent], args=args, env={**env, **ONE_SPARE}) as c:
             ok(await c.chat(agent.id, [user("first chat")], options=tools))
             await eventually(lambda: len(agent.events("session_new")) == 2, what="the spare session")
             spare = agent.events("session_new")[1]
@@ -258,6 +262,48 @@ async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, dae
     assert not [e for e in agent.events("session_close") if e["t"] < second_sent]  # the spare was taken, not closed
 
 
+async def test_new_chats_back_to_back_each_take_a_spare_ready_before_they_were_sent(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    """docs/sessions.md, "Pre-warming and the spare session": the daemon keeps two spares
+    per agent (its default); a spare taken is replaced at once, while the chat that took it
+    is still answering (not after its answer), and two new chats sent back to back each take
+    a spare whose session/new was answered before the chat was sent. Every session/new
+    after the first three waits at a gate the test opens only after the third chat, so no
+    replacement can serve the chats measured here."""
+    gate, hold = tmp_path / "new-gate", tmp_path / "hold"
+    turns = [[{"text": "first"}], [{"gate": str(hold)}, {"text": "second"}], [{"text": "third"}], [{"text": "fourth"}]]
+    agent = scripted({"initialize": CAPS["resume"], "new_gate": {"after": 3, "path": str(gate)}, "turns": turns})
+    answers: list[Any] = []
+    with anyio.fail_after(LIMIT):
+        async with daemon([agent], args=["--spare-session"]) as c:  # no LMBRIDGE_SPARE_SESSIONS: the default count
+            ok(await c.chat(agent.id, [user("first chat")]))  # its own session/new, then the two spares
+            await eventually(lambda: len(agent.events("session_new")) == 3, what="two spares ready")
+
+            async def second() -> None:
+                answers.append(await c.chat(agent.id, [user("second chat")]))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(second)
+                # Opened when taken: asked for while the second chat's answer is held back.
+                await eventually(lambda: len(agent.frames("session/new")) == 4 and agent.prompts()[1:], what="the taken spare replaced")
+                assert len(agent.events("prompt_answered")) == 1  # the first chat's only
+                hold.touch()
+            ok(answers[0])
+            answers.append(await c.chat(agent.id, [user("third chat")]))  # back to back: sent as soon as the second was answered
+            ok(answers[1])
+            gate.touch()  # the replacements are answered from now on
+            ok(await c.chat(agent.id, [user("fourth chat")]))
+    news = {e["sessionId"]: e for e in agent.events("session_new")}
+    prompts = [p["sessionId"] for p in agent.prompts()]
+    assert [_spare_endpoint(news[sid]) for sid in prompts] == [False, True, True, True]
+    assert [e for e in news.values() if not _spare_endpoint(e)] == [news[prompts[0]]]  # nothing opened for chats 2-4
+    second_sent = agent.frames("session/prompt")[1]["t"]
+    # Both back-to-back chats took a spare answered before the second chat's prompt: not one
+    # opened for them (those waited at the gate until after the third chat).
+    assert news[prompts[1]]["t"] < second_sent and news[prompts[2]]["t"] < second_sent
+    assert len(agent.events("session_new_gated")) >= 2  # the replacements for chats 2 and 3 waited
+    assert [text_of(a) for a in answers] == ["second", "third"]
+
+
 async def test_a_chat_that_takes_the_spare_gets_the_older_modes(scripted: Any, daemon: Any) -> None:
     """The spare keeps all its session/new answered: an agent offering the older ``modes``
     (no mode among its configOptions) has its mode control in the chat that takes the spare,
@@ -265,7 +311,7 @@ async def test_a_chat_that_takes_the_spare_gets_the_older_modes(scripted: Any, d
     modes = {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]}
     agent = scripted({"initialize": CAPS["resume"], "modes": modes, "default_turn": [{"text": "ok"}]})
     with anyio.fail_after(LIMIT):
-        async with daemon([{**agent.spec, "mode": "code"}], args=["--spare-session"]) as c:
+        async with daemon([{**agent.spec, "mode": "code"}], args=["--spare-session"], env=ONE_SPARE) as c:
             ok(await c.chat(agent.id, [user("first chat")]))
             await eventually(lambda: len(agent.events("session_new")) == 2, what="the spare session")
             spare = agent.events("session_new")[1]
@@ -283,7 +329,7 @@ async def test_a_chat_waiting_on_a_spare_whose_process_is_stuck_opens_its_sessio
     session on a new process and is answered (not failed with the old process's end)."""
     agent = scripted({"initialize": CAPS["resume"], "freeze_at_new": 2, "pid_session_ids": True, "default_turn": [{"text": "ok"}]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent], args=["--spare-session"], env={"LMBRIDGE_SESSION_TIMEOUT": "3"}) as c:
+        async with daemon([agent], args=["--spare-session"], env={"LMBRIDGE_SESSION_TIMEOUT": "3", **ONE_SPARE}) as c:
             ok(await c.chat(agent.id, [user("first chat")]))
             await eventually(lambda: agent.events("frozen"), what="the spare's session/new freezing the process")
             agent.write({"initialize": CAPS["resume"], "pid_session_ids": True, "default_turn": [{"text": "ok"}]})  # the next process does not freeze
@@ -305,7 +351,7 @@ async def test_a_chat_offering_other_tools_than_the_spare_gets_a_fresh_session(s
     one = _tools({"type": "object", "properties": {"q": {"type": "string"}}})
     other = _tools({"type": "object", "properties": {"query": {"type": "string"}}})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent], args=["--spare-session"]) as c:
+        async with daemon([agent], args=["--spare-session"], env=ONE_SPARE) as c:
             ok(await c.chat(agent.id, [user("first chat: no tools")]))
             await eventually(lambda: len(agent.events("session_new")) == 2, what="the first spare")
             empty = agent.events("session_new")[1]["sessionId"]

@@ -63,6 +63,10 @@ Scenario JSON (all keys optional)::
                                      (a long session replayed: slow, never silent)
       "pid_session_ids": false       true: sessionIds are s<n>-<pid>, so two processes never
                                      open the same one (real agents use UUIDs)
+      "new_gate": {"after": k, "path": p}
+                                     every session/new after the k-th is answered (from a
+                                     thread: the agent goes on reading) once the file at p
+                                     exists (logged session_new_gated as it starts waiting)
     }
 
 Steps (the first key decides):
@@ -625,18 +629,11 @@ class ScriptedAgent:
             pass
         elif method == "session/new" and self.needs_login("new"):
             self.reply_error(rid, -32000, self.scenario["auth_required"].get("message", "Authentication required"), None)
+        elif method == "session/new" and self.gated_new():
+            gate = Path(self.scenario["new_gate"]["path"])
+            threading.Thread(target=self.open_session_at_gate, args=(rid, params, gate), daemon=True).start()
         elif method == "session/new":
-            with self.cond:
-                self.session_count += 1
-                while f"s{self.session_count}" in self.session_cwd:  # a resumed session holds it
-                    self.session_count += 1
-                sid = f"s{self.session_count}" + (f"-{os.getpid()}" if self.scenario.get("pid_session_ids") else "")
-                self.session_cwd[sid] = params.get("cwd", ".")
-                self.session_mcp[sid] = params.get("mcpServers") or []
-            self.log_event("session_new", sessionId=sid, cwd=params.get("cwd"), mcpServers=params.get("mcpServers"))
-            self.reply(rid, {"sessionId": sid, **self.config_answer(sid)})
-            for update in self.scenario.get("after_new", []):
-                self.update(sid, update)
+            self.open_session(rid, params)
         elif method in ("session/resume", "session/load"):
             self.take_up(rid, method, params)
         elif method == "session/close":
@@ -673,6 +670,31 @@ class ScriptedAgent:
             self.start_turn(rid, params)
         else:
             self.reply_error(rid, -32601, "Method not found", {"method": method})
+
+    def open_session(self, rid: Any, params: dict[str, Any]) -> None:
+        """Answer a session/new: a fresh sessionId (logged ``session_new`` as it is answered)."""
+        with self.cond:
+            self.session_count += 1
+            while f"s{self.session_count}" in self.session_cwd:  # a resumed session holds it
+                self.session_count += 1
+            sid = f"s{self.session_count}" + (f"-{os.getpid()}" if self.scenario.get("pid_session_ids") else "")
+            self.session_cwd[sid] = params.get("cwd", ".")
+            self.session_mcp[sid] = params.get("mcpServers") or []
+        self.log_event("session_new", sessionId=sid, cwd=params.get("cwd"), mcpServers=params.get("mcpServers"))
+        self.reply(rid, {"sessionId": sid, **self.config_answer(sid)})
+        for update in self.scenario.get("after_new", []):
+            self.update(sid, update)
+
+    def gated_new(self) -> bool:
+        """Whether this session/new (counted by ``freezes``) waits for the scenario's ``new_gate``."""
+        gate = self.scenario.get("new_gate")
+        return bool(gate) and self.news > gate["after"] and not Path(gate["path"]).exists()
+
+    def open_session_at_gate(self, rid: Any, params: dict[str, Any], gate: Path) -> None:
+        self.log_event("session_new_gated", n=self.news)
+        while not gate.exists():
+            time.sleep(0.01)
+        self.open_session(rid, params)
 
     def freezes(self) -> bool:
         """Count a session/new; at the scenario's ``freeze_at_new``-th, freeze (never returns)."""

@@ -27,14 +27,16 @@ within ``SESSION_TIMEOUT``. A stuck process is stopped: its chats get ``AgentGon
 with the agent's name and the request it missed; the next chat starts a new process
 (docs/sessions.md, "A stuck agent process").
 
-With ``spares`` on, each running process keeps one spare ACP session ready, so a new chat
-does not wait for ``session/new``. It is opened with its own VS Code tools endpoint, which
-serves from the start the tools the last new chat offered (agents list them once, at
-session start) and runs none until a chat adopts it; a chat offering the same tools
-(``mcp_bridge.same_tools``) adopts it, one offering others gets a fresh session and the
-spare is closed; so is a spare given other workspace folders (``additionalDirectories``)
-than a session opened now would get (the folders changed since). The chat that takes it, or
-opens a fresh one, asks for the next.
+With ``spares`` on, each running process keeps ``spare_count`` spare ACP sessions ready
+(``SPARE_COUNT``), so new chats, back to back too, do not wait for ``session/new``. Each is
+opened with its own VS Code tools endpoint, which serves from the start the tools the last
+new chat offered (agents list them once, at session start) and runs none until a chat
+adopts it; a chat offering the same tools (``mcp_bridge.same_tools``) adopts one, one
+offering others gets a fresh session and the spares are closed; so is a spare given other
+workspace folders (``additionalDirectories``) than a session opened now would get (the
+folders changed since). The moment one is taken (not after that chat's answer), or a chat
+finds none and has opened its own, the next ones are opened (docs/sessions.md,
+"Pre-warming and the spare session").
 """
 
 from __future__ import annotations
@@ -85,6 +87,11 @@ SPARE_CLOSE_TIMEOUT = 10.0
 
 def _seconds(name: str, default: float) -> float:
     return float(os.environ.get(name) or default)
+
+
+#: Spare sessions kept ready per running process where spares are on (``$LMBRIDGE_SPARE_SESSIONS``,
+#: at least 1): chosen by ``make bench-sessions`` (docs/sessions.md, "Measured").
+SPARE_COUNT = max(1, int(_seconds("LMBRIDGE_SPARE_SESSIONS", 2)))
 
 
 #: Seconds a new process may take to answer ``initialize`` (its spawn included): the first
@@ -212,11 +219,10 @@ class AgentProcess:
         self.responses: dict[int, Sink] = {}  # session/prompt request id → the mailbox of the actor that sent it
         self._lock = anyio.Lock()
         self._idle: anyio.CancelScope | None = None
-        self.spare: Spare | None = None
-        self._preparing = False
-        self._spare_done = anyio.Event()  # set when the spare being opened is ready (or failed)
-        self._preparing_tools: list[Any] = []  # the tools the spare being opened offers
-        self._preparing_additional: tuple[str, ...] = ()  # the additionalDirectories it is opened with
+        self.spares: list[Spare] = []  # ready, the oldest first
+        # Each spare being opened: the tools it offers and the additionalDirectories it is given.
+        self._preparing: list[tuple[list[Any], tuple[str, ...]]] = []
+        self._spare_done = anyio.Event()  # set (and replaced) each time a spare being opened is ready (or failed)
         self.spare_tools: list[Any] = []  # the tools the last new chat offered (wire.ToolInfo): the next spare's
         self.stale = False  # said it needs a login: restarted once nobody uses it (retire)
         self.auth_status: auth.Status | None = None  # what its last _auth/status_update said
@@ -358,50 +364,54 @@ class AgentProcess:
         return paths.additional_directories(self.pool.folders(), self.cwd)
 
     async def take_spare(self, tools: Sequence[Any] = ()) -> Spare | None:
-        """The spare session for a new chat offering ``tools`` (``wire.ToolInfo``s, as the
-        chat's tools endpoint would serve them): the one ready, or the one being opened
-        (waited for: it is further along than a session/new started now), when it was
-        opened with the same tools (``mcp_bridge.same_tools``): agents list an MCP server's
-        tools once, at session start; and with the workspace folders a session opened now
-        gets (``additional``): a spare opened before the folders changed has others. A spare
-        that differs is closed and None returned (the chat opens a fresh session). ``tools``
-        are kept for the next spare, which is prepared at once."""
+        """A spare session for a new chat offering ``tools`` (``wire.ToolInfo``s, as the
+        chat's tools endpoint would serve them): a ready one, else one being opened (waited
+        for: it is further along than a session/new started now), when it was opened with
+        the same tools (``mcp_bridge.same_tools``: agents list an MCP server's tools once, at
+        session start) and the workspace folders a session opened now gets (``additional``:
+        a spare opened before the folders changed has others). Ready spares that differ are
+        closed and None returned (the chat opens a fresh session). ``tools`` are kept for the
+        next spares; the one taken is replaced at once (``want_spare``), while the chat answers."""
         from lmbridge.tools.mcp_bridge import same_tools
 
         self.spare_tools = list(tools)
         additional = self.additional()
-        if self.spare is None and self._preparing and same_tools(self._preparing_tools, self.spare_tools) and self._preparing_additional == additional:
+        while True:
+            for spare in list(self.spares):
+                other = "other tools" if not same_tools(spare.tools, self.spare_tools) else "other workspace folders" if spare.additional != additional else None
+                if other is not None:
+                    log.info(f"spare session not taken: {other}", agent=self.spec.id, acp_session=spare.session_id)
+                    self.spares.remove(spare)
+                    self._close_spare(spare)
+            if self.spares:
+                spare = self.spares.pop(0)
+                self.want_spare()
+                return spare
+            if not any(same_tools(t, self.spare_tools) and a == additional for t, a in self._preparing):
+                return None  # the chat opens its own session, then asks for the spares (acp.session)
             await self._spare_done.wait()
-        spare, self.spare = self.spare, None
-        if spare is not None and not same_tools(spare.tools, self.spare_tools):
-            log.info("spare session not taken: other tools", agent=self.spec.id, acp_session=spare.session_id)
-            self._close_spare(spare)
-            spare = None
-        if spare is not None and spare.additional != additional:
-            log.info("spare session not taken: other workspace folders", agent=self.spec.id, acp_session=spare.session_id)
-            self._close_spare(spare)
-            spare = None
-        if spare is not None:
-            self.want_spare()
-        return spare
 
     def want_spare(self) -> None:
-        """Prepare a spare session in the background, if spares are on and none is ready
-        or being opened, and the agent's profile allows one (``AgentProfile.keeps_spare``); it
-        offers the tools the last new chat offered (``spare_tools``)."""
-        if self.pool.spares and self.running and self.caps.profile.keeps_spare and self.spare is None and not self._preparing and self.pool.open:
-            self._preparing, self._spare_done = True, anyio.Event()
-            self._preparing_tools = list(self.spare_tools)
-            self._preparing_additional = self.additional()
-            self.pool.start_soon(self._prepare_spare, self._preparing_tools, self._preparing_additional)
+        """Open spare sessions in the background until ``pool.spare_count`` are ready or being
+        opened, if spares are on and the agent's profile allows them (``AgentProfile.keeps_spare``);
+        they offer the tools the last new chat offered (``spare_tools``) and get the workspace
+        folders of the moment (``additional``)."""
+        while (
+            self.pool.spares and self.running and self.caps.profile.keeps_spare and self.pool.open
+            and len(self.spares) + len(self._preparing) < self.pool.spare_count
+        ):  # fmt: skip
+            opening = (list(self.spare_tools), self.additional())
+            self._preparing.append(opening)
+            self.pool.start_soon(self._prepare_spare, opening)
 
-    async def _prepare_spare(self, tools: list[Any], additional: tuple[str, ...] = ()) -> None:
+    async def _prepare_spare(self, opening: tuple[list[Any], tuple[str, ...]]) -> None:
         from lmbridge.tools.mcp_bridge import ToolBridge, error_result, same_tools, server_name
 
         async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
             call.resolve(error_result("no chat is using this session yet"))
 
-        conn, host, bridge = self.conn, None, None
+        tools, additional = opening
+        conn, host, bridge, ready = self.conn, None, None, None
         try:
             assert conn is not None and self.pool.mcp_host is not None
             host = await self.pool.mcp_host()
@@ -414,20 +424,22 @@ class AgentProcess:
             sid, answer = await new_session(self, conn, self.cwd, servers, additional)  # bounded: a stuck process is stopped
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
-            self.spare, bridge = Spare(sid, bridge, servers, host, answer, tools, additional), None
+            ready, bridge = Spare(sid, bridge, servers, host, answer, tools, additional), None
             log.info("spare session ready", agent=self.spec.id, acp_session=sid, tools=len(tools))
         except Exception as exc:
             log.info("no spare session", agent=self.spec.id, error=str(exc) or type(exc).__name__)
-        finally:
-            self._preparing = False
-            self._spare_done.set()
+        finally:  # cancelled too (the pool closing): whoever waits on it is told
+            self._preparing.remove(opening)
             if bridge is not None and host is not None:
                 host.remove(bridge.session_id)
-        if self.spare is not None and (not same_tools(self.spare.tools, self.spare_tools) or self.spare.additional != self.additional()):
-            # A new chat offered other tools meanwhile, or the folders changed: this one would never be taken.
-            spare, self.spare = self.spare, None
-            self._close_spare(spare)
-            self.want_spare()
+            if ready is not None and (not same_tools(ready.tools, self.spare_tools) or ready.additional != self.additional()):
+                # A new chat offered other tools meanwhile, or the folders changed: this one would never be taken.
+                self._close_spare(ready)
+                self.want_spare()
+            elif ready is not None:
+                self.spares.append(ready)
+            done, self._spare_done = self._spare_done, anyio.Event()
+            done.set()
 
     def _close_spare(self, spare: Spare) -> None:
         """Let go of ``spare``: its tools endpoint removed (nothing can reach it), and
@@ -448,8 +460,9 @@ class AgentProcess:
         self.pool.start_soon(close)  # nothing when the pool is closing: the process ends anyway
 
     def _drop_spare(self) -> None:
-        spare, self.spare = self.spare, None
-        if spare is not None:
+        """Forget the ready spares (the process is gone or going): their endpoints removed."""
+        spares, self.spares = self.spares, []
+        for spare in spares:
             spare.host.remove(spare.bridge.session_id)
 
     # -- the connection's events sink ---------------------------------------------
@@ -577,7 +590,8 @@ class AgentPool:
         self.on_ready = on_ready  # told each process's capabilities once it is initialized
         self.launcher = launcher or AgentConnection.spawn
         self.recorder = recorder
-        self.spares = spares  # keep a spare ACP session per running process
+        self.spares = spares  # keep spare ACP sessions per running process
+        self.spare_count = SPARE_COUNT  # how many (AgentProcess.want_spare)
         self.mcp_host = mcp_host  # async () -> mcp_bridge.McpHost (the spare sessions' tools endpoints)
         self.spares_made = 0
         self.start_timeout = START_TIMEOUT  # seconds a new process may take to answer initialize
