@@ -235,6 +235,10 @@ async def test_an_agent_without_the_capability_gets_the_first_folder_only(script
     assert new["params"]["cwd"] == a and "additionalDirectories" not in new["params"]
 
 
+# One spare, so the sessions opened can be counted (the default keeps more: docs/sessions.md).
+ONE_SPARE = {"LMBRIDGE_SPARE_SESSIONS": "1"}
+
+
 @pytest.mark.anyio
 async def test_a_spare_opened_for_other_folders_is_not_taken(scripted: Any, daemon: Any, tmp_path: Path) -> None:
     """The spare session is opened with the folders of its time; VS Code's folders change
@@ -243,7 +247,7 @@ async def test_a_spare_opened_for_other_folders_is_not_taken(scripted: Any, daem
     a, b, c = workspace(tmp_path, "a", "b", "c")
     agent = scripted({"initialize": TAKES_FOLDERS, "turns_per_session": True, "default_turn": [{"text": "ok"}]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent], workspace=[a, b], args=["--spare-session"]) as client:
+        async with daemon([agent], workspace=[a, b], args=["--spare-session"], env=ONE_SPARE) as client:
             ok(await client.chat(agent.id, [user("first chat")]))
             await eventually(lambda: len(agent.frames("session/new")) == 2, what="the spare session")
             first, spare = agent.frames("session/new")
@@ -267,7 +271,7 @@ async def test_a_spare_for_the_same_folders_is_taken(scripted: Any, daemon: Any,
     a, b = workspace(tmp_path, "a", "b")
     agent = scripted({"initialize": TAKES_FOLDERS, "turns_per_session": True, "default_turn": [{"text": "ok"}]})
     with anyio.fail_after(LIMIT):
-        async with daemon([agent], workspace=[a, b], args=["--spare-session"]) as client:
+        async with daemon([agent], workspace=[a, b], args=["--spare-session"], env=ONE_SPARE) as client:
             ok(await client.chat(agent.id, [user("first chat")]))
             await eventually(lambda: len(agent.frames("session/new")) == 2, what="the spare session")
             await client.send_frame({"jsonrpc": "2.0", "method": "$/workspaceFolders", "params": {"workspaceFolders": [a, b]}})  # the same folders again
