@@ -27,7 +27,9 @@ with the agent's name and the request it missed; the next chat starts a new proc
 With ``spares`` on, each running process keeps one spare ACP session ready, so a new chat
 does not wait for ``session/new``. It is opened with its own VS Code tools endpoint, which
 serves from the start the tools the last new chat offered (agents list them once, at
-session start) and runs none until a chat adopts it; a chat offering the same tools
+session start) and runs none until a chat adopts it; with none offered it has no endpoint,
+as a session opened for a chat offering none (so the MCP SDK is not loaded for it: docs/
+performance.md, "Start-up and idle"); a chat offering the same tools
 (``mcp_bridge.same_tools``) adopts it, one offering others gets a fresh session and the
 spare is closed. The chat that takes it, or opens a fresh one, asks for the next.
 """
@@ -154,12 +156,13 @@ def client_capabilities(*, terminal: bool) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Spare:
-    """An ACP session opened ahead for the next new chat, with its MCP endpoint (``mcp_bridge.ToolBridge``)."""
+    """An ACP session opened ahead for the next new chat, with its MCP endpoint (``mcp_bridge.ToolBridge``;
+    None, and no ``mcp_servers``, when it offers no tools)."""
 
     session_id: str
     bridge: Any
     mcp_servers: list[dict[str, Any]]
-    host: Any  # the mcp_bridge.McpHost the bridge is registered with
+    host: Any  # the mcp_bridge.McpHost the bridge is registered with (None: no bridge)
     # Its session/new answer whole (configOptions, modes, ...): the chat that takes it gets
     # what a session/new of its own would have answered (acp.session.AcpSession.open).
     answer: dict[str, Any] = field(default_factory=dict)
@@ -171,6 +174,15 @@ class AgentGone:
     """Mailbox message: the process behind ``conn`` has ended (``conn.describe_exit()`` says why)."""
 
     conn: AgentConnection
+
+
+def same_tools(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """``mcp_bridge.same_tools``, without loading the MCP SDK when neither offers a tool."""
+    if not a and not b:
+        return True
+    from lmbridge.tools.mcp_bridge import same_tools
+
+    return same_tools(a, b)
 
 
 def process_key(spec: AgentSpec, cwd: str | None) -> tuple[Any, ...]:
@@ -340,8 +352,6 @@ class AgentProcess:
         tools once, at session start. A spare with other tools is closed and None returned
         (the chat opens a fresh session). ``tools`` are kept for the next spare, which is
         prepared at once."""
-        from lmbridge.tools.mcp_bridge import same_tools
-
         self.spare_tools = list(tools)
         if self.spare is None and self._preparing and same_tools(self._preparing_tools, self.spare_tools):
             await self._spare_done.wait()
@@ -364,21 +374,22 @@ class AgentProcess:
             self.pool.start_soon(self._prepare_spare, self._preparing_tools)
 
     async def _prepare_spare(self, tools: list[Any]) -> None:
-        from lmbridge.tools.mcp_bridge import ToolBridge, error_result, same_tools, server_name
-
-        async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
-            call.resolve(error_result("no chat is using this session yet"))
-
-        conn, host, bridge = self.conn, None, None
+        conn, host, bridge, servers = self.conn, None, None, []
         try:
             assert conn is not None and self.pool.mcp_host is not None
-            host = await self.pool.mcp_host()
-            self.pool.spares_made += 1
-            bridge_id = f"spare{self.pool.spares_made}"
-            bridge = ToolBridge(bridge_id, unclaimed, self.pool.recorder, server_name(bridge_id, self.caps.profile.shared_mcp_registry))
-            await bridge.set_tools(tools)  # served from the start: the agent lists them once
-            await host.add(bridge)
-            servers = [host.server_config(bridge)]
+            if tools:  # no tools, no endpoint: as a session opened for a chat offering none
+                from lmbridge.tools.mcp_bridge import ToolBridge, error_result, server_name
+
+                async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
+                    call.resolve(error_result("no chat is using this session yet"))
+
+                host = await self.pool.mcp_host()
+                self.pool.spares_made += 1
+                bridge_id = f"spare{self.pool.spares_made}"
+                bridge = ToolBridge(bridge_id, unclaimed, self.pool.recorder, server_name(bridge_id, self.caps.profile.shared_mcp_registry))
+                await bridge.set_tools(tools)  # served from the start: the agent lists them once
+                await host.add(bridge)
+                servers = [host.server_config(bridge)]
             sid, answer = await new_session(self, conn, self.cwd, servers)  # bounded: a stuck process is stopped
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
@@ -401,7 +412,8 @@ class AgentProcess:
         """Let go of ``spare``: its tools endpoint removed (nothing can reach it), and
         ``session/close`` sent in the background where the agent offers it (bounded by
         ``SPARE_CLOSE_TIMEOUT``; else the agent keeps it until the process ends)."""
-        spare.host.remove(spare.bridge.session_id)
+        if spare.bridge is not None:
+            spare.host.remove(spare.bridge.session_id)
         conn = self.conn
         if not self.caps.close or conn is None:
             return
@@ -417,7 +429,7 @@ class AgentProcess:
 
     def _drop_spare(self) -> None:
         spare, self.spare = self.spare, None
-        if spare is not None:
+        if spare is not None and spare.bridge is not None:
             spare.host.remove(spare.bridge.session_id)
 
     # -- the connection's events sink ---------------------------------------------
