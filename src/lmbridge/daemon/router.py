@@ -116,6 +116,7 @@ class Router:
         try:
             with call.scope:
                 job = await history.granted(ticket)
+                call.served()  # its session took it: it no longer waits (stdio.MAX_WAITING)
                 await job.done.wait()
         except HistoryError as exc:
             return invalid_params(f"messages: {exc}")
