@@ -120,7 +120,7 @@ def idle_mib(src: Path | None, prewarmed: bool, steady: float = 3.0, bound: floa
         log = Path(state) / "stderr"
         while prewarmed and time.monotonic() < deadline and b"spare session" not in log.read_bytes():
             time.sleep(0.1)  # "spare session ready", or "no spare session"
-        rss, since = time.monotonic() + bound, rss_kib(proc.pid), time.monotonic()
+        rss, since = rss_kib(proc.pid), time.monotonic()
         while time.monotonic() < deadline and time.monotonic() - since < steady:
             time.sleep(0.25)
             now = rss_kib(proc.pid)

@@ -87,6 +87,19 @@ def warm_up() -> None:
     threading.Thread(target=load, name="lmbridge-warm-up", daemon=True).start()
 
 
+def _dispatcher() -> Any:
+    """``jsonrpcserver.dispatcher`` (its synchronous dispatcher's steps), imported on first use."""
+    import jsonrpcserver.dispatcher
+
+    return jsonrpcserver.dispatcher
+
+
+def _response() -> Any:
+    import jsonrpcserver.response
+
+    return jsonrpcserver.response
+
+
 def Success(*args: Any) -> Result:
     result: Result = _rpc().Success(*args)
     return result
@@ -258,11 +271,20 @@ class Methods:
     def in_flight(self, rid: RequestId) -> bool:
         return rid in self.inflight
 
-    def dispatch_now(self, request: dict[str, Any]) -> None:
-        """Run one request of an ``IMMEDIATE`` method and queue its answer, before returning."""
-        response = _rpc().dispatch("", self.now, context=None, deserializer=lambda _: request, validator=validate_request)
-        if response:
-            self.out.send_raw(response)
+    def dispatch_now(self, frame: dict[str, Any]) -> None:
+        """Run one request of an ``IMMEDIATE`` method (a valid request: ``jsonrpc.classify``)
+        through jsonrpcserver's synchronous dispatcher and queue its answer, before returning.
+        Params given as an object are not checked against the method's signature: every
+        method of the table takes ``(call, **params)`` (``SIGNATURE``) and validates them
+        with its wire model; an array, or a ``call`` member, gets jsonrpcserver's check."""
+        rpc = _dispatcher()
+        request = rpc.create_request(frame)
+        if type(request.params) is dict and "call" not in request.params:
+            result = rpc.call(request, None, self.now[request.method])
+        else:
+            result = rpc.dispatch_request(self.now, None, request)[1]
+        if rpc.not_notification((request, result)):
+            self.out.send(_response().to_serializable_one(rpc.to_response(request, result)))
 
     async def dispatch(self, request: dict[str, Any], served: Callable[[], None] = lambda: None) -> None:
         """Run one request's method (in this task) and queue its answer, unless a
