@@ -1,7 +1,10 @@
-"""What ``lmbridge serve`` loads before it answers ``initialize`` (docs/performance.md: start ≤ 300 ms).
+"""What ``lmbridge serve`` loads before it answers ``initialize`` (docs/performance.md,
+"Start-up and idle": start ≤ 300 ms).
 
 The ACP SDK, the MCP SDK, the console's libraries and jsonrpcserver (with jsonschema,
-~85 ms) stay off the start-up path; they load on the first request that needs them.
+~85 ms) stay off the start-up path; they load on the first request that needs them. Of
+lmbridge's own modules only those ``initialize`` needs are loaded (``LMBRIDGE``: the set is
+pinned; every module is compiled at each start where ``PYTHONDONTWRITEBYTECODE`` is set).
 """
 
 from __future__ import annotations
@@ -12,38 +15,93 @@ import sys
 
 import pytest
 
-HEAVY = ("acp", "mcp", "jsonrpcserver", "jsonschema", "prompt_toolkit", "rich")
+HEAVY = ("acp", "mcp", "mcp_types", "jsonrpcserver", "jsonschema", "prompt_toolkit", "rich")
+
+#: lmbridge's modules loaded when the ``initialize`` answer is written (an agent given by a
+#: preset's id, as VS Code's settings name them): the CLI, the composition root and what it
+#: wires, the shim link, the wire models, the agents' catalog and the log. Not the session
+#: cap, the history and turn rules, the permissions, the agents' terminals, the ACP
+#: registry: each loads after the answer.
+LMBRIDGE = {
+    "lmbridge", "lmbridge.cli", "lmbridge.log",
+    "lmbridge.core", "lmbridge.core.agent_models", "lmbridge.core.auth", "lmbridge.core.messages", "lmbridge.core.profiles", "lmbridge.core.text",
+    "lmbridge.daemon", "lmbridge.daemon.catalog", "lmbridge.daemon.methods", "lmbridge.daemon.root", "lmbridge.daemon.router",
+    "lmbridge.daemon.services", "lmbridge.daemon.session_index", "lmbridge.daemon.stdio",
+    "lmbridge.rpc", "lmbridge.rpc.channel", "lmbridge.rpc.framing", "lmbridge.rpc.jsonrpc", "lmbridge.rpc.peer",
+}  # fmt: skip
 
 PROBE = """
 import json, sys
 import anyio
-from lmbridge.daemon.root import Config, Server
+from lmbridge import cli
+from lmbridge.daemon import root
 from lmbridge.daemon.stdio import Stdout
 
-async def main():
-    server = Server(Config())
-    out, loaded = [], []
+loaded, out = [], []
 
+async def run(config):
     def write(data):  # what is loaded when the answer is written
         out.append(data)
-        loaded.append(sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(sys.argv[1]))))
+        loaded.append(sorted(sys.modules))
 
     async def lines():
-        yield json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}).encode()
-    await server.serve(lines(), Stdout(write))
-    print(json.dumps({"answer": out[0].decode(), "loaded": loaded[0]}))
+        params = {"protocolVersion": 1, "agents": [{"id": "claude"}], "workspaceFolders": ["/tmp"]}
+        yield json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}).encode()
+    await root.Server(config).serve(lines(), Stdout(write))
 
-anyio.run(main)
+root.run = run  # lmbridge serve as it starts, on these lines
+cli.main(["serve", "--state-dir", sys.argv[1], "--log-level", "error"])
+print(json.dumps({"answer": out[0].decode(), "loaded": loaded[0]}))
 """
 
 
-def test_initialize_is_answered_without_the_heavy_libraries() -> None:
-    probe = subprocess.run([sys.executable, "-c", PROBE, json.dumps(HEAVY)], capture_output=True, text=True, timeout=60)
+def test_initialize_is_answered_without_the_heavy_libraries(tmp_path) -> None:
+    probe = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert probe.returncode == 0, probe.stderr
     report = json.loads(probe.stdout.strip().splitlines()[-1])
     answer = json.loads(report["answer"].splitlines()[0])
     assert answer["id"] == 1 and answer["result"]["protocolVersion"] == 1
-    assert report["loaded"] == []
+    loaded = set(report["loaded"])
+    assert sorted({m.split(".")[0] for m in loaded} & set(HEAVY)) == []
+    assert {m for m in loaded if m.split(".")[0] == "lmbridge"} == LMBRIDGE
+
+
+IDLE_PROBE = """
+import json, sys
+import anyio
+from lmbridge import cli
+from lmbridge.daemon import root
+from lmbridge.daemon.stdio import Stdout
+
+report = {}
+
+async def run(config):
+    server = root.Server(config)
+
+    async def lines():
+        yield json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}).encode() + b"\\n"
+        with anyio.fail_after(120):  # pre-warming: the demo agent started, its spare session opened
+            while not (server.pool and any(p.spare for p in server.pool.processes.values())):
+                await anyio.sleep(0.05)
+        report["loaded"] = sorted(sys.modules)
+    await root.Server.serve(server, lines(), Stdout(lambda data: None))
+
+root.run = run
+cli.main(["serve", "--state-dir", sys.argv[1], "--log-level", "error"])
+print(json.dumps(report))
+"""
+
+
+def test_a_pre_warmed_spare_session_offering_no_tools_leaves_the_mcp_sdk_unloaded(tmp_path) -> None:
+    """Idle, with the agent used last pre-warmed and its spare session opened: no chat has
+    offered VS Code tools, so the spare has no tools endpoint and the MCP SDK is not loaded
+    (docs/performance.md, "Start-up and idle": it was ~29 MiB of the idle daemon)."""
+    (tmp_path / "agents.json").write_text(json.dumps({"program": "lmbridge", "version": 1, "recent": ["demo"]}))
+    probe = subprocess.run([sys.executable, "-c", IDLE_PROBE, str(tmp_path)], capture_output=True, text=True, timeout=180)
+    assert probe.returncode == 0, probe.stderr
+    loaded = set(json.loads(probe.stdout.strip().splitlines()[-1])["loaded"])
+    assert "lmbridge.acp.process" in loaded  # the agent was pre-warmed
+    assert not {m for m in loaded if m.split(".")[0] in ("mcp", "mcp_types") or m == "lmbridge.tools.mcp_bridge"}
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # jsonrpcserver's importlib.resources.read_text

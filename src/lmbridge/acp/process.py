@@ -31,12 +31,14 @@ With ``spares`` on, each running process keeps ``spare_count`` spare ACP session
 (``SPARE_COUNT``), so new chats, back to back too, do not wait for ``session/new``. Each is
 opened with its own VS Code tools endpoint, which serves from the start the tools the last
 new chat offered (agents list them once, at session start) and runs none until a chat
-adopts it; a chat offering the same tools (``mcp_bridge.same_tools``) adopts one, one
-offering others gets a fresh session and the spares are closed; so is a spare given other
-workspace folders (``additionalDirectories``) than a session opened now would get (the
-folders changed since). The moment one is taken (not after that chat's answer), or a chat
-finds none and has opened its own, the next ones are opened (docs/sessions.md,
-"Pre-warming and the spare session").
+adopts it; with none offered it has no endpoint, as a session opened for a chat offering
+none (so the MCP SDK is not loaded for it: docs/performance.md, "Start-up and idle"); a
+chat offering the same tools (``mcp_bridge.same_tools``) adopts one, one offering others
+gets a fresh session and the spares are closed; so is a spare given other workspace
+folders (``additionalDirectories``) than a session opened now would get (the folders
+changed since). The moment one is taken (not after that chat's answer), or a chat finds
+none and has opened its own, the next ones are opened (docs/sessions.md, "Pre-warming and
+the spare session").
 """
 
 from __future__ import annotations
@@ -172,12 +174,13 @@ def client_capabilities(*, terminal: bool) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Spare:
-    """An ACP session opened ahead for the next new chat, with its MCP endpoint (``mcp_bridge.ToolBridge``)."""
+    """An ACP session opened ahead for the next new chat, with its MCP endpoint (``mcp_bridge.ToolBridge``;
+    None, and no ``mcp_servers``, when it offers no tools)."""
 
     session_id: str
     bridge: Any
     mcp_servers: list[dict[str, Any]]
-    host: Any  # the mcp_bridge.McpHost the bridge is registered with
+    host: Any  # the mcp_bridge.McpHost the bridge is registered with (None: no bridge)
     # Its session/new answer whole (configOptions, modes, ...): the chat that takes it gets
     # what a session/new of its own would have answered (acp.session.AcpSession.open).
     answer: dict[str, Any] = field(default_factory=dict)
@@ -190,6 +193,15 @@ class AgentGone:
     """Mailbox message: the process behind ``conn`` has ended (``conn.describe_exit()`` says why)."""
 
     conn: AgentConnection
+
+
+def same_tools(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """``mcp_bridge.same_tools``, without loading the MCP SDK when neither offers a tool."""
+    if not a and not b:
+        return True
+    from lmbridge.tools.mcp_bridge import same_tools
+
+    return same_tools(a, b)
 
 
 def process_key(spec: AgentSpec, cwd: str | None) -> tuple[Any, ...]:
@@ -372,8 +384,6 @@ class AgentProcess:
         a spare opened before the folders changed has others). Ready spares that differ are
         closed and None returned (the chat opens a fresh session). ``tools`` are kept for the
         next spares; the one taken is replaced at once (``want_spare``), while the chat answers."""
-        from lmbridge.tools.mcp_bridge import same_tools
-
         self.spare_tools = list(tools)
         additional = self.additional()
         while True:
@@ -405,22 +415,23 @@ class AgentProcess:
             self.pool.start_soon(self._prepare_spare, opening)
 
     async def _prepare_spare(self, opening: tuple[list[Any], tuple[str, ...]]) -> None:
-        from lmbridge.tools.mcp_bridge import ToolBridge, error_result, same_tools, server_name
-
-        async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
-            call.resolve(error_result("no chat is using this session yet"))
-
         tools, additional = opening
-        conn, host, bridge, ready = self.conn, None, None, None
+        conn, host, bridge, servers, ready = self.conn, None, None, [], None
         try:
             assert conn is not None and self.pool.mcp_host is not None
-            host = await self.pool.mcp_host()
-            self.pool.spares_made += 1
-            bridge_id = f"spare{self.pool.spares_made}"
-            bridge = ToolBridge(bridge_id, unclaimed, self.pool.recorder, server_name(bridge_id, self.caps.profile.shared_mcp_registry))
-            await bridge.set_tools(tools)  # served from the start: the agent lists them once
-            await host.add(bridge)
-            servers = [host.server_config(bridge)]
+            if tools:  # no tools, no endpoint: as a session opened for a chat offering none
+                from lmbridge.tools.mcp_bridge import ToolBridge, error_result, server_name
+
+                async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
+                    call.resolve(error_result("no chat is using this session yet"))
+
+                host = await self.pool.mcp_host()
+                self.pool.spares_made += 1
+                bridge_id = f"spare{self.pool.spares_made}"
+                bridge = ToolBridge(bridge_id, unclaimed, self.pool.recorder, server_name(bridge_id, self.caps.profile.shared_mcp_registry))
+                await bridge.set_tools(tools)  # served from the start: the agent lists them once
+                await host.add(bridge)
+                servers = [host.server_config(bridge)]
             sid, answer = await new_session(self, conn, self.cwd, servers, additional)  # bounded: a stuck process is stopped
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
@@ -445,7 +456,8 @@ class AgentProcess:
         """Let go of ``spare``: its tools endpoint removed (nothing can reach it), and
         ``session/close`` sent in the background where the agent offers it (bounded by
         ``SPARE_CLOSE_TIMEOUT``; else the agent keeps it until the process ends)."""
-        spare.host.remove(spare.bridge.session_id)
+        if spare.bridge is not None:
+            spare.host.remove(spare.bridge.session_id)
         conn = self.conn
         if not self.caps.close or conn is None:
             return
@@ -463,6 +475,8 @@ class AgentProcess:
         """Forget the ready spares (the process is gone or going): their endpoints removed."""
         spares, self.spares = self.spares, []
         for spare in spares:
+            if spare.bridge is None:
+                continue
             spare.host.remove(spare.bridge.session_id)
 
     # -- the connection's events sink ---------------------------------------------

@@ -15,6 +15,10 @@ An entry with no ``command`` names a **preset** (``PRESETS``: claude, codex, gem
 fast-agent, docs/agents.md "Presets"): a known command with pinned package versions, a display name
 and the sign-in hint; any field the entry gives wins over the preset's. An entry with a command
 that is a preset's agent all the same (an ACP registry entry: ``preset_for``) gets its hint too.
+
+``initialize`` needs this module; the rules only the model list and agents' starts need
+(``core.session_state``, ``core.modes``, ``core.permissions``, ``core.registry``) are
+imported where they are used, after it is answered (docs/performance.md, "Start-up and idle").
 """
 
 from __future__ import annotations
@@ -31,12 +35,11 @@ import anyio
 from pydantic import ValidationError
 
 from lmbridge import __version__, self_command
-from lmbridge.core import modes, permissions, profiles, session_state
+from lmbridge.core import profiles
 from lmbridge.core.agent_models import Choice, current_values, model_id, of_category, select_options, to_json
 from lmbridge.core.auth import Hint
 from lmbridge.core.messages import AgentEntry, AgentSpec, ModelCapabilities, ModelInfo
 from lmbridge.core.profiles import AgentProfile
-from lmbridge.core.registry import node_major, package_of
 from lmbridge.log import get_logger
 
 log = get_logger("catalog")
@@ -139,6 +142,8 @@ def preset_for(spec: AgentSpec) -> Preset | None:
     preset = PRESETS.get(spec.id)
     if preset is not None and preset.spec.command == spec.command:
         return preset
+    from lmbridge.core.registry import package_of
+
     ran = package_of(spec.command, spec.args)
     # A registry id that is also a preset's id (gemini, fast-agent) names the preset only started its way (above).
     return next((p for p in PRESETS.values() if ran is not None and ran == p.package), None) or next(
@@ -196,6 +201,8 @@ async def node_problem(spec: AgentSpec) -> str | None:
         except (OSError, TimeoutError):
             _NODE_VERSIONS[node] = ""
     version = _NODE_VERSIONS[node]
+    from lmbridge.core.registry import node_major
+
     major = node_major(version)
     if major is None or major >= preset.node:
         return None
@@ -277,6 +284,8 @@ def model_info(
     tooltip names that mode and who approves in it (``core.modes.approval_note``).
     ``context``: the context window (tokens) the agent's ``usage_update`` gave for this
     model, its ``maxInputTokens`` (else ``MAX_INPUT_TOKENS``)."""
+    from lmbridge.core import modes, permissions, session_state
+
     name = spec.name or spec.id
     defaults: dict[str, str] = {}
     controls = session_state.controls_from_json(options)

@@ -6,11 +6,19 @@ counts), and hands chat requests to the ``router.Router``. It keeps the requests
 by id (``Call``), so that ``$/cancelRequest`` finds the one it names: the cancelled request
 is answered ``{"stopReason": "cancelled"}`` at once, its task scope is cancelled, and
 nothing more is sent for it.
+
+The methods that never wait (``IMMEDIATE``: token counts, presets, cancels, a terminal
+closed) are plain functions dispatched by jsonrpcserver's synchronous dispatcher as they are
+read (``dispatch_now``): no task, no event-loop round. Every method's params are validated
+once, by its wire model (``takes``); jsonrpcserver's own check of the arguments against the
+method's signature sees a fixed one (``(call, **params)``, ``SIGNATURE``), not one it must
+work out per call (docs/performance.md, "Cheap requests and push-back").
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +51,15 @@ SHUTTING_DOWN = "the daemon is shutting down"  # AGENT_FAILED's message for a re
 Method = Callable[..., Awaitable["Result"]]
 P = TypeVar("P", bound=BaseModel)
 
+#: What every method of the table takes, as jsonrpcserver checks the arguments against it:
+#: the call, then the params by name (params given as an array: -32602).
+SIGNATURE = inspect.Signature(
+    [inspect.Parameter("call", inspect.Parameter.POSITIONAL_OR_KEYWORD), inspect.Parameter("params", inspect.Parameter.VAR_KEYWORD)]
+)
+
+#: The methods that never wait (``Methods.dispatch_now``).
+IMMEDIATE = frozenset({"lm/provideTokenCount", "agents/presets", "$/cancelRequest", "$/terminalKilled"})
+
 
 def _rpc() -> Any:
     """``jsonrpcserver``, imported on first use: with ``jsonschema`` it costs
@@ -68,6 +85,19 @@ def warm_up() -> None:
             log.warning("warm-up import failed", error=repr(exc))
 
     threading.Thread(target=load, name="lmbridge-warm-up", daemon=True).start()
+
+
+def _dispatcher() -> Any:
+    """``jsonrpcserver.dispatcher`` (its synchronous dispatcher's steps), imported on first use."""
+    import jsonrpcserver.dispatcher
+
+    return jsonrpcserver.dispatcher
+
+
+def _response() -> Any:
+    import jsonrpcserver.response
+
+    return jsonrpcserver.response
 
 
 def Success(*args: Any) -> Result:
@@ -105,6 +135,34 @@ def invalid_params(problem: str | InvalidParams) -> Result:
     return Error(INVALID_PARAMS, problem.message if isinstance(problem, InvalidParams) else f"invalid params: {problem}")
 
 
+def takes_now(model: type[P]) -> Callable[[Callable[[Methods, Call | None, P], Result]], Callable[..., Result]]:
+    """``takes`` for a method that never waits (``IMMEDIATE``): a plain function."""
+
+    def wrap(method: Callable[[Methods, Call | None, P], Result]) -> Callable[..., Result]:
+        def run(self: Methods, call: Call | None, **params: Any) -> Result:
+            try:
+                p = validated(model, params)
+            except InvalidParams as exc:
+                return invalid_params(exc)
+            return method(self, call, p)
+
+        run.__name__, run.__doc__ = method.__name__, method.__doc__
+        return run
+
+    return wrap
+
+
+def _fixed(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` (bound) as the table holds it: with the signature jsonrpcserver checks
+    spelled out (``SIGNATURE``), so it is not worked out from the method at each call."""
+
+    def run(call: Call | None, **params: Any) -> Any:
+        return method(call, **params)
+
+    run.__signature__ = SIGNATURE  # type: ignore[attr-defined]
+    return run
+
+
 def takes(model: type[P]) -> Callable[[Callable[[Methods, Call, P], Awaitable[Result]]], Callable[..., Awaitable[Result]]]:
     """A method of the table whose params jsonrpcserver hands over validated as ``model``
     (``validated``): the method gets the model, or the caller -32602."""
@@ -136,6 +194,8 @@ class Call:
     id: RequestId
     chat: bool = False  # a chat request: $/cancelRequest may answer it from now on
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    # It no longer waits: a chat its session took (stdio.MAX_WAITING; stdin is read on).
+    served: Callable[[], None] = lambda: None
     _answered: bool = False
 
     @property
@@ -184,7 +244,8 @@ class Methods:
         self._stop = stop
         self._initialized = initialized
         self.inflight: dict[RequestId, Call] = {}  # requests being handled, by id (not null)
-        self.table: dict[str, Method] = {
+        self.immediate = IMMEDIATE
+        self.table: dict[str, Callable[..., Any]] = {
             "initialize": self.initialize,
             "lm/provideLanguageModelChatInformation": self.chat_information,
             "lm/provideLanguageModelChatResponse": self.chat_response,
@@ -199,6 +260,9 @@ class Methods:
         }
         if debug_idle:
             self.table["debug/idle"] = self.debug_idle
+        self.table = {name: _fixed(method) for name, method in self.table.items()}
+        # The methods that never wait, for jsonrpcserver's synchronous dispatcher.
+        self.now: dict[str, Callable[..., Result]] = {name: self.table[name] for name in IMMEDIATE}
 
     # -- stdio.Dispatch -------------------------------------------------------
 
@@ -208,10 +272,29 @@ class Methods:
     def in_flight(self, rid: RequestId) -> bool:
         return rid in self.inflight
 
-    async def dispatch(self, request: dict[str, Any]) -> None:
+    def dispatch_now(self, frame: dict[str, Any]) -> None:
+        """Run one request of an ``IMMEDIATE`` method (a valid request: ``jsonrpc.classify``)
+        through jsonrpcserver's synchronous dispatcher and queue its answer, before returning.
+        Params given as an object are not checked against the method's signature: every
+        method of the table takes ``(call, **params)`` (``SIGNATURE``) and validates them
+        with its wire model; an array, or a ``call`` member, gets jsonrpcserver's check."""
+        rpc = _dispatcher()
+        request = rpc.create_request(frame)
+        if type(request.params) is dict and "call" not in request.params:
+            result = rpc.call(request, None, self.now[request.method])
+        else:
+            result = rpc.dispatch_request(self.now, None, request)[1]
+        if rpc.not_notification((request, result)):
+            self.out.send(_response().to_serializable_one(rpc.to_response(request, result)))
+
+    async def dispatch(self, request: dict[str, Any], served: Callable[[], None] = lambda: None) -> None:
         """Run one request's method (in this task) and queue its answer, unless a
-        ``$/cancelRequest`` or the shutdown answered it already."""
+        ``$/cancelRequest`` or the shutdown answered it already. ``served()``: called once
+        the request no longer waits (``Call.served``)."""
         rid = request.get("id")
+        if request.get("method") in IMMEDIATE:
+            self.dispatch_now(request)
+            return
         if request.get("method") == "initialize" and "id" in request and isinstance(request.get("params", {}), dict):
             # The first frame the shim sends, answered before jsonrpcserver is loaded.
             try:
@@ -222,7 +305,7 @@ class Methods:
             asyncio.get_running_loop().call_soon(warm_up)  # after the answer is written
             self._initialized()
             return
-        call = Call(rid)
+        call = Call(rid, served=served)
         if rid is not None and "id" in request:
             self.inflight[rid] = call
         try:
@@ -281,7 +364,7 @@ class Methods:
                 models.append(dump(model_info(spec, choice, takes_images, agent_options, context.get(mid), profile, configurations.get(mid))))
         return Success({"models": models})
 
-    async def presets(self, call: Call, **params: Any) -> Result:
+    def presets(self, call: Call | None, **params: Any) -> Result:
         """``agents/presets``: the known agents an ``{"id": ...}`` entry can name (catalog.PRESETS)."""
         from lmbridge.daemon.catalog import PRESETS
 
@@ -303,8 +386,8 @@ class Methods:
         log.info("registry read", agents=len(agents), left_out=len(problems), platform=p.platform)
         return Success({"agents": agents, "problems": problems})
 
-    @takes(TokenCountParams)
-    async def token_count(self, call: Call, p: TokenCountParams) -> Result:
+    @takes_now(TokenCountParams)
+    def token_count(self, call: Call | None, p: TokenCountParams) -> Result:
         # An estimate (~4 characters a token): agents do not expose a tokenizer.
         return Success({"count": (len(p.text) + 3) // 4})
 
@@ -320,8 +403,8 @@ class Methods:
         await self._stop()
         return Success(None)
 
-    @takes(CancelParams)
-    async def cancel_request(self, call: Call, p: CancelParams) -> Result:
+    @takes_now(CancelParams)
+    def cancel_request(self, call: Call | None, p: CancelParams) -> Result:
         target = self.inflight.get(p.id)
         if target is None or not target.chat or not target.answer():
             return Success(None)  # done already, or not a chat: nothing to stop
@@ -332,7 +415,7 @@ class Methods:
         log.info("request cancelled", id=p.id)
         return Success(None)
 
-    async def terminal_killed(self, call: Call, **params: Any) -> Result:
+    def terminal_killed(self, call: Call | None, **params: Any) -> Result:
         """``$/terminalKilled {terminalId}``: the user closed a command's VS Code terminal:
         the command is killed (its agent sees it end as any killed command)."""
         terminal_id = params.get("terminalId")

@@ -3,8 +3,10 @@
 ``lmbridge serve`` runs ``run(config)``: the daemon on this process's stdio until EOF or
 SIGTERM (docs/architecture.md, "Tasks and ownership"; docs/reliability.md, "Shutdown").
 
-Start-up cost matters (the shim waits for ``initialize``): the history and session actors,
-and with them the ACP SDK, are imported on the first chat request, not before.
+Start-up cost matters (the shim waits for ``initialize``): what ``initialize`` does not
+need is imported after it is answered (docs/performance.md, "Start-up and idle"): the
+history and session actors, and with them the ACP SDK, the session cap's rules, the agents'
+terminals; ``tests/test_startup.py`` pins what is loaded when the answer is written.
 """
 
 from __future__ import annotations
@@ -18,8 +20,6 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from lmbridge.acp.terminals import ClientMirror, TerminalHost
-from lmbridge.core import cap
 from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog, node_problem
 from lmbridge.daemon.methods import SHUTTING_DOWN, Call, Methods, Settings
@@ -31,6 +31,7 @@ from lmbridge.rpc.channel import ShimChannel
 
 if TYPE_CHECKING:
     from lmbridge.acp.process import AgentFeatures, AgentPool, Launcher
+    from lmbridge.acp.terminals import TerminalHost
     from lmbridge.daemon.history_actor import HistoryActor
     from lmbridge.daemon.services import Prewarmer, Saver
     from lmbridge.daemon.session_index import SessionIndex
@@ -53,7 +54,8 @@ class Config:
     index: SessionIndex | None = None  # lmbridge serve: the state folder's; None: nothing persisted
     prewarm: bool = False  # start the agents used last after initialize (needs ``index``)
     spare_session: bool = False  # keep a spare ACP session per running agent process (lmbridge serve: on; --no-spare-session)
-    session_wait: float = cap.SESSION_WAIT  # seconds a new chat over the session cap waits for a free session
+    # Seconds a new chat over the session cap waits for a free session (None: cap.SESSION_WAIT).
+    session_wait: float | None = None
     # Seconds before "Starting <agent>…" is shown (None: LMBRIDGE_START_NOTICE or 0.5 s). Replay
     # passes infinity: a wall-clock notice is not part of a recording.
     start_notice: float | None = None
@@ -77,13 +79,14 @@ class Server:
         self.client = ShimChannel(self.out.send)
         # terminal/* served to agents (acp.terminals): commands they run through lmbridge,
         # mirrored in VS Code terminals where the shim serves them; all killed at the end.
-        self.terminals = TerminalHost(ClientMirror(self.client))
+        # Made with the history actor: no agent runs a command before it.
+        self.terminals: TerminalHost | None = None
         self.catalog = Catalog(config.agents, config.index, changed=self._models_changed)
         self.settings = Settings()
         self.router = Router(self.out, self.catalog, self.settings, self._history, closing=lambda: self.shutting_down, client=self.client)
         self.methods = Methods(
             self.out, self.catalog, self.router, self.client, self.settings, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle,
-            terminal_killed=self.terminals.killed,
+            terminal_killed=self._terminal_killed,
         )
         self.recent = RecentAgents(config.index)
         # Started with the first chat (so the ACP SDK is imported then, not at start-up):
@@ -145,6 +148,10 @@ class Server:
         self.catalog.saw_images(agent_id, caps.images)
         self.catalog.saw_profile(agent_id, caps.profile)
 
+    def _terminal_killed(self, terminal_id: str) -> None:
+        if self.terminals is not None:
+            self.terminals.killed(terminal_id)
+
     def _initialized(self) -> None:
         if self.config.prewarm and self.config.index is not None and self._tg is not None:
             self._tg.start_soon(self._prewarm)
@@ -173,6 +180,8 @@ class Server:
 
                 from lmbridge.acp.files import Files
                 from lmbridge.acp.process import AgentPool
+                from lmbridge.acp.terminals import ClientMirror, TerminalHost
+                from lmbridge.core import cap
                 from lmbridge.daemon.services import Prewarmer, Saver, ToolsHost
 
                 # What the imports built (the ACP schema's pydantic models: ~60k
@@ -182,10 +191,11 @@ class Server:
                 config, tg = self.config, self._tg
                 assert tg is not None
                 tools = ToolsHost(tg)
+                self.terminals = terminals = TerminalHost(ClientMirror(self.client))
                 # One process per agent, shared by its chats (docs/sessions.md); it exits once idle.
                 self.pool = pool = AgentPool(
                     config.idle_timeout, launcher=config.launcher, recorder=self.recorder, spares=config.spare_session, mcp_host=tools,
-                    on_ready=self._agent_ready, terminals=self.terminals, preflight=node_problem,
+                    on_ready=self._agent_ready, terminals=terminals, preflight=node_problem,
                     folders=lambda: self.router.settings.workspace,
                 )  # fmt: skip
                 settings = self.router.settings
@@ -195,7 +205,7 @@ class Server:
                 self.history = history = HistoryActor(
                     pool, self.catalog, tools, self.recent,
                     idle_timeout=config.idle_timeout, recorder=self.recorder, max_processes=config.max_processes, index=config.index,
-                    start_notice=config.start_notice, session_wait=config.session_wait, files=files,
+                    start_notice=config.start_notice, session_wait=cap.SESSION_WAIT if config.session_wait is None else config.session_wait, files=files,
                 )  # fmt: skip
                 self.prewarmer = Prewarmer(pool, self.catalog, tg, closing=lambda: self.shutting_down)
                 await tg.start(pool.run)
@@ -218,7 +228,8 @@ class Server:
             await self.history.aclose("daemon shutting down")
         if self.pool is not None:
             await self.pool.aclose()
-        await self.terminals.aclose()  # any a session left (each session kills its own)
+        if self.terminals is not None:
+            await self.terminals.aclose()  # any a session left (each session kills its own)
         if self.saver is not None:
             with anyio.CancelScope(shield=True):
                 await self.saver.save()

@@ -16,7 +16,6 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from lmbridge.core import session_state
 from lmbridge.core.agent_models import split_model_id
 from lmbridge.core.errors import AGENT_FAILED
 from lmbridge.core.messages import ChatResponseParams, MessageCache
@@ -88,6 +87,7 @@ class Router:
             return Error(UNKNOWN_MODEL, f"unknown model {p.modelId!r} (known: {known})", {"kind": "unknown_model"})
         if self.closing():
             return Error(AGENT_FAILED, SHUTTING_DOWN)
+        from lmbridge.core import session_state
         from lmbridge.core.history import HistoryError
         from lmbridge.daemon.history_actor import AtCapacity, ShuttingDown
         from lmbridge.daemon.session_actor import ChatRequest
@@ -117,6 +117,7 @@ class Router:
         try:
             with call.scope:
                 job = await history.granted(ticket)
+                call.served()  # its session took it: it no longer waits (stdio.MAX_WAITING)
                 await job.done.wait()
         except HistoryError as exc:
             return invalid_params(f"messages: {exc}")

@@ -717,7 +717,7 @@ class SessionActor:
             await self.acp.connect()
             opened = await self.acp.open(how, servers)
         self._opening(opened)
-        if opened.spare is not None:
+        if opened.spare is not None and opened.spare.bridge is not None:
             await opened.spare.bridge.set_tools(self._offered(job))
 
     def _opening(self, opened: Opened) -> None:
@@ -725,7 +725,8 @@ class SessionActor:
         if opened.spare is not None:
             # Opened ahead (acp.process.Spare): this chat's from now on, its tools endpoint too.
             self.bridge, self.mcp_servers = opened.spare.bridge, opened.spare.mcp_servers
-            self.bridge.on_call = self._on_mcp_call
+            if self.bridge is not None:  # a spare offering no tools has none
+                self.bridge.on_call = self._on_mcp_call
         self._opened = opened
         self.hooks.opened(self.id, opened.session_id, opened.resumable, opened.config_options)
 

@@ -4,9 +4,11 @@ task of its own, and the one writer of stdout.
 Implements the transport rules of the shim ↔ daemon contract v1 (docs/protocol.md,
 "Transport"). ``StdioPeer`` is an ``rpc.peer.Peer`` (the one line reader, its size policy
 and its check of each line, as on every link) that serves by JSON-RPC's server rules
-(``jsonrpc.classify``) and dispatches each request in its own task through
-``jsonrpcserver`` (so a long chat request never blocks the next frame); ``StdoutWriter``
-owns stdout, so frames never interleave.
+(``jsonrpc.classify``) and dispatches each request through ``jsonrpcserver``: in its own
+task (so a long chat request never blocks the next frame), or, for a method that never
+waits (a token count), at once as it is read. At most ``MAX_WAITING`` requests read may wait;
+past that stdin is not read until one is answered, so the pipe pushes back on the shim
+(docs/reliability.md, "Bounds"). ``StdoutWriter`` owns stdout, so frames never interleave.
 
 ``initialize`` is answered before ``jsonrpcserver`` is imported (with ``jsonschema`` it
 costs ~85 ms): the shim waits for that answer (docs/performance.md).
@@ -29,7 +31,7 @@ from lmbridge.core.errors import INVALID_REQUEST, PARSE_ERROR
 from lmbridge.core.text import clip
 from lmbridge.log import get_logger
 from lmbridge.rpc.framing import MAX_LINE, BadLines, Overlong
-from lmbridge.rpc.jsonrpc import TEXT_ERRORS, Answer, Invalid, classify, encode, encode_value, error_frame
+from lmbridge.rpc.jsonrpc import TEXT_ERRORS, Answer, Call, Invalid, classify, encode, encode_value, error_frame
 from lmbridge.rpc.peer import READ_SIZE, Peer
 
 if TYPE_CHECKING:
@@ -38,6 +40,13 @@ if TYPE_CHECKING:
 log = get_logger("stdio")
 
 MAX_FRAME = MAX_LINE  # bytes in one stdin line (framing.MAX_LINE: the same on every link)
+
+#: Requests read from stdin that may wait at once (docs/reliability.md, "Bounds"): a request
+#: waits from the moment it is read until it is answered, or, a chat, until its session takes
+#: it (a chat being answered waits on its agent and on what comes on stdin next: a cancel,
+#: the shim's answers; so it is not counted). At the bound stdin is not read until one stops
+#: waiting: the pipe fills and pushes back on the shim.
+MAX_WAITING = 64
 
 #: A JSON-RPC id the daemon can answer by: a string, a finite number or None (null).
 RequestId = str | int | float | None
@@ -203,6 +212,9 @@ class StdoutWriter:
 class Dispatch(Protocol):
     """What a request frame is handed to (``methods.Methods``)."""
 
+    #: Methods that never wait: ``dispatch_now`` answers them as they are read.
+    immediate: frozenset[str]
+
     def known(self, method: str) -> bool:
         """Whether ``method`` is one of the daemon's methods."""
         ...
@@ -211,9 +223,61 @@ class Dispatch(Protocol):
         """Whether a request with id ``rid`` is still being handled."""
         ...
 
-    async def dispatch(self, request: dict[str, Any]) -> None:
-        """Handle one valid JSON-RPC 2.0 request or notification; answer it (requests) once."""
+    async def dispatch(self, request: dict[str, Any], served: Callable[[], None]) -> None:
+        """Handle one valid JSON-RPC 2.0 request or notification; answer it (requests) once.
+        ``served()``: it no longer waits (a chat its session took; ``MAX_WAITING``)."""
         ...
+
+    def dispatch_now(self, request: dict[str, Any]) -> None:
+        """Handle one valid request or notification of an ``immediate`` method, answered
+        before this returns."""
+        ...
+
+
+class Waiting:
+    """The requests read that wait (``MAX_WAITING``): ``hold()`` one, and release it once
+    (``Held.release``); ``room()`` waits until fewer than ``limit`` do."""
+
+    __slots__ = ("count", "limit", "_room")
+
+    def __init__(self, limit: int = MAX_WAITING) -> None:
+        self.count = 0
+        self.limit = limit
+        self._room: anyio.Event | None = None
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.limit
+
+    def hold(self) -> Held:
+        self.count += 1
+        return Held(self)
+
+    def released(self) -> None:
+        self.count -= 1
+        if self._room is not None and self.count < self.limit:
+            self._room.set()
+            self._room = None
+
+    async def room(self) -> None:
+        while self.full:
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
+
+
+class Held:
+    """One request that waits (``Waiting.hold``) until ``release`` (idempotent)."""
+
+    __slots__ = ("_waiting",)
+
+    def __init__(self, waiting: Waiting) -> None:
+        self._waiting: Waiting | None = waiting
+
+    def release(self) -> None:
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            waiting.released()
 
 
 class StdoutStream(anyio.abc.ByteSendStream):
@@ -245,7 +309,13 @@ class StdioPeer(Peer):
     with a usable id (-32600). A batch is handled element by element, each answered in its
     own frame. A response on stdin is delivered to ``responses`` (the daemon's own client/*
     requests), never answered. A bug while dispatching is logged; it never ends the daemon.
-    ``recorder`` (``--record``) gets every line read."""
+    ``recorder`` (``--record``) gets every line read.
+
+    Push-back: each line's task holds a place in ``waiting`` until it ends (a chat: until its
+    session takes it, ``Dispatch.dispatch``'s ``served``); while ``MAX_WAITING`` are held, the
+    next line is not read (``Peer.full``/``room``). A request of an ``immediate`` method is
+    answered as it is read, with no task, when every line read before it has begun (so a
+    cancel finds the request it names in flight, as in order)."""
 
     def __init__(
         self,
@@ -267,6 +337,8 @@ class StdioPeer(Peer):
         self.bad_lines = BadLines("shim stdin", log.warning)  # -32700 each; logged bounded
         self.stray_responses = 0  # frames on stdin that were responses to no request in flight (never answered)
         self.dispatching = 0  # line tasks running
+        self.waiting = Waiting()  # requests read that wait (MAX_WAITING)
+        self._unstarted = 0  # line tasks started that have not begun (and batches being split)
 
     async def idle(self, timeout: float) -> None:
         """Wait, up to ``timeout`` seconds, until no line's task runs."""
@@ -281,8 +353,24 @@ class StdioPeer(Peer):
             self.recorder.shim_in(line)
         super().line(line)
 
+    def full(self) -> bool:
+        return self.waiting.full
+
+    async def room(self) -> None:
+        await self.waiting.room()
+
     def value(self, value: Any, line: bytes) -> None:
-        """Every JSON value read, by the server's rules (``_value``), not the Peer's routing."""
+        """Every JSON value read, by the server's rules (``_value``), not the Peer's routing;
+        a valid request of an ``immediate`` method at once, when nothing read before it is
+        still to begin."""
+        if not self._unstarted and type(value) is dict and value.get("method") in self.methods.immediate:
+            kind = classify(value, self.methods.known)
+            if isinstance(kind, Call) and not (kind.has_id and kind.id is not None and self.methods.in_flight(kind.id)):
+                try:
+                    self.methods.dispatch_now(kind.frame)
+                except Exception as exc:  # a bug here must not end the daemon
+                    log.exception("frame dispatch failed", error=clip(repr(exc), 500))
+                return
         self._start(self._value, value)
 
     def dropped_request(self, rid: Any, error: dict[str, Any]) -> None:
@@ -310,36 +398,46 @@ class StdioPeer(Peer):
 
     def _start(self, act: Callable[..., Awaitable[None]], *args: Any) -> None:
         self.dispatching += 1
-        self.tg.start_soon(self._run, act, *args)
+        self._unstarted += 1
+        self.tg.start_soon(self._run, self.waiting.hold(), act, *args)
 
-    async def _run(self, act: Callable[..., Awaitable[None]], *args: Any) -> None:
+    async def _run(self, held: Held, act: Callable[..., Awaitable[None]], *args: Any) -> None:
+        self._unstarted -= 1
         try:
-            await act(*args)
+            await act(held, *args)
         except Exception as exc:  # a bug here must not end the daemon (and every chat with it)
             log.exception("frame dispatch failed", error=clip(repr(exc), 500))
         finally:
+            held.release()
             self.dispatching -= 1
 
-    async def _not_json(self, line: bytes, reason: str) -> None:
+    async def _not_json(self, held: Held, line: bytes, reason: str) -> None:
         self.bad_lines.bad(line, "not JSON", time.monotonic())
         self.out.error(None, PARSE_ERROR, f"parse error: {reason}"[:500])
 
-    async def _dropped(self, rid: Any, error: dict[str, Any]) -> None:
+    async def _dropped(self, held: Held, rid: Any, error: dict[str, Any]) -> None:
         if not self.methods.in_flight(rid):
             self.out.error(rid, error["code"], error["message"])
 
-    async def _value(self, value: Any) -> None:
+    async def _value(self, held: Held, value: Any) -> None:
         if isinstance(value, list):
             # A batch: each element is handled as if it came on its own line, and
-            # answered in its own frame (the daemon never writes arrays).
+            # answered in its own frame (the daemon never writes arrays), each holding
+            # its own place among the requests that wait.
+            held.release()
             if not value:
                 self.out.error(None, INVALID_REQUEST, "invalid request: empty batch")
-            for element in value:
-                self._start(self._one, element)
+            self._unstarted += 1  # what is read next waits for the batch's elements
+            try:
+                for element in value:
+                    await self.waiting.room()
+                    self._start(self._one, element)
+            finally:
+                self._unstarted -= 1
             return
-        await self._one(value)
+        await self._one(held, value)
 
-    async def _one(self, request: Any) -> None:
+    async def _one(self, held: Held, request: Any) -> None:
         """One request or notification (any JSON value): answered exactly once if it has
         a usable id, never if it is a notification (``jsonrpc.classify``: the rules)."""
         kind = classify(request, self.methods.known)
@@ -364,7 +462,10 @@ class StdioPeer(Peer):
             # Ids identify requests in flight (JSON-RPC 2.0 §4): a second one would make its answer ambiguous.
             self.out.error(kind.id, INVALID_REQUEST, "invalid request: a request with this id is still in flight")
             return
-        await self.methods.dispatch(kind.frame)
+        if kind.method in self.methods.immediate:
+            self.methods.dispatch_now(kind.frame)
+            return
+        await self.methods.dispatch(kind.frame, held.release)
 
 
 class Chunks(anyio.abc.ByteReceiveStream):

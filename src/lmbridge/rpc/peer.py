@@ -216,16 +216,27 @@ class Peer:
     async def read(self) -> None:
         """Read and route frames until the stream ends (EOF, closed, broken); answers to
         dropped over-long requests are written before it returns. It does not ``end`` the
-        link: the caller knows why it ended."""
+        link: the caller knows why it ended. While ``full()`` says so, the next line waits
+        (``room``), and the stream is not read: the writer is pushed back."""
         lines = Lines(self.limit)
         async with anyio.create_task_group() as tg:
             self._answers = tg
             async for batch in batches(self._receive, lines):
                 self.heard = time.monotonic()
                 for n, line in enumerate(batch, 1):
+                    if self.full():
+                        await self.room()
                     self.line(line)
                     if n % LINES_PER_TURN == 0:
                         await checkpoint()
+
+    def full(self) -> bool:
+        """Whether what was read waits beyond the link's bound (none here: a link that
+        holds what it read, the daemon's stdin, overrides this and ``room``)."""
+        return False
+
+    async def room(self) -> None:
+        """Wait until ``full()`` no longer holds."""
 
     def line(self, line: bytes | Overlong) -> None:
         """Route one line (without its newline), or a line dropped as too long: the one

@@ -1,0 +1,179 @@
+"""Start-up and idle: what ``lmbridge serve`` loads and costs before and after ``initialize``.
+
+Usage: ``python -m bench.startup [--runs N] [--against SRC] [--out PATH]``
+
+Figures (docs/performance.md, "Start-up and idle"), each from a daemon with a private,
+fresh state folder and ``PYTHONDONTWRITEBYTECODE=1`` (so lmbridge's own modules are
+compiled at every start, as on a machine that sets it):
+
+1. start: ``Popen`` → the ``initialize`` answer read (the request written at once).
+2. modules loaded before the answer: ``python -X importtime`` lines written before the
+   daemon logs ``initialized`` (which it does just before the answer), and their own
+   import time summed (inflated by ``-X importtime`` itself: compare, do not add up).
+3. idle RSS (``VmRSS`` of the daemon alone) once steady after ``initialize``: with nothing
+   used before, and pre-warmed (the state folder says ``bench/synth_agent.py`` was used
+   last, so the daemon starts it and its spare session right after ``initialize``).
+
+``--against SRC`` runs every figure on a second source tree too (``SRC/src`` first on
+``PYTHONPATH``: another checkout's ``lmbridge``), alternated run by run with this one so
+both see the same load. The 1-minute load average is recorded before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.run import AGENT_SPEC, ROOT, rss_kib
+
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1, "clientInfo": {"name": "bench", "version": "1"}}}
+
+
+def _env(src: Path | None, state: str) -> dict[str, str]:
+    env = dict(os.environ, XDG_STATE_HOME=state, PYTHONDONTWRITEBYTECODE="1", LMBRIDGE_LOG_LEVEL="info")
+    if src is not None:
+        env["PYTHONPATH"] = str(src / "src")
+    return env
+
+
+def _spawn(src: Path | None, state: str, *python_flags: str) -> subprocess.Popen[bytes]:
+    """``lmbridge serve``, its stderr into ``state``/stderr (read by ``_end``)."""
+    argv = [sys.executable, *python_flags, "-m", "lmbridge", "serve"]
+    with open(Path(state) / "stderr", "wb") as err:
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=_env(src, state), cwd=tempfile.gettempdir())
+
+
+def _end(proc: subprocess.Popen[bytes], state: str) -> bytes:
+    """Close the daemon's stdin (it shuts down as at EOF); its stderr."""
+    try:
+        proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+    return (Path(state) / "stderr").read_bytes()
+
+
+def start_ms(src: Path | None) -> float:
+    with tempfile.TemporaryDirectory() as state:
+        t0 = time.monotonic()
+        proc = _spawn(src, state)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(INIT).encode() + b"\n")
+        proc.stdin.flush()
+        answer = json.loads(proc.stdout.readline())
+        elapsed = (time.monotonic() - t0) * 1000
+        assert answer.get("result", {}).get("protocolVersion") == 1, answer
+        _end(proc, state)
+    return elapsed
+
+
+def modules(src: Path | None) -> dict[str, Any]:
+    """The modules imported before ``initialize`` is answered (``-X importtime``)."""
+    with tempfile.TemporaryDirectory() as state:
+        proc = _spawn(src, state, "-X", "importtime")
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(INIT).encode() + b"\n")
+        proc.stdin.flush()
+        proc.stdout.readline()
+        err = _end(proc, state).decode(errors="replace")
+    names: list[str] = []
+    self_us = 0
+    for line in err.splitlines():
+        if "initialized" in line and not line.startswith("import time:"):
+            break
+        if line.startswith("import time:") and "self [us]" not in line:
+            own, _, name = line.removeprefix("import time:").split("|")
+            self_us += int(own)
+            names.append(name.strip())
+    tops: dict[str, int] = {}
+    for name in names:
+        top = name.split(".")[0]
+        tops[top] = tops.get(top, 0) + 1
+    return {"count": len(names), "self_ms": round(self_us / 1000, 1), "lmbridge": sorted(n for n in names if n.startswith("lmbridge")), "packages": tops}
+
+
+def idle_mib(src: Path | None, prewarmed: bool, steady: float = 3.0, bound: float = 60.0) -> float:
+    """The daemon's RSS once idle after ``initialize`` (with the synthetic agent configured):
+    pre-warmed, once its spare session is opened; then unchanged for ``steady`` seconds (the
+    imports that follow ``initialize`` are done); at most ``bound`` seconds after."""
+    with tempfile.TemporaryDirectory() as state:
+        if prewarmed:
+            folder = Path(state) / "lmbridge"
+            folder.mkdir()
+            (folder / "agents.json").write_text(json.dumps({"program": "lmbridge", "version": 1, "recent": [AGENT_SPEC["id"]]}))
+        proc = _spawn(src, state)
+        assert proc.stdin is not None and proc.stdout is not None
+        init = json.loads(json.dumps(INIT))
+        init["params"].update(workspaceFolders=[str(ROOT)], agents=[AGENT_SPEC])
+        proc.stdin.write(json.dumps(init).encode() + b"\n")
+        proc.stdin.flush()
+        proc.stdout.readline()
+        deadline = time.monotonic() + bound
+        log = Path(state) / "stderr"
+        while prewarmed and time.monotonic() < deadline and b"spare session" not in log.read_bytes():
+            time.sleep(0.1)  # "spare session ready", or "no spare session"
+        rss, since = rss_kib(proc.pid), time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - since < steady:
+            time.sleep(0.25)
+            now = rss_kib(proc.pid)
+            if now != rss:
+                rss, since = now, time.monotonic()
+        _end(proc, state)
+    return rss / 1024
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=15, help="start-up runs per tree (default 15)")
+    ap.add_argument("--idle-runs", type=int, default=3, help="idle RSS runs per tree and case (default 3)")
+    ap.add_argument("--against", type=Path, help="another source tree (a checkout) to measure alternately")
+    ap.add_argument("--out", type=Path, default=ROOT / ".bench" / "startup.json")
+    args = ap.parse_args(argv)
+    trees: dict[str, Path | None] = {"this": None}
+    if args.against is not None:
+        trees = {"against": args.against.resolve(), "this": None}
+    result: dict[str, Any] = {"load_before": _load()}
+    for name, src in trees.items():
+        result.setdefault(name, {})["modules"] = modules(src)
+    starts: dict[str, list[float]] = {name: [] for name in trees}
+    for _ in range(args.runs):
+        for name, src in trees.items():
+            starts[name].append(start_ms(src))
+    idle: dict[str, dict[str, list[float]]] = {name: {"fresh": [], "prewarmed": []} for name in trees}
+    for _ in range(args.idle_runs):
+        for name, src in trees.items():
+            for case in ("fresh", "prewarmed"):
+                idle[name][case].append(idle_mib(src, case == "prewarmed"))
+    result["load_after"] = _load()
+    for name in trees:
+        times = sorted(starts[name])
+        result[name]["start_ms"] = {"median": round(statistics.median(times), 1), "min": round(times[0], 1), "max": round(times[-1], 1), "n": len(times)}
+        result[name]["idle_mib"] = {case: round(statistics.median(v), 1) for case, v in idle[name].items()}
+    args.out.parent.mkdir(exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"load average {result['load_before']:.2f} before, {result['load_after']:.2f} after; {args.runs} starts, {args.idle_runs} idle runs a case")
+    for name in trees:
+        r = result[name]
+        s, m = r["start_ms"], r["modules"]
+        print(
+            f"{name:>8}: start {s['median']} ms ({s['min']}–{s['max']}), {m['count']} modules before the answer "
+            f"({len(m['lmbridge'])} lmbridge; own import time {m['self_ms']} ms under -X importtime), "
+            f"idle {r['idle_mib']['fresh']} MiB fresh / {r['idle_mib']['prewarmed']} MiB pre-warmed"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
