@@ -294,9 +294,13 @@ async def test_new_chats_back_to_back_each_take_a_spare_ready_before_they_were_s
             ok(await c.chat(agent.id, [user("fourth chat")]))
     news = {e["sessionId"]: e for e in agent.events("session_new")}
     prompts = [p["sessionId"] for p in agent.prompts()]
-    assert [_spare_endpoint(news[sid]) for sid in prompts] == [False, True, True, True]
-    assert [e for e in news.values() if not _spare_endpoint(e)] == [news[prompts[0]]]  # nothing opened for chats 2-4
     second_sent = agent.frames("session/prompt")[1]["t"]
+    # Each chat its own session; the chats offer no tools, so a spare has no tools endpoint
+    # to tell it by (docs/sessions.md): before the second chat was sent, only the first
+    # chat's session and the two spares had been opened.
+    assert len(set(prompts)) == 4
+    assert len([e for e in news.values() if e["t"] < second_sent]) == 3
+    assert not _spare_endpoint(news[prompts[1]]) and not _spare_endpoint(news[prompts[2]])
     # Both back-to-back chats took a spare answered before the second chat's prompt: not one
     # opened for them (those waited at the gate until after the third chat).
     assert news[prompts[1]]["t"] < second_sent and news[prompts[2]]["t"] < second_sent

@@ -24,7 +24,7 @@ HEAVY = ("acp", "mcp", "mcp_types", "jsonrpcserver", "jsonschema", "prompt_toolk
 #: registry: each loads after the answer.
 LMBRIDGE = {
     "lmbridge", "lmbridge.cli", "lmbridge.log",
-    "lmbridge.core", "lmbridge.core.agent_models", "lmbridge.core.auth", "lmbridge.core.messages", "lmbridge.core.profiles", "lmbridge.core.text",
+    "lmbridge.core", "lmbridge.core.agent_models", "lmbridge.core.auth", "lmbridge.core.errors", "lmbridge.core.messages", "lmbridge.core.profiles", "lmbridge.core.text",
     "lmbridge.daemon", "lmbridge.daemon.catalog", "lmbridge.daemon.methods", "lmbridge.daemon.root", "lmbridge.daemon.router",
     "lmbridge.daemon.services", "lmbridge.daemon.session_index", "lmbridge.daemon.stdio",
     "lmbridge.rpc", "lmbridge.rpc.channel", "lmbridge.rpc.framing", "lmbridge.rpc.jsonrpc", "lmbridge.rpc.peer",
@@ -81,7 +81,7 @@ async def run(config):
     async def lines():
         yield json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}).encode() + b"\\n"
         with anyio.fail_after(120):  # pre-warming: the demo agent started, its spare session opened
-            while not (server.pool and any(p.spare for p in server.pool.processes.values())):
+            while not (server.pool and any(p.spares for p in server.pool.processes.values())):
                 await anyio.sleep(0.05)
         report["loaded"] = sorted(sys.modules)
     await root.Server.serve(server, lines(), Stdout(lambda data: None))
