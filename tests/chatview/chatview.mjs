@@ -915,6 +915,7 @@ try {
 			await page.keyboard.type('steer while the script runs');
 			await page.keyboard.press('Enter');
 			await page.getByText('steer while the script runs').first().waitFor({ timeout: WAIT });
+			await page.getByText(/^steering$/i).first().waitFor({ timeout: WAIT }); // its heading above the pending message
 			await page.screenshot({ path: path.join(OUT, `${String(shot + 1).padStart(2, '0')}-steer-pending.png`), timeout: WAIT });
 			const cancelled = () => chatFrames().some(l => l.dir === 'in' && l.frame.method === '$/cancelRequest' && l.frame.params?.id === ticker);
 			check(chatRequests().length === running.length && !cancelled(), 'the provider was told of the message while the answer ran');
@@ -944,8 +945,13 @@ try {
 			// with it the daemon) starts again; the next message in the restored chat.
 			await page.reload();
 			await page.locator('.interactive-input-part').first().waitFor({ timeout: WAIT });
-			await page.locator('.interactive-item-container.interactive-request', { hasText: 'steer while the script runs' }).first().waitFor({ timeout: WAIT });
+			const shown = (await chatRequests().at(-1)?.messages.at(-1)?.content.find(p => p.type === 'text')?.value.match(/<userRequest>\s*([^<]*?)\s*<\/userRequest>/))?.[1];
+			await page.waitForFunction(`(${LATEST})('request')?.textContent?.includes(${JSON.stringify(shown ?? '')})`, null, { timeout: WAIT });
 			await dismissNotifications();
+			// The chat is set up again as after a start (the models are listed once Copilot Chat is enabled).
+			await runCommand('Chat: Manage Language Models');
+			await page.getByText('lmbridge demo agent').first().waitFor({ timeout: WAIT });
+			await page.keyboard.press('Escape');
 			await pickModel('lmbridge demo agent');
 			const since = daemonRequestLines().length;
 			await send('after the reload');
