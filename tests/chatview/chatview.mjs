@@ -948,11 +948,8 @@ try {
 			const shown = (await chatRequests().at(-1)?.messages.at(-1)?.content.find(p => p.type === 'text')?.value.match(/<userRequest>\s*([^<]*?)\s*<\/userRequest>/))?.[1];
 			await page.waitForFunction(`(${LATEST})('request')?.textContent?.includes(${JSON.stringify(shown ?? '')})`, null, { timeout: WAIT });
 			await dismissNotifications();
-			// The chat is set up again as after a start (the models are listed once Copilot Chat is enabled).
-			await runCommand('Chat: Manage Language Models');
-			await page.getByText('lmbridge demo agent').first().waitFor({ timeout: WAIT });
-			await page.keyboard.press('Escape');
-			await pickModel('lmbridge demo agent');
+			// The chat's model comes back with it (opening the picker this early offers "Sign in to use Copilot" only).
+			await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'lmbridge' }).first().waitFor({ timeout: WAIT });
 			const since = daemonRequestLines().length;
 			await send('after the reload');
 			await waitForResponseText(/after the reload/);
