@@ -52,6 +52,7 @@
 //                 in its own session, by its marker (by text they tie)
 //   ·  steer-stream a message sent while the ticker script runs (VS Code's default, steering): pending in the
 //                 chat, the provider told nothing until the answer ends whole; then an ordinary next request
+//   ·  steer-card  a message sent while a card waits: VS Code cancels the card and sends the message at once
 //   ·  reload      a window reload: the chat comes back, its answers still marked; the next message in it
 //   26 fails-to-start an agent that cannot start: the user reads which and why
 //   27 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
@@ -938,6 +939,31 @@ try {
 			check(/tick 6 of 6/.test(whole), `the answer before the steered message did not come back whole: ${JSON.stringify(whole.slice(-300))}`);
 			check(/kind=continuation/.test(steer) && /by=marker/.test(steer) && sessionOf(steer) === sessionOf(lines[0]), `the steered message did not go on in the chat's session by its marker: ${JSON.stringify(lines)}`);
 			await closeTerminals();
+		});
+
+		await step('steer-card', async () => {
+			// A message sent while a card waits (the request is in progress: Enter steers): VS Code
+			// cancels the confirmation ("The user cancelled the tool call.") and sends the message at
+			// once, with that result: the card is answered cancelled, the turn cancelled, the message
+			// prompted (by=marker kind=soft_cancel), nothing written (docs/vscode.md, "Messages sent
+			// while the agent works").
+			fs.rmSync(notes, { force: true });
+			const since = daemonRequestLines().length;
+			await send('write the file at the card');
+			await waitForCard('Write notes.txt');
+			await page.locator('.interactive-input-part .interactive-input-editor .monaco-editor').first().click(); // not the card's code block
+			await page.keyboard.type('steer at the card');
+			await page.keyboard.press('Enter');
+			await waitForResponseText(/You said: steer at the card/);
+			await waitForIdle();
+			const lines = await requestLines(since, 2);
+			const request = chatRequests().at(-1);
+			const results = request.messages.flatMap(m => m.content.filter(p => p.type === 'tool_result').map(p => p.content.map(c => c.value).join('')));
+			markerRows.push({ event: 'a message sent while a card waited', lines, results });
+			check(!fs.existsSync(notes), 'the file was written');
+			check(results.length === 1 && /cancelled the tool call/.test(results[0]), `the card's tool call did not come back cancelled: ${JSON.stringify(results)}`);
+			check(/kind=soft_cancel/.test(lines[1]) && /'cancelled'/.test(lines[1]) && /by=marker/.test(lines[1]) && sessionOf(lines[1]) === sessionOf(lines[0]),
+				`the message was not taken as a soft cancel of the card in the chat's session: ${JSON.stringify(lines)}`);
 		});
 
 		await step('reload', async () => {
