@@ -961,7 +961,7 @@ try {
 			const results = request.messages.flatMap(m => m.content.filter(p => p.type === 'tool_result').map(p => p.content.map(c => c.value).join('')));
 			markerRows.push({ event: 'a message sent while a card waited', lines, results });
 			check(!fs.existsSync(notes), 'the file was written');
-			check(results.length === 1 && /cancelled the tool call/.test(results[0]), `the card's tool call did not come back cancelled: ${JSON.stringify(results)}`);
+			check(/cancelled the tool call/.test(results.at(-1) ?? ''), `the card's tool call did not come back cancelled: ${JSON.stringify(results)}`);
 			check(/kind=soft_cancel/.test(lines[1]) && /'cancelled'/.test(lines[1]) && /by=marker/.test(lines[1]) && sessionOf(lines[1]) === sessionOf(lines[0]),
 				`the message was not taken as a soft cancel of the card in the chat's session: ${JSON.stringify(lines)}`);
 		});
