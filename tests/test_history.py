@@ -61,6 +61,23 @@ def test_new_chat_single_user_message_even_if_text_equals_another_chat():
     assert turn.prompt == (u("same"),) and turn.context == ()
 
 
+@pytest.mark.parametrize(
+    ("before", "kind"),
+    [
+        ([], Kind.NEW_CHAT),  # the words alone
+        (["<repoMemory>\nnone yet\n</repoMemory>"], Kind.NEW_CHAT),  # Copilot's global context first (seen, Copilot 0.67)
+        (["<environment_info>linux</environment_info>\n<workspace_info>w</workspace_info>"], Kind.NEW_CHAT),
+        (["<userRequest>\nearlier words\n</userRequest>"], Kind.DIVERGENCE),  # a turn stopped before any answer
+        (["plain earlier words"], Kind.DIVERGENCE),
+    ],
+)
+def test_new_chat_when_the_last_message_holds_the_only_words(before: list[str], kind: Kind):
+    core = HistoryCore()
+    turn = core.begin("m", [sysm("copilot"), *map(u, before), u("<userRequest>\nfirst words\n</userRequest>")], 0)
+    assert (turn.kind, turn.fresh) == (kind, True)
+    assert turn.prompt == (u("<userRequest>\nfirst words\n</userRequest>"),)
+
+
 def test_continuation_sends_only_the_new_message():
     core = HistoryCore()
     sid, hist = start(core)

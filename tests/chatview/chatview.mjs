@@ -47,6 +47,17 @@
 //   24 live-stop   the same script again, Stop while it waits: the turn ends, the command is killed (its
 //                 process gone, its last lines never shown), and the next message is answered
 //   25 agent-models the agent's own models in the picker
+//   ·  edit-earlier in a chat of its own, three turns, then VS Code's edit of the second: the request holds the
+//                 first turn, marked, and the new words; the daemon starts a fresh session told the conversation
+//                 (by=marker kind=divergence), and the next message goes on in it by its marker
+//   ·  regenerate  Retry on the last answer: the same request without that answer; a fresh session (by=marker
+//                 kind=divergence)
+//   ·  twins       two new chats, the same first words and the same answers: the second's next message goes on
+//                 in its own session, by its marker (by text they tie)
+//   ·  steer-stream a message sent while the ticker script runs (VS Code's default, steering): pending in the
+//                 chat, the provider told nothing until the answer ends whole; then an ordinary next request
+//   ·  steer-card  a message sent while a card waits: VS Code cancels the card and sends the message at once
+//   ·  reload      a window reload: the chat comes back, its answers still marked; the next message in it
 //   26 fails-to-start an agent that cannot start: the user reads which and why
 //   27 auth-required an agent that needs a sign-in (tests/chatview/auth_agent.py): one actionable
 //                 message in the chat and, once the daemon reports auth_required, a notification
@@ -285,6 +296,19 @@ async function markerKept(label, kind, { answerMarked = true } = {}) {
 	check(kind.test(f.log ?? '') && /by=marker/.test(f.log ?? '') && /session=s1\b/.test(f.log ?? ''), `after ${label}: not matched to the chat's session by its marker: ${JSON.stringify(f)}`);
 }
 
+/** What the matrix steps saw (docs/vscode.md, "Stateful markers"): markers-matrix.json in the run folder. */
+const markerRows = [];
+process.on('exit', () => { if (markerRows.length) fs.writeFileSync(path.join(OUT, 'markers-matrix.json'), JSON.stringify(markerRows, null, 1)); });
+
+/** The daemon's `request` log lines after the first `since` (``daemonRequestLines``), once there are `count` of them. */
+async function requestLines(since, count) {
+	await waitForDisk(() => daemonRequestLines().length >= since + count, `the daemon's log of ${count} more request(s)`);
+	return daemonRequestLines().slice(since, since + count);
+}
+
+/** The session a `request` log line names. */
+const sessionOf = line => /\bsession=(\S+)/.exec(line ?? '')?.[1];
+
 // ---------------------------------------------------------------- the page
 
 const chatInput = () => page.locator('.interactive-input-part .monaco-editor').first();
@@ -419,6 +443,14 @@ async function dismissNotifications() {
 	// "Set BYOK utility models": harmless noise of an offline profile (docs/vscode.md, "The Chat view"), but it covers the chat.
 	const dismiss = page.locator('[aria-label="Dismiss notification"]');
 	await dismiss.first().waitFor({ timeout: 15_000 }).then(() => dismiss.first().click()).catch(() => {});
+}
+
+/** A new, empty chat in the Chat view (its New Chat, Ctrl+L in the chat: the palette lists only the editor's and window's). */
+async function newChat() {
+	await chatInput().click();
+	await page.keyboard.press('Control+L');
+	await page.waitForFunction(`!(${LATEST})('request')`, null, { timeout: WAIT });
+	await chatInput().click();
 }
 
 // ---------------------------------------------------------------- an ACP registry feed on 127.0.0.1
@@ -845,6 +877,180 @@ try {
 			await waitForIdle();
 			// Copilot re-sends the markers re-stamped with the new model's id; the agent is the same.
 			await markerFinding('a switch to the agent\'s other model');
+		});
+
+		await step('edit-earlier', async () => {
+			// A chat of its own (a divergence below starts a fresh session; the steps before used s1).
+			await newChat();
+			await pickModel('lmbridge demo agent');
+			const since = daemonRequestLines().length;
+			for (const words of ['first of three', 'second of three', 'third of three']) {
+				await send(words);
+				await waitForResponseText(new RegExp(`You said: ${words}`));
+				await waitForIdle();
+			}
+			const before = await requestLines(since, 3);
+			const chat = sessionOf(before[0]);
+			check(/kind=new_chat/.test(before[0]) && before.slice(1).every(l => /kind=continuation/.test(l) && /by=marker/.test(l) && sessionOf(l) === chat),
+				`the three turns did not go on in one session by their markers: ${JSON.stringify(before)}`);
+			// VS Code's edit of a past request (chat.editRequests "inline"): click the request, new
+			// words, Enter. The turns after it leave the chat; the request ends with the new words.
+			const edited = daemonRequestLines().length;
+			await page.locator('.interactive-item-container.interactive-request', { hasText: 'second of three' }).first().locator('.chat-markdown-part.clickable').first().click();
+			const editor = page.locator('.monaco-list-row.request .monaco-editor').filter({ visible: true }).first();
+			await editor.waitFor({ timeout: WAIT });
+			await editor.click();
+			await page.keyboard.press('Control+A');
+			await page.keyboard.type('second edited');
+			await page.keyboard.press('Enter');
+			await waitForResponseText(/second edited/);
+			await waitForIdle();
+			const [line] = await requestLines(edited, 1);
+			const request = chatRequests().at(-1);
+			const last = (request.messages.at(-1)?.content ?? []).filter(p => p.type === 'text').map(p => p.value).join('');
+			const f = await markerFinding('an edit of an earlier message');
+			markerRows.push({ event: 'edit of an earlier message', line, finding: f });
+			// The request holds the first turn (marked) and the edited words: the agent of the chat's
+			// session saw the turns the edit removed, so a fresh session is told the conversation.
+			check(f.assistants === 1 && f.marked === 1 && /second edited/.test(last) && !/third of three/.test(JSON.stringify(request.messages)),
+				`the edited request does not hold the first turn, marked, then the new words: ${JSON.stringify({ last: last.slice(-200), f })}`);
+			check(/kind=divergence/.test(line) && /by=marker/.test(line) && sessionOf(line) !== chat, `the edited turn did not go to a fresh session: ${line}`);
+			check(!(await page.locator('.interactive-item-container.interactive-request', { hasText: 'third of three' }).count()), 'the turn after the edited one is still shown');
+			// The next message goes on in that fresh session, by the marker of its answer.
+			const next = daemonRequestLines().length;
+			await send('after the edit');
+			await waitForResponseText(/You said: after the edit/);
+			await waitForIdle();
+			const [after] = await requestLines(next, 1);
+			markerRows.push({ event: 'the message after an edit', line: after });
+			check(/kind=continuation/.test(after) && /by=marker/.test(after) && sessionOf(after) === sessionOf(line), `the message after the edit did not go on in the edit's session: ${after}`);
+		});
+
+		await step('regenerate', async () => {
+			// Retry on the last answer: VS Code sends the same request again, that answer left out.
+			const last = sessionOf(daemonRequestLines().at(-1));
+			const since = daemonRequestLines().length;
+			const response = page.locator('.interactive-item-container.interactive-response').filter({ hasText: 'You said: after the edit' }).last();
+			await response.hover();
+			await response.locator('a[aria-label^="Retry"]').first().click();
+			const [line] = await requestLines(since, 1);
+			await waitForResponseText(/after the edit/);
+			await waitForIdle();
+			const f = await markerFinding('regenerate');
+			const request = chatRequests().at(-1);
+			markerRows.push({ event: 'regenerate', line, finding: f, lastIsUser: request.messages.at(-1).role === 'user' });
+			// The answer retried is gone from the request (the one before it came back marked): the
+			// agent of the session saw it, so a fresh session is told the conversation.
+			check(f.previousAnswerMarked, `the answer before the retried turn came back without its marker: ${JSON.stringify(f)}`);
+			check(/kind=divergence/.test(line) && /by=marker/.test(line) && sessionOf(line) !== last, `the retried turn did not go to a fresh session: ${line}`);
+		});
+
+		await step('twins', async () => {
+			// Two new chats, the same first words (the demo agent answers both the same): each goes
+			// on in its own session, told apart by the markers (their text ties).
+			const since = daemonRequestLines().length;
+			await newChat();
+			await send('hello twins');
+			await waitForResponseText(/You said: hello twins/);
+			await waitForIdle();
+			await newChat();
+			await send('hello twins');
+			await waitForResponseText(/You said: hello twins/);
+			await waitForIdle();
+			await send('and the second twin again');
+			await waitForResponseText(/You said: and the second twin again/);
+			await waitForIdle();
+			const [a, b, again] = await requestLines(since, 3);
+			const f = await markerFinding('two chats with the same words');
+			markerRows.push({ event: 'two chats with the same words', lines: [a, b, again], finding: f });
+			check(/kind=new_chat/.test(a) && /kind=new_chat/.test(b) && sessionOf(a) !== sessionOf(b), `the two chats did not start two sessions: ${JSON.stringify([a, b])}`);
+			check(/kind=continuation/.test(again) && /by=marker/.test(again) && sessionOf(again) === sessionOf(b), `the second chat's next message did not go on in its own session by its marker: ${again}`);
+			check(f.byText?.atBoundary, `the twin's answer was not the same text as sent: ${JSON.stringify(f)}`);
+		});
+
+		await step('steer-stream', async () => {
+			// A message sent while an answer streams (VS Code 1.139: chat.requestQueuing.defaultAction
+			// "steer", Enter): it waits in the chat as a pending request; the provider is told nothing
+			// (no request, no cancel) until the answer ends, whole, and then gets it as an ordinary
+			// next request (docs/vscode.md, "Messages sent while the agent works"). The answer: the
+			// ticker script's, which waits on its gate file, so the message surely comes while it runs.
+			const since = daemonRequestLines().length;
+			await startTicker();
+			const running = chatRequests();
+			const ticker = running.at(-1).id;
+			await chatInput().click();
+			await page.keyboard.type('steer while the script runs');
+			await page.keyboard.press('Enter');
+			await page.getByText('steer while the script runs').first().waitFor({ timeout: WAIT });
+			await page.getByText(/^steering$/i).first().waitFor({ timeout: WAIT }); // its heading above the pending message
+			await page.screenshot({ path: path.join(OUT, `${String(shot + 1).padStart(2, '0')}-steer-pending.png`), timeout: WAIT });
+			const cancelled = () => chatFrames().some(l => l.dir === 'in' && l.frame.method === '$/cancelRequest' && l.frame.params?.id === ticker);
+			check(chatRequests().length === running.length && !cancelled(), 'the provider was told of the message while the answer ran');
+			check(!/tick 4 of 6/.test(await responseText()), 'the script went on before its gate opened');
+			fs.writeFileSync(tickerGate, '');
+			await waitForResponseText(/You said: steer while the script runs/);
+			await waitForIdle();
+			const lines = await requestLines(since, 3); // the script's request, its Allow Once, the steered message
+			const steer = lines.at(-1);
+			const f = await markerFinding('a message sent while the answer streamed');
+			const request = chatRequests().at(-1);
+			const before = request.messages.slice(0, request.messages.map(m => m.role).lastIndexOf('user')).filter(m => m.role === 'assistant').at(-1);
+			const whole = (before?.content ?? []).filter(p => p.type === 'text').map(p => p.value).join('');
+			const frames = chatFrames();
+			const ended = frames.findIndex(l => l.dir === 'out' && l.frame.id === ticker && !l.frame.method);
+			const asked = frames.findIndex(l => l.dir === 'in' && l.frame.id === request.id);
+			markerRows.push({ event: 'a message sent while the answer streamed', lines, cancelled: cancelled(), endedBeforeAsked: ended >= 0 && ended < asked, finding: f });
+			check(!cancelled(), 'the streaming answer was cancelled for the steered message');
+			check(ended >= 0 && ended < asked, `the steered message was sent before the answer ended (answer's end at frame ${ended}, the message at ${asked})`);
+			check(/tick 6 of 6/.test(whole), `the answer before the steered message did not come back whole: ${JSON.stringify(whole.slice(-300))}`);
+			check(/kind=continuation/.test(steer) && /by=marker/.test(steer) && sessionOf(steer) === sessionOf(lines[0]), `the steered message did not go on in the chat's session by its marker: ${JSON.stringify(lines)}`);
+			await closeTerminals();
+		});
+
+		await step('steer-card', async () => {
+			// A message sent while a card waits (the request is in progress: Enter steers): VS Code
+			// cancels the confirmation ("The user cancelled the tool call.") and sends the message at
+			// once, with that result: the card is answered cancelled, the turn cancelled, the message
+			// prompted (by=marker kind=soft_cancel), nothing written (docs/vscode.md, "Messages sent
+			// while the agent works").
+			fs.rmSync(notes, { force: true });
+			const since = daemonRequestLines().length;
+			await send('write the file at the card');
+			await waitForCard('Write notes.txt');
+			await page.locator('.interactive-input-part .interactive-input-editor .monaco-editor').first().click(); // not the card's code block
+			await page.keyboard.type('steer at the card');
+			await page.keyboard.press('Enter');
+			await waitForResponseText(/You said: steer at the card/);
+			await waitForIdle();
+			const lines = await requestLines(since, 2);
+			const request = chatRequests().at(-1);
+			const results = request.messages.flatMap(m => m.content.filter(p => p.type === 'tool_result').map(p => p.content.map(c => c.value).join('')));
+			markerRows.push({ event: 'a message sent while a card waited', lines, results });
+			check(!fs.existsSync(notes), 'the file was written');
+			check(/cancelled the tool call/.test(results.at(-1) ?? ''), `the card's tool call did not come back cancelled: ${JSON.stringify(results)}`);
+			check(/kind=soft_cancel/.test(lines[1]) && /'cancelled'/.test(lines[1]) && /by=marker/.test(lines[1]) && sessionOf(lines[1]) === sessionOf(lines[0]),
+				`the message was not taken as a soft cancel of the card in the chat's session: ${JSON.stringify(lines)}`);
+		});
+
+		await step('reload', async () => {
+			// A window reload: the chat is restored from VS Code's storage, the extension host (and
+			// with it the daemon) starts again; the next message in the restored chat.
+			await page.reload();
+			await page.locator('.interactive-input-part').first().waitFor({ timeout: WAIT });
+			const shown = (await chatRequests().at(-1)?.messages.at(-1)?.content.find(p => p.type === 'text')?.value.match(/<userRequest>\s*([^<]*?)\s*<\/userRequest>/))?.[1];
+			await page.waitForFunction(`(${LATEST})('request')?.textContent?.includes(${JSON.stringify(shown ?? '')})`, null, { timeout: WAIT });
+			await dismissNotifications();
+			// The chat's model comes back with it (opening the picker this early offers "Sign in to use Copilot" only).
+			await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'lmbridge' }).first().waitFor({ timeout: WAIT });
+			const since = daemonRequestLines().length;
+			await send('after the reload');
+			await waitForResponseText(/after the reload/);
+			await waitForIdle();
+			const [line] = await requestLines(since, 1);
+			const request = chatRequests().at(-1);
+			const assistants = request.messages.filter(m => m.role === 'assistant');
+			markerRows.push({ event: 'window reload', line, assistants: assistants.length, marked: assistants.filter(markerOf).length });
+			check(assistants.length > 0 && assistants.every(markerOf), `the restored chat's answers came back without their markers: ${assistants.length} answers, ${assistants.filter(markerOf).length} marked`);
 		});
 
 		await step('fails-to-start', async () => {

@@ -52,7 +52,9 @@ may also come back as one unmarked assistant message standing for all its rounds
 joined and file names linkified: it is taken as that turn, acknowledged, only where the
 request aligns up to the words that began it (``HistoryCore._kept_stop``).
 
-A request that holds a single user message is always a new chat. A request that
+A request whose only user words are in its last message is always a new chat (Copilot
+sends its global context before a chat's first words as a user message of its own, its
+markup and nothing else: ``user_message.is_scaffolding``). A request that
 matches no session (another model answered, the history was edited) is a
 divergence: a fresh agent session gets the conversation so far as context, so
 its view equals VS Code's.
@@ -669,7 +671,9 @@ class HistoryCore:
         conv = conversation(messages)
         if not conv or conv[-1].role != "user":
             raise HistoryError("the request's messages must end with a user message")
-        if len(conv) == 1:
+        if all(m.role == "user" for m in conv) and not has_user_content(conv[:-1]):
+            # The last message holds the chat's only words (Copilot's global context may come
+            # before it as a user message of its own): no session can go on with it.
             return Plan(conv, None, Kind.NEW_CHAT)
         named, candidates, by = self._candidates(model_id, conv)
         best: Plan | None = None
@@ -707,7 +711,7 @@ class HistoryCore:
         self._see(s, conv)
         s.matched = list(conv)
         context, prompt = split_prompt(conv)
-        kind = Kind.NEW_CHAT if len(conv) == 1 else Kind.DIVERGENCE
+        kind = Kind.NEW_CHAT if p.kind is Kind.NEW_CHAT else Kind.DIVERGENCE
         return Decision(kind=kind, session_id=s.id, fresh=True, context=context, prompt=prompt, number=s.requests)
 
     def _continue(self, s: Session, kind: Kind, conv: Sequence[Message], start: int, now: float, kept: bool = False) -> Decision:
