@@ -9,7 +9,8 @@ pipe takes it. A reader thread checks each frame as it arrives (``Ledger``):
   answered that was not asked (``violations``);
 * no ``lm/responsePart`` comes for a request that is not in flight.
 
-Answers are timed from the write of their line: ``latency_max`` (seconds).
+Answers are timed from the write of their line (the oldest ask of a reused id still owed):
+``latency_max`` (seconds).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,9 @@ class Ledger:
     def __init__(self) -> None:
         self.lock = threading.Condition()
         self.expected: Counter[tuple[str, Any]] = Counter()  # answers still owed, by id
-        self.sent_at: dict[tuple[str, Any], float] = {}
+        # When each ask still owed was written, oldest first: ids are reused, and an answer is
+        # timed from the oldest ask of its id (answers of one id come in the order asked).
+        self.sent_at: dict[tuple[str, Any], deque[float]] = {}
         self.lines: dict[tuple[str, Any], bytes] = {}  # the start of each line still owed an answer
         self.parts: dict[tuple[str, Any], list[dict[str, Any]]] = {}
         self.violations: list[str] = []
@@ -54,7 +57,7 @@ class Ledger:
             for rid in ids:
                 key = _key(rid)
                 self.expected[key] += 1
-                self.sent_at.setdefault(key, now)
+                self.sent_at.setdefault(key, deque()).append(now)
                 self.lines[key] = line[:3000]
 
     def unanswered(self) -> list[bytes]:
@@ -117,7 +120,10 @@ class Ledger:
             self.expected[key] -= 1
             self.answers += 1
             parts = self.parts.pop(key, []) if not self.expected[key] else list(self.parts.get(key, []))
-            sent = self.sent_at.pop(key, None) if not self.expected[key] else self.sent_at.get(key)
+            times = self.sent_at.get(key)
+            sent = times.popleft() if times else None
+            if not times:
+                self.sent_at.pop(key, None)
             if not self.expected[key]:
                 del self.expected[key]
                 self.lines.pop(key, None)
