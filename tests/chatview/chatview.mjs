@@ -328,8 +328,15 @@ const LATEST = `(kind) => {
 }`;
 const latestText = kind => page.evaluate(`(${LATEST})(${JSON.stringify(kind)})?.innerText ?? ''`);
 
+// Click into the chat input. A hover left up by the last pointer move (an attachment's "Enable
+// current file context", seen over the input) would take the click: move the pointer off first.
+async function clickChatInput() {
+	await page.mouse.move(1, 1);
+	await clickChatInput();
+}
+
 async function send(text) {
-	await chatInput().click();
+	await clickChatInput();
 	await page.keyboard.type(text);
 	await page.keyboard.press('Enter');
 	// The list is virtual (old rows leave the DOM): wait for this request to be the last one shown.
@@ -379,7 +386,7 @@ async function waitForCardWith(title) {
 async function closeTerminals() {
 	await runCommand('Terminal: Kill All Terminals');
 	await page.locator('.xterm').filter({ visible: true }).first().waitFor({ state: 'hidden', timeout: WAIT });
-	await chatInput().click();
+	await clickChatInput();
 }
 
 /** Whether process `pid` runs (a zombie, only waiting to be reaped, does not). */
@@ -447,10 +454,10 @@ async function dismissNotifications() {
 
 /** A new, empty chat in the Chat view (its New Chat, Ctrl+L in the chat: the palette lists only the editor's and window's). */
 async function newChat() {
-	await chatInput().click();
+	await clickChatInput();
 	await page.keyboard.press('Control+L');
 	await page.waitForFunction(`!(${LATEST})('request')`, null, { timeout: WAIT });
-	await chatInput().click();
+	await clickChatInput();
 }
 
 // ---------------------------------------------------------------- an ACP registry feed on 127.0.0.1
@@ -655,7 +662,7 @@ try {
 			await page.keyboard.press('Control+Z');
 			await page.waitForFunction(`[...document.querySelectorAll('.part.editor .monaco-editor .view-lines')].some(e => !${EDITOR_TEXT}.includes('Appended by the demo agent.') && ${EDITOR_TEXT}.includes('unsaved line'))`, null, { timeout: WAIT });
 			// Back to the chat for the next steps.
-			await chatInput().click();
+			await clickChatInput();
 		});
 
 		await step('card', async () => {
@@ -978,7 +985,7 @@ try {
 			await startTicker();
 			const running = chatRequests();
 			const ticker = running.at(-1).id;
-			await chatInput().click();
+			await clickChatInput();
 			await page.keyboard.type('steer while the script runs');
 			await page.keyboard.press('Enter');
 			await page.getByText('steer while the script runs').first().waitFor({ timeout: WAIT });
