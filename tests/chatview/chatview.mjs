@@ -332,7 +332,7 @@ const latestText = kind => page.evaluate(`(${LATEST})(${JSON.stringify(kind)})?.
 // current file context", seen over the input) would take the click: move the pointer off first.
 async function clickChatInput() {
 	await page.mouse.move(1, 1);
-	await clickChatInput();
+	await chatInput().click();
 }
 
 async function send(text) {
