@@ -9,8 +9,8 @@ pipe takes it. A reader thread checks each frame as it arrives (``Ledger``):
   answered that was not asked (``violations``);
 * no ``lm/responsePart`` comes for a request that is not in flight.
 
-Answers are timed from the write of their line (the oldest ask of a reused id still owed):
-``latency_max`` (seconds).
+Answers are timed from the write of their line: ``latency_max`` (seconds), over the answers
+whose ask is known (an id asked again while still owed is not timed until all its answers came).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,9 +39,10 @@ class Ledger:
     def __init__(self) -> None:
         self.lock = threading.Condition()
         self.expected: Counter[tuple[str, Any]] = Counter()  # answers still owed, by id
-        # When each ask still owed was written, oldest first: ids are reused, and an answer is
-        # timed from the oldest ask of its id (answers of one id come in the order asked).
-        self.sent_at: dict[tuple[str, Any], deque[float]] = {}
+        # When the ask of each id still owed was written; None once the id is asked again while
+        # owed (the fuzzer reuses ids: which ask an answer is for cannot be told, and it is not
+        # timed). ``latency_max`` times only answers whose ask is known.
+        self.sent_at: dict[tuple[str, Any], float | None] = {}
         self.lines: dict[tuple[str, Any], bytes] = {}  # the start of each line still owed an answer
         self.parts: dict[tuple[str, Any], list[dict[str, Any]]] = {}
         self.violations: list[str] = []
@@ -57,7 +58,7 @@ class Ledger:
             for rid in ids:
                 key = _key(rid)
                 self.expected[key] += 1
-                self.sent_at.setdefault(key, deque()).append(now)
+                self.sent_at[key] = now if key not in self.sent_at else None
                 self.lines[key] = line[:3000]
 
     def unanswered(self) -> list[bytes]:
@@ -120,13 +121,11 @@ class Ledger:
             self.expected[key] -= 1
             self.answers += 1
             parts = self.parts.pop(key, []) if not self.expected[key] else list(self.parts.get(key, []))
-            times = self.sent_at.get(key)
-            sent = times.popleft() if times else None
-            if not times:
-                self.sent_at.pop(key, None)
+            sent = self.sent_at.get(key)
             if not self.expected[key]:
                 del self.expected[key]
                 self.lines.pop(key, None)
+                self.sent_at.pop(key, None)
             if sent is not None:
                 self.latency_max = max(self.latency_max, time.monotonic() - sent)
             self.lock.notify_all()
