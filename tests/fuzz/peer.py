@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -50,6 +51,7 @@ class Ledger:
         self.answers = 0
         self.null_answers = 0  # errors with "id": null (unreadable requests)
         self.latency_max = 0.0
+        self.slowest = ""  # the method of the slowest answer's request
         self.on_answer: Callable[[Any, dict[str, Any], list[dict[str, Any]]], None] | None = None
 
     def asked(self, ids: Sequence[Any], line: bytes = b"") -> None:
@@ -122,12 +124,15 @@ class Ledger:
             self.answers += 1
             parts = self.parts.pop(key, []) if not self.expected[key] else list(self.parts.get(key, []))
             sent = self.sent_at.get(key)
+            asked = self.lines.get(key, b"")
             if not self.expected[key]:
                 del self.expected[key]
                 self.lines.pop(key, None)
                 self.sent_at.pop(key, None)
-            if sent is not None:
-                self.latency_max = max(self.latency_max, time.monotonic() - sent)
+            if sent is not None and time.monotonic() - sent > self.latency_max:
+                self.latency_max = time.monotonic() - sent
+                method = re.search(rb'"method"\s*:\s*"([^"]{1,80})"', asked)
+                self.slowest = method.group(1).decode("utf-8", "replace") if method else "?"
             self.lock.notify_all()
         if self.on_answer is not None:
             self.on_answer(rid, frame, parts)

@@ -157,7 +157,7 @@ def stdin_part(where: Path, frames: int, seed: int) -> dict[str, Any]:
     figures = finish(daemon, sampler, violations, "stdin")
     return {"frames": daemon.frames_out, "bytes": sent_bytes, "seconds": round(elapsed, 1), "frames_per_s": round(daemon.frames_out / written),
             "answers": ledger.answers, "null_id_errors": ledger.null_answers, "chats_answered": state.chats_answered,
-            "latency_max_s": round(ledger.latency_max, 2), "settled": settled, **figures, "violations": violations}
+            "latency_max_s": round(ledger.latency_max, 2), "slowest_method": ledger.slowest, "settled": settled, **figures, "violations": violations}
 
 
 def agent_part(where: Path, agent_frames: int, seed: int) -> dict[str, Any]:
