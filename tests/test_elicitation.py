@@ -416,3 +416,38 @@ def test_any_form_asks_within_the_question_tools_schema(props: dict[str, Any], m
         assert 0 < len(a["header"]) <= E.HEADER_MAX
         assert 0 < len(a["question"]) <= E.QUESTION_MAX
         assert "options" not in a or a["options"]
+        assert not _refused_by_vscode(a), a
+
+
+def _refused_by_vscode(asked: dict[str, Any]) -> bool:
+    """VS Code 1.139's ``vscode_askQuestions`` refuses the whole call, before it shows anything,
+    when a question has a single option and no free text (``prepareToolInvocation`` in
+    ``out/vs/code/browser/workbench/workbench.js``: ``options.length===1&&!allowFreeformInput``;
+    ``allowFreeformInput`` defaults to true)."""
+    return len(asked.get("options") or ()) == 1 and asked.get("allowFreeformInput", True) is False
+
+
+ONE_CHOICE = {
+    "mode": "form",
+    "sessionId": "s1",
+    "message": "Go ahead?",
+    "requestedSchema": {"type": "object", "required": ["go", "also"], "properties": {
+        "go": {"type": "string", "title": "Go", "oneOf": [{"const": "yes", "title": "Yes, go ahead"}]},
+        "also": {"type": "array", "title": "Also", "items": {"type": "string", "enum": ["tests"]}},
+    }},
+}  # fmt: skip
+
+
+def test_a_question_with_one_choice_is_one_vscodes_tool_shows() -> None:
+    """A select with a single choice (a confirmation) would make VS Code refuse the whole call,
+    and the question never shows: it takes free text, the one choice still picks its value."""
+    q = E.read(ONE_CHOICE)
+    assert isinstance(q, E.Question)
+    asked = E.ask_input(q)["questions"]
+    assert [a["options"] for a in asked] == [[{"label": "Yes, go ahead"}], [{"label": "tests"}]]
+    assert not any(_refused_by_vscode(a) for a in asked)
+    picked = _answers(Go="Yes, go ahead", Also=["tests"])
+    assert E.response(q, Answer.RESULT, picked) == {"action": "accept", "content": {"go": "yes", "also": ["tests"]}}
+    # Free text that is not the choice answers nothing: the required question is unanswered.
+    typed = _answers(Go=("maybe later",), Also=["tests"])
+    assert E.response(q, Answer.RESULT, typed) == {"action": "decline"}

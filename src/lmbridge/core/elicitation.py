@@ -188,7 +188,9 @@ def route(offered: frozenset[str]) -> Via:
 def ask_input(q: Question) -> dict[str, Any]:
     """The input of a ``vscode_askQuestions`` call asking ``q`` (the tool's input schema:
     ``questions[]`` of ``header``, ``question``, ``message``, ``multiSelect``,
-    ``allowFreeformInput``, ``options[]`` of ``label``, ``description``, ``recommended``)."""
+    ``allowFreeformInput``, ``options[]`` of ``label``, ``description``, ``recommended``). A
+    select takes no free text, but one with a single choice does: VS Code 1.139 refuses the
+    whole call for a question with one option and no free text (docs/vscode.md, "Questions")."""
     questions = []
     for i, f in enumerate(q.fields):
         item: dict[str, Any] = {"header": f.header, "question": f.question}
@@ -200,7 +202,10 @@ def ask_input(q: Question) -> dict[str, Any]:
         if f.choices:
             defaults = {str(d) for d in f.default} if isinstance(f.default, list) else {_shown(f, f.default)}
             item["options"] = [{"label": c.label, **({"description": c.description} if c.description else {}), **({"recommended": True} if c.value in defaults else {})} for c in f.choices]
-            item["allowFreeformInput"] = False
+            # Free text only where VS Code requires it: its tool refuses the whole call when a
+            # question has a single option and no free text. There, free text that is not the
+            # choice answers nothing (``_value``).
+            item["allowFreeformInput"] = len(f.choices) == 1
             if f.kind == "multi":
                 item["multiSelect"] = True
         questions.append(item)
