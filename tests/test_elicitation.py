@@ -176,7 +176,8 @@ def test_route(offered: set[str], via: str) -> None:
 _ONE = E.read(CLAUDE_ONE)
 _TWO = E.read(CLAUDE_TWO)
 _EVERY = E.read(EVERY_TYPE)
-assert isinstance(_ONE, E.Question) and isinstance(_TWO, E.Question) and isinstance(_EVERY, E.Question)
+_EVERY_OPTIONAL = E.read(dict(EVERY_TYPE, requestedSchema=dict(EVERY_TYPE["requestedSchema"], required=[])))  # type: ignore[arg-type]
+assert isinstance(_ONE, E.Question) and isinstance(_TWO, E.Question) and isinstance(_EVERY, E.Question) and isinstance(_EVERY_OPTIONAL, E.Question)
 
 #: (question, the answer history gave, VS Code's result text) → the elicitation's result.
 RESPONSES = {
@@ -197,7 +198,8 @@ RESPONSES = {
     "Stop or a new message": (_ONE, Answer.CANCELLED, None, {"action": "cancel"}),
     "a result that is not JSON": (_ONE, Answer.RESULT, "Tool vscode_askQuestions is currently disabled", {"action": "cancel"}),
     "JSON without answers": (_ONE, Answer.RESULT, '{"x": 1}', {"action": "cancel"}),
-    "the card's Allow": (_EVERY, Answer.ALLOW, None, {"action": "accept", "content": {"level": "low", "retries": 2, "dry": True}}),
+    "the card's Allow": (_EVERY_OPTIONAL, Answer.ALLOW, None, {"action": "accept", "content": {"level": "low", "retries": 2, "dry": True}}),
+    "the card's Allow, a required question with no default": (_EVERY, Answer.ALLOW, None, {"action": "decline"}),
     "the card's Allow, no defaults": (_ONE, Answer.ALLOW, None, {"action": "accept", "content": {}}),
     "the card's Skip": (_ONE, Answer.REJECT, None, {"action": "decline"}),
 }  # fmt: skip
@@ -219,6 +221,16 @@ def test_any_result_text_gives_a_valid_acp_response(text: str) -> None:
         model.model_validate(got)
         if got["action"] == "accept":
             assert set(got["content"]) <= {f.key for f in q.fields}
+
+
+def test_the_card_says_what_allow_answers() -> None:
+    """The card's Allow sends exactly what the card says: the defaults shown, or, where a
+    required question has none (an accept without it would be no answer), a decline."""
+    card = E.card_input(_EVERY_OPTIONAL, "Demo", "tok")["message"]
+    assert "**Allow** answers with the defaults shown" in card and "declines" in card.split("**Allow**")[1].split("**Skip**")[1]
+    card = E.card_input(_EVERY, "Demo", "tok")["message"]
+    assert "**Allow** answers with the defaults shown" not in card
+    assert "**Name** is required and has no default, so **Allow** declines, as **Skip** does" in card
 
 
 # ---------------------------------------------------------------- the daemon end to end

@@ -17,12 +17,14 @@ How the chat shows it (``route``, by the tools the request offers):
   returns ``{"answers": {header: {"selected": [...], "freeText": s | null, "skipped": b}}}``;
   ``response`` turns it back into the form's ``content``.
 * else lmbridge's own card (``permissions.ACTION_TOOL``, ``card_input``): the question and
-  its choices; **Allow** accepts with the defaults the agent gave, **Skip** declines.
+  its choices; **Allow** accepts with the defaults the agent gave (declines where a required
+  question has none: the card says so), **Skip** declines.
 * neither (Ask mode): answered ``cancel`` at once, and the user is told.
 
 The answer (``response``, ACP ``CreateElicitationResponse``): ``accept`` with ``content``;
 ``decline`` when the user pressed Skip, skipped every question, or left a required one
-unanswered (when unsure, nothing is accepted); ``cancel`` when the user pressed Stop or sent
+unanswered, or pressed the card's Allow where a required question has no default (when
+unsure, nothing is accepted); ``cancel`` when the user pressed Stop or sent
 a new message instead (no result came), or VS Code's result cannot be read.
 """
 
@@ -98,6 +100,11 @@ class Question:
     def defaults(self) -> dict[str, Any]:
         """The content an accept without answers carries: the defaults the agent gave."""
         return {f.key: f.default for f in self.fields if f.default is not None}
+
+    def unanswerable(self) -> tuple[Field, ...]:
+        """The required fields the agent gave no default: an accept with the defaults leaves them
+        out, so it would be no answer (the card's Allow declines instead)."""
+        return tuple(f for f in self.fields if f.required and f.default is None)
 
 
 @dataclass(frozen=True)
@@ -231,9 +238,15 @@ def card_input(q: Question, agent: str, token: str) -> dict[str, Any]:
         if f.default is not None:
             line += f"; default: {escape(_shown(f, f.default) if not isinstance(f.default, list) else ', '.join(map(str, f.default)))}"
         lines.append(line)
+    missing = q.unanswerable()
+    if missing:
+        names = ", ".join(f"**{escape(f.header)}**" for f in missing)
+        allow = f"{names} {'is' if len(missing) == 1 else 'are'} required and {'has' if len(missing) == 1 else 'have'} no default, so **Allow** declines, as **Skip** does."
+    else:
+        allow = "**Allow** answers with the defaults shown; **Skip** declines."
     lines += [
         "",
-        "VS Code's question tool (**askQuestions**, Agent mode) is not offered to this chat, so the answers cannot be chosen here. **Allow** answers with the defaults shown; **Skip** declines.",
+        f"VS Code's question tool (**askQuestions**, Agent mode) is not offered to this chat, so the answers cannot be chosen here. {allow}",
     ]
     return {"title": _clip(f"{agent} asks a question", 80), "message": "\n".join(lines), "approvalToken": token}
 
@@ -247,8 +260,8 @@ def response(q: Question, answer: Answer, result: str | None) -> dict[str, Any]:
     """The ``elicitation/create`` result for the user's ``answer`` (``history``'s: RESULT,
     DECLINED, CANCELLED for VS Code's tool; ALLOW, REJECT, CANCELLED for the card) and, for
     RESULT, VS Code's tool ``result`` text."""
-    if answer is Answer.ALLOW:
-        return {"action": ACCEPT, "content": q.defaults()}
+    if answer is Answer.ALLOW:  # the card's: the defaults, as it showed (``card_input``)
+        return {"action": ACCEPT, "content": q.defaults()} if not q.unanswerable() else dict(DECLINE)
     if answer in (Answer.REJECT, Answer.DECLINED):
         return dict(DECLINE)
     if answer is not Answer.RESULT or result is None:
