@@ -233,6 +233,20 @@ def test_the_card_says_what_allow_answers() -> None:
     assert "**Name** is required and has no default, so **Allow** declines, as **Skip** does" in card
 
 
+def test_the_card_shows_a_default_as_the_choice_the_user_reads() -> None:
+    """A default is one of the choices the card lists by label: it is shown by that label,
+    not by the value the agent gets back (which the user never sees)."""
+    q = E.read({"mode": "form", "sessionId": "s", "message": "Pick", "requestedSchema": {"properties": {
+        "fruit": {"type": "string", "title": "Fruit", "oneOf": [{"const": "a", "title": "Apple"}, {"const": "b", "title": "Banana"}], "default": "b"},
+        "more": {"type": "array", "title": "More", "items": {"anyOf": [{"const": "c", "title": "Cherry"}, {"const": "d", "title": "Date"}]}, "default": ["c", "d"]},
+    }}})  # fmt: skip
+    assert isinstance(q, E.Question)
+    card = E.card_input(q, "Demo", "tok")["message"]
+    assert "**Fruit**: Pick (Apple, Banana); default: Banana" in card
+    assert "**More** (Cherry, Date); default: Cherry, Date" in card
+    assert E.response(q, Answer.ALLOW, None) == {"action": "accept", "content": {"fruit": "b", "more": ["c", "d"]}}
+
+
 # ---------------------------------------------------------------- the daemon end to end
 
 ASK_TOOLS = {"tools": [{"name": E.ASK_TOOL, "description": "Ask the user questions"}]}

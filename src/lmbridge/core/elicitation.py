@@ -225,6 +225,13 @@ def _shown(f: Field, value: Any) -> str:
     return str(value)
 
 
+def _default_text(f: Field) -> str:
+    """The agent's default as the card shows it: a choice by the label the card lists it by."""
+    labels = {c.value: c.label for c in f.choices}
+    values = f.default if isinstance(f.default, list) else [f.default]
+    return ", ".join(labels.get(_shown(f, v), _shown(f, v)) for v in values)
+
+
 def card_input(q: Question, agent: str, token: str) -> dict[str, Any]:
     """The input of lmbridge's own card (``permissions.ACTION_TOOL``) asking ``q``: its
     ``title``, ``message`` (markdown) and ``approvalToken``."""
@@ -236,7 +243,7 @@ def card_input(q: Question, agent: str, token: str) -> dict[str, Any]:
         if f.choices:
             line += " (" + ", ".join(escape(c.label) for c in f.choices) + ")"
         if f.default is not None:
-            line += f"; default: {escape(_shown(f, f.default) if not isinstance(f.default, list) else ', '.join(map(str, f.default)))}"
+            line += f"; default: {escape(_default_text(f))}"
         lines.append(line)
     missing = q.unanswerable()
     if missing:
