@@ -89,6 +89,9 @@
 //   43 subagent    an agent's subagent in a child session of its own (tests/agents/scripted_agent.py):
 //                 its tool call quoted under the call that spawned it, its card in this chat...
 //   44 subagent-allow ...Allow Once: the subagent's write happens, and the answer goes on
+//   45 multi-root  the window opens a workspace of two folders (a .code-workspace): the demo agent asks
+//                 to append a line to a file in the second; its card names that folder...
+//   46 multi-root-allow ...Allow Once: the file in the second folder is written through VS Code
 // CHATVIEW_FIRST_RUN=1 (make chatview-first-run) instead installs the vsix into a fresh profile
 // with no lmbridge on PATH and no daemon setting: the extension builds its private environment
 // from the bundled wheel (pip, from PyPI) under a progress notification; steps 01 installing,
@@ -124,6 +127,10 @@ const ticker = path.join(dirs.ws, 'ticker.sh');
 const tickerGate = path.join(dirs.ws, 'ticker.go');
 const tickerPid = path.join(dirs.ws, 'ticker.pid'); // the script's shell writes its pid there
 const record = path.join(OUT, 'daemon-record.jsonl');
+// The multi-root steps: a second folder, a file in it, and the workspace of both folders.
+const secondFolder = path.join(OUT, 'second');
+const secondFile = path.join(secondFolder, 'notes.md');
+const twoFolders = path.join(OUT, 'two-folders.code-workspace');
 const FIRST_RUN = process.env.CHATVIEW_FIRST_RUN === '1';
 const authToken = path.join(OUT, 'auth-agent-token');
 // An agent with a mode option, slash commands and usage (tests/agents/scripted_agent.py): it tells
@@ -1268,6 +1275,39 @@ try {
 			await waitForIdle();
 			await waitForDisk(() => fs.existsSync(childFile), 'child.txt on disk');
 			check(/Write child\.txt \(edit\) completed · in Explore the repository/.test(await responseText()), 'the subagent\'s write is not shown under its call');
+		});
+
+		await step('multi-root', async () => {
+			// The window opens a workspace of two folders, as File > Open Workspace from File does: the
+			// extension host (and the daemon) start again, told both folders (docs/agents.md, "Every
+			// workspace folder"). The agent runs in the first; it asks to change a file in the second.
+			fs.mkdirSync(secondFolder, { recursive: true });
+			fs.writeFileSync(secondFile, '# Second folder\n');
+			fs.writeFileSync(twoFolders, JSON.stringify({ folders: [{ path: dirs.ws }, { path: secondFolder }] }, null, 1));
+			await page.goto(`http://127.0.0.1:${ports.cs}/?workspace=${encodeURIComponent(twoFolders)}`);
+			await page.locator('.interactive-input-part').first().waitFor({ timeout: WAIT });
+			await dismissNotifications();
+			// The model picked last comes with the window (opening the picker this early offers
+			// "Sign in to use Copilot" only, as after a reload).
+			await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'lmbridge' }).first().waitFor({ timeout: WAIT });
+			await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'Agent' }).first().waitFor({ timeout: WAIT });
+			// The agent reads the file through lmbridge (a folder beyond its cwd is served), then asks.
+			await send(`append a line to ${secondFile}`);
+			const text = (await (await waitForCardWith(`Append to ${secondFile}`)).innerText()).replace(/\s+/g, ' ');
+			check(text.includes(`Workspace folder: ${secondFolder}`), `the card does not name the second folder: ${JSON.stringify(text.slice(0, 600))}`);
+			check(!text.includes(`Workspace folder: ${dirs.ws}`), `the card names the first folder: ${JSON.stringify(text.slice(0, 600))}`);
+			check(fs.readFileSync(secondFile, 'utf8') === '# Second folder\n', 'the file was written before the user answered');
+		});
+
+		await step('multi-root-allow', async () => {
+			const pending = await waitForCardWith(`Append to ${secondFile}`);
+			await pending.locator('a[aria-label="More Actions..."]').filter({ visible: true }).first().click();
+			const item = page.locator('.context-view .action-item', { hasText: /^Allow Once/ }).filter({ visible: true }).first();
+			await item.hover();
+			await page.keyboard.press('Enter'); // VS Code's menus act on the highlighted item
+			await waitForResponseText(/I appended a line to/);
+			await waitForIdle();
+			await waitForDisk(() => fs.readFileSync(secondFile, 'utf8') === '# Second folder\nAppended by the demo agent.\n', 'the edit of the second folder\'s file saved to disk');
 		});
 	}
 } catch (err) {

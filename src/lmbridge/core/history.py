@@ -311,7 +311,7 @@ def has_user_content(messages: Iterable[Message]) -> bool:
 class Kind(enum.Enum):
     """How a request relates to the session it was matched to."""
 
-    NEW_CHAT = "new_chat"  # one user message: a fresh agent session
+    NEW_CHAT = "new_chat"  # the chat's only words are in the last message: a fresh agent session
     CONTINUATION = "continuation"  # last response acknowledged, new user content follows
     TOOL_RESULTS = "tool_results"  # results for every pending permission, nothing else new
     STOPPED = "stopped"  # the response that asked permission is absent: Stop was pressed
