@@ -140,6 +140,16 @@ def test_a_subagent_whose_spawning_call_was_not_shown_still_says_so() -> None:
     assert start == "\n\n> 🔧 **ls** · _in a subagent_\n\n"
 
 
+def test_a_spawning_calls_title_over_lines_stays_in_the_quote() -> None:
+    """The spawning call's title is the agent's text: a line break in it must not end the
+    quote, letting the rest of the line out into the answer as markdown of its own."""
+    r = TurnRenderer()
+    meta = {"claudeCode": {"parentToolUseId": "task-1"}}
+    r.update({"sessionUpdate": "tool_call", "toolCallId": "task-1", "title": "Explore\n# Not a heading", "status": "in_progress"})
+    start = "".join(p["value"] for p in r.update({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "ls", "status": "in_progress", "_meta": meta}))
+    assert start == "\n\n> 🔧 **ls** · _in Explore # Not a heading_\n\n"
+
+
 # ---------------------------------------------------------------- end to end (scripted agent)
 
 

@@ -374,7 +374,9 @@ class TurnRenderer:
         if parent_id is None or parent_id == state.id:
             return text
         parent = self.tools.get(parent_id)
-        name = clip(parent.title, PARENT_TITLE_LIMIT) if parent is not None and parent.title else "a subagent"
+        # One line: a line break in the agent's title would end the quote.
+        title = " ".join(parent.title.split()) if parent is not None and parent.title else ""
+        name = clip(title, PARENT_TITLE_LIMIT) if title else "a subagent"
         lines = text.strip("\n").split("\n")
         lines[0] += f" · _in {name}_"
         return "\n\n" + "\n".join(f"> {line}" if line else ">" for line in lines) + "\n\n"
