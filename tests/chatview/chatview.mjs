@@ -1293,7 +1293,11 @@ try {
 			await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'Agent' }).first().waitFor({ timeout: WAIT });
 			// The agent reads the file through lmbridge (a folder beyond its cwd is served), then asks.
 			await send(`append a line to ${secondFile}`);
-			const text = (await (await waitForCardWith(`Append to ${secondFile}`)).innerText()).replace(/\s+/g, ' ');
+			const pending = await waitForCardWith(`Append to ${secondFile}`);
+			const text = (await pending.innerText()).replace(/\s+/g, ' ');
+			// The screenshot shows the line (after the diff, below the card's first screen).
+			await dismissNotifications();
+			await pending.getByText('Workspace folder').first().scrollIntoViewIfNeeded();
 			check(text.includes(`Workspace folder: ${secondFolder}`), `the card does not name the second folder: ${JSON.stringify(text.slice(0, 600))}`);
 			check(!text.includes(`Workspace folder: ${dirs.ws}`), `the card names the first folder: ${JSON.stringify(text.slice(0, 600))}`);
 			check(fs.readFileSync(secondFile, 'utf8') === '# Second folder\n', 'the file was written before the user answered');
