@@ -369,7 +369,7 @@ class TurnRenderer:
     def _under_parent(self, state: ToolState, text: str) -> str:
         """``text`` of a subagent's tool call (``subagents.parent_tool_call``: it names the
         call that spawned it) shown under that call: quoted, its first line naming the
-        parent (docs/protocol.md, "Subagents"). Any other call's text as it is."""
+        parent (docs/agents.md, "Subagents"). Any other call's text as it is."""
         parent_id = subagents.parent_tool_call({"_meta": state.meta})
         if parent_id is None or parent_id == state.id:
             return text
