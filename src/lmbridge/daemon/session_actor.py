@@ -50,7 +50,7 @@ from lmbridge.rpc.channel import NoClient
 
 if TYPE_CHECKING:
     from lmbridge.rpc.record import Recorder
-    from lmbridge.tools.mcp_bridge import McpHost, ToolBridge, ToolCall
+    from lmbridge.tools.mcp_bridge import McpHost, McpServer, ToolBridge, ToolCall
 
 log = get_logger("session")
 
@@ -274,7 +274,7 @@ class SessionActor:
         self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
         self._out, self._outbox = anyio.create_memory_object_stream[Write](math.inf)
         # The chat's ACP session: every session/* request goes through it.
-        self.acp = AcpSession(self.process, self._send, self, log_fields={"session": session_id})
+        self.acp = AcpSession(self.process, self._send, log_fields={"session": session_id})
         self._auth: dict[str, Any] | None = None  # auth.problem's data once the agent said it needs a login
         self.acp_session: str | None = None  # the session whose updates are shown (from Ready on)
         self._opened: Opened | None = None  # what a start opened, taken at Ready
@@ -295,7 +295,7 @@ class SessionActor:
         self._job_ids = 0
         self.tool_calls: dict[str, ToolCall] = {}  # callId → the VS Code tool call the agent waits on
         self.bridge: ToolBridge | None = None  # when the agent is offered VS Code tools
-        self.mcp_servers: list[dict[str, Any]] = []
+        self.mcp_servers: list[McpServer] = []
         self._timers: dict[turn.Timer, anyio.CancelScope] = {}
         self._starting: anyio.CancelScope | None = None
         self._tg: TaskGroup | None = None
@@ -699,7 +699,7 @@ class SessionActor:
         for finished in self.after:
             await finished.wait()
 
-        async def servers() -> list[dict[str, Any]]:
+        async def servers() -> list[McpServer]:
             if self.bridge is None:
                 await self._start_bridge(job)
             return self.mcp_servers
@@ -765,7 +765,7 @@ class SessionActor:
         if old is not None and not take_up:
             self.acp.leave()
 
-        async def servers() -> list[dict[str, Any]]:
+        async def servers() -> list[McpServer]:
             return self.mcp_servers
 
         # fast-agent: the session's history holds what a cancel left (an empty assistant
