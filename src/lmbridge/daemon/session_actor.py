@@ -44,11 +44,13 @@ from lmbridge.core.present import Part, Skipped, TurnRenderer
 from lmbridge.core.text import clip
 from lmbridge.core.transcript import prompt_blocks
 from lmbridge.daemon.catalog import auth_hint
-from lmbridge.daemon.chat_controls import ChatControls, ControlSet, SetControl
+from lmbridge.daemon.chat_controls import ChatControls, ControlSet, Report, SetControl
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import NoClient
 
 if TYPE_CHECKING:
+    from lmbridge.core.messages import ModelConfiguration
+    from lmbridge.daemon.stdio import RequestId
     from lmbridge.rpc.record import Recorder
     from lmbridge.tools.mcp_bridge import McpHost, McpServer, ToolBridge, ToolCall
 
@@ -101,12 +103,12 @@ class ChatRequest:
     shown: list[Part] = field(default_factory=list)  # parts sent before it had a session
     # VS Code's model configuration sent with this request (control id → value), and what of it
     # changed since the previous request on the same model (session_state.picked): the user's choice.
-    configuration: dict[str, Any] | None = None
-    picked: dict[str, Any] = field(default_factory=dict)
-    request_id: Any = None  # the shim's request id (client/sessionState names it)
+    configuration: ModelConfiguration | None = None
+    picked: ModelConfiguration = field(default_factory=dict)
+    request_id: RequestId = None  # the shim's request id (client/sessionState names it)
     model_id: str = ""  # the VS Code model id the request named (its stateful marker says it)
     # Tells the shim the chat's state: (chat id, request id or None, session_state.to_wire(...)).
-    report: Callable[[str, Any, dict[str, Any]], None] | None = None
+    report: Report | None = None
 
     def notice(self, text: str) -> None:
         """Show ``text`` in the chat while the request waits (``cap.waiting_notice``)."""
@@ -232,7 +234,7 @@ class SessionHooks:
     # The chat's ACP sessionId, whether the agent can take it up again (session/resume or
     # session/load: for recovery after eviction, a crash, a restart), and the session's
     # configOptions as the agent answered them (its models and modes, agent_models).
-    opened: Callable[[str, str, bool, Any], None] = lambda session_id, acp_session, resumable, config_options: None
+    opened: Callable[[str, str, bool, object], None] = lambda session_id, acp_session, resumable, config_options: None
     # The agents' fs/* requests (through VS Code, or the disk). None: from disk, the session's
     # cwd the only workspace folder.
     files: acp_files.Files | None = None
