@@ -46,8 +46,8 @@ from __future__ import annotations
 import math
 import os
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVarTuple, Unpack
 
 import anyio
 from anyio.abc import TaskGroup
@@ -529,6 +529,9 @@ class AgentProcess:
         self.pool.start_soon(reap)  # the pool closing: it stops every process itself
 
 
+PosArgsT = TypeVarTuple("PosArgsT")
+
+
 class AgentPool:
     """Every agent process of the daemon. ``run()`` it in a task group; ``idle``: seconds a
     process with no session left lives on; ``launcher``: ``AgentConnection.spawn``'s
@@ -576,7 +579,7 @@ class AgentPool:
         has not begun (from then on nothing is started: the group is cancelled, then gone)."""
         return self.tg is not None and not self.closing
 
-    def start_soon(self, func: Callable[..., Any], *args: Any) -> bool:
+    def start_soon(self, func: Callable[[Unpack[PosArgsT]], Coroutine[Any, Any, object]], *args: *PosArgsT) -> bool:
         """Run ``func(*args)`` in the pool's task group, if ``open``; False (nothing started) if not."""
         if not self.open:
             return False
