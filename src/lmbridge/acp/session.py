@@ -12,7 +12,7 @@ A session is opened one of three ways (``AcpSession.open``):
   ``session/resume`` where offered, else ``session/load`` (the history it replays is routed
   to the caller, who does not show it), else, or when both are refused, ``session/new``
   (``Opened.lost``: the agent no longer holds the chat's earlier turns).
-* ``Spare(tools)``: the process's spare session (opened ahead, ``acp.process.Spare``) when
+* ``Spare(tools)``: the process's spare session (opened ahead, ``acp.interfaces.Spare``) when
   it offers the same VS Code tools as the chat and was given the same workspace folders,
   else ``session/new``.
 
