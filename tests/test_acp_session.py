@@ -78,7 +78,7 @@ async def pool(**kw: Any) -> AsyncIterator[AgentPool]:
 
 def session(p: AgentPool, agent: ScriptedAgent) -> tuple[AcpSession, Mailbox]:
     box = Mailbox()
-    return AcpSession(p.process(AgentSpec(**agent.spec), str(agent.dir)), box.send, object()), box
+    return AcpSession(p.process(AgentSpec(**agent.spec), str(agent.dir)), box.send), box
 
 
 async def test_new_opens_a_session_and_its_prompt_answer_follows_its_updates(scripted: Any) -> None:
@@ -147,7 +147,7 @@ async def test_new_authenticates_with_a_method_that_needs_nobody_and_tries_once_
     spec = {**agent.spec, "env": {"LMBRIDGE_TEST_KEY": "k"}}
     with anyio.fail_after(LIMIT):
         async with pool() as p:
-            s = AcpSession(p.process(AgentSpec(**spec), str(agent.dir)), Mailbox().send, object())
+            s = AcpSession(p.process(AgentSpec(**spec), str(agent.dir)), Mailbox().send)
             await s.connect()
             assert (await s.open(New(), no_servers)).session_id == "s1"
     assert [e["methodId"] for e in agent.events("authenticate")] == ["key"]
@@ -241,7 +241,7 @@ async def test_probe_opens_and_closes_a_session_for_its_config_options(scripted:
     with anyio.fail_after(LIMIT):
         async with pool() as p:
             proc = p.process(AgentSpec(**agent.spec), str(agent.dir))
-            conn = await proc.connect(object(), Mailbox().send)
+            conn = await proc.connect(Mailbox().send)
             learnt = await probe(proc, conn, str(agent.dir))
     assert [o["id"] for o in learnt] == ["model"]
     assert [e["sessionId"] for e in agent.events("session_close")] == ["s1"]

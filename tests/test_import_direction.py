@@ -28,9 +28,13 @@ def test_a_pure_module_loads_no_io_layer(module: str) -> None:
 
 
 def test_the_acp_layers_load_in_order() -> None:
-    """connection ← session ← process: the connection loads neither of the others, the
-    session not the process (it names its types for the type checker only)."""
-    for module, above in (("lmbridge.acp.connection", ["lmbridge.acp.session", "lmbridge.acp.process"]), ("lmbridge.acp.session", ["lmbridge.acp.process"])):
+    """connection ← interfaces ← session ← process: none loads a module to its left's
+    right; the session knows the process by ``acp/interfaces.py``'s protocol only."""
+    for module, above in (
+        ("lmbridge.acp.connection", ["lmbridge.acp.interfaces", "lmbridge.acp.session", "lmbridge.acp.process"]),
+        ("lmbridge.acp.interfaces", ["lmbridge.acp.session", "lmbridge.acp.process"]),
+        ("lmbridge.acp.session", ["lmbridge.acp.process"]),
+    ):
         probe = subprocess.run([sys.executable, "-c", PROBE, module, json.dumps(above)], capture_output=True, text=True, timeout=120)
         assert probe.returncode == 0 and json.loads(probe.stdout) == [], (module, probe.stdout, probe.stderr)
 
@@ -44,6 +48,9 @@ ROOT = Path(__file__).resolve().parents[1]
         ("core/text.py", "import lmbridge.log", "The pure core imports nothing outside core"),
         ("rpc/framing.py", "import lmbridge.acp.connection", "The runtime's layers import downwards only"),
         ("daemon/catalog.py", "import lmbridge.devtools.client", "Nothing in the runtime imports the developer tools"),
+        ("acp/session.py", "import lmbridge.acp.process", "Inside acp/, no circle"),
+        ("acp/interfaces.py", "import lmbridge.acp.session", "Inside acp/, no circle"),
+        ("daemon/methods.py", "import lmbridge.daemon.router", "Inside daemon/, no circle"),
     ],
 )
 def test_the_import_contract_catches_a_wrong_import(tmp_path: Path, module: str, line: str, contract: str) -> None:

@@ -221,6 +221,12 @@ def result(text: str | None) -> ToolResultPart | None:
     return None if text is None else ToolResultPart(callId="call-1", content=[{"type": "text", "value": text}])
 
 
+def answered(p: P.Permission, text: str | None, new_content: bool = False) -> P.Verdict:
+    """A card's answer on the production path: the history core reads the ``Answer`` from
+    the next request (``answer``), the turn machine answers the card with ``decide``."""
+    return P.decide(p, P.answer(p.token, result(text), new_content))
+
+
 ANSWERS = [
     ("the exact token", "tok-1", False, "allow"),
     ("the exact token, new user content beside it", "tok-1", True, "cancelled"),
@@ -239,12 +245,15 @@ def test_the_answer_table(options: list[dict[str, Any]], row: str, text: str | N
     p = P.read(request({"toolCallId": "t", "title": "touch x", "kind": "execute"}, options), "call-1", "tok-1")
     assert isinstance(p, P.Permission)
     want = {"allow": {"outcome": "selected", "optionId": ALLOW_ID[id(options)]}, "reject": {"outcome": "selected", "optionId": REJECT_ID[id(options)]}, "cancelled": P.CANCELLED}[expected]
-    assert P.decide(p, result(text), new_content) == want
+    verdict = answered(p, text, new_content)
+    assert verdict.outcome == want
+    # Only the exact token approves anything for the agent's client actions (``grant``).
+    assert verdict.approved is (p if expected == "allow" else None)
 
 
 def test_a_permission_with_no_token_is_never_approved() -> None:
     p = P.read(request({"toolCallId": "t", "title": "x"}, CLAUDE_OPTIONS), "call-1", "")
-    assert isinstance(p, P.Permission) and P.decide(p, result("")) == {"outcome": "selected", "optionId": "reject"}
+    assert isinstance(p, P.Permission) and answered(p, "") == P.Verdict({"outcome": "selected", "optionId": "reject"})
 
 
 @pytest.mark.parametrize(
@@ -343,7 +352,7 @@ def test_claude_names_the_tool_in_the_tool_call_it_announced_before() -> None:
     asked = {"toolCallId": "toolu_1", "rawInput": {"q": "TODO"}, "title": "mcp__vscode__grep_search", "kind": "other", "content": []}
     bridge = P.Bridge("vscode", TOOLS, profiles.CLAUDE)
     p = P.read(request(asked, CLAUDE_OPTIONS), "c", "t", r.known("toolu_1"), bridge)
-    assert isinstance(p, P.Permission) and P.route(p, AGENT_MODE, "Claude") == P.Grant("grep_search")
+    assert isinstance(p, P.Permission) and P.route(p, AGENT_MODE, "Claude") == P.Grant("grep_search", {"outcome": "selected", "optionId": "allow"})
     # Without what it announced, the title alone is not trusted: a card.
     p = P.read(request(asked, CLAUDE_OPTIONS), "c", "t", None, bridge)
     assert isinstance(P.route(p, AGENT_MODE, "Claude"), P.Ask)
@@ -441,7 +450,9 @@ OPTION_SETS = st.lists(
 def test_no_answer_but_the_exact_token_ever_selects_an_allow_option(options: list[dict[str, Any]], text: str | None, new_content: bool) -> None:
     p = P.read(request({"toolCallId": "t", "title": "x", "kind": "execute"}, options), "call-1", "tok-1")
     assert isinstance(p, P.Permission)
-    out = P.decide(p, result(text), new_content)
+    verdict = answered(p, text, new_content)
+    out = verdict.outcome
+    assert (verdict.approved is not None) == (out.get("outcome") == "selected" and [o["kind"] for o in options if o["optionId"] == out["optionId"]] == ["allow_once"])
     if out.get("outcome") == "selected":
         kinds = [o["kind"] for o in options if o["optionId"] == out["optionId"]]
         assert len(kinds) == 1  # never an id two options share
@@ -509,7 +520,7 @@ def test_which_option_each_answer_selects(row: str, profile: profiles.AgentProfi
     p = P.read(request({"toolCallId": "t", "title": "touch x", "kind": "execute"}, [{"optionId": i, "name": i, "kind": k} for i, k in options]), "call-1", "tok-1", profile=profile)
     assert isinstance(p, P.Permission) and p.profile is profile
     text = {ALLOW: "tok-1", SKIP: VSCODE_SKIP_TEXT, STOP: None}[answer]
-    assert P.decide(p, result(text)) == want
+    assert answered(p, text).outcome == want
 
 
 def test_a_decline_without_a_card_selects_codex_decline_so_its_turn_goes_on() -> None:

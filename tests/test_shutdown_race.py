@@ -172,7 +172,7 @@ async def test_a_closed_pool_starts_no_agent_and_one_spawned_as_it_closes_is_sto
 
             async def connect() -> None:
                 try:
-                    await proc.connect(object(), anyio.create_memory_object_stream[Any](math.inf)[0])
+                    await proc.connect(anyio.create_memory_object_stream[Any](math.inf)[0])
                 except AgentUnavailable as exc:
                     failed.append(exc)
 
@@ -184,7 +184,7 @@ async def test_a_closed_pool_starts_no_agent_and_one_spawned_as_it_closes_is_sto
         (pid,) = agent.pids()
         await until(lambda: not alive(pid), "the agent spawned as the pool closed to be stopped")
         with pytest.raises(AgentUnavailable, match="not started: the daemon is shutting down"):
-            await proc.connect(object(), anyio.create_memory_object_stream[Any](math.inf)[0])
+            await proc.connect(anyio.create_memory_object_stream[Any](math.inf)[0])
     assert len(agent.pids()) == 1
 
 

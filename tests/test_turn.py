@@ -693,6 +693,18 @@ def test_answers_allow_only_with_allow_and_never_for_a_cancelled_request() -> No
     assert of(d(job(2, has_prompt=False, answers={"call-7": Answer.REJECT})), Respond) == [Respond(7, "call-7", REJECTED)]
 
 
+@pytest.mark.parametrize("answer", [Answer.ALLOW, Answer.REJECT, Answer.CANCELLED])
+def test_a_card_is_answered_by_the_permission_rules_one_step(answer: Answer) -> None:
+    """The machine answers a card with ``permissions.decide``, the step tests/test_permissions.py's
+    answer table walks, and adds nothing of its own: the same outcome, the same approval."""
+    d = awaiting()
+    call = d.m.calls.get("call-7")
+    assert call is not None and call.request is not None
+    verdict = permissions.decide(call.request, answer)
+    assert of(d(job(2, has_prompt=False, answers={"call-7": answer})), Respond) == [Respond(7, "call-7", verdict.outcome, verdict.approved)]
+    assert (verdict.approved is call.request) is (answer is Answer.ALLOW)
+
+
 def test_bug1_a_stop_never_ends_the_next_turn() -> None:
     """The drain deadline of a cancelled turn ended whatever prompt was open."""
     d = draining()

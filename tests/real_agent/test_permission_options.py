@@ -122,9 +122,10 @@ async def ask_then(probe: AcpProbe, sid: str, profile: AgentProfile, how: str) -
         read = permissions.read(request["params"], "call-1", "token-1", profile=profile)
         assert isinstance(read, permissions.Permission)
         if how == "skip":
-            answer = permissions.decide(read, ToolResultPart(callId="call-1", content=[{"type": "text", "value": VSCODE_SKIP_TEXT}]))
+            skip = ToolResultPart(callId="call-1", content=[{"type": "text", "value": VSCODE_SKIP_TEXT}])
+            answer = permissions.decide(read, permissions.answer(read.token, skip)).outcome
         else:
-            answer = permissions.decide(read, None)
+            answer = permissions.decide(read, permissions.answer(read.token, None)).outcome
             await probe.notify("session/cancel", {"sessionId": sid})  # first: ACP's cancelled answers a cancelled turn
         await probe.respond(request["id"], {"outcome": dict(answer)})
     return request["params"], dict(answer), result["r"]

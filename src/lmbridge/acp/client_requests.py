@@ -83,7 +83,7 @@ class ClientRequests:
 
     # -- the grants (core.permissions) ----------------------------------------------
 
-    def granted(self, approved: Any) -> None:
+    def granted(self, approved: permissions.Permission) -> None:
         """A card the user approved (``turn.Respond.approved``): what it lets the agent do."""
         self.grants = permissions.grant(self.grants, approved, self._writable)
 

@@ -46,9 +46,8 @@ from __future__ import annotations
 import math
 import os
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVarTuple, Unpack
 
 import anyio
 from anyio.abc import TaskGroup
@@ -56,15 +55,20 @@ from anyio.abc import TaskGroup
 from lmbridge import __version__
 from lmbridge.acp import files, terminals
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, EventSink, Incoming, Response
+from lmbridge.acp.interfaces import AgentFeatures, AgentGone, Mailbox, Spare, _object
 from lmbridge.acp.session import new_session
 from lmbridge.acp.terminals import TerminalHost
-from lmbridge.core import auth, elicitation, errors, paths, permissions, profiles, subagents
+from lmbridge.core import auth, elicitation, errors, paths, permissions, subagents
 from lmbridge.core.messages import AgentSpec
 from lmbridge.core.session_state import state_kind
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
+    from lmbridge.core.messages import ToolInfo
     from lmbridge.rpc.record import Recorder
+    from lmbridge.tools.mcp_bridge import McpHost, McpServer, ToolBridge, ToolCall
+
+__all__ = ["AgentFeatures", "AgentGone", "AgentPool", "AgentProcess", "AgentStuck", "Launcher", "Mailbox", "Spare"]
 
 
 class Launcher(Protocol):
@@ -109,48 +113,6 @@ class AgentStuck(AgentUnavailable):
     the message names the agent and what it did not answer."""
 
 
-Sink = Any  # a session actor's mailbox (anyio MemoryObjectSendStream): ``send_nowait(item)``
-
-
-def _object(value: Any) -> dict[str, Any]:
-    """``value`` if it is a JSON object, else an empty one (agents' answers are not trusted)."""
-    return value if isinstance(value, dict) else {}
-
-
-@dataclass(frozen=True)
-class AgentFeatures:
-    """What an agent offered in its ``initialize`` answer (ACP ``AgentCapabilities``, ``authMethods``, ``agentInfo``),
-    read defensively: a wrong-typed field is read as not offered."""
-
-    images: bool = False  # promptCapabilities.image
-    embedded_context: bool = False  # promptCapabilities.embeddedContext
-    load: bool = False  # loadSession: session/load
-    resume: bool = False  # sessionCapabilities.resume: session/resume
-    close: bool = False  # sessionCapabilities.close: session/close
-    # sessionCapabilities.additionalDirectories: session/new, resume and load take every workspace folder
-    additional_directories: bool = False
-    auth_methods: tuple[auth.Method, ...] = ()  # authMethods, read by auth.methods
-    # Which agent it is, by agentInfo.name (acp.profiles): its quirks as named flags.
-    profile: profiles.AgentProfile = profiles.OTHER
-
-    @classmethod
-    def of(cls, init: dict[str, Any]) -> AgentFeatures:
-        caps = _object(init.get("agentCapabilities"))
-        prompt = _object(caps.get("promptCapabilities"))
-        sessions = _object(caps.get("sessionCapabilities"))
-        methods = init.get("authMethods")
-        return cls(
-            images=prompt.get("image") is True,
-            embedded_context=prompt.get("embeddedContext") is True,
-            load=caps.get("loadSession") is True,
-            resume=isinstance(sessions.get("resume"), dict),
-            close=isinstance(sessions.get("close"), dict),
-            additional_directories=isinstance(sessions.get("additionalDirectories"), dict),
-            auth_methods=auth.methods(methods) if isinstance(methods, list) else (),
-            profile=profiles.profile_of(_object(init.get("agentInfo")).get("name")),
-        )
-
-
 def client_capabilities(*, terminal: bool) -> dict[str, Any]:
     """``initialize``'s ``clientCapabilities``: what lmbridge serves an agent (docs/agents.md).
     ``terminal``: ``terminal/*`` is served (``acp.terminals``). ``_meta.terminal_output``:
@@ -172,30 +134,7 @@ def client_capabilities(*, terminal: bool) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class Spare:
-    """An ACP session opened ahead for the next new chat, with its MCP endpoint (``mcp_bridge.ToolBridge``;
-    None, and no ``mcp_servers``, when it offers no tools)."""
-
-    session_id: str
-    bridge: Any
-    mcp_servers: list[dict[str, Any]]
-    host: Any  # the mcp_bridge.McpHost the bridge is registered with (None: no bridge)
-    # Its session/new answer whole (configOptions, modes, ...): the chat that takes it gets
-    # what a session/new of its own would have answered (acp.session.AcpSession.open).
-    answer: dict[str, Any] = field(default_factory=dict)
-    tools: list[Any] = field(default_factory=list)  # the wire.ToolInfos its endpoint serves from the start
-    additional: tuple[str, ...] = ()  # the additionalDirectories it was opened with (``AgentProcess.additional``)
-
-
-@dataclass(frozen=True)
-class AgentGone:
-    """Mailbox message: the process behind ``conn`` has ended (``conn.describe_exit()`` says why)."""
-
-    conn: AgentConnection
-
-
-def same_tools(a: Sequence[Any], b: Sequence[Any]) -> bool:
+def same_tools(a: Sequence[ToolInfo], b: Sequence[ToolInfo]) -> bool:
     """``mcp_bridge.same_tools``, without loading the MCP SDK when neither offers a tool."""
     if not a and not b:
         return True
@@ -204,7 +143,11 @@ def same_tools(a: Sequence[Any], b: Sequence[Any]) -> bool:
     return same_tools(a, b)
 
 
-def process_key(spec: AgentSpec, cwd: str | None) -> tuple[Any, ...]:
+#: (agent id, command, arguments, environment, cwd): chats with equal keys share a process.
+ProcessKey = tuple[str, str, tuple[str, ...], tuple[tuple[str, str], ...], str | None]
+
+
+def process_key(spec: AgentSpec, cwd: str | None) -> ProcessKey:
     """What makes two chats share a process: the same agent started the same way."""
     return (spec.id, spec.command, tuple(spec.args), tuple(sorted(spec.env.items())), cwd)
 
@@ -220,25 +163,25 @@ class AgentProcess:
         self._starting: AgentConnection | None = None  # spawned, initialize not answered yet
         self.caps = AgentFeatures()
         self.init: dict[str, Any] = {}  # the initialize answer
-        self.users: dict[object, Sink] = {}  # session actor → its mailbox
-        self.sessions: dict[str, Sink] = {}  # ACP sessionId → the mailbox of the actor that owns it
+        self.users: set[Mailbox] = set()  # the mailboxes of the session actors using it (told AgentGone)
+        self.sessions: dict[str, Mailbox] = {}  # ACP sessionId → the mailbox of the actor that owns it
         # ACP sessionId → the latest session-state update of each kind (session_state.STATE_KINDS)
         # of a session nobody routes yet: an agent tells its commands just after answering
         # session/new (claude-agent-acp), before the session is routed, or to the spare.
         self.unrouted: dict[str, dict[str, Incoming]] = {}
         # The child sessions its sessions announced (subagents): their frames go to the parent's chat.
         self.children = subagents.Children()
-        self.responses: dict[int, Sink] = {}  # session/prompt request id → the mailbox of the actor that sent it
+        self.responses: dict[int, Mailbox] = {}  # session/prompt request id → the mailbox of the actor that sent it
         self._lock = anyio.Lock()
         self._idle: anyio.CancelScope | None = None
         self.spares: list[Spare] = []  # ready, the oldest first
         # Each spare being opened: the tools it offers and the additionalDirectories it is given.
-        self._preparing: list[tuple[list[Any], tuple[str, ...]]] = []
+        self._preparing: list[tuple[list[ToolInfo], tuple[str, ...]]] = []
         self._spare_done = anyio.Event()  # set (and replaced) each time a spare being opened is ready (or failed)
-        self.spare_tools: list[Any] = []  # the tools the last new chat offered (wire.ToolInfo): the next spare's
+        self.spare_tools: list[ToolInfo] = []  # the tools the last new chat offered: the next spare's
         self.stale = False  # said it needs a login: restarted once nobody uses it (retire)
         self.auth_status: auth.Status | None = None  # what its last _auth/status_update said
-        self.spawned_by: object = None  # the user whose connect started the running process
+        self.spawned_by: Mailbox | None = None  # the user whose connect started the running process
         self.stopped_stuck: weakref.WeakSet[AgentConnection] = weakref.WeakSet()  # connections stopped by ``stuck``
 
     @property
@@ -247,15 +190,16 @@ class AgentProcess:
 
     # -- used by session actors -------------------------------------------------
 
-    async def connect(self, user: object, mailbox: Sink, step: Callable[[str], None] = lambda _: None) -> AgentConnection:
+    async def connect(self, mailbox: Mailbox, step: Callable[[str], None] = lambda _: None) -> AgentConnection:
         """The running connection, after starting the process (spawn + ``initialize``) if
-        none runs. ``user`` is attached (it gets ``AgentGone``) until ``detach``.
+        none runs. ``mailbox`` (a session actor's: who uses the process) is attached (it gets
+        ``AgentGone``) until ``detach``.
 
         ``step`` is told what is being waited on (for a start timeout's message).
         Raises ``AgentUnavailable`` (could not start, or exited while starting),
         ``AgentError`` (``initialize`` refused), ``ValueError`` (not an ACP answer).
         """
-        self.attach(user, mailbox)
+        self.attach(mailbox)
         async with self._lock:
             if self.running:
                 assert self.conn is not None
@@ -301,7 +245,7 @@ class AgentProcess:
                 raise
             finally:
                 self._starting = None
-            self.init, self.caps, self.conn, self.stale, self.spawned_by = init, AgentFeatures.of(init), conn, False, user
+            self.init, self.caps, self.conn, self.stale, self.spawned_by = init, AgentFeatures.of(init), conn, False, mailbox
             pool.on_ready(self.spec.id, self.caps)
             return conn
 
@@ -330,27 +274,27 @@ class AgentProcess:
         self.pool.start_soon(conn.close)  # _serve then tells every user (AgentGone); closed with the pool if it is closing
         return AgentStuck(reason)
 
-    def attach(self, user: object, mailbox: Sink) -> None:
-        self.users[user] = mailbox
+    def attach(self, mailbox: Mailbox) -> None:
+        self.users.add(mailbox)
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
 
-    def open(self, session_id: str, mailbox: Sink) -> None:
+    def open(self, session_id: str, mailbox: Mailbox) -> None:
         """Route the frames of ACP session ``session_id`` to ``mailbox`` from now on (first
         the state updates it got while nobody routed it)."""
         self.sessions[session_id] = mailbox
         for item in self.unrouted.pop(session_id, {}).values():
             mailbox.send_nowait(item)
 
-    def expect(self, rid: int, mailbox: Sink) -> None:
+    def expect(self, rid: int, mailbox: Mailbox) -> None:
         """Route the answer to request ``rid`` (sent with ``send_request``) to ``mailbox``."""
         self.responses[rid] = mailbox
 
-    def detach(self, user: object, session_ids: tuple[str, ...] = ()) -> None:
-        """``user`` no longer uses the process; its sessions' frames go nowhere from now
+    def detach(self, mailbox: Mailbox, session_ids: tuple[str, ...] = ()) -> None:
+        """``mailbox`` no longer uses the process; its sessions' frames go nowhere from now
         on. With no user left the process exits after the pool's ``idle`` seconds."""
-        mailbox = self.users.pop(user, None)
+        self.users.discard(mailbox)
         for sid in session_ids:
             if self.sessions.get(sid) is mailbox:
                 del self.sessions[sid]
@@ -375,7 +319,7 @@ class AgentProcess:
             return ()
         return paths.additional_directories(self.pool.folders(), self.cwd)
 
-    async def take_spare(self, tools: Sequence[Any] = ()) -> Spare | None:
+    async def take_spare(self, tools: Sequence[ToolInfo] = ()) -> Spare | None:
         """A spare session for a new chat offering ``tools`` (``wire.ToolInfo``s, as the
         chat's tools endpoint would serve them): a ready one, else one being opened (waited
         for: it is further along than a session/new started now), when it was opened with
@@ -414,15 +358,18 @@ class AgentProcess:
             self._preparing.append(opening)
             self.pool.start_soon(self._prepare_spare, opening)
 
-    async def _prepare_spare(self, opening: tuple[list[Any], tuple[str, ...]]) -> None:
+    async def _prepare_spare(self, opening: tuple[list[ToolInfo], tuple[str, ...]]) -> None:
         tools, additional = opening
-        conn, host, bridge, servers, ready = self.conn, None, None, [], None
+        conn, ready = self.conn, None
+        host: McpHost | None = None
+        bridge: ToolBridge | None = None
+        servers: list[McpServer] = []
         try:
             assert conn is not None and self.pool.mcp_host is not None
             if tools:  # no tools, no endpoint: as a session opened for a chat offering none
                 from lmbridge.tools.mcp_bridge import ToolBridge, error_result, server_name
 
-                async def unclaimed(call: Any) -> None:  # no chat has it yet: nothing may run
+                async def unclaimed(call: ToolCall) -> None:  # no chat has it yet: nothing may run
                     call.resolve(error_result("no chat is using this session yet"))
 
                 host = await self.pool.mcp_host()
@@ -456,7 +403,7 @@ class AgentProcess:
         """Let go of ``spare``: its tools endpoint removed (nothing can reach it), and
         ``session/close`` sent in the background where the agent offers it (bounded by
         ``SPARE_CLOSE_TIMEOUT``; else the agent keeps it until the process ends)."""
-        if spare.bridge is not None:
+        if spare.bridge is not None and spare.host is not None:
             spare.host.remove(spare.bridge.session_id)
         conn = self.conn
         if not self.caps.close or conn is None:
@@ -475,9 +422,8 @@ class AgentProcess:
         """Forget the ready spares (the process is gone or going): their endpoints removed."""
         spares, self.spares = self.spares, []
         for spare in spares:
-            if spare.bridge is None:
-                continue
-            spare.host.remove(spare.bridge.session_id)
+            if spare.bridge is not None and spare.host is not None:
+                spare.host.remove(spare.bridge.session_id)
 
     # -- the connection's events sink ---------------------------------------------
 
@@ -555,7 +501,7 @@ class AgentProcess:
                 self.responses.clear()
                 self._drop_spare()
             gone = AgentGone(conn)
-            for box in list(self.users.values()):
+            for box in list(self.users):
                 try:
                     box.send_nowait(gone)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -583,13 +529,17 @@ class AgentProcess:
         self.pool.start_soon(reap)  # the pool closing: it stops every process itself
 
 
+PosArgsT = TypeVarTuple("PosArgsT")
+
+
 class AgentPool:
     """Every agent process of the daemon. ``run()`` it in a task group; ``idle``: seconds a
     process with no session left lives on; ``launcher``: ``AgentConnection.spawn``'s
     signature (replay passes its player's)."""
 
     def __init__(
-        self, idle: float = 1800.0, launcher: Any = None, recorder: Any = None, *, spares: bool = False, mcp_host: Any = None,
+        self, idle: float = 1800.0, launcher: Launcher | None = None, recorder: Recorder | None = None, *, spares: bool = False,
+        mcp_host: Callable[[], Awaitable[McpHost]] | None = None,
         on_ready: Callable[[str, AgentFeatures], None] = lambda agent_id, caps: None, terminals: TerminalHost | None = None,
         preflight: Callable[[AgentSpec], Awaitable[str | None]] | None = None, folders: Callable[[], Sequence[str]] = lambda: (),
     ) -> None:
@@ -610,7 +560,7 @@ class AgentPool:
         self.spares_made = 0
         self.start_timeout = START_TIMEOUT  # seconds a new process may take to answer initialize
         self.session_timeout = SESSION_TIMEOUT  # seconds a running one may take to answer a session request
-        self.processes: dict[tuple[Any, ...], AgentProcess] = {}
+        self.processes: dict[ProcessKey, AgentProcess] = {}
         self.started = 0  # processes started (names them in a recording: agent:p1, ...)
         self.closing = False
         self.tg: TaskGroup | None = None
@@ -629,7 +579,7 @@ class AgentPool:
         has not begun (from then on nothing is started: the group is cancelled, then gone)."""
         return self.tg is not None and not self.closing
 
-    def start_soon(self, func: Callable[..., Any], *args: Any) -> bool:
+    def start_soon(self, func: Callable[[Unpack[PosArgsT]], Coroutine[Any, Any, object]], *args: *PosArgsT) -> bool:
         """Run ``func(*args)`` in the pool's task group, if ``open``; False (nothing started) if not."""
         if not self.open:
             return False

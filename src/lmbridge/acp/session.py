@@ -12,7 +12,7 @@ A session is opened one of three ways (``AcpSession.open``):
   ``session/resume`` where offered, else ``session/load`` (the history it replays is routed
   to the caller, who does not show it), else, or when both are refused, ``session/new``
   (``Opened.lost``: the agent no longer holds the chat's earlier turns).
-* ``Spare(tools)``: the process's spare session (opened ahead, ``acp.process.Spare``) when
+* ``Spare(tools)``: the process's spare session (opened ahead, ``acp.interfaces.Spare``) when
   it offers the same VS Code tools as the chat and was given the same workspace folders,
   else ``session/new``.
 
@@ -28,6 +28,9 @@ request the process does not answer within its ``session_timeout`` makes it stuc
 
 Its frames (``session/update``, the agent's requests, the prompt's ``Response``) go to the
 ``mailbox`` it was made with, routed by the process (``AgentProcess.open``/``expect``).
+
+What it uses of the process is ``acp.interfaces.AgentProcessInterface`` (the seam's one
+protocol): this module imports nothing of ``acp.process``, which imports it.
 """
 
 from __future__ import annotations
@@ -41,12 +44,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from lmbridge.acp.connection import AgentConnection, AgentError, AgentUnavailable
+from lmbridge.acp.interfaces import AgentProcessInterface, Mailbox
+from lmbridge.acp.interfaces import Spare as ReadySpare
 from lmbridge.core import auth
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
-    from lmbridge.acp.process import AgentProcess, Sink
-    from lmbridge.acp.process import Spare as ReadySpare
+    from lmbridge.core.messages import ToolInfo
+    from lmbridge.tools.mcp_bridge import McpServer
 
 log = get_logger("session")
 
@@ -74,7 +79,7 @@ class Spare:
     ``tools`` (``wire.ToolInfo``s, the chat's offer: ``AgentProcess.take_spare``), else
     open a fresh one."""
 
-    tools: tuple[Any, ...] = ()
+    tools: tuple[ToolInfo, ...] = ()
 
 
 How = New | Resume | Spare
@@ -110,7 +115,7 @@ def _session_id(result: Any) -> str:
     return sid
 
 
-async def request(process: AgentProcess, conn: AgentConnection, method: str, params: Any) -> Any:
+async def request(process: AgentProcessInterface, conn: AgentConnection, method: str, params: Any) -> Any:
     """``method`` on ``conn`` (``process``'s), bounded. The process is stuck when it has
     not answered within its pool's ``session_timeout`` and has sent nothing at all for that
     long (an agent replaying a long session with ``session/load``, or streaming other chats'
@@ -149,7 +154,7 @@ async def request(process: AgentProcess, conn: AgentConnection, method: str, par
 
 
 async def new_session(
-    process: AgentProcess, conn: AgentConnection, cwd: str | None, mcp_servers: list[dict[str, Any]], additional: tuple[str, ...] = (),
+    process: AgentProcessInterface, conn: AgentConnection, cwd: str | None, mcp_servers: list[McpServer], additional: tuple[str, ...] = (),
 ) -> tuple[str, dict[str, Any]]:
     """``session/new`` on ``conn`` (``process``'s), bounded as ``request``: (sessionId, the
     whole answer, a JSON object: its ``configOptions``, ``modes``, ``models``, ... as sent).
@@ -161,7 +166,7 @@ async def new_session(
     return _session_id(result), _object(result)
 
 
-def opening_params(process: AgentProcess, params: dict[str, Any], additional: tuple[str, ...] = ()) -> dict[str, Any]:
+def opening_params(process: AgentProcessInterface, params: dict[str, Any], additional: tuple[str, ...] = ()) -> dict[str, Any]:
     """``params`` of a ``session/new``, ``session/resume`` or ``session/load``, with
     ``additionalDirectories`` (ACP "Session Setup": the workspace folders beyond ``cwd``) when
     ``additional`` names any, and the agent's ``_meta`` (``AgentProfile.session_meta``) where
@@ -172,7 +177,7 @@ def opening_params(process: AgentProcess, params: dict[str, Any], additional: tu
     return params if meta is None else {**params, "_meta": meta}
 
 
-async def probe(process: AgentProcess, conn: AgentConnection, cwd: str | None) -> Any:
+async def probe(process: AgentProcessInterface, conn: AgentConnection, cwd: str | None) -> Any:
     """A session opened and closed at once (where the agent offers ``session/close``), for
     what its answer says: its ``configOptions`` (the agent's models). Raises as
     ``new_session``."""
@@ -191,10 +196,9 @@ class AcpSession:
     answered (agent_models).
     """
 
-    def __init__(self, process: AgentProcess, mailbox: Sink, user: object, *, log_fields: dict[str, Any] | None = None) -> None:
+    def __init__(self, process: AgentProcessInterface, mailbox: Mailbox, *, log_fields: dict[str, Any] | None = None) -> None:
         self.process = process
-        self.mailbox = mailbox
-        self.user = user  # who the process tells AgentGone (the mailbox's owner)
+        self.mailbox = mailbox  # also who uses the process: it is told AgentGone there
         self.conn: AgentConnection | None = None
         self.id: str | None = None
         self.step = "the start"
@@ -219,17 +223,17 @@ class AcpSession:
         than one this session made on the process it started (a retry on a new process may
         then succeed: the agent answered before)."""
         conn = self.conn
-        return conn is not None and conn in self.process.stopped_stuck and self.process.spawned_by is not self.user
+        return conn is not None and conn in self.process.stopped_stuck and self.process.spawned_by is not self.mailbox
 
     # -- opening -----------------------------------------------------------------
 
     async def connect(self) -> AgentConnection:
         """The process's running connection, started (spawn + ``initialize``) if none runs;
         raises as ``AgentProcess.connect``."""
-        self.conn = await self.process.connect(self.user, self.mailbox, self._set_step)
+        self.conn = await self.process.connect(self.mailbox, self._set_step)
         return self.conn
 
-    async def open(self, how: How, mcp_servers: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Opened:
+    async def open(self, how: How, mcp_servers: Callable[[], Awaitable[list[McpServer]]]) -> Opened:
         """Open the session ``how`` says (module docstring). ``mcp_servers``: the
         ``mcpServers`` to open a fresh session with, asked for only when one is opened.
         Raises ``AgentError`` (refused), ``AgentUnavailable``, ``ValueError`` (no sessionId)."""
@@ -249,7 +253,7 @@ class AcpSession:
             return await self._take_up(how.session_id, await mcp_servers())
         return await self._new(await mcp_servers(), lost=how.lost)
 
-    async def _new(self, servers: list[dict[str, Any]], lost: bool) -> Opened:
+    async def _new(self, servers: list[McpServer], lost: bool) -> Opened:
         params = opening_params(self.process, {"cwd": self.process.cwd or "/", "mcpServers": servers}, self.process.additional())
         try:
             result = await self._request("session/new", params)
@@ -272,7 +276,7 @@ class AcpSession:
         caps = self.process.caps
         return Opened(sid, "new", lost, caps.resume or caps.load, options or [], modes=_object(result).get("modes"))
 
-    async def _take_up(self, previous: str, servers: list[dict[str, Any]]) -> Opened:
+    async def _take_up(self, previous: str, servers: list[McpServer]) -> Opened:
         caps = self.process.caps
         params = opening_params(self.process, {"sessionId": previous, "cwd": self.process.cwd or "/", "mcpServers": servers}, self.process.additional())
         for method, offered in (("session/resume", caps.resume), ("session/load", caps.load)):
@@ -391,4 +395,4 @@ class AcpSession:
         """Stop using the process: its frames for this session (and those it left) go
         nowhere from now on."""
         sid, self.id, self.conn = self.id, None, None
-        self.process.detach(self.user, (*self.left, *((sid,) if sid is not None else ())))
+        self.process.detach(self.mailbox, (*self.left, *((sid,) if sid is not None else ())))

@@ -38,7 +38,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import Process, TaskGroup
@@ -47,6 +47,9 @@ from lmbridge.acp import files, watchdog
 from lmbridge.core import errors, paths
 from lmbridge.core.errors import INVALID_PARAMS, METHOD_NOT_FOUND, REFUSED, RESOURCE_NOT_FOUND
 from lmbridge.log import get_logger
+
+if TYPE_CHECKING:
+    from lmbridge.rpc.channel import ClientChannel
 
 log = get_logger("terminals")
 
@@ -129,7 +132,7 @@ class ClientMirror:
     ``client/terminal/exit`` notifications, for the terminals it opened only. Output is
     mirrored up to ``MIRROR_LIMIT`` bytes a terminal."""
 
-    def __init__(self, channel: Any) -> None:
+    def __init__(self, channel: ClientChannel) -> None:
         self.channel = channel
         self.sent: dict[str, int] = {}  # terminal id → bytes of output mirrored
 

@@ -283,12 +283,17 @@ class ToolInfo(_Wire):
     inputSchema: dict[str, Any] | None = None
 
 
+#: VS Code's model configuration (``options.modelConfiguration``): control id → value, as
+#: sent (each value checked where it is used: ``permissions.from_configuration``, ``session_state``).
+ModelConfiguration = dict[str, object]
+
+
 class ChatOptions(_Wire):
     tools: list[ToolInfo] = Field(default_factory=list)
     toolMode: Literal["auto", "required"] | None = None
     modelOptions: dict[str, Any] = Field(default_factory=dict)
     # VS Code's model configuration (``options.modelConfiguration``): control id → value.
-    configuration: dict[str, Any] | None = None
+    configuration: ModelConfiguration | None = None
 
 
 class ChatResponseParams(_Wire):

@@ -224,9 +224,28 @@ def outcome(options: Sequence[Option], chosen: Answer, profile: AgentProfile = O
     return CANCELLED
 
 
-def decide(permission: Permission, result: ToolResultPart | None, new_content: bool = False) -> Mapping[str, Any]:
-    """The ACP outcome a permission shown on a card gets: ``outcome(answer(...))`` by its agent's profile."""
-    return outcome(permission.options, answer(permission.token, result, new_content), permission.profile)
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a permission shown on a card is answered (``decide``): ``outcome``, the ACP
+    ``RequestPermissionOutcome``; ``approved``, the request when the user approved it and an
+    allow option went out: what it lets the agent's client actions do (``grant``); None for
+    any other answer."""
+
+    outcome: Mapping[str, Any]
+    approved: Permission | None = None
+
+
+def decide(permission: Permission, chosen: Answer) -> Verdict:
+    """The one step from an answer to what the agent is told and allowed: what a permission
+    shown on a card gets once the next request brought ``chosen`` (``answer``: the history
+    core reads it from that request). The turn machine answers every card through it; the
+    tests walk ``decide(p, answer(p.token, result, new_content))``, the path a card's answer
+    takes in production.
+
+    ``outcome(permission.options, chosen, permission.profile)``; ``approved`` only for ALLOW
+    whose outcome selects the allow option (never for a ``cancelled`` doubt)."""
+    out = outcome(permission.options, chosen, permission.profile)
+    return Verdict(out, permission if chosen is Answer.ALLOW and out != CANCELLED else None)
 
 
 # ---------------------------------------------------------------- the request
@@ -690,9 +709,11 @@ class Ask:
 
 @dataclass(frozen=True)
 class Grant:
-    """Answer ``allow`` now: a bridged VS Code tool, which VS Code confirms itself when it runs."""
+    """Answer ``allow`` now (``outcome``: the ``allow_once`` option selected): a bridged VS
+    Code tool, which VS Code confirms itself when it runs."""
 
     tool: str
+    outcome: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -726,10 +747,11 @@ def route(request: Permission | Malformed, offered: frozenset[str], agent: str) 
     if isinstance(request, Malformed):
         return Refuse(request.error, f"_{agent} sent a permission request lmbridge cannot read ({request.field} {request.problem}): nothing was approved._")
     p = request
-    if p.bridged is not None and p.command is None and p.kind not in ACTING_KINDS and outcome(p.options, Answer.ALLOW) != CANCELLED:
-        return Grant(p.bridged)
+    allow = outcome(p.options, Answer.ALLOW, p.profile)
+    if p.bridged is not None and p.command is None and p.kind not in ACTING_KINDS and allow != CANCELLED:
+        return Grant(p.bridged, allow)
     label = _KIND_LABELS.get(p.kind, "act")
-    if outcome(p.options, Answer.ALLOW) == CANCELLED:
+    if allow == CANCELLED:
         return Decline(CANCELLED, f"_{agent} asked to {label}, but its options cannot be read unambiguously: declined._", "ambiguous options")
     refused = outcome(p.options, Answer.REJECT, p.profile)
     if p.command is not None and len(p.command.text) > COMMAND_LIMIT:

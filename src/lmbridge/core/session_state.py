@@ -295,7 +295,7 @@ def wanted(state: SessionState, values: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def picked(previous: Mapping[str, Any] | None, received: Mapping[str, Any]) -> dict[str, Any]:
+def picked(previous: Mapping[str, object] | None, received: Mapping[str, object]) -> dict[str, object]:
     """What the user chose since ``previous``: the entries of ``received`` (a request's
     model configuration) whose value differs from ``previous``'s (all of them when there is
     no previous one). VS Code sends one configuration per model, not per chat, so only a

@@ -90,7 +90,7 @@ from lmbridge.core.jobs import JobInfo, JobQueue
 from lmbridge.core.kept import Kept
 from lmbridge.core.permissions import CANCELLED as CANCELLED_OUTCOME
 from lmbridge.core.permissions import Answer
-from lmbridge.core.profiles import OTHER, AgentProfile
+from lmbridge.core.profiles import AgentProfile
 
 Part = dict[str, Any]
 
@@ -961,7 +961,7 @@ def _route_permission(m: TurnMachine, ev: PermissionAsked, to: _To | None) -> No
     if isinstance(decision, permissions.Grant):
         # VS Code confirms its own tools when it runs them (docs/tools.md).
         assert isinstance(request, permissions.Permission)
-        m.effects.append(Respond(ev.rid, ev.call_id, permissions.outcome(request.options, Answer.ALLOW, request.profile)))
+        m.effects.append(Respond(ev.rid, ev.call_id, decision.outcome))
         m.effects.append(Log("info", "permission granted: a bridged VS Code tool", {"tool": decision.tool}))
         return
     if isinstance(decision, permissions.Refuse):
@@ -1092,14 +1092,15 @@ def _answer(m: TurnMachine, call_id: str, answer: Answer, job_id: int | None) ->
         m.effects.append(ResolveTool(call_id, answer, job_id))
     elif call.question is not None:
         m.effects.append(AnswerQuestion(call.rid, call_id, call.question, answer, job_id))
+    elif call.request is None:  # a permission call always has its request: doubt answers cancelled
+        m.effects.append(Respond(call.rid, call_id, CANCELLED_OUTCOME))
     else:
-        outcome = permissions.outcome(call.options, answer, call.request.profile if call.request is not None else OTHER)
+        verdict = permissions.decide(call.request, answer)  # the permission rule's one step from the answer
         if answer is Answer.REJECT:
             # The user's Skip reads as declined whatever option went out and whatever
             # status the agent ends the call with (docs/protocol.md, "Tool calls").
             m.renderer.declined(call.tool_call_id)
-        approved = call.request if answer is Answer.ALLOW and outcome != CANCELLED_OUTCOME else None
-        m.effects.append(Respond(call.rid, call_id, outcome, approved))
+        m.effects.append(Respond(call.rid, call_id, verdict.outcome, verdict.approved))
 
 
 # -- actions: the prompt ends, timers

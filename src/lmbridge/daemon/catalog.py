@@ -27,7 +27,7 @@ import json
 import os
 import shlex
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -268,10 +268,10 @@ def model_info(
     spec: AgentSpec,
     choice: Choice | None = None,
     images: bool = False,
-    options: Any = None,
+    options: object = None,
     context: int | None = None,
     profile: AgentProfile = profiles.OTHER,
-    configuration: Any = None,
+    configuration: Mapping[str, object] | None = None,
 ) -> ModelInfo:
     """The ``LanguageModelChatInformation`` VS Code shows for an agent, or for one of its
     own models (``choice``, a value of its ``model`` config option: agent_models).
@@ -393,7 +393,7 @@ class Catalog:
     def knows_options(self, agent_id: str) -> bool:
         return agent_id in self.options()
 
-    def learn(self, agent_id: str, config_options: Any) -> None:
+    def learn(self, agent_id: str, config_options: object) -> None:
         """An agent's configOptions (a session's, or a probe's): its models, kept and shown."""
         if not isinstance(config_options, list):
             return

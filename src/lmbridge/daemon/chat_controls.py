@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -28,13 +28,17 @@ from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
     from lmbridge.acp.session import AcpSession, Opened, Write
+    from lmbridge.core.messages import ModelConfiguration
+    from lmbridge.daemon.stdio import RequestId
 
 log = get_logger("session")
 
 #: Updates of a session being opened kept for its Ready (claude tells its commands just after session/new).
 EARLY_UPDATES = 16
 
-Report = Callable[[str, Any, dict[str, Any]], None]  # (session id, the shim's request id or None, the state on the wire)
+#: How a chat tells the shim its state: (session id, the shim's request id or None, the state
+#: as ``client/sessionState`` carries it: ``session_state.to_wire``).
+Report = Callable[[str, "RequestId", Mapping[str, object]], None]
 
 
 @dataclass(eq=False)
@@ -48,7 +52,7 @@ class SetControl:
     by_user: bool = True  # chat/setControl; False: a value set before a prompt (chosen)
     done: anyio.Event = field(default_factory=anyio.Event)
     error: str | None = None
-    state: dict[str, Any] | None = None
+    state: Mapping[str, object] | None = None
 
     def fail(self, error: str) -> None:
         """Answered with ``error``, unless it was answered already."""
@@ -62,8 +66,15 @@ class ControlSet:
     """A ``SetControl``'s request came back (``answer``, or ``error``): to the actor's mailbox."""
 
     request: SetControl
-    answer: Any = None
+    answer: object = None  # the agent's answer as sent (untrusted)
     error: str | None = None
+
+
+class ControlsMailbox(Protocol):
+    """The session actor's mailbox as ``ChatControls`` uses it: a control's answer comes back
+    as a ``ControlSet``; a prompt whose mode the agent refused ends with a ``Response`` error."""
+
+    def send_nowait(self, item: ControlSet | Response, /) -> None: ...
 
 
 class ChatControls:
@@ -79,10 +90,10 @@ class ChatControls:
         self,
         session_id: str,
         acp: AcpSession,
-        send: MemoryObjectSendStream[Any],
+        send: ControlsMailbox,
         is_open: Callable[[], bool],
         mode: str | None,
-        options_changed: Callable[[Any], None],
+        options_changed: Callable[[object], None],
     ) -> None:
         self.session_id = session_id
         self.acp = acp
@@ -96,8 +107,8 @@ class ChatControls:
         self._chosen: dict[str, str] = {}  # the user's chat/setControl choices, set again on a session opened new
         self._required: str | None = None  # the mode control, when a prompt must not go unless its mode is set
         self._report: Report | None = None
-        self._request_id: Any = None  # the shim's id of the latest request this chat got
-        self._early: list[Any] = []  # state updates of the session being opened, before its Ready
+        self._request_id: RequestId = None  # the shim's id of the latest request this chat got
+        self._early: list[object] = []  # state updates of the session being opened, before its Ready
         self._tg: TaskGroup | None = None
 
     def start(self, tg: TaskGroup) -> None:
@@ -106,13 +117,13 @@ class ChatControls:
 
     # -- what the agent and the shim say --------------------------------------------
 
-    def requested(self, report: Report, request_id: Any) -> None:
+    def requested(self, report: Report, request_id: RequestId) -> None:
         """A chat request came with its way to tell the shim (``ChatRequest.report``): the
         shim learns which chat this request is (once a session is open)."""
         self._report, self._request_id = report, request_id
         self.tell(request_id)
 
-    def early(self, change: Any) -> None:
+    def early(self, change: object) -> None:
         """A state update of the session being opened, before it is the chat's: kept for its Ready."""
         if session_state.state_kind(change) is not None and len(self._early) < EARLY_UPDATES:
             self._early.append(change)
@@ -132,7 +143,7 @@ class ChatControls:
         self._taken_up = not self._fresh  # session/resume, session/load: an agent may take it up in its own starting mode
         self.tell(self._request_id)
 
-    def update(self, change: Any) -> None:
+    def update(self, change: object) -> None:
         """A ``session/update`` of the chat's session: folded in when it is state (``session_state.state_kind``)."""
         if session_state.state_kind(change) is not None:
             new = session_state.update(self.state, change)
@@ -142,7 +153,7 @@ class ChatControls:
                 self.state = new
                 self.tell(None)
 
-    def prompt_ended(self, result: Any) -> None:
+    def prompt_ended(self, result: object) -> None:
         """A ``session/prompt`` of the chat's session answered ``result``: its token counts
         kept with the usage (``session_state.turn_usage``) and told."""
         new = session_state.turn_usage(self.state, result)
@@ -150,7 +161,7 @@ class ChatControls:
             self.state = new
             self.tell(None)
 
-    def tell(self, request_id: Any) -> None:
+    def tell(self, request_id: RequestId) -> None:
         """Tell the shim the chat's state (``client/sessionState``), naming ``request_id``
         when it answers the request the shim is serving now."""
         if self._report is not None and self._is_open():
@@ -168,7 +179,7 @@ class ChatControls:
 
     # -- before a prompt ------------------------------------------------------------
 
-    def chosen(self, configuration: dict[str, Any] | None, picked: dict[str, Any]) -> dict[str, str]:
+    def chosen(self, configuration: ModelConfiguration | None, picked: ModelConfiguration) -> dict[str, str]:
         """The controls to set before a prompt: on a session opened new, its start mode (the
         agent's ``mode`` setting, else its asking mode: ``core.modes.start_mode``), then
         everything VS Code's model configuration says (``configuration``: the user's choice
@@ -187,7 +198,7 @@ class ChatControls:
         configuration = self._from_configuration(configuration or {})
         picked = self._from_configuration(picked)
         if fresh:
-            values: dict[str, Any] = {}
+            values: dict[str, object] = {}
             if mode is not None:
                 start = modes.start_mode(self.acp.process.caps.profile, [c.value for c in mode.choices], self._mode)
                 if start is not None:
@@ -211,9 +222,9 @@ class ChatControls:
             self._required = mode.id  # a new session's mode: its first prompt waits on it (configure_then)
         return changes
 
-    def _from_configuration(self, values: Mapping[str, Any]) -> dict[str, Any]:
+    def _from_configuration(self, values: Mapping[str, object]) -> dict[str, object]:
         """``values`` from VS Code's model configuration less the modes it may not set (``permissions.from_configuration``)."""
-        kept: dict[str, Any] = {}
+        kept: dict[str, object] = {}
         profile = self.acp.process.caps.profile
         for control_id, value in values.items():
             control = self.state.control(control_id) if isinstance(control_id, str) else None

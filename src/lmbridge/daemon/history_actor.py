@@ -114,7 +114,7 @@ class _Opened:
     session_id: str
     acp_session: str
     resumable: bool
-    config_options: Any = None
+    config_options: object = None  # the agent's configOptions as sent (untrusted)
 
 
 @dataclass(frozen=True)
@@ -277,7 +277,7 @@ class HistoryActor:
     async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[Pending], request: int | None = None) -> None:
         await self._send.send(_Ended(session_id, fingerprint, last, pending, request))
 
-    def _opened(self, session_id: str, acp_session: str, resumable: bool, config_options: Any = None) -> None:
+    def _opened(self, session_id: str, acp_session: str, resumable: bool, config_options: object = None) -> None:
         self._send.send_nowait(_Opened(session_id, acp_session, resumable, config_options))
 
     # -- the session index ------------------------------------------------------

@@ -22,7 +22,7 @@ import inspect
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 from pydantic import BaseModel, ValidationError
@@ -39,10 +39,31 @@ from lmbridge.rpc.jsonrpc import validate_request
 if TYPE_CHECKING:
     from jsonrpcserver import Result
 
-    from lmbridge.daemon.router import Router
+    from lmbridge.core.messages import ModelConfiguration
+    from lmbridge.daemon.chat_controls import SetControl
     from lmbridge.rpc.channel import ShimChannel
 
 log = get_logger("methods")
+
+
+class Controlled(Protocol):
+    """A live chat's controls as ``chat/setControl`` reaches them (``SessionActor.set_control``)."""
+
+    async def set_control(self, request: SetControl) -> None: ...
+
+
+class Chats(Protocol):
+    """Where the method table hands chat requests (``router.Router``, which imports this
+    module: the table knows it by this protocol only)."""
+
+    @property
+    def configurations(self) -> Mapping[str, ModelConfiguration]: ...  # model id → VS Code's model configuration last sent
+
+    async def chat(self, call: Call, params: dict[str, Any]) -> Result: ...  # lm/provideLanguageModelChatResponse
+
+    def cancel(self, call: Call) -> None: ...  # $/cancelRequest named ``call``
+
+    def actor(self, chat: str) -> Controlled | None: ...  # chat ``chat``'s live session, if any
 
 UNKNOWN_MODEL = INVALID_PARAMS  # with data {"kind": "unknown_model"}
 SHUTTING_DOWN = "the daemon is shutting down"  # AGENT_FAILED's message for a request read before EOF
@@ -226,7 +247,7 @@ class Methods:
         self,
         out: StdoutWriter,
         catalog: Catalog,
-        router: Router,
+        router: Chats,
         client: ShimChannel,
         settings: Settings,
         *,

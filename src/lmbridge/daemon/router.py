@@ -13,21 +13,22 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lmbridge.core.agent_models import split_model_id
 from lmbridge.core.errors import AGENT_FAILED
-from lmbridge.core.messages import ChatResponseParams, MessageCache
+from lmbridge.core.messages import ChatResponseParams, MessageCache, ModelConfiguration
 from lmbridge.daemon.catalog import Catalog
 from lmbridge.daemon.methods import SHUTTING_DOWN, UNKNOWN_MODEL, Call, Error, InvalidParams, Settings, Success, invalid_params, validated
-from lmbridge.daemon.stdio import StdoutWriter
+from lmbridge.daemon.stdio import RequestId, StdoutWriter
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
     from jsonrpcserver import Result
 
     from lmbridge.core.present import Part
+    from lmbridge.daemon.chat_controls import Report
     from lmbridge.daemon.history_actor import HistoryActor
     from lmbridge.daemon.session_actor import ChatRequest, SessionActor
     from lmbridge.rpc.channel import ClientChannel
@@ -54,7 +55,7 @@ class Router:
         self.client = client  # where a chat's state goes (client/sessionState), when the shim takes it
         self.started: HistoryActor | None = None  # the history actor, once a chat started it
         # Model id → VS Code's model configuration last sent with it (what changed is the user's choice).
-        self.configurations: dict[str, dict[str, Any]] = {}
+        self.configurations: dict[str, ModelConfiguration] = {}
         self.settings = settings  # initialize's (methods.Methods writes it; read here)
         self.history = history
         self.closing = closing
@@ -142,13 +143,14 @@ class Router:
         """The session actor of chat ``chat`` (the id ``client/sessionState`` gave), while it is live."""
         return self.started.actors.get(chat) if self.started is not None else None
 
-    def _report(self, model: str) -> Callable[[str, Any, dict[str, Any]], None]:
+    def _report(self, model: str) -> Report:
         """How a chat on ``model`` tells its state (core/session_state.py): ``client/sessionState``
         to a shim that takes it; the context window of a ``usage_update`` becomes the model's
         ``maxInputTokens`` (``Catalog.saw_context``)."""
 
-        def report(chat: str, request_id: Any, state: dict[str, Any]) -> None:
-            size = state.get("usage", {}).get("size")
+        def report(chat: str, request_id: RequestId, state: Mapping[str, object]) -> None:
+            usage = state.get("usage")
+            size = usage.get("size") if isinstance(usage, dict) else None
             if isinstance(size, int) and size > 0:
                 self.catalog.saw_context(model, size)
             if self.client is not None and self.client.offers("sessionState"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import anyio.abc
@@ -107,13 +107,14 @@ class Prewarmer:
                 self._tg.start_soon(self._prewarm, spec, cwd)
 
     async def _prewarm(self, spec: AgentSpec, cwd: str | None) -> None:
+        from lmbridge.acp.interfaces import AgentMessage
         from lmbridge.acp.session import probe
 
-        proc, me = self.pool.process(spec, cwd), object()
-        sink = anyio.create_memory_object_stream[Any](math.inf)[0]  # AgentGone, if it dies: nobody to tell
+        proc = self.pool.process(spec, cwd)
+        sink = anyio.create_memory_object_stream[AgentMessage](math.inf)[0]  # AgentGone, if it dies: nobody to tell
         try:
             with anyio.fail_after(self.pool.start_timeout + self.pool.session_timeout):
-                conn = await proc.connect(me, sink)
+                conn = await proc.connect(sink)
                 log.info("agent pre-warmed", agent=spec.id)
                 proc.want_spare()
                 if not self.catalog.knows_options(spec.id):  # a probe session, closed at once: its models for the picker
@@ -121,7 +122,7 @@ class Prewarmer:
         except Exception as exc:  # the first chat will say what is wrong, with the agent's name
             log.warning("pre-warming failed", agent=spec.id, error=str(exc) or type(exc).__name__)
         finally:
-            proc.detach(me)
+            proc.detach(sink)
 
 
 class Saved(Protocol):

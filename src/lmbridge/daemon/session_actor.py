@@ -44,13 +44,15 @@ from lmbridge.core.present import Part, Skipped, TurnRenderer
 from lmbridge.core.text import clip
 from lmbridge.core.transcript import prompt_blocks
 from lmbridge.daemon.catalog import auth_hint
-from lmbridge.daemon.chat_controls import ChatControls, ControlSet, SetControl
+from lmbridge.daemon.chat_controls import ChatControls, ControlSet, Report, SetControl
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import NoClient
 
 if TYPE_CHECKING:
+    from lmbridge.core.messages import ModelConfiguration
+    from lmbridge.daemon.stdio import RequestId
     from lmbridge.rpc.record import Recorder
-    from lmbridge.tools.mcp_bridge import McpHost, ToolBridge, ToolCall
+    from lmbridge.tools.mcp_bridge import McpHost, McpServer, ToolBridge, ToolCall
 
 log = get_logger("session")
 
@@ -101,12 +103,12 @@ class ChatRequest:
     shown: list[Part] = field(default_factory=list)  # parts sent before it had a session
     # VS Code's model configuration sent with this request (control id → value), and what of it
     # changed since the previous request on the same model (session_state.picked): the user's choice.
-    configuration: dict[str, Any] | None = None
-    picked: dict[str, Any] = field(default_factory=dict)
-    request_id: Any = None  # the shim's request id (client/sessionState names it)
+    configuration: ModelConfiguration | None = None
+    picked: ModelConfiguration = field(default_factory=dict)
+    request_id: RequestId = None  # the shim's request id (client/sessionState names it)
     model_id: str = ""  # the VS Code model id the request named (its stateful marker says it)
     # Tells the shim the chat's state: (chat id, request id or None, session_state.to_wire(...)).
-    report: Callable[[str, Any, dict[str, Any]], None] | None = None
+    report: Report | None = None
 
     def notice(self, text: str) -> None:
         """Show ``text`` in the chat while the request waits (``cap.waiting_notice``)."""
@@ -232,7 +234,7 @@ class SessionHooks:
     # The chat's ACP sessionId, whether the agent can take it up again (session/resume or
     # session/load: for recovery after eviction, a crash, a restart), and the session's
     # configOptions as the agent answered them (its models and modes, agent_models).
-    opened: Callable[[str, str, bool, Any], None] = lambda session_id, acp_session, resumable, config_options: None
+    opened: Callable[[str, str, bool, object], None] = lambda session_id, acp_session, resumable, config_options: None
     # The agents' fs/* requests (through VS Code, or the disk). None: from disk, the session's
     # cwd the only workspace folder.
     files: acp_files.Files | None = None
@@ -274,7 +276,7 @@ class SessionActor:
         self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
         self._out, self._outbox = anyio.create_memory_object_stream[Write](math.inf)
         # The chat's ACP session: every session/* request goes through it.
-        self.acp = AcpSession(self.process, self._send, self, log_fields={"session": session_id})
+        self.acp = AcpSession(self.process, self._send, log_fields={"session": session_id})
         self._auth: dict[str, Any] | None = None  # auth.problem's data once the agent said it needs a login
         self.acp_session: str | None = None  # the session whose updates are shown (from Ready on)
         self._opened: Opened | None = None  # what a start opened, taken at Ready
@@ -295,7 +297,7 @@ class SessionActor:
         self._job_ids = 0
         self.tool_calls: dict[str, ToolCall] = {}  # callId → the VS Code tool call the agent waits on
         self.bridge: ToolBridge | None = None  # when the agent is offered VS Code tools
-        self.mcp_servers: list[dict[str, Any]] = []
+        self.mcp_servers: list[McpServer] = []
         self._timers: dict[turn.Timer, anyio.CancelScope] = {}
         self._starting: anyio.CancelScope | None = None
         self._tg: TaskGroup | None = None
@@ -699,7 +701,7 @@ class SessionActor:
         for finished in self.after:
             await finished.wait()
 
-        async def servers() -> list[dict[str, Any]]:
+        async def servers() -> list[McpServer]:
             if self.bridge is None:
                 await self._start_bridge(job)
             return self.mcp_servers
@@ -765,7 +767,7 @@ class SessionActor:
         if old is not None and not take_up:
             self.acp.leave()
 
-        async def servers() -> list[dict[str, Any]]:
+        async def servers() -> list[McpServer]:
             return self.mcp_servers
 
         # fast-agent: the session's history holds what a cancel left (an empty assistant

@@ -34,7 +34,7 @@ import struct
 import tempfile
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import anyio
 import mcp_types as types
@@ -56,6 +56,22 @@ SERVER_NAME = "vscode"  # tools appear to claude as mcp__vscode__<tool>
 DECLINED_TEXT = "The user declined to run this tool."
 STOPPED_TEXT = "Tool execution was skipped: the user stopped the chat before it ran."
 CLOSED_TEXT = "Tool execution was cancelled: the session ended before VS Code answered."
+
+
+class EnvVariable(TypedDict):
+    """ACP ``EnvVariable``: one variable an MCP server is started with."""
+
+    name: str
+    value: str
+
+
+class McpServer(TypedDict):
+    """ACP ``McpServerStdio``: an ``mcpServers`` entry of ``session/new`` (``McpHost.server_config``)."""
+
+    name: str
+    command: str
+    args: list[str]
+    env: list[EnvVariable]
 
 
 def same_tools(a: Sequence[ToolInfo], b: Sequence[ToolInfo]) -> bool:
@@ -300,7 +316,7 @@ class McpHost:
         if bridge is not None:
             bridge.close()
 
-    def server_config(self, bridge: ToolBridge) -> dict[str, Any]:
+    def server_config(self, bridge: ToolBridge) -> McpServer:
         """The ``mcpServers`` entry for ``session/new`` (ACP McpServerStdio): nothing in it
         is secret (``McpHost`` serves only the daemon's own user)."""
         command, *args = self_command("mcp-stdio", "--socket", str(self.socket_path), "--session", bridge.session_id)
