@@ -79,7 +79,7 @@ class ChatControls:
         self,
         session_id: str,
         acp: AcpSession,
-        send: MemoryObjectSendStream[Any],
+        send: MemoryObjectSendStream[ControlSet | Response],
         is_open: Callable[[], bool],
         mode: str | None,
         options_changed: Callable[[Any], None],

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
@@ -67,7 +67,7 @@ Mail: TypeAlias = (
 )
 
 #: An answer to one of the agent's requests: ``(rid, result, error)``, as ``ClientRequests.Respond`` takes it.
-Answer: TypeAlias = tuple[int | str | None, Any, Mapping[str, Any] | None]
+Reply: TypeAlias = tuple[int | str | None, object, Mapping[str, object] | None]
 
 
 def drain(mailbox: MemoryObjectReceiveStream[Mail]) -> Iterator[Mail]:
@@ -79,7 +79,7 @@ def drain(mailbox: MemoryObjectReceiveStream[Mail]) -> Iterator[Mail]:
             return
 
 
-def unread_answer(msg: Mail) -> Answer | None:
+def unread_answer(msg: Mail) -> Reply | None:
     """The answer to an agent's request its session ended before reading (``msg`` from the
     mailbox): a permission ``cancelled`` (nothing approved), a question cancelled, a request
     with an unusable id ``BAD_ID_ERROR`` (id null), anything else
@@ -97,7 +97,7 @@ def unread_answer(msg: Mail) -> Answer | None:
     return msg.id, None, session_ended(msg.method)
 
 
-def left_unread(msg: Mail, gone: str, control_gone: str) -> Answer | None:
+def left_unread(msg: Mail, gone: str, control_gone: str) -> Reply | None:
     """``msg`` read after the session ended (queued behind its close): a job not done ends
     with ``gone``, a control request with ``control_gone``; an agent's request is answered
     (``unread_answer``, returned for the writer), never dropped. Anything else: nothing to do."""

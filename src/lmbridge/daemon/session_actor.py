@@ -279,7 +279,7 @@ class SessionActor:
             buffer_limit=PENDING_OUTPUT,
         )
         self.jobs: dict[int, Job] = {}
-        self._prompt_usage: Any = None  # the last session/prompt result's ``usage`` (ACP), until its answer ends
+        self._prompt_usage: object = None  # the last session/prompt result's ``usage`` (ACP), until its answer ends
         self._prompts: dict[int, int] = {}  # session/prompt request id → the machine's prompt number
         self._job_ids = 0
         self.tool_calls: dict[str, ToolCall] = {}  # callId → the VS Code tool call the agent waits on
