@@ -5,7 +5,8 @@ and dispatches each message with ``match``, ``typing.assert_never`` in the defau
 mypy proves every kind is handled (docs/architecture.md "Tasks and ownership"). Who sends what:
 
 - the history actor: ``Job`` (``SessionActor.submit``), ``CancelRequest`` (``cancel``),
-  ``EndSession`` (``close``); the router: ``SetControl`` (``set_control``);
+  ``EndSession`` (``close``); ``chat/setControl`` (``daemon.methods``): ``SetControl``
+  (``set_control``);
 - the agent's process (``acp.process.AgentProcess``, routing by sessionId and request id):
   ``Incoming`` (the agent's notifications and requests), ``Response`` (a ``session/prompt``'s
   answer, in order with the updates), ``AgentGone``;
