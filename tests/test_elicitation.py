@@ -418,9 +418,9 @@ def test_every_question_is_answered_exactly_once(tools: frozenset[str], name: st
 def test_a_question_reaching_a_session_that_has_ended_is_cancelled() -> None:
     """The session actor's last reads (requests left in its mailbox when it closed)."""
     from lmbridge.acp.connection import Incoming
-    from lmbridge.daemon.session_actor import _unread_answer
+    from lmbridge.daemon.mail import unread_answer
 
-    assert _unread_answer(Incoming(E.METHOD, CLAUDE_ONE, id=12)) == (12, {"action": "cancel"}, None)
+    assert unread_answer(Incoming(E.METHOD, CLAUDE_ONE, id=12)) == (12, {"action": "cancel"}, None)
 
 
 _PROPERTY = st.one_of(

@@ -6,14 +6,15 @@ sessionId, docs/sessions.md) and the turn machine (``turn.TurnMachine``), and it
 receives on its one mailbox (jobs, cancels, the agent's frames, prompt
 answers, MCP tool calls, timers) becomes a ``turn`` event, and it carries out
 the effects the machine returns. So the lifecycle's rules live in one pure
-module, tested row by row, and this one is only I/O.
+module, tested row by row, and this one is only I/O. What the mailbox carries is a
+closed union (``daemon.mail.Mail``), and ``_handle`` and ``_apply`` dispatch with
+``match``, ``assert_never`` in the default case: mypy proves each kind is handled.
 
 Nothing here blocks the loop: the agent's start, each ``session/new``, each
 ``session/prompt`` and every write to the agent run in child tasks (writes in
-order, through one writer task, each bounded by ``WRITE_TIMEOUT``), so a
-cancel, a close or stdin EOF arriving meanwhile is handled at once. Every
-timer is a task in its own cancel scope, stopped by the machine's
-``StopTimer`` or replaced by the next ``StartTimer`` of its kind.
+order, through one writer task, ``daemon.agent_writer``), so a cancel, a close
+or stdin EOF arriving meanwhile is handled at once. Every timer is a task in its
+own cancel scope (``daemon.timers``).
 """
 
 from __future__ import annotations
@@ -23,18 +24,19 @@ import math
 import os
 import secrets
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
 import anyio
 from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from lmbridge.acp import files as acp_files
-from lmbridge.acp.client_requests import ClientRequests, session_ended
-from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentError, AgentUnavailable, Incoming, Response, error_reason
+from lmbridge.acp.client_requests import ClientRequests
+from lmbridge.acp.connection import BAD_ID_ERROR, AgentError, AgentUnavailable, Incoming, Response, error_reason
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
-from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare, Write
+from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare
 from lmbridge.core import auth, elicitation, errors, permissions, present, session_state, turn
 from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, conversation, squeezed
 from lmbridge.core.jobs import JobInfo
@@ -43,10 +45,14 @@ from lmbridge.core.permissions import Answer
 from lmbridge.core.present import Part, Skipped, TurnRenderer
 from lmbridge.core.text import clip
 from lmbridge.core.transcript import prompt_blocks
+from lmbridge.daemon.agent_writer import WRITE_TIMEOUT, AgentWriter
 from lmbridge.daemon.catalog import auth_hint
 from lmbridge.daemon.chat_controls import ChatControls, ControlSet, Report, SetControl
+from lmbridge.daemon.mail import CancelRequest, EndSession, Mail, McpCall, drain, left_unread, unread_answer
+from lmbridge.daemon.timers import Timers
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import NoClient
+from lmbridge.rpc.jsonrpc import json_object
 
 if TYPE_CHECKING:
     from lmbridge.core.messages import ModelConfiguration
@@ -69,7 +75,6 @@ CLOSE_TIMEOUT = 2.0  # seconds an agent may take to answer session/close before 
 #: Seconds a closed session's cancelled prompt may take to be answered after session/close:
 #: an agent may answer the close first and end the prompt it cancels just after.
 CLOSE_GRACE = 5.0
-WRITE_TIMEOUT = _seconds("LMBRIDGE_WRITE_TIMEOUT", 10.0)  # seconds one frame may take to reach an agent that stopped reading
 DRAIN_TIMEOUT = _seconds("LMBRIDGE_DRAIN_TIMEOUT", turn.DRAIN)
 START_NOTICE = _seconds("LMBRIDGE_START_NOTICE", turn.START_NOTICE)
 # Bytes of text kept for the next request while a permission card waits: bounded, so output nobody reads cannot grow without end.
@@ -205,24 +210,6 @@ class Job:
         )
 
 
-# Mailbox messages of the actor's own (the agent's frames arrive as ``Incoming``).
-
-
-@dataclass(frozen=True)
-class _CancelJob:
-    job: Job
-
-
-@dataclass(frozen=True)
-class _ToolInvoked:
-    call: ToolCall
-
-
-@dataclass(frozen=True)
-class _Close:
-    reason: str
-
-
 @dataclass
 class SessionHooks:
     """How a session actor reports to the history actor."""
@@ -273,8 +260,10 @@ class SessionActor:
         self.spec = spec
         self.cwd = cwd
         self.hooks = hooks
-        self._send, self._mailbox = anyio.create_memory_object_stream[Any](math.inf)
-        self._out, self._outbox = anyio.create_memory_object_stream[Write](math.inf)
+        self._send: MemoryObjectSendStream[Mail]
+        self._mailbox: MemoryObjectReceiveStream[Mail]
+        self._send, self._mailbox = anyio.create_memory_object_stream[Mail](math.inf)
+        self._writer = AgentWriter(lambda: self.acp.conn, spec.id, {"session": session_id})
         # The chat's ACP session: every session/* request goes through it.
         self.acp = AcpSession(self.process, self._send, log_fields={"session": session_id})
         self._auth: dict[str, Any] | None = None  # auth.problem's data once the agent said it needs a login
@@ -292,22 +281,21 @@ class SessionActor:
             buffer_limit=PENDING_OUTPUT,
         )
         self.jobs: dict[int, Job] = {}
-        self._prompt_usage: Any = None  # the last session/prompt result's ``usage`` (ACP), until its answer ends
+        self._prompt_usage: object = None  # the last session/prompt result's ``usage`` (ACP), until its answer ends
         self._prompts: dict[int, int] = {}  # session/prompt request id → the machine's prompt number
         self._job_ids = 0
         self.tool_calls: dict[str, ToolCall] = {}  # callId → the VS Code tool call the agent waits on
         self.bridge: ToolBridge | None = None  # when the agent is offered VS Code tools
         self.mcp_servers: list[McpServer] = []
-        self._timers: dict[turn.Timer, anyio.CancelScope] = {}
+        self._timers = Timers(self._send)
         self._starting: anyio.CancelScope | None = None
         self._tg: TaskGroup | None = None
         self._closed = False
         self._stop = False
-        self._written = anyio.Event()  # the writer has sent everything and ended
         cwd_only: list[str] = [cwd] if cwd else []
         # The agent's fs/* and terminal/* requests, served as core/permissions.py decides:
         # what the cards the user approved in this prompt turn allow.
-        self.client = ClientRequests(session_id, hooks.files or acp_files.Files(NoClient(), lambda: cwd_only), self._respond, lambda: self.machine.prompt_open)
+        self.client = ClientRequests(session_id, hooks.files or acp_files.Files(NoClient(), lambda: cwd_only), self._writer.respond, lambda: self.machine.prompt_open)
         self.finished = anyio.Event()  # set when run() has returned (agent stopped)
 
     def _renderer(self) -> TurnRenderer:
@@ -338,12 +326,12 @@ class SessionActor:
         """The shim cancelled ``job``'s request (already answered ``cancelled``; its parts
         stopped with its scope): the turn machine stops the agent's turn."""
         if not self._closed:
-            self._send.send_nowait(_CancelJob(job))
+            self._send.send_nowait(CancelRequest(job))
 
     def close(self, reason: str) -> None:
         """End the session: pending permissions cancelled, agent stopped."""
         if not self._closed:
-            self._send.send_nowait(_Close(reason))
+            self._send.send_nowait(EndSession(reason))
 
     async def set_control(self, request: SetControl) -> None:
         """Set a control on the live session (``SetControl``); returns once it is answered."""
@@ -369,7 +357,7 @@ class SessionActor:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             self.controls.start(tg)
-            tg.start_soon(self._writer)
+            tg.start_soon(self._writer.run)
             # Each command's output and exit come back on the mailbox as updates (in order
             # with the agent's), rendered live under its tool call (core.present).
             hosted = self.pool.terminals
@@ -401,185 +389,196 @@ class SessionActor:
                 tg.cancel_scope.cancel()
 
     def _fail_unread(self) -> None:
-        """Jobs and control requests still in the mailbox (queued behind a close) end with an error."""
-        while True:
-            try:
-                msg = self._mailbox.receive_nowait()
-            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                break
-            if isinstance(msg, Job) and not msg.done.is_set():
-                msg.error = present.session_gone(self.spec.id)
-                msg.done.set()
-            request = msg if isinstance(msg, SetControl) else msg.request if isinstance(msg, ControlSet) else None
-            if request is not None:
-                request.fail(present.CONTROL_SESSION_GONE)
-            answer = _unread_answer(msg)
-            if answer is not None:  # the agent's request, queued behind the close: answered, never dropped
-                self._respond(*answer)
+        """What is still in the mailbox (queued behind a close) ends (``mail.left_unread``):
+        jobs and control requests with an error; the agent's requests answered, never dropped."""
+        for msg in drain(self._mailbox):
+            answer = left_unread(msg, present.session_gone(self.spec.id), present.CONTROL_SESSION_GONE)
+            if answer is not None:
+                self._writer.respond(*answer)
         for job in self.jobs.values():  # a bug left it unanswered: never leave a request hanging
             if not job.done.is_set():
                 job.error = job.error or present.session_gone(self.spec.id)
                 job.done.set()
 
-    async def _handle(self, msg: Any) -> None:
+    async def _handle(self, msg: Mail) -> None:
+        """One message of the mailbox, made a ``turn`` event (or handled here: the chat's controls)."""
         event: turn.Event | None
-        if isinstance(msg, Incoming):
-            event = await self._incoming(msg)
-        elif isinstance(msg, Response):
-            seq = self._prompts.pop(msg.id, None)
-            if seq is None:
-                return
-            if msg.error is not None:
-                msg.error.args = (f"session/prompt: {msg.error.args[0].split(': ', 1)[-1]}",)
-                problem = self._auth_problem(msg.error)
-                event = turn.PromptEnded(seq, error=problem or str(msg.error), named=problem is not None)
-            else:
-                self.controls.prompt_ended(msg.result)
-                self._prompt_usage = _object(msg.result).get("usage")  # the answer's usage part reads it (``_finish``)
-                event = turn.PromptEnded(seq, stop_reason=_object(msg.result).get("stopReason"))
-        elif isinstance(msg, Job):
-            conn = self.acp.conn
-            if conn is not None and (not conn.alive or conn.exit_reason is not None):
-                # It died, or is being stopped (found stuck, stopped reading: its exit is
-                # not reaped yet), just before this job came: that first, so the job starts
-                # on a new process instead of failing with the old one's end.
-                await self._handle(AgentGone(conn))
-            self._job_ids += 1
-            msg.id = self._job_ids
-            self.jobs[msg.id] = msg
-            if msg.request.report is not None:
-                self.controls.requested(msg.request.report, msg.request.request_id)
-            if self.bridge is not None:
-                await self.bridge.set_tools(self._offered(msg))
-            event = turn.NewJob(msg.info())
-        elif isinstance(msg, _CancelJob):
-            event = turn.CancelJob(msg.job.id)
-        elif isinstance(msg, _ToolInvoked):
-            self.tool_calls[msg.call.call_id] = msg.call
-            event = turn.ToolInvoked(msg.call.call_id, msg.call.name, msg.call.arguments or {})
-        elif isinstance(msg, AgentGone):
-            # A start under way whose process another request found stuck opens its session on
-            # a new process (_start_agent): that process's end is not this chat's.
-            retried = self._starting is not None and self.acp.replaced()
-            event = turn.AgentExited(msg.conn.describe_exit()) if msg.conn is self.acp.conn and not retried else None
-        elif isinstance(msg, turn.Ready):
-            # The session a start opened is this actor's from here on: updates queued
-            # before (session/load's replay of the history) were not for the user.
-            event = msg
-            opened, self._opened = self._opened, None
-            if opened is not None:
-                self.acp_session = opened.session_id
-                self.machine.reset_renderer(self._renderer())
-                event = turn.Ready(msg.error, msg.named, opened.lost)
-            self.controls.ready(opened)
-        elif isinstance(msg, _Close):
-            event = turn.Close(msg.reason)
-        elif isinstance(msg, SetControl):
-            event = None
-            self.controls.set(msg)
-        elif isinstance(msg, ControlSet):
-            event = None
-            self.controls.answered(msg)
-        else:  # turn.Ready, turn.PromptEnded, turn.TimerFired: from this actor's own tasks
-            event = msg
+        match msg:
+            case Incoming():
+                event = await self._incoming(msg)
+            case Response():
+                event = self._prompt_answered(msg)
+            case Job():
+                event = await self._take(msg)
+            case CancelRequest(job=job):
+                event = turn.CancelJob(job.id)
+            case McpCall(call=call):
+                self.tool_calls[call.call_id] = call
+                event = turn.ToolInvoked(call.call_id, call.name, call.arguments or {})
+            case AgentGone(conn=conn):
+                # A start under way whose process another request found stuck opens its session on
+                # a new process (_start_agent): that process's end is not this chat's.
+                retried = self._starting is not None and self.acp.replaced()
+                event = turn.AgentExited(conn.describe_exit()) if conn is self.acp.conn and not retried else None
+            case turn.Ready():
+                event = self._ready(msg)
+            case EndSession(reason=reason):
+                event = turn.Close(reason)
+            case SetControl():
+                event = None
+                self.controls.set(msg)
+            case ControlSet():
+                event = None
+                self.controls.answered(msg)
+            case turn.SessionClosed() | turn.TimerFired() | turn.Update():  # from this actor's own tasks
+                event = msg
+            case _:
+                assert_never(msg)
         if event is not None:
             await self._apply(self.machine.handle(event))
 
+    def _prompt_answered(self, msg: Response) -> turn.PromptEnded | None:
+        """A ``session/prompt``'s answer (None: not one of this actor's prompts)."""
+        seq = self._prompts.pop(msg.id, None)
+        if seq is None:
+            return None
+        if msg.error is not None:
+            msg.error.args = (f"session/prompt: {msg.error.args[0].split(': ', 1)[-1]}",)
+            problem = self._auth_problem(msg.error)
+            return turn.PromptEnded(seq, error=problem or str(msg.error), named=problem is not None)
+        self.controls.prompt_ended(msg.result)
+        self._prompt_usage = json_object(msg.result).get("usage")  # the answer's usage part reads it (``_finish``)
+        return turn.PromptEnded(seq, stop_reason=json_object(msg.result).get("stopReason"))
+
+    async def _take(self, job: Job) -> turn.NewJob:
+        """The actor owns ``job`` from here on: numbered, kept, its tools offered."""
+        conn = self.acp.conn
+        if conn is not None and (not conn.alive or conn.exit_reason is not None):
+            # It died, or is being stopped (found stuck, stopped reading: its exit is
+            # not reaped yet), just before this job came: that first, so the job starts
+            # on a new process instead of failing with the old one's end.
+            await self._handle(AgentGone(conn))
+        self._job_ids += 1
+        job.id = self._job_ids
+        self.jobs[job.id] = job
+        if job.request.report is not None:
+            self.controls.requested(job.request.report, job.request.request_id)
+        if self.bridge is not None:
+            await self.bridge.set_tools(self._offered(job))
+        return turn.NewJob(job.info())
+
+    def _ready(self, msg: turn.Ready) -> turn.Ready:
+        """A start ended: the session it opened is this actor's from here on (updates queued
+        before, session/load's replay of the history, were not for the user)."""
+        opened, self._opened = self._opened, None
+        if opened is not None:
+            self.acp_session = opened.session_id
+            self.machine.reset_renderer(self._renderer())
+            msg = turn.Ready(msg.error, msg.named, opened.lost)
+        self.controls.ready(opened)
+        return msg
+
     async def _incoming(self, msg: Incoming) -> turn.Event | None:
-        params = msg.params if isinstance(msg.params, dict) else {}
-        if msg.method == "session/update" and msg.id is None and not msg.bad_id:
-            change = params.get("update")
-            if params.get("sessionId") != self.acp_session:
-                # The session being opened may tell its state before it is the chat's (claude's
-                # commands, just after session/new): kept for its Ready. Else a superseded session.
-                if params.get("sessionId") == self.acp.id:
-                    self.controls.early(change)
-                return None
-            self.controls.update(change)
-            return turn.Update(change)
+        """The agent's notification or request: an update or a question for the machine, or
+        served or refused here (fs/* and terminal/*: ``ClientRequests``)."""
+        params = json_object(msg.params)
         rid = msg.id
-        if msg.method == "session/request_permission" and (rid is not None or msg.bad_id):
-            if params.get("sessionId") != self.acp_session:
-                if not msg.bad_id:
-                    self._respond(rid, {"outcome": dict(permissions.CANCELLED)})
-                return None
-            bridge = None
-            if self.bridge is not None:
-                bridge = permissions.Bridge(self.bridge.name, frozenset(self.bridge.tools), self.process.caps.profile)
-            call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
-            return turn.PermissionAsked(
-                rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id,
-                workspace=self.client.workspace(), profile=self.process.caps.profile,
-            )  # fmt: skip
-        if msg.method == elicitation.METHOD and rid is not None and not msg.bad_id:
-            if params.get("sessionId") != self.acp_session:
-                self._respond(rid, dict(elicitation.CANCEL))
-                return None
-            return turn.ElicitationAsked(rid, msg.params, f"lmbridge-{self.id}-{secrets.token_hex(6)}", secrets.token_urlsafe(18))
-        if msg.bad_id:
-            self._respond(None, error=BAD_ID_ERROR)
-        elif rid is not None and self.client.serves(msg.method):
-            self.client.handle(rid, msg.method, params, self.acp_session)
-        elif rid is not None:
-            self._respond(rid, error=errors.error(errors.METHOD_NOT_FOUND, msg.method))
-        else:
-            self._skip(f"agent notification {clip(repr(msg.method), 200)} ignored")
+        match msg:
+            case Incoming(method="session/update", id=None, bad_id=False):
+                change = params.get("update")
+                if params.get("sessionId") != self.acp_session:
+                    # The session being opened may tell its state before it is the chat's (claude's
+                    # commands, just after session/new): kept for its Ready. Else a superseded session.
+                    if params.get("sessionId") == self.acp.id:
+                        self.controls.early(change)
+                    return None
+                self.controls.update(change)
+                return turn.Update(change)
+            case Incoming(method="session/request_permission") if rid is not None or msg.bad_id:
+                if params.get("sessionId") != self.acp_session:
+                    if not msg.bad_id:
+                        self._writer.respond(rid, {"outcome": dict(permissions.CANCELLED)})
+                    return None
+                bridge = None
+                if self.bridge is not None:
+                    bridge = permissions.Bridge(self.bridge.name, frozenset(self.bridge.tools), self.process.caps.profile)
+                call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
+                return turn.PermissionAsked(
+                    rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id,
+                    workspace=self.client.workspace(), profile=self.process.caps.profile,
+                )  # fmt: skip
+            case Incoming(method=elicitation.METHOD, bad_id=False) if rid is not None:
+                if params.get("sessionId") != self.acp_session:
+                    self._writer.respond(rid, dict(elicitation.CANCEL))
+                    return None
+                return turn.ElicitationAsked(rid, msg.params, f"lmbridge-{self.id}-{secrets.token_hex(6)}", secrets.token_urlsafe(18))
+            case Incoming(bad_id=True):
+                self._writer.respond(None, error=BAD_ID_ERROR)
+            case Incoming(id=None):
+                self._skip(f"agent notification {clip(repr(msg.method), 200)} ignored")
+            case _ if rid is not None and self.client.serves(msg.method):
+                self.client.handle(rid, msg.method, params, self.acp_session)
+            case _:
+                self._writer.respond(rid, error=errors.error(errors.METHOD_NOT_FOUND, msg.method))
         return None
 
     # -- effects ----------------------------------------------------------------
 
     async def _apply(self, effects: list[turn.Effect]) -> None:
+        """Carry out the machine's effects, in order."""
         for fx in effects:
-            if isinstance(fx, turn.Emit):
-                job = self.jobs.get(fx.job_id)
-                if job is not None:
-                    await job.send(fx.part)
-            elif isinstance(fx, turn.Finish):
-                await self._finish(fx)
-            elif isinstance(fx, turn.Fail):
-                job = self.jobs.pop(fx.job_id, None)
-                if job is not None and not job.done.is_set():
-                    job.error, job.error_data = fx.message, self._auth
-                    job.done.set()
-            elif isinstance(fx, turn.Respond):
-                log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
-                if fx.approved is not None:
-                    self.client.granted(fx.approved)
-                self._respond(fx.rid, {"outcome": dict(fx.outcome)})
-            elif isinstance(fx, turn.AnswerQuestion):
-                self._answer_question(fx)
-            elif isinstance(fx, turn.RespondError):
-                self._respond(fx.rid, error=fx.error)
-            elif isinstance(fx, turn.ResolveTool):
-                self._resolve_tool(fx)
-            elif isinstance(fx, turn.SendCancel):
-                self._out.send_nowait(self.acp.cancel())
-                self.client.stop()  # what the turn's approvals allowed, and the commands it runs
-            elif isinstance(fx, turn.StartAgent):
-                self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
-            elif isinstance(fx, turn.NewSession):
-                self._spawn_start(self._recover_session(close=fx.close, take_up=fx.take_up))
-            elif isinstance(fx, turn.CloseSession):
-                assert self._tg is not None
-                self._tg.start_soon(self._close_then, fx.seq)
-            elif isinstance(fx, turn.Prompt):
-                self.client.revoke()  # an approval covers the turn it was given in
-                self._prompt(fx)
-            elif isinstance(fx, turn.StartTimer):
-                self._start_timer(fx)
-            elif isinstance(fx, turn.StopTimer):
-                scope = self._timers.pop(fx.timer, None)
-                if scope is not None:
-                    scope.cancel()
-            elif isinstance(fx, turn.Died):
-                await self.hooks.died(self.id)
-            elif isinstance(fx, turn.Detach):
-                # The next StartAgent restarts the process and takes this session up again.
-                self.resume, self.acp_session = self.acp.forget(), None
-            elif isinstance(fx, turn.Shutdown):
-                self._stop = True
-            elif isinstance(fx, turn.Log):
-                getattr(log, fx.level)(fx.event, session=self.id, **fx.fields)
+            match fx:
+                case turn.Emit():
+                    job = self.jobs.get(fx.job_id)
+                    if job is not None:
+                        await job.send(fx.part)
+                case turn.Finish():
+                    await self._finish(fx)
+                case turn.Fail():
+                    job = self.jobs.pop(fx.job_id, None)
+                    if job is not None and not job.done.is_set():
+                        job.error, job.error_data = fx.message, self._auth
+                        job.done.set()
+                case turn.Respond():
+                    log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
+                    if fx.approved is not None:
+                        self.client.granted(fx.approved)
+                    self._writer.respond(fx.rid, {"outcome": dict(fx.outcome)})
+                case turn.AnswerQuestion():
+                    self._answer_question(fx)
+                case turn.RespondError():
+                    self._writer.respond(fx.rid, error=fx.error)
+                case turn.ResolveTool():
+                    self._resolve_tool(fx)
+                case turn.SendCancel():
+                    self._writer.send(self.acp.cancel())
+                    self.client.stop()  # what the turn's approvals allowed, and the commands it runs
+                case turn.StartAgent():
+                    self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
+                case turn.NewSession():
+                    self._spawn_start(self._recover_session(close=fx.close, take_up=fx.take_up))
+                case turn.CloseSession():
+                    assert self._tg is not None
+                    self._tg.start_soon(self._close_then, fx.seq)
+                case turn.Prompt():
+                    self.client.revoke()  # an approval covers the turn it was given in
+                    self._prompt(fx)
+                case turn.StartTimer():
+                    assert self._tg is not None
+                    self._timers.start(fx, self._tg)
+                case turn.StopTimer():
+                    self._timers.stop(fx.timer)
+                case turn.Died():
+                    await self.hooks.died(self.id)
+                case turn.Detach():
+                    # The next StartAgent restarts the process and takes this session up again.
+                    self.resume, self.acp_session = self.acp.forget(), None
+                case turn.Shutdown():
+                    self._stop = True
+                case turn.Log():
+                    getattr(log, fx.level)(fx.event, session=self.id, **fx.fields)
+                case _:
+                    assert_never(fx)
 
     async def _finish(self, fx: turn.Finish) -> None:
         """End a job's response and report what it emitted (once)."""
@@ -618,50 +617,7 @@ class SessionActor:
         result = job.decision.results.get(fx.call_id) if job is not None else None
         answer = elicitation.response(fx.question, fx.answer, result.text() if result is not None else None)
         log.info("question answered", session=self.id, callId=fx.call_id, action=answer["action"])
-        self._respond(fx.rid, answer)
-
-    def _start_timer(self, fx: turn.StartTimer) -> None:
-        old = self._timers.pop(fx.timer, None)
-        if old is not None:
-            old.cancel()
-        scope = self._timers[fx.timer] = anyio.CancelScope()
-
-        async def fire() -> None:
-            with scope:
-                await anyio.sleep(fx.seconds)
-                self._send.send_nowait(turn.TimerFired(fx.timer, fx.tag))
-
-        assert self._tg is not None
-        self._tg.start_soon(fire)
-
-    # -- writes to the agent -------------------------------------------------------
-
-    def _respond(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
-        """Queue the answer to one of the agent's requests; the writer task sends frames in order."""
-
-        async def write(conn: AgentConnection) -> None:
-            await conn.respond(rid, result, error=error)
-
-        self._out.send_nowait(write)
-
-    async def _writer(self) -> None:
-        """Sends queued frames in order until the outbox is closed and empty."""
-        try:
-            async for write in self._outbox:
-                conn = self.acp.conn
-                if conn is None or conn.closed.is_set():
-                    continue
-                try:
-                    with anyio.fail_after(WRITE_TIMEOUT):
-                        await write(conn)
-                except AgentUnavailable:
-                    continue  # _AgentGone reports it
-                except TimeoutError:
-                    log.warning("agent stopped reading its stdin: stopping it", session=self.id, agent=self.spec.id)
-                    conn.exit_reason = f"agent {self.spec.id!r} stopped reading its stdin (one frame waited {WRITE_TIMEOUT:g} s) and was stopped"
-                    await conn.close()
-        finally:
-            self._written.set()
+        self._writer.respond(fx.rid, answer)
 
     # -- starting ----------------------------------------------------------------
 
@@ -810,7 +766,7 @@ class SessionActor:
 
     async def _on_mcp_call(self, call: ToolCall) -> None:
         # Runs in the MCP server's task: hand the call to the actor's loop.
-        self._send.send_nowait(_ToolInvoked(call))
+        self._send.send_nowait(McpCall(call))
 
     # -- prompting -----------------------------------------------------------------
 
@@ -828,9 +784,9 @@ class SessionActor:
         changes.update(self.controls.chosen(job.request.configuration, job.request.picked))
         if changes:  # the model VS Code chose, the chat's mode and options: set before the prompt
             assert self._tg is not None
-            self._tg.start_soon(self.controls.configure_then, changes, write, self._out, rid)
+            self._tg.start_soon(self.controls.configure_then, changes, write, self._writer.out, rid)
         else:
-            self._out.send_nowait(write)
+            self._writer.send(write)
 
     @staticmethod
     def _whole_conversation(job: Job) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
@@ -868,8 +824,7 @@ class SessionActor:
             self._starting.cancel()
         self.client.end()  # requests being served answered before the session's last frames and its close
         await self.client.aclose()
-        for scope in self._timers.values():
-            scope.cancel()
+        self._timers.stop_all()
         for call_id in list(self.tool_calls):
             self._resolve_tool(turn.ResolveTool(call_id, Answer.CANCELLED))
         if self.bridge is not None:
@@ -877,9 +832,7 @@ class SessionActor:
             (await self.hooks.mcp_host()).remove(bridge.session_id)
         # The machine's last frames (session/cancel, then the cancelled permissions) go out
         # first, within the write bound; then the session is closed.
-        self._out.close()
-        with anyio.move_on_after(WRITE_TIMEOUT):
-            await self._written.wait()
+        await self._writer.finish()
         self.acp_session = None
         # The agent frees what the session holds (ACP session/close, where offered);
         # bounded, as any write. The process lives on for the agent's other chats.
@@ -888,37 +841,9 @@ class SessionActor:
         self.acp.detach()
         # Requests of the agent's that reached the mailbox while the session closed (the
         # writer has ended): answered here, bounded. From now on the pool answers them.
-        late = []
-        while True:
-            try:
-                answer = _unread_answer(self._mailbox.receive_nowait())
-            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
-                break
-            if answer is not None:
-                late.append(answer)
+        late = [answer for answer in map(unread_answer, drain(self._mailbox)) if answer is not None]
         if late and conn is not None and not conn.closed.is_set():
             with anyio.move_on_after(WRITE_TIMEOUT):
                 for rid, result, error in late:
                     await conn.respond(rid, result, error=error)
 
-
-def _object(value: Any) -> dict[str, Any]:
-    """``value`` if it is a JSON object, else an empty one (agents' answers are not trusted)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _unread_answer(msg: Any) -> tuple[int | str | None, Any, dict[str, Any] | None] | None:
-    """``(rid, result, error)``: the answer to an agent's request its session ended before
-    reading (``msg`` from the mailbox): a permission ``cancelled`` (nothing approved), a request
-    with an unusable id ``BAD_ID_ERROR``, anything else ``client_requests.session_ended``. None: not an agent's request."""
-    if not isinstance(msg, Incoming):
-        return None
-    if msg.bad_id:
-        return None, None, dict(BAD_ID_ERROR)
-    if msg.id is None:
-        return None
-    if msg.method == "session/request_permission":
-        return msg.id, {"outcome": dict(permissions.CANCELLED)}, None
-    if msg.method == elicitation.METHOD:
-        return msg.id, dict(elicitation.CANCEL), None
-    return msg.id, None, session_ended(msg.method)

@@ -33,6 +33,12 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def json_object(value: object) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one: a peer's ``params`` or
+    ``result`` read without trusting its shape."""
+    return value if isinstance(value, dict) else {}
+
+
 def usable_id(rid: object) -> bool:
     """Whether a request can be answered by this id: JSON-RPC 2.0 ids are strings or
     numbers (null only in an error about a request whose id could not be read), and a
