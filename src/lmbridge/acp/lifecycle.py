@@ -80,9 +80,10 @@ class Prompts:
         seq = self._seqs.pop(rid, None)
         if seq is None:
             return default
-        event = self._answered.pop(seq, None)
-        if event is not None and seq not in self._seqs.values():
-            event.set()
+        if seq not in self._seqs.values():
+            event = self._answered.pop(seq, None)
+            if event is not None:
+                event.set()
         return seq
 
     def answered(self, seq: int) -> anyio.Event:
@@ -215,7 +216,8 @@ class SessionLife:
             # Opened ahead (acp.process.Spare): this chat's from now on, its tools endpoint too.
             self.tools.adopt(spare.bridge, spare.mcp_servers)
         self._opened(opened)
-        await self.tools.offer(tools)
+        if spare is not None:
+            await self.tools.offer(tools)  # the spare's endpoint offers what this request carries
         return opened
 
     async def _recover(self, close: bool, take_up: bool) -> Opened:

@@ -260,8 +260,6 @@ class SessionActor:
         notice: float | None = None,
     ) -> None:
         self.id = session_id
-        # Sessions closed to make room for this one (the session cap): they are closed
-        # at the agent before this one opens, so the cap holds at the agent too.
         self.pool = pool or AgentPool()
         self.process: AgentProcess = self.pool.process(spec, cwd)
         self.recorder = recorder
@@ -274,7 +272,8 @@ class SessionActor:
         self.acp = AcpSession(self.process, self._send, self, log_fields={"session": session_id})
         self.acp_session: str | None = None  # the session whose updates are shown (from Ready on)
         # The chat's MCP endpoint (the VS Code tools it offers) and its session's start,
-        # recovery and close (each start's outcome comes back on the mailbox: ``Started``).
+        # recovery and close (each start's outcome comes back on the mailbox: ``Started``;
+        # ``after``: the sessions closed to make room for this one, the session cap).
         self.tools = ChatTools(session_id, spec.tools.allow, spec.tools.deny, hooks.mcp_host, lambda call: self._send.send_nowait(_ToolInvoked(call)), recorder)
         self.life = SessionLife(
             session_id, self.acp, spec, self.tools, deliver=self._send.send_nowait, opened=self._opening, hint=auth_hint(spec), after=after, resume=resume,
@@ -454,7 +453,7 @@ class SessionActor:
             event = turn.ToolInvoked(msg.call.call_id, msg.call.name, msg.call.arguments or {})
         elif isinstance(msg, AgentGone):
             # A start under way whose process another request found stuck opens its session on
-            # a new process (_start_agent): that process's end is not this chat's.
+            # a new process (SessionLife.start): that process's end is not this chat's.
             retried = self.life.starting() and self.acp.replaced()
             event = turn.AgentExited(msg.conn.describe_exit()) if msg.conn is self.acp.conn and not retried else None
         elif isinstance(msg, Started):
