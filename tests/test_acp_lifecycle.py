@@ -37,13 +37,14 @@ class Life:
         self.calls: list[Any] = []
         self.opened: list[Opened] = []
         spec = AgentSpec(**agent.spec)
-        self.acp = AcpSession(p.process(spec, str(agent.dir)), self.box.send, object())
+        process = p.process(spec, str(agent.dir))
+        self.acp = AcpSession(process, self.box.send, object())
 
         async def host() -> Any:
             return self.host
 
         self.tools = ChatTools("chat-1", (), (), host, self.calls.append)
-        self.life = SessionLife("chat-1", self.acp, spec, self.tools, deliver=self.box.send.send_nowait, opened=self.opened.append, after=after, resume=resume)
+        self.life = SessionLife("chat-1", self.acp, process, spec, self.tools, deliver=self.box.send.send_nowait, opened=self.opened.append, after=after, resume=resume)
 
     async def started(self) -> Started:
         (got,) = await self.box.until(lambda item: isinstance(item, Started))

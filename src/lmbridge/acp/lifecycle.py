@@ -36,6 +36,7 @@ from lmbridge.core.messages import AgentSpec, ToolInfo
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
+    from lmbridge.acp.process import AgentProcess
     from lmbridge.tools.chat_tools import ChatTools
 
 log = get_logger("session")
@@ -45,8 +46,8 @@ CLOSE_TIMEOUT = 2.0  # seconds an agent may take to answer session/close before 
 #: an agent may answer the close first and end the prompt it cancels just after.
 CLOSE_GRACE = 5.0
 
-#: One answer to an agent's request: (its id, the result, or the error).
-Answer = tuple[int | str | None, Any, dict[str, Any] | None]
+#: The answer to an agent's request its session ended before reading: (its id, the result, or the error).
+LateAnswer = tuple[int | str | None, object, dict[str, Any] | None]
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,8 @@ class Prompts:
 
 
 class SessionLife:
-    """Starts, recovers and closes the ACP session ``session`` of chat ``chat`` (module
-    docstring).
+    """Starts, recovers and closes the ACP session ``session`` of chat ``chat`` on
+    ``process`` (the agent's shared process, as the session's; module docstring).
 
     ``spec``: the agent; ``hint``: its sign-in hint (``auth.Hint``, for ``auth.problem``).
     ``tools``: the chat's MCP endpoint. ``after``: events set once the sessions closed to
@@ -115,6 +116,7 @@ class SessionLife:
         self,
         chat: str,
         session: AcpSession,
+        process: AgentProcess,
         spec: AgentSpec,
         tools: ChatTools,
         *,
@@ -126,6 +128,7 @@ class SessionLife:
     ) -> None:
         self.chat = chat
         self.acp = session
+        self.process = process
         self.spec = spec
         self.tools = tools
         self.hint = hint
@@ -167,7 +170,7 @@ class SessionLife:
         self._starting = await tg.start(self._run, opening)
 
     async def _run(self, opening: Callable[[], Awaitable[Opened]], *, task_status: TaskStatus[anyio.CancelScope]) -> None:
-        pool = self.acp.process.pool
+        pool = self.process.pool
         backstop = pool.start_timeout + 3 * pool.session_timeout
         with anyio.CancelScope() as scope:
             task_status.started(scope)
@@ -194,7 +197,7 @@ class SessionLife:
         self.acp.step = "the sessions closed to make room for it"
         for finished in self.after:
             await finished.wait()
-        process = self.acp.process
+        process = self.process
 
         async def servers() -> list[dict[str, Any]]:
             return await self.tools.start(tools, per_session=process.caps.profile.shared_mcp_registry)
@@ -232,7 +235,7 @@ class SessionLife:
 
         # fast-agent: the session's history holds what a cancel left (an empty assistant
         # message the model API refuses): taken up again it would fail again.
-        resume = take_up and not self.acp.process.caps.profile.cancel_breaks_history
+        resume = take_up and not self.process.caps.profile.cancel_breaks_history
         opened = await self.acp.open(Resume(old) if old is not None and resume else New(lost=True), servers)
         self._opened(opened)
         return opened
@@ -243,7 +246,7 @@ class SessionLife:
         process is restarted once its chats let go of it, so a login made meanwhile is seen."""
         if not auth.is_auth_error(exc.code):
             return None
-        process = self.acp.process
+        process = self.process
         reason = error_reason(exc.data) or exc.message
         message, self.auth = auth.problem(
             self.spec.id, self.spec.name or self.spec.id, reason, process.caps.auth_methods, [self.spec.command, *self.spec.args], self.hint,
@@ -265,7 +268,7 @@ class SessionLife:
             await answered.wait()
         then()
 
-    async def end(self, late: Callable[[], Iterable[Answer]], write_timeout: float) -> None:
+    async def end(self, late: Callable[[], Iterable[LateAnswer]], write_timeout: float) -> None:
         """Leave the agent, after the chat's last frames went out: the session closed where
         offered (bounded; the process lives on for the agent's other chats), the process
         let go of (``AcpSession.detach``), then the agent's requests that reached the

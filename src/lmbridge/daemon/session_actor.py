@@ -34,7 +34,7 @@ from anyio.abc import TaskGroup
 from lmbridge.acp import files as acp_files
 from lmbridge.acp.client_requests import ClientRequests, session_ended
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, Incoming, Response
-from lmbridge.acp.lifecycle import Prompts, SessionLife, Started
+from lmbridge.acp.lifecycle import LateAnswer, Prompts, SessionLife, Started
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, Opened, Write
 from lmbridge.core import elicitation, errors, permissions, present, session_state, turn
@@ -276,7 +276,7 @@ class SessionActor:
         # ``after``: the sessions closed to make room for this one, the session cap).
         self.tools = ChatTools(session_id, spec.tools.allow, spec.tools.deny, hooks.mcp_host, lambda call: self._send.send_nowait(_ToolInvoked(call)), recorder)
         self.life = SessionLife(
-            session_id, self.acp, spec, self.tools, deliver=self._send.send_nowait, opened=self._opening, hint=auth_hint(spec), after=after, resume=resume,
+            session_id, self.acp, self.process, spec, self.tools, deliver=self._send.send_nowait, opened=self._opening, hint=auth_hint(spec), after=after, resume=resume,
         )  # fmt: skip
         # The session's modes, options, commands and usage (session_state), told to the shim.
         self.controls = ChatControls(session_id, self.acp, self._send, lambda: self.acp_session is not None, spec.mode, self._options_changed)
@@ -725,8 +725,8 @@ class SessionActor:
         # closed (the writer has ended), bounded. From then on the pool answers them.
         await self.life.end(self._late_requests, WRITE_TIMEOUT)
 
-    def _late_requests(self) -> list[tuple[int | str | None, Any, dict[str, Any] | None]]:
-        late = []
+    def _late_requests(self) -> list[LateAnswer]:
+        late: list[LateAnswer] = []
         while True:
             try:
                 answer = _unread_answer(self._mailbox.receive_nowait())
