@@ -12,10 +12,11 @@ actor, which carries out the turn machine's effects (``turn.StartAgent``,
   (``Prompts.answered``: an event, set when that answer is read), bounded.
 * ``end``: the chat has ended: its session closed where offered and the process let go of.
 
-A start runs in a child task of the caller's task group, started with
-``TaskGroup.start()``: the task hands back its cancel scope (``task_status.started``), so
-the caller's loop never waits on the agent, and the start's outcome reaches the caller's
-mailbox as one ``Started`` message, in order with the session's frames. Each step is
+A start runs in a child task of the caller's task group, begun with ``TaskGroup.start()``:
+it returns once the task is under way and can be stopped (``cancel``), so the caller's
+loop never waits on the agent. The start's outcome reaches the caller's mailbox as one
+``Started`` message, in order with the session's frames (the updates a ``session/load``
+replays come before it, and are not shown). Each step is
 bounded where it waits (``AgentProcess.connect``: initialize; ``AcpSession``: each session
 request); the whole by the pool's start bound plus three session bounds, a backstop.
 """
@@ -167,13 +168,16 @@ class SessionLife:
             self._starting.cancel()
 
     async def _spawn(self, tg: TaskGroup, opening: Callable[[], Awaitable[Opened]]) -> None:
-        self._starting = await tg.start(self._run, opening)
+        # Returns once the start's task is under way, its scope in place: a ``cancel`` from
+        # then on reaches it.
+        await tg.start(self._run, opening)
 
-    async def _run(self, opening: Callable[[], Awaitable[Opened]], *, task_status: TaskStatus[anyio.CancelScope]) -> None:
+    async def _run(self, opening: Callable[[], Awaitable[Opened]], *, task_status: TaskStatus[None]) -> None:
         pool = self.process.pool
         backstop = pool.start_timeout + 3 * pool.session_timeout
         with anyio.CancelScope() as scope:
-            task_status.started(scope)
+            self._starting = scope
+            task_status.started()
             opened: Opened | None = None
             error, named = None, False
             try:
