@@ -40,7 +40,7 @@ from lmbridge.acp.session import AcpSession, Opened, Write
 from lmbridge.core import elicitation, errors, permissions, present, session_state, turn
 from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, squeezed
 from lmbridge.core.jobs import JobInfo
-from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
+from lmbridge.core.messages import AgentSpec, Message, ToolInfo
 from lmbridge.core.permissions import Answer
 from lmbridge.core.present import Part, Skipped, TurnRenderer
 from lmbridge.core.text import clip
@@ -49,6 +49,7 @@ from lmbridge.daemon.catalog import auth_hint
 from lmbridge.daemon.chat_controls import ChatControls, ControlSet, SetControl
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import NoClient
+from lmbridge.tools import chat_tools
 from lmbridge.tools.chat_tools import ChatTools
 
 if TYPE_CHECKING:
@@ -594,17 +595,8 @@ class SessionActor:
         call = self.tool_calls.pop(fx.call_id, None)
         if call is None:
             return
-        from mcp import types
-
-        from lmbridge.tools.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT, error_result, result_content
-
         job = self.jobs.get(fx.job_id) if fx.job_id is not None else None
-        result: ToolResultPart | None = job.decision.results.get(fx.call_id) if job is not None else None
-        if fx.answer is Answer.RESULT and result is not None:
-            content: list[Any] = list(result_content(result))
-            call.resolve(types.CallToolResult(content=content))
-        else:
-            call.resolve(error_result(DECLINED_TEXT if fx.answer is Answer.DECLINED else STOPPED_TEXT))
+        chat_tools.answer(call, fx.answer, job.decision.results.get(fx.call_id) if job is not None else None)
         log.info("tool call answered", session=self.id, callId=fx.call_id, answer=fx.answer.value)
 
     def _answer_question(self, fx: turn.AnswerQuestion) -> None:

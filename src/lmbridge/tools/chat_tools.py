@@ -7,7 +7,7 @@ fixed when a session is opened (ACP "Session Setup"), so a chat whose first requ
 carries none is never offered any. A session taken from the process's spare comes with
 the spare's endpoint (``adopt``). Each later request's tools replace the list the agent
 sees (``offer``: ``tools/list_changed``). Each ``tools/call`` is handed to ``on_call``
-(the session actor's mailbox).
+(the session actor's mailbox), and answered once the turn machine says how (``answer``).
 
 The MCP SDK is loaded only when a request carries tools (``mcp_bridge`` is imported
 lazily: keep it off the start-up path).
@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from lmbridge.core.messages import ToolInfo
+from lmbridge.core.messages import ToolInfo, ToolResultPart
+from lmbridge.core.permissions import Answer
 
 if TYPE_CHECKING:
     from lmbridge.rpc.record import Recorder
@@ -100,3 +101,19 @@ class ChatTools:
     async def _on_call(self, call: ToolCall) -> None:
         # Runs in the MCP server's task: handed to the chat's owner.
         self._deliver(call)
+
+
+def answer(call: ToolCall, how: Answer, result: ToolResultPart | None) -> None:
+    """Answer the agent's ``tools/call`` ``call`` as the turn machine says (``how``, a
+    ``turn.ResolveTool``'s): ``Answer.RESULT`` with VS Code's ``result`` (its content as the
+    MCP result; docs/tools.md), anything else (or no result) with an error result saying the
+    user declined it (``DECLINED``) or stopped the chat (``CANCELLED``). A call already
+    answered is left as it is (``ToolCall.resolve``)."""
+    from mcp import types
+
+    from lmbridge.tools.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT, error_result, result_content
+
+    if how is Answer.RESULT and result is not None:
+        call.resolve(types.CallToolResult(content=list(result_content(result))))
+    else:
+        call.resolve(error_result(DECLINED_TEXT if how is Answer.DECLINED else STOPPED_TEXT))
