@@ -718,6 +718,7 @@ class SessionActor:
         await self.life.end(self._late_requests, WRITE_TIMEOUT)
 
     def _late_requests(self) -> list[LateAnswer]:
+        """The answers owed to the agent's requests left in the mailbox (``_unread_answer``)."""
         late: list[LateAnswer] = []
         while True:
             try:
@@ -734,7 +735,7 @@ def _object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _unread_answer(msg: Any) -> tuple[int | str | None, Any, dict[str, Any] | None] | None:
+def _unread_answer(msg: Any) -> LateAnswer | None:
     """``(rid, result, error)``: the answer to an agent's request its session ended before
     reading (``msg`` from the mailbox): a permission ``cancelled`` (nothing approved), a request
     with an unusable id ``BAD_ID_ERROR``, anything else ``client_requests.session_ended``. None: not an agent's request."""
