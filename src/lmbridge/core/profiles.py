@@ -48,7 +48,7 @@ class AgentProfile:
     first prompt after it fails and keeps failing in that session, resumed or not
     (fast-agent: a Stop mid-stream leaves an empty assistant message, which model APIs
     refuse with HTTP 400). Recovered in a fresh session told the conversation, never by
-    taking the same session up again (``session_actor.SessionActor._recover_session``).
+    taking the same session up again (``acp.lifecycle.SessionLife.recover``).
 
     ``cancel_leaves_commands``: a ``session/cancel`` ends the turn but not a command it runs
     (codex-acp 2.6.0: ``session/cancel`` interrupts the turn, its command goes on as a

@@ -14,12 +14,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import PurePosixPath as Path
 from typing import Any
 
 from lmbridge.core import notices, permissions
-from lmbridge.core.history import has_user_content
+from lmbridge.core.history import conversation, has_user_content
 from lmbridge.core.messages import DataPart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from lmbridge.core.permissions import ACTION_TOOLS
 from lmbridge.core.user_message import Attachment, UserInput, parse_user_message
@@ -199,3 +199,26 @@ def prompt_blocks(
             elif isinstance(p, ToolResultPart):
                 blocks.append({"type": "text", "text": message_text(Message(role="user", content=[p]), actions)})
     return blocks or [{"type": "text", "text": ""}]
+
+
+def whole_conversation(
+    history: Sequence[Message], prompt: tuple[Message, ...], answered: Iterable[str] = ()
+) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
+    """``(context, prompt)`` for a fresh ACP session (docs/architecture.md, "Divergence"):
+    everything of ``history`` (VS Code's messages, the request's whole conversation) before
+    ``prompt`` as context, system messages and empty assistant messages left out
+    (``history.conversation``), and the results of the permissions just ``answered``
+    (their callIds: ``Decision.answers``) too: they answer the agent, they are not context.
+    ``prompt`` is the conversation's tail, save what the history core put before it (what a
+    woken session is told about its interrupted turn): only the part of ``history`` that
+    equals the prompt's tail is left out of the context. ``prompt`` is returned as given."""
+    left_out = set(answered)
+    conv: list[Message] = []
+    for m in conversation(history):
+        content = [p for p in m.content if not (isinstance(p, ToolResultPart) and p.callId in left_out)]
+        if content:
+            conv.append(m if len(content) == len(m.content) else m.model_copy(update={"content": content}))
+    tail = 0
+    while tail < min(len(conv), len(prompt)) and conv[-1 - tail] == prompt[-1 - tail]:
+        tail += 1
+    return tuple(conv[: len(conv) - tail]), prompt

@@ -10,7 +10,7 @@ mypy proves every kind is handled (docs/architecture.md "Tasks and ownership"). 
 - the agent's process (``acp.process.AgentProcess``, routing by sessionId and request id):
   ``Incoming`` (the agent's notifications and requests), ``Response`` (a ``session/prompt``'s
   answer, in order with the updates), ``AgentGone``;
-- the actor's own child tasks: ``turn.Ready`` (a start), ``turn.SessionClosed`` (a close),
+- the actor's own child tasks: ``Started`` (a start, ``acp.lifecycle.SessionLife``), ``turn.SessionClosed`` (a close),
   ``turn.TimerFired`` (``daemon.timers``), ``ControlSet`` and ``Response`` (``ChatControls``),
   ``turn.Update`` (a terminal's output, ``acp.terminals``), ``McpCall`` (the chat's MCP endpoint).
 
@@ -20,7 +20,7 @@ queued is dropped unanswered.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -29,6 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from lmbridge.acp.client_requests import session_ended
 from lmbridge.acp.connection import BAD_ID_ERROR, Incoming, Response
+from lmbridge.acp.lifecycle import LateAnswer, Started
 from lmbridge.acp.process import AgentGone
 from lmbridge.core import elicitation, permissions, turn
 from lmbridge.daemon.chat_controls import ControlSet, SetControl
@@ -64,11 +65,11 @@ class EndSession:
 #: actor's ``_handle`` (mypy's ``assert_never`` there fails until it is).
 Mail: TypeAlias = (
     "Job | CancelRequest | EndSession | SetControl | Incoming | Response | AgentGone | McpCall | ControlSet"
-    " | turn.Ready | turn.SessionClosed | turn.TimerFired | turn.Update"
+    " | Started | turn.SessionClosed | turn.TimerFired | turn.Update"
 )
 
 #: An answer to one of the agent's requests: ``(rid, result, error)``, as ``ClientRequests.Respond`` takes it.
-Reply: TypeAlias = tuple[int | str | None, object, Mapping[str, object] | None]
+Reply: TypeAlias = LateAnswer
 
 
 def drain(mailbox: MemoryObjectReceiveStream[Mail]) -> Iterator[Mail]:

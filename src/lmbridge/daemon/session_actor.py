@@ -26,6 +26,7 @@ import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol, assert_never
 
 import anyio
@@ -34,17 +35,18 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from lmbridge.acp import files as acp_files
 from lmbridge.acp.client_requests import ClientRequests
-from lmbridge.acp.connection import BAD_ID_ERROR, AgentError, AgentUnavailable, Incoming, Response, error_reason
+from lmbridge.acp.connection import BAD_ID_ERROR, Incoming, Response
+from lmbridge.acp.lifecycle import Prompts, SessionLife, Started
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
-from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare
-from lmbridge.core import auth, elicitation, errors, permissions, present, session_state, turn
-from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, conversation, squeezed
+from lmbridge.acp.session import AcpSession, Opened
+from lmbridge.core import elicitation, errors, permissions, present, session_state, turn
+from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, squeezed
 from lmbridge.core.jobs import JobInfo
-from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
+from lmbridge.core.messages import AgentSpec, Message, ToolInfo
 from lmbridge.core.permissions import Answer
 from lmbridge.core.present import Part, Skipped, TurnRenderer
 from lmbridge.core.text import clip
-from lmbridge.core.transcript import prompt_blocks
+from lmbridge.core.transcript import prompt_blocks, whole_conversation
 from lmbridge.daemon.agent_writer import WRITE_TIMEOUT, AgentWriter
 from lmbridge.daemon.catalog import auth_hint
 from lmbridge.daemon.chat_controls import ChatControls, ControlSet, Report, SetControl
@@ -53,12 +55,14 @@ from lmbridge.daemon.timers import Timers
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import NoClient
 from lmbridge.rpc.jsonrpc import json_object
+from lmbridge.tools import chat_tools
+from lmbridge.tools.chat_tools import ChatTools
 
 if TYPE_CHECKING:
     from lmbridge.core.messages import ModelConfiguration
     from lmbridge.daemon.stdio import RequestId
     from lmbridge.rpc.record import Recorder
-    from lmbridge.tools.mcp_bridge import McpHost, McpServer, ToolBridge, ToolCall
+    from lmbridge.tools.mcp_bridge import McpHost, ToolCall
 
 log = get_logger("session")
 
@@ -71,10 +75,6 @@ def _seconds(name: str, default: float) -> float:
 # The start's bounds are the pool's (acp.process: START_TIMEOUT for spawn + initialize,
 # SESSION_TIMEOUT for each session request); while it waits, a line every START_PROGRESS seconds.
 START_PROGRESS = _seconds("LMBRIDGE_START_PROGRESS", turn.START_PROGRESS)
-CLOSE_TIMEOUT = 2.0  # seconds an agent may take to answer session/close before it is stopped
-#: Seconds a closed session's cancelled prompt may take to be answered after session/close:
-#: an agent may answer the close first and end the prompt it cancels just after.
-CLOSE_GRACE = 5.0
 DRAIN_TIMEOUT = _seconds("LMBRIDGE_DRAIN_TIMEOUT", turn.DRAIN)
 START_NOTICE = _seconds("LMBRIDGE_START_NOTICE", turn.START_NOTICE)
 # Bytes of text kept for the next request while a permission card waits: bounded, so output nobody reads cannot grow without end.
@@ -250,12 +250,8 @@ class SessionActor:
         notice: float | None = None,
     ) -> None:
         self.id = session_id
-        # Sessions closed to make room for this one (the session cap): they are closed
-        # at the agent before this one opens, so the cap holds at the agent too.
-        self.after = tuple(after)
         self.pool = pool or AgentPool()
         self.process: AgentProcess = self.pool.process(spec, cwd)
-        self.resume = resume
         self.recorder = recorder
         self.spec = spec
         self.cwd = cwd
@@ -266,9 +262,14 @@ class SessionActor:
         self._writer = AgentWriter(lambda: self.acp.conn, spec.id, {"session": session_id})
         # The chat's ACP session: every session/* request goes through it.
         self.acp = AcpSession(self.process, self._send, log_fields={"session": session_id})
-        self._auth: dict[str, Any] | None = None  # auth.problem's data once the agent said it needs a login
         self.acp_session: str | None = None  # the session whose updates are shown (from Ready on)
-        self._opened: Opened | None = None  # what a start opened, taken at Ready
+        # The chat's MCP endpoint (the VS Code tools it offers) and its session's start,
+        # recovery and close (each start's outcome comes back on the mailbox: ``Started``;
+        # ``after``: the sessions closed to make room for this one, the session cap).
+        self.tools = ChatTools(session_id, spec.tools.allow, spec.tools.deny, hooks.mcp_host, lambda call: self._send.send_nowait(McpCall(call)), recorder)
+        self.life = SessionLife(
+            session_id, self.acp, self.process, spec, self.tools, deliver=self._send.send_nowait, opened=self._opening, hint=auth_hint(spec), after=after, resume=resume,
+        )  # fmt: skip
         # The session's modes, options, commands and usage (session_state), told to the shim.
         self.controls = ChatControls(session_id, self.acp, self._send, lambda: self.acp_session is not None, spec.mode, self._options_changed)
         self.skipped = Skipped()  # what of the agent's traffic could not be used, counted
@@ -282,13 +283,10 @@ class SessionActor:
         )
         self.jobs: dict[int, Job] = {}
         self._prompt_usage: object = None  # the last session/prompt result's ``usage`` (ACP), until its answer ends
-        self._prompts: dict[int, int] = {}  # session/prompt request id → the machine's prompt number
+        self._prompts = Prompts()  # session/prompt request id → the machine's prompt number
         self._job_ids = 0
         self.tool_calls: dict[str, ToolCall] = {}  # callId → the VS Code tool call the agent waits on
-        self.bridge: ToolBridge | None = None  # when the agent is offered VS Code tools
-        self.mcp_servers: list[McpServer] = []
         self._timers = Timers(self._send)
-        self._starting: anyio.CancelScope | None = None
         self._tg: TaskGroup | None = None
         self._closed = False
         self._stop = False
@@ -417,10 +415,10 @@ class SessionActor:
                 event = turn.ToolInvoked(call.call_id, call.name, call.arguments or {})
             case AgentGone(conn=conn):
                 # A start under way whose process another request found stuck opens its session on
-                # a new process (_start_agent): that process's end is not this chat's.
-                retried = self._starting is not None and self.acp.replaced()
+                # a new process (SessionLife.start): that process's end is not this chat's.
+                retried = self.life.starting() and self.acp.replaced()
                 event = turn.AgentExited(conn.describe_exit()) if conn is self.acp.conn and not retried else None
-            case turn.Ready():
+            case Started():
                 event = self._ready(msg)
             case EndSession(reason=reason):
                 event = turn.Close(reason)
@@ -444,7 +442,7 @@ class SessionActor:
             return None
         if msg.error is not None:
             msg.error.args = (f"session/prompt: {msg.error.args[0].split(': ', 1)[-1]}",)
-            problem = self._auth_problem(msg.error)
+            problem = self.life.auth_problem(msg.error)
             return turn.PromptEnded(seq, error=problem or str(msg.error), named=problem is not None)
         self.controls.prompt_ended(msg.result)
         self._prompt_usage = json_object(msg.result).get("usage")  # the answer's usage part reads it (``_finish``)
@@ -463,20 +461,20 @@ class SessionActor:
         self.jobs[job.id] = job
         if job.request.report is not None:
             self.controls.requested(job.request.report, job.request.request_id)
-        if self.bridge is not None:
-            await self.bridge.set_tools(self._offered(job))
+        await self.tools.offer(job.tools)
         return turn.NewJob(job.info())
 
-    def _ready(self, msg: turn.Ready) -> turn.Ready:
+    def _ready(self, msg: Started) -> turn.Ready:
         """A start ended: the session it opened is this actor's from here on (updates queued
         before, session/load's replay of the history, were not for the user)."""
-        opened, self._opened = self._opened, None
+        opened = msg.opened
+        ready = turn.Ready(msg.error, msg.named)
         if opened is not None:
             self.acp_session = opened.session_id
             self.machine.reset_renderer(self._renderer())
-            msg = turn.Ready(msg.error, msg.named, opened.lost)
+            ready = turn.Ready(msg.error, msg.named, opened.lost)
         self.controls.ready(opened)
-        return msg
+        return ready
 
     async def _incoming(self, msg: Incoming) -> turn.Event | None:
         """The agent's notification or request: an update or a question for the machine, or
@@ -500,8 +498,8 @@ class SessionActor:
                         self._writer.respond(rid, {"outcome": dict(permissions.CANCELLED)})
                     return None
                 bridge = None
-                if self.bridge is not None:
-                    bridge = permissions.Bridge(self.bridge.name, frozenset(self.bridge.tools), self.process.caps.profile)
+                if self.tools.bridge is not None:
+                    bridge = permissions.Bridge(self.tools.bridge.name, frozenset(self.tools.bridge.tools), self.process.caps.profile)
                 call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
                 return turn.PermissionAsked(
                     rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id,
@@ -537,7 +535,7 @@ class SessionActor:
                 case turn.Fail():
                     job = self.jobs.pop(fx.job_id, None)
                     if job is not None and not job.done.is_set():
-                        job.error, job.error_data = fx.message, self._auth
+                        job.error, job.error_data = fx.message, self.life.auth
                         job.done.set()
                 case turn.Respond():
                     log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
@@ -554,12 +552,14 @@ class SessionActor:
                     self._writer.send(self.acp.cancel())
                     self.client.stop()  # what the turn's approvals allowed, and the commands it runs
                 case turn.StartAgent():
-                    self._spawn_start(self._start_agent(self.jobs[fx.job_id]))
+                    assert self._tg is not None
+                    await self.life.start(self._tg, self.jobs[fx.job_id].tools)
                 case turn.NewSession():
-                    self._spawn_start(self._recover_session(close=fx.close, take_up=fx.take_up))
+                    assert self._tg is not None
+                    await self.life.recover(self._tg, close=fx.close, take_up=fx.take_up)
                 case turn.CloseSession():
                     assert self._tg is not None
-                    self._tg.start_soon(self._close_then, fx.seq)
+                    self._tg.start_soon(self.life.close_then, self._prompts.answered(fx.seq), partial(self._send.send_nowait, turn.SessionClosed(fx.seq)))
                 case turn.Prompt():
                     self.client.revoke()  # an approval covers the turn it was given in
                     self._prompt(fx)
@@ -572,7 +572,7 @@ class SessionActor:
                     await self.hooks.died(self.id)
                 case turn.Detach():
                     # The next StartAgent restarts the process and takes this session up again.
-                    self.resume, self.acp_session = self.acp.forget(), None
+                    self.life.resume, self.acp_session = self.acp.forget(), None
                 case turn.Shutdown():
                     self._stop = True
                 case turn.Log():
@@ -597,17 +597,8 @@ class SessionActor:
         call = self.tool_calls.pop(fx.call_id, None)
         if call is None:
             return
-        from mcp import types
-
-        from lmbridge.tools.mcp_bridge import DECLINED_TEXT, STOPPED_TEXT, error_result, result_content
-
         job = self.jobs.get(fx.job_id) if fx.job_id is not None else None
-        result: ToolResultPart | None = job.decision.results.get(fx.call_id) if job is not None else None
-        if fx.answer is Answer.RESULT and result is not None:
-            content: list[Any] = list(result_content(result))
-            call.resolve(types.CallToolResult(content=content))
-        else:
-            call.resolve(error_result(DECLINED_TEXT if fx.answer is Answer.DECLINED else STOPPED_TEXT))
+        chat_tools.answer(call, fx.answer, job.decision.results.get(fx.call_id) if job is not None else None)
         log.info("tool call answered", session=self.id, callId=fx.call_id, answer=fx.answer.value)
 
     def _answer_question(self, fx: turn.AnswerQuestion) -> None:
@@ -621,87 +612,9 @@ class SessionActor:
 
     # -- starting ----------------------------------------------------------------
 
-    def _spawn_start(self, start: Awaitable[None]) -> None:
-        """Run a start (agent or ACP session) in a child task; it answers ``turn.Ready``.
-        Each step is bounded where it waits (``AgentProcess.connect``: initialize;
-        ``AcpSession``: each session request); the whole by the start bound plus three
-        session bounds, a backstop."""
-        scope = self._starting = anyio.CancelScope()
-        backstop = self.pool.start_timeout + 3 * self.pool.session_timeout
-
-        async def run() -> None:
-            with scope:
-                error, named = None, False
-                try:
-                    with anyio.fail_after(backstop):
-                        await start
-                except TimeoutError:
-                    error = f"no answer to {self.acp.step} within {backstop:g} s"
-                except AgentUnavailable as exc:  # its message names the agent and says why (exit code, stderr, a missed bound)
-                    error, named = str(exc) or "the agent exited", bool(str(exc))
-                except AgentError as exc:
-                    problem = self._auth_problem(exc)
-                    error, named = problem or str(exc), problem is not None
-                except ValueError as exc:
-                    error = str(exc) or type(exc).__name__
-                finally:
-                    if self._starting is scope:
-                        self._starting = None
-                self._send.send_nowait(turn.Ready(error, named))
-
-        assert self._tg is not None
-        self._tg.start_soon(run)
-
-    async def _start_agent(self, job: Job) -> None:
-        self.acp.step = "the sessions closed to make room for it"
-        for finished in self.after:
-            await finished.wait()
-
-        async def servers() -> list[McpServer]:
-            if self.bridge is None:
-                await self._start_bridge(job)
-            return self.mcp_servers
-
-        how = Spare(tuple(self._offered(job))) if self.resume is None else Resume(self.resume)
-        await self.acp.connect()
-        try:
-            opened = await self.acp.open(how, servers)
-        except AgentUnavailable:
-            if not self.acp.replaced():
-                raise
-            # The shared process was found stuck (by this request or another) and stopped:
-            # once more on a new process, which this chat need not share with a frozen one.
-            log.warning("agent process replaced: opening the session on a new one", session=self.id, agent=self.spec.id)
-            await self.acp.connect()
-            opened = await self.acp.open(how, servers)
-        self._opening(opened)
-        if opened.spare is not None and opened.spare.bridge is not None:
-            await opened.spare.bridge.set_tools(self._offered(job))
-
     def _opening(self, opened: Opened) -> None:
-        """A start opened ``opened``: the chat's from the ``Ready`` on; told to the history actor."""
-        if opened.spare is not None:
-            # Opened ahead (acp.process.Spare): this chat's from now on, its tools endpoint too.
-            self.bridge, self.mcp_servers = opened.spare.bridge, opened.spare.mcp_servers
-            if self.bridge is not None:  # a spare offering no tools has none
-                self.bridge.on_call = self._on_mcp_call
-        self._opened = opened
+        """A start opened ``opened`` (the chat's from its ``Started`` on): told to the history actor."""
         self.hooks.opened(self.id, opened.session_id, opened.resumable, opened.config_options)
-
-    def _auth_problem(self, exc: AgentError) -> str | None:
-        """The message for an agent's error that says it needs a login (auth.problem), its
-        data kept for the chat's error; None for any other error. The process is
-        restarted once its chats let go of it, so a login made meanwhile is seen."""
-        if not auth.is_auth_error(exc.code):
-            return None
-        reason = error_reason(exc.data) or exc.message
-        message, self._auth = auth.problem(
-            self.spec.id, self.spec.name or self.spec.id, reason, self.process.caps.auth_methods,
-            [self.spec.command, *self.spec.args], auth_hint(self.spec),
-        )  # fmt: skip
-        self.process.retire()
-        log.warning("agent needs a login", session=self.id, agent=self.spec.id, reason=reason)
-        return message
 
     def _options_changed(self, config_options: Any) -> None:
         """The agent answered new ``configOptions`` for the chat's session: the history actor keeps them."""
@@ -709,77 +622,19 @@ class SessionActor:
             caps = self.process.caps
             self.hooks.opened(self.id, self.acp.id, caps.resume or caps.load, config_options)
 
-    async def _recover_session(self, close: bool = True, take_up: bool = True) -> None:
-        """The session cannot simply continue (``turn.NewSession``: the stale turn after a
-        cancel, docs/agents.md "Quirks"; a cancelled turn that outlived its drain deadline): closed where
-        the agent offers it (``close``), then taken up again (``take_up``:
-        ``AcpSession.open(Resume)``), or, the old one left for good (its prompt still open),
-        replaced by a fresh session told the conversation. For an agent whose profile says a
-        cancel breaks the session's history (``AgentProfile.cancel_breaks_history``), never
-        taken up again: a fresh session told the conversation."""
-        old = self.acp.id
-        if close:
-            await self.acp.close(CLOSE_TIMEOUT)
-        if old is not None and not take_up:
-            self.acp.leave()
-
-        async def servers() -> list[McpServer]:
-            return self.mcp_servers
-
-        # fast-agent: the session's history holds what a cancel left (an empty assistant
-        # message the model API refuses): taken up again it would fail again.
-        resume = take_up and not self.process.caps.profile.cancel_breaks_history
-        self._opening(await self.acp.open(Resume(old) if old is not None and resume else New(lost=True), servers))
-
-    async def _close_then(self, seq: int) -> None:
-        """``turn.CloseSession``: close the session, then tell the machine (``SessionClosed``)."""
-        await self.acp.close(CLOSE_TIMEOUT)
-        # The close's answer may come before the answer to the prompt it ended (the agent
-        # ends that turn once it has answered): let the prompt's answer reach the machine
-        # first, or the session would be left for a fresh one although the prompt ended.
-        with anyio.move_on_after(CLOSE_GRACE):
-            while seq in self._prompts.values():
-                await anyio.sleep(0.05)
-        self._send.send_nowait(turn.SessionClosed(seq))
-
-    def _offered(self, job: Job) -> list[ToolInfo]:
-        if not job.tools:
-            return []
-        from lmbridge.tools.mcp_bridge import select_tools
-
-        return select_tools(job.tools, self.spec.tools.allow, self.spec.tools.deny)
-
-    async def _start_bridge(self, job: Job) -> None:
-        """Offer the request's VS Code tools through the synthetic MCP server
-        (docs/tools.md). Only a session whose first request carries tools gets one:
-        ``mcpServers`` are fixed at ``session/new``."""
-        tools = self._offered(job)
-        if not tools:
-            return
-        from lmbridge.tools.mcp_bridge import ToolBridge, server_name
-
-        host = await self.hooks.mcp_host()
-        self.bridge = ToolBridge(self.id, self._on_mcp_call, self.recorder, server_name(self.id, self.process.caps.profile.shared_mcp_registry))
-        await host.add(self.bridge)
-        await self.bridge.set_tools(tools)
-        self.mcp_servers = [host.server_config(self.bridge)]
-
-    async def _on_mcp_call(self, call: ToolCall) -> None:
-        # Runs in the MCP server's task: hand the call to the actor's loop.
-        self._send.send_nowait(McpCall(call))
-
     # -- prompting -----------------------------------------------------------------
 
     def _prompt(self, fx: turn.Prompt) -> None:
         job = self.jobs[fx.job_id]
-        context, prompt = self._whole_conversation(job) if fx.whole else (job.decision.context, job.decision.prompt)
+        d = job.decision
+        context, prompt = whole_conversation(job.history, d.prompt, d.answers) if fx.whole else (d.context, d.prompt)
         blocks = prompt_blocks(
             tuple(fx.unsent) + context, prompt, images=self.process.caps.images, embedded_context=self.process.caps.embedded_context, verbatim=job.verbatim
         )
         blocks = session_state.agent_command(blocks, self.controls.state.commands)  # "//compact": the agent's own command
         # The answer comes on the mailbox in order with the agent's updates (acp.connection.Response).
         rid, write = self.acp.prompt(blocks)
-        self._prompts[rid] = fx.seq
+        self._prompts.add(rid, fx.seq)
         changes: dict[str, str] = self.acp.wanted(job.model, None)
         changes.update(self.controls.chosen(job.request.configuration, job.request.picked))
         if changes:  # the model VS Code chose, the chat's mode and options: set before the prompt
@@ -787,24 +642,6 @@ class SessionActor:
             self._tg.start_soon(self.controls.configure_then, changes, write, self._writer.out, rid)
         else:
             self._writer.send(write)
-
-    @staticmethod
-    def _whole_conversation(job: Job) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
-        """(context, prompt) for a fresh ACP session: everything VS Code shows
-        before the job's prompt (system messages left out, as always) as context."""
-        answered = set(job.decision.answers)  # results of the permissions just answered: not context
-        conv = []
-        for m in conversation(job.history):
-            content = [p for p in m.content if not (isinstance(p, ToolResultPart) and p.callId in answered)]
-            if content:
-                conv.append(m if len(content) == len(m.content) else m.model_copy(update={"content": content}))
-        prompt = job.decision.prompt
-        # The prompt is the conversation's tail, save what the history core put before it
-        # (what a woken session is told about its interrupted turn): only the tail goes.
-        tail = 0
-        while tail < min(len(conv), len(prompt)) and conv[-1 - tail] == prompt[-1 - tail]:
-            tail += 1
-        return tuple(conv[: len(conv) - tail]), prompt
 
     # -- stopping --------------------------------------------------------------------
 
@@ -820,30 +657,19 @@ class SessionActor:
         every VS Code tool call still waiting given an error result, every terminal killed.
         The process is the pool's (it exits once idle). Runs shielded, after the machine's
         last answers."""
-        if self._starting is not None:
-            self._starting.cancel()
+        self.life.cancel()
         self.client.end()  # requests being served answered before the session's last frames and its close
         await self.client.aclose()
         self._timers.stop_all()
         for call_id in list(self.tool_calls):
             self._resolve_tool(turn.ResolveTool(call_id, Answer.CANCELLED))
-        if self.bridge is not None:
-            bridge, self.bridge = self.bridge, None
-            (await self.hooks.mcp_host()).remove(bridge.session_id)
+        await self.tools.stop()
         # The machine's last frames (session/cancel, then the cancelled permissions) go out
         # first, within the write bound; then the session is closed.
         await self._writer.finish()
         self.acp_session = None
-        # The agent frees what the session holds (ACP session/close, where offered);
-        # bounded, as any write. The process lives on for the agent's other chats.
-        await self.acp.close(CLOSE_TIMEOUT)
-        conn = self.acp.conn
-        self.acp.detach()
-        # Requests of the agent's that reached the mailbox while the session closed (the
-        # writer has ended): answered here, bounded. From now on the pool answers them.
-        late = [answer for answer in map(unread_answer, drain(self._mailbox)) if answer is not None]
-        if late and conn is not None and not conn.closed.is_set():
-            with anyio.move_on_after(WRITE_TIMEOUT):
-                for rid, result, error in late:
-                    await conn.respond(rid, result, error=error)
+        # The agent frees what the session holds (ACP session/close, where offered), then
+        # answers the requests of the agent's that reached the mailbox while the session
+        # closed (the writer has ended), bounded. From then on the pool answers them.
+        await self.life.end(lambda: [answer for answer in map(unread_answer, drain(self._mailbox)) if answer is not None], WRITE_TIMEOUT)
 
