@@ -122,3 +122,22 @@ def test_whatever_a_link_writes_is_strict_json(value: Any) -> None:
     line = jsonrpc.encode({"jsonrpc": "2.0", "id": 1, "result": value})
     assert line.endswith(b"\n") and b"\n" not in line[:-1]
     assert parse_json(line)["id"] == 1  # the strict parser (no NaN, no Infinity) takes it
+
+
+WRITTEN_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=-(10**40), max_value=10**40) | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(WRITTEN_VALUES)
+def test_encode_json_writes_what_encode_writes(value: Any) -> None:
+    """The response parts' fast writer (pydantic-core's) gives the value the one frame
+    writer gives, for any JSON value: lone surrogates, floats that are not finite (null),
+    integers past 64 bits, tuples."""
+    fast = jsonrpc.encode_json(value)
+    slow = jsonrpc.encode(value)
+    assert b"\n" not in fast
+    assert same(parse_json(fast), parse_json(slow))

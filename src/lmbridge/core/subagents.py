@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Container
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from lmbridge.core.session_state import state_kind
 
@@ -57,9 +56,9 @@ class Route(enum.Enum):
     NONE = "none"  # no chat: answered as a frame for no open session
 
 
-@dataclass(frozen=True)
-class Routed:
-    """``route``'s answer: the route and the open session whose chat takes the frame (None for ``DROP``/``NONE``)."""
+class Routed(NamedTuple):
+    """``route``'s answer: the route and the open session whose chat takes the frame (None
+    for ``DROP``/``NONE``). A named tuple: one is made per frame an agent sends."""
 
     route: Route
     session: str | None = None

@@ -35,6 +35,7 @@ from lmbridge.core import elicitation, permissions, turn
 from lmbridge.daemon.chat_controls import ControlSet, SetControl
 
 if TYPE_CHECKING:
+    from lmbridge.daemon.mailbox import ChunkMailbox
     from lmbridge.daemon.session_actor import Job
     from lmbridge.tools.mcp_bridge import ToolCall
 
@@ -72,7 +73,7 @@ Mail: TypeAlias = (
 Reply: TypeAlias = LateAnswer
 
 
-def drain(mailbox: MemoryObjectReceiveStream[Mail]) -> Iterator[Mail]:
+def drain(mailbox: MemoryObjectReceiveStream[Mail] | ChunkMailbox[Mail]) -> Iterator[Mail]:
     """What ``mailbox`` holds now, without waiting: each message until it is empty or closed."""
     while True:
         try:

@@ -51,6 +51,7 @@ from lmbridge.daemon.agent_writer import WRITE_TIMEOUT, AgentWriter
 from lmbridge.daemon.catalog import auth_hint
 from lmbridge.daemon.chat_controls import ChatControls, ControlSet, Report, SetControl
 from lmbridge.daemon.mail import CancelRequest, EndSession, Mail, McpCall, drain, left_unread, unread_answer
+from lmbridge.daemon.mailbox import ChunkMailbox
 from lmbridge.daemon.timers import Timers
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import NoClient
@@ -140,7 +141,8 @@ class Job:
     id: int = 0  # set by the actor when it takes the job up
     # What this response emitted, for the history core's fingerprint.
     _text: hashlib.blake2b = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
-    _shown: hashlib.blake2b = field(default_factory=lambda: hashlib.blake2b(digest_size=16))  # text + thinking
+    # Text + thinking; None while only text was counted (it is then ``_text``): text is hashed once.
+    _shown: hashlib.blake2b | None = None
     call_ids: list[str] = field(default_factory=list)
     # The text's digest at each of the last part boundaries (history.Fingerprint.prefixes).
     _prefixes: deque[bytes] = field(default_factory=lambda: deque(maxlen=PREFIXES))
@@ -186,8 +188,11 @@ class Job:
                 self._prefixes.append(self._text.digest())
             self._texts += 1
             self._text.update(value)
-            self._shown.update(value)
+            if self._shown is not None:
+                self._shown.update(value)
         elif part["type"] == "thinking":
+            if self._shown is None:
+                self._shown = self._text.copy()
             self._shown.update(squeezed(part["value"]))
         elif part["type"] == "tool_call":
             self.call_ids.append(part["callId"])
@@ -195,7 +200,8 @@ class Job:
     def fingerprint(self) -> Fingerprint:
         # A response the user stopped may come back cut at a part boundary (Fingerprint.prefixes).
         prefixes = tuple(self._prefixes) if self.cancelled else ()
-        return Fingerprint(self._text.digest(), tuple(self.call_ids), self._shown.digest(), prefixes)
+        text = self._text.digest()
+        return Fingerprint(text, tuple(self.call_ids), text if self._shown is None else self._shown.digest(), prefixes)
 
     def info(self) -> JobInfo:
         t = self.decision
@@ -257,8 +263,10 @@ class SessionActor:
         self.cwd = cwd
         self.hooks = hooks
         self._send: MemoryObjectSendStream[Mail]
-        self._mailbox: MemoryObjectReceiveStream[Mail]
-        self._send, self._mailbox = anyio.create_memory_object_stream[Mail](math.inf)
+        mailbox: MemoryObjectReceiveStream[Mail]
+        self._send, mailbox = anyio.create_memory_object_stream[Mail](math.inf)
+        # The agent's queued text chunks come out merged while a job streams (core.chunks).
+        self._mailbox = ChunkMailbox(mailbox, lambda: self.machine.state is turn.State.STREAMING)
         self._writer = AgentWriter(lambda: self.acp.conn, spec.id, {"session": session_id})
         # The chat's ACP session: every session/* request goes through it.
         self.acp = AcpSession(self.process, self._send, log_fields={"session": session_id})

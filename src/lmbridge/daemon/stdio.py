@@ -31,7 +31,7 @@ from lmbridge.core.errors import INVALID_REQUEST, PARSE_ERROR
 from lmbridge.core.text import clip
 from lmbridge.log import get_logger
 from lmbridge.rpc.framing import MAX_LINE, BadLines, Overlong
-from lmbridge.rpc.jsonrpc import TEXT_ERRORS, Answer, Call, Invalid, classify, encode, encode_value, error_frame
+from lmbridge.rpc.jsonrpc import Answer, Call, Invalid, classify, encode, encode_json, error_frame
 from lmbridge.rpc.peer import READ_SIZE, Peer
 
 if TYPE_CHECKING:
@@ -77,8 +77,7 @@ Queued = bytes | tuple[RequestId, Mapping[str, Any]]
 def _part_frame(rid: RequestId, part: Mapping[str, Any]) -> bytes:
     """One ``lm/responsePart`` frame, written as ``jsonrpc.encode`` writes any frame (its
     fixed members spelled out: this is the streaming hot path)."""
-    text = f'{{"jsonrpc":"2.0","method":"lm/responsePart","params":{{"requestId":{encode_value(rid)},"part":{encode_value(part)}}}}}\n'
-    return text.encode("utf-8", TEXT_ERRORS)
+    return b'{"jsonrpc":"2.0","method":"lm/responsePart","params":{"requestId":' + encode_json(rid) + b',"part":' + encode_json(part) + b"}}\n"
 
 
 def encode_batch(batch: list[Queued]) -> bytes:
