@@ -8,8 +8,9 @@ compiled at every start, as on a machine that sets it):
 
 1. start: ``Popen`` → the ``initialize`` answer read (the request written at once).
 2. modules loaded before the answer: ``python -X importtime`` lines written before the
-   daemon logs ``initialized`` (which it does just before the answer), and their own
-   import time summed (inflated by ``-X importtime`` itself: compare, do not add up).
+   answer's first byte is (``MARKED``: ``lmbridge serve`` with its stdout's first write
+   marked on stderr), and their own import time summed (inflated by ``-X importtime``
+   itself: compare, do not add up).
 3. idle RSS (``VmRSS`` of the daemon alone) once steady after ``initialize``: with nothing
    used before, and pre-warmed (the state folder says ``bench/synth_agent.py`` was used
    last, so the daemon starts it and its spare session right after ``initialize``).
@@ -44,9 +45,37 @@ def _env(src: Path | None, state: str) -> dict[str, str]:
     return env
 
 
-def _spawn(src: Path | None, state: str, *python_flags: str) -> subprocess.Popen[bytes]:
-    """``lmbridge serve``, its stderr into ``state``/stderr (read by ``_end``)."""
-    argv = [sys.executable, *python_flags, "-m", "lmbridge", "serve"]
+#: ``lmbridge serve``, with ``ANSWERED`` written on stderr just before the first write to
+#: stdout (the ``initialize`` answer): what ``-X importtime`` lists before it was loaded first.
+ANSWERED = "lmbridge-bench: answer written"
+MARKED = f"""
+import sys
+from lmbridge import cli
+from lmbridge.daemon import root
+
+opened = root.stdout_writer
+
+async def marked():
+    out = await opened()
+    write = out.write
+
+    def first(data):
+        sys.stderr.write({ANSWERED!r} + "\\n")
+        sys.stderr.flush()
+        out.write = write
+        write(data)
+
+    out.write = first
+    return out
+
+root.stdout_writer = marked
+sys.exit(cli.main(["serve"]))
+"""
+
+
+def _spawn(src: Path | None, state: str, *python_flags: str, marked: bool = False) -> subprocess.Popen[bytes]:
+    """``lmbridge serve`` (``marked``: ``MARKED``), its stderr into ``state``/stderr (read by ``_end``)."""
+    argv = [sys.executable, *python_flags, *(["-c", MARKED] if marked else ["-m", "lmbridge", "serve"])]
     with open(Path(state) / "stderr", "wb") as err:
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=_env(src, state), cwd=tempfile.gettempdir())
 
@@ -78,7 +107,7 @@ def start_ms(src: Path | None) -> float:
 def modules(src: Path | None) -> dict[str, Any]:
     """The modules imported before ``initialize`` is answered (``-X importtime``)."""
     with tempfile.TemporaryDirectory() as state:
-        proc = _spawn(src, state, "-X", "importtime")
+        proc = _spawn(src, state, "-X", "importtime", marked=True)
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(json.dumps(INIT).encode() + b"\n")
         proc.stdin.flush()
@@ -87,7 +116,7 @@ def modules(src: Path | None) -> dict[str, Any]:
     names: list[str] = []
     self_us = 0
     for line in err.splitlines():
-        if "initialized" in line and not line.startswith("import time:"):
+        if line == ANSWERED:
             break
         if line.startswith("import time:") and "self [us]" not in line:
             own, _, name = line.removeprefix("import time:").split("|")

@@ -1,8 +1,8 @@
 """What ``lmbridge serve`` loads before it answers ``initialize`` (docs/performance.md,
 "Start-up and idle": start ≤ 300 ms).
 
-The ACP SDK, the MCP SDK, the console's libraries and jsonrpcserver (with jsonschema,
-~85 ms) stay off the start-up path; they load on the first request that needs them. Of
+The ACP SDK, the MCP SDK, the console's libraries, jsonrpcserver (with jsonschema,
+~85 ms) and structlog (nothing is logged before the answer) stay off the start-up path; they load on the first request that needs them. Of
 lmbridge's own modules only those ``initialize`` needs are loaded (``LMBRIDGE``: the set is
 pinned; every module is compiled at each start where ``PYTHONDONTWRITEBYTECODE`` is set).
 """
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-HEAVY = ("acp", "mcp", "mcp_types", "jsonrpcserver", "jsonschema", "prompt_toolkit", "rich")
+HEAVY = ("acp", "mcp", "mcp_types", "jsonrpcserver", "jsonschema", "prompt_toolkit", "rich", "structlog")
 
 #: lmbridge's modules loaded when the ``initialize`` answer is written (an agent given by a
 #: preset's id, as VS Code's settings name them): the CLI, the composition root and what it
@@ -46,7 +46,9 @@ async def run(config):
 
     async def lines():
         params = {"protocolVersion": 1, "agents": [{"id": "claude"}], "workspaceFolders": ["/tmp"]}
-        yield json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}).encode()
+        yield json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}).encode() + b"\\n"
+        while not out:  # stdin ends after the answer (at EOF the daemon logs, and shuts down)
+            await anyio.sleep(0.01)
     await root.Server(config).serve(lines(), Stdout(write))
 
 root.run = run  # lmbridge serve as it starts, on these lines

@@ -244,6 +244,7 @@ class Methods:
         self._stop = stop
         self._initialized = initialized
         self.inflight: dict[RequestId, Call] = {}  # requests being handled, by id (not null)
+        self._client_name: str | None = None  # initialize's clientInfo.name
         self.immediate = IMMEDIATE
         self.table: dict[str, Callable[..., Any]] = {
             "initialize": self.initialize,
@@ -302,7 +303,11 @@ class Methods:
             except InvalidParams as exc:
                 answer = {"error": {"code": INVALID_PARAMS, "message": exc.message}}
             self.out.send({"jsonrpc": "2.0", **answer, "id": rid})
-            asyncio.get_running_loop().call_soon(warm_up)  # after the answer is written
+            # After the answer is written (the writer's flush is queued first): what it
+            # logged, then the warm-up. Nothing is logged before it (structlog's import).
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._said, answer)
+            loop.call_soon(warm_up)
             self._initialized()
             return
         call = Call(rid, served=served)
@@ -330,6 +335,7 @@ class Methods:
     @takes(InitializeParams)
     async def initialize(self, call: Call, p: InitializeParams) -> Result:
         answer = self._initialize(p)
+        self._said(answer)
         return Success(answer["result"]) if "result" in answer else Error(answer["error"]["code"], answer["error"]["message"])
 
     def _initialize(self, p: InitializeParams) -> dict[str, Any]:
@@ -342,13 +348,19 @@ class Methods:
         self.settings.verbatim = p.userTurns == "verbatim"
         self.settings.edit_auto_approve = p.editAutoApprove
         problems = self.catalog.configure(p.agents)
-        for problem in problems:
-            log.warning("agent left out", problem=problem)
-        log.info("initialized", client=p.clientInfo and p.clientInfo.name, agents=list(self.catalog.agents))
+        self._client_name = p.clientInfo.name if p.clientInfo else None
         result: dict[str, Any] = {"protocolVersion": PROTOCOL_VERSION, "serverInfo": {"name": "lmbridge", "version": __version__}}
         if problems:
             result["agentProblems"] = problems
         return {"result": result}
+
+    def _said(self, answer: Mapping[str, Any]) -> None:
+        """Log what ``initialize`` answered (once it is written: ``dispatch``)."""
+        if "result" not in answer:
+            return
+        for problem in answer["result"].get("agentProblems", ()):
+            log.warning("agent left out", problem=problem)
+        log.info("initialized", client=self._client_name, agents=list(self.catalog.agents))
 
     @takes(ChatInformationParams)
     async def chat_information(self, call: Call, p: ChatInformationParams) -> Result:
