@@ -87,26 +87,36 @@ def warm_up() -> None:
     threading.Thread(target=load, name="lmbridge-warm-up", daemon=True).start()
 
 
-def _dispatcher() -> Any:
-    """``jsonrpcserver.dispatcher`` (its synchronous dispatcher's steps), imported on first use."""
-    import jsonrpcserver.dispatcher
+class _Steps:
+    """jsonrpcserver's pieces, imported on first use (``_steps``): its synchronous
+    dispatcher's steps, its response writer, its results."""
 
-    return jsonrpcserver.dispatcher
+    def __init__(self) -> None:
+        import jsonrpcserver
+        import jsonrpcserver.dispatcher
+        import jsonrpcserver.response
+
+        self.dispatcher, self.response = jsonrpcserver.dispatcher, jsonrpcserver.response
+        self.Success, self.Error = jsonrpcserver.Success, jsonrpcserver.Error
 
 
-def _response() -> Any:
-    import jsonrpcserver.response
+_loaded: _Steps | None = None
 
-    return jsonrpcserver.response
+
+def _steps() -> _Steps:
+    global _loaded
+    if _loaded is None:
+        _loaded = _Steps()
+    return _loaded
 
 
 def Success(*args: Any) -> Result:
-    result: Result = _rpc().Success(*args)
+    result: Result = (_loaded or _steps()).Success(*args)
     return result
 
 
 def Error(*args: Any) -> Result:
-    result: Result = _rpc().Error(*args)
+    result: Result = (_loaded or _steps()).Error(*args)
     return result
 
 
@@ -261,8 +271,10 @@ class Methods:
         }
         if debug_idle:
             self.table["debug/idle"] = self.debug_idle
+        # The methods that never wait, for jsonrpcserver's synchronous dispatcher: as they
+        # are (called with params given as an object), and as the table holds them.
+        self.direct: dict[str, Callable[..., Result]] = {name: self.table[name] for name in IMMEDIATE}
         self.table = {name: _fixed(method) for name, method in self.table.items()}
-        # The methods that never wait, for jsonrpcserver's synchronous dispatcher.
         self.now: dict[str, Callable[..., Result]] = {name: self.table[name] for name in IMMEDIATE}
 
     # -- stdio.Dispatch -------------------------------------------------------
@@ -279,14 +291,15 @@ class Methods:
         Params given as an object are not checked against the method's signature: every
         method of the table takes ``(call, **params)`` (``SIGNATURE``) and validates them
         with its wire model; an array, or a ``call`` member, gets jsonrpcserver's check."""
-        rpc = _dispatcher()
+        steps = _loaded or _steps()
+        rpc = steps.dispatcher
         request = rpc.create_request(frame)
         if type(request.params) is dict and "call" not in request.params:
-            result = rpc.call(request, None, self.now[request.method])
+            result = rpc.call(request, None, self.direct[request.method])
         else:
             result = rpc.dispatch_request(self.now, None, request)[1]
         if rpc.not_notification((request, result)):
-            self.out.send(_response().to_serializable_one(rpc.to_response(request, result)))
+            self.out.send(steps.response.to_serializable_one(rpc.to_response(request, result)))
 
     async def dispatch(self, request: dict[str, Any], served: Callable[[], None] = lambda: None) -> None:
         """Run one request's method (in this task) and queue its answer, unless a
