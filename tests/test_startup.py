@@ -21,12 +21,13 @@ HEAVY = ("acp", "mcp", "mcp_types", "jsonrpcserver", "jsonschema", "prompt_toolk
 #: preset's id, as VS Code's settings name them): the CLI, the composition root and what it
 #: wires, the shim link, the wire models, the agents' catalog and the log. Not the session
 #: cap, the history and turn rules, the permissions, the agents' terminals, the ACP
-#: registry: each loads after the answer.
+#: registry, the services made with the history actor (``daemon.services``): each loads
+#: after the answer.
 LMBRIDGE = {
     "lmbridge", "lmbridge.cli", "lmbridge.log",
     "lmbridge.core", "lmbridge.core.agent_models", "lmbridge.core.auth", "lmbridge.core.errors", "lmbridge.core.messages", "lmbridge.core.profiles", "lmbridge.core.text",
     "lmbridge.daemon", "lmbridge.daemon.catalog", "lmbridge.daemon.methods", "lmbridge.daemon.root", "lmbridge.daemon.router",
-    "lmbridge.daemon.services", "lmbridge.daemon.session_index", "lmbridge.daemon.stdio",
+    "lmbridge.daemon.session_index", "lmbridge.daemon.stdio",
     "lmbridge.rpc", "lmbridge.rpc.channel", "lmbridge.rpc.framing", "lmbridge.rpc.jsonrpc", "lmbridge.rpc.peer",
 }  # fmt: skip
 
