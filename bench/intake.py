@@ -5,7 +5,8 @@ Usage: ``python -m bench.intake [--frames N] [--chats N] [--runs N] [--against S
 Figures (docs/performance.md, "Cheap requests and push-back"; docs/reliability.md, "Bounds"):
 
 1. cheap requests: ``--frames`` ``lm/provideTokenCount`` requests written as fast as the
-   pipe takes them (a writer thread), their answers read by another; frames/s (first
+   pipe takes them (a writer thread), their answers read by another, once the server is
+   idle (``_settled``: the daemon's warm-up after ``initialize`` done); frames/s (first
    write → last answer read) and the server's CPU time (``/proc/<pid>/stat``) per frame.
    Against ``lmbridge serve`` and a bare asyncio JSON-lines server on the same pipes
    (``BARE``: parse each line, answer it, one write per read), the pipe's limit for a
@@ -70,6 +71,21 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _settled(pid: int, quiet: float = 0.5, bound: float = 20.0) -> None:
+    """Wait until process ``pid`` used no CPU for ``quiet`` seconds (at most ``bound``): the
+    server started, and the daemon's warm-up after ``initialize`` (a thread importing
+    jsonrpcserver, the actors and the ACP SDK: ~0.7 s of CPU) done, so the CPU time per
+    frame is the frames' alone."""
+    deadline = time.monotonic() + bound
+    last = _cpu_s(pid)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = _cpu_s(pid)
+        if now == last:
+            return
+        last = now
+
+
 def _spawn(argv: list[str], src: Path | None, state: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     full = dict(os.environ, XDG_STATE_HOME=state, PYTHONDONTWRITEBYTECODE="1", LMBRIDGE_LOG_LEVEL="warning", **(env or {}))
     if src is not None:
@@ -102,8 +118,7 @@ def cheap(server: str, src: Path | None, frames: int) -> dict[str, float]:
             proc.stdin.write(json.dumps(INIT).encode() + b"\n")
             proc.stdin.flush()
             proc.stdout.readline()
-        else:
-            time.sleep(0.5)  # started
+        _settled(proc.pid)
         text = "count the tokens of this short message, as Copilot asks for each message of a chat"
         data = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"lm/provideTokenCount","params":{"modelId":"demo","text":"%s"}}\n' % (i + 1, text.encode()) for i in range(frames))
         cpu0, t0 = _cpu_s(proc.pid), time.monotonic()

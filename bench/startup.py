@@ -8,11 +8,16 @@ compiled at every start, as on a machine that sets it):
 
 1. start: ``Popen`` → the ``initialize`` answer read (the request written at once).
 2. modules loaded before the answer: ``python -X importtime`` lines written before the
-   daemon logs ``initialized`` (which it does just before the answer), and their own
-   import time summed (inflated by ``-X importtime`` itself: compare, do not add up).
+   answer's first byte is (``MARKED``: ``lmbridge serve`` with its stdout's first write
+   marked on stderr), and their own import time summed (inflated by ``-X importtime``
+   itself: compare, do not add up).
 3. idle RSS (``VmRSS`` of the daemon alone) once steady after ``initialize``: with nothing
    used before, and pre-warmed (the state folder says ``bench/synth_agent.py`` was used
    last, so the daemon starts it and its spare session right after ``initialize``).
+
+4. the interpreter's floor, alternated with the starts: ``Popen`` → exit of ``python -c pass``
+   (``PASS``) and of a program that loads what any daemon built on the same libraries must
+   before it can answer (``FLOOR``: anyio's event loop run, one pydantic model validated).
 
 ``--against SRC`` runs every figure on a second source tree too (``SRC/src`` first on
 ``PYTHONPATH``: another checkout's ``lmbridge``), alternated run by run with this one so
@@ -44,11 +49,62 @@ def _env(src: Path | None, state: str) -> dict[str, str]:
     return env
 
 
-def _spawn(src: Path | None, state: str, *python_flags: str) -> subprocess.Popen[bytes]:
-    """``lmbridge serve``, its stderr into ``state``/stderr (read by ``_end``)."""
-    argv = [sys.executable, *python_flags, "-m", "lmbridge", "serve"]
+#: ``lmbridge serve``, with ``ANSWERED`` written on stderr just before the first write to
+#: stdout (the ``initialize`` answer): what ``-X importtime`` lists before it was loaded first.
+ANSWERED = "lmbridge-bench: answer written"
+MARKED = f"""
+import sys
+from lmbridge import cli
+from lmbridge.daemon import root
+
+opened = root.stdout_writer
+
+async def marked():
+    out = await opened()
+    write = out.write
+
+    def first(data):
+        sys.stderr.write({ANSWERED!r} + "\\n")
+        sys.stderr.flush()
+        out.write = write
+        write(data)
+
+    out.write = first
+    return out
+
+root.stdout_writer = marked
+sys.exit(cli.main(["serve"]))
+"""
+
+
+def _spawn(src: Path | None, state: str, *python_flags: str, marked: bool = False) -> subprocess.Popen[bytes]:
+    """``lmbridge serve`` (``marked``: ``MARKED``), its stderr into ``state``/stderr (read by ``_end``)."""
+    argv = [sys.executable, *python_flags, *(["-c", MARKED] if marked else ["-m", "lmbridge", "serve"])]
     with open(Path(state) / "stderr", "wb") as err:
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=_env(src, state), cwd=tempfile.gettempdir())
+
+
+#: The floor: Python's own start, and what anyio and pydantic cost a daemon answering with them.
+PASS = ["-c", "pass"]
+FLOOR = ["-c", """
+import anyio
+from pydantic import BaseModel
+
+class Params(BaseModel):
+    protocolVersion: int
+
+async def main():
+    Params.model_validate({"protocolVersion": 1})
+
+anyio.run(main)
+"""]
+
+
+def floor_ms(argv: list[str]) -> float:
+    """``Popen`` → exit of ``python ARGV`` (no bytecode written, as for the daemon)."""
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, *argv], env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), check=True, cwd=tempfile.gettempdir())
+    return (time.monotonic() - t0) * 1000
 
 
 def _end(proc: subprocess.Popen[bytes], state: str) -> bytes:
@@ -78,7 +134,7 @@ def start_ms(src: Path | None) -> float:
 def modules(src: Path | None) -> dict[str, Any]:
     """The modules imported before ``initialize`` is answered (``-X importtime``)."""
     with tempfile.TemporaryDirectory() as state:
-        proc = _spawn(src, state, "-X", "importtime")
+        proc = _spawn(src, state, "-X", "importtime", marked=True)
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(json.dumps(INIT).encode() + b"\n")
         proc.stdin.flush()
@@ -87,7 +143,7 @@ def modules(src: Path | None) -> dict[str, Any]:
     names: list[str] = []
     self_us = 0
     for line in err.splitlines():
-        if "initialized" in line and not line.startswith("import time:"):
+        if line == ANSWERED:
             break
         if line.startswith("import time:") and "self [us]" not in line:
             own, _, name = line.removeprefix("import time:").split("|")
@@ -148,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, src in trees.items():
         result.setdefault(name, {})["modules"] = modules(src)
     starts: dict[str, list[float]] = {name: [] for name in trees}
+    floors: dict[str, list[float]] = {"pass": [], "floor": []}
     for _ in range(args.runs):
+        floors["pass"].append(floor_ms(PASS))
+        floors["floor"].append(floor_ms(FLOOR))
         for name, src in trees.items():
             starts[name].append(start_ms(src))
     idle: dict[str, dict[str, list[float]]] = {name: {"fresh": [], "prewarmed": []} for name in trees}
@@ -157,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             for case in ("fresh", "prewarmed"):
                 idle[name][case].append(idle_mib(src, case == "prewarmed"))
     result["load_after"] = _load()
+    result["floor_ms"] = {k: round(statistics.median(v), 1) for k, v in floors.items()}
     for name in trees:
         times = sorted(starts[name])
         result[name]["start_ms"] = {"median": round(statistics.median(times), 1), "min": round(times[0], 1), "max": round(times[-1], 1), "n": len(times)}
@@ -164,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     print(f"load average {result['load_before']:.2f} before, {result['load_after']:.2f} after; {args.runs} starts, {args.idle_runs} idle runs a case")
+    f = result["floor_ms"]
+    print(f"   floor: python -c pass {f['pass']} ms; anyio's loop run + a pydantic model validated {f['floor']} ms (medians)")
     for name in trees:
         r = result[name]
         s, m = r["start_ms"], r["modules"]

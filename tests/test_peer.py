@@ -263,6 +263,33 @@ def test_the_encoder_writes_one_line_that_parses_back(value: Any) -> None:
     assert parse_json(data[:-1]) == {"jsonrpc": "2.0", "id": 1, "result": value}
 
 
+@given(st.recursive(
+    json_values | st.floats() | st.tuples(st.integers()),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=2), inner, max_size=3),
+    max_leaves=12,
+))  # fmt: skip
+def test_the_encoder_writes_what_the_standard_encoder_writes(value: Any) -> None:
+    """``encode_value``'s C encoder, made once, writes what ``json.JSONEncoder`` with the same
+    options writes, and raises what it raises (a float that is not finite: written null)."""
+    from lmbridge.rpc.jsonrpc import encode_value, finite
+
+    standard = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+    def outcome(encode: Any) -> Any:
+        try:
+            return encode(value)
+        except (TypeError, ValueError) as exc:  # a key that is not finite either way
+            return type(exc)
+
+    def expected(value: Any) -> str:
+        try:
+            return standard(value)
+        except ValueError:  # not finite: written as JavaScript writes it
+            return standard(finite(value))
+
+    assert outcome(encode_value) == outcome(expected)
+
+
 # ------------------------------------------------------------------ classify: the server's rules (docs/protocol.md, "Transport")
 
 KNOWN = {"lm/provideTokenCount", "initialize"}
@@ -314,6 +341,27 @@ def test_classify_never_fails_and_a_call_is_what_jsonrpcserver_accepts(value: An
         assert validate_request(value) is value
     if isinstance(got, Invalid):
         assert got.code in (-32600, -32601) and (got.id is None or isinstance(got.id, str | int | float))
+
+
+@given(
+    st.one_of(
+        json_values,
+        st.fixed_dictionaries(
+            {"jsonrpc": st.sampled_from(["2.0", "1.0", 2]), "method": st.sampled_from([*KNOWN, "nope", 7])},
+            optional={
+                "id": st.one_of(st.none(), st.integers(), st.text(max_size=3), st.floats(), st.booleans(), st.lists(st.integers(), max_size=1)),
+                "params": st.one_of(st.dictionaries(st.text(max_size=2), st.integers(), max_size=2), st.lists(st.integers(), max_size=2), st.integers(), st.none()),
+                "extra": st.integers(),
+            },
+        ),
+    )
+)
+def test_classify_at_once_agrees_with_the_rules_one_by_one(value: Any) -> None:
+    """``classify``'s check of a well-formed request at once gives what the rules in their
+    order (``_classify``) give, for requests well-formed or not in every member."""
+    from lmbridge.rpc.jsonrpc import _classify
+
+    assert classify(value, KNOWN.__contains__) == _classify(value, KNOWN.__contains__)
 
 
 async def test_the_daemon_answers_an_over_long_request_on_stdin_by_its_head() -> None:

@@ -1,8 +1,8 @@
 """What ``lmbridge serve`` loads before it answers ``initialize`` (docs/performance.md,
 "Start-up and idle": start ≤ 300 ms).
 
-The ACP SDK, the MCP SDK, the console's libraries and jsonrpcserver (with jsonschema,
-~85 ms) stay off the start-up path; they load on the first request that needs them. Of
+The ACP SDK, the MCP SDK, the console's libraries, jsonrpcserver (with jsonschema,
+~85 ms) and structlog (nothing is logged before the answer) stay off the start-up path; they load on the first request that needs them. Of
 lmbridge's own modules only those ``initialize`` needs are loaded (``LMBRIDGE``: the set is
 pinned; every module is compiled at each start where ``PYTHONDONTWRITEBYTECODE`` is set).
 """
@@ -15,18 +15,19 @@ import sys
 
 import pytest
 
-HEAVY = ("acp", "mcp", "mcp_types", "jsonrpcserver", "jsonschema", "prompt_toolkit", "rich")
+HEAVY = ("acp", "mcp", "mcp_types", "jsonrpcserver", "jsonschema", "prompt_toolkit", "rich", "structlog")
 
 #: lmbridge's modules loaded when the ``initialize`` answer is written (an agent given by a
 #: preset's id, as VS Code's settings name them): the CLI, the composition root and what it
 #: wires, the shim link, the wire models, the agents' catalog and the log. Not the session
 #: cap, the history and turn rules, the permissions, the agents' terminals, the ACP
-#: registry: each loads after the answer.
+#: registry, the services made with the history actor (``daemon.services``): each loads
+#: after the answer.
 LMBRIDGE = {
     "lmbridge", "lmbridge.cli", "lmbridge.log",
     "lmbridge.core", "lmbridge.core.agent_models", "lmbridge.core.auth", "lmbridge.core.errors", "lmbridge.core.messages", "lmbridge.core.profiles", "lmbridge.core.text",
     "lmbridge.daemon", "lmbridge.daemon.catalog", "lmbridge.daemon.methods", "lmbridge.daemon.root", "lmbridge.daemon.router",
-    "lmbridge.daemon.services", "lmbridge.daemon.session_index", "lmbridge.daemon.stdio",
+    "lmbridge.daemon.session_index", "lmbridge.daemon.stdio",
     "lmbridge.rpc", "lmbridge.rpc.channel", "lmbridge.rpc.framing", "lmbridge.rpc.jsonrpc", "lmbridge.rpc.peer",
 }  # fmt: skip
 
@@ -46,7 +47,9 @@ async def run(config):
 
     async def lines():
         params = {"protocolVersion": 1, "agents": [{"id": "claude"}], "workspaceFolders": ["/tmp"]}
-        yield json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}).encode()
+        yield json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}).encode() + b"\\n"
+        while not out:  # stdin ends after the answer (at EOF the daemon logs, and shuts down)
+            await anyio.sleep(0.01)
     await root.Server(config).serve(lines(), Stdout(write))
 
 root.run = run  # lmbridge serve as it starts, on these lines

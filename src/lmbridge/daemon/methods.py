@@ -108,26 +108,36 @@ def warm_up() -> None:
     threading.Thread(target=load, name="lmbridge-warm-up", daemon=True).start()
 
 
-def _dispatcher() -> Any:
-    """``jsonrpcserver.dispatcher`` (its synchronous dispatcher's steps), imported on first use."""
-    import jsonrpcserver.dispatcher
+class _Steps:
+    """jsonrpcserver's pieces, imported on first use (``_steps``): its synchronous
+    dispatcher's steps, its response writer, its results."""
 
-    return jsonrpcserver.dispatcher
+    def __init__(self) -> None:
+        import jsonrpcserver
+        import jsonrpcserver.dispatcher
+        import jsonrpcserver.response
+
+        self.dispatcher, self.response = jsonrpcserver.dispatcher, jsonrpcserver.response
+        self.Success, self.Error = jsonrpcserver.Success, jsonrpcserver.Error
 
 
-def _response() -> Any:
-    import jsonrpcserver.response
+_loaded: _Steps | None = None
 
-    return jsonrpcserver.response
+
+def _steps() -> _Steps:
+    global _loaded
+    if _loaded is None:
+        _loaded = _Steps()
+    return _loaded
 
 
 def Success(*args: Any) -> Result:
-    result: Result = _rpc().Success(*args)
+    result: Result = (_loaded or _steps()).Success(*args)
     return result
 
 
 def Error(*args: Any) -> Result:
-    result: Result = _rpc().Error(*args)
+    result: Result = (_loaded or _steps()).Error(*args)
     return result
 
 
@@ -265,6 +275,7 @@ class Methods:
         self._stop = stop
         self._initialized = initialized
         self.inflight: dict[RequestId, Call] = {}  # requests being handled, by id (not null)
+        self._client_name: str | None = None  # initialize's clientInfo.name
         self.immediate = IMMEDIATE
         self.table: dict[str, Callable[..., Any]] = {
             "initialize": self.initialize,
@@ -281,8 +292,10 @@ class Methods:
         }
         if debug_idle:
             self.table["debug/idle"] = self.debug_idle
+        # The methods that never wait, for jsonrpcserver's synchronous dispatcher: as they
+        # are (called with params given as an object), and as the table holds them.
+        self.direct: dict[str, Callable[..., Result]] = {name: self.table[name] for name in IMMEDIATE}
         self.table = {name: _fixed(method) for name, method in self.table.items()}
-        # The methods that never wait, for jsonrpcserver's synchronous dispatcher.
         self.now: dict[str, Callable[..., Result]] = {name: self.table[name] for name in IMMEDIATE}
 
     # -- stdio.Dispatch -------------------------------------------------------
@@ -299,14 +312,15 @@ class Methods:
         Params given as an object are not checked against the method's signature: every
         method of the table takes ``(call, **params)`` (``SIGNATURE``) and validates them
         with its wire model; an array, or a ``call`` member, gets jsonrpcserver's check."""
-        rpc = _dispatcher()
+        steps = _loaded or _steps()
+        rpc = steps.dispatcher
         request = rpc.create_request(frame)
         if type(request.params) is dict and "call" not in request.params:
-            result = rpc.call(request, None, self.now[request.method])
+            result = rpc.call(request, None, self.direct[request.method])
         else:
             result = rpc.dispatch_request(self.now, None, request)[1]
         if rpc.not_notification((request, result)):
-            self.out.send(_response().to_serializable_one(rpc.to_response(request, result)))
+            self.out.send(steps.response.to_serializable_one(rpc.to_response(request, result)))
 
     async def dispatch(self, request: dict[str, Any], served: Callable[[], None] = lambda: None) -> None:
         """Run one request's method (in this task) and queue its answer, unless a
@@ -323,7 +337,11 @@ class Methods:
             except InvalidParams as exc:
                 answer = {"error": {"code": INVALID_PARAMS, "message": exc.message}}
             self.out.send({"jsonrpc": "2.0", **answer, "id": rid})
-            asyncio.get_running_loop().call_soon(warm_up)  # after the answer is written
+            # After the answer is written (the writer's flush is queued first): what it
+            # logged, then the warm-up. Nothing is logged before it (structlog's import).
+            loop = asyncio.get_running_loop()
+            loop.call_soon(self._said, answer)
+            loop.call_soon(warm_up)
             self._initialized()
             return
         call = Call(rid, served=served)
@@ -351,6 +369,7 @@ class Methods:
     @takes(InitializeParams)
     async def initialize(self, call: Call, p: InitializeParams) -> Result:
         answer = self._initialize(p)
+        self._said(answer)
         return Success(answer["result"]) if "result" in answer else Error(answer["error"]["code"], answer["error"]["message"])
 
     def _initialize(self, p: InitializeParams) -> dict[str, Any]:
@@ -363,13 +382,19 @@ class Methods:
         self.settings.verbatim = p.userTurns == "verbatim"
         self.settings.edit_auto_approve = p.editAutoApprove
         problems = self.catalog.configure(p.agents)
-        for problem in problems:
-            log.warning("agent left out", problem=problem)
-        log.info("initialized", client=p.clientInfo and p.clientInfo.name, agents=list(self.catalog.agents))
+        self._client_name = p.clientInfo.name if p.clientInfo else None
         result: dict[str, Any] = {"protocolVersion": PROTOCOL_VERSION, "serverInfo": {"name": "lmbridge", "version": __version__}}
         if problems:
             result["agentProblems"] = problems
         return {"result": result}
+
+    def _said(self, answer: Mapping[str, Any]) -> None:
+        """Log what ``initialize`` answered (once it is written: ``dispatch``)."""
+        if "result" not in answer:
+            return
+        for problem in answer["result"].get("agentProblems", ()):
+            log.warning("agent left out", problem=problem)
+        log.info("initialized", client=self._client_name, agents=list(self.catalog.agents))
 
     @takes(ChatInformationParams)
     async def chat_information(self, call: Call, p: ChatInformationParams) -> Result:

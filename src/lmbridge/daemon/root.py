@@ -24,7 +24,6 @@ from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog, node_problem
 from lmbridge.daemon.methods import SHUTTING_DOWN, Call, Methods, Settings
 from lmbridge.daemon.router import Router
-from lmbridge.daemon.services import RecentAgents
 from lmbridge.daemon.stdio import Chunks, RequestId, StdioPeer, Stdout, StdoutWriter, stdin_stream, stdout_writer
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import ShimChannel
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
     from lmbridge.acp.process import AgentFeatures, AgentPool, Launcher
     from lmbridge.acp.terminals import TerminalHost
     from lmbridge.daemon.history_actor import HistoryActor
-    from lmbridge.daemon.services import Prewarmer, Saver
+    from lmbridge.daemon.services import Prewarmer, RecentAgents, Saver
     from lmbridge.daemon.session_index import SessionIndex
     from lmbridge.rpc.record import Recorder
 
@@ -88,7 +87,7 @@ class Server:
             self.out, self.catalog, self.router, self.client, self.settings, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle,
             terminal_killed=self._terminal_killed,
         )
-        self.recent = RecentAgents(config.index)
+        self.recent: RecentAgents | None = None  # made with the history actor (daemon.services: after initialize)
         # Started with the first chat (so the ACP SDK is imported then, not at start-up):
         self.history: HistoryActor | None = None
         self.pool: AgentPool | None = None
@@ -164,7 +163,7 @@ class Server:
             await self._history()
         except ShuttingDown:
             return
-        assert self.prewarmer is not None
+        assert self.prewarmer is not None and self.recent is not None
         agents = [self.catalog.agents[a] for a in self.recent.agents if a in self.catalog.agents]
         self.prewarmer.start(agents, self.router.cwd)
 
@@ -182,7 +181,7 @@ class Server:
                 from lmbridge.acp.process import AgentPool
                 from lmbridge.acp.terminals import ClientMirror, TerminalHost
                 from lmbridge.core import cap
-                from lmbridge.daemon.services import Prewarmer, Saver, ToolsHost
+                from lmbridge.daemon.services import Prewarmer, RecentAgents, Saver, ToolsHost
 
                 # What the imports built (the ACP schema's pydantic models: ~60k
                 # objects) lives as long as the daemon: out of the garbage
@@ -191,6 +190,7 @@ class Server:
                 config, tg = self.config, self._tg
                 assert tg is not None
                 tools = ToolsHost(tg)
+                self.recent = RecentAgents(config.index)
                 self.terminals = terminals = TerminalHost(ClientMirror(self.client))
                 # One process per agent, shared by its chats (docs/sessions.md); it exits once idle.
                 self.pool = pool = AgentPool(
