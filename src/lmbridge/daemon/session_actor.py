@@ -787,9 +787,7 @@ class SessionActor:
     def _offered(self, job: Job) -> list[ToolInfo]:
         if not job.tools:
             return []
-        from lmbridge.tools.mcp_bridge import select_tools
-
-        return select_tools(job.tools, self.spec.tools.allow, self.spec.tools.deny)
+        return permissions.select_tools(job.tools, self.spec.tools.allow, self.spec.tools.deny)
 
     async def _start_bridge(self, job: Job) -> None:
         """Offer the request's VS Code tools through the synthetic MCP server
