@@ -193,17 +193,18 @@ async def test_a_spare_is_set_to_the_asking_mode_before_the_chat_that_takes_it_i
 async def test_a_spare_whose_agent_refuses_the_asking_mode_sends_no_prompt(scripted: Any, daemon: Any, tmp_path: Any) -> None:
     """The agent refuses to set the spare's mode ahead: the spare keeps its own mode (auto),
     and the chat that takes it asks again before its prompt; refused again, the prompt is not
-    sent in a mode nobody chose."""
+    sent in a mode nobody chose. (The first chat runs in Plan, from VS Code's model
+    configuration, which the agent takes: its process stays, with the spare.)"""
     agent = scripted({"initialize": CLAUDE_NAME, "config_options": [MODES], "refuse_values": ["default"], "default_turn": [{"text": "ok"}]})
     with anyio.fail_after(LIMIT):
         async with daemon(args=["--spare-session"], initialize=False, env={"LMBRIDGE_SPARE_SESSIONS": "1"}) as c:
             await initialize(c, [agent.spec], str(tmp_path))
-            first = await c.chat(agent.id, [user("hello")])
-            assert first.error is not None and "did not take the mode Manual" in first.error.message, first.error
-            await eventually(lambda: len(agent.events("set_config_option_refused")) == 2, what="the spare's mode refused")
-            second = await c.chat(agent.id, [user("hello")])
+            ok(await c.chat(agent.id, [user("hello")], options={"configuration": {"mode": "plan"}}))
+            await eventually(lambda: agent.events("set_config_option_refused"), what="the spare's mode refused")
+            second = await c.chat(agent.id, [user("another chat")])
             assert second.error is not None and "did not take the mode Manual" in second.error.message, second.error
     spare = agent.events("session_new")[1]["sessionId"]
+    assert mode_sets(agent) == [("s1", "plan")]
     refused = [e["sessionId"] for e in agent.events("set_config_option_refused")]
-    assert refused[:3] == ["s1", spare, spare]  # ahead, then by the chat that took it (then its replacement's)
-    assert agent.frames("session/prompt") == []  # nothing reached the agent in auto
+    assert refused[:2] == [spare, spare]  # ahead, then by the chat that took it (then its replacement's)
+    assert [p["params"]["sessionId"] for p in agent.frames("session/prompt")] == ["s1"]  # nothing reached the agent in auto
