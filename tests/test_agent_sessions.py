@@ -266,9 +266,8 @@ async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, dae
 async def test_new_chats_back_to_back_each_take_a_spare_ready_before_they_were_sent(scripted: Any, daemon: Any, tmp_path: Path) -> None:
     """docs/sessions.md, "Pre-warming and the spare session": the daemon keeps two spares
     per agent (its default); a spare taken is replaced at once, while the chat that took it
-    is still answering (not after its answer), one at a time (the next once the one being
-    opened is answered), and two new chats sent back to back each take a spare whose
-    session/new was answered before the chat was sent. Every session/new
+    is still answering (not after its answer), and two new chats sent back to back each take
+    a spare whose session/new was answered before the chat was sent. Every session/new
     after the first three waits at a gate the test opens only after the third chat, so no
     replacement can serve the chats measured here."""
     gate, hold = tmp_path / "new-gate", tmp_path / "hold"
@@ -306,11 +305,7 @@ async def test_new_chats_back_to_back_each_take_a_spare_ready_before_they_were_s
     # Both back-to-back chats took a spare answered before the second chat's prompt: not one
     # opened for them (those waited at the gate until after the third chat).
     assert news[prompts[1]]["t"] < second_sent and news[prompts[2]]["t"] < second_sent
-    # Opened one at a time: the replacement for chat 2 waited at the gate; the one for chat 3
-    # was asked for only once that one was answered (after the gate opened).
-    assert len(agent.events("session_new_gated")) == 1
-    replacements = agent.frames("session/new")[3:5]
-    assert len(replacements) == 2 and replacements[1]["t"] > agent.events("session_new")[3]["t"]
+    assert len(agent.events("session_new_gated")) >= 2  # the replacements for chats 2 and 3 waited
     assert [text_of(a) for a in answers] == ["second", "third"]
 
 

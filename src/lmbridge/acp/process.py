@@ -383,8 +383,7 @@ class AgentProcess:
         session start) and the workspace folders a session opened now gets (``additional``:
         a spare opened before the folders changed has others). Ready spares that differ are
         closed and None returned (the chat opens a fresh session). ``tools`` are kept for the
-        next spares; the one taken is replaced at once (``want_spare``), while the chat answers
-        (once the spare being opened, if any, is ready)."""
+        next spares; the one taken is replaced at once (``want_spare``), while the chat answers."""
         self.spare_tools = list(tools)
         additional = self.additional()
         while True:
@@ -404,15 +403,12 @@ class AgentProcess:
 
     def want_spare(self) -> None:
         """Open spare sessions in the background until ``pool.spare_count`` are ready or being
-        opened, one at a time (the next once the one being opened is ready), if spares are on
-        and the agent's profile allows them (``AgentProfile.keeps_spare``); they offer the
-        tools the last new chat offered (``spare_tools``) and get the workspace folders of the
-        moment (``additional``). One at a time: on a busy machine two opened side by side
-        (two Claude Code children starting) were both ready later than the first alone, and a
-        chat waits for the first (docs/performance.md, "New chats and the spare session")."""
+        opened, if spares are on and the agent's profile allows them (``AgentProfile.keeps_spare``);
+        they offer the tools the last new chat offered (``spare_tools``) and get the workspace
+        folders of the moment (``additional``)."""
         while (
             self.pool.spares and self.running and self.caps.profile.keeps_spare and self.pool.open
-            and not self._preparing and len(self.spares) < self.pool.spare_count
+            and len(self.spares) + len(self._preparing) < self.pool.spare_count
         ):  # fmt: skip
             opening = (list(self.spare_tools), self.additional())
             self._preparing.append(opening)
@@ -456,8 +452,6 @@ class AgentProcess:
                 self.spares.append(ready)
             done, self._spare_done = self._spare_done, anyio.Event()
             done.set()
-            if ready is not None:
-                self.want_spare()  # the next one, if more are wanted (none after a failure: the next chat asks)
 
     def _close_spare(self, spare: Spare) -> None:
         """Let go of ``spare``: its tools endpoint removed (nothing can reach it), and
