@@ -5,7 +5,7 @@ Anthropic API (``tests/fakes/fake_anthropic.py``) and codex-acp against the fake
 API (``tests/fakes/fake_openai_responses.py``), on this machine.
 
 Usage: ``python -m bench.sessions [--agents claude,codex] [--chats N] [--runs R] [--gaps 0,1.5]
-[--spares N] [--[no-]spare-session] [--daemon-src DIR] [--out PATH]``
+[--spares N] [--[no-]spare-session] [--daemon-src DIR] [--before-src DIR] [--out PATH]``
 
 - **direct**: one agent process started and ``initialize``d once; each new chat is a
   ``session/new`` and one ``session/prompt``. This is what Zed and VS Code's own ACP
@@ -19,6 +19,9 @@ Usage: ``python -m bench.sessions [--agents claude,codex] [--chats N] [--runs R]
   (its default; ``--spares N``: ``$LMBRIDGE_SPARE_SESSIONS``; ``--no-spare-session``: none).
   Its state folder is a fresh temporary one per round (``$XDG_STATE_HOME``): nothing of the
   machine's ``~/.local/state/lmbridge`` is read.
+- **before** (``--before-src DIR``: another checkout's ``src``, a commit from before): the
+  same two lmbridge runs from that code, right after this code's in each round, so an A/B
+  comparison sees the same load (rows ``before_cold``, ``before_prewarmed``).
 
 For each agent and each gap, ``runs`` rounds of direct, lmbridge cold, lmbridge pre-warmed,
 one after the other (so both sides see the same load). Figures, each the median of the rounds:
@@ -227,7 +230,7 @@ def checks(figures: dict[str, Any]) -> dict[str, Any]:
     direct = figures["direct"]
     out: dict[str, Any] = {"next_ratio_max": NEXT_RATIO, "rss_over_direct_max_mib": SPARE_MIB}
     for name, f in figures.items():
-        if not name.startswith("lmbridge"):
+        if not name.startswith(("lmbridge", "before")):
             continue
         ratio = f["next_s"] / direct["next_s"] if direct["next_s"] else float("nan")
         over = f["agents_rss_mib"] - direct["agents_rss_mib"]
@@ -240,13 +243,15 @@ def gap_name(gap: float) -> str:
     return "back_to_back" if gap == 0 else f"spaced_{gap:g}s"
 
 
-async def main_async(names: Sequence[str], chats: int, runs: int, gaps: Sequence[float], daemon_src: str | None, extra: Sequence[str], spares: int) -> dict[str, Any]:
+async def main_async(names: Sequence[str], chats: int, runs: int, gaps: Sequence[float], daemon_src: str | None, extra: Sequence[str], spares: int, before_src: str | None = None) -> dict[str, Any]:
     """Every agent, every gap, ``runs`` times: the direct client, then lmbridge cold, then
-    pre-warmed, one after the other in each round, so each side sees the same load."""
+    pre-warmed (then the same from ``before_src``, if given), one after the other in each
+    round, so each side sees the same load."""
     out: dict[str, Any] = {}
     for name in names:
         agent = agents()[name]
-        results = {gap: {"direct": [], "lmbridge_cold": [], "lmbridge_prewarmed": []} for gap in gaps}  # type: dict[float, dict[str, list[dict[str, Any]]]]
+        rows = ["direct", "lmbridge_cold", "lmbridge_prewarmed"] + (["before_cold", "before_prewarmed"] if before_src else [])
+        results = {gap: {k: [] for k in rows} for gap in gaps}  # type: dict[float, dict[str, list[dict[str, Any]]]]
         with agent.fake() as fake:
             for _ in range(runs):
                 for gap in gaps:
@@ -258,6 +263,11 @@ async def main_async(names: Sequence[str], chats: int, runs: int, gaps: Sequence
                         home = base / "bridged" / "home"
                         results[gap]["lmbridge_cold"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=False, spares=spares))
                         results[gap]["lmbridge_prewarmed"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=True, spares=spares))
+                        if before_src:  # the code from before, under the same load: a private state folder too
+                            state, home = base / "before-state", base / "before" / "home"
+                            state.mkdir()
+                            results[gap]["before_cold"].append(await bridged(agent, fake.url, home, state, chats, gap, before_src, extra, prewarmed=False, spares=spares))
+                            results[gap]["before_prewarmed"].append(await bridged(agent, fake.url, home, state, chats, gap, before_src, extra, prewarmed=True, spares=spares))
         out[name] = {"version": agent.version}
         for gap, kinds in results.items():
             figures = {k: summarise(v) for k, v in kinds.items() if v}
@@ -302,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--gaps", default="0,1.5", help="seconds between new chats, comma-separated (default 0,1.5; 0: back to back)")
     parser.add_argument("--daemon-src", help="run lmbridge serve from this src folder (a checkout from before)")
+    parser.add_argument("--before-src", help="also run lmbridge serve from this src folder in each round, right after (an A/B comparison under the same load)")
     parser.add_argument(
         "--spare-session", action=argparse.BooleanOptionalAction, default=None,
         help="pass lmbridge serve --spare-session or --no-spare-session (default: neither, the daemon's default: on)",
@@ -324,8 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     from lmbridge.acp.process import SPARE_COUNT  # after $LMBRIDGE_SPARE_SESSIONS is set: the daemon's count
 
     spares = 0 if args.spare_session is False else SPARE_COUNT
-    figures = anyio.run(main_async, args.agents.split(","), args.chats, args.runs, gaps, args.daemon_src, extra, spares)
-    figures["_setup"] = {"chats": args.chats, "runs": args.runs, "gaps_s": gaps, "daemon_src": args.daemon_src, "spare_session": args.spare_session,
+    figures = anyio.run(main_async, args.agents.split(","), args.chats, args.runs, gaps, args.daemon_src, extra, spares, args.before_src)
+    figures["_setup"] = {"chats": args.chats, "runs": args.runs, "gaps_s": gaps, "daemon_src": args.daemon_src, "before_src": args.before_src, "spare_session": args.spare_session,
                          "spares": args.spares, "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
                          "cpus": os.cpu_count()}  # fmt: skip
     args.out.parent.mkdir(exist_ok=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -311,7 +312,8 @@ async def test_new_chats_back_to_back_each_take_a_spare_ready_before_they_were_s
 async def test_a_chat_that_takes_the_spare_gets_the_older_modes(scripted: Any, daemon: Any) -> None:
     """The spare keeps all its session/new answered: an agent offering the older ``modes``
     (no mode among its configOptions) has its mode control in the chat that takes the spare,
-    so the agent's ``mode`` setting is set there as on a session opened for the chat."""
+    so the agent's ``mode`` setting is set there as on a session opened for the chat: ahead,
+    once the spare is opened (``acp.session.start_in_mode``)."""
     modes = {"currentModeId": "ask", "availableModes": [{"id": "ask", "name": "Ask"}, {"id": "code", "name": "Code"}]}
     agent = scripted({"initialize": CAPS["resume"], "modes": modes, "default_turn": [{"text": "ok"}]})
     with anyio.fail_after(LIMIT):
@@ -320,11 +322,15 @@ async def test_a_chat_that_takes_the_spare_gets_the_older_modes(scripted: Any, d
             await eventually(lambda: len(agent.events("session_new")) == 2, what="the spare session")
             spare = agent.events("session_new")[1]
             assert spare["mcpServers"] == []  # no chat offered tools: no endpoint, as a fresh session's
+            await eventually(lambda: len(agent.events("set_mode")) == 2, what="the spare set to the mode ahead")
+            sent = time.monotonic()  # the scripted agent logs CLOCK_MONOTONIC times
             ok(await c.chat(agent.id, [user("second chat")]))
     assert [p["sessionId"] for p in agent.prompts()] == [agent.events("session_new")[0]["sessionId"], spare["sessionId"]]
-    assert [(e["sessionId"], e["modeId"]) for e in agent.events("set_mode")] == [
+    # Set ahead, before the chat that took it was sent (then the replacement spare's, so too).
+    assert [(e["sessionId"], e["modeId"]) for e in agent.events("set_mode")][:2] == [
         (agent.events("session_new")[0]["sessionId"], "code"), (spare["sessionId"], "code"),
     ]
+    assert not [e for e in agent.events("set_mode") if e["sessionId"] == spare["sessionId"] and e["t"] >= sent]
 
 
 async def test_a_chat_waiting_on_a_spare_whose_process_is_stuck_opens_its_session_on_a_new_one(scripted: Any, daemon: Any) -> None:

@@ -16,7 +16,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from lmbridge.acp.process import AgentFeatures
 from lmbridge.core.messages import ToolInfo, ToolResultPart
 from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
-from lmbridge.tools.mcp_bridge import CLOSED_TEXT, McpHost, ToolBridge, ToolCall, result_content, same_tools, select_tools, server_name
+from lmbridge.core.permissions import select_tools
+from lmbridge.tools.mcp_bridge import CLOSED_TEXT, McpHost, ToolBridge, ToolCall, result_content, same_tools, server_name
 
 pytestmark = pytest.mark.anyio
 

@@ -279,3 +279,36 @@ def test_a_prompt_results_tokens_go_with_the_usage(result: Any, tokens: dict[str
     assert later is not None and later.usage is not None and dict(later.usage.tokens) == tokens
     alone = ss.turn_usage(ss.SessionState(), result)
     assert alone is not None and ss.to_wire(alone)["usage"] == {"tokens": tokens}
+
+
+#: (the session/new answer, the control set, its value, the answer to the set): a spare
+#: session set to its start mode ahead (acp.session.start_in_mode).
+AHEAD = [
+    ({"configOptions": [MODEL, MODE]}, "mode", "plan", {}),  # no list in the answer: the value
+    ({"configOptions": [MODEL, MODE]}, "mode", "plan", {"configOptions": None}),
+    ({"configOptions": [MODEL, MODE]}, "mode", "plan", {"configOptions": [MODEL, {**MODE, "currentValue": "plan"}, EFFORT]}),  # the agent's list wins
+    ({"configOptions": [MODE, EFFORT]}, "mode", "acceptEdits", {"configOptions": [{**MODE, "currentValue": "default"}, EFFORT]}),  # the value wins in it
+    ({"modes": LEGACY}, ss.LEGACY_MODE, "code", {}),
+    ({"modes": LEGACY, "configOptions": [EFFORT]}, ss.LEGACY_MODE, "code", None),
+    ({"modes": LEGACY, "configOptions": [EFFORT]}, ss.LEGACY_MODE, "code", {"configOptions": [{**EFFORT, "currentValue": "high"}]}),
+]
+
+
+@pytest.mark.parametrize(("answer", "control_id", "value", "set_answer"), AHEAD)
+def test_a_session_set_ahead_gives_the_state_a_set_after_taking_it_would(answer: dict[str, Any], control_id: str, value: str, set_answer: Any) -> None:
+    """The chat taking a session set ahead sees the state it would have after setting the
+    control itself (``after_set``): so it sets nothing more before its prompt."""
+    state = ss.opened(answer)
+    control = state.control(control_id)
+    assert control is not None and control.current != value
+    ahead = ss.answer_after_set(answer, control, value, set_answer)
+    assert ss.opened(ahead) == ss.after_set(state, control_id, value, set_answer)
+    assert ss.opened(ahead).control(control_id).current == value  # type: ignore[union-attr]
+    assert ss.wanted(ss.opened(ahead), {control_id: value}) == {}
+    assert ss.opened(answer) == state  # the answer itself is left as it was
+
+
+@given(answer=JSON, set_answer=JSON, value=st.text(max_size=5))
+def test_any_answers_set_ahead_give_an_answer(answer: Any, set_answer: Any, value: str) -> None:
+    for control in (ss.Control("mode", "Mode", "mode", (), None), ss.Control(ss.LEGACY_MODE, "Mode", "mode", (), None, legacy=True)):
+        ss.opened(ss.answer_after_set(answer, control, value, set_answer))

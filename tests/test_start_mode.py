@@ -8,6 +8,7 @@ and configuration default follow."""
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -165,3 +166,45 @@ async def test_a_session_taken_up_again_in_the_agents_own_mode_is_set_to_the_ask
     assert [f["params"]["sessionId"] for f in agent.frames("session/resume")] == ["s1"]
     assert mode_sets(agent) == [("s1", "default"), ("s1", "default")]
     assert [p["params"]["sessionId"] for p in agent.frames("session/prompt")] == ["s1", "s1"]
+
+
+async def test_a_spare_is_set_to_the_asking_mode_before_the_chat_that_takes_it_is_sent(scripted: Any, daemon: Any, tmp_path: Any) -> None:
+    """docs/sessions.md, "Pre-warming and the spare session": a spare is set to the mode a
+    new chat's session starts in (here the asking mode) once its session/new is answered, so
+    the chat that takes it sends its prompt at once: its state says the asking mode, and no
+    session/set_config_option is sent after the chat was."""
+    agent = like_claude(scripted)
+    with anyio.fail_after(LIMIT):
+        async with daemon(args=["--spare-session"], initialize=False, env={"LMBRIDGE_SPARE_SESSIONS": "1"}) as c:
+            await initialize(c, [agent.spec], str(tmp_path))
+            ok(await c.chat(agent.id, [user("first chat")]))
+            await eventually(lambda: len(mode_sets(agent)) == 2, what="the spare set to the asking mode")
+            sent = time.monotonic()  # the scripted agent logs CLOCK_MONOTONIC times
+            second = await c.chat(agent.id, [user("second chat")])
+            ok(second)
+            assert control(states(c)[-1], "mode")["current"] == "default"
+    spare = agent.events("session_new")[1]["sessionId"]
+    # The replacement spare (opened once the second chat took this one) is set so too.
+    assert mode_sets(agent)[:2] == [("s1", "default"), (spare, "default")]
+    assert [p["params"]["sessionId"] for p in agent.frames("session/prompt")] == ["s1", spare]
+    assert not [e for e in agent.events("set_config_option") if e["sessionId"] == spare and e["t"] >= sent]
+
+
+async def test_a_spare_whose_agent_refuses_the_asking_mode_sends_no_prompt(scripted: Any, daemon: Any, tmp_path: Any) -> None:
+    """The agent refuses to set the spare's mode ahead: the spare keeps its own mode (auto),
+    and the chat that takes it asks again before its prompt; refused again, the prompt is not
+    sent in a mode nobody chose. (The first chat runs in Plan, from VS Code's model
+    configuration, which the agent takes: its process stays, with the spare.)"""
+    agent = scripted({"initialize": CLAUDE_NAME, "config_options": [MODES], "refuse_values": ["default"], "default_turn": [{"text": "ok"}]})
+    with anyio.fail_after(LIMIT):
+        async with daemon(args=["--spare-session"], initialize=False, env={"LMBRIDGE_SPARE_SESSIONS": "1"}) as c:
+            await initialize(c, [agent.spec], str(tmp_path))
+            ok(await c.chat(agent.id, [user("hello")], options={"configuration": {"mode": "plan"}}))
+            await eventually(lambda: agent.events("set_config_option_refused"), what="the spare's mode refused")
+            second = await c.chat(agent.id, [user("another chat")])
+            assert second.error is not None and "did not take the mode Manual" in second.error.message, second.error
+    spare = agent.events("session_new")[1]["sessionId"]
+    assert mode_sets(agent) == [("s1", "plan")]
+    refused = [e["sessionId"] for e in agent.events("set_config_option_refused")]
+    assert refused[:2] == [spare, spare]  # ahead, then by the chat that took it (then its replacement's)
+    assert [p["params"]["sessionId"] for p in agent.frames("session/prompt")] == ["s1"]  # nothing reached the agent in auto

@@ -128,3 +128,31 @@ async def test_codex_starts_in_read_only_and_asks_before_an_edit(tmp_path: Path)
                 assert mode_of(client) == "read-only"  # the agent said agent ("Auto review") in session/new
                 assert len(tool_calls(call)) == 1, call.parts  # the card, not the edit
                 assert not target.exists()
+
+
+async def test_codex_chat_taking_a_spare_set_ahead_is_in_read_only_and_asks_before_an_edit(tmp_path: Path) -> None:
+    """A spare session is set to the asking mode once opened (docs/sessions.md, "Its mode"):
+    the second chat takes it, sends its prompt without setting the mode itself, and codex-acp
+    2.6 still asks before the edit (its card, nothing written)."""
+    _installed(NODE, CODEX_ENTRY)
+    target = tmp_path / "work" / "edit.txt"
+    patch = f"apply_patch <<'EOF'\n*** Begin Patch\n*** Add File: {target}\n+hello\n*** End Patch\nEOF\n"
+    edit = {"function_call": {"name": "exec_command", "arguments": {"cmd": patch, "workdir": str(tmp_path / "work")}}}
+    with FakeResponses([[{"text": "Hello."}], [{"text": "Writing it."}, edit]]) as fake:
+        spec = {"id": "codex", "name": "Codex", "command": str(NODE), "args": [str(CODEX_ENTRY)], "env": codex_env(tmp_path / "home", fake.url)}
+        async with bridge(tmp_path, spec) as client:
+            with anyio.fail_after(TIMEOUT):
+                first = await client.chat("codex", [user("Say hello")], timeout=TIMEOUT)
+                assert first.error is None, first.error
+                log = tmp_path / "daemon.stderr"
+                while log.read_text(errors="replace").count("spare session ready") < 2:  # the daemon keeps two
+                    await anyio.sleep(0.2)
+                call = await client.chat("codex", [user("Write edit.txt")], timeout=TIMEOUT)
+                assert call.error is None, call.error
+                assert mode_of(client) == "read-only"
+                assert len(tool_calls(call)) == 1, call.parts  # the card, not the edit
+                assert not target.exists()
+    lines = log.read_text(errors="replace").splitlines()
+    spare = next(line for line in lines if "acp session" in line and "how=spare" in line)
+    chat = spare.split("session=")[-1].split()[0]
+    assert not [line for line in lines if "config option set" in line and f"session={chat}" in line]  # set ahead, not by the chat

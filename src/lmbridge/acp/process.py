@@ -56,7 +56,7 @@ from lmbridge import __version__
 from lmbridge.acp import files, terminals
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, EventSink, Incoming, Response
 from lmbridge.acp.interfaces import AgentFeatures, AgentGone, Mailbox, Spare, _object
-from lmbridge.acp.session import new_session
+from lmbridge.acp.session import new_session, start_in_mode
 from lmbridge.acp.terminals import TerminalHost
 from lmbridge.core import auth, elicitation, errors, paths, permissions, subagents
 from lmbridge.core.messages import AgentSpec
@@ -380,6 +380,7 @@ class AgentProcess:
                 await host.add(bridge)
                 servers = [host.server_config(bridge)]
             sid, answer = await new_session(self, conn, self.cwd, servers, additional)  # bounded: a stuck process is stopped
+            answer = await start_in_mode(self, conn, sid, answer)  # the chat taking it need not set its mode first
             if conn is not self.conn or not self.running:
                 raise ValueError("the agent process ended")
             ready, bridge = Spare(sid, bridge, servers, host, answer, tools, additional), None

@@ -166,6 +166,33 @@ async def new_session(
     return _session_id(result), _object(result)
 
 
+async def start_in_mode(process: AgentProcessInterface, conn: AgentConnection, session_id: str, answer: dict[str, Any]) -> dict[str, Any]:
+    """A session just opened ahead (the process's spare), set to the mode a chat's new
+    session is set to before its first prompt (``core.modes.start_mode``: the agent's
+    ``mode`` setting, else its asking mode), so the chat that takes it need not wait for
+    that request: the ``session/new`` ``answer`` as it then stands
+    (``session_state.answer_after_set``), or ``answer`` itself when it has no mode control,
+    is in that mode already, or the agent refused (logged: the chat then sets it itself,
+    or does not send its prompt). docs/sessions.md, "Pre-warming and the spare session".
+    Raises ``AgentUnavailable``, ``AgentStuck``."""
+    from lmbridge.core import modes, session_state
+
+    state = session_state.opened(answer)
+    mode = next((c for c in state.controls if c.category == "mode"), None)
+    if mode is None:
+        return answer
+    start = modes.start_mode(process.caps.profile, [c.value for c in mode.choices], process.spec.mode)
+    if start is None or mode.current == start:
+        return answer
+    method, params = session_state.set_request(state, session_id, mode.id, start)
+    try:
+        result = await request(process, conn, method, params)
+    except AgentError as exc:
+        log.info("spare session's mode not set", agent=process.spec.id, acp_session=session_id, mode=start, error=str(exc) or type(exc).__name__)
+        return answer
+    return session_state.answer_after_set(answer, mode, start, result)
+
+
 def opening_params(process: AgentProcessInterface, params: dict[str, Any], additional: tuple[str, ...] = ()) -> dict[str, Any]:
     """``params`` of a ``session/new``, ``session/resume`` or ``session/load``, with
     ``additionalDirectories`` (ACP "Session Setup": the workspace folders beyond ``cwd``) when

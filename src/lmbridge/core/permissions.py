@@ -59,14 +59,18 @@ from __future__ import annotations
 
 import difflib
 import enum
+import fnmatch
 import json
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmbridge.core import paths
+
+if TYPE_CHECKING:
+    from lmbridge.core.messages import ToolInfo
 from lmbridge.core.errors import INVALID_PARAMS, INVALID_REQUEST, REFUSED
 from lmbridge.core.messages import ToolResultPart
 from lmbridge.core.profiles import OTHER, AgentProfile, ToolNaming
@@ -87,6 +91,23 @@ MODE_TOOL = "symposium-agent-action-mode"  # switch_mode
 #: name: never covered by a session approval of ``EDIT_TOOL`` (docs/vscode-shim.md).
 PROTECTED_TOOL = "symposium-agent-action-protected"
 ACTION_TOOLS = frozenset({ACTION_TOOL, READ_TOOL, EDIT_TOOL, FETCH_TOOL, MODE_TOOL, PROTECTED_TOOL})
+
+
+def select_tools(tools: Sequence[ToolInfo], allow: Sequence[str] = (), deny: Sequence[str] = ()) -> list[ToolInfo]:
+    """The tools offered to an agent (docs/tools.md): ``options.tools`` minus lmbridge's own
+    (``ACTION_TOOLS``), kept when they match an ``allow`` glob (all when empty) and no ``deny``
+    glob. Here, not beside the MCP endpoint, so that a chat offering none of its own (only
+    lmbridge's) does not load the MCP SDK to learn it."""
+    out = []
+    for tool in tools:
+        if tool.name in ACTION_TOOLS:
+            continue
+        if allow and not any(fnmatch.fnmatchcase(tool.name, p) for p in allow):
+            continue
+        if any(fnmatch.fnmatchcase(tool.name, p) for p in deny):
+            continue
+        out.append(tool)
+    return out
 
 #: ACP ``ToolKind`` → the tool its request goes out on. Any other kind (execute, other,
 #: missing, unknown) goes out on ``ACTION_TOOL``.

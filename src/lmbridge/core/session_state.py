@@ -266,6 +266,29 @@ def after_set(state: SessionState, control_id: str, value: str, answer: Any) -> 
     return with_value(state, control_id, value)
 
 
+def answer_after_set(answer: Any, control: Control, value: str, set_answer: Any) -> dict[str, Any]:
+    """A ``session/new`` answer (``answer``, a JSON object) as it stands once the agent
+    accepted ``control`` = ``value`` on that session (``set_answer``: the answer to the
+    ``session/set_config_option`` or ``session/set_mode``), so a chat taking the session
+    sees its state as ``after_set`` would have made it: a config option's ``configOptions``
+    from ``set_answer`` when it holds a list, else the answer's; the option ``control.id``'s
+    ``currentValue`` (or, for the legacy control, ``modes.currentModeId``) at ``value``.
+    A new object; ``answer`` is not changed. Never raises (the answers are untrusted)."""
+    out = dict(answer) if isinstance(answer, dict) else {}
+    options = set_answer.get("configOptions") if isinstance(set_answer, dict) else None
+    if isinstance(options, list):
+        out["configOptions"] = options
+    if control.legacy:
+        modes = out.get("modes")
+        if isinstance(modes, dict):
+            out["modes"] = {**modes, "currentModeId": value}
+        return out
+    options = out.get("configOptions")
+    if isinstance(options, list):
+        out["configOptions"] = [{**o, "currentValue": value} if isinstance(o, dict) and o.get("id") == control.id else o for o in options]
+    return out
+
+
 class UnknownControl(ValueError):
     """A control or value the session does not offer."""
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
+from lmbridge.core import permissions
 from lmbridge.core.messages import ToolInfo, ToolResultPart
 from lmbridge.core.permissions import Answer
 
@@ -54,12 +55,11 @@ class ChatTools:
         self.servers: list[McpServer] = []
 
     def offered(self, tools: Sequence[ToolInfo]) -> list[ToolInfo]:
-        """Of a request's ``tools``, those the agent may see (``mcp_bridge.select_tools``)."""
+        """Of a request's ``tools``, those the agent may see (``permissions.select_tools``: no
+        MCP SDK loaded for it)."""
         if not tools:
             return []
-        from lmbridge.tools.mcp_bridge import select_tools
-
-        return select_tools(tools, self.allow, self.deny)
+        return permissions.select_tools(tools, self.allow, self.deny)
 
     async def start(self, tools: Sequence[ToolInfo], *, per_session: bool) -> list[McpServer]:
         """The ``mcpServers`` for a session opened for a request carrying ``tools``: the

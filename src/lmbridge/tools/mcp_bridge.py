@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import fnmatch
 import json
 import os
 import secrets
@@ -44,7 +43,6 @@ from mcp.shared.message import SessionMessage
 
 from lmbridge import self_command
 from lmbridge.core.messages import DataPart, TextPart, ToolInfo, ToolResultPart
-from lmbridge.core.permissions import ACTION_TOOLS
 from lmbridge.log import get_logger
 from lmbridge.rpc import record
 from lmbridge.rpc.framing import Lines, Overlong
@@ -88,21 +86,6 @@ def server_name(session_id: str, per_session: bool = False) -> str:
     agent that keeps one registry of MCP servers for all its sessions and refuses a second
     ``vscode`` with other settings (``AgentProfile.shared_mcp_registry``: fast-agent)."""
     return f"{SERVER_NAME}-{session_id}" if per_session else SERVER_NAME
-
-
-def select_tools(tools: Sequence[ToolInfo], allow: Sequence[str] = (), deny: Sequence[str] = ()) -> list[ToolInfo]:
-    """The tools offered to an agent: ``options.tools`` minus lmbridge's own
-    tool, kept when they match an ``allow`` glob (all when empty) and no ``deny`` glob."""
-    out = []
-    for tool in tools:
-        if tool.name in ACTION_TOOLS:
-            continue
-        if allow and not any(fnmatch.fnmatchcase(tool.name, p) for p in allow):
-            continue
-        if any(fnmatch.fnmatchcase(tool.name, p) for p in deny):
-            continue
-        out.append(tool)
-    return out
 
 
 def result_content(result: ToolResultPart) -> list[types.TextContent | types.ImageContent]:
