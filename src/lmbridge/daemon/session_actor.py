@@ -32,16 +32,16 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from lmbridge.acp import files as acp_files
 from lmbridge.acp.client_requests import ClientRequests
-from lmbridge.acp.connection import BAD_ID_ERROR, Incoming, Response
+from lmbridge.acp.connection import Incoming, Response
 from lmbridge.acp.lifecycle import Prompts, SessionLife, Started
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, Opened
-from lmbridge.core import elicitation, errors, permissions, present, session_state, turn
+from lmbridge.core import elicitation, permissions, present, session_state, turn
 from lmbridge.core.messages import AgentSpec
 from lmbridge.core.permissions import Answer
 from lmbridge.core.present import Skipped, TurnRenderer
-from lmbridge.core.text import clip
 from lmbridge.core.transcript import prompt_blocks, whole_conversation
+from lmbridge.daemon import incoming
 from lmbridge.daemon.agent_writer import WRITE_TIMEOUT, AgentWriter
 from lmbridge.daemon.catalog import auth_hint
 from lmbridge.daemon.chat_controls import ChatControls, ControlSet, SetControl
@@ -254,7 +254,7 @@ class SessionActor:
         event: turn.Event | None
         match msg:
             case Incoming():
-                event = await self._incoming(msg)
+                event = self._incoming(msg)
             case Response():
                 event = self._prompt_answered(msg)
             case Job():
@@ -327,49 +327,40 @@ class SessionActor:
         self.controls.ready(opened)
         return ready
 
-    async def _incoming(self, msg: Incoming) -> turn.Event | None:
-        """The agent's notification or request: an update or a question for the machine, or
-        served or refused here (fs/* and terminal/*: ``ClientRequests``)."""
-        params = json_object(msg.params)
-        rid = msg.id
-        match msg:
-            case Incoming(method="session/update", id=None, bad_id=False):
-                change = params.get("update")
-                if params.get("sessionId") != self.acp_session:
-                    # The session being opened may tell its state before it is the chat's (claude's
-                    # commands, just after session/new): kept for its Ready. Else a superseded session.
-                    if params.get("sessionId") == self.acp.id:
-                        self.controls.early(change)
-                    return None
+    def _incoming(self, msg: Incoming) -> turn.Event | None:
+        """The agent's notification or request (``daemon.incoming.read``): an update or a
+        question for the machine, or answered, served or skipped here."""
+        read = incoming.read(msg, self.acp_session, self.acp.id, self.client.serves)
+        match read:
+            case turn.Update(raw=change):
                 self.controls.update(change)
-                return turn.Update(change)
-            case Incoming(method="session/request_permission") if rid is not None or msg.bad_id:
-                if params.get("sessionId") != self.acp_session:
-                    if not msg.bad_id:
-                        self._writer.respond(rid, {"outcome": dict(permissions.CANCELLED)})
-                    return None
+                return read
+            case incoming.Early(change=change):
+                self.controls.early(change)  # kept for its Ready
+            case incoming.Ask(kind="question"):
+                return turn.ElicitationAsked(read.rid, read.params, self._call_id(), secrets.token_urlsafe(18))
+            case incoming.Ask():
                 bridge = None
                 if self.tools.bridge is not None:
                     bridge = permissions.Bridge(self.tools.bridge.name, frozenset(self.tools.bridge.tools), self.process.caps.profile)
-                call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
                 return turn.PermissionAsked(
-                    rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id,
+                    read.rid, read.params, self._call_id(), secrets.token_urlsafe(18), bridge, answerable=read.answerable,
                     workspace=self.client.workspace(), profile=self.process.caps.profile,
                 )  # fmt: skip
-            case Incoming(method=elicitation.METHOD, bad_id=False) if rid is not None:
-                if params.get("sessionId") != self.acp_session:
-                    self._writer.respond(rid, dict(elicitation.CANCEL))
-                    return None
-                return turn.ElicitationAsked(rid, msg.params, f"lmbridge-{self.id}-{secrets.token_hex(6)}", secrets.token_urlsafe(18))
-            case Incoming(bad_id=True):
-                self._writer.respond(None, error=BAD_ID_ERROR)
-            case Incoming(id=None):
-                self._skip(f"agent notification {clip(repr(msg.method), 200)} ignored")
-            case _ if rid is not None and self.client.serves(msg.method):
-                self.client.handle(rid, msg.method, params, self.acp_session)
+            case incoming.Reply():
+                self._writer.respond(read.rid, read.result, error=read.error)
+            case incoming.Serve():
+                self.client.handle(read.rid, read.method, read.params, self.acp_session)
+            case incoming.Skip():
+                self._skip(read.message)
+            case None:
+                pass
             case _:
-                self._writer.respond(rid, error=errors.error(errors.METHOD_NOT_FOUND, msg.method))
+                assert_never(read)
         return None
+
+    def _call_id(self) -> str:
+        return f"lmbridge-{self.id}-{secrets.token_hex(6)}"
 
     # -- effects ----------------------------------------------------------------
 
