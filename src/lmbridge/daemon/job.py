@@ -21,7 +21,7 @@ import anyio
 from lmbridge.acp import files as acp_files
 from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, squeezed
 from lmbridge.core.jobs import JobInfo
-from lmbridge.core.messages import AgentSpec, Message, ToolInfo
+from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
 from lmbridge.core.present import Part
 
 if TYPE_CHECKING:
@@ -129,6 +129,20 @@ class Job:
         self.count(part)
         self.request.parts.send(part)
 
+    def answer(self, stop_reason: str | None, usage: dict[str, int] | None) -> None:
+        """The response ended with ``stop_reason`` (``turn.Finish``), ``usage`` its answer's
+        usage part; a job already done keeps the answer it had."""
+        if not self.done.is_set():
+            self.stop_reason, self.usage = stop_reason, usage
+            self.done.set()
+
+    def fail(self, error: str, data: dict[str, Any] | None = None) -> None:
+        """The request ends with ``error`` (``turn.Fail``; ``data``: auth.problem's when the agent
+        needs a login); a job already done keeps the answer it had."""
+        if not self.done.is_set():
+            self.error, self.error_data = error, data
+            self.done.set()
+
     def count(self, part: Part) -> None:
         """Take ``part`` into the fingerprint (``send`` does; so does the job's start, for
         the line sent before it existed, while the request waited for a free session)."""
@@ -164,6 +178,42 @@ class Job:
             tools=frozenset(tool.name for tool in self.tools),
             cancelled=self.cancelled,
         )
+
+
+class Jobs:
+    """A session actor's jobs, by ``Job.id`` (numbered from 1 as it takes them up), until
+    each response ends."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[int, Job] = {}
+        self._last = 0
+
+    def take(self, job: Job) -> Job:
+        """``job`` numbered and kept."""
+        self._last += 1
+        job.id = self._last
+        self._jobs[job.id] = job
+        return job
+
+    def __getitem__(self, job_id: int) -> Job:
+        return self._jobs[job_id]
+
+    def get(self, job_id: int | None) -> Job | None:
+        return None if job_id is None else self._jobs.get(job_id)
+
+    def pop(self, job_id: int) -> Job | None:
+        return self._jobs.pop(job_id, None)
+
+    def result(self, job_id: int | None, call_id: str) -> ToolResultPart | None:
+        """VS Code's result of tool call ``call_id`` as job ``job_id``'s request brought it (None: none)."""
+        job = self.get(job_id)
+        return job.decision.results.get(call_id) if job is not None else None
+
+    def fail_all(self, error: str) -> None:
+        """Every job not done ends (with its own error, else ``error``): a bug left it
+        unanswered; a request is never left hanging."""
+        for job in self._jobs.values():
+            job.fail(job.error or error)
 
 
 @dataclass

@@ -105,9 +105,8 @@ def left_unread(msg: Mail, gone: str, control_gone: str) -> Reply | None:
     with ``gone``, a control request with ``control_gone``; an agent's request is answered
     (``unread_answer``, returned for the writer), never dropped. Anything else: nothing to do."""
     match msg:
-        case Job() if not msg.done.is_set():
-            msg.error = gone
-            msg.done.set()
+        case Job():
+            msg.fail(gone)
         case SetControl():
             msg.fail(control_gone)
         case ControlSet():

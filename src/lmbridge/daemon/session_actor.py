@@ -38,26 +38,23 @@ from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, Opened
 from lmbridge.core import elicitation, permissions, present, session_state, turn
 from lmbridge.core.messages import AgentSpec
-from lmbridge.core.permissions import Answer
 from lmbridge.core.present import Skipped, TurnRenderer
 from lmbridge.core.transcript import prompt_blocks, whole_conversation
 from lmbridge.daemon import incoming
 from lmbridge.daemon.agent_writer import WRITE_TIMEOUT, AgentWriter
 from lmbridge.daemon.catalog import auth_hint
 from lmbridge.daemon.chat_controls import ChatControls, ControlSet, SetControl
-from lmbridge.daemon.job import Job, SessionHooks
+from lmbridge.daemon.job import Job, Jobs, SessionHooks
 from lmbridge.daemon.mail import CancelRequest, EndSession, Mail, McpCall, drain, left_unread, unread_answer
 from lmbridge.daemon.mailbox import ChunkMailbox
 from lmbridge.daemon.timers import Timers
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import NoClient
 from lmbridge.rpc.jsonrpc import json_object
-from lmbridge.tools import chat_tools
 from lmbridge.tools.chat_tools import ChatTools
 
 if TYPE_CHECKING:
     from lmbridge.rpc.record import Recorder
-    from lmbridge.tools.mcp_bridge import ToolCall
 
 log = get_logger("session")
 
@@ -132,11 +129,9 @@ class SessionActor:
             progress=START_PROGRESS if notice is None or math.isfinite(notice) else math.inf,
             buffer_limit=PENDING_OUTPUT,
         )
-        self.jobs: dict[int, Job] = {}
+        self.jobs = Jobs()
         self._prompt_usage: object = None  # the last session/prompt result's ``usage`` (ACP), until its answer ends
         self._prompts = Prompts()  # session/prompt request id → the machine's prompt number
-        self._job_ids = 0
-        self.tool_calls: dict[str, ToolCall] = {}  # callId → the VS Code tool call the agent waits on
         self._timers = Timers(self._send)
         self._tg: TaskGroup | None = None
         self._closed = False
@@ -166,8 +161,7 @@ class SessionActor:
         """Hand ``job`` over: the actor owns it from now on. A closed actor reads no more
         jobs: one submitted to it fails at once instead of waiting forever."""
         if self._closed:
-            job.error = present.session_gone(self.spec.id)
-            job.done.set()
+            job.fail(present.session_gone(self.spec.id))
             return
         self._send.send_nowait(job)
 
@@ -244,10 +238,7 @@ class SessionActor:
             answer = left_unread(msg, present.session_gone(self.spec.id), present.CONTROL_SESSION_GONE)
             if answer is not None:
                 self._writer.respond(*answer)
-        for job in self.jobs.values():  # a bug left it unanswered: never leave a request hanging
-            if not job.done.is_set():
-                job.error = job.error or present.session_gone(self.spec.id)
-                job.done.set()
+        self.jobs.fail_all(present.session_gone(self.spec.id))  # a bug left one unanswered
 
     async def _handle(self, msg: Mail) -> None:
         """One message of the mailbox, made a ``turn`` event (or handled here: the chat's controls)."""
@@ -262,7 +253,7 @@ class SessionActor:
             case CancelRequest(job=job):
                 event = turn.CancelJob(job.id)
             case McpCall(call=call):
-                self.tool_calls[call.call_id] = call
+                self.tools.called(call)
                 event = turn.ToolInvoked(call.call_id, call.name, call.arguments or {})
             case AgentGone(conn=conn):
                 # A start under way whose process another request found stuck opens its session on
@@ -307,9 +298,7 @@ class SessionActor:
             # not reaped yet), just before this job came: that first, so the job starts
             # on a new process instead of failing with the old one's end.
             await self._handle(AgentGone(conn))
-        self._job_ids += 1
-        job.id = self._job_ids
-        self.jobs[job.id] = job
+        self.jobs.take(job)
         if job.request.report is not None:
             self.controls.requested(job.request.report, job.request.request_id)
         await self.tools.offer(job.tools)
@@ -375,10 +364,8 @@ class SessionActor:
                 case turn.Finish():
                     await self._finish(fx)
                 case turn.Fail():
-                    job = self.jobs.pop(fx.job_id, None)
-                    if job is not None and not job.done.is_set():
-                        job.error, job.error_data = fx.message, self.life.auth
-                        job.done.set()
+                    if (job := self.jobs.pop(fx.job_id)) is not None:
+                        job.fail(fx.message, self.life.auth)
                 case turn.Respond():
                     log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
                     if fx.approved is not None:
@@ -389,7 +376,7 @@ class SessionActor:
                 case turn.RespondError():
                     self._writer.respond(fx.rid, error=fx.error)
                 case turn.ResolveTool():
-                    self._resolve_tool(fx)
+                    self.tools.resolve(fx.call_id, fx.answer, self.jobs.result(fx.job_id, fx.call_id))
                 case turn.SendCancel():
                     self._writer.send(self.acp.cancel())
                     self.client.stop()  # what the turn's approvals allowed, and the commands it runs
@@ -424,30 +411,18 @@ class SessionActor:
 
     async def _finish(self, fx: turn.Finish) -> None:
         """End a job's response and report what it emitted (once)."""
-        job = self.jobs.pop(fx.job_id, None)
+        job = self.jobs.pop(fx.job_id)
         self._tell_skipped()
         if job is None:
             return
         await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending), job.decision.number)
-        if not job.done.is_set():
-            job.stop_reason = fx.stop_reason
-            job.usage = session_state.answer_usage(self.controls.state.usage, self._prompt_usage)
-            job.done.set()
+        job.answer(fx.stop_reason, session_state.answer_usage(self.controls.state.usage, self._prompt_usage))
         self._prompt_usage = None
-
-    def _resolve_tool(self, fx: turn.ResolveTool) -> None:
-        call = self.tool_calls.pop(fx.call_id, None)
-        if call is None:
-            return
-        job = self.jobs.get(fx.job_id) if fx.job_id is not None else None
-        chat_tools.answer(call, fx.answer, job.decision.results.get(fx.call_id) if job is not None else None)
-        log.info("tool call answered", session=self.id, callId=fx.call_id, answer=fx.answer.value)
 
     def _answer_question(self, fx: turn.AnswerQuestion) -> None:
         """The agent's question answered (``core.elicitation.response``), with VS Code's result
         of its question tool where the request brought one."""
-        job = self.jobs.get(fx.job_id) if fx.job_id is not None else None
-        result = job.decision.results.get(fx.call_id) if job is not None else None
+        result = self.jobs.result(fx.job_id, fx.call_id)
         answer = elicitation.response(fx.question, fx.answer, result.text() if result is not None else None)
         log.info("question answered", session=self.id, callId=fx.call_id, action=answer["action"])
         self._writer.respond(fx.rid, answer)
@@ -501,9 +476,7 @@ class SessionActor:
         self.client.end()  # requests being served answered before the session's last frames and its close
         await self.client.aclose()
         self._timers.stop_all()
-        for call_id in list(self.tool_calls):
-            self._resolve_tool(turn.ResolveTool(call_id, Answer.CANCELLED))
-        await self.tools.stop()
+        await self.tools.stop()  # every tool call still waiting answered first
         # The machine's last frames (session/cancel, then the cancelled permissions) go out
         # first, within the write bound; then the session is closed.
         await self._writer.finish()
