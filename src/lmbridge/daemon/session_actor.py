@@ -39,7 +39,7 @@ from lmbridge.acp.session import AcpSession, Opened
 from lmbridge.core import elicitation, permissions, present, session_state, turn
 from lmbridge.core.messages import AgentSpec
 from lmbridge.core.present import Skipped, TurnRenderer
-from lmbridge.core.transcript import prompt_blocks, whole_conversation
+from lmbridge.core.transcript import turn_blocks
 from lmbridge.daemon import incoming
 from lmbridge.daemon.agent_writer import WRITE_TIMEOUT, AgentWriter
 from lmbridge.daemon.catalog import auth_hint
@@ -442,11 +442,11 @@ class SessionActor:
     # -- prompting -----------------------------------------------------------------
 
     def _prompt(self, fx: turn.Prompt) -> None:
-        job = self.jobs[fx.job_id]
-        d = job.decision
-        context, prompt = whole_conversation(job.history, d.prompt, d.answers) if fx.whole else (d.context, d.prompt)
-        blocks = prompt_blocks(tuple(fx.unsent) + context, prompt, images=self.process.caps.images, embedded_context=self.process.caps.embedded_context, verbatim=job.verbatim)
-        blocks = session_state.agent_command(blocks, self.controls.state.commands)  # "//compact": the agent's own command
+        job, caps = self.jobs[fx.job_id], self.process.caps
+        blocks = turn_blocks(
+            job.decision, job.history, whole=fx.whole, unsent=fx.unsent, images=caps.images, embedded_context=caps.embedded_context,
+            verbatim=job.verbatim, commands=self.controls.state.commands,
+        )  # fmt: skip
         # The answer comes on the mailbox in order with the agent's updates (acp.connection.Response).
         rid, write = self.acp.prompt(blocks)
         self._prompts.add(rid, fx.seq)
