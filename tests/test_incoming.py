@@ -3,12 +3,14 @@ docs/architecture.md "Tasks and ownership"): a table, row by row."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from lmbridge.acp.connection import BAD_ID_ERROR, Incoming
 from lmbridge.core import elicitation, errors, permissions, turn
+from lmbridge.core.profiles import CLAUDE
 from lmbridge.daemon import incoming
 from lmbridge.daemon.incoming import Ask, Early, Reply, Serve, Skip
 
@@ -66,3 +68,44 @@ def test_a_request_not_served_is_method_not_found() -> None:
 def test_a_long_method_name_is_clipped_in_the_skip() -> None:
     read = incoming.read(Incoming("x" * 1000, {}), SHOWN, OPENING, lambda method: False)
     assert isinstance(read, Skip) and len(read.message) < 300
+
+
+class _Bridge:
+    """What ``asked`` reads of the chat's MCP endpoint (``mcp_bridge.ToolBridge``)."""
+
+    name = "lmbridge-s1"
+    tools = {"vscode_search": None, "vscode_run": None}
+
+
+def _workspace_read(reads: list[int]) -> Callable[[], permissions.Workspace]:
+    def workspace() -> permissions.Workspace:
+        reads.append(1)
+        return permissions.NO_WORKSPACE
+
+    return workspace
+
+
+@pytest.mark.parametrize("bridge", [None, _Bridge()], ids=["no endpoint", "the chat's endpoint"])
+def test_a_permission_asked_carries_fresh_ids_the_endpoint_and_the_workspace(bridge: Any) -> None:
+    reads: list[int] = []
+    events = [incoming.asked(Ask("permission", 5, ASK), "s1", bridge, CLAUDE, _workspace_read(reads)) for _ in range(2)]
+    for event in events:
+        assert isinstance(event, turn.PermissionAsked)
+        assert (event.rid, event.params, event.answerable, event.profile) == (5, ASK, True, CLAUDE)
+        assert event.call_id.startswith("lmbridge-s1-") and len(event.token) >= 24
+        expected = None if bridge is None else permissions.Bridge("lmbridge-s1", frozenset({"vscode_search", "vscode_run"}), CLAUDE)
+        assert event.bridge == expected
+    assert events[0].call_id != events[1].call_id and events[0].token != events[1].token
+    assert reads == [1, 1]
+
+
+def test_a_permission_with_an_unusable_id_is_shown_not_answerable() -> None:
+    event = incoming.asked(Ask("permission", None, ASK, answerable=False), "s1", None, CLAUDE, _workspace_read([]))
+    assert isinstance(event, turn.PermissionAsked) and event.rid is None and not event.answerable
+
+
+def test_a_question_asked_never_reads_the_workspace() -> None:
+    reads: list[int] = []
+    event = incoming.asked(Ask("question", 8, QUESTION), "s1", _Bridge(), CLAUDE, _workspace_read(reads))
+    assert isinstance(event, turn.ElicitationAsked) and (event.rid, event.params) == (8, QUESTION)
+    assert event.call_id.startswith("lmbridge-s1-") and not reads

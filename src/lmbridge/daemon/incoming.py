@@ -15,19 +15,25 @@ from the frame and the chat's two session ids alone, what it is (docs/architectu
 - a request whose id cannot be answered: ``Reply`` with ``BAD_ID_ERROR`` and id null;
   another notification: ``Skip``; another request: ``Reply`` with -32601.
 
-Pure: the actor carries the outcome out (``SessionActor._incoming``).
+``read`` is pure: the actor carries the outcome out (``SessionActor._incoming``); an ``Ask``
+becomes the machine's event with fresh ids by ``asked``.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from lmbridge.acp.connection import BAD_ID_ERROR, Incoming
 from lmbridge.core import elicitation, errors, permissions, turn
 from lmbridge.core.text import clip
 from lmbridge.rpc.jsonrpc import json_object
+
+if TYPE_CHECKING:
+    from lmbridge.core.profiles import AgentProfile
+    from lmbridge.tools.mcp_bridge import ToolBridge
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,3 +113,17 @@ def read(msg: Incoming, shown: str | None, opening: str | None, serves: Callable
             return Serve(rid, msg.method, params)
         case _:
             return Reply(rid, error=errors.error(errors.METHOD_NOT_FOUND, msg.method))
+
+
+def asked(
+    ask: Ask, chat: str, bridge: ToolBridge | None, profile: AgentProfile, workspace: Callable[[], permissions.Workspace]
+) -> turn.PermissionAsked | turn.ElicitationAsked:
+    """``ask`` as the turn machine's event, with a fresh callId (``lmbridge-<chat>-<hex>``) and
+    token; a permission also with the VS Code tools the chat's MCP endpoint ``bridge`` offers
+    (``permissions.Bridge``), the agent's ``profile``, and ``workspace()``, where its files are
+    judged (read only for a permission: it resolves the folders on disk)."""
+    call_id, token = f"lmbridge-{chat}-{secrets.token_hex(6)}", secrets.token_urlsafe(18)
+    if ask.kind == "question":
+        return turn.ElicitationAsked(ask.rid, ask.params, call_id, token)
+    tools = None if bridge is None else permissions.Bridge(bridge.name, frozenset(bridge.tools), profile)
+    return turn.PermissionAsked(ask.rid, ask.params, call_id, token, tools, answerable=ask.answerable, workspace=workspace(), profile=profile)

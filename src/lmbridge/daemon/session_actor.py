@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import os
-import secrets
 from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, assert_never
@@ -36,7 +35,7 @@ from lmbridge.acp.connection import Incoming, Response
 from lmbridge.acp.lifecycle import Prompts, SessionLife, Started
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, Opened
-from lmbridge.core import elicitation, permissions, present, session_state, turn
+from lmbridge.core import elicitation, present, session_state, turn
 from lmbridge.core.messages import AgentSpec
 from lmbridge.core.present import Skipped, TurnRenderer
 from lmbridge.core.transcript import turn_blocks
@@ -326,16 +325,8 @@ class SessionActor:
                 return read
             case incoming.Early(change=change):
                 self.controls.early(change)  # kept for its Ready
-            case incoming.Ask(kind="question"):
-                return turn.ElicitationAsked(read.rid, read.params, self._call_id(), secrets.token_urlsafe(18))
             case incoming.Ask():
-                bridge = None
-                if self.tools.bridge is not None:
-                    bridge = permissions.Bridge(self.tools.bridge.name, frozenset(self.tools.bridge.tools), self.process.caps.profile)
-                return turn.PermissionAsked(
-                    read.rid, read.params, self._call_id(), secrets.token_urlsafe(18), bridge, answerable=read.answerable,
-                    workspace=self.client.workspace(), profile=self.process.caps.profile,
-                )  # fmt: skip
+                return incoming.asked(read, self.id, self.tools.bridge, self.process.caps.profile, self.client.workspace)
             case incoming.Reply():
                 self._writer.respond(read.rid, read.result, error=read.error)
             case incoming.Serve():
@@ -347,9 +338,6 @@ class SessionActor:
             case _:
                 assert_never(read)
         return None
-
-    def _call_id(self) -> str:
-        return f"lmbridge-{self.id}-{secrets.token_hex(6)}"
 
     # -- effects ----------------------------------------------------------------
 
