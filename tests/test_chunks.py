@@ -206,7 +206,7 @@ class _Parts:
 def job() -> Any:
     from lmbridge.core.history import Decision, Kind
     from lmbridge.core.messages import AgentSpec
-    from lmbridge.daemon.session_actor import ChatRequest, Job
+    from lmbridge.daemon.job import ChatRequest, Job
 
     return Job(Decision(Kind.NEW_CHAT, "s"), ChatRequest(AgentSpec(id="a", command="a"), (), None, _Parts()))
 

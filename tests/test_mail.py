@@ -18,8 +18,8 @@ from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon import agent_writer
 from lmbridge.daemon.agent_writer import AgentWriter
 from lmbridge.daemon.chat_controls import ControlSet, SetControl
+from lmbridge.daemon.job import ChatRequest, Job
 from lmbridge.daemon.mail import CancelRequest, EndSession, Mail, drain, left_unread, unread_answer
-from lmbridge.daemon.session_actor import ChatRequest, Job
 from lmbridge.daemon.timers import Timers
 
 GONE, CONTROL_GONE = "the session has ended", "the control's session has ended"

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import PurePosixPath as Path
 from typing import Any
 
-from lmbridge.core import notices, permissions
-from lmbridge.core.history import conversation, has_user_content
+from lmbridge.core import notices, permissions, session_state
+from lmbridge.core.history import Decision, conversation, has_user_content
 from lmbridge.core.messages import DataPart, Message, TextPart, ThinkingPart, ToolCallPart, ToolResultPart
 from lmbridge.core.permissions import ACTION_TOOLS
 from lmbridge.core.user_message import Attachment, UserInput, parse_user_message
@@ -222,3 +222,29 @@ def whole_conversation(
     while tail < min(len(conv), len(prompt)) and conv[-1 - tail] == prompt[-1 - tail]:
         tail += 1
     return tuple(conv[: len(conv) - tail]), prompt
+
+
+def turn_blocks(
+    decision: Decision,
+    history: Sequence[Message],
+    *,
+    whole: bool,
+    unsent: Sequence[Message] = (),
+    images: bool,
+    embedded_context: bool = False,
+    verbatim: bool = False,
+    commands: tuple[session_state.Command, ...] = (),
+) -> list[Block]:
+    """The content of one ``session/prompt`` (``turn.Prompt``) for a request the history actor
+    classified as ``decision``, ``history`` its messages: the decision's context and prompt,
+    or with ``whole`` the whole conversation (``whole_conversation``: the ACP session has seen
+    nothing of the chat), after the ``unsent`` messages of requests stopped before the agent
+    saw them; as ``prompt_blocks`` makes them (``images``, ``embedded_context``: the agent's
+    prompt capabilities; ``verbatim``); then a ``//<command>`` escape undone for one of the
+    session's ``commands`` (``session_state.agent_command``; docs/sessions.md)."""
+    if whole:
+        context, prompt = whole_conversation(history, decision.prompt, decision.answers)
+    else:
+        context, prompt = decision.context, decision.prompt
+    blocks = prompt_blocks(tuple(unsent) + tuple(context), prompt, images=images, embedded_context=embedded_context, verbatim=verbatim)
+    return session_state.agent_command(blocks, commands)

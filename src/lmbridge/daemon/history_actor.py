@@ -30,8 +30,9 @@ from lmbridge.core import cap, marker
 from lmbridge.core.history import Decision, Fingerprint, HistoryCore, HistoryError, Last, Pending, Session
 from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog
+from lmbridge.daemon.job import ChatRequest, Job, SessionHooks
 from lmbridge.daemon.services import IdleCollector, RecentAgents
-from lmbridge.daemon.session_actor import ChatRequest, Job, SessionActor, SessionHooks
+from lmbridge.daemon.session_actor import SessionActor
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@
 and dispatches each message with ``match``, ``typing.assert_never`` in the default case, so
 mypy proves every kind is handled (docs/architecture.md "Tasks and ownership"). Who sends what:
 
-- the history actor: ``Job`` (``SessionActor.submit``), ``CancelRequest`` (``cancel``),
+- the history actor: ``Job`` (``daemon.job``; ``SessionActor.submit``), ``CancelRequest`` (``cancel``),
   ``EndSession`` (``close``); ``chat/setControl`` (``daemon.methods``): ``SetControl``
   (``set_control``);
 - the agent's process (``acp.process.AgentProcess``, routing by sessionId and request id):
@@ -33,10 +33,10 @@ from lmbridge.acp.lifecycle import LateAnswer, Started
 from lmbridge.acp.process import AgentGone
 from lmbridge.core import elicitation, permissions, turn
 from lmbridge.daemon.chat_controls import ControlSet, SetControl
+from lmbridge.daemon.job import Job
 
 if TYPE_CHECKING:
     from lmbridge.daemon.mailbox import ChunkMailbox
-    from lmbridge.daemon.session_actor import Job
     from lmbridge.tools.mcp_bridge import ToolCall
 
 
@@ -65,9 +65,9 @@ class EndSession:
 #: Everything a session actor's mailbox carries. A new kind is added here and to the
 #: actor's ``_handle`` (mypy's ``assert_never`` there fails until it is).
 Mail: TypeAlias = (
-    "Job | CancelRequest | EndSession | SetControl | Incoming | Response | AgentGone | McpCall | ControlSet"
-    " | Started | turn.SessionClosed | turn.TimerFired | turn.Update"
-)
+    Job | CancelRequest | EndSession | SetControl | Incoming | Response | AgentGone | McpCall | ControlSet
+    | Started | turn.SessionClosed | turn.TimerFired | turn.Update
+)  # fmt: skip
 
 #: An answer to one of the agent's requests: ``(rid, result, error)``, as ``ClientRequests.Respond`` takes it.
 Reply: TypeAlias = LateAnswer
@@ -104,12 +104,9 @@ def left_unread(msg: Mail, gone: str, control_gone: str) -> Reply | None:
     """``msg`` read after the session ended (queued behind its close): a job not done ends
     with ``gone``, a control request with ``control_gone``; an agent's request is answered
     (``unread_answer``, returned for the writer), never dropped. Anything else: nothing to do."""
-    from lmbridge.daemon.session_actor import Job  # the actor's module imports this one
-
     match msg:
-        case Job() if not msg.done.is_set():
-            msg.error = gone
-            msg.done.set()
+        case Job():
+            msg.fail(gone)
         case SetControl():
             msg.fail(control_gone)
         case ControlSet():

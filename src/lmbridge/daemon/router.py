@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from lmbridge.core.present import Part
     from lmbridge.daemon.chat_controls import Report
     from lmbridge.daemon.history_actor import HistoryActor
-    from lmbridge.daemon.session_actor import ChatRequest, SessionActor
+    from lmbridge.daemon.job import ChatRequest
+    from lmbridge.daemon.session_actor import SessionActor
     from lmbridge.rpc.channel import ClientChannel
 
 log = get_logger("router")
@@ -91,7 +92,7 @@ class Router:
         from lmbridge.core import session_state
         from lmbridge.core.history import HistoryError
         from lmbridge.daemon.history_actor import AtCapacity, ShuttingDown
-        from lmbridge.daemon.session_actor import ChatRequest
+        from lmbridge.daemon.job import ChatRequest
 
         call.chat = True  # $/cancelRequest may answer it from now on
         try:

@@ -19,15 +19,11 @@ own cancel scope (``daemon.timers``).
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
-import secrets
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, assert_never
+from typing import TYPE_CHECKING, Any, assert_never
 
 import anyio
 from anyio.abc import TaskGroup
@@ -35,35 +31,29 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from lmbridge.acp import files as acp_files
 from lmbridge.acp.client_requests import ClientRequests
-from lmbridge.acp.connection import BAD_ID_ERROR, Incoming, Response
+from lmbridge.acp.connection import Incoming, Response
 from lmbridge.acp.lifecycle import Prompts, SessionLife, Started
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, Opened
-from lmbridge.core import elicitation, errors, permissions, present, session_state, turn
-from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, squeezed
-from lmbridge.core.jobs import JobInfo
-from lmbridge.core.messages import AgentSpec, Message, ToolInfo
-from lmbridge.core.permissions import Answer
-from lmbridge.core.present import Part, Skipped, TurnRenderer
-from lmbridge.core.text import clip
-from lmbridge.core.transcript import prompt_blocks, whole_conversation
+from lmbridge.core import elicitation, present, session_state, turn
+from lmbridge.core.messages import AgentSpec
+from lmbridge.core.present import Skipped, TurnRenderer
+from lmbridge.core.transcript import turn_blocks
+from lmbridge.daemon import incoming
 from lmbridge.daemon.agent_writer import WRITE_TIMEOUT, AgentWriter
 from lmbridge.daemon.catalog import auth_hint
-from lmbridge.daemon.chat_controls import ChatControls, ControlSet, Report, SetControl
+from lmbridge.daemon.chat_controls import ChatControls, ControlSet, SetControl
+from lmbridge.daemon.job import Job, Jobs, SessionHooks
 from lmbridge.daemon.mail import CancelRequest, EndSession, Mail, McpCall, drain, left_unread, unread_answer
 from lmbridge.daemon.mailbox import ChunkMailbox
 from lmbridge.daemon.timers import Timers
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import NoClient
 from lmbridge.rpc.jsonrpc import json_object
-from lmbridge.tools import chat_tools
 from lmbridge.tools.chat_tools import ChatTools
 
 if TYPE_CHECKING:
-    from lmbridge.core.messages import ModelConfiguration
-    from lmbridge.daemon.stdio import RequestId
     from lmbridge.rpc.record import Recorder
-    from lmbridge.tools.mcp_bridge import McpHost, ToolCall
 
 log = get_logger("session")
 
@@ -80,157 +70,6 @@ DRAIN_TIMEOUT = _seconds("LMBRIDGE_DRAIN_TIMEOUT", turn.DRAIN)
 START_NOTICE = _seconds("LMBRIDGE_START_NOTICE", turn.START_NOTICE)
 # Bytes of text kept for the next request while a permission card waits: bounded, so output nobody reads cannot grow without end.
 PENDING_OUTPUT = int(os.environ.get("LMBRIDGE_PENDING_OUTPUT_BYTES") or turn.BUFFER_LIMIT)
-
-class PartSink(Protocol):
-    """Where one chat request's response parts go (``router.Parts``: ``lm/responsePart``
-    frames of that request). ``stopped()``: the request's task scope was cancelled
-    (``$/cancelRequest``, the shutdown): from then on nothing more is sent for it."""
-
-    def send(self, part: Part) -> None: ...
-
-    def stopped(self) -> bool: ...
-
-
-@dataclass(eq=False)
-class ChatRequest:
-    """One ``provideLanguageModelChatResponse`` on its way to a session actor.
-
-    Built by the router; the history actor owns it until it grants it a session (it
-    writes ``shown``: the line sent while it waits for a free session), then it becomes a
-    ``Job`` the session actor owns."""
-
-    spec: AgentSpec
-    messages: tuple[Message, ...]
-    cwd: str | None
-    parts: PartSink
-    tools: tuple[ToolInfo, ...] = ()  # the request's options.tools
-    verbatim: bool = False  # user messages as they came (initialize's userTurns)
-    model: str | None = None  # one of the agent's own models (a value of its "model" config option)
-    shown: list[Part] = field(default_factory=list)  # parts sent before it had a session
-    # VS Code's model configuration sent with this request (control id → value), and what of it
-    # changed since the previous request on the same model (session_state.picked): the user's choice.
-    configuration: ModelConfiguration | None = None
-    picked: ModelConfiguration = field(default_factory=dict)
-    request_id: RequestId = None  # the shim's request id (client/sessionState names it)
-    model_id: str = ""  # the VS Code model id the request named (its stateful marker says it)
-    # Tells the shim the chat's state: (chat id, request id or None, session_state.to_wire(...)).
-    report: Report | None = None
-
-    def notice(self, text: str) -> None:
-        """Show ``text`` in the chat while the request waits (``cap.waiting_notice``)."""
-        if not self.parts.stopped():
-            part: Part = {"type": "text", "value": text}
-            self.shown.append(part)
-            self.parts.send(part)
-
-
-@dataclass(eq=False)
-class Job:
-    """A ``ChatRequest`` granted a session: its ``turn`` (the history actor's
-    classification), run by the session actor of ``turn.session_id``, which owns it from
-    ``submit`` on: it sets ``id``, counts what the response emits (the fingerprint), and
-    sets ``done`` once, with ``stop_reason`` or ``error``."""
-
-    decision: Decision
-    request: ChatRequest
-    done: anyio.Event = field(default_factory=anyio.Event)
-    stop_reason: str | None = None
-    error: str | None = None
-    error_data: dict[str, Any] | None = None  # the error's data: auth.problem's when the agent needs a login
-    usage: dict[str, int] | None = None  # what the answer's ``usage`` part tells (session_state.answer_usage)
-    id: int = 0  # set by the actor when it takes the job up
-    # What this response emitted, for the history core's fingerprint.
-    _text: hashlib.blake2b = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
-    # Text + thinking; None while only text was counted (it is then ``_text``): text is hashed once.
-    _shown: hashlib.blake2b | None = None
-    call_ids: list[str] = field(default_factory=list)
-    # The text's digest at each of the last part boundaries (history.Fingerprint.prefixes).
-    _prefixes: deque[bytes] = field(default_factory=lambda: deque(maxlen=PREFIXES))
-    _texts: int = 0
-
-    def __post_init__(self) -> None:
-        for part in self.request.shown:  # VS Code replays it as part of this answer
-            self.count(part)
-
-    @property
-    def history(self) -> tuple[Message, ...]:
-        return self.request.messages
-
-    @property
-    def tools(self) -> tuple[ToolInfo, ...]:
-        return self.request.tools
-
-    @property
-    def verbatim(self) -> bool:
-        return self.request.verbatim
-
-    @property
-    def model(self) -> str | None:
-        return self.request.model
-
-    @property
-    def cancelled(self) -> bool:
-        """The request was cancelled: nothing more is emitted for it."""
-        return self.request.parts.stopped()
-
-    async def send(self, part: Part) -> None:
-        if self.cancelled or self.done.is_set():
-            return
-        self.count(part)
-        self.request.parts.send(part)
-
-    def count(self, part: Part) -> None:
-        """Take ``part`` into the fingerprint (``send`` does; so does the job's start, for
-        the line sent before it existed, while the request waited for a free session)."""
-        if part["type"] == "text":
-            value = squeezed(part["value"])
-            if self._texts:
-                self._prefixes.append(self._text.digest())
-            self._texts += 1
-            self._text.update(value)
-            if self._shown is not None:
-                self._shown.update(value)
-        elif part["type"] == "thinking":
-            if self._shown is None:
-                self._shown = self._text.copy()
-            self._shown.update(squeezed(part["value"]))
-        elif part["type"] == "tool_call":
-            self.call_ids.append(part["callId"])
-
-    def fingerprint(self) -> Fingerprint:
-        # A response the user stopped may come back cut at a part boundary (Fingerprint.prefixes).
-        prefixes = tuple(self._prefixes) if self.cancelled else ()
-        text = self._text.digest()
-        return Fingerprint(text, tuple(self.call_ids), text if self._shown is None else self._shown.digest(), prefixes)
-
-    def info(self) -> JobInfo:
-        t = self.decision
-        return JobInfo(
-            id=self.id,
-            answers=t.answers,
-            cancel_first=t.cancel_first,
-            has_prompt=bool(t.prompt),
-            messages=t.context + t.prompt,
-            tools=frozenset(tool.name for tool in self.tools),
-            cancelled=self.cancelled,
-        )
-
-
-@dataclass
-class SessionHooks:
-    """How a session actor reports to the history actor."""
-
-    # (session id, what the response emitted, how it ended, the calls it left pending, Decision.number)
-    ended: Callable[[str, Fingerprint, Last, list[Pending], int], Awaitable[None]]
-    died: Callable[[str], Awaitable[None]]
-    mcp_host: Callable[[], Awaitable[McpHost]]  # the daemon's MCP endpoint, started on first use
-    # The chat's ACP sessionId, whether the agent can take it up again (session/resume or
-    # session/load: for recovery after eviction, a crash, a restart), and the session's
-    # configOptions as the agent answered them (its models and modes, agent_models).
-    opened: Callable[[str, str, bool, object], None] = lambda session_id, acp_session, resumable, config_options: None
-    # The agents' fs/* requests (through VS Code, or the disk). None: from disk, the session's
-    # cwd the only workspace folder.
-    files: acp_files.Files | None = None
 
 
 class SessionActor:
@@ -289,11 +128,9 @@ class SessionActor:
             progress=START_PROGRESS if notice is None or math.isfinite(notice) else math.inf,
             buffer_limit=PENDING_OUTPUT,
         )
-        self.jobs: dict[int, Job] = {}
+        self.jobs = Jobs()
         self._prompt_usage: object = None  # the last session/prompt result's ``usage`` (ACP), until its answer ends
         self._prompts = Prompts()  # session/prompt request id → the machine's prompt number
-        self._job_ids = 0
-        self.tool_calls: dict[str, ToolCall] = {}  # callId → the VS Code tool call the agent waits on
         self._timers = Timers(self._send)
         self._tg: TaskGroup | None = None
         self._closed = False
@@ -323,8 +160,7 @@ class SessionActor:
         """Hand ``job`` over: the actor owns it from now on. A closed actor reads no more
         jobs: one submitted to it fails at once instead of waiting forever."""
         if self._closed:
-            job.error = present.session_gone(self.spec.id)
-            job.done.set()
+            job.fail(present.session_gone(self.spec.id))
             return
         self._send.send_nowait(job)
 
@@ -401,17 +237,14 @@ class SessionActor:
             answer = left_unread(msg, present.session_gone(self.spec.id), present.CONTROL_SESSION_GONE)
             if answer is not None:
                 self._writer.respond(*answer)
-        for job in self.jobs.values():  # a bug left it unanswered: never leave a request hanging
-            if not job.done.is_set():
-                job.error = job.error or present.session_gone(self.spec.id)
-                job.done.set()
+        self.jobs.fail_all(present.session_gone(self.spec.id))  # a bug left one unanswered
 
     async def _handle(self, msg: Mail) -> None:
         """One message of the mailbox, made a ``turn`` event (or handled here: the chat's controls)."""
         event: turn.Event | None
         match msg:
             case Incoming():
-                event = await self._incoming(msg)
+                event = self._incoming(msg)
             case Response():
                 event = self._prompt_answered(msg)
             case Job():
@@ -419,7 +252,7 @@ class SessionActor:
             case CancelRequest(job=job):
                 event = turn.CancelJob(job.id)
             case McpCall(call=call):
-                self.tool_calls[call.call_id] = call
+                self.tools.called(call)
                 event = turn.ToolInvoked(call.call_id, call.name, call.arguments or {})
             case AgentGone(conn=conn):
                 # A start under way whose process another request found stuck opens its session on
@@ -464,9 +297,7 @@ class SessionActor:
             # not reaped yet), just before this job came: that first, so the job starts
             # on a new process instead of failing with the old one's end.
             await self._handle(AgentGone(conn))
-        self._job_ids += 1
-        job.id = self._job_ids
-        self.jobs[job.id] = job
+        self.jobs.take(job)
         if job.request.report is not None:
             self.controls.requested(job.request.report, job.request.request_id)
         await self.tools.offer(job.tools)
@@ -484,48 +315,28 @@ class SessionActor:
         self.controls.ready(opened)
         return ready
 
-    async def _incoming(self, msg: Incoming) -> turn.Event | None:
-        """The agent's notification or request: an update or a question for the machine, or
-        served or refused here (fs/* and terminal/*: ``ClientRequests``)."""
-        params = json_object(msg.params)
-        rid = msg.id
-        match msg:
-            case Incoming(method="session/update", id=None, bad_id=False):
-                change = params.get("update")
-                if params.get("sessionId") != self.acp_session:
-                    # The session being opened may tell its state before it is the chat's (claude's
-                    # commands, just after session/new): kept for its Ready. Else a superseded session.
-                    if params.get("sessionId") == self.acp.id:
-                        self.controls.early(change)
-                    return None
+    def _incoming(self, msg: Incoming) -> turn.Event | None:
+        """The agent's notification or request (``daemon.incoming.read``): an update or a
+        question for the machine, or answered, served or skipped here."""
+        read = incoming.read(msg, self.acp_session, self.acp.id, self.client.serves)
+        match read:
+            case turn.Update(raw=change):
                 self.controls.update(change)
-                return turn.Update(change)
-            case Incoming(method="session/request_permission") if rid is not None or msg.bad_id:
-                if params.get("sessionId") != self.acp_session:
-                    if not msg.bad_id:
-                        self._writer.respond(rid, {"outcome": dict(permissions.CANCELLED)})
-                    return None
-                bridge = None
-                if self.tools.bridge is not None:
-                    bridge = permissions.Bridge(self.tools.bridge.name, frozenset(self.tools.bridge.tools), self.process.caps.profile)
-                call_id = f"lmbridge-{self.id}-{secrets.token_hex(6)}"
-                return turn.PermissionAsked(
-                    rid, msg.params, call_id, secrets.token_urlsafe(18), bridge, answerable=not msg.bad_id,
-                    workspace=self.client.workspace(), profile=self.process.caps.profile,
-                )  # fmt: skip
-            case Incoming(method=elicitation.METHOD, bad_id=False) if rid is not None:
-                if params.get("sessionId") != self.acp_session:
-                    self._writer.respond(rid, dict(elicitation.CANCEL))
-                    return None
-                return turn.ElicitationAsked(rid, msg.params, f"lmbridge-{self.id}-{secrets.token_hex(6)}", secrets.token_urlsafe(18))
-            case Incoming(bad_id=True):
-                self._writer.respond(None, error=BAD_ID_ERROR)
-            case Incoming(id=None):
-                self._skip(f"agent notification {clip(repr(msg.method), 200)} ignored")
-            case _ if rid is not None and self.client.serves(msg.method):
-                self.client.handle(rid, msg.method, params, self.acp_session)
+                return read
+            case incoming.Early(change=change):
+                self.controls.early(change)  # kept for its Ready
+            case incoming.Ask():
+                return incoming.asked(read, self.id, self.tools.bridge, self.process.caps.profile, self.client.workspace)
+            case incoming.Reply():
+                self._writer.respond(read.rid, read.result, error=read.error)
+            case incoming.Serve():
+                self.client.handle(read.rid, read.method, read.params, self.acp_session)
+            case incoming.Skip():
+                self._skip(read.message)
+            case None:
+                pass
             case _:
-                self._writer.respond(rid, error=errors.error(errors.METHOD_NOT_FOUND, msg.method))
+                assert_never(read)
         return None
 
     # -- effects ----------------------------------------------------------------
@@ -541,10 +352,8 @@ class SessionActor:
                 case turn.Finish():
                     await self._finish(fx)
                 case turn.Fail():
-                    job = self.jobs.pop(fx.job_id, None)
-                    if job is not None and not job.done.is_set():
-                        job.error, job.error_data = fx.message, self.life.auth
-                        job.done.set()
+                    if (job := self.jobs.pop(fx.job_id)) is not None:
+                        job.fail(fx.message, self.life.auth)
                 case turn.Respond():
                     log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
                     if fx.approved is not None:
@@ -555,7 +364,7 @@ class SessionActor:
                 case turn.RespondError():
                     self._writer.respond(fx.rid, error=fx.error)
                 case turn.ResolveTool():
-                    self._resolve_tool(fx)
+                    self.tools.resolve(fx.call_id, fx.answer, self.jobs.result(fx.job_id, fx.call_id))
                 case turn.SendCancel():
                     self._writer.send(self.acp.cancel())
                     self.client.stop()  # what the turn's approvals allowed, and the commands it runs
@@ -590,30 +399,18 @@ class SessionActor:
 
     async def _finish(self, fx: turn.Finish) -> None:
         """End a job's response and report what it emitted (once)."""
-        job = self.jobs.pop(fx.job_id, None)
+        job = self.jobs.pop(fx.job_id)
         self._tell_skipped()
         if job is None:
             return
         await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending), job.decision.number)
-        if not job.done.is_set():
-            job.stop_reason = fx.stop_reason
-            job.usage = session_state.answer_usage(self.controls.state.usage, self._prompt_usage)
-            job.done.set()
+        job.answer(fx.stop_reason, session_state.answer_usage(self.controls.state.usage, self._prompt_usage))
         self._prompt_usage = None
-
-    def _resolve_tool(self, fx: turn.ResolveTool) -> None:
-        call = self.tool_calls.pop(fx.call_id, None)
-        if call is None:
-            return
-        job = self.jobs.get(fx.job_id) if fx.job_id is not None else None
-        chat_tools.answer(call, fx.answer, job.decision.results.get(fx.call_id) if job is not None else None)
-        log.info("tool call answered", session=self.id, callId=fx.call_id, answer=fx.answer.value)
 
     def _answer_question(self, fx: turn.AnswerQuestion) -> None:
         """The agent's question answered (``core.elicitation.response``), with VS Code's result
         of its question tool where the request brought one."""
-        job = self.jobs.get(fx.job_id) if fx.job_id is not None else None
-        result = job.decision.results.get(fx.call_id) if job is not None else None
+        result = self.jobs.result(fx.job_id, fx.call_id)
         answer = elicitation.response(fx.question, fx.answer, result.text() if result is not None else None)
         log.info("question answered", session=self.id, callId=fx.call_id, action=answer["action"])
         self._writer.respond(fx.rid, answer)
@@ -633,13 +430,11 @@ class SessionActor:
     # -- prompting -----------------------------------------------------------------
 
     def _prompt(self, fx: turn.Prompt) -> None:
-        job = self.jobs[fx.job_id]
-        d = job.decision
-        context, prompt = whole_conversation(job.history, d.prompt, d.answers) if fx.whole else (d.context, d.prompt)
-        blocks = prompt_blocks(
-            tuple(fx.unsent) + context, prompt, images=self.process.caps.images, embedded_context=self.process.caps.embedded_context, verbatim=job.verbatim
-        )
-        blocks = session_state.agent_command(blocks, self.controls.state.commands)  # "//compact": the agent's own command
+        job, caps = self.jobs[fx.job_id], self.process.caps
+        blocks = turn_blocks(
+            job.decision, job.history, whole=fx.whole, unsent=fx.unsent, images=caps.images, embedded_context=caps.embedded_context,
+            verbatim=job.verbatim, commands=self.controls.state.commands,
+        )  # fmt: skip
         # The answer comes on the mailbox in order with the agent's updates (acp.connection.Response).
         rid, write = self.acp.prompt(blocks)
         self._prompts.add(rid, fx.seq)
@@ -669,9 +464,7 @@ class SessionActor:
         self.client.end()  # requests being served answered before the session's last frames and its close
         await self.client.aclose()
         self._timers.stop_all()
-        for call_id in list(self.tool_calls):
-            self._resolve_tool(turn.ResolveTool(call_id, Answer.CANCELLED))
-        await self.tools.stop()
+        await self.tools.stop()  # every tool call still waiting answered first
         # The machine's last frames (session/cancel, then the cancelled permissions) go out
         # first, within the write bound; then the session is closed.
         await self._writer.finish()
@@ -680,4 +473,3 @@ class SessionActor:
         # answers the requests of the agent's that reached the mailbox while the session
         # closed (the writer has ended), bounded. From then on the pool answers them.
         await self.life.end(lambda: [answer for answer in map(unread_answer, drain(self._mailbox)) if answer is not None], WRITE_TIMEOUT)
-

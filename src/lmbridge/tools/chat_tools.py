@@ -21,10 +21,13 @@ from typing import TYPE_CHECKING
 from lmbridge.core import permissions
 from lmbridge.core.messages import ToolInfo, ToolResultPart
 from lmbridge.core.permissions import Answer
+from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
     from lmbridge.rpc.record import Recorder
     from lmbridge.tools.mcp_bridge import McpHost, McpServer, ToolBridge, ToolCall
+
+log = get_logger("session")
 
 
 class ChatTools:
@@ -53,6 +56,7 @@ class ChatTools:
         self.recorder = recorder
         self.bridge: ToolBridge | None = None
         self.servers: list[McpServer] = []
+        self.calls: dict[str, ToolCall] = {}  # callId → the agent's tools/call waiting for its answer (``called``)
 
     def offered(self, tools: Sequence[ToolInfo]) -> list[ToolInfo]:
         """Of a request's ``tools``, those the agent may see (``permissions.select_tools``: no
@@ -91,9 +95,25 @@ class ChatTools:
         if self.bridge is not None:
             await self.bridge.set_tools(self.offered(tools))
 
+    def called(self, call: ToolCall) -> None:
+        """The agent's ``call`` (from ``on_call``) waits for its answer (``resolve``)."""
+        self.calls[call.call_id] = call
+
+    def resolve(self, call_id: str, how: Answer, result: ToolResultPart | None) -> bool:
+        """Answer the waiting call ``call_id`` (``answer``); False: no such call waits."""
+        call = self.calls.pop(call_id, None)
+        if call is None:
+            return False
+        answer(call, how, result)
+        log.info("tool call answered", session=self.session_id, callId=call_id, answer=how.value)
+        return True
+
     async def stop(self) -> None:
-        """The chat has ended: the endpoint is removed from the host (its calls in flight
-        answered with an error result, ``ToolBridge.close``)."""
+        """The chat has ended: every call still waiting answered ``Answer.CANCELLED`` (an error
+        result), then the endpoint removed from the host (its calls in flight answered with an
+        error result, ``ToolBridge.close``)."""
+        for call_id in list(self.calls):
+            self.resolve(call_id, Answer.CANCELLED, None)
         if self.bridge is not None:
             bridge, self.bridge = self.bridge, None
             (await self._host()).remove(bridge.session_id)
