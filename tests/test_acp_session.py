@@ -1,5 +1,5 @@
 """``acp.session.AcpSession`` against the scripted agent, with no session actor: how a
-session is opened (New, Resume, Spare), prompted, cancelled, configured and closed, on
+session is opened (New, Resume, TakeSpare), prompted, cancelled, configured and closed, on
 a process of the pool (``acp.process``), its frames routed by sessionId to a mailbox.
 """
 
@@ -17,7 +17,7 @@ from conftest import ScriptedAgent
 
 from lmbridge.acp.connection import AgentError, Incoming, Response
 from lmbridge.acp.process import AgentGone, AgentPool, AgentStuck
-from lmbridge.acp.session import AcpSession, New, Resume, Spare, probe
+from lmbridge.acp.session import AcpSession, New, Resume, TakeSpare, probe
 from lmbridge.core.messages import AgentSpec
 
 pytestmark = pytest.mark.anyio
@@ -222,11 +222,11 @@ async def test_spare_takes_the_session_opened_ahead_else_opens_one(scripted: Any
         async with pool(spares=True, mcp_host=mcp_host) as p:
             s, _ = session(p, agent)
             await s.connect()
-            first = await s.open(Spare(), servers)  # none prepared yet: a fresh one, which asks for the next
+            first = await s.open(TakeSpare(), servers)  # none prepared yet: a fresh one, which asks for the next
             assert (first.how, first.spare, asked) == ("new", None, [1])
             t, _ = session(p, agent)
             await t.connect()
-            second = await t.open(Spare(), servers)
+            second = await t.open(TakeSpare(), servers)
             assert second.how == "spare" and second.spare is not None and asked == [1]  # no mcpServers asked for
             assert second.session_id == t.id != first.session_id and p.process(AgentSpec(**agent.spec), str(agent.dir)).sessions[second.session_id] is t.mailbox
     spare_new = [e for e in agent.events("session_new") if e["sessionId"] == second.session_id]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lmbridge.core.history import CLASSIFICATION, Fingerprint, HistoryCore, HistoryError, Kind, Last, Pending, conversation
+from lmbridge.core.history import CLASSIFICATION, Fingerprint, HistoryCore, HistoryError, Kind, Last, PendingCall, conversation
 from lmbridge.core.messages import VSCODE_SKIP_TEXT, Message, ToolResultPart
 from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
 from lmbridge.core.permissions import Answer
@@ -88,7 +88,7 @@ def test_continuation_sends_only_the_new_message():
 
 def test_tool_results_exact_token_allows():
     core = HistoryCore()
-    sid, hist = start(core, "go", a("asking", "c1"), last=Last.PENDING, pending=[Pending("c1", "T1")])
+    sid, hist = start(core, "go", a("asking", "c1"), last=Last.PENDING, pending=[PendingCall("c1", "T1")])
     turn = core.begin("m", hist + [tr("c1", "  T1\n")], 2)
     assert turn.kind is Kind.TOOL_RESULTS and turn.session_id == sid
     assert turn.answers == {"c1": Answer.ALLOW} and turn.prompt == () and not turn.cancel_first
@@ -97,14 +97,14 @@ def test_tool_results_exact_token_allows():
 @pytest.mark.parametrize("text", [VSCODE_SKIP_TEXT, "", "T2", "T1 and more", "t1"])
 def test_tool_results_anything_but_the_token_rejects(text):
     core = HistoryCore()
-    _, hist = start(core, "go", a("asking", "c1"), last=Last.PENDING, pending=[Pending("c1", "T1")])
+    _, hist = start(core, "go", a("asking", "c1"), last=Last.PENDING, pending=[PendingCall("c1", "T1")])
     turn = core.begin("m", hist + [tr("c1", text)], 2)
     assert turn.kind is Kind.TOOL_RESULTS and turn.answers == {"c1": Answer.REJECT}
 
 
 def test_tool_results_each_permission_answered_on_its_own():
     core = HistoryCore()
-    pending = [Pending("c1", "T1"), Pending("c2", "T2"), Pending("c3", "T3")]
+    pending = [PendingCall("c1", "T1"), PendingCall("c2", "T2"), PendingCall("c3", "T3")]
     _, hist = start(core, "go", a("asking", "c1", "c2", "c3"), last=Last.PENDING, pending=pending)
     # Copilot keeps only tool calls that have a result (docs/vscode.md, "Kept rounds"): c3 has none.
     turn = core.begin("m", hist + [tr("c1", "T1"), tr("c2", VSCODE_SKIP_TEXT)], 2)
@@ -114,7 +114,7 @@ def test_tool_results_each_permission_answered_on_its_own():
 
 def test_a_token_of_another_call_rejects():
     core = HistoryCore()
-    pending = [Pending("c1", "T1"), Pending("c2", "T2")]
+    pending = [PendingCall("c1", "T1"), PendingCall("c2", "T2")]
     _, hist = start(core, "go", a("", "c1", "c2"), last=Last.PENDING, pending=pending)
     turn = core.begin("m", hist + [tr("c1", "T2"), tr("c2", "T1")], 2)
     assert turn.answers == {"c1": Answer.REJECT, "c2": Answer.REJECT}
@@ -122,7 +122,7 @@ def test_a_token_of_another_call_rejects():
 
 def test_soft_cancel_token_plus_new_content_never_approves():
     core = HistoryCore()
-    sid, hist = start(core, "go", a("asking", "c1"), last=Last.PENDING, pending=[Pending("c1", "T1")])
+    sid, hist = start(core, "go", a("asking", "c1"), last=Last.PENDING, pending=[PendingCall("c1", "T1")])
     turn = core.begin("m", hist + [tr("c1", "T1"), u("actually, do something else")], 2)
     assert (turn.kind, turn.session_id) == (Kind.SOFT_CANCEL, sid)
     assert turn.answers == {"c1": Answer.CANCELLED} and turn.cancel_first
@@ -133,7 +133,7 @@ def test_stopped_absent_tool_call_cancels_and_prompts():
     core = HistoryCore()
     sid, hist = start(core)
     turn = core.begin("m", hist + [u("write it")], 2)
-    core.end(sid, fp(a("asking", "c1")), Last.PENDING, [Pending("c1", "T1")], 3)
+    core.end(sid, fp(a("asking", "c1")), Last.PENDING, [PendingCall("c1", "T1")], 3)
     # Stop pressed at the confirmation: the round is gone, the user message stays.
     turn = core.begin("m", hist + [u("write it"), u("never mind")], 4)
     assert (turn.kind, turn.session_id) == (Kind.STOPPED, sid)
@@ -143,7 +143,7 @@ def test_stopped_absent_tool_call_cancels_and_prompts():
 
 def test_stopped_first_turn_is_matched_by_user_messages():
     core = HistoryCore()
-    sid, _ = start(core, "please write notes", a("asking", "c1"), last=Last.PENDING, pending=[Pending("c1", "T")])
+    sid, _ = start(core, "please write notes", a("asking", "c1"), last=Last.PENDING, pending=[PendingCall("c1", "T")])
     turn = core.begin("m", [sysm("changed"), u("please write notes"), u("stop that")], 2)
     assert (turn.kind, turn.session_id) == (Kind.STOPPED, sid)
 
@@ -221,10 +221,10 @@ def test_a_stopped_turn_dropped_whole_continues_the_session(last: Last, partial:
     core = HistoryCore()
     sid, hist = start(core, "one")
     core.begin("m", hist + [u("run it")], 2)
-    core.end(sid, fp(a("asking", "c1")), Last.PENDING, [Pending("c1", "T1")], 3)
+    core.end(sid, fp(a("asking", "c1")), Last.PENDING, [PendingCall("c1", "T1")], 3)
     core.begin("m", hist + [u("run it"), a("asking", "c1"), tr("c1", "T1")], 4)  # Allow
     stopped = a("running the command" if partial == "with output" else "", *(["c2"] if last is Last.PENDING else []))
-    core.end(sid, fp(stopped), last, [Pending("c2", "T2")] if last is Last.PENDING else [], 5)
+    core.end(sid, fp(stopped), last, [PendingCall("c2", "T2")] if last is Last.PENDING else [], 5)
     turn = core.begin("m", hist + [u("run it"), u("never mind")], 6)
     assert (turn.kind, turn.session_id, turn.fresh) == (Kind.CONTINUATION if last is Last.CANCELLED else Kind.STOPPED, sid, False)
     assert turn.prompt == (u("never mind"),) and turn.context == ()
@@ -240,7 +240,7 @@ def test_a_finished_turn_dropped_whole_is_a_divergence():
     core = HistoryCore()
     sid, hist = start(core, "one")
     core.begin("m", hist + [u("run it")], 2)
-    core.end(sid, fp(a("asking", "c1")), Last.PENDING, [Pending("c1", "T1")], 3)
+    core.end(sid, fp(a("asking", "c1")), Last.PENDING, [PendingCall("c1", "T1")], 3)
     core.begin("m", hist + [u("run it"), a("asking", "c1"), tr("c1", "T1")], 4)
     core.end(sid, fp(a("done it")), Last.DONE, [], 5)
     turn = core.begin("m", hist + [u("run it"), u("never mind")], 6)
@@ -315,7 +315,7 @@ def test_divergence_starts_fresh_with_the_conversation_as_context(build):
 
 def test_stop_then_retry_is_divergence():
     core = HistoryCore()
-    sid, hist = start(core, "write", a("asking", "c1"), last=Last.PENDING, pending=[Pending("c1", "T")])
+    sid, hist = start(core, "write", a("asking", "c1"), last=Last.PENDING, pending=[PendingCall("c1", "T")])
     turn = core.begin("m", [u("zero"), a("answer to zero"), u("write")], 2)  # unrelated: no match
     assert turn.fresh
     turn = core.begin("m", hist[:1] + [u("retry")], 3)
@@ -437,7 +437,7 @@ def test_no_approval_without_the_exact_token_and_every_permission_answered_once(
         session = core.sessions.get(chat["sid"])
         if session is None or not session.busy:
             break
-        core.end(chat["sid"], fp(answer), last, [Pending(c, t) for c, t in calls], i)
+        core.end(chat["sid"], fp(answer), last, [PendingCall(c, t) for c, t in calls], i)
         # Build the next request the way VS Code would.
         req = list(chat["hist"])
         tail: list[Message] = []
@@ -490,7 +490,7 @@ def test_thinking_shown_as_text_still_matches(replay):
 
 def test_tool_calls_result_skip_absent():
     core = HistoryCore()
-    pending = [Pending("t1", "", tool=True), Pending("t2", "", tool=True), Pending("t3", "", tool=True)]
+    pending = [PendingCall("t1", "", tool=True), PendingCall("t2", "", tool=True), PendingCall("t3", "", tool=True)]
     _, hist = start(core, "go", a("", "t1", "t2", "t3"), last=Last.PENDING, pending=pending)
     turn = core.begin("m", hist + [tr("t1", "found 3"), tr("t2", VSCODE_SKIP_TEXT)], 2)
     assert turn.kind is Kind.TOOL_RESULTS
@@ -500,7 +500,7 @@ def test_tool_calls_result_skip_absent():
 
 def test_tool_results_plus_new_content_still_delivers_results():
     core = HistoryCore()
-    _, hist = start(core, "go", a("", "t1", "p1"), last=Last.PENDING, pending=[Pending("t1", "", tool=True), Pending("p1", "T")])
+    _, hist = start(core, "go", a("", "t1", "p1"), last=Last.PENDING, pending=[PendingCall("t1", "", tool=True), PendingCall("p1", "T")])
     turn = core.begin("m", hist + [tr("t1", "data"), tr("p1", "T"), u("also do this")], 2)
     assert turn.kind is Kind.SOFT_CANCEL and turn.cancel_first
     assert turn.answers == {"t1": Answer.RESULT, "p1": Answer.CANCELLED}  # the tool ran; the action never
@@ -509,7 +509,7 @@ def test_tool_results_plus_new_content_still_delivers_results():
 
 def test_tool_calls_stopped():
     core = HistoryCore()
-    sid, hist = start(core, "go", a("", "t1"), last=Last.PENDING, pending=[Pending("t1", "", tool=True)])
+    sid, hist = start(core, "go", a("", "t1"), last=Last.PENDING, pending=[PendingCall("t1", "", tool=True)])
     turn = core.begin("m", [u("go"), u("stop it")], 2)
     assert (turn.kind, turn.session_id) == (Kind.STOPPED, sid)
     assert turn.answers == {"t1": Answer.CANCELLED} and turn.cancel_first
@@ -555,7 +555,7 @@ def test_every_mcp_call_gets_exactly_one_result(steps):
             ids.append(f"t{n}")
             calls[f"t{n}"] = ToolCall(f"t{n}", "tool", {})
         answer = a(f"calling {i}", *ids)
-        core.end(sid, fp(answer), Last.PENDING, [Pending(c, "", tool=True) for c in ids], i)
+        core.end(sid, fp(answer), Last.PENDING, [PendingCall(c, "", tool=True) for c in ids], i)
         if step["evict"]:
             for c in core.forget(sid).pending:  # what eviction does: release them all
                 resolve(c.call_id, "closed")
@@ -632,7 +632,7 @@ def test_identical_answers_and_different_words_never_swap():
 def test_identical_stopped_turns_with_different_words_never_swap():
     # Every turn stopped at its card: no answer of ours to match on, only the words.
     core = HistoryCore()
-    pa, pb = Pending("ca", "TA"), Pending("cb", "TB")
+    pa, pb = PendingCall("ca", "TA"), PendingCall("cb", "TB")
     sa, ha = copilot_chat(core, "delete build/", a("asking", "ca"), 0, last=Last.PENDING, pending=[pa])
     sb, hb = copilot_chat(core, "delete dist/", a("asking", "cb"), 1, last=Last.PENDING, pending=[pb])
     turn = core.begin("m", ha + [cur("no, keep it")], 2)
@@ -714,7 +714,7 @@ def test_other_words_before_an_answer_of_ours_diverge():
 def asleep_at_a_card(core: HistoryCore, token: str = "T1") -> tuple[str, list[Message]]:
     """A chat whose response waits on card c1 when its agent session ends (eviction, a
     crash): the session sleeps, resumable as acp-1."""
-    sid, hist = start(core, "go", a("asking", "c1"), last=Last.PENDING, pending=[Pending("c1", token)])
+    sid, hist = start(core, "go", a("asking", "c1"), last=Last.PENDING, pending=[PendingCall("c1", token)])
     core.sessions[sid].resume = "acp-1"
     assert core.sleep(sid)
     assert core.sessions[sid].last is Last.INTERRUPTED and core.sessions[sid].dormant
@@ -951,7 +951,7 @@ def test_stop_at_a_card_the_round_back_with_its_marker_and_call_without_result_c
     # comes back with its tool call and no result; the card is answered cancelled, never approved.
     core = keyed()
     turn = core.begin("m", [u("write it")], 0)
-    core.end(turn.session_id, fp(a("asking", "c1")), Last.PENDING, [Pending("c1", "T1")], 1, request=turn.number)
+    core.end(turn.session_id, fp(a("asking", "c1")), Last.PENDING, [PendingCall("c1", "T1")], 1, request=turn.number)
     back = marked(core, "asking", turn.session_id, turn.number, "c1")
     plan = core.plan("m", [u("write it"), back, u("are you there")])
     assert plan.by == "marker"
@@ -981,7 +981,7 @@ def _ticker_stopped(core: HistoryCore) -> tuple[str, list[Message]]:
     card = core.begin("m", [*hist, cur(TICKER_WORDS)], 1)
     assert (card.kind, card.session_id) == (Kind.CONTINUATION, sid)
     asking = marked(core, TICKER_CARD, sid, card.number, "c1")
-    core.end(sid, fp(a(TICKER_CARD, "c1")), Last.PENDING, [Pending("c1", "T1")], 2, request=card.number)
+    core.end(sid, fp(a(TICKER_CARD, "c1")), Last.PENDING, [PendingCall("c1", "T1")], 2, request=card.number)
     run = core.begin("m", [*hist, past(TICKER_WORDS), asking, tr("c1", "T1")], 3)
     assert (run.kind, run.answers) == (Kind.TOOL_RESULTS, {"c1": Answer.ALLOW})
     streamed, prefixes = "", []

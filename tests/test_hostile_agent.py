@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import pytest
 
-from lmbridge.devtools.client import Call, DaemonClient, approve, assistant, is_agent_action, skip, text_of, tool_calls, user
+from lmbridge.devtools.client import DaemonClient, SentRequest, approve, assistant, is_agent_action, skip, text_of, tool_calls, user
 from lmbridge.rpc.jsonrpc import usable_id as answerable
 from tests.conftest import ROOT, alive
 from tests.fuzz.peer import descendants, rss
@@ -71,7 +71,7 @@ async def bridge(daemon: Any, agent: Hostile, **env: str) -> AsyncIterator[Daemo
     assert not [p for p in pids if alive(p)], "an agent process outlived the daemon"
 
 
-async def chat(client: DaemonClient, agent: Hostile, history: list[dict[str, Any]]) -> Call:
+async def chat(client: DaemonClient, agent: Hostile, history: list[dict[str, Any]]) -> SentRequest:
     call = await client.chat(agent.id, history, timeout=BOUND)
     if call.error is not None:
         message = call.error.message

@@ -83,7 +83,7 @@ def test_fingerprint_memo_follows_the_message_object() -> None:
 
 # ---------------------------------------------------------------- identity fast path
 
-from lmbridge.core.history import HistoryCore, Last, Pending  # noqa: E402
+from lmbridge.core.history import HistoryCore, Last, PendingCall  # noqa: E402
 
 ops = st.lists(
     st.tuples(
@@ -133,7 +133,7 @@ def test_matching_replayed_objects_decides_as_matching_fresh_copies(script: list
         assert list(t1.context) == list(t2.context) and list(t1.prompt) == list(t2.prompt)
         calls = (f"c{counter}",) if last is Last.PENDING else ()
         answer = msg("assistant", f"answer {counter} {n}", calls)
-        pending = [Pending(c, "T") for c in calls]
+        pending = [PendingCall(c, "T") for c in calls]
         for core, turn in ((same, t1), (fresh, t2)):
             core.end(turn.session_id, Fingerprint.of_message(answer), last, pending, counter)
         if n % 3:  # VS Code replays the answer (else: it dropped it)

@@ -21,7 +21,7 @@ import pytest
 from test_daemon import eventually, ok
 
 from lmbridge.core.transcript import CONTEXT_OPEN
-from lmbridge.devtools.client import Call, approve, assistant, chat_options, text_of, tool_calls, user
+from lmbridge.devtools.client import SentRequest, approve, assistant, chat_options, text_of, tool_calls, user
 
 pytestmark = pytest.mark.anyio
 
@@ -33,13 +33,13 @@ LIMIT = 120
 RESUMABLE = {"agentCapabilities": {"sessionCapabilities": {"resume": {}, "close": {}}}}
 
 
-def chat_frame(c: Any, model: str, messages: list[dict[str, Any]]) -> tuple[Call, dict[str, Any]]:
-    """A chat request frame and its Call, registered with the client but not sent."""
+def chat_frame(c: Any, model: str, messages: list[dict[str, Any]]) -> tuple[SentRequest, dict[str, Any]]:
+    """A chat request frame and its SentRequest, registered with the client but not sent."""
     call = c.expect(c.next_id + 1)
     return call, {"jsonrpc": "2.0", "id": call.id, "method": CHAT, "params": {"modelId": model, "messages": messages}}
 
 
-def cancel_frame(call: Call) -> dict[str, Any]:
+def cancel_frame(call: SentRequest) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": call.id}}
 
 
@@ -167,7 +167,7 @@ NEW_TURN = [step for i in range(20) for step in ({"text": f"NEW{i} "}, {"sleep":
 NEW_TEXT = "".join(f"NEW{i} " for i in range(20))
 
 
-async def stop_then_ask_again(c: Any, agent: Any) -> tuple[Call, Call]:
+async def stop_then_ask_again(c: Any, agent: Any) -> tuple[SentRequest, SentRequest]:
     first = await c.start(CHAT, {"modelId": agent.id, "messages": [user("stream please")]})
     await eventually(lambda: first.parts, timeout=LIMIT, what="the first part")
     await c.cancel(first)

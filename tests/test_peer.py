@@ -14,7 +14,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lmbridge.rpc.jsonrpc import Answer, Call, Invalid, classify, encode, parse_json, validate_request
+from lmbridge.rpc.jsonrpc import Invalid, RequestFrame, ResponseFrame, classify, encode, parse_json, validate_request
 from lmbridge.rpc.peer import BAD_ID, NOT_JSON, NOT_OBJECT, STRAY_RESPONSE, LinkClosed, Peer, RemoteError
 
 pytestmark = pytest.mark.anyio
@@ -325,9 +325,9 @@ CLASSIFY = [
 def test_each_frame_a_server_reads_is_what_the_protocol_table_says(value: Any, expected: Any) -> None:
     got = classify(value, KNOWN.__contains__)
     if expected == "answer":
-        assert isinstance(got, Answer) and got.frame is value
+        assert isinstance(got, ResponseFrame) and got.frame is value
     elif expected == "call":
-        assert isinstance(got, Call) and got.frame is value and got.method == value["method"]
+        assert isinstance(got, RequestFrame) and got.frame is value and got.method == value["method"]
         assert got.has_id == ("id" in value) and got.id == value.get("id")
     else:
         assert got == expected
@@ -336,8 +336,8 @@ def test_each_frame_a_server_reads_is_what_the_protocol_table_says(value: Any, e
 @given(json_values)
 def test_classify_never_fails_and_a_call_is_what_jsonrpcserver_accepts(value: Any) -> None:
     got = classify(value, lambda method: True)
-    assert got is None or isinstance(got, Call | Answer | Invalid)
-    if isinstance(got, Call):
+    assert got is None or isinstance(got, RequestFrame | ResponseFrame | Invalid)
+    if isinstance(got, RequestFrame):
         assert validate_request(value) is value
     if isinstance(got, Invalid):
         assert got.code in (-32600, -32601) and (got.id is None or isinstance(got.id, str | int | float))

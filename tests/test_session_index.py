@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_history import a, fp, start, tr, u
 
-from lmbridge.core.history import MAX_DORMANT, HistoryCore, HistoryError, Kind, Last, Pending
+from lmbridge.core.history import MAX_DORMANT, HistoryCore, HistoryError, Kind, Last, PendingCall
 from lmbridge.core.permissions import Answer
 from lmbridge.daemon.session_index import MAX_ENTRIES, SessionIndex, entry, state_dir
 
@@ -43,7 +43,7 @@ def test_a_dormant_session_wakes_with_its_resume_token_and_only_what_it_has_not_
 def test_a_turn_pending_when_the_agent_session_ended_is_interrupted_and_a_late_allow_approves_nothing() -> None:
     core = HistoryCore()
     ask = a("may I?", "call-1")
-    sid, history = start(core, "do it", ask, last=Last.PENDING, pending=[Pending("call-1", "tok")])
+    sid, history = start(core, "do it", ask, last=Last.PENDING, pending=[PendingCall("call-1", "tok")])
     core.sessions[sid].resume = "acp-1"
     core.sleep(sid)
     assert core.sessions[sid].last is Last.INTERRUPTED

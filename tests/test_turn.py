@@ -22,6 +22,7 @@ from lmbridge.core.present import TurnRenderer
 from lmbridge.core.profiles import CLAUDE, CODEX
 from lmbridge.core.turn import (
     AgentExited,
+    AnswerPermission,
     CancelJob,
     Close,
     CloseSession,
@@ -40,7 +41,6 @@ from lmbridge.core.turn import (
     PromptEnded,
     Ready,
     ResolveTool,
-    Respond,
     SendCancel,
     SessionClosed,
     Shutdown,
@@ -100,8 +100,8 @@ def of(effects: list[Any], kind: type) -> list[Any]:
 
 def allowed(effects: list[Any], rid: int) -> bool:
     """The effects answer permission ``rid`` allow, and only it, carrying the request its card
-    showed (``Respond.approved``: what the approval lets the agent do through lmbridge)."""
-    [r] = of(effects, Respond)
+    showed (``AnswerPermission.approved``: what the approval lets the agent do through lmbridge)."""
+    [r] = of(effects, AnswerPermission)
     return (r.rid, r.call_id, r.outcome) == (rid, f"call-{rid}", ALLOWED) and r.approved is not None and r.approved.call_id == f"call-{rid}"
 
 
@@ -412,7 +412,7 @@ ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[
     ("streaming", lambda d: job(2, cancel_first=True), State.STREAMING, NewJob, "stops_the_turn", "stop_streaming_and_queue",
      lambda d, fx: _finished((1, "cancelled"))(d, fx) and SendCancel() in fx and [j.id for j in d.m.waiting] == [2]),
     ("awaiting", lambda d: job(2, cancel_first=True), State.AWAITING, NewJob, "stops_the_turn", "stop_the_turn_and_queue",
-     lambda d, fx: of(fx, Respond) == [Respond(7, "call-7", CANCELLED)] and SendCancel() in fx),
+     lambda d, fx: of(fx, AnswerPermission) == [AnswerPermission(7, "call-7", CANCELLED)] and SendCancel() in fx),
     ("held", lambda d: job(2, cancel_first=True), State.ENDED, NewJob, "asks_to_stop", "forget_the_turn_and_queue",
      lambda d, fx: d.m.held is None and SendCancel() not in fx and of(fx, Prompt) == [Prompt(2, 2)] and "said while waiting" not in texts(fx)),
     ("draining", lambda d: job(2, cancel_first=True), State.DRAINING, NewJob, "asks_to_stop", "forget_the_turn_and_queue",
@@ -457,8 +457,8 @@ ROWS: list[tuple[str, Callable[[Driver], Any], State, type, str, str, Callable[[
     ("streaming", lambda d: ask(50), State.STREAMING, PermissionAsked, "", "route_permission",
      lambda d, fx: "call-50" in d.m.calls and of(fx, StartTimer)[0].timer is Timer.GATHER),
     ("awaiting", lambda d: ask(50), State.AWAITING, PermissionAsked, "", "route_permission_for_later",
-     lambda d, fx: "call-50" in d.m.calls and not of(fx, StartTimer) and not of(fx, Emit) and not of(fx, Respond)),
-    ("idle", lambda d: ask(50), State.IDLE, PermissionAsked, "", "route_permission_no_turn", lambda d, fx: of(fx, Respond) == [Respond(50, "call-50", CANCELLED)]),
+     lambda d, fx: "call-50" in d.m.calls and not of(fx, StartTimer) and not of(fx, Emit) and not of(fx, AnswerPermission)),
+    ("idle", lambda d: ask(50), State.IDLE, PermissionAsked, "", "route_permission_no_turn", lambda d, fx: of(fx, AnswerPermission) == [AnswerPermission(50, "call-50", CANCELLED)]),
     ("streaming", lambda d: question(51), State.STREAMING, turn.ElicitationAsked, "", "route_question",
      lambda d, fx: d.m.calls.get("call-51").part["name"] == permissions.ACTION_TOOL and of(fx, StartTimer)[0].timer is Timer.GATHER),
     ("awaiting", lambda d: question(51), State.AWAITING, turn.ElicitationAsked, "", "route_question_for_later",
@@ -648,7 +648,7 @@ def test_a_permission_the_agent_drops_by_ending_its_turn_is_never_a_card() -> No
     d(ask(1, "edit", "Write notes.txt"))
     fx = d(PromptEnded(d.prompt().seq, "end_turn"))
     assert not [e for e in of(fx, Emit) if e.part["type"] == "tool_call"]
-    assert of(fx, Respond) == [Respond(1, "call-1", CANCELLED)]
+    assert of(fx, AnswerPermission) == [AnswerPermission(1, "call-1", CANCELLED)]
     assert of(fx, Finish) == [Finish(1, "end_turn", Last.DONE)]
 
 
@@ -657,12 +657,12 @@ def test_no_action_tool_offered_declines_and_says_so() -> None:
     d(job(1, tools=frozenset({"copilot_readFile", READ_TOOL})))  # Ask mode: read-only tools
     d(Ready())
     fx = d(ask(1, "edit", "Write notes.txt"))
-    assert of(fx, Respond) == [Respond(1, "call-1", REJECTED)]
+    assert of(fx, AnswerPermission) == [AnswerPermission(1, "call-1", REJECTED)]
     assert not [e for e in of(fx, Emit) if e.part["type"] == "tool_call" and e.part["name"] in ACTION_TOOLS]
     assert "Demo wanted to edit files: `Write notes.txt`. Declined: approving agent actions needs Agent mode." in texts(fx)
     # A read is still asked: its tool is offered.
     fx = d(ask(2, "read", "Read a.txt")) + d.fire(Timer.GATHER)
-    assert not of(fx, Respond) and [e.part["name"] for e in of(fx, Emit) if e.part["type"] == "tool_call"] == [READ_TOOL]
+    assert not of(fx, AnswerPermission) and [e.part["name"] for e in of(fx, Emit) if e.part["type"] == "tool_call"] == [READ_TOOL]
 
 
 def test_a_call_declined_without_a_card_and_left_open_reads_as_declined() -> None:
@@ -686,11 +686,11 @@ def test_a_call_the_user_stopped_is_not_declined() -> None:
 def test_answers_allow_only_with_allow_and_never_for_a_cancelled_request() -> None:
     d = awaiting()
     fx = d(job(2, has_prompt=False, answers={"call-7": Answer.ALLOW}, cancelled=True))
-    assert of(fx, Respond) == [Respond(7, "call-7", CANCELLED)]
+    assert of(fx, AnswerPermission) == [AnswerPermission(7, "call-7", CANCELLED)]
     d = awaiting()
     assert allowed(d(job(2, has_prompt=False, answers={"call-7": Answer.ALLOW})), 7)
     d = awaiting()
-    assert of(d(job(2, has_prompt=False, answers={"call-7": Answer.REJECT})), Respond) == [Respond(7, "call-7", REJECTED)]
+    assert of(d(job(2, has_prompt=False, answers={"call-7": Answer.REJECT})), AnswerPermission) == [AnswerPermission(7, "call-7", REJECTED)]
 
 
 @pytest.mark.parametrize("answer", [Answer.ALLOW, Answer.REJECT, Answer.CANCELLED])
@@ -701,7 +701,7 @@ def test_a_card_is_answered_by_the_permission_rules_one_step(answer: Answer) -> 
     call = d.m.calls.get("call-7")
     assert call is not None and call.request is not None
     verdict = permissions.decide(call.request, answer)
-    assert of(d(job(2, has_prompt=False, answers={"call-7": answer})), Respond) == [Respond(7, "call-7", verdict.outcome, verdict.approved)]
+    assert of(d(job(2, has_prompt=False, answers={"call-7": answer})), AnswerPermission) == [AnswerPermission(7, "call-7", verdict.outcome, verdict.approved)]
     assert (verdict.approved is call.request) is (answer is Answer.ALLOW)
 
 
@@ -928,7 +928,7 @@ class TurnInterleavings(RuleBasedStateMachine):
                 assert not isinstance(e, Finish) or e.stop_reason == "cancelled" or e.job_id in self.visible, f"job {e.job_id} ended empty"
                 assert e.job_id not in self.ended, f"job {e.job_id} answered twice"
                 self.ended.add(e.job_id)
-            elif isinstance(e, Respond):
+            elif isinstance(e, AnswerPermission):
                 assert e.rid not in self.responded, f"permission {e.rid} answered twice"
                 self.responded[e.rid] = dict(e.outcome)
                 if e.outcome == ALLOWED:
@@ -960,8 +960,8 @@ class TurnInterleavings(RuleBasedStateMachine):
         if not cancels:
             return
         assert len(cancels) == 1, f"session/cancel sent twice: {fx}"
-        before = [e for e in fx[: cancels[0]] if isinstance(e, Respond)]
-        after = [e for e in fx[cancels[0] :] if isinstance(e, Respond)]
+        before = [e for e in fx[: cancels[0]] if isinstance(e, AnswerPermission)]
+        after = [e for e in fx[cancels[0] :] if isinstance(e, AnswerPermission)]
         assert all(e.outcome != CANCELLED for e in before), f"a card answered cancelled before session/cancel: {fx}"
         assert all(e.outcome == CANCELLED and e.approved is None for e in after), f"a card answered after session/cancel other than cancelled: {fx}"
         assert sorted(e.rid for e in after) == sorted(waiting - {e.rid for e in before}), f"cards waiting at session/cancel not answered once: {fx}"
@@ -1148,7 +1148,7 @@ def test_a_request_queued_before_a_card_was_shown_stops_it_rather_than_waiting_f
     d(ask(7))
     fx = d.fire(Timer.GATHER)  # job 1 shows the card and ends; job 2 comes next
     assert [(f.job_id, f.stop_reason) for f in of(fx, Finish)] == [(1, "tool_calls")]
-    assert of(fx, Respond) == [Respond(7, "call-7", CANCELLED)]
+    assert of(fx, AnswerPermission) == [AnswerPermission(7, "call-7", CANCELLED)]
     assert of(fx, SendCancel) == [SendCancel()]
     fx = d(PromptEnded(d.prompt().seq, "cancelled"))
     (finish,) = of(fx, Finish)
@@ -1158,7 +1158,7 @@ def test_a_request_queued_before_a_card_was_shown_stops_it_rather_than_waiting_f
 def test_new_words_queued_before_a_card_was_shown_stop_it_then_are_prompted() -> None:
     d = streaming_with_job()  # job 2 has new words
     fx = d.fire(Timer.GATHER)
-    assert of(fx, Respond) == [Respond(7, "call-7", CANCELLED)] and d.state is Phase.DRAINING
+    assert of(fx, AnswerPermission) == [AnswerPermission(7, "call-7", CANCELLED)] and d.state is Phase.DRAINING
     d(PromptEnded(d.prompt().seq, "cancelled"))
     assert d.prompt().job_id == 2 and d.state is Phase.STREAMING
 
@@ -1224,7 +1224,7 @@ def _cancel_then_answers(fx: list[Any], rids: set[int]) -> bool:
     """``session/cancel`` comes before any answer, and each of ``rids`` is answered
     ``cancelled`` exactly once after it (ACP's rule for a cancelled turn)."""
     cancels = [i for i, e in enumerate(fx) if isinstance(e, SendCancel)]
-    answers = [(i, e) for i, e in enumerate(fx) if isinstance(e, Respond)]
+    answers = [(i, e) for i, e in enumerate(fx) if isinstance(e, AnswerPermission)]
     return (
         len(cancels) == 1
         and all(i > cancels[0] for i, _ in answers)
@@ -1266,7 +1266,7 @@ def test_a_stop_at_a_card_sends_session_cancel_before_answering_it_cancelled(row
     d, event = setup()
     fx = d(event)
     assert _cancel_then_answers(fx, rids), fx
-    assert not [e for e in fx if isinstance(e, Respond) and e.approved is not None]  # a Stop approves nothing
+    assert not [e for e in fx if isinstance(e, AnswerPermission) and e.approved is not None]  # a Stop approves nothing
 
 
 def test_new_words_while_a_card_waits_answer_it_then_stop_the_turn() -> None:
@@ -1274,8 +1274,8 @@ def test_new_words_while_a_card_waits_answer_it_then_stop_the_turn() -> None:
     shown): the Skip is the user's answer, then the turn is stopped; nothing answered twice."""
     d = awaiting()
     fx = d(job(2, answers={"call-7": Answer.REJECT}))
-    assert [type(e) for e in fx if isinstance(e, Respond | SendCancel)] == [Respond, SendCancel]
-    assert of(fx, Respond) == [Respond(7, "call-7", REJECTED)]
+    assert [type(e) for e in fx if isinstance(e, AnswerPermission | SendCancel)] == [AnswerPermission, SendCancel]
+    assert of(fx, AnswerPermission) == [AnswerPermission(7, "call-7", REJECTED)]
 
 
 CODEX_26_OPTIONS = (
@@ -1311,7 +1311,7 @@ def codex_awaiting() -> Driver:
 def test_codex_cards_are_answered_by_its_profile(answer: Answer, outcome: dict[str, Any]) -> None:
     d = codex_awaiting()
     fx = d(job(2, has_prompt=False, answers={"call-7": answer}))
-    assert [(r.rid, r.outcome) for r in of(fx, Respond)] == [(7, outcome)]
+    assert [(r.rid, r.outcome) for r in of(fx, AnswerPermission)] == [(7, outcome)]
 
 
 @pytest.mark.parametrize("status", ["failed", "completed", "in_progress"])

@@ -29,7 +29,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from lmbridge.devtools.client import Call, assistant
+from lmbridge.devtools.client import SentRequest, assistant
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "copilot" / "agent-first-turn.json"
 CAPTURED_WORKSPACE = "/tmp/cv/r1/workspace"
@@ -109,7 +109,7 @@ class Conversation:
         self._texts.append(text)
         return self.messages
 
-    def answered(self, call: Call) -> None:
+    def answered(self, call: SentRequest) -> None:
         """The response to the last request, as VS Code replays it (text and tool calls)."""
         self._turns.append(assistant(call.parts))
         self._texts.append(None)

@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: E402
-from lmbridge.devtools.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
+from lmbridge.devtools.client import DaemonClient, SentRequest, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
 from lmbridge.tools.mcp_bridge import STOPPED_TEXT  # noqa: E402
 from tests.conftest import children  # noqa: E402
 from tests.fakes.fake_openai_responses import FakeResponses, escalated_command, exec_command, input_texts, namespaces  # noqa: E402
@@ -78,7 +78,7 @@ def user_words(body: dict[str, Any]) -> list[str]:
     return [t for t in input_texts(body, "user") if not t.lstrip().startswith(("<environment_context>", "# AGENTS.md", "<user_instructions>"))]
 
 
-async def chat(client: DaemonClient, messages: list[dict[str, Any]], extra_tools: list[dict[str, Any]] | None = None, **kw: Any) -> Call:
+async def chat(client: DaemonClient, messages: list[dict[str, Any]], extra_tools: list[dict[str, Any]] | None = None, **kw: Any) -> SentRequest:
     return await client.chat(MODEL, messages, timeout=TIMEOUT, options=options(extra_tools or []), **kw)
 
 
@@ -184,9 +184,9 @@ async def test_a_fresh_session_is_told_the_conversation_without_copilots_cache_c
             conv = Conversation(workspace(tmp_path))
             # The earlier turns, answered by another model: a VS Code tool call and its result.
             conv.ask("Remember the word kiwi, then search for TODOs.")
-            conv.answered(Call(0, parts=[{"type": "text", "value": "Noted: kiwi."}, {"type": "tool_call", "callId": "call-other-1", "name": "search_workspace", "input": {"q": "TODO"}}]))
+            conv.answered(SentRequest(0, parts=[{"type": "text", "value": "Noted: kiwi."}, {"type": "tool_call", "callId": "call-other-1", "name": "search_workspace", "input": {"q": "TODO"}}]))
             conv.result(tool_result("call-other-1", "a.py:3: # TODO"))
-            conv.answered(Call(0, parts=[{"type": "text", "value": "One TODO, in a.py."}]))
+            conv.answered(SentRequest(0, parts=[{"type": "text", "value": "One TODO, in a.py."}]))
             with anyio.fail_after(TIMEOUT):
                 call = await chat(client, conv.ask("Which word did I ask you to remember?"), [SEARCH_TOOL])
             assert call.error is None and call.result == {"stopReason": "end_turn"}, call.error
@@ -549,7 +549,7 @@ async def test_a_vscode_tool_through_the_mcp_server(tmp_path: Path) -> None:
             assert any("search_workspace" in vscode_namespace(body) for body in fake.responses_requests())
 
 
-async def vscode_tool(client: DaemonClient, conv: Conversation, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[Call, dict[str, Any]]:
+async def vscode_tool(client: DaemonClient, conv: Conversation, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[SentRequest, dict[str, Any]]:
     """The turn up to a VS Code tool's call: codex-acp 2.6 in ``read-only`` asks before an
     MCP call (kind ``execute``, the tool named only in the ``tool_call`` before it), which
     lmbridge puts to the user as a card (docs/tools.md); Allow it, and the VS Code tool call

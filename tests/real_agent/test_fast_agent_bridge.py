@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL  # noqa: E402
-from lmbridge.devtools.client import Call, DaemonClient, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
+from lmbridge.devtools.client import DaemonClient, SentRequest, approve, skip, text_of, tool_calls, tool_result  # noqa: E402
 from tests.fakes.fake_openai_chat import FakeOpenAIChat, message_text  # noqa: E402
 from tests.real_agent import copilot  # noqa: E402
 from tests.real_agent.fast_agent import fast_agent_bridge  # noqa: E402
@@ -47,7 +47,7 @@ def run_command(command: str, call_id: str | None = None) -> dict[str, Any]:
     return {"tool_call": call}
 
 
-async def send(client: DaemonClient, messages: Sequence[dict], extra_tools: Sequence[dict] = (), on_part: Callable[[dict], None] | None = None) -> Call:
+async def send(client: DaemonClient, messages: Sequence[dict], extra_tools: Sequence[dict] = (), on_part: Callable[[dict], None] | None = None) -> SentRequest:
     return await client.chat(MODEL, messages, on_part=on_part, timeout=TIMEOUT, options=copilot.options(extra_tools))
 
 

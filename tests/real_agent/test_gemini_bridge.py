@@ -23,7 +23,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lmbridge.core.permissions import ACTION_TOOLS  # noqa: E402
-from lmbridge.devtools.client import Call, DaemonClient, approve, is_agent_action, skip, text_of, tool_calls, tool_result  # noqa: E402
+from lmbridge.devtools.client import DaemonClient, SentRequest, approve, is_agent_action, skip, text_of, tool_calls, tool_result  # noqa: E402
 from tests.fakes.fake_gemini import FakeGemini, function_declarations, texts  # noqa: E402
 from tests.real_agent.acp_probe import AcpProbe, AgentError, initialize_params, text_prompt  # noqa: E402
 from tests.real_agent.copilot import Conversation, options  # noqa: E402
@@ -43,7 +43,7 @@ def shell(command: str) -> dict[str, Any]:
     return {"call": {"name": SHELL, "args": {"command": command}}}
 
 
-async def send(client: DaemonClient, messages: list[dict[str, Any]]) -> Call:
+async def send(client: DaemonClient, messages: list[dict[str, Any]]) -> SentRequest:
     """One request as Agent mode sends it (its tools in ``options``), run to its end."""
     call = await client.chat(MODEL, messages, timeout=TIMEOUT, options=options())
     assert call.error is None, call.error

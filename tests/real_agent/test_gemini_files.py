@@ -23,7 +23,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lmbridge.core.permissions import EDIT_TOOL  # noqa: E402
-from lmbridge.devtools.client import Call, DaemonClient, approve, skip, tool_calls  # noqa: E402
+from lmbridge.devtools.client import DaemonClient, SentRequest, approve, skip, tool_calls  # noqa: E402
 from tests.fakes.fake_gemini import FakeGemini  # noqa: E402
 from tests.real_agent.copilot import Conversation, options  # noqa: E402
 from tests.real_agent.gemini import gemini_bridge, is_installed  # noqa: E402
@@ -37,7 +37,7 @@ TIMEOUT = 300  # seconds per test body: ≥10x idle (the agent's start and two t
 MODEL = "gemini"
 
 
-async def send(client: DaemonClient, messages: list[dict[str, Any]]) -> Call:
+async def send(client: DaemonClient, messages: list[dict[str, Any]]) -> SentRequest:
     call = await client.chat(MODEL, messages, timeout=TIMEOUT, options=options())
     assert call.error is None, call.error
     return call

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lmbridge.devtools.client import Call, DaemonClient, approve, is_agent_action, skip, text_of, tool_calls  # noqa: E402
+from lmbridge.devtools.client import DaemonClient, SentRequest, approve, is_agent_action, skip, text_of, tool_calls  # noqa: E402
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.fakes.fake_gemini import FakeGemini  # noqa: E402
 from tests.fakes.fake_openai_chat import FakeOpenAIChat, message_text  # noqa: E402
@@ -159,7 +159,7 @@ def cases(scenario: str, *, edits: bool = False) -> list[Any]:
     return out
 
 
-async def send(client: DaemonClient, agent: Agent, messages: list[dict[str, Any]]) -> Call:
+async def send(client: DaemonClient, agent: Agent, messages: list[dict[str, Any]]) -> SentRequest:
     call = await client.chat(agent.model, messages, timeout=TIMEOUT, options=options([]))
     assert call.error is None, call.error
     return call

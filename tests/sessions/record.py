@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from lmbridge.devtools.client import Call, DaemonClient, approve, assistant, chat_options, skip, tool_calls, tool_result, user, without_last_round  # noqa: E402
+from lmbridge.devtools.client import DaemonClient, SentRequest, approve, assistant, chat_options, skip, tool_calls, tool_result, user, without_last_round  # noqa: E402
 from lmbridge.devtools.replay import Divergence, replay  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -89,7 +89,7 @@ def demo_spec(scratch: Path) -> dict[str, Any]:
     return {"id": "demo", "name": "lmbridge demo agent", "command": "lmbridge", "args": ["demo-agent", "--scratch", str(scratch / "notes")]}
 
 
-async def chat(run: Run, model: str, history: list[dict[str, Any]], stop: str | None = None, options: dict[str, Any] | None = None) -> Call:
+async def chat(run: Run, model: str, history: list[dict[str, Any]], stop: str | None = None, options: dict[str, Any] | None = None) -> SentRequest:
     call = await run.client.chat(model, history, timeout=TIMEOUT, options=options)
     if call.error is not None:
         raise RuntimeError(f"unexpected error: {call.error}")

@@ -39,7 +39,7 @@ def session_ended(method: str) -> dict[str, Any]:
     return {"code": SESSION_ENDED, "message": f"{method}: the session has ended before this request was served"}
 
 
-class Respond(Protocol):
+class QueueAnswer(Protocol):
     """Queues the answer to one of the agent's requests (the session actor's writer sends it)."""
 
     def __call__(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None: ...
@@ -52,7 +52,7 @@ class ClientRequests:
     queues an answer; ``prompt_open``: whether a prompt turn is open now (nothing runs or is
     written between turns). ``start`` gives it its task group and terminals."""
 
-    def __init__(self, session_id: str, files: acp_files.Files, respond: Respond, prompt_open: Callable[[], bool]) -> None:
+    def __init__(self, session_id: str, files: acp_files.Files, respond: QueueAnswer, prompt_open: Callable[[], bool]) -> None:
         self.session_id = session_id
         self.files = files
         self._respond = respond
@@ -84,7 +84,7 @@ class ClientRequests:
     # -- the grants (core.permissions) ----------------------------------------------
 
     def granted(self, approved: permissions.Permission) -> None:
-        """A card the user approved (``turn.Respond.approved``): what it lets the agent do."""
+        """A card the user approved (``turn.AnswerPermission.approved``): what it lets the agent do."""
         self.grants = permissions.grant(self.grants, approved, self._writable)
 
     def revoke(self) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from lmbridge.acp.connection import AgentConnection, Incoming, Response
 from lmbridge.core import auth, profiles
+from lmbridge.core.json_values import json_object
 
 if TYPE_CHECKING:
     import weakref
@@ -46,10 +47,6 @@ class Mailbox(Protocol):
     def send_nowait(self, item: AgentMessage, /) -> None: ...
 
 
-def _object(value: object) -> dict[str, Any]:
-    """``value`` if it is a JSON object, else an empty one (agents' answers are not trusted)."""
-    return value if isinstance(value, dict) else {}
-
 
 @dataclass(frozen=True)
 class AgentFeatures:
@@ -69,9 +66,9 @@ class AgentFeatures:
 
     @classmethod
     def of(cls, init: dict[str, Any]) -> AgentFeatures:
-        caps = _object(init.get("agentCapabilities"))
-        prompt = _object(caps.get("promptCapabilities"))
-        sessions = _object(caps.get("sessionCapabilities"))
+        caps = json_object(init.get("agentCapabilities"))
+        prompt = json_object(caps.get("promptCapabilities"))
+        sessions = json_object(caps.get("sessionCapabilities"))
         methods = init.get("authMethods")
         return cls(
             images=prompt.get("image") is True,
@@ -81,7 +78,7 @@ class AgentFeatures:
             close=isinstance(sessions.get("close"), dict),
             additional_directories=isinstance(sessions.get("additionalDirectories"), dict),
             auth_methods=auth.methods(methods) if isinstance(methods, list) else (),
-            profile=profiles.profile_of(_object(init.get("agentInfo")).get("name")),
+            profile=profiles.profile_of(json_object(init.get("agentInfo")).get("name")),
         )
 
 

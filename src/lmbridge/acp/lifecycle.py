@@ -5,7 +5,7 @@ actor, which carries out the turn machine's effects (``turn.StartAgent``,
 * ``start``: the agent's process connected (started if none runs: spawn + ``initialize``)
   and the chat's session opened on it: its earlier one taken up again
   (``AcpSession.open(Resume)``) when it had one, else the process's spare or a fresh
-  session (``Spare``) offering the request's VS Code tools (``tools.chat_tools.ChatTools``).
+  session (``TakeSpare``) offering the request's VS Code tools (``tools.chat_tools.ChatTools``).
 * ``recover``: the session cannot simply continue (``turn.NewSession``): closed where
   offered, then taken up again or replaced by a fresh one told the conversation.
 * ``close_then``: ``session/close``, then the answer to the prompt it ended awaited
@@ -31,7 +31,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from lmbridge.acp.connection import AgentError, AgentUnavailable, error_reason
-from lmbridge.acp.session import AcpSession, New, Opened, Resume, Spare
+from lmbridge.acp.session import AcpSession, New, Opened, Resume, TakeSpare
 from lmbridge.core import auth
 from lmbridge.core.messages import AgentSpec, ToolInfo
 from lmbridge.log import get_logger
@@ -207,7 +207,7 @@ class SessionLife:
         async def servers() -> list[McpServer]:
             return await self.tools.start(tools, per_session=process.caps.profile.shared_mcp_registry)
 
-        how = Spare(tuple(self.tools.offered(tools))) if self.resume is None else Resume(self.resume)
+        how = TakeSpare(tuple(self.tools.offered(tools))) if self.resume is None else Resume(self.resume)
         await self.acp.connect()
         try:
             opened = await self.acp.open(how, servers)

@@ -55,10 +55,11 @@ from anyio.abc import TaskGroup
 from lmbridge import __version__
 from lmbridge.acp import files, terminals
 from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavailable, EventSink, Incoming, Response
-from lmbridge.acp.interfaces import AgentFeatures, AgentGone, Mailbox, Spare, _object
+from lmbridge.acp.interfaces import AgentFeatures, AgentGone, Mailbox, Spare
 from lmbridge.acp.session import new_session, start_in_mode
 from lmbridge.acp.terminals import TerminalHost
 from lmbridge.core import auth, elicitation, errors, paths, permissions, subagents
+from lmbridge.core.json_values import json_object
 from lmbridge.core.messages import AgentSpec
 from lmbridge.core.session_state import state_kind
 from lmbridge.log import get_logger
@@ -435,7 +436,7 @@ class AgentProcess:
             if box is not None:
                 box.send_nowait(item)
             return
-        params = _object(item.params)
+        params = json_object(item.params)
         sid = params.get("sessionId")
         routed = self.children.route(sid, item.method, params, self.sessions)
         if routed.session is not None and isinstance(sid, str):

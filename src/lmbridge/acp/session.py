@@ -12,7 +12,7 @@ A session is opened one of three ways (``AcpSession.open``):
   ``session/resume`` where offered, else ``session/load`` (the history it replays is routed
   to the caller, who does not show it), else, or when both are refused, ``session/new``
   (``Opened.lost``: the agent no longer holds the chat's earlier turns).
-* ``Spare(tools)``: the process's spare session (opened ahead, ``acp.interfaces.Spare``) when
+* ``TakeSpare(tools)``: the process's spare session (opened ahead, ``acp.interfaces.Spare``) when
   it offers the same VS Code tools as the chat and was given the same workspace folders,
   else ``session/new``.
 
@@ -47,6 +47,7 @@ from lmbridge.acp.connection import AgentConnection, AgentError, AgentUnavailabl
 from lmbridge.acp.interfaces import AgentProcessInterface, Mailbox
 from lmbridge.acp.interfaces import Spare as ReadySpare
 from lmbridge.core import auth
+from lmbridge.core.json_values import json_object
 from lmbridge.log import get_logger
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class Resume:
 
 
 @dataclass(frozen=True)
-class Spare:
+class TakeSpare:
     """Take the process's spare session (opened ahead) if it offers the same VS Code
     ``tools`` (``wire.ToolInfo``s, the chat's offer: ``AgentProcess.take_spare``), else
     open a fresh one."""
@@ -82,7 +83,7 @@ class Spare:
     tools: tuple[ToolInfo, ...] = ()
 
 
-How = New | Resume | Spare
+How = New | Resume | TakeSpare
 
 
 @dataclass(frozen=True)
@@ -103,13 +104,9 @@ class Opened:
     modes: Any = None
 
 
-def _object(value: Any) -> dict[str, Any]:
-    """``value`` if it is a JSON object, else an empty one (agents' answers are not trusted)."""
-    return value if isinstance(value, dict) else {}
-
 
 def _session_id(result: Any) -> str:
-    sid = _object(result).get("sessionId")
+    sid = json_object(result).get("sessionId")
     if not isinstance(sid, str) or not sid:
         raise ValueError("session/new was answered without a sessionId")
     return sid
@@ -163,7 +160,7 @@ async def new_session(
     ``AgentStuck``, ``ValueError`` (no sessionId)."""
     params = opening_params(process, {"cwd": cwd or "/", "mcpServers": mcp_servers}, additional)
     result = await request(process, conn, "session/new", params)
-    return _session_id(result), _object(result)
+    return _session_id(result), json_object(result)
 
 
 async def start_in_mode(process: AgentProcessInterface, conn: AgentConnection, session_id: str, answer: dict[str, Any]) -> dict[str, Any]:
@@ -265,7 +262,7 @@ class AcpSession:
         ``mcpServers`` to open a fresh session with, asked for only when one is opened.
         Raises ``AgentError`` (refused), ``AgentUnavailable``, ``ValueError`` (no sessionId)."""
         assert self.conn is not None, "connect first"
-        if isinstance(how, Spare):
+        if isinstance(how, TakeSpare):
             spare = await self.process.take_spare(how.tools)
             if spare is not None:
                 self.process.open(spare.session_id, self.mailbox)
@@ -296,12 +293,12 @@ class AcpSession:
         sid = _session_id(result)
         self.process.open(sid, self.mailbox)
         self.id = sid
-        options = _object(result).get("configOptions")
+        options = json_object(result).get("configOptions")
         self._learn(options or [])  # none in a session/new answer: none at all
         self._log.info("acp session", acp_session=sid, how="new")
         self.process.want_spare()  # the next new chat need not wait for session/new
         caps = self.process.caps
-        return Opened(sid, "new", lost, caps.resume or caps.load, options or [], modes=_object(result).get("modes"))
+        return Opened(sid, "new", lost, caps.resume or caps.load, options or [], modes=json_object(result).get("modes"))
 
     async def _take_up(self, previous: str, servers: list[McpServer]) -> Opened:
         caps = self.process.caps
@@ -317,10 +314,10 @@ class AcpSession:
                 self._log.warning("agent refused to take up its session", method=method, error=str(exc))
                 continue
             self.id = previous
-            options = _object(result).get("configOptions")
+            options = json_object(result).get("configOptions")
             self._learn(options)
             self._log.info("acp session", acp_session=previous, how=method)
-            return Opened(previous, method, False, True, options, modes=_object(result).get("modes"))
+            return Opened(previous, method, False, True, options, modes=json_object(result).get("modes"))
         return await self._new(servers, lost=True)
 
     # -- config options ---------------------------------------------------------------
@@ -353,7 +350,7 @@ class AcpSession:
             raise AgentUnavailable("no session is open")
         result = await self._request("session/set_config_option", {"sessionId": self.id, "configId": config_id, "value": value})
         self.config_values[config_id] = value
-        options = _object(result).get("configOptions")
+        options = json_object(result).get("configOptions")
         if isinstance(options, list):
             self._learn(options)
             return options

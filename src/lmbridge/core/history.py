@@ -365,7 +365,7 @@ LATE_NOTE = (
 )
 
 
-def late_note(pending: Sequence[Pending], results: dict[str, ToolResultPart]) -> Message | None:
+def late_note(pending: Sequence[PendingCall], results: dict[str, ToolResultPart]) -> Message | None:
     """What the agent of a woken session is told about the cards its interrupted turn left
     (``Last.INTERRUPTED``), from the results the request holds for them: None when it holds
     none. Information only: nothing is approved by it (the agent has to ask again, and a
@@ -412,7 +412,7 @@ def answer_for_tool(call_id: str, results: dict[str, ToolResultPart]) -> Answer:
 
 
 @dataclass(frozen=True, slots=True)
-class Pending:
+class PendingCall:
     """A call surfaced as a tool call part, awaiting its answer: a permission
     (``symposium-agent-action``, with its approval ``token``) or, with ``tool``
     set, an agent's call of a VS Code tool (no token)."""
@@ -431,7 +431,7 @@ class Session:
     items: list[Item] = field(default_factory=list)
     # How the last response ended; PENDING lists the permissions it waits on.
     last: Last = Last.DONE
-    pending: tuple[Pending, ...] = ()
+    pending: tuple[PendingCall, ...] = ()
     # Whether items[-1] is a response VS Code has not replayed yet (it may drop it).
     unacked: bool = False
     busy: bool = False
@@ -781,7 +781,7 @@ class HistoryCore:
             s.opening = words
             self._by_opening.setdefault(words, set()).add(s.id)
 
-    def end(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: Sequence[Pending], now: float, request: int | None = None) -> bool:
+    def end(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: Sequence[PendingCall], now: float, request: int | None = None) -> bool:
         """Record the response the daemon streamed for the session's request number ``request``
         (``Decision.number``; None: the request begun last). Returns whether it was recorded.
 
@@ -895,7 +895,7 @@ class HistoryCore:
                     items.append(Item("user", result_ids=tuple(str(c) for c in raw[1]), words=user_words))
                 else:
                     raise ValueError(f"unknown item {raw[0]!r}")
-            pending = tuple(Pending(str(c), "", bool(tool)) for c, tool in data.get("pending") or [])  # type: ignore[attr-defined]
+            pending = tuple(PendingCall(str(c), "", bool(tool)) for c, tool in data.get("pending") or [])  # type: ignore[attr-defined]
             last = Last(data.get("last", "done"))
             token, requests = data.get("marker_session", ""), data.get("requests", 0)
             if not isinstance(token, str) or not isinstance(requests, int):

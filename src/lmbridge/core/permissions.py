@@ -68,6 +68,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from lmbridge.core import paths
+from lmbridge.core.json_values import json_object
 
 if TYPE_CHECKING:
     from lmbridge.core.messages import ToolInfo
@@ -339,7 +340,7 @@ def bridged_tool(tool_call: Mapping[str, Any], bridge: Bridge | None) -> str | N
     names: dict[str, str]
     found: object = None
     if naming is ToolNaming.CLAUDE_META:
-        claude = _object(_object(tool_call.get("_meta")).get("claudeCode"))
+        claude = json_object(json_object(tool_call.get("_meta")).get("claudeCode"))
         found = claude.get("toolName")
         names = {qualified(t, server): t for t in bridge.tools}
     elif naming is ToolNaming.FUNCTION_CALL_ID:
@@ -465,7 +466,7 @@ def read(
         return Malformed("options", "is missing" if raw_options is None else "is not a list")
     options = []
     for i, o in enumerate(raw_options):
-        o = _object(o)
+        o = json_object(o)
         option_id, kind, name = o.get("optionId"), o.get("kind"), o.get("name", "")
         if not (isinstance(option_id, str) and isinstance(kind, str) and isinstance(name, str)):
             return Malformed(f"options[{i}]", "is not a permission option (optionId, name, kind)")
@@ -477,7 +478,7 @@ def read(
     kind = _string(view.get("kind")) or "other"
     title = _string(view.get("title"))
     content: list[Any] = view["content"] if isinstance(view.get("content"), list) else []
-    terminals = tuple(str(c["terminalId"]) for c in content if _object(c).get("type") == "terminal" and "terminalId" in c)
+    terminals = tuple(str(c["terminalId"]) for c in content if json_object(c).get("type") == "terminal" and "terminalId" in c)
     command = command_of(raw.get("rawInput")) or command_of((merged or {}).get("rawInput"))
     if command is None and (kind == "execute" or terminals):
         # gemini-cli and codex-acp name a shell command by its text, as the title.
@@ -524,7 +525,7 @@ def writes_of(raw: Mapping[str, Any], diffs: Sequence[Diff], workspace: Workspac
     shown = {(d.path, d.new) for d in diffs}
     pairs = [(c.get("path"), c.get("newText")) for c in own]
     if kind == "move":
-        destination = _object(raw.get("rawInput")).get("destination")
+        destination = json_object(raw.get("rawInput")).get("destination")
         if not isinstance(destination, str):
             names = paths.named_files({"locations": raw.get("locations")})
             destination = names[-1] if names else None
@@ -621,7 +622,7 @@ def _env(raw: object) -> tuple[tuple[str, str], ...]:
             pairs.append((name, value) if isinstance(name, str) and isinstance(value, str) else ("(unreadable)", _json({str(name): value}) or repr(value)))
     elif isinstance(raw, list):
         for item in raw:
-            item = _object(item)
+            item = json_object(item)
             name, value = item.get("name"), item.get("value")
             if isinstance(name, str) and isinstance(value, str):
                 pairs.append((name, value))
@@ -654,11 +655,11 @@ def _argv_text(argv: list[str]) -> str:
 def _diffs(content: list[Any], raw_input: object) -> tuple[Diff, ...]:
     out = []
     for c in content:
-        c = _object(c)
+        c = json_object(c)
         if c.get("type") == "diff" and isinstance(c.get("path"), str) and isinstance(c.get("newText"), str):
             old = c.get("oldText")
             out.append(Diff(c["path"], old if isinstance(old, str) else None, c["newText"]))
-    raw = _object(raw_input)
+    raw = json_object(raw_input)
     path = raw.get("file_path", raw.get("path"))
     if not out and isinstance(path, str):
         # Agents that put the edit only in rawInput (Claude Code's Edit and Write tools).
@@ -673,8 +674,8 @@ def _diffs(content: list[Any], raw_input: object) -> tuple[Diff, ...]:
 def _texts(content: list[Any]) -> list[str]:
     out = []
     for c in content:
-        c = _object(c)
-        inner = _object(c.get("content"))
+        c = json_object(c)
+        inner = json_object(c.get("content"))
         if c.get("type") == "content" and inner.get("type") == "text" and isinstance(inner.get("text"), str) and inner["text"].strip():
             out.append(inner["text"])
     return out
@@ -683,7 +684,7 @@ def _texts(content: list[Any]) -> list[str]:
 def _locations(raw: object) -> list[tuple[str, int | None]]:
     out: list[tuple[str, int | None]] = []
     for loc in raw if isinstance(raw, list) else []:
-        loc = _object(loc)
+        loc = json_object(loc)
         line = loc.get("line")
         if isinstance(loc.get("path"), str):
             out.append((loc["path"], line if isinstance(line, int) and not isinstance(line, bool) else None))
@@ -704,9 +705,6 @@ def _json(value: object) -> str | None:
 def _string(value: object) -> str:
     return value if isinstance(value, str) else ""
 
-
-def _object(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 # ---------------------------------------------------------------- the decision
@@ -903,13 +901,13 @@ def run_command(params: object) -> RunCommand | Deny:
     """A ``terminal/create``'s params (``command``, ``args?``, ``cwd?``, ``env?`` as
     ``[{name, value}]``) read, or the ``Deny`` (-32602) naming what is wrong: also what no
     process can be started with (NUL anywhere, an environment name empty or holding ``=``)."""
-    p = _object(params)
+    p = json_object(params)
     command, args, cwd, env = p.get("command"), p.get("args") or [], p.get("cwd"), p.get("env") or []
     if not isinstance(command, str) or not command or not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         return Deny(INVALID_PARAMS, "terminal/create: command must be a string and args a list of strings")
     if cwd is not None and not isinstance(cwd, str):
         return Deny(INVALID_PARAMS, "terminal/create: cwd must be a string")
-    if not isinstance(env, list) or not all(isinstance(_object(e).get("name"), str) and isinstance(_object(e).get("value"), str) for e in env):
+    if not isinstance(env, list) or not all(isinstance(json_object(e).get("name"), str) and isinstance(json_object(e).get("value"), str) for e in env):
         return Deny(INVALID_PARAMS, "terminal/create: env must be a list of {name, value} strings")
     # What no process can be started with: refused here, named, never left to the spawn.
     if any("\0" in text for text in (command, *args, cwd or "", *(e["name"] + e["value"] for e in env))):

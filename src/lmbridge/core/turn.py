@@ -70,7 +70,7 @@ Every timer is tagged with the sequence number of what started it (the gather
 window with the surfacing, the drain deadline with the prompt, the start notice with the
 start) and is stopped when that ends; a ``TimerFired`` whose tag is stale matches no row.
 Every job ends exactly once (``Finish`` or ``Fail``); every permission is answered exactly
-once (``Respond`` or ``RespondError``), every question too (``AnswerQuestion``). What a permission becomes (a card, a grant,
+once (``AnswerPermission`` or ``RespondError``), every question too (``AnswerQuestion``). What a permission becomes (a card, a grant,
 a decline, a refusal) and which option an answer selects is the permission rule's
 (``permissions``): this machine only carries its decisions out at the right time.
 """
@@ -85,7 +85,7 @@ from typing import Any, Generic, Protocol, TypeVar, get_args
 
 from lmbridge.core import elicitation, notices, permissions, present
 from lmbridge.core.calls import AwaitedCall, AwaitedCalls
-from lmbridge.core.history import Last, Pending
+from lmbridge.core.history import Last, PendingCall
 from lmbridge.core.jobs import JobInfo, JobQueue
 from lmbridge.core.kept import Kept
 from lmbridge.core.permissions import CANCELLED as CANCELLED_OUTCOME
@@ -287,7 +287,7 @@ class Finish:
     job_id: int
     stop_reason: str
     last: Last
-    pending: tuple[Pending, ...] = ()
+    pending: tuple[PendingCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -299,7 +299,7 @@ class Fail:
 
 
 @dataclass(frozen=True)
-class Respond:
+class AnswerPermission:
     """Answer a ``session/request_permission``: ``outcome`` is a ``RequestPermissionOutcome``.
     ``approved``: the request, when the user approved it on its card (its exact token): what
     it allows the agent's client actions (``permissions.grant``); None for any other answer."""
@@ -428,7 +428,7 @@ class Log:
 
 
 Effect = (
-    Emit | Finish | Fail | Respond | AnswerQuestion | RespondError | ResolveTool | SendCancel | StartAgent | NewSession | CloseSession | Prompt | StartTimer | StopTimer | Died
+    Emit | Finish | Fail | AnswerPermission | AnswerQuestion | RespondError | ResolveTool | SendCancel | StartAgent | NewSession | CloseSession | Prompt | StartTimer | StopTimer | Died
     | Detach | Shutdown | Log
 )
 
@@ -961,7 +961,7 @@ def _route_permission(m: TurnMachine, ev: PermissionAsked, to: _To | None) -> No
     if isinstance(decision, permissions.Grant):
         # VS Code confirms its own tools when it runs them (docs/tools.md).
         assert isinstance(request, permissions.Permission)
-        m.effects.append(Respond(ev.rid, ev.call_id, decision.outcome))
+        m.effects.append(AnswerPermission(ev.rid, ev.call_id, decision.outcome))
         m.effects.append(Log("info", "permission granted: a bridged VS Code tool", {"tool": decision.tool}))
         return
     if isinstance(decision, permissions.Refuse):
@@ -971,7 +971,7 @@ def _route_permission(m: TurnMachine, ev: PermissionAsked, to: _To | None) -> No
             _say_line(m, decision.line, to)
         return
     if to is None:
-        m.effects.append(Respond(ev.rid, ev.call_id, CANCELLED_OUTCOME))
+        m.effects.append(AnswerPermission(ev.rid, ev.call_id, CANCELLED_OUTCOME))
         return
     assert isinstance(request, permissions.Permission)
     parts = m.renderer.permission_tool(dict(raw_call)) if isinstance(raw_call, Mapping) else []
@@ -984,7 +984,7 @@ def _route_permission(m: TurnMachine, ev: PermissionAsked, to: _To | None) -> No
     if isinstance(decision, permissions.Decline):
         _say_line(m, decision.line, to)
         m.renderer.declined(request.tool_call_id)  # whichever answer went out: lmbridge declined it
-        m.effects.append(Respond(ev.rid, ev.call_id, decision.outcome))
+        m.effects.append(AnswerPermission(ev.rid, ev.call_id, decision.outcome))
         m.effects.append(Log("info", "permission declined without a card", {"reason": decision.reason, "tool": request.tool}))
         return
     card = decision.card
@@ -1093,14 +1093,14 @@ def _answer(m: TurnMachine, call_id: str, answer: Answer, job_id: int | None) ->
     elif call.question is not None:
         m.effects.append(AnswerQuestion(call.rid, call_id, call.question, answer, job_id))
     elif call.request is None:  # a permission call always has its request: doubt answers cancelled
-        m.effects.append(Respond(call.rid, call_id, CANCELLED_OUTCOME))
+        m.effects.append(AnswerPermission(call.rid, call_id, CANCELLED_OUTCOME))
     else:
         verdict = permissions.decide(call.request, answer)  # the permission rule's one step from the answer
         if answer is Answer.REJECT:
             # The user's Skip reads as declined whatever option went out and whatever
             # status the agent ends the call with (docs/protocol.md, "Tool calls").
             m.renderer.declined(call.tool_call_id)
-        m.effects.append(Respond(call.rid, call_id, verdict.outcome, verdict.approved))
+        m.effects.append(AnswerPermission(call.rid, call_id, verdict.outcome, verdict.approved))
 
 
 # -- actions: the prompt ends, timers
@@ -1110,7 +1110,7 @@ def show_the_cards(m: TurnMachine, _: TimerFired) -> None:
     shown = _shown(m)
     for call in shown:
         _emit(m, call.part)
-    _finish(m, "tool_calls", Last.PENDING, tuple(Pending(c.call_id, c.token, tool=c.tool or c.by_result) for c in shown))
+    _finish(m, "tool_calls", Last.PENDING, tuple(PendingCall(c.call_id, c.token, tool=c.tool or c.by_result) for c in shown))
 
 
 def close_the_session(m: TurnMachine, _: TimerFired) -> None:
@@ -1240,7 +1240,7 @@ def _end_all(m: TurnMachine, message: str) -> None:
         m.effects.append(StopTimer(timer))
 
 
-def _finish(m: TurnMachine, stop_reason: str, last: Last, pending: tuple[Pending, ...] = ()) -> None:
+def _finish(m: TurnMachine, stop_reason: str, last: Last, pending: tuple[PendingCall, ...] = ()) -> None:
     job = m.job
     assert job is not None
     if stop_reason != "cancelled" and m.visible != job.id:

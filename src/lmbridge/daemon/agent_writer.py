@@ -41,7 +41,7 @@ class AgentWriter:
         self.out.send_nowait(write)
 
     def respond(self, rid: int | str | None, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
-        """Queue the answer to one of the agent's requests (``client_requests.Respond``)."""
+        """Queue the answer to one of the agent's requests (``client_requests.QueueAnswer``)."""
 
         async def write(conn: AgentConnection) -> None:
             await conn.respond(rid, result, error=error)

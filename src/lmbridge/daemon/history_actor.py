@@ -27,7 +27,7 @@ from anyio.abc import TaskGroup
 
 from lmbridge.acp.process import AgentPool
 from lmbridge.core import cap, marker
-from lmbridge.core.history import Decision, Fingerprint, HistoryCore, HistoryError, Last, Pending, Session
+from lmbridge.core.history import Decision, Fingerprint, HistoryCore, HistoryError, Last, PendingCall, Session
 from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog
 from lmbridge.daemon.job import ChatRequest, Job, SessionHooks
@@ -106,7 +106,7 @@ class _Ended:
     session_id: str
     fingerprint: Fingerprint
     last: Last
-    pending: list[Pending]
+    pending: list[PendingCall]
     request: int | None = None  # Decision.number (None: the request begun last)
 
 
@@ -275,7 +275,7 @@ class HistoryActor:
         for sid in list(self.actors):
             self._drop(sid, reason)
 
-    async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[Pending], request: int | None = None) -> None:
+    async def _ended(self, session_id: str, fingerprint: Fingerprint, last: Last, pending: list[PendingCall], request: int | None = None) -> None:
         await self._send.send(_Ended(session_id, fingerprint, last, pending, request))
 
     def _opened(self, session_id: str, acp_session: str, resumable: bool, config_options: object = None) -> None:

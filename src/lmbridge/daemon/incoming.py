@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from lmbridge.acp.connection import BAD_ID_ERROR, Incoming
 from lmbridge.core import elicitation, errors, permissions, turn
+from lmbridge.core.json_values import json_object
 from lmbridge.core.text import clip
-from lmbridge.rpc.jsonrpc import json_object
 
 if TYPE_CHECKING:
     from lmbridge.core.profiles import AgentProfile

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from lmbridge.acp import files as acp_files
-from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, Pending, squeezed
+from lmbridge.core.history import PREFIXES, Decision, Fingerprint, Last, PendingCall, squeezed
 from lmbridge.core.jobs import JobInfo
 from lmbridge.core.messages import AgentSpec, Message, ToolInfo, ToolResultPart
 from lmbridge.core.present import Part
@@ -221,7 +221,7 @@ class SessionHooks:
     """How a session actor reports to the history actor."""
 
     # (session id, what the response emitted, how it ended, the calls it left pending, Decision.number)
-    ended: Callable[[str, Fingerprint, Last, list[Pending], int], Awaitable[None]]
+    ended: Callable[[str, Fingerprint, Last, list[PendingCall], int], Awaitable[None]]
     died: Callable[[str], Awaitable[None]]
     mcp_host: Callable[[], Awaitable[McpHost]]  # the daemon's MCP endpoint, started on first use
     # The chat's ACP sessionId, whether the agent can take it up again (session/resume or

@@ -3,7 +3,7 @@
 ``Methods`` validates each method's params with the wire models (``core.messages``),
 answers what needs no agent itself (``initialize``, the model list, presets, token
 counts), and hands chat requests to the ``router.Router``. It keeps the requests in flight
-by id (``Call``), so that ``$/cancelRequest`` finds the one it names: the cancelled request
+by id (``InFlight``), so that ``$/cancelRequest`` finds the one it names: the cancelled request
 is answered ``{"stopReason": "cancelled"}`` at once, its task scope is cancelled, and
 nothing more is sent for it.
 
@@ -59,9 +59,9 @@ class Chats(Protocol):
     @property
     def configurations(self) -> Mapping[str, ModelConfiguration]: ...  # model id → VS Code's model configuration last sent
 
-    async def chat(self, call: Call, params: dict[str, Any]) -> Result: ...  # lm/provideLanguageModelChatResponse
+    async def chat(self, call: InFlight, params: dict[str, Any]) -> Result: ...  # lm/provideLanguageModelChatResponse
 
-    def cancel(self, call: Call) -> None: ...  # $/cancelRequest named ``call``
+    def cancel(self, call: InFlight) -> None: ...  # $/cancelRequest named ``call``
 
     def actor(self, chat: str) -> Controlled | None: ...  # chat ``chat``'s live session, if any
 
@@ -166,11 +166,11 @@ def invalid_params(problem: str | InvalidParams) -> Result:
     return Error(INVALID_PARAMS, problem.message if isinstance(problem, InvalidParams) else f"invalid params: {problem}")
 
 
-def takes_now(model: type[P]) -> Callable[[Callable[[Methods, Call | None, P], Result]], Callable[..., Result]]:
+def takes_now(model: type[P]) -> Callable[[Callable[[Methods, InFlight | None, P], Result]], Callable[..., Result]]:
     """``takes`` for a method that never waits (``IMMEDIATE``): a plain function."""
 
-    def wrap(method: Callable[[Methods, Call | None, P], Result]) -> Callable[..., Result]:
-        def run(self: Methods, call: Call | None, **params: Any) -> Result:
+    def wrap(method: Callable[[Methods, InFlight | None, P], Result]) -> Callable[..., Result]:
+        def run(self: Methods, call: InFlight | None, **params: Any) -> Result:
             try:
                 p = validated(model, params)
             except InvalidParams as exc:
@@ -187,19 +187,19 @@ def _fixed(method: Callable[..., Any]) -> Callable[..., Any]:
     """``method`` (bound) as the table holds it: with the signature jsonrpcserver checks
     spelled out (``SIGNATURE``), so it is not worked out from the method at each call."""
 
-    def run(call: Call | None, **params: Any) -> Any:
+    def run(call: InFlight | None, **params: Any) -> Any:
         return method(call, **params)
 
     run.__signature__ = SIGNATURE  # type: ignore[attr-defined]
     return run
 
 
-def takes(model: type[P]) -> Callable[[Callable[[Methods, Call, P], Awaitable[Result]]], Callable[..., Awaitable[Result]]]:
+def takes(model: type[P]) -> Callable[[Callable[[Methods, InFlight, P], Awaitable[Result]]], Callable[..., Awaitable[Result]]]:
     """A method of the table whose params jsonrpcserver hands over validated as ``model``
     (``validated``): the method gets the model, or the caller -32602."""
 
-    def wrap(method: Callable[[Methods, Call, P], Awaitable[Result]]) -> Callable[..., Awaitable[Result]]:
-        async def run(self: Methods, call: Call, **params: Any) -> Result:
+    def wrap(method: Callable[[Methods, InFlight, P], Awaitable[Result]]) -> Callable[..., Awaitable[Result]]:
+        async def run(self: Methods, call: InFlight, **params: Any) -> Result:
             try:
                 p = validated(model, params)
             except InvalidParams as exc:
@@ -215,7 +215,7 @@ def takes(model: type[P]) -> Callable[[Callable[[Methods, Call, P], Awaitable[Re
 
 
 @dataclass(eq=False)
-class Call:
+class InFlight:
     """One request being handled (jsonrpcserver passes it as every method's first
     argument). Answered once: ``answer`` says whether this caller is the one that answers
     it (the method's own result, or ``$/cancelRequest``'s ``cancelled``, or the shutdown's
@@ -274,7 +274,7 @@ class Methods:
         self.settings = settings  # written by initialize (its workspace by $/workspaceFolders too)
         self._stop = stop
         self._initialized = initialized
-        self.inflight: dict[RequestId, Call] = {}  # requests being handled, by id (not null)
+        self.inflight: dict[RequestId, InFlight] = {}  # requests being handled, by id (not null)
         self._client_name: str | None = None  # initialize's clientInfo.name
         self.immediate = IMMEDIATE
         self.table: dict[str, Callable[..., Any]] = {
@@ -325,7 +325,7 @@ class Methods:
     async def dispatch(self, request: dict[str, Any], served: Callable[[], None] = lambda: None) -> None:
         """Run one request's method (in this task) and queue its answer, unless a
         ``$/cancelRequest`` or the shutdown answered it already. ``served()``: called once
-        the request no longer waits (``Call.served``)."""
+        the request no longer waits (``InFlight.served``)."""
         rid = request.get("id")
         if request.get("method") in IMMEDIATE:
             self.dispatch_now(request)
@@ -344,7 +344,7 @@ class Methods:
             loop.call_soon(warm_up)
             self._initialized()
             return
-        call = Call(rid, served=served)
+        call = InFlight(rid, served=served)
         if rid is not None and "id" in request:
             self.inflight[rid] = call
         try:
@@ -367,7 +367,7 @@ class Methods:
     # -- methods ------------------------------------------------------------
 
     @takes(InitializeParams)
-    async def initialize(self, call: Call, p: InitializeParams) -> Result:
+    async def initialize(self, call: InFlight, p: InitializeParams) -> Result:
         answer = self._initialize(p)
         self._said(answer)
         return Success(answer["result"]) if "result" in answer else Error(answer["error"]["code"], answer["error"]["message"])
@@ -397,7 +397,7 @@ class Methods:
         log.info("initialized", client=self._client_name, agents=list(self.catalog.agents))
 
     @takes(ChatInformationParams)
-    async def chat_information(self, call: Call, p: ChatInformationParams) -> Result:
+    async def chat_information(self, call: InFlight, p: ChatInformationParams) -> Result:
         models, options, images = [], self.catalog.options(), self.catalog.images()
         configurations = self.router.configurations
         for spec in self.catalog.agents.values():
@@ -410,13 +410,13 @@ class Methods:
                 models.append(dump(model_info(spec, choice, takes_images, agent_options, context.get(mid), profile, configurations.get(mid))))
         return Success({"models": models})
 
-    def presets(self, call: Call | None, **params: Any) -> Result:
+    def presets(self, call: InFlight | None, **params: Any) -> Result:
         """``agents/presets``: the known agents an ``{"id": ...}`` entry can name (catalog.PRESETS)."""
         from lmbridge.daemon.catalog import PRESETS
 
         return Success({"presets": [p.info() for p in PRESETS.values()]})
 
-    async def registry(self, call: Call, **params: Any) -> Result:
+    async def registry(self, call: InFlight, **params: Any) -> Result:
         """``agents/registry``: the agents of an ACP registry feed the shim fetched, for its
         platform (core.registry; docs/protocol.md). Invalid params (-32602): no feed, a feed
         with no ``agents`` list, an unknown platform."""
@@ -433,11 +433,11 @@ class Methods:
         return Success({"agents": agents, "problems": problems})
 
     @takes_now(TokenCountParams)
-    def token_count(self, call: Call | None, p: TokenCountParams) -> Result:
+    def token_count(self, call: InFlight | None, p: TokenCountParams) -> Result:
         # An estimate (~4 characters a token): agents do not expose a tokenizer.
         return Success({"count": (len(p.text) + 3) // 4})
 
-    async def debug_idle(self, call: Call, **params: Any) -> Result:
+    async def debug_idle(self, call: InFlight, **params: Any) -> Result:
         """``debug/idle`` (only with ``Config.debug_idle``): answered ``null`` once every
         other task of the daemon waits on something (input, a timer, an agent), so what
         came before it has been handled as far as it can be; replay's step signal
@@ -445,12 +445,12 @@ class Methods:
         await anyio.wait_all_tasks_blocked()
         return Success(None)
 
-    async def shutdown(self, call: Call, **params: Any) -> Result:
+    async def shutdown(self, call: InFlight, **params: Any) -> Result:
         await self._stop()
         return Success(None)
 
     @takes_now(CancelParams)
-    def cancel_request(self, call: Call | None, p: CancelParams) -> Result:
+    def cancel_request(self, call: InFlight | None, p: CancelParams) -> Result:
         target = self.inflight.get(p.id)
         if target is None or not target.chat or not target.answer():
             return Success(None)  # done already, or not a chat: nothing to stop
@@ -461,7 +461,7 @@ class Methods:
         log.info("request cancelled", id=p.id)
         return Success(None)
 
-    def terminal_killed(self, call: Call | None, **params: Any) -> Result:
+    def terminal_killed(self, call: InFlight | None, **params: Any) -> Result:
         """``$/terminalKilled {terminalId}``: the user closed a command's VS Code terminal:
         the command is killed (its agent sees it end as any killed command)."""
         terminal_id = params.get("terminalId")
@@ -470,7 +470,7 @@ class Methods:
         self._terminal_killed(terminal_id)
         return Success(None)
 
-    async def workspace_folders(self, call: Call, **params: Any) -> Result:
+    async def workspace_folders(self, call: InFlight, **params: Any) -> Result:
         """``$/workspaceFolders {workspaceFolders}``: VS Code's workspace folders changed (a
         folder added to or removed from a multi-root workspace). The file and terminal rule
         (``core.paths``) reads them at each request from now on, and sessions opened from now on
@@ -483,7 +483,7 @@ class Methods:
         log.info("workspace folders changed", folders=len(folders))
         return Success(None)
 
-    async def set_control(self, call: Call, **params: Any) -> Result:
+    async def set_control(self, call: InFlight, **params: Any) -> Result:
         """``chat/setControl``: one of a chat's controls set on its live session
         (docs/protocol.md, "Per-chat controls")."""
         from lmbridge.core.messages import SetControlParams
@@ -503,5 +503,5 @@ class Methods:
             return Error(AGENT_FAILED, request.error)
         return Success({"chatId": p.chatId, **(request.state or {})})
 
-    async def chat_response(self, call: Call, **params: Any) -> Result:
+    async def chat_response(self, call: InFlight, **params: Any) -> Result:
         return await self.router.chat(call, params)

@@ -22,7 +22,7 @@ import anyio.abc
 
 from lmbridge.core.messages import AgentSpec
 from lmbridge.daemon.catalog import Catalog, node_problem
-from lmbridge.daemon.methods import SHUTTING_DOWN, Call, Methods, Settings
+from lmbridge.daemon.methods import SHUTTING_DOWN, InFlight, Methods, Settings
 from lmbridge.daemon.router import Router
 from lmbridge.daemon.stdio import Chunks, RequestId, StdioPeer, Stdout, StdoutWriter, stdin_stream, stdout_writer
 from lmbridge.log import get_logger
@@ -100,7 +100,7 @@ class Server:
         self._reading = anyio.CancelScope()
 
     @property
-    def inflight(self) -> dict[RequestId, Call]:
+    def inflight(self) -> dict[RequestId, InFlight]:
         """Requests being handled, by id (``methods.Methods.inflight``)."""
         return self.methods.inflight
 

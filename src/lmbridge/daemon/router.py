@@ -20,7 +20,7 @@ from lmbridge.core.agent_models import split_model_id
 from lmbridge.core.errors import AGENT_FAILED
 from lmbridge.core.messages import ChatResponseParams, MessageCache, ModelConfiguration
 from lmbridge.daemon.catalog import Catalog
-from lmbridge.daemon.methods import SHUTTING_DOWN, UNKNOWN_MODEL, Call, Error, InvalidParams, Settings, Success, invalid_params, validated
+from lmbridge.daemon.methods import SHUTTING_DOWN, UNKNOWN_MODEL, Error, InFlight, InvalidParams, Settings, Success, invalid_params, validated
 from lmbridge.daemon.stdio import RequestId, StdoutWriter
 from lmbridge.log import get_logger
 
@@ -62,14 +62,14 @@ class Router:
         self.closing = closing
         self.message_cache = MessageCache()  # chat histories come again with every request
         # The chats handed to the history actor, until answered (``cancel``).
-        self.begun: dict[Call, tuple[HistoryActor, ChatRequest]] = {}
+        self.begun: dict[InFlight, tuple[HistoryActor, ChatRequest]] = {}
 
     @property
     def cwd(self) -> str:
         """Where agents run: the first workspace folder, else the daemon's cwd."""
         return self.settings.workspace[0] if self.settings.workspace else os.getcwd()
 
-    async def chat(self, call: Call, params: dict[str, Any]) -> Result:
+    async def chat(self, call: InFlight, params: dict[str, Any]) -> Result:
         """``lm/provideLanguageModelChatResponse``: the request's answer (its parts sent meanwhile)."""
         try:
             messages = self.message_cache.messages(params.get("messages"))
@@ -160,7 +160,7 @@ class Router:
 
         return report
 
-    def cancel(self, call: Call) -> None:
+    def cancel(self, call: InFlight) -> None:
         """``$/cancelRequest`` named ``call`` (answered ``cancelled`` already): its scope is
         cancelled (nothing more is sent for it) and, once it reached the history actor, it is
         stopped there at once, before any request read after it is classified."""
@@ -174,7 +174,7 @@ class Parts:
     """``session_actor.PartSink`` of one request: its parts as ``lm/responsePart`` frames,
     none once the request's scope is cancelled."""
 
-    def __init__(self, out: StdoutWriter, call: Call) -> None:
+    def __init__(self, out: StdoutWriter, call: InFlight) -> None:
         self.out = out
         self.call = call
 

@@ -36,6 +36,7 @@ from lmbridge.acp.lifecycle import Prompts, SessionLife, Started
 from lmbridge.acp.process import AgentGone, AgentPool, AgentProcess
 from lmbridge.acp.session import AcpSession, Opened
 from lmbridge.core import elicitation, present, session_state, turn
+from lmbridge.core.json_values import json_object
 from lmbridge.core.messages import AgentSpec
 from lmbridge.core.present import Skipped, TurnRenderer
 from lmbridge.core.transcript import turn_blocks
@@ -49,7 +50,6 @@ from lmbridge.daemon.mailbox import ChunkMailbox
 from lmbridge.daemon.timers import Timers
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import NoClient
-from lmbridge.rpc.jsonrpc import json_object
 from lmbridge.tools.chat_tools import ChatTools
 
 if TYPE_CHECKING:
@@ -354,7 +354,7 @@ class SessionActor:
                 case turn.Fail():
                     if (job := self.jobs.pop(fx.job_id)) is not None:
                         job.fail(fx.message, self.life.auth)
-                case turn.Respond():
+                case turn.AnswerPermission():
                     log.info("permission answered", session=self.id, callId=fx.call_id, outcome=fx.outcome)
                     if fx.approved is not None:
                         self.client.granted(fx.approved)
@@ -421,7 +421,7 @@ class SessionActor:
         """A start opened ``opened`` (the chat's from its ``Started`` on): told to the history actor."""
         self.hooks.opened(self.id, opened.session_id, opened.resumable, opened.config_options)
 
-    def _options_changed(self, config_options: Any) -> None:
+    def _options_changed(self, config_options: object) -> None:
         """The agent answered new ``configOptions`` for the chat's session: the history actor keeps them."""
         if self.acp.id is not None:
             caps = self.process.caps

@@ -31,7 +31,7 @@ from lmbridge.core.errors import INVALID_REQUEST, PARSE_ERROR
 from lmbridge.core.text import clip
 from lmbridge.log import get_logger
 from lmbridge.rpc.framing import MAX_LINE, BadLines, Overlong
-from lmbridge.rpc.jsonrpc import Answer, Call, Invalid, classify, encode, encode_json, error_frame
+from lmbridge.rpc.jsonrpc import Invalid, RequestFrame, ResponseFrame, classify, encode, encode_json, error_frame
 from lmbridge.rpc.peer import READ_SIZE, Peer
 
 if TYPE_CHECKING:
@@ -364,7 +364,7 @@ class StdioPeer(Peer):
         still to begin."""
         if not self._unstarted and type(value) is dict and value.get("method") in self.methods.immediate:
             kind = classify(value, self.methods.known)
-            if isinstance(kind, Call) and not (kind.has_id and kind.id is not None and self.methods.in_flight(kind.id)):
+            if isinstance(kind, RequestFrame) and not (kind.has_id and kind.id is not None and self.methods.in_flight(kind.id)):
                 try:
                     self.methods.dispatch_now(kind.frame)
                 except Exception as exc:  # a bug here must not end the daemon
@@ -445,7 +445,7 @@ class StdioPeer(Peer):
         if isinstance(kind, Invalid):
             self.out.error(kind.id, kind.code, kind.message)
             return
-        if isinstance(kind, Answer):
+        if isinstance(kind, ResponseFrame):
             # A response: to one of the daemon's client/* requests, or to none (late, after
             # its timeout, or never asked). Never answered: answering a response would let
             # two peers ping-pong errors. One to no request is logged once, then counted.

@@ -36,7 +36,7 @@ class RPCError(Exception):
 
 
 @dataclass
-class Call:
+class SentRequest:
     """One request in flight: its parts as they arrive, then its result or error."""
 
     id: int
@@ -59,7 +59,7 @@ def user(text: str) -> dict[str, Any]:
 def assistant(parts: Sequence[Mapping[str, Any]], data: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The assistant message VS Code replays for a response: its text joined,
     then its tool calls (thinking is not replayed), then the ``stateful_marker`` part of
-    ``data`` (``Call.data``), as Copilot Chat re-sends it (docs/vscode.md, "Stateful markers");
+    ``data`` (``SentRequest.data``), as Copilot Chat re-sends it (docs/vscode.md, "Stateful markers");
     without ``data``, a chat from before markers."""
     text = "".join(p["value"] for p in parts if p["type"] == "text")
     content: list[dict[str, Any]] = [{"type": "text", "value": text}] if text else []
@@ -131,7 +131,7 @@ class DaemonClient:
     def __init__(self, process: Process) -> None:
         self.process = process
         self.next_id = 0
-        self.calls: dict[Any, Call] = {}
+        self.calls: dict[Any, SentRequest] = {}
         self.notifications: list[dict[str, Any]] = []
         self.unmatched: list[dict[str, Any]] = []  # frames that fit no request
         self.on_frame: Callable[[str, dict[str, Any]], None] | None = None  # ("in"/"out", frame)
@@ -281,24 +281,24 @@ class DaemonClient:
     async def send_frame(self, frame: Mapping[str, Any]) -> None:
         await self.peer.send(dict(frame))
 
-    async def start(self, method: str, params: Any = None, on_part: Callable[[dict[str, Any]], None] | None = None) -> Call:
-        """Send a request; returns its Call at once (await ``call.done``)."""
+    async def start(self, method: str, params: Any = None, on_part: Callable[[dict[str, Any]], None] | None = None) -> SentRequest:
+        """Send a request; returns its SentRequest at once (await ``call.done``)."""
         self.next_id += 1
         return await self.start_frame({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params if params is not None else {}}, on_part)
 
-    async def start_frame(self, frame: Mapping[str, Any], on_part: Callable[[dict[str, Any]], None] | None = None) -> Call:
+    async def start_frame(self, frame: Mapping[str, Any], on_part: Callable[[dict[str, Any]], None] | None = None) -> SentRequest:
         """Send a request frame written by hand (any ``id``); its parts and its answer are
-        routed to the returned Call like those of ``start``. Later ids of ``start`` skip it."""
+        routed to the returned SentRequest like those of ``start``. Later ids of ``start`` skip it."""
         call = self.expect(frame["id"], on_part)
         await self.send_frame(frame)
         return call
 
-    def expect(self, request_id: Any, on_part: Callable[[dict[str, Any]], None] | None = None) -> Call:
-        """The Call of a request the caller writes itself (``send_raw``, several frames in one
+    def expect(self, request_id: Any, on_part: Callable[[dict[str, Any]], None] | None = None) -> SentRequest:
+        """The SentRequest of a request the caller writes itself (``send_raw``, several frames in one
         write): its parts and its answer are routed to it. Later ids of ``start`` skip it."""
         if isinstance(request_id, int) and not isinstance(request_id, bool):
             self.next_id = max(self.next_id, request_id)
-        call = Call(request_id, on_part)
+        call = SentRequest(request_id, on_part)
         self.calls[request_id] = call
         self.peer.expect(request_id)
         return call
@@ -312,7 +312,7 @@ class DaemonClient:
             raise call.error
         return call.result
 
-    async def cancel(self, call: Call) -> None:
+    async def cancel(self, call: SentRequest) -> None:
         """``$/cancelRequest`` for a call, as VS Code's cancellation token does."""
         await self.send_frame({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": call.id}})
 
@@ -341,8 +341,8 @@ class DaemonClient:
         timeout: float = 60.0,
         options: Mapping[str, Any] | None = None,
         agent_mode: bool = True,
-    ) -> Call:
-        """Run one ``lm/provideLanguageModelChatResponse`` to its end; returns the Call
+    ) -> SentRequest:
+        """Run one ``lm/provideLanguageModelChatResponse`` to its end; returns the SentRequest
         (``result`` or ``error`` set, ``parts`` collected). ``agent_mode``: offer the
         agent-action tools in ``options.tools``, as VS Code's Agent mode does (without
         them the daemon cannot ask, and declines the agent's permissions)."""
@@ -353,11 +353,11 @@ class DaemonClient:
         return call
 
 
-def tool_calls(call: Call) -> list[dict[str, Any]]:
+def tool_calls(call: SentRequest) -> list[dict[str, Any]]:
     """The tool call parts of a response."""
     return [p for p in call.parts if p["type"] == "tool_call"]
 
 
-def text_of(call: Call) -> str:
+def text_of(call: SentRequest) -> str:
     return "".join(p["value"] for p in call.parts if p["type"] == "text")
 

@@ -39,11 +39,11 @@ from typing import Any, Literal, Protocol, TextIO
 import anyio
 
 from lmbridge import self_command
-from lmbridge.devtools.client import Call, DaemonClient, RPCError, approve, assistant, chat_options, is_agent_action, skip, tool_calls, tool_result, user, without_last_round
+from lmbridge.devtools.client import DaemonClient, RPCError, SentRequest, approve, assistant, chat_options, is_agent_action, skip, tool_calls, tool_result, user, without_last_round
 
-Answer = Literal["allow", "skip", "stop"]
+CardChoice = Literal["allow", "skip", "stop"]
 QUESTION = "[a]llow / [s]kip / s[t]op? "
-ANSWERS: dict[str, Answer] = {"a": "allow", "allow": "allow", "s": "skip", "skip": "skip", "t": "stop", "stop": "stop"}
+ANSWERS: dict[str, CardChoice] = {"a": "allow", "allow": "allow", "s": "skip", "skip": "skip", "t": "stop", "stop": "stop"}
 COMMANDS = ("/model", "/models", "/new", "/history", "/send", "/raw", "/help", "/quit", "/exit")
 DEFAULT_SCRIPT_TIMEOUT = 120.0
 CHAT_METHOD = "lm/provideLanguageModelChatResponse"
@@ -163,7 +163,7 @@ class Input(Protocol):
     async def read(self) -> Line | None:
         """The next message or command; None to quit."""
 
-    async def ask(self, question: str) -> Answer:
+    async def ask(self, question: str) -> CardChoice:
         """The answer to a permission prompt."""
 
 
@@ -240,7 +240,7 @@ class ScriptInput:
         self.printer.line(f"you> {step.text}", BOLD)
         return Line(step.kind, step.text)
 
-    async def ask(self, question: str) -> Answer:
+    async def ask(self, question: str) -> CardChoice:
         self.printer.newline()
         self.printer.inline(question)
         step = self._next()
@@ -289,7 +289,7 @@ class TerminalInput:
             if line is not None:
                 return line
 
-    async def ask(self, question: str) -> Answer:
+    async def ask(self, question: str) -> CardChoice:
         while True:
             try:
                 text = await self.answers.prompt_async(question, handle_sigint=False)
@@ -329,7 +329,7 @@ class Console:
         self.model: str | None = options.model
         self.raw = options.raw
         self.exit_code = 0
-        self.current: Call | None = None  # the request Ctrl-C cancels
+        self.current: SentRequest | None = None  # the request Ctrl-C cancels
         self.cancel_sent = False
         self.closing = False
         self.quit_scope = anyio.CancelScope()
@@ -502,7 +502,7 @@ class Console:
                 return
             self.history.extend(results)
 
-    async def _chat(self) -> Call | None:
+    async def _chat(self) -> SentRequest | None:
         # The console asks about agent actions as Agent mode does: it offers the action tools.
         params = {"modelId": self.model, "messages": list(self.history), "options": chat_options()}
         call = await self.client.start(CHAT_METHOD, params, on_part=self.show_part)
@@ -510,7 +510,7 @@ class Console:
             return None
         return call
 
-    async def _wait(self, call: Call) -> bool:
+    async def _wait(self, call: SentRequest) -> bool:
         """Wait for a request's end; Ctrl-C cancels it. False on timeout."""
         self.current, self.cancel_sent = call, False
         try:

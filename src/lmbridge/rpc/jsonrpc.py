@@ -33,11 +33,6 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def json_object(value: object) -> dict[str, Any]:
-    """``value`` if it is a JSON object, else an empty one: a peer's ``params`` or
-    ``result`` read without trusting its shape."""
-    return value if isinstance(value, dict) else {}
-
 
 def usable_id(rid: object) -> bool:
     """Whether a request can be answered by this id: JSON-RPC 2.0 ids are strings or
@@ -156,7 +151,7 @@ def validate_request(request: Any) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class Call:
+class RequestFrame:
     """A valid JSON-RPC 2.0 request (``has_id``) or notification: ``frame`` as read."""
 
     frame: dict[str, Any]
@@ -166,7 +161,7 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class ResponseFrame:
     """A response (``result`` or ``error``, no ``method``): to a request of ours, or to none."""
 
     frame: dict[str, Any]
@@ -182,14 +177,14 @@ class Invalid:
     message: str
 
 
-def classify(value: Any, known: Callable[[str], bool]) -> Call | Answer | Invalid | None:
+def classify(value: Any, known: Callable[[str], bool]) -> RequestFrame | ResponseFrame | Invalid | None:
     """What one JSON value read by a server (the daemon's stdin; a batch's element) is, by
     the rules of docs/protocol.md, "Transport", in their order: not an object, -32600 with
-    id null; a response (``Answer``); an id that is not a string, a finite number or null,
+    id null; a response (``ResponseFrame``); an id that is not a string, a finite number or null,
     -32600 with id null; an id but no string ``method``, -32600 with that id; a method
     ``known`` does not know, -32601 with the id (None: nothing, for a notification); not a
     JSON-RPC 2.0 request object (``jsonrpc`` not ``"2.0"``, unknown members, ``params``
-    neither object nor array), -32600 with the id if it has one; else a ``Call``. Pure.
+    neither object nor array), -32600 with the id if it has one; else a ``RequestFrame``. Pure.
 
     >>> classify({"jsonrpc": "2.0", "id": 7, "method": 123}, lambda m: True)
     Invalid(id=7, code=-32600, message='invalid request: method must be a string')
@@ -202,16 +197,16 @@ def classify(value: Any, known: Callable[[str], bool]) -> Call | Answer | Invali
         if type(method) is str and (rid is None or type(rid) is int or type(rid) is str) and known(method):
             params = value.get("params", value)  # no params: the value itself, a dict
             if type(params) is dict or type(params) is list:
-                return Call(value, method, rid, "id" in value)
+                return RequestFrame(value, method, rid, "id" in value)
     return _classify(value, known)
 
 
-def _classify(value: Any, known: Callable[[str], bool]) -> Call | Answer | Invalid | None:
+def _classify(value: Any, known: Callable[[str], bool]) -> RequestFrame | ResponseFrame | Invalid | None:
     """``classify``, each rule in its turn."""
     if type(value) is not dict:
         return Invalid(None, INVALID_REQUEST, "invalid request: not a JSON object")
     if "method" not in value and ("result" in value or "error" in value):
-        return Answer(value)
+        return ResponseFrame(value)
     rid = value.get("id")
     if not (rid is None or usable_id(rid)):
         return Invalid(None, INVALID_REQUEST, "invalid request: id must be a string, a finite number or null")
@@ -225,4 +220,4 @@ def _classify(value: Any, known: Callable[[str], bool]) -> Call | Answer | Inval
     if not valid_request(value):
         return Invalid(rid if has_id else None, INVALID_REQUEST, "invalid request: not a JSON-RPC 2.0 request object")
     assert isinstance(method, str)
-    return Call(value, method, rid, has_id)
+    return RequestFrame(value, method, rid, has_id)

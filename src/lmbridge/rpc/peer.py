@@ -88,7 +88,7 @@ class LinkClosed(Exception):
     """The link is closed: nothing can be sent, no answer will come."""
 
 
-class Pending:
+class AwaitedAnswer:
     """One request of ours not answered yet: awaited (``event``) or routed to the handler
     (``event`` None). Ended once: by its answer (``frame``), or by the link's end (``failed``)."""
 
@@ -108,18 +108,18 @@ class Outgoing:
 
     def __init__(self, ids: Callable[[], Id] | None = None) -> None:
         self.new_id: Callable[[], Id] = ids or itertools.count(1).__next__
-        self._pending: dict[Id | None, Pending] = {}
+        self._pending: dict[Id | None, AwaitedAnswer] = {}
 
     def __len__(self) -> int:
         return len(self._pending)
 
-    def add(self, rid: Id | None, method: str, wait: bool) -> Pending:
+    def add(self, rid: Id | None, method: str, wait: bool) -> AwaitedAnswer:
         """Request ``rid`` is (about to be) sent: its answer is awaited (``wait``) or routed."""
-        pending = Pending(rid, method, anyio.Event() if wait else None)
+        pending = AwaitedAnswer(rid, method, anyio.Event() if wait else None)
         self._pending[rid] = pending
         return pending
 
-    def take(self, rid: Any) -> Pending | None:
+    def take(self, rid: Any) -> AwaitedAnswer | None:
         """The request of ours ``rid`` answers, no longer waiting (of the same type: ``1.0``
         does not answer ``1``; null only if a request was sent with id null)."""
         if rid is not None and not usable_id(rid):
@@ -130,7 +130,7 @@ class Outgoing:
         del self._pending[rid]
         return pending
 
-    def drop(self, pending: Pending) -> None:
+    def drop(self, pending: AwaitedAnswer) -> None:
         """Its caller stopped waiting (answered, timed out, cancelled): a later answer is a
         response to no request."""
         if self._pending.get(pending.id) is pending:
@@ -287,7 +287,7 @@ class Peer:
             return
         self._answered(pending, frame)
 
-    def _answered(self, pending: Pending, frame: dict[str, Any]) -> None:
+    def _answered(self, pending: AwaitedAnswer, frame: dict[str, Any]) -> None:
         if pending.event is None:
             assert pending.id is not None or "id" in frame
             self.handler.handle_response(pending.id, frame.get("result"), error_of(frame))
