@@ -1287,9 +1287,10 @@ try {
 			await page.goto(`http://127.0.0.1:${ports.cs}/?workspace=${encodeURIComponent(twoFolders)}`);
 			await page.locator('.interactive-input-part').first().waitFor({ timeout: WAIT });
 			await dismissNotifications();
-			// The model picked last comes with the window (opening the picker this early offers
-			// "Sign in to use Copilot" only, as after a reload).
-			await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'lmbridge' }).first().waitFor({ timeout: WAIT });
+			// The model picked last comes with the window: in a whole run that is the subagent step's
+			// agent, so the demo agent is picked (pickModel opens the picker again until the daemon's
+			// models are there: this early it offers "Sign in to use Copilot" only, as after a reload).
+			await pickModel('lmbridge demo agent');
 			await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'Agent' }).first().waitFor({ timeout: WAIT });
 			// The agent reads the file through lmbridge (a folder beyond its cwd is served), then asks.
 			await send(`append a line to ${secondFile}`);
