@@ -1051,8 +1051,11 @@ try {
 			// with it the daemon) starts again; the next message in the restored chat.
 			await page.reload();
 			await page.locator('.interactive-input-part').first().waitFor({ timeout: WAIT });
-			const shown = (await chatRequests().at(-1)?.messages.at(-1)?.content.find(p => p.type === 'text')?.value.match(/<userRequest>\s*([^<]*?)\s*<\/userRequest>/))?.[1];
-			await page.waitForFunction(`(${LATEST})('request')?.textContent?.includes(${JSON.stringify(shown ?? '')})`, null, { timeout: WAIT });
+			// The restored chat ends with the last request VS Code stored before the reload: the last
+			// one sent, or (seen once, after a message sent while a card waited) the one before it.
+			const shownOf = r => r?.messages.at(-1)?.content.find(p => p.type === 'text')?.value.match(/<userRequest>\s*([^<]*?)\s*<\/userRequest>/)?.[1] ?? '';
+			const shown = chatRequests().slice(-2).map(shownOf);
+			await page.waitForFunction(`${JSON.stringify(shown)}.some(t => (${LATEST})('request')?.textContent?.includes(t))`, null, { timeout: WAIT });
 			await dismissNotifications();
 			// The chat's model comes back with it (opening the picker this early offers "Sign in to use Copilot" only).
 			await page.locator('.interactive-input-part .chat-input-picker-item', { hasText: 'lmbridge' }).first().waitFor({ timeout: WAIT });
