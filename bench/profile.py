@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
     d = Peer(cmd, "daemon-profile")
     init_daemon(d)
     if tool == "py-spy":
-        spy = subprocess.Popen(["py-spy", "record", "--format", "raw", "--rate", "1000", "--threads", "-o", str(out), "--pid", str(d.pid)], stdout=subprocess.DEVNULL)
+        spy = subprocess.Popen(["py-spy", "record", "--format", "raw", "--rate", "1000", "--nonblocking", "--threads", "-o", str(out), "--pid", str(d.pid)], stdout=subprocess.DEVNULL)
         import time
 
         time.sleep(1.0)

@@ -75,6 +75,12 @@ NOT_PLAIN: list[tuple[str, Any]] = [
     ("content with annotations", {"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "a", "annotations": None}}}),
     ("text not a string", {"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": 1}}}),
     ("no content", {"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk"}}),
+    ("no sessionId", {"sessionID": "s", "update": chunk("a")["update"]}),
+    ("no update", {"sessionId": "s", "updates": chunk("a")["update"]}),
+    ("no sessionUpdate", {"sessionId": "s", "update": {"kind": "agent_message_chunk", "content": {"type": "text", "text": "a"}}}),
+    ("content without type", {"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk", "content": {"kind": "text", "text": "a"}}}),
+    ("content without text", {"sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "value": "a"}}}),
+    ("a third update field, not messageId", chunk("a", message_id="m")),
 ]
 
 
@@ -83,6 +89,42 @@ def test_not_plain_is_never_merged(params: Any) -> None:
     assert chunks.plain_chunk(params) is None
     got = chunks.merge([chunk("a"), params, chunk("b")])
     assert got[1] is params and len(got) == 3
+
+
+def plain_by_its_definition(params: Any) -> tuple[chunks.Key, str] | None:
+    """``plain_chunk``'s docstring, spelled out plainly (the reference for the fast one)."""
+    if type(params) is not dict or set(params) != {"sessionId", "update"}:
+        return None
+    sid, update = params["sessionId"], params["update"]
+    if type(sid) is not str or type(update) is not dict or set(update) - {"messageId"} != {"sessionUpdate", "content"}:
+        return None
+    kind, content, mid = update["sessionUpdate"], update["content"], update.get("messageId")
+    if type(kind) is not str or kind not in chunks.KINDS or not (mid is None or type(mid) is str):
+        return None
+    if type(content) is not dict or set(content) != {"type", "text"} or content["type"] != "text" or type(content["text"]) is not str:
+        return None
+    return (sid, kind, mid), content["text"]
+
+
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.sampled_from(["", "text", "s", "agent_message_chunk", "m1"]))
+names = st.sampled_from(["sessionId", "update", "sessionUpdate", "content", "type", "text", "messageId", "_meta", "x"])
+
+
+def mutated(value: Any, draw: Any) -> Any:
+    """``value`` (a plain chunk's, or one of its members) with members dropped, added or replaced, at any depth."""
+    if type(value) is not dict or draw(st.integers(0, 5)) == 0:
+        return draw(st.one_of(json_leaf, st.just(value), st.lists(json_leaf, max_size=2))) if draw(st.booleans()) else value
+    out = {k: mutated(v, draw) for k, v in value.items() if draw(st.integers(0, 7)) != 0}
+    if draw(st.integers(0, 5)) == 0:
+        out[draw(names)] = draw(json_leaf)
+    return out
+
+
+@st.composite
+def near_plain(draw: Any) -> Any:
+    kind = draw(st.sampled_from([*chunks.KINDS, "plan"]))
+    extra = draw(st.sampled_from([{}, {"messageId": None}, {"messageId": "m1"}]))
+    return mutated(chunk(draw(texts), kind, **extra), draw)
 
 
 # -- any sequence -------------------------------------------------------------------
@@ -94,6 +136,12 @@ plain = st.builds(
 )
 other = st.sampled_from([TOOL, META, NOT_PLAIN[2][1], NOT_PLAIN[9][1], {"sessionId": "s", "update": {"sessionUpdate": "usage_update", "used": 1, "size": 2}}])
 sequences = st.lists(st.one_of(plain, plain, other), max_size=25)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(plain, near_plain()))
+def test_plain_chunk_is_its_definition(params: Any) -> None:
+    assert chunks.plain_chunk(params) == plain_by_its_definition(params)
 
 
 def segments(updates: list[Any]) -> list[Any]:

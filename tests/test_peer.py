@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lmbridge.rpc.jsonrpc import Invalid, RequestFrame, ResponseFrame, classify, encode, parse_json, validate_request
-from lmbridge.rpc.peer import BAD_ID, NOT_JSON, NOT_OBJECT, STRAY_RESPONSE, LinkClosed, Peer, RemoteError
+from lmbridge.rpc.peer import BAD_ID, NOT_JSON, NOT_OBJECT, PIPE_SIZE, STRAY_RESPONSE, LinkClosed, Peer, RemoteError
 
 pytestmark = pytest.mark.anyio
 
@@ -411,3 +411,33 @@ def test_a_method_gets_its_params_validated_once_with_the_signature_jsonrpcserve
     with pytest.raises(InvalidParams) as caught:
         validated(TokenCountParams, {"modelId": "m"})
     assert caught.value.message == "invalid params: text: Field required"
+
+
+def _pipe_limit() -> int:
+    try:
+        with open("/proc/sys/fs/pipe-max-size") as f:
+            return int(f.read())
+    except OSError:
+        return 0
+
+
+@pytest.mark.skipif(_pipe_limit() < PIPE_SIZE, reason="not Linux, or pipes this wide are not allowed here")
+async def test_an_agents_stdout_pipe_is_widened() -> None:
+    """A streaming agent fills a 64 KiB pipe every 16 chunks of 4 KiB, then blocks until
+    the daemon has read it: its stdout gets ``PIPE_SIZE`` (docs/performance.md)."""
+    import fcntl
+    import sys
+
+    from lmbridge.acp.connection import AgentConnection, _pipe_fd
+
+    send, receive = anyio.create_memory_object_stream[Any](math.inf)
+    with anyio.fail_after(30):
+        conn = await AgentConnection.spawn("reader", sys.executable, ["-c", "import sys; sys.stdin.read()"], {}, None, send)
+        try:
+            fd = _pipe_fd(conn.process.stdout)
+            assert fd is not None
+            assert fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) == PIPE_SIZE
+        finally:
+            await conn.close()
+    send.close()
+    receive.close()

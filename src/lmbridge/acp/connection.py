@@ -38,7 +38,7 @@ from lmbridge.core.text import clip
 from lmbridge.log import get_logger
 from lmbridge.rpc import framing, record
 from lmbridge.rpc.framing import BadLines
-from lmbridge.rpc.peer import Id, Peer, batches
+from lmbridge.rpc.peer import Id, Peer, batches, widen_pipe
 
 AGENT_LINE = framing.AGENT_LINE  # bytes; agents send MB-long lines (docs/agents.md), a longer one is dropped
 STDERR_TAIL = 20  # lines kept for error messages
@@ -137,6 +137,14 @@ async def _first(*events: anyio.Event) -> None:
             tg.start_soon(wait, event)
 
 
+def _pipe_fd(stream: object) -> int | None:
+    """The file descriptor an anyio process pipe (asyncio) reads, or None where it cannot be told."""
+    try:
+        return int(stream._stream._transport.get_extra_info("pipe").fileno())  # type: ignore[attr-defined]
+    except Exception:
+        return None
+
+
 class AgentConnection:
     """JSON-RPC over an agent's stdio. Create with ``spawn`` inside a task group.
 
@@ -214,6 +222,9 @@ class AgentConnection:
                 link.spawned(name, command, args, env, cwd, error=str(error))
             raise error from exc
         log.info("agent started", agent=name, pid=process.pid, command=command)
+        # 1 MiB of pipe, not 64 KiB: a streaming agent blocks, and wakes the reader, 16×
+        # less often (docs/performance.md, "Streaming: the pipes and the writes").
+        widen_pipe(_pipe_fd(process.stdout))
         conn = cls(name, process, events)
         if link is not None:
             link.spawned(name, command, args, env, cwd)

@@ -23,6 +23,8 @@ from typing import Any
 #: The kinds of ``session/update`` whose text merges.
 KINDS = ("agent_message_chunk", "agent_thought_chunk")
 
+_ABSENT = object()
+
 #: What two plain chunks must share to merge: (sessionId, sessionUpdate, messageId or None).
 Key = tuple[str, str, str | None]
 
@@ -31,23 +33,30 @@ def plain_chunk(params: Any) -> tuple[Key, str] | None:
     """``(key, text)`` of a ``session/update`` notification's ``params`` when it is a plain
     text chunk: exactly ``{"sessionId": str, "update": {"sessionUpdate": one of KINDS,
     "content": {"type": "text", "text": str}, "messageId"?: str | None}}``; else None."""
+    # Subscripts, not ``.get``: a missing member raises (rare) instead of a method call per
+    # member (every chunk an agent streams passes here).
     if type(params) is not dict or len(params) != 2:
         return None
-    sid = params.get("sessionId")
-    update = params.get("update")
-    if type(sid) is not str or type(update) is not dict:
+    try:
+        sid = params["sessionId"]
+        update = params["update"]
+        if type(sid) is not str or type(update) is not dict:
+            return None
+        kind = update["sessionUpdate"]
+        if kind != KINDS[0] and kind != KINDS[1]:  # (not ``in``: an unhashable value must not raise)
+            return None
+        content = update["content"]
+        if type(content) is not dict or len(content) != 2 or content["type"] != "text":
+            return None
+        text = content["text"]
+    except KeyError:
         return None
-    kind = update.get("sessionUpdate")
-    if kind != KINDS[0] and kind != KINDS[1]:  # (not ``in``: an unhashable value must not raise)
-        return None
-    content = update.get("content")
-    if type(content) is not dict or len(content) != 2 or content.get("type") != "text":
-        return None
-    text = content.get("text")
     if type(text) is not str:
         return None
-    message_id = update.get("messageId")
-    if len(update) != 2 and not (len(update) == 3 and "messageId" in update and (message_id is None or type(message_id) is str)):
+    if len(update) == 2:
+        return (sid, kind, None), text
+    message_id = update.get("messageId", _ABSENT)
+    if len(update) != 3 or not (message_id is None or type(message_id) is str):
         return None
     return (sid, kind, message_id), text
 

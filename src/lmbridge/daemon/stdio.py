@@ -32,7 +32,7 @@ from lmbridge.core.text import clip
 from lmbridge.log import get_logger
 from lmbridge.rpc.framing import MAX_LINE, BadLines, Overlong
 from lmbridge.rpc.jsonrpc import Invalid, RequestFrame, ResponseFrame, classify, encode, encode_json, error_frame
-from lmbridge.rpc.peer import READ_SIZE, Peer
+from lmbridge.rpc.peer import READ_SIZE, Peer, widen_pipe
 
 if TYPE_CHECKING:
     from lmbridge.rpc.record import Recorder
@@ -74,10 +74,16 @@ _MERGEABLE = ("text", "thinking")
 Queued = bytes | tuple[RequestId, Mapping[str, Any]]
 
 
-def _part_frame(rid: RequestId, part: Mapping[str, Any]) -> bytes:
-    """One ``lm/responsePart`` frame, written as ``jsonrpc.encode`` writes any frame (its
-    fixed members spelled out: this is the streaming hot path)."""
-    return b'{"jsonrpc":"2.0","method":"lm/responsePart","params":{"requestId":' + encode_json(rid) + b',"part":' + encode_json(part) + b"}}\n"
+_PART_HEAD = b'{"jsonrpc":"2.0","method":"lm/responsePart","params":{"requestId":'
+_PART_MID = b',"part":'
+_PART_TAIL = b"}}\n"
+
+
+def _part_frame(out: list[bytes], rid: RequestId, part: Mapping[str, Any]) -> None:
+    """One ``lm/responsePart`` frame appended to ``out`` in pieces, written as ``jsonrpc.encode``
+    writes any frame (its fixed members spelled out: this is the streaming hot path). In
+    pieces: a merged part's text is copied once, by the batch's one ``join``."""
+    out += (_PART_HEAD, encode_json(rid), _PART_MID, encode_json(part), _PART_TAIL)
 
 
 def encode_batch(batch: list[Queued]) -> bytes:
@@ -96,7 +102,7 @@ def encode_batch(batch: list[Queued]) -> bytes:
         if run_part is None:
             return
         part = run_part if len(run_values) == 1 else {**run_part, "value": "".join(run_values)}
-        out.append(_part_frame(run_rid, part))
+        _part_frame(out, run_rid, part)
 
     for item in batch:
         if type(item) is tuple:
@@ -118,7 +124,7 @@ def encode_batch(batch: list[Queued]) -> bytes:
                 run_rid, run_part, run_values = rid, part, [part["value"]]
             else:
                 run_part, run_values = None, []
-                out.append(_part_frame(rid, part))
+                _part_frame(out, rid, part)
         else:
             assert isinstance(item, bytes)
             flush()
@@ -484,20 +490,6 @@ class Chunks(anyio.abc.ByteReceiveStream):
         pass
 
 
-def _widen_pipe(fd: int) -> None:
-    """Give a pipe 1 MiB of buffer instead of 64 KiB (Linux): a 2 MB chat request
-    crosses in 2 rounds between the processes instead of 35."""
-    try:
-        import fcntl
-
-        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)  # Linux only (Python ≥ 3.10)
-    except (OSError, ImportError, AttributeError, ValueError):
-        pass  # not a pipe, not Linux, or over the limit: the default is fine
-
-
-PIPE_SIZE = 1 << 20  # bytes; Linux's default limit for an unprivileged process
-
-
 class _StdinPipe(anyio.abc.ByteReceiveStream):
     """The daemon's stdin (a pipe or a terminal) read by the event loop, as a byte stream."""
 
@@ -537,7 +529,7 @@ async def stdin_stream() -> anyio.abc.ByteReceiveStream:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
     except ValueError:
         return _StdinFile()
-    _widen_pipe(sys.stdin.fileno())
+    widen_pipe(sys.stdin.fileno())  # a 2 MB chat request crosses in 2 rounds between the processes, not 35
     return _StdinPipe(reader)
 
 
@@ -553,6 +545,7 @@ async def stdout_writer() -> Stdout:
             sys.stdout.buffer.flush()
 
         return Stdout(write_blocking)
+    widen_pipe(sys.stdout.fileno())  # a burst of parts goes out in one write, not many partial ones
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
     _, high = transport.get_write_buffer_limits()
     return Stdout(

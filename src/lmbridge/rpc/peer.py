@@ -38,6 +38,7 @@ from lmbridge.rpc.jsonrpc import encode, parse_json, usable_id
 
 #: Bytes asked of the stream per read.
 READ_SIZE = 256 * 1024
+PIPE_SIZE = 1 << 20  # bytes; Linux's default limit for an unprivileged process
 #: Lines routed between two turns of the event loop: a read of short lines (a peer writing
 #: non-JSON as fast as the pipe takes it: 130,000 lines a read, ~1 s idle, 10 s on a busy
 #: machine) must not hold up every other link meanwhile.
@@ -153,6 +154,21 @@ def error_of(frame: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     err = frame["error"]
     return err if type(err) is dict else {"message": str(err)}
+
+
+def widen_pipe(fd: int | None, size: int = PIPE_SIZE) -> None:
+    """Give the pipe ``fd`` reads or writes ``size`` bytes of buffer instead of 64 KiB
+    (Linux ``F_SETPIPE_SZ``); nothing where it cannot (not a pipe, not Linux, over the
+    limit: the default is fine). The daemon's stdin and stdout, and each agent's stdout
+    (docs/performance.md, "Streaming: the pipes and the writes")."""
+    if fd is None:
+        return
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)  # Linux only (Python ≥ 3.10)
+    except (OSError, ImportError, AttributeError, ValueError):
+        pass
 
 
 async def batches(stream: ByteReceiveStream, lines: Lines, size: int = READ_SIZE) -> AsyncIterator[list[bytes | Overlong]]:
