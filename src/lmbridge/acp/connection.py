@@ -138,7 +138,11 @@ async def _first(*events: anyio.Event) -> None:
 
 
 def _pipe_fd(stream: object) -> int | None:
-    """The file descriptor an anyio process pipe (asyncio) reads, or None where it cannot be told."""
+    """The file descriptor an anyio process's stdout pipe reads, or None where it cannot be
+    told. anyio has no public way to it: this is its asyncio backend's stream wrapper
+    (``_stream``: an ``asyncio.StreamReader``), whose transport holds the pipe. Another
+    backend or version gives None, and the pipe keeps its 64 KiB (tests/test_peer.py
+    notices)."""
     try:
         return int(stream._stream._transport.get_extra_info("pipe").fileno())  # type: ignore[attr-defined]
     except Exception:
