@@ -484,7 +484,7 @@ async function openWorkspace(file, folders) {
 	await waitForDisk(cached, `code-server's cached copy of ${file}`);
 	const names = folders.map(f => path.basename(f));
 	const shown = async timeout => {
-		// The Explorer is the side bar's view since setup; shown again if something else took its place.
+		// The side bar shows the Explorer (VS Code's default); shown again if another view took its place.
 		if (!(await page.locator('.explorer-folders-view').filter({ visible: true }).count())) await runCommand('View: Show Explorer');
 		const until = Date.now() + timeout;
 		for (;;) {
@@ -494,7 +494,7 @@ async function openWorkspace(file, folders) {
 			await new Promise(r => setTimeout(r, 200)); // the Explorer's rows: no event to wait on
 		}
 	};
-	// Once the file is read and cached, the window shows its folders within a second, idle.
+	// The folders read reach the window about when the cache is written, or never: 20 s more is ample.
 	if (await shown(20_000)) return;
 	console.log(`chatview: code-server opened ${path.basename(file)} with the Explorer showing ${JSON.stringify(await explorerRoots())}, not ${JSON.stringify(names)}: reloading once`);
 	workspaceReloads += 1;
