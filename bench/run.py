@@ -18,8 +18,9 @@ Figures (medians over several runs, spread = min–max), each with its target:
    (through the daemon) − (direct), quantile by quantile.
 4. history cost at 10/100/1,000/5,000 messages: in-process (wire parsing +
    ``HistoryCore.begin``) and end to end (request written → prompt read by the agent).
-5. permission round trip, daemon time only: (agent asks → tool_call part read) +
-   (approval request written → agent reads its answer).
+5. permission round trip, daemon time only: (agent asks → tool_call part read, less
+   the gather window the part waits for on purpose, ``core.turn.GATHER``) + (approval
+   request written → agent reads its answer); the wall time, window included, apart.
 6. memory: the daemon's own RSS (its agent processes are not counted) idle, after a
    1,000-turn conversation, and before/after 100 sessions opened and evicted.
 
@@ -527,7 +528,14 @@ def bench_history(d: Peer, sizes: Sequence[int], reps: int) -> dict[str, Any]:
 
 
 def bench_permission(d: Peer, runs: int) -> dict[str, Any]:
-    out_leg, in_leg, total, wall = [], [], [], []
+    """The permission round trip (docs/performance.md, "Goals"). The tool call part goes out
+    only when the gather window (``core.turn.GATHER``, started when the session actor takes
+    the ask) closes: the window's length is taken off the ask → part leg, so the daemon time
+    is its own work (a timer that fires late, on a busy machine, counts as the daemon's)."""
+    from lmbridge.core.turn import GATHER
+
+    window_ms = GATHER * 1000
+    out_leg, out_wall, in_leg, total, wall = [], [], [], [], []
     for i in range(runs):
         first = [user(f"permission run {i}\n" + json.dumps({"op": "permission"}))]
         chat = Chat(d, json.dumps(first))
@@ -542,7 +550,9 @@ def bench_permission(d: Peer, runs: int) -> dict[str, Any]:
         (answered,) = [m for _, v in reply.texts for m in ANSWERED.finditer(v)]
         got = int(answered.group(1))
         assert answered.group(0).endswith("selected") and "selected:allow" in "".join(v for _, v in reply.texts)
-        out_leg.append((t_part - asked) / 1e6)
+        out_wall.append((t_part - asked) / 1e6)
+        assert out_wall[-1] >= window_ms, f"the tool call part came {out_wall[-1]:.1f} ms after the ask, before the {window_ms:.0f} ms gather window closed"
+        out_leg.append(out_wall[-1] - window_ms)
         in_leg.append((got - reply.t_sent) / 1e6)
         total.append(out_leg[-1] + in_leg[-1])
         wall.append((got - asked) / 1e6)
@@ -551,8 +561,10 @@ def bench_permission(d: Peer, runs: int) -> dict[str, Any]:
         "daemon_ms": s,
         "ask_to_part_ms": stats(out_leg),
         "approval_to_agent_ms": stats(in_leg),
+        "gather_window_ms": window_ms,
+        "ask_to_part_incl_gather_ms": stats(out_wall),
         "wall_ms_incl_client_and_gather": stats(wall),
-        "target": "daemon time only (no target set; reported)",
+        "target": "daemon time only, the gather window left out (no target set; reported)",
         "met": True,
     }
 
@@ -658,8 +670,10 @@ def table(res: dict[str, Any]) -> str:
         rows.append(("    (no cache: loads+validate / validate_json)", f"{ip['uncached_validate_ms']['median']:.2f} / {ip['uncached_validate_json_ms']['median']:.2f} ms", "", "", ""))
         rows.append(("    end to end: request written → agent has prompt", *spread(ee["request_to_agent_ms"], " ms", "{:.2f}"), "", ""))
     p = f["permission"]
-    rows.append(("permission round trip, daemon time", *spread(p["daemon_ms"], " ms", "{:.2f}"), "(reported)", ""))
-    rows.append(("    ask → tool_call part / approval → agent answered", f"{p['ask_to_part_ms']['median']:.2f} / {p['approval_to_agent_ms']['median']:.2f} ms", "", "", ""))
+    rows.append(("permission round trip, daemon time (no gather window)", *spread(p["daemon_ms"], " ms", "{:.2f}"), "(reported)", ""))
+    legs = f"{p['ask_to_part_ms']['median']:.2f} / {p['approval_to_agent_ms']['median']:.2f} ms"
+    rows.append((f"    ask → tool_call part less the {p['gather_window_ms']:.0f} ms window / approval → agent answered", legs, "", "", ""))
+    rows.append(("    ask → tool_call part, the window included", *spread(p["ask_to_part_incl_gather_ms"], " ms", "{:.1f}"), "", ""))
     rows.append(("    wall, incl. the client and the gather window", *spread(p["wall_ms_incl_client_and_gather"], " ms", "{:.1f}"), "", ""))
     m = f["memory"]
     rows.append(("memory idle (daemon RSS, 2 s after initialize)", f"{m['idle_mib']:.1f} MiB", "", "≤ 80 MB", ok(m["idle_mib"] * 1.048576 <= 80)))
