@@ -11,6 +11,9 @@ pipe takes it. A reader thread checks each frame as it arrives (``Ledger``):
 
 Answers are timed from the write of their line: ``latency_max`` (seconds), over the answers
 whose ask is known (an id asked again while still owed is not timed until all its answers came).
+Counted for the soak's figures: the answers owed (``requests``), the most owed at once
+(``owed_max``), answers nobody was owed (``answered_twice``), and how long the writes to the
+daemon's stdin waited on the pipe (``FuzzDaemon.write_seconds``: the daemon's push-back).
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ class Ledger:
         self.frames_in = 0
         self.answers = 0
         self.null_answers = 0  # errors with "id": null (unreadable requests)
+        self.requests = 0  # answers owed by id, over the run (a line may owe several: a batch)
+        self.owing = 0  # answers owed now
+        self.owed_max = 0  # the most owed at once (read and waiting, or still in the pipe)
+        self.answered_twice = 0  # answers nobody was owed (twice, or never asked)
         self.latency_max = 0.0
         self.slowest = ""  # the method of the slowest answer's request
         self.on_answer: Callable[[Any, dict[str, Any], list[dict[str, Any]]], None] | None = None
@@ -60,6 +67,9 @@ class Ledger:
             for rid in ids:
                 key = _key(rid)
                 self.expected[key] += 1
+                self.requests += 1
+                self.owing += 1
+                self.owed_max = max(self.owed_max, self.owing)
                 self.sent_at[key] = now if key not in self.sent_at else None
                 self.lines[key] = line[:3000]
 
@@ -118,9 +128,12 @@ class Ledger:
                 return
             key = _key(rid)
             if not self.expected.get(key):
-                self.violations.append(f"an answer nobody was owed (twice, or never asked): {line[:300]!r}")
+                self.answered_twice += 1
+                if len(self.violations) < 100:
+                    self.violations.append(f"an answer nobody was owed (twice, or never asked): {line[:300]!r}")
                 return
             self.expected[key] -= 1
+            self.owing -= 1
             self.answers += 1
             parts = self.parts.pop(key, []) if not self.expected[key] else list(self.parts.get(key, []))
             sent = self.sent_at.get(key)
@@ -151,6 +164,7 @@ class FuzzDaemon:
         )
         self.ledger = Ledger()
         self.frames_out = 0
+        self.write_seconds = 0.0  # time the writes to stdin waited (the pipe full: push-back)
         self._reader = threading.Thread(target=self._read, name="fuzz-stdout", daemon=True)
         self._reader.start()
 
@@ -170,7 +184,9 @@ class FuzzDaemon:
         """Write one line (a newline is added), owing an answer for each id it carries."""
         assert self.proc.stdin is not None
         self.ledger.asked(expected_ids(line), line)
+        began = time.monotonic()
         self.proc.stdin.write(line + b"\n")
+        self.write_seconds += time.monotonic() - began
         self.frames_out += 1
 
     def request(self, method: str, params: Any, rid: Any, timeout: float = 30.0) -> None:
@@ -185,6 +201,10 @@ class FuzzDaemon:
     def rss(self) -> int:
         """The daemon's resident set size in bytes (0 once it has exited)."""
         return rss(self.proc.pid)
+
+    def cpu_seconds(self) -> float:
+        """The daemon's CPU time so far, user and system (0 once it has exited)."""
+        return cpu_seconds(self.proc.pid)
 
     def agents(self) -> list[int]:
         """The daemon's descendant processes (its agents, and theirs)."""
@@ -215,6 +235,14 @@ def rss(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def descendants(root: int) -> list[int]:
