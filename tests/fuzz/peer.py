@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import is_watchdog
 from tests.fuzz.frames import expected_ids
 
 
@@ -207,8 +208,8 @@ class FuzzDaemon:
         return cpu_seconds(self.proc.pid)
 
     def agents(self) -> list[int]:
-        """The daemon's descendant processes (its agents, and theirs)."""
-        return descendants(self.proc.pid)
+        """The daemon's agent processes and theirs (``agents_of``)."""
+        return agents_of(self.proc.pid)
 
     def close(self, timeout: float = 15.0) -> int:
         """Close stdin; the exit code (the daemon is killed after ``timeout`` s)."""
@@ -265,3 +266,9 @@ def descendants(root: int) -> list[int]:
             out.append(child)
             todo.append(child)
     return out
+
+
+def agents_of(daemon: int) -> list[int]:
+    """The live processes below the daemon ``daemon`` but its watchdog (``is_watchdog``):
+    its agents, the commands it runs for them, and what those started."""
+    return [pid for pid in descendants(daemon) if not is_watchdog(pid)]

@@ -51,7 +51,7 @@ from typing import Any
 
 from tests.conftest import QUIET_START, SCRIPTED_AGENT, alive
 from tests.fuzz.frames import FuzzState, RandomChooser, answerable, frame
-from tests.fuzz.peer import FuzzDaemon, descendants
+from tests.fuzz.peer import FuzzDaemon, agents_of
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = ROOT / "tests" / "agents" / "hostile_agent.py"
@@ -93,8 +93,8 @@ class Sampler:
 
 
 def agent_processes(daemon_pid: int) -> list[int]:
-    """The daemon's children (each an agent; what an agent starts is its own business)."""
-    return [pid for pid in descendants(daemon_pid) if _parent(pid) == daemon_pid]
+    """The daemon's children but its watchdog (each an agent; what an agent starts is its own business)."""
+    return [pid for pid in agents_of(daemon_pid) if _parent(pid) == daemon_pid]
 
 
 def _parent(pid: int) -> int:
