@@ -60,6 +60,7 @@ class Ledger:
         self.answered_twice = 0  # answers nobody was owed (twice, or never asked)
         self.latency_max = 0.0
         self.slowest = ""  # the method of the slowest answer's request
+        self.slowest_lines: tuple[bytes, bytes] = (b"", b"")  # its request's and its answer's start
         self.on_answer: Callable[[Any, dict[str, Any], list[dict[str, Any]]], None] | None = None
 
     def asked(self, ids: Sequence[Any], line: bytes = b"") -> None:
@@ -147,6 +148,7 @@ class Ledger:
                 self.latency_max = time.monotonic() - sent
                 method = re.search(rb'"method"\s*:\s*"([^"]{1,80})"', asked)
                 self.slowest = method.group(1).decode("utf-8", "replace") if method else "?"
+                self.slowest_lines = (asked[:1000], line[:1000])
             self.lock.notify_all()
         if self.on_answer is not None:
             self.on_answer(rid, frame, parts)

@@ -173,6 +173,7 @@ def stdin_part(where: Path, frames: int, seed: int) -> dict[str, Any]:
             "requests": ledger.requests, "answers": ledger.answers, "answered_twice": ledger.answered_twice, "unanswered": owed,
             "null_id_errors": ledger.null_answers, "chats_answered": state.chats_answered,
             "latency_max_s": round(ledger.latency_max, 2), "slowest_method": ledger.slowest, "settled": settled,
+            "slowest_request": ledger.slowest_lines[0].decode("utf-8", "replace"), "slowest_answer": ledger.slowest_lines[1].decode("utf-8", "replace"),
             "owed_max": ledger.owed_max, "write_wait_s": round(daemon.write_seconds, 1), **figures, "violations": violations}
 
 
