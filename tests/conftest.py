@@ -174,15 +174,30 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+def is_watchdog(pid: int) -> bool:
+    """Whether ``pid`` runs the daemon's watchdog (``lmbridge.acp.watchdog``), not an agent:
+    it, or the starter it forks from, is the daemon's child from the first agent's spawn until
+    the starter has exited (~15 ms idle, seconds on a loaded machine), and it outlives the
+    daemon by the moment it takes to read end-of-file (docs/reliability.md, "Nothing outlives
+    the daemon")."""
+    from lmbridge.acp import watchdog
+
+    try:
+        return watchdog.__file__.encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
 def children(pid: int) -> list[int]:
-    """Live child processes of ``pid`` (the daemon's agents run as its children)."""
+    """Live child processes of ``pid`` but its watchdog (``is_watchdog``): the daemon's agents
+    run as its children."""
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+        if int(fields[1]) == pid and fields[0] not in ("Z", "X") and not is_watchdog(int(stat.parent.name)):
             out.append(int(stat.parent.name))
     return out
 

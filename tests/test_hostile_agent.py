@@ -25,7 +25,7 @@ import pytest
 from lmbridge.devtools.client import DaemonClient, SentRequest, approve, assistant, is_agent_action, skip, text_of, tool_calls, user
 from lmbridge.rpc.jsonrpc import usable_id as answerable
 from tests.conftest import ROOT, alive
-from tests.fuzz.peer import descendants, rss
+from tests.fuzz.peer import agents_of, rss
 
 pytestmark = pytest.mark.anyio
 HOSTILE = ROOT / "tests" / "agents" / "hostile_agent.py"
@@ -67,7 +67,7 @@ async def bridge(daemon: Any, agent: Hostile, **env: str) -> AsyncIterator[Daemo
         yield client
         # Responsive after whatever the agent did.
         assert (await client.request("lm/provideTokenCount", {"modelId": agent.id, "text": "abcd"}, timeout=30))["count"] == 1
-        pids = descendants(client.process.pid)
+        pids = agents_of(client.process.pid)
     assert not [p for p in pids if alive(p)], "an agent process outlived the daemon"
 
 

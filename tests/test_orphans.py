@@ -288,3 +288,33 @@ def test_the_watchdog_ends_the_groups_still_listed_and_only_those(tmp_path: Path
         for p in (listed, delisted):
             p.kill()
             p.wait()
+
+
+def test_the_watchdog_is_never_counted_among_a_daemons_agents() -> None:
+    """The tests' view of a daemon's agents (``children``, ``agents_of``) leaves out its
+    watchdog. Its starter is the daemon's child from the first agent's spawn until it has
+    forked the watchdog and exited, ~15 ms idle but seconds on a loaded machine; counted as
+    an agent, it "outlived the daemon" (the watchdog ends when it reads end-of-file) or made
+    one agent two. Here this process plays the daemon, its starter held (SIGSTOP) where a
+    busy machine's scheduler held it: before its fork."""
+    import subprocess
+
+    from lmbridge.acp import watchdog
+    from tests.conftest import children, is_watchdog
+    from tests.fuzz.peer import agents_of, descendants
+
+    starter = subprocess.Popen([sys.executable, "-I", "-S", watchdog.__file__], stdin=subprocess.PIPE, start_new_session=True)
+    os.kill(starter.pid, signal.SIGSTOP)
+    agent = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        assert alive(starter.pid) and starter.pid in descendants(os.getpid())  # held before its fork
+        assert is_watchdog(starter.pid) and not is_watchdog(agent.pid)
+        assert starter.pid not in children(os.getpid()) and agent.pid in children(os.getpid())
+        assert starter.pid not in agents_of(os.getpid()) and agent.pid in agents_of(os.getpid())
+    finally:
+        os.kill(starter.pid, signal.SIGCONT)
+        assert starter.stdin is not None
+        starter.stdin.close()  # the watchdog it forks reads end-of-file: nothing listed, it exits
+        assert starter.wait(GONE_BOUND) == 0
+        agent.kill()
+        agent.wait()

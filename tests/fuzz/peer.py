@@ -11,6 +11,9 @@ pipe takes it. A reader thread checks each frame as it arrives (``Ledger``):
 
 Answers are timed from the write of their line: ``latency_max`` (seconds), over the answers
 whose ask is known (an id asked again while still owed is not timed until all its answers came).
+Counted for the soak's figures: the answers owed (``requests``), the most owed at once
+(``owed_max``), answers nobody was owed (``answered_twice``), and how long the writes to the
+daemon's stdin waited on the pipe (``FuzzDaemon.write_seconds``: the daemon's push-back).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import is_watchdog
 from tests.fuzz.frames import expected_ids
 
 
@@ -50,8 +54,13 @@ class Ledger:
         self.frames_in = 0
         self.answers = 0
         self.null_answers = 0  # errors with "id": null (unreadable requests)
+        self.requests = 0  # answers owed by id, over the run (a line may owe several: a batch)
+        self.owing = 0  # answers owed now
+        self.owed_max = 0  # the most owed at once (read and waiting, or still in the pipe)
+        self.answered_twice = 0  # answers nobody was owed (twice, or never asked)
         self.latency_max = 0.0
         self.slowest = ""  # the method of the slowest answer's request
+        self.slowest_lines: tuple[bytes, bytes] = (b"", b"")  # its request's and its answer's start
         self.on_answer: Callable[[Any, dict[str, Any], list[dict[str, Any]]], None] | None = None
 
     def asked(self, ids: Sequence[Any], line: bytes = b"") -> None:
@@ -60,6 +69,9 @@ class Ledger:
             for rid in ids:
                 key = _key(rid)
                 self.expected[key] += 1
+                self.requests += 1
+                self.owing += 1
+                self.owed_max = max(self.owed_max, self.owing)
                 self.sent_at[key] = now if key not in self.sent_at else None
                 self.lines[key] = line[:3000]
 
@@ -118,9 +130,12 @@ class Ledger:
                 return
             key = _key(rid)
             if not self.expected.get(key):
-                self.violations.append(f"an answer nobody was owed (twice, or never asked): {line[:300]!r}")
+                self.answered_twice += 1
+                if len(self.violations) < 100:
+                    self.violations.append(f"an answer nobody was owed (twice, or never asked): {line[:300]!r}")
                 return
             self.expected[key] -= 1
+            self.owing -= 1
             self.answers += 1
             parts = self.parts.pop(key, []) if not self.expected[key] else list(self.parts.get(key, []))
             sent = self.sent_at.get(key)
@@ -133,6 +148,7 @@ class Ledger:
                 self.latency_max = time.monotonic() - sent
                 method = re.search(rb'"method"\s*:\s*"([^"]{1,80})"', asked)
                 self.slowest = method.group(1).decode("utf-8", "replace") if method else "?"
+                self.slowest_lines = (asked[:1000], line[:1000])
             self.lock.notify_all()
         if self.on_answer is not None:
             self.on_answer(rid, frame, parts)
@@ -151,6 +167,7 @@ class FuzzDaemon:
         )
         self.ledger = Ledger()
         self.frames_out = 0
+        self.write_seconds = 0.0  # time the writes to stdin waited (the pipe full: push-back)
         self._reader = threading.Thread(target=self._read, name="fuzz-stdout", daemon=True)
         self._reader.start()
 
@@ -170,7 +187,9 @@ class FuzzDaemon:
         """Write one line (a newline is added), owing an answer for each id it carries."""
         assert self.proc.stdin is not None
         self.ledger.asked(expected_ids(line), line)
+        began = time.monotonic()
         self.proc.stdin.write(line + b"\n")
+        self.write_seconds += time.monotonic() - began
         self.frames_out += 1
 
     def request(self, method: str, params: Any, rid: Any, timeout: float = 30.0) -> None:
@@ -186,9 +205,13 @@ class FuzzDaemon:
         """The daemon's resident set size in bytes (0 once it has exited)."""
         return rss(self.proc.pid)
 
+    def cpu_seconds(self) -> float:
+        """The daemon's CPU time so far, user and system (0 once it has exited)."""
+        return cpu_seconds(self.proc.pid)
+
     def agents(self) -> list[int]:
-        """The daemon's descendant processes (its agents, and theirs)."""
-        return descendants(self.proc.pid)
+        """The daemon's agent processes and theirs (``agents_of``)."""
+        return agents_of(self.proc.pid)
 
     def close(self, timeout: float = 15.0) -> int:
         """Close stdin; the exit code (the daemon is killed after ``timeout`` s)."""
@@ -217,6 +240,14 @@ def rss(pid: int) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def descendants(root: int) -> list[int]:
     """Every live process below ``root`` (read from /proc; zombies left out)."""
     children: dict[int, list[int]] = {}
@@ -237,3 +268,9 @@ def descendants(root: int) -> list[int]:
             out.append(child)
             todo.append(child)
     return out
+
+
+def agents_of(daemon: int) -> list[int]:
+    """The live processes below the daemon ``daemon`` but its watchdog (``is_watchdog``):
+    its agents, the commands it runs for them, and what those started."""
+    return [pid for pid in descendants(daemon) if not is_watchdog(pid)]

@@ -27,13 +27,19 @@ chat not answered "survived" and the daemon's RSS during the floods over twice w
 before them.
 
 Prints, and writes to ``.fuzz/results.json``: frames/s, the daemon's RSS at start, peak and
-end, the most agent processes seen, and the violations. Exit status 1 if any.
+end, its CPU seconds (frames/s depends on the machine's load; frames per CPU second much
+less) and the load average at each part's start and end, the most agent processes seen, and
+the violations; for the stdin part also what shows stdin's push-back (at most
+``stdio.MAX_WAITING`` requests read wait, then stdin is not read): the answers owed and how
+each was answered (once, twice, never), the slowest answer, the most answers owed at once and
+how long the writes waited on the full pipe. Exit status 1 if any violation.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
@@ -45,7 +51,7 @@ from typing import Any
 
 from tests.conftest import QUIET_START, SCRIPTED_AGENT, alive
 from tests.fuzz.frames import FuzzState, RandomChooser, answerable, frame
-from tests.fuzz.peer import FuzzDaemon, descendants
+from tests.fuzz.peer import FuzzDaemon, agents_of
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = ROOT / "tests" / "agents" / "hostile_agent.py"
@@ -59,6 +65,7 @@ class Sampler:
     def __init__(self, daemon: FuzzDaemon, every: float = 0.25) -> None:
         self.daemon, self.every = daemon, every
         self.rss_start = daemon.rss()
+        self.load_start = os.getloadavg()[0]
         self.rss_peak = self.rss_start
         self.agents_peak = 0
         self.pids: set[int] = set()
@@ -81,12 +88,13 @@ class Sampler:
         self._thread.join()
         self.sample()
         return {"rss_start_mib": round(self.rss_start / MiB, 1), "rss_peak_mib": round(self.rss_peak / MiB, 1),
-                "rss_end_mib": round(self.daemon.rss() / MiB, 1), "agent_processes_max": self.agents_peak}
+                "rss_end_mib": round(self.daemon.rss() / MiB, 1), "agent_processes_max": self.agents_peak,
+                "cpu_s": round(self.daemon.cpu_seconds(), 1), "load_start": round(self.load_start, 2), "load_end": round(os.getloadavg()[0], 2)}
 
 
 def agent_processes(daemon_pid: int) -> list[int]:
-    """The daemon's children (each an agent; what an agent starts is its own business)."""
-    return [pid for pid in descendants(daemon_pid) if _parent(pid) == daemon_pid]
+    """The daemon's children but its watchdog (each an agent; what an agent starts is its own business)."""
+    return [pid for pid in agents_of(daemon_pid) if _parent(pid) == daemon_pid]
 
 
 def _parent(pid: int) -> int:
@@ -155,9 +163,18 @@ def stdin_part(where: Path, frames: int, seed: int) -> dict[str, Any]:
     elapsed = time.monotonic() - began
     ledger = daemon.ledger
     figures = finish(daemon, sampler, violations, "stdin")
+    owed = ledger.owed()
+    print(f"  stdin: {ledger.requests:,} answers owed by id: {ledger.answers:,} answered once, {ledger.answered_twice} twice or unasked, "
+          f"{owed} never; slowest answer {ledger.latency_max:.2f} s ({ledger.slowest}); at most {ledger.owed_max:,} owed at once; "
+          f"writes waited on the full pipe {daemon.write_seconds:.0f} s of {written:.0f} s; "
+          f"RSS {figures['rss_start_mib']} / {figures['rss_peak_mib']} / {figures['rss_end_mib']} MiB (start / peak / end)", flush=True)
     return {"frames": daemon.frames_out, "bytes": sent_bytes, "seconds": round(elapsed, 1), "frames_per_s": round(daemon.frames_out / written),
-            "answers": ledger.answers, "null_id_errors": ledger.null_answers, "chats_answered": state.chats_answered,
-            "latency_max_s": round(ledger.latency_max, 2), "slowest_method": ledger.slowest, "settled": settled, **figures, "violations": violations}
+            "frames_per_cpu_s": round(daemon.frames_out / max(figures["cpu_s"], 0.1)),
+            "requests": ledger.requests, "answers": ledger.answers, "answered_twice": ledger.answered_twice, "unanswered": owed,
+            "null_id_errors": ledger.null_answers, "chats_answered": state.chats_answered,
+            "latency_max_s": round(ledger.latency_max, 2), "slowest_method": ledger.slowest, "settled": settled,
+            "slowest_request": ledger.slowest_lines[0].decode("utf-8", "replace"), "slowest_answer": ledger.slowest_lines[1].decode("utf-8", "replace"),
+            "owed_max": ledger.owed_max, "write_wait_s": round(daemon.write_seconds, 1), **figures, "violations": violations}
 
 
 def agent_part(where: Path, agent_frames: int, seed: int) -> dict[str, Any]:
