@@ -85,7 +85,7 @@ class Server:
         self.router = Router(self.out, self.catalog, self.settings, self._history, closing=lambda: self.shutting_down, client=self.client)
         self.methods = Methods(
             self.out, self.catalog, self.router, self.client, self.settings, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle,
-            terminal_killed=self._terminal_killed,
+            terminal_killed=self._terminal_killed, heard=lambda: self.stdin.last_line if self.stdin is not None else 0.0,
         )
         self.recent: RecentAgents | None = None  # made with the history actor (daemon.services: after initialize)
         # Started with the first chat (so the ACP SDK is imported then, not at start-up):
