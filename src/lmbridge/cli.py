@@ -177,9 +177,9 @@ def _number(given: float | None, flag: str, parse: Callable[[str], float], valid
 
 
 def _serve(args: argparse.Namespace) -> int:
-    # No garbage collection while the start-up imports (tens of thousands of objects, all kept):
-    # ``root.run`` turns it back on, the imports' objects frozen (docs/performance.md,
-    # "Start-up: what is left, measured").
+    # No garbage collection while the start-up imports (tens of thousands of objects, nearly
+    # all kept): ``root.run`` turns it back on (docs/performance.md, "Start-up: what is left,
+    # measured"). A ``serve`` that ends before it (a bad option) ends the process.
     gc.disable()
     import anyio
 

@@ -234,7 +234,7 @@ class Settings:
 class Methods:
     """The method table and the requests in flight. ``stop``: the daemon's shutdown
     (``shutdown``); ``initialized``: called once ``initialize`` is answered (pre-warming);
-    ``heard``: when the shim link last read anything (``time.monotonic()``), which the
+    ``heard``: when the shim link last handled a line (``time.monotonic()``), which the
     warm-up after ``initialize`` gives way to (``daemon.warm``)."""
 
     def __init__(
