@@ -188,17 +188,20 @@ def test_the_warm_up_gives_way_while_the_shim_link_is_busy(tmp_path, monkeypatch
 
     _package(tmp_path, "warmpkg")
     _package(tmp_path, "mainpkg")
+    _package(tmp_path, "firstpkg")
     monkeypatch.syspath_prepend(str(tmp_path))
     meta_path = list(sys.meta_path)
     last = [time.monotonic()]  # when this thread last "handled a line"
     done: list[warm.GiveWay] = []
-    thread = threading.Thread(target=lambda: done.append(warm.load(["warmpkg.a"], lambda: time.monotonic() - last[0] < 1.0, longest=600)))
+    busy = lambda: time.monotonic() - last[0] < 1.0  # noqa: E731
+    thread = threading.Thread(target=lambda: done.append(warm.load(["warmpkg.a"], busy, longest=600, first=["firstpkg.a"])))
     thread.start()
     began = time.monotonic()
     while time.monotonic() - began < 0.5:  # lines handled every 5 ms: the warm-up waits
         last[0] = time.monotonic()
         time.sleep(0.005)
     assert thread.is_alive() and "warmpkg" not in sys.modules
+    assert "firstpkg.b" in sys.modules  # ``first``: at once, however busy
     import mainpkg.a  # noqa: F401  (waits for the import lock: no line handled meanwhile, so the warm-up goes on)
 
     thread.join(60)

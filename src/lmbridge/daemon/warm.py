@@ -1,12 +1,12 @@
 """The warm-up after ``initialize``: what the next requests need, imported in a thread that
 gives way to the shim link (docs/performance.md, "The warm-up gives way to requests").
 
-``warm_up(heard)`` starts the thread once ``initialize`` is answered. It imports ``MODULES``
-(jsonrpcserver; the actors and with them the ACP SDK, ~0.7 s of CPU here), which the first
-chat would otherwise wait for. Before each module it imports, it waits while the shim link
-handled a line less than ``QUIET`` seconds ago (``heard()``: ``StdioPeer.last_line``): the
-requests that arrive meanwhile (the model list, token counts) are not slowed by it, and it
-goes on when they stop. The wait is in the finder (``GiveWay``), where Python holds its
+``warm_up(heard)`` starts the thread once ``initialize`` is answered. It imports ``FIRST``
+(jsonrpcserver, which the next request needs) at once, then ``MODULES`` (the actors and with
+them the ACP SDK, ~0.6 s of CPU here), which the first chat would otherwise wait for. Before
+each module of those, it waits while the shim link handled a line less than ``QUIET``
+seconds ago (``heard()``: ``StdioPeer.last_line``): the requests that arrive meanwhile (the
+model list, token counts) are not slowed by it, and it goes on when they stop. The wait is in the finder (``GiveWay``), where Python holds its
 import lock: an import in another thread meanwhile waits for it. In the daemon that thread
 is the event loop's, which handles no line while it waits, so the wait ends within
 ``QUIET``; a request that needs a module the warm-up is loading waits for it, as it would
@@ -26,8 +26,11 @@ from lmbridge.log import get_logger
 
 log = get_logger("methods")
 
-#: What the warm-up imports, in order.
-MODULES = ("jsonrpcserver", "lmbridge.daemon.history_actor")
+#: What the warm-up imports at once: jsonrpcserver, the dispatcher of every request after
+#: ``initialize`` (``methods._steps``, ``methods._rpc``): the event loop would wait for it anyway.
+FIRST = ("jsonrpcserver",)
+#: What it imports then, in order, giving way to requests.
+MODULES = ("lmbridge.daemon.history_actor",)
 #: Seconds the shim link must have handled no line before the warm-up imports its next module.
 QUIET = 0.03
 #: The longest the warm-up waits before one module, in seconds (the ACP SDK's schema alone is
@@ -56,14 +59,16 @@ class GiveWay:
         return None
 
 
-def load(modules: Sequence[str], busy: Callable[[], bool], longest: float = LONGEST) -> GiveWay:
-    """Import ``modules`` in this thread, giving way before each module while ``busy()``
-    (``GiveWay``, first on ``sys.meta_path`` meanwhile). An import that fails is logged:
-    the request that needs the module reports it."""
+def load(modules: Sequence[str], busy: Callable[[], bool], longest: float = LONGEST, first: Sequence[str] = ()) -> GiveWay:
+    """Import ``first`` in this thread, then ``modules``, giving way before each of their
+    modules while ``busy()`` (``GiveWay``, first on ``sys.meta_path`` meanwhile). An import
+    that fails is logged: the request that needs the module reports it."""
     finder = GiveWay(busy, longest)
-    # A new list each time: an import running in another thread goes on with the one it has.
-    sys.meta_path = [finder, *sys.meta_path]
     try:
+        for name in first:
+            importlib.import_module(name)
+        # A new list each time: an import running in another thread goes on with the one it has.
+        sys.meta_path = [finder, *sys.meta_path]
         for name in modules:
             importlib.import_module(name)
     except Exception as exc:
@@ -74,12 +79,13 @@ def load(modules: Sequence[str], busy: Callable[[], bool], longest: float = LONG
 
 
 def warm_up(heard: Callable[[], float], modules: Sequence[str] = MODULES) -> threading.Thread:
-    """Start the warm-up thread: ``modules`` imported, each once the shim link has handled no
-    line for ``QUIET`` seconds (``heard()``: the ``time.monotonic()`` of its last one)."""
+    """Start the warm-up thread: ``FIRST`` imported, then ``modules``, each module once the
+    shim link has handled no line for ``QUIET`` seconds (``heard()``: the ``time.monotonic()``
+    of its last one)."""
 
     def busy() -> bool:
         return time.monotonic() - heard() < QUIET
 
-    thread = threading.Thread(target=load, args=(modules, busy), name="lmbridge-warm-up", daemon=True)
+    thread = threading.Thread(target=load, args=(modules, busy, LONGEST, FIRST), name="lmbridge-warm-up", daemon=True)
     thread.start()
     return thread
