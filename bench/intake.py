@@ -1,6 +1,6 @@
 """The daemon's intake: cheap requests at the pipe's pace, and a flood it must push back on.
 
-Usage: ``python -m bench.intake [--frames N] [--chats N] [--runs N] [--against SRC] [--out PATH]``
+Usage: ``python -m bench.intake [--frames N] [--chats N] [--runs N] [--warm-up] [--against SRC] [--out PATH]``
 
 Figures (docs/performance.md, "Cheap requests and push-back"; docs/reliability.md, "Bounds"):
 
@@ -10,7 +10,9 @@ Figures (docs/performance.md, "Cheap requests and push-back"; docs/reliability.m
    write → last answer read) and the server's CPU time (``/proc/<pid>/stat``) per frame.
    Against ``lmbridge serve`` and a bare asyncio JSON-lines server on the same pipes
    (``BARE``: parse each line, answer it, one write per read), the pipe's limit for a
-   Python server; runs alternate so both see the same load.
+   Python server; runs alternate so both see the same load. ``--warm-up``: the same again,
+   written as soon as the ``initialize`` answer is read (the daemon's warm-up running; the
+   bare server's figure taken as it starts, alike).
 2. flood: ``--chats`` chat requests for an agent that never answers ``initialize``,
    written as fast as the pipe takes them for ``--flood-seconds``: how many the pipe took
    (the rest wait in the shim: push-back) and the daemon's RSS then.
@@ -109,8 +111,9 @@ def _write_all(fd: int, data: bytes, written: list[int] | None = None) -> None:
             written[0] += n
 
 
-def cheap(server: str, src: Path | None, frames: int) -> dict[str, float]:
-    """``frames`` token counts through ``server`` ("lmbridge" or "bare")."""
+def cheap(server: str, src: Path | None, frames: int, settle: bool = True) -> dict[str, float]:
+    """``frames`` token counts through ``server`` ("lmbridge" or "bare"): once it is idle
+    (``settle``), else at once after the ``initialize`` answer (the bare server: once started)."""
     with tempfile.TemporaryDirectory() as state:
         proc = _daemon(src, state) if server == "lmbridge" else _spawn([sys.executable, "-c", BARE], None, state)
         assert proc.stdin is not None and proc.stdout is not None
@@ -118,7 +121,8 @@ def cheap(server: str, src: Path | None, frames: int) -> dict[str, float]:
             proc.stdin.write(json.dumps(INIT).encode() + b"\n")
             proc.stdin.flush()
             proc.stdout.readline()
-        _settled(proc.pid)
+        if settle or server == "bare":
+            _settled(proc.pid)
         text = "count the tokens of this short message, as Copilot asks for each message of a chat"
         data = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"lm/provideTokenCount","params":{"modelId":"demo","text":"%s"}}\n' % (i + 1, text.encode()) for i in range(frames))
         cpu0, t0 = _cpu_s(proc.pid), time.monotonic()
@@ -173,18 +177,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chats", type=int, default=20_000)
     ap.add_argument("--flood-seconds", type=float, default=10.0)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--warm-up", action="store_true", help="also the token counts written right after the initialize answer (the warm-up running)")
     ap.add_argument("--against", type=Path)
     ap.add_argument("--out", type=Path, default=ROOT / ".bench" / "intake.json")
     args = ap.parse_args(argv)
     trees: dict[str, Path | None] = {"this": None} if args.against is None else {"against": args.against.resolve(), "this": None}
     result: dict[str, Any] = {"load_before": os.getloadavg()[0], "frames": args.frames, "chats": args.chats}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in [*trees, "bare"]}
+    warm: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     for _ in range(args.runs):
         runs["bare"].append(cheap("bare", None, args.frames))
         for name, src in trees.items():
             runs[name].append(cheap("lmbridge", src, args.frames))
+            if args.warm_up:
+                warm[name].append(cheap("lmbridge", src, args.frames, settle=False))
     for name, rs in runs.items():
         result[name] = {k: round(statistics.median(r[k] for r in rs), 1) for k in rs[0]}
+    for name, rs in warm.items():
+        if rs:
+            result[name]["warm_up"] = {k: round(statistics.median(r[k] for r in rs), 1) for k in rs[0]}
     for name, src in trees.items():
         result[name]["flood"] = flood(src, args.chats, args.flood_seconds)
     result["load_after"] = os.getloadavg()[0]
@@ -199,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:>8}: {r['frames_per_s']:,.0f} frames/s ({r['frames_per_s'] / bare:.2f}× bare), {r['cpu_us_per_frame']} µs CPU a frame; "
             f"flood: {f['chats_taken']:,} of {f['chats_written']:,} chats taken in {args.flood_seconds:g} s (writer blocked: {f['writer_blocked']}), RSS {f['rss_before_mib']} → {f['rss_mib']} MiB"
         )
+        if "warm_up" in r:
+            w = r["warm_up"]
+            print(f"{'':>8}  right after initialize (the warm-up running): {w['frames_per_s']:,.0f} frames/s ({w['frames_per_s'] / bare:.2f}× bare), {w['cpu_us_per_frame']} µs CPU a frame")
     return 0
 
 

@@ -135,3 +135,111 @@ def test_request_validation_agrees_with_jsonrpcserver_schema() -> None:
         assert accepts(validate_request, r) == accepts(default_validator, r)
 
     agree()
+
+
+GC_PROBE = """
+import gc, json, os, runpy, sys
+
+write = os.write
+
+def first(fd, data):  # the initialize answer: the garbage collector's state then
+    if fd == 1:
+        os.write = write
+        sys.stderr.write(json.dumps({"enabled": gc.isenabled(), "young": gc.get_stats()[0]["collections"]}) + "\\n")
+    return write(fd, data)
+
+os.write = first
+sys.argv = ["lmbridge", "serve", "--state-dir", sys.argv[1], "--no-prewarm", "--log-level", "error"]
+runpy.run_module("lmbridge", run_name="__main__")
+"""
+
+
+def test_no_garbage_is_collected_while_lmbridge_serve_imports(tmp_path) -> None:
+    """``lmbridge serve`` imports what ``initialize`` needs with the garbage collector off
+    (docs/performance.md, "Start-up: what is left, measured": ~80 young collections were ~6%
+    of the start-up); it is on again when the answer is written."""
+    line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}) + "\n"
+    probe = subprocess.run([sys.executable, "-c", GC_PROBE, str(tmp_path)], input=line, capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout.splitlines()[0])["id"] == 1
+    state = json.loads(next(x for x in probe.stderr.splitlines() if x.startswith("{")))
+    assert state["enabled"]
+    assert state["young"] < 50  # ~80 with the collector on throughout (~20 now: before and after the imports)
+
+
+def _package(root, name: str) -> None:
+    """A package ``name`` of two modules (``name.a`` imports ``name.b``) in folder ``root``."""
+    (root / name).mkdir()
+    (root / name / "__init__.py").write_text("")
+    (root / name / "a.py").write_text(f"import {name}.b\n")
+    (root / name / "b.py").write_text("")
+
+
+def test_the_warm_up_gives_way_while_the_shim_link_is_busy(tmp_path, monkeypatch) -> None:
+    """The warm-up after ``initialize`` imports nothing while lines are being handled
+    (``daemon.warm``: docs/performance.md, "The warm-up gives way to requests"); it goes on
+    once they stop, and leaves ``sys.meta_path`` as it was. An import by the thread handling
+    the lines, while the warm-up waits, waits for it (Python's import lock) and so ends the
+    wait: no deadlock."""
+    import threading
+    import time
+
+    from lmbridge.daemon import warm
+
+    _package(tmp_path, "warmpkg")
+    _package(tmp_path, "mainpkg")
+    _package(tmp_path, "firstpkg")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    meta_path = list(sys.meta_path)
+    last = [time.monotonic()]  # when this thread last "handled a line"
+    done: list[warm.GiveWay] = []
+    busy = lambda: time.monotonic() - last[0] < 1.0  # noqa: E731
+    thread = threading.Thread(target=lambda: done.append(warm.load(["warmpkg.a"], busy, longest=600, first=["firstpkg.a"])))
+    thread.start()
+    began = time.monotonic()
+    while time.monotonic() - began < 0.5:  # lines handled every 5 ms: the warm-up waits
+        last[0] = time.monotonic()
+        time.sleep(0.005)
+    assert thread.is_alive() and "warmpkg" not in sys.modules
+    assert "firstpkg.b" in sys.modules  # ``first``: at once, however busy
+    import mainpkg.a  # noqa: F401  (waits for the import lock: no line handled meanwhile, so the warm-up goes on)
+
+    thread.join(60)
+    assert not thread.is_alive() and {"warmpkg", "warmpkg.a", "warmpkg.b", "mainpkg.b"} <= set(sys.modules)
+    assert done[0].waits == 1  # once, before the first module: not again once quiet
+    assert sys.meta_path == meta_path
+
+
+def test_the_warm_up_waits_a_bounded_time(tmp_path, monkeypatch) -> None:
+    """A link busy for good holds each module up ``longest`` seconds at most: the warm-up ends."""
+    from lmbridge.daemon import warm
+
+    _package(tmp_path, "boundpkg")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    finder = warm.load(["boundpkg.a"], lambda: True, longest=0.01)
+    assert {"boundpkg", "boundpkg.a", "boundpkg.b"} <= set(sys.modules)
+    assert finder.waits == 3 and finder not in sys.meta_path
+
+
+def test_the_warm_up_is_timed_by_the_lines_the_daemon_handles(tmp_path) -> None:
+    """The daemon's warm-up is given the time its stdin's last line was handled."""
+    import anyio
+
+    from lmbridge.daemon.root import Config, Server
+    from lmbridge.daemon.stdio import Stdout
+
+    seen: list[float] = []
+
+    async def main() -> None:
+        server = Server(Config())
+
+        async def lines():
+            yield json.dumps({"jsonrpc": "2.0", "id": 1, "method": "lm/provideTokenCount", "params": {"modelId": "demo", "text": "hi"}}).encode() + b"\n"
+            await anyio.sleep(0.05)
+            assert server.stdin is not None
+            seen.extend([server.methods._heard(), server.stdin.last_line])
+
+        await server.serve(lines(), Stdout(lambda data: None))
+
+    anyio.run(main)
+    assert seen[0] == seen[1] > 0

@@ -7,6 +7,7 @@ fast (the shim waits for its ``initialize`` answer).
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import sys
@@ -176,6 +177,10 @@ def _number(given: float | None, flag: str, parse: Callable[[str], float], valid
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # No garbage collection while the start-up imports (tens of thousands of objects, nearly
+    # all kept): ``root.run`` turns it back on (docs/performance.md, "Start-up: what is left,
+    # measured"). A ``serve`` that ends before it (a bad option) ends the process.
+    gc.disable()
     import anyio
 
     from lmbridge.daemon.catalog import load_config, parse_agent_option

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -89,23 +88,6 @@ def _rpc() -> Any:
     import jsonrpcserver
 
     return jsonrpcserver
-
-
-def warm_up() -> None:
-    """Import, in a thread, what the next requests need: jsonrpcserver, and for the
-    first chat the actors and the ACP SDK (~0.7 s here), which that chat would
-    otherwise wait for. Called once ``initialize`` is answered; a request that
-    needs a module still loading waits for it, as it would have anyway."""
-
-    def load() -> None:
-        try:
-            import jsonrpcserver  # noqa: F401
-
-            import lmbridge.daemon.history_actor  # noqa: F401
-        except Exception as exc:  # the request that needs it will report it
-            log.warning("warm-up import failed", error=repr(exc))
-
-    threading.Thread(target=load, name="lmbridge-warm-up", daemon=True).start()
 
 
 class _Steps:
@@ -251,7 +233,9 @@ class Settings:
 
 class Methods:
     """The method table and the requests in flight. ``stop``: the daemon's shutdown
-    (``shutdown``); ``initialized``: called once ``initialize`` is answered (pre-warming)."""
+    (``shutdown``); ``initialized``: called once ``initialize`` is answered (pre-warming);
+    ``heard``: when the shim link last handled a line (``time.monotonic()``), which the
+    warm-up after ``initialize`` gives way to (``daemon.warm``)."""
 
     def __init__(
         self,
@@ -263,6 +247,7 @@ class Methods:
         *,
         stop: Callable[[], Awaitable[None]],
         initialized: Callable[[], None] = lambda: None,
+        heard: Callable[[], float] = lambda: 0.0,
         debug_idle: bool = False,
         terminal_killed: Callable[[str], None] = lambda terminal_id: None,
     ) -> None:
@@ -274,6 +259,7 @@ class Methods:
         self.settings = settings  # written by initialize (its workspace by $/workspaceFolders too)
         self._stop = stop
         self._initialized = initialized
+        self._heard = heard
         self.inflight: dict[RequestId, InFlight] = {}  # requests being handled, by id (not null)
         self._client_name: str | None = None  # initialize's clientInfo.name
         self.immediate = IMMEDIATE
@@ -341,7 +327,7 @@ class Methods:
             # logged, then the warm-up. Nothing is logged before it (structlog's import).
             loop = asyncio.get_running_loop()
             loop.call_soon(self._said, answer)
-            loop.call_soon(warm_up)
+            loop.call_soon(self._warm_up)
             self._initialized()
             return
         call = InFlight(rid, served=served)
@@ -354,6 +340,11 @@ class Methods:
                 del self.inflight[rid]
         if response and call.answer():  # answered already: a cancelled chat, or the shutdown's error
             self.out.send_raw(response)
+
+    def _warm_up(self) -> None:
+        from lmbridge.daemon.warm import warm_up
+
+        warm_up(self._heard)
 
     def fail_inflight(self) -> None:
         """The shutdown: every request still in flight is answered with the reason (a

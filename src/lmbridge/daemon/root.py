@@ -85,7 +85,7 @@ class Server:
         self.router = Router(self.out, self.catalog, self.settings, self._history, closing=lambda: self.shutting_down, client=self.client)
         self.methods = Methods(
             self.out, self.catalog, self.router, self.client, self.settings, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle,
-            terminal_killed=self._terminal_killed,
+            terminal_killed=self._terminal_killed, heard=lambda: self.stdin.last_line if self.stdin is not None else 0.0,
         )
         self.recent: RecentAgents | None = None  # made with the history actor (daemon.services: after initialize)
         # Started with the first chat (so the ACP SDK is imported then, not at start-up):
@@ -243,8 +243,11 @@ GC_THRESHOLDS = (50_000, 20, 10)
 
 
 async def run(config: Config) -> None:
-    """``lmbridge serve``: the daemon on this process's stdio until EOF."""
+    """``lmbridge serve``: the daemon on this process's stdio until EOF. The garbage
+    collector, off while ``lmbridge serve`` imported what it needs (``cli``), is on from
+    here: one young collection then goes through what the imports left, where ~80 did."""
     gc.set_threshold(*GC_THRESHOLDS)
+    gc.enable()
     server = Server(config)
 
     async def on_signals(scope: anyio.CancelScope) -> None:

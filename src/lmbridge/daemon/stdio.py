@@ -344,6 +344,7 @@ class StdioPeer(Peer):
         self.dispatching = 0  # line tasks running
         self.waiting = Waiting()  # requests read that wait (MAX_WAITING)
         self._unstarted = 0  # line tasks started that have not begun (and batches being split)
+        self.last_line = time.monotonic()  # when the last line read was handled (the warm-up gives way: daemon.warm)
 
     async def idle(self, timeout: float) -> None:
         """Wait, up to ``timeout`` seconds, until no line's task runs."""
@@ -354,6 +355,7 @@ class StdioPeer(Peer):
     # -- what Peer reads --------------------------------------------------------
 
     def line(self, line: bytes | Overlong) -> None:
+        self.last_line = time.monotonic()
         if self.recorder is not None and isinstance(line, bytes):
             self.recorder.shim_in(line)
         super().line(line)
