@@ -29,7 +29,9 @@ one after the other (so both sides see the same load). Figures, each the median 
   2nd…Nth chats, each sent ``gap`` s after the previous one was answered (0: back to back,
   as soon as it was answered; 1.5: a user typing the next chat's words);
 - for the direct client, its ``session/new`` alone (``next_open_s``, 2nd…Nth): what a
-  spare session can save at most (the prompt itself is not saved);
+  spare session can save at most (the prompt itself is not saved); and its first prompt
+  alone (``next_prompt_s``: the chat less its ``session/new``), what no client saves: its
+  ratio to the whole chat is the best any bridge opening sessions ahead can reach;
 - the agents' RSS after N chats: the processes under the client (the agent adapter and
   its children), plus, for lmbridge, the daemon's own RSS, sampled 1 s after the last
   chat; and idle (``idle_agents_rss_mib``): the direct client's agent with no session, the
@@ -218,6 +220,8 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
            "each_s": [round(statistics.median(r["times"][i] for r in runs), 3) for i in range(len(runs[0]["times"]))]}  # fmt: skip
     if "opens" in runs[0]:  # the direct client's session/new alone (2nd…Nth): what a spare saves at most
         out["next_open_s"] = round(statistics.median(t for r in runs for t in r["opens"][1:]), 3)
+        # and its first prompt alone: what no spare saves (the floor of any client that prompts a new session)
+        out["next_prompt_s"] = round(statistics.median(t - o for r in runs for t, o in zip(r["times"][1:], r["opens"][1:], strict=True)), 3)
     for key in ("daemon_rss_mib", "idle_agents_rss_mib"):
         if key in runs[0]:
             out[key] = round(statistics.median(r[key] for r in runs), 1)
@@ -301,7 +305,8 @@ def report(figures: dict[str, Any]) -> list[str]:
                 lines.append(f"{kind:20} {row['first_s']:>10.3f} {row['next_s']:>10.3f} {ratio:>8.2f} {goal:>6} {met:>4} {row['agents_rss_mib']:>10.1f} {over:>8} "
                              f"{rss_met:>6} {row.get('idle_agents_rss_mib', 0):>8.1f} {row.get('daemon_rss_mib', 0):>10.1f} {row['agent_processes']:>5}")  # fmt: skip
             lines.append("  each chat (s): " + "; ".join(f"{k} {row['each_s']}" for k, row in f.items() if k != "checks")
-                         + f"; direct session/new alone {d.get('next_open_s')}")  # fmt: skip
+                         + f"; direct session/new alone {d.get('next_open_s')}, its first prompt alone {d.get('next_prompt_s')}"
+                         + (f" (a spare always ready and a bridge costing nothing: {d['next_prompt_s'] / d['next_s']:.2f}× direct)" if d.get("next_s") and "next_prompt_s" in d else ""))  # fmt: skip
     return lines
 
 

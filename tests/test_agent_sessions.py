@@ -265,11 +265,12 @@ async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, dae
 
 async def test_new_chats_back_to_back_each_take_a_spare_ready_before_they_were_sent(scripted: Any, daemon: Any, tmp_path: Path) -> None:
     """docs/sessions.md, "Pre-warming and the spare session": the daemon keeps two spares
-    per agent (its default); a spare taken is replaced at once, while the chat that took it
-    is still answering (not after its answer), and two new chats sent back to back each take
-    a spare whose session/new was answered before the chat was sent. Every session/new
-    after the first three waits at a gate the test opens only after the third chat, so no
-    replacement can serve the chats measured here."""
+    per agent (its default); a spare taken while the other is still ready (or being opened)
+    is replaced once no prompt of the process is in flight, after the chat's answer, not
+    while that chat answers; and two new chats sent back to back each take a spare whose
+    session/new was answered before the chat was sent. Every session/new after the first
+    three waits at a gate the test opens only after the third chat, so no replacement can
+    serve the chats measured here."""
     gate, hold = tmp_path / "new-gate", tmp_path / "hold"
     turns = [[{"text": "first"}], [{"gate": str(hold)}, {"text": "second"}], [{"text": "third"}], [{"text": "fourth"}]]
     agent = scripted({"initialize": CAPS["resume"], "new_gate": {"after": 3, "path": str(gate)}, "turns": turns})
@@ -284,18 +285,22 @@ async def test_new_chats_back_to_back_each_take_a_spare_ready_before_they_were_s
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(second)
-                # Opened when taken: asked for while the second chat's answer is held back.
-                await eventually(lambda: len(agent.frames("session/new")) == 4 and agent.prompts()[1:], what="the taken spare replaced")
-                assert len(agent.events("prompt_answered")) == 1  # the first chat's only
+                await eventually(lambda: agent.prompts()[1:], what="the second chat's prompt")
+                await anyio.sleep(0.5)  # a replacement asked for at the take would have reached the agent by now
+                # Not while its answer is held back: the other spare is ready for the next chat.
+                assert len(agent.frames("session/new")) == 3
                 hold.touch()
             ok(answers[0])
+            await eventually(lambda: len(agent.frames("session/new")) == 4, what="the taken spare replaced after the answer")
             answers.append(await c.chat(agent.id, [user("third chat")]))  # back to back: sent as soon as the second was answered
             ok(answers[1])
+            await eventually(lambda: len(agent.frames("session/new")) == 5, what="the third chat's spare replaced after its answer")
             gate.touch()  # the replacements are answered from now on
             ok(await c.chat(agent.id, [user("fourth chat")]))
     news = {e["sessionId"]: e for e in agent.events("session_new")}
     prompts = [p["sessionId"] for p in agent.prompts()]
     second_sent = agent.frames("session/prompt")[1]["t"]
+    answered = [e["t"] for e in agent.events("prompt_answered")]
     # Each chat its own session; the chats offer no tools, so a spare has no tools endpoint
     # to tell it by (docs/sessions.md): before the second chat was sent, only the first
     # chat's session and the two spares had been opened.
@@ -305,6 +310,9 @@ async def test_new_chats_back_to_back_each_take_a_spare_ready_before_they_were_s
     # Both back-to-back chats took a spare answered before the second chat's prompt: not one
     # opened for them (those waited at the gate until after the third chat).
     assert news[prompts[1]]["t"] < second_sent and news[prompts[2]]["t"] < second_sent
+    # Each replacement asked for only once the chat that took a spare had been answered.
+    replacements = [f["t"] for f in agent.frames("session/new")[3:5]]
+    assert replacements[0] > answered[1] and replacements[1] > answered[2]
     assert len(agent.events("session_new_gated")) >= 2  # the replacements for chats 2 and 3 waited
     assert [text_of(a) for a in answers] == ["second", "third"]
 

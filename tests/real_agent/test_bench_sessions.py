@@ -32,5 +32,8 @@ def test_bench_sessions_smoke(tmp_path: Path) -> None:
         assert c["next_ratio"] == round(figures[name]["next_s"] / figures["direct"]["next_s"], 3), (name, c)
         assert c["rss_over_direct_mib"] == round(figures[name]["agents_rss_mib"] - figures["direct"]["agents_rss_mib"], 1), (name, c)
         assert c["next_ok"] == (c["next_ratio"] <= 0.5) and c["rss_ok"] == (c["rss_over_direct_mib"] <= 250), (name, c)
+    d = figures["direct"]  # its first prompt alone: the chat less its session/new (one chat after the first: exactly)
+    assert 0 < d["next_prompt_s"] < d["next_s"] and abs(d["next_prompt_s"] - (d["next_s"] - d["next_open_s"])) <= 0.002, d
+    assert f"its first prompt alone {d['next_prompt_s']}" in done.stdout
     assert "≤ 0.5" in done.stdout and "load average" in done.stdout
     assert len(results["_setup"]["load_before"]) == 3

@@ -36,9 +36,11 @@ none (so the MCP SDK is not loaded for it: docs/performance.md, "Start-up and id
 chat offering the same tools (``mcp_bridge.same_tools``) adopts one, one offering others
 gets a fresh session and the spares are closed; so is a spare given other workspace
 folders (``additionalDirectories``) than a session opened now would get (the folders
-changed since). The moment one is taken (not after that chat's answer), or a chat finds
-none and has opened its own, the next ones are opened (docs/sessions.md, "Pre-warming and
-the spare session").
+changed since). One taken while another is left (ready or being opened) is replaced once
+no prompt of the process is in flight (after that chat's answer: its Claude Code child does
+not start beside the answer); the last one taken, or a chat that finds none and has opened
+its own, has the next ones opened at once (docs/sessions.md, "Pre-warming and the spare
+session").
 """
 
 from __future__ import annotations
@@ -179,6 +181,7 @@ class AgentProcess:
         # Each spare being opened: the tools it offers and the additionalDirectories it is given.
         self._preparing: list[tuple[list[ToolInfo], tuple[str, ...]]] = []
         self._spare_done = anyio.Event()  # set (and replaced) each time a spare being opened is ready (or failed)
+        self._replace_later = False  # a spare was taken while another was left: replaced once no prompt is in flight
         self.spare_tools: list[ToolInfo] = []  # the tools the last new chat offered: the next spare's
         self.stale = False  # said it needs a login: restarted once nobody uses it (retire)
         self.auth_status: auth.Status | None = None  # what its last _auth/status_update said
@@ -328,7 +331,8 @@ class AgentProcess:
         session start) and the workspace folders a session opened now gets (``additional``:
         a spare opened before the folders changed has others). Ready spares that differ are
         closed and None returned (the chat opens a fresh session). ``tools`` are kept for the
-        next spares; the one taken is replaced at once (``want_spare``), while the chat answers."""
+        next spares; the one taken is replaced (``want_spare``) once no prompt of the process is
+        in flight while another is left for the next chat, else at once."""
         self.spare_tools = list(tools)
         additional = self.additional()
         while True:
@@ -340,7 +344,10 @@ class AgentProcess:
                     self._close_spare(spare)
             if self.spares:
                 spare = self.spares.pop(0)
-                self.want_spare()
+                if self.spares or self._preparing:  # the next chat has one: replaced once no answer runs
+                    self._replace_later = True
+                else:
+                    self.want_spare()
                 return spare
             if not any(same_tools(t, self.spare_tools) and a == additional for t, a in self._preparing):
                 return None  # the chat opens its own session, then asks for the spares (acp.session)
@@ -351,6 +358,7 @@ class AgentProcess:
         opened, if spares are on and the agent's profile allows them (``AgentProfile.keeps_spare``);
         they offer the tools the last new chat offered (``spare_tools``) and get the workspace
         folders of the moment (``additional``)."""
+        self._replace_later = False
         while (
             self.pool.spares and self.running and self.caps.profile.keeps_spare and self.pool.open
             and len(self.spares) + len(self._preparing) < self.pool.spare_count
@@ -435,6 +443,8 @@ class AgentProcess:
             box = self.responses.pop(item.id, None)
             if box is not None:
                 box.send_nowait(item)
+                if self._replace_later and not self.responses:  # no answer runs now: open what was taken
+                    self.want_spare()
             return
         params = json_object(item.params)
         sid = params.get("sessionId")
