@@ -419,9 +419,27 @@ def test_the_card_holds_the_whole_command_or_the_permission_is_declined(tool_cal
     assert isinstance(p, P.Permission) and p.command is not None
     assert isinstance(d, (P.Ask, P.Decline))
     if isinstance(d, P.Ask):
-        assert p.command.text in d.card.message
+        # As the card shows it: ``visible`` writes each unshowable character, and ``⟨`` itself,
+        # as ``⟨U+XXXX⟩``, so the command shown reads back to exactly one command.
+        assert P.visible(p.command.text) in d.card.message
     else:
         assert d.outcome == {"outcome": "selected", "optionId": "reject"}
+
+
+def test_a_command_holding_the_escape_bracket_is_shown_escaped_on_its_card() -> None:
+    # Found by the hypothesis test above (a command ``⟨0``). A command that reads ``⟨U+0007⟩``
+    # is shown with its ``⟨`` escaped, so it never looks like the escape of a real bell
+    # character (a command holding one is declined, not shown).
+    def decision(command: str) -> P.Decision:
+        call = {"toolCallId": "toolu_1", "title": "Bash", "kind": "execute", "rawInput": {"command": command}}
+        return decision_of(profiles.CLAUDE, call, CLAUDE_OPTIONS, AGENT_MODE)[1]
+
+    lookalike = decision("ls ⟨U+0007⟩")
+    assert isinstance(lookalike, P.Ask)
+    assert "ls ⟨U+27E8⟩U+0007⟩\n" in lookalike.card.message
+    assert "ls ⟨U+0007⟩" not in lookalike.card.message
+    bell = decision("ls \x07")
+    assert isinstance(bell, P.Decline) and bell.reason == "command not showable"
 
 
 @settings(max_examples=400, deadline=None)
