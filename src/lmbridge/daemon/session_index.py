@@ -91,11 +91,16 @@ class SessionIndex:
 
     @staticmethod
     def _write(path: Path, value: Any) -> None:
+        SessionIndex._replace(path, json.dumps(value, separators=(",", ":")).encode())
+
+    @staticmethod
+    def _replace(path: Path, data: bytes) -> None:
+        """Write ``data`` to ``path`` atomically (a temporary file beside it, mode 0600, then
+        renamed over it), making the folder (mode 0700) if missing. Raises ``OSError``."""
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        data = json.dumps(value, separators=(",", ":"))
         fd, tmp = tempfile.mkstemp(prefix=".lmbridge-", dir=path.parent)  # mode 0600
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
+            with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
@@ -118,17 +123,7 @@ class SessionIndex:
         except FileNotFoundError:
             pass
         key = os.urandom(MARKER_KEY_BYTES)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(prefix=".lmbridge-", dir=path.parent)  # mode 0600
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(key)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        self._replace(path, key)
         return key
 
     def recent(self) -> list[str]:
