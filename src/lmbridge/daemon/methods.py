@@ -331,7 +331,7 @@ class Methods:
             if not self._started:
                 # Start-up work is done once: an initialize sent again (its settings taken, as
                 # the first's) starts no second warm-up nor pre-warming (docs/reliability.md,
-                # "The soak run": each one made the chats behind it wait for the agents' sessions).
+                # "The slowest answers, found": each one made the chats behind it wait).
                 self._started = True
                 loop.call_soon(self._warm_up)
                 self._initialized()

@@ -317,8 +317,9 @@ class StdioPeer(Peer):
     ``recorder`` (``--record``) gets every line read.
 
     Push-back: each line's task holds a place in ``waiting`` until it ends (a chat: until its
-    session takes it, ``Dispatch.dispatch``'s ``served``); while ``MAX_WAITING`` are held, the
-    next line is not read (``Peer.full``/``room``). A request of an ``immediate`` method is
+    session takes it, ``Dispatch.dispatch``'s ``served``); while ``MAX_WAITING`` are held, or a
+    batch's elements have not all taken theirs (in order), the next line is not read
+    (``Peer.full``/``room``). A request of an ``immediate`` method is
     answered as it is read, with no task, when every line read before it has begun (so a
     cancel finds the request it names in flight, as in order)."""
 
@@ -446,7 +447,7 @@ class StdioPeer(Peer):
             # read after the batch (stdin is not read until then: ``full``). Else the
             # reader, which takes a place as soon as one is free while the pipe is full,
             # could keep taking the places first (a batch element answered minutes late in
-            # the soak: docs/reliability.md, "The soak run").
+            # the soak: docs/reliability.md, "The slowest answers, found").
             held.release()
             if not value:
                 self.out.error(None, INVALID_REQUEST, "invalid request: empty batch")
