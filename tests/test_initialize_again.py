@@ -1,8 +1,8 @@
-"""An ``initialize`` sent again (docs/reliability.md, "The soak run"): answered, its settings
-taken as the first's, but the start-up work runs once. The soak's generator sends one in
-about twenty frames; each used to start one more warm-up thread and one more pre-warming
-of the agents used last, which opened sessions on the agents the chats behind it were
-waiting for (the slowest chat at 40,000 frames: 16.6 s, against 2.0 s with
+"""An ``initialize`` sent again (docs/reliability.md, "The slowest answers, found"):
+answered, its settings taken as the first's, but the start-up work runs once. The soak's
+generator sends one in about twenty frames; each used to start one more warm-up thread and
+one more pre-warming of the agents used last, which asked the agents the chats were waiting
+for for spare sessions (the slowest chat at 40,000 frames: 16.6 s, against 2.0 s with
 ``--no-prewarm``). In-process; no clock.
 """
 

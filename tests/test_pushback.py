@@ -127,7 +127,8 @@ async def test_a_batchs_elements_take_their_places_before_the_lines_read_after_i
     order, before any line read after it. Before, the reader (woken by the pipe's data in
     the same loop round a place was freed) took that place first and from then on every
     place freed while it had lines to read: under a full pipe, the batch's elements waited
-    until the writer stopped (the soak's slowest answer, 274 s: docs/reliability.md)."""
+    until the writer stopped (the soak's slowest answer, 609 s: docs/reliability.md, "The
+    slowest answers, found")."""
     from lmbridge.daemon.stdio import StdioPeer, StdoutWriter
 
     def hold(n: int) -> bytes:
