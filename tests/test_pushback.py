@@ -94,3 +94,78 @@ async def test_a_flood_for_a_stalled_agent_is_held_to_the_bound_and_all_answered
     assert answers == Counter({"init": 1, **{i: 1 for i in range(chats)}, **{f"count {i}": 1 for i in range(chats)}})
     assert all(f["error"]["code"] == -32000 for f in frames if f.get("id") in range(chats))
     assert all(f["result"] == {"count": 1} for f in frames if isinstance(f.get("id"), str) and f["id"].startswith("count"))
+
+
+class _Holding:
+    """A ``stdio.Dispatch`` whose ``hold`` requests keep their place until the test calls
+    their ``served`` (as a chat's session takes it). ``started``: the ids in the order they
+    were dispatched."""
+
+    immediate: frozenset[str] = frozenset()
+
+    def __init__(self) -> None:
+        self.started: list[Any] = []
+        self.served: dict[Any, Any] = {}
+
+    def known(self, method: str) -> bool:
+        return method == "hold"
+
+    def in_flight(self, rid: Any) -> bool:
+        return False
+
+    async def dispatch(self, request: dict[str, Any], served: Any) -> None:
+        self.started.append(request["id"])
+        self.served[request["id"]] = served
+        await anyio.sleep_forever()
+
+    def dispatch_now(self, request: dict[str, Any]) -> None:
+        raise AssertionError("no immediate methods here")
+
+
+async def test_a_batchs_elements_take_their_places_before_the_lines_read_after_it() -> None:
+    """A batch read while every place is taken: its elements get the places freed next, in
+    order, before any line read after it. Before, the reader (woken by the pipe's data in
+    the same loop round a place was freed) took that place first and from then on every
+    place freed while it had lines to read: under a full pipe, the batch's elements waited
+    until the writer stopped (the soak's slowest answer, 609 s: docs/reliability.md, "The
+    slowest answers, found")."""
+    from lmbridge.daemon.stdio import StdioPeer, StdoutWriter
+
+    def hold(n: int) -> bytes:
+        return (json.dumps({"jsonrpc": "2.0", "id": f"h{n}", "method": "hold"}) + "\n").encode()
+
+    batch = json.dumps([{"jsonrpc": "2.0", "id": f"q{n}", "method": "hold"} for n in (1, 2, 3)])
+    send, receive = anyio.create_memory_object_stream[bytes](math.inf)
+
+    class Pipe(anyio.abc.ByteReceiveStream):
+        async def receive(self, max_bytes: int = 65536) -> bytes:
+            try:
+                return await receive.receive()
+            except anyio.EndOfStream:
+                raise anyio.EndOfStream from None
+
+        async def aclose(self) -> None:
+            pass
+
+    methods = _Holding()
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as tg:
+            peer = StdioPeer(Pipe(), methods, StdoutWriter(), tg, lambda frame: False)
+            # Every place taken, then the batch, in one read.
+            send.send_nowait(b"".join(hold(n) for n in range(MAX_WAITING)) + batch.encode() + b"\n")
+            tg.start_soon(peer.read)
+            await anyio.wait_all_tasks_blocked()
+            assert methods.started == [f"h{n}" for n in range(MAX_WAITING)]
+            methods.served["h0"]()  # one place: the batch is read; its first element takes it
+            await anyio.wait_all_tasks_blocked()
+            assert methods.started[MAX_WAITING:] == ["q1"]
+            # More lines come (the pipe is full), and in the same round one place is freed.
+            send.send_nowait(b"".join(hold(n) for n in range(MAX_WAITING, 2 * MAX_WAITING)))
+            methods.served["h1"]()
+            await anyio.wait_all_tasks_blocked()
+            for n in range(2, 8):  # more places, one at a time
+                methods.served[f"h{n}"]()
+                await anyio.wait_all_tasks_blocked()
+            # The batch's elements first, then the lines read after it.
+            assert methods.started[MAX_WAITING:] == ["q1", "q2", "q3", *(f"h{n}" for n in range(MAX_WAITING, MAX_WAITING + 5))]
+            tg.cancel_scope.cancel()

@@ -10,7 +10,10 @@ pipe takes it. A reader thread checks each frame as it arrives (``Ledger``):
 * no ``lm/responsePart`` comes for a request that is not in flight.
 
 Answers are timed from the write of their line: ``latency_max`` (seconds), over the answers
-whose ask is known (an id asked again while still owed is not timed until all its answers came).
+whose ask is known (an id asked again while still owed is not timed until all its answers came);
+``slowest_single`` and ``slowest_in_batch`` the same for a request on a line of its own and for
+an element of a batch (JSON-RPC lets a batch's answer wait for its slowest element; the daemon
+answers each element on its own, as soon as it is done: docs/reliability.md).
 Counted for the soak's figures: the answers owed (``requests``), the most owed at once
 (``owed_max``), answers nobody was owed (``answered_twice``), and how long the writes to the
 daemon's stdin waited on the pipe (``FuzzDaemon.write_seconds``: the daemon's push-back).
@@ -38,6 +41,48 @@ def _key(rid: Any) -> tuple[str, Any]:
     return ("s", rid) if isinstance(rid, str) else ("n", rid)
 
 
+def _method(line: bytes) -> str:
+    """The first method a request line names ("?": none)."""
+    method = re.search(rb'"method"\s*:\s*"([^"]{1,80})"', line)
+    return method.group(1).decode("utf-8", "replace") if method else "?"
+
+
+def _element_method(line: bytes, rid: Any) -> str | None:
+    """The method of the element with id ``rid`` of a batch line (None: not found, or the
+    line was kept only in part)."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    for element in value if isinstance(value, list) else ():
+        if isinstance(element, dict) and _key(element.get("id")) == _key(rid):
+            return str(element.get("method", "(none)"))[:80]
+    return None
+
+
+class Slowest:
+    """The slowest answer of a kind: ``seconds``, its request's first ``method``, its
+    request's and its answer's start (``lines``); ``over_10s``: answers that took longer."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.method = ""
+        self.lines: tuple[bytes, bytes] = (b"", b"")
+        self.answers = 0
+        self.over_10s = 0
+
+    def saw(self, seconds: float, asked: bytes, answer: bytes, rid: Any = None) -> None:
+        self.answers += 1
+        self.over_10s += seconds > 10
+        if seconds > self.seconds:
+            method = _element_method(asked, rid) if asked.lstrip()[:1] == b"[" else None
+            self.seconds, self.method, self.lines = seconds, method or _method(asked), (asked[:1000], answer[:1000])
+
+    def figures(self) -> dict[str, Any]:
+        return {"answers_timed": self.answers, "latency_max_s": round(self.seconds, 2), "method": self.method, "over_10s": self.over_10s,
+                "request": self.lines[0].decode("utf-8", "replace"), "answer": self.lines[1].decode("utf-8", "replace")}
+
+
 class Ledger:
     """What was asked and what was answered, by id. Thread-safe."""
 
@@ -61,6 +106,9 @@ class Ledger:
         self.latency_max = 0.0
         self.slowest = ""  # the method of the slowest answer's request
         self.slowest_lines: tuple[bytes, bytes] = (b"", b"")  # its request's and its answer's start
+        self.in_batch: set[tuple[str, Any]] = set()  # ids still owed whose (last) ask was a batch's element
+        self.slowest_single = Slowest()  # of the requests on a line of their own
+        self.slowest_in_batch = Slowest()  # of the elements of batches
         self.on_answer: Callable[[Any, dict[str, Any], list[dict[str, Any]]], None] | None = None
 
     def asked(self, ids: Sequence[Any], line: bytes = b"") -> None:
@@ -74,6 +122,10 @@ class Ledger:
                 self.owed_max = max(self.owed_max, self.owing)
                 self.sent_at[key] = now if key not in self.sent_at else None
                 self.lines[key] = line[:3000]
+                if line.lstrip()[:1] == b"[":
+                    self.in_batch.add(key)
+                else:
+                    self.in_batch.discard(key)
 
     def unanswered(self) -> list[bytes]:
         """The start of the lines still owed an answer."""
@@ -140,15 +192,19 @@ class Ledger:
             parts = self.parts.pop(key, []) if not self.expected[key] else list(self.parts.get(key, []))
             sent = self.sent_at.get(key)
             asked = self.lines.get(key, b"")
+            batched = key in self.in_batch
             if not self.expected[key]:
                 del self.expected[key]
                 self.lines.pop(key, None)
                 self.sent_at.pop(key, None)
-            if sent is not None and time.monotonic() - sent > self.latency_max:
-                self.latency_max = time.monotonic() - sent
-                method = re.search(rb'"method"\s*:\s*"([^"]{1,80})"', asked)
-                self.slowest = method.group(1).decode("utf-8", "replace") if method else "?"
-                self.slowest_lines = (asked[:1000], line[:1000])
+                self.in_batch.discard(key)
+            if sent is not None:
+                took = time.monotonic() - sent
+                (self.slowest_in_batch if batched else self.slowest_single).saw(took, asked, line, rid)
+                if took > self.latency_max:
+                    self.latency_max = took
+                    self.slowest = _method(asked)
+                    self.slowest_lines = (asked[:1000], line[:1000])
             self.lock.notify_all()
         if self.on_answer is not None:
             self.on_answer(rid, frame, parts)

@@ -31,8 +31,10 @@ end, its CPU seconds (frames/s depends on the machine's load; frames per CPU sec
 less) and the load average at each part's start and end, the most agent processes seen, and
 the violations; for the stdin part also what shows stdin's push-back (at most
 ``stdio.MAX_WAITING`` requests read wait, then stdin is not read): the answers owed and how
-each was answered (once, twice, never), the slowest answer, the most answers owed at once and
-how long the writes waited on the full pipe. Exit status 1 if any violation.
+each was answered (once, twice, never), the slowest answer, and apart the slowest to a request
+on a line of its own (``single``) and to an element of a batch (``in_batch``), each with the
+answers over 10 s, the most answers owed at once and how long the writes waited on the full
+pipe. Exit status 1 if any violation.
 """
 
 from __future__ import annotations
@@ -165,7 +167,9 @@ def stdin_part(where: Path, frames: int, seed: int) -> dict[str, Any]:
     figures = finish(daemon, sampler, violations, "stdin")
     owed = ledger.owed()
     print(f"  stdin: {ledger.requests:,} answers owed by id: {ledger.answers:,} answered once, {ledger.answered_twice} twice or unasked, "
-          f"{owed} never; slowest answer {ledger.latency_max:.2f} s ({ledger.slowest}); at most {ledger.owed_max:,} owed at once; "
+          f"{owed} never; slowest answer {ledger.latency_max:.2f} s ({ledger.slowest}): to a request on its own line "
+          f"{ledger.slowest_single.seconds:.2f} s ({ledger.slowest_single.method}), to a batch's element {ledger.slowest_in_batch.seconds:.2f} s "
+          f"({ledger.slowest_in_batch.method}); at most {ledger.owed_max:,} owed at once; "
           f"writes waited on the full pipe {daemon.write_seconds:.0f} s of {written:.0f} s; "
           f"RSS {figures['rss_start_mib']} / {figures['rss_peak_mib']} / {figures['rss_end_mib']} MiB (start / peak / end)", flush=True)
     return {"frames": daemon.frames_out, "bytes": sent_bytes, "seconds": round(elapsed, 1), "frames_per_s": round(daemon.frames_out / written),
@@ -174,6 +178,7 @@ def stdin_part(where: Path, frames: int, seed: int) -> dict[str, Any]:
             "null_id_errors": ledger.null_answers, "chats_answered": state.chats_answered,
             "latency_max_s": round(ledger.latency_max, 2), "slowest_method": ledger.slowest, "settled": settled,
             "slowest_request": ledger.slowest_lines[0].decode("utf-8", "replace"), "slowest_answer": ledger.slowest_lines[1].decode("utf-8", "replace"),
+            "single": ledger.slowest_single.figures(), "in_batch": ledger.slowest_in_batch.figures(),
             "owed_max": ledger.owed_max, "write_wait_s": round(daemon.write_seconds, 1), **figures, "violations": violations}
 
 

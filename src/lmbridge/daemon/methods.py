@@ -233,7 +233,7 @@ class Settings:
 
 class Methods:
     """The method table and the requests in flight. ``stop``: the daemon's shutdown
-    (``shutdown``); ``initialized``: called once ``initialize`` is answered (pre-warming);
+    (``shutdown``); ``initialized``: called once the first ``initialize`` is answered (pre-warming);
     ``heard``: when the shim link last handled a line (``time.monotonic()``), which the
     warm-up after ``initialize`` gives way to (``daemon.warm``)."""
 
@@ -262,6 +262,7 @@ class Methods:
         self._heard = heard
         self.inflight: dict[RequestId, InFlight] = {}  # requests being handled, by id (not null)
         self._client_name: str | None = None  # initialize's clientInfo.name
+        self._started = False  # the first initialize started the warm-up and pre-warming
         self.immediate = IMMEDIATE
         self.table: dict[str, Callable[..., Any]] = {
             "initialize": self.initialize,
@@ -327,8 +328,13 @@ class Methods:
             # logged, then the warm-up. Nothing is logged before it (structlog's import).
             loop = asyncio.get_running_loop()
             loop.call_soon(self._said, answer)
-            loop.call_soon(self._warm_up)
-            self._initialized()
+            if not self._started:
+                # Start-up work is done once: an initialize sent again (its settings taken, as
+                # the first's) starts no second warm-up nor pre-warming (docs/reliability.md,
+                # "The slowest answers, found": each one made the chats behind it wait).
+                self._started = True
+                loop.call_soon(self._warm_up)
+                self._initialized()
             return
         call = InFlight(rid, served=served)
         if rid is not None and "id" in request:

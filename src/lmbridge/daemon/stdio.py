@@ -317,8 +317,9 @@ class StdioPeer(Peer):
     ``recorder`` (``--record``) gets every line read.
 
     Push-back: each line's task holds a place in ``waiting`` until it ends (a chat: until its
-    session takes it, ``Dispatch.dispatch``'s ``served``); while ``MAX_WAITING`` are held, the
-    next line is not read (``Peer.full``/``room``). A request of an ``immediate`` method is
+    session takes it, ``Dispatch.dispatch``'s ``served``); while ``MAX_WAITING`` are held, or a
+    batch's elements have not all taken theirs (in order), the next line is not read
+    (``Peer.full``/``room``). A request of an ``immediate`` method is
     answered as it is read, with no task, when every line read before it has begun (so a
     cancel finds the request it names in flight, as in order)."""
 
@@ -343,7 +344,11 @@ class StdioPeer(Peer):
         self.stray_responses = 0  # frames on stdin that were responses to no request in flight (never answered)
         self.dispatching = 0  # line tasks running
         self.waiting = Waiting()  # requests read that wait (MAX_WAITING)
-        self._unstarted = 0  # line tasks started that have not begun (and batches being split)
+        self._unstarted = 0  # line tasks started that have not begun
+        # Batches read whose elements have not all taken their place yet: stdin is not read
+        # meanwhile (``full``), so no line read after a batch takes a place before its elements.
+        self._splitting = 0
+        self._split = anyio.Event()  # set when the last batch being split has its elements' places
         self.last_line = time.monotonic()  # when the last line read was handled (the warm-up gives way: daemon.warm)
 
     async def idle(self, timeout: float) -> None:
@@ -361,10 +366,14 @@ class StdioPeer(Peer):
         super().line(line)
 
     def full(self) -> bool:
-        return self.waiting.full
+        return self.waiting.full or self._splitting > 0
 
     async def room(self) -> None:
-        await self.waiting.room()
+        while self.full():
+            if self._splitting:
+                await self._split.wait()
+            else:
+                await self.waiting.room()
 
     def value(self, value: Any, line: bytes) -> None:
         """Every JSON value read, by the server's rules (``_value``), not the Peer's routing;
@@ -378,6 +387,10 @@ class StdioPeer(Peer):
                 except Exception as exc:  # a bug here must not end the daemon
                     log.exception("frame dispatch failed", error=clip(repr(exc), 500))
                 return
+        if type(value) is list:
+            self._splitting += 1
+            if self._splitting == 1:
+                self._split = anyio.Event()
         self._start(self._value, value)
 
     def dropped_request(self, rid: Any, error: dict[str, Any]) -> None:
@@ -430,17 +443,22 @@ class StdioPeer(Peer):
         if isinstance(value, list):
             # A batch: each element is handled as if it came on its own line, and
             # answered in its own frame (the daemon never writes arrays), each holding
-            # its own place among the requests that wait.
+            # its own place among the requests that wait, taken in order before any line
+            # read after the batch (stdin is not read until then: ``full``). Else the
+            # reader, which takes a place as soon as one is free while the pipe is full,
+            # could keep taking the places first (a batch element answered minutes late in
+            # the soak: docs/reliability.md, "The slowest answers, found").
             held.release()
             if not value:
                 self.out.error(None, INVALID_REQUEST, "invalid request: empty batch")
-            self._unstarted += 1  # what is read next waits for the batch's elements
             try:
                 for element in value:
                     await self.waiting.room()
                     self._start(self._one, element)
             finally:
-                self._unstarted -= 1
+                self._splitting -= 1
+                if not self._splitting:
+                    self._split.set()
             return
         await self._one(held, value)
 
