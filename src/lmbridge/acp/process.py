@@ -449,7 +449,7 @@ class AgentProcess:
         params = json_object(item.params)
         sid = params.get("sessionId")
         own = self.sessions.get(sid) if isinstance(sid, str) else None
-        if own is not None:
+        if own is not None and isinstance(sid, str):
             # An open session's frame goes to it (``subagents.Children.route``'s first row,
             # ``Route.OWN``), taken here without a ``Routed`` made: this is every chunk an agent
             # streams (docs/performance.md, "Streaming: the agent's pipe read directly").
