@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any
 
 import anyio
@@ -439,6 +440,31 @@ async def test_an_agents_stdout_pipe_is_widened() -> None:
             assert fcntl.fcntl(conn.stdout.fileno(), fcntl.F_GETPIPE_SZ) == PIPE_SIZE
         finally:
             await conn.close()
+    send.close()
+    receive.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts this process's open files in /proc")
+async def test_an_agent_that_cannot_start_or_has_ended_leaves_no_pipe_open(tmp_path: Any) -> None:
+    """``AgentConnection.spawn`` makes the agent's stdout pipe itself: when the command
+    cannot be started both its ends are closed, and an agent served to its end and closed
+    leaves none of its pipes open either."""
+    import sys
+
+    from lmbridge.acp.connection import AgentConnection, AgentUnavailable
+
+    send, receive = anyio.create_memory_object_stream[Any](math.inf)
+    before = len(os.listdir("/proc/self/fd"))
+    with anyio.fail_after(30):
+        with pytest.raises(AgentUnavailable):
+            await AgentConnection.spawn("none", str(tmp_path / "no-such-agent"), [], {}, None, send)
+        assert len(os.listdir("/proc/self/fd")) == before
+        async with anyio.create_task_group() as tg:
+            conn = await AgentConnection.spawn("short", sys.executable, ["-c", "print('{}')"], {}, None, send)
+            tg.start_soon(conn.serve)
+            await conn.closed.wait()
+        await conn.close()
+    assert len(os.listdir("/proc/self/fd")) == before
     send.close()
     receive.close()
 

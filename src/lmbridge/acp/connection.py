@@ -200,7 +200,6 @@ class AgentConnection:
         link = recorder.agent(session or name) if recorder is not None else None
         exe = shutil.which(command, path=env.get("PATH", os.environ.get("PATH"))) or command
         full_env = {**os.environ, **env}
-        stdout: int | None = None
         try:
             # Its stdout is a pipe of ours, 1 MiB wide, not 64 KiB: a streaming agent blocks,
             # and wakes the reader, 16× less often; and it is read without the copies of
@@ -218,17 +217,17 @@ class AgentConnection:
                     env=full_env,
                     cwd=cwd,
                 )
+            except BaseException:  # not started (or cancelled): nobody will read it
+                os.close(stdout)
+                raise
             finally:
                 os.close(agent_end)  # the agent holds its own: its exit is our EOF
         except OSError as exc:
-            if stdout is not None:
-                os.close(stdout)
             error = AgentUnavailable(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}")
             if link is not None:
                 link.spawned(name, command, args, env, cwd, error=str(error))
             raise error from exc
         log.info("agent started", agent=name, pid=process.pid, command=command)
-        assert stdout is not None
         conn = cls(name, process, events, PipeReader(stdout))
         if link is not None:
             link.spawned(name, command, args, env, cwd)
