@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from pydantic_core import from_json
 
 from lmbridge.core.errors import INVALID_REQUEST, METHOD_NOT_FOUND
@@ -115,6 +114,8 @@ def encode_json(value: Any) -> bytes:
     not finite is ``null`` in both. It takes more types than JSON's (dataclasses, dates,
     enums), so only values built of JSON types may come here: the daemon's response parts
     (``daemon.stdio``)."""
+    import orjson  # at the first response part, not before ``initialize`` is answered (it brings uuid and platform)
+
     try:
         return orjson.dumps(value)
     except TypeError:  # orjson.JSONEncodeError
