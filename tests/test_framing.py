@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_daemon import LIMIT, eventually
 
-from lmbridge.rpc.framing import EVERY, FIRST, STDERR_FIRST, STDERR_RATE, BadLines, Head, Lines, Overlong, Throttle, read_head
+from lmbridge.rpc.framing import EVERY, FIRST, STDERR_FIRST, STDERR_RATE, BadLines, Head, Lines, Overlong, Throttle, read_head, split_lines
 
 
 def reporter() -> tuple[BadLines, list[tuple[str, dict[str, Any]]]]:
@@ -166,6 +166,16 @@ def test_lines_are_split_as_written_and_over_long_ones_dropped_in_place(
     if lines and not trailing and lines[-1]:
         expected.append(_expected(lines[-1], limit, head))
     assert got == expected
+
+
+@given(st.lists(st.sampled_from([b"\n", b"a", b"\xff", b"\r", b"\n\n"]), max_size=60).map(b"".join), st.integers(min_value=0, max_value=30))
+def test_split_lines_is_bytes_split_whichever_way_it_splits(data: bytes, long: int) -> None:
+    """``split_lines`` gives ``bytes.split``'s list for any bytes, by ``find`` (a first line of
+    ``long`` bytes or more) or by ``split``; a line of 4 KiB and one of 10 bytes alike."""
+    assert split_lines(data, long) == data.split(b"\n")
+    assert split_lines(data) == data.split(b"\n")
+    many = (b"x" * 4096 + b"\n") * 3 + b"y" * 10 + b"\n" + data
+    assert split_lines(many) == many.split(b"\n")
 
 
 def test_a_line_of_300_mb_is_never_held() -> None:

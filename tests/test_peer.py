@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any
 
 import anyio
@@ -428,16 +429,112 @@ async def test_an_agents_stdout_pipe_is_widened() -> None:
     import fcntl
     import sys
 
-    from lmbridge.acp.connection import AgentConnection, _pipe_fd
+    from lmbridge.acp.connection import AgentConnection
+    from lmbridge.rpc.peer import PipeReader
 
     send, receive = anyio.create_memory_object_stream[Any](math.inf)
     with anyio.fail_after(30):
         conn = await AgentConnection.spawn("reader", sys.executable, ["-c", "import sys; sys.stdin.read()"], {}, None, send)
         try:
-            fd = _pipe_fd(conn.process.stdout)
-            assert fd is not None
-            assert fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) == PIPE_SIZE
+            assert isinstance(conn.stdout, PipeReader)
+            assert fcntl.fcntl(conn.stdout.fileno(), fcntl.F_GETPIPE_SZ) == PIPE_SIZE
         finally:
             await conn.close()
     send.close()
     receive.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts this process's open files in /proc")
+async def test_an_agent_that_cannot_start_or_has_ended_leaves_no_pipe_open(tmp_path: Any) -> None:
+    """``AgentConnection.spawn`` makes the agent's stdout pipe itself: when the command
+    cannot be started both its ends are closed, and an agent served to its end and closed
+    leaves none of its pipes open either."""
+    import sys
+
+    from lmbridge.acp.connection import AgentConnection, AgentUnavailable
+
+    send, receive = anyio.create_memory_object_stream[Any](math.inf)
+    before = len(os.listdir("/proc/self/fd"))
+    with anyio.fail_after(30):
+        with pytest.raises(AgentUnavailable):
+            await AgentConnection.spawn("none", str(tmp_path / "no-such-agent"), [], {}, None, send)
+        assert len(os.listdir("/proc/self/fd")) == before
+        async with anyio.create_task_group() as tg:
+            conn = await AgentConnection.spawn("short", sys.executable, ["-c", "print('{}')"], {}, None, send)
+            tg.start_soon(conn.serve)
+            await conn.closed.wait()
+        await conn.close()
+    assert len(os.listdir("/proc/self/fd")) == before
+    send.close()
+    receive.close()
+
+
+async def test_a_pipe_reader_gives_what_was_written_in_order_then_the_end() -> None:
+    """``PipeReader``: every byte written, in order (an empty pipe waits for the writer; a
+    full read gives at most ``max_bytes``), then ``EndOfStream`` once the write end is closed."""
+    import os
+
+    from lmbridge.rpc.peer import PipeReader, open_pipe
+
+    read_end, write_end = open_pipe()
+    reader = PipeReader(read_end)
+    data = bytes(range(256)) * 4096  # 1 MiB: more than one read
+    got = bytearray()
+
+    async def write() -> None:
+        view = memoryview(data)
+        os.set_blocking(write_end, False)
+        while view:
+            try:
+                view = view[os.write(write_end, view[:65536]):]
+            except BlockingIOError:
+                await anyio.wait_writable(write_end)
+            await anyio.sleep(0)
+        os.close(write_end)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            while True:
+                try:
+                    chunk = await reader.receive(100_000)
+                except anyio.EndOfStream:
+                    break
+                assert 0 < len(chunk) <= 100_000
+                got += chunk
+    assert bytes(got) == data
+    await reader.aclose()
+    with pytest.raises(anyio.ClosedResourceError):
+        await reader.receive()
+
+
+async def test_a_pipe_reader_closed_while_it_waits_ends_its_wait_and_a_cancelled_read_loses_nothing() -> None:
+    """A ``receive`` waiting on an empty pipe: cancelled, it read nothing (the bytes written
+    after are the next ``receive``'s); closed under it, it raises ``ClosedResourceError``
+    (``batches`` then ends), and closing again does nothing."""
+    import os
+
+    from lmbridge.rpc.peer import PipeReader, open_pipe
+
+    read_end, write_end = open_pipe()
+    reader = PipeReader(read_end)
+    with anyio.fail_after(30):
+        with anyio.move_on_after(0.05):
+            await reader.receive()
+        os.write(write_end, b"after\n")
+        assert await reader.receive() == b"after\n"
+        failed: list[BaseException] = []
+
+        async def wait() -> None:
+            try:
+                await reader.receive()
+            except anyio.ClosedResourceError as exc:
+                failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            await anyio.sleep(0.05)
+            await reader.aclose()
+        assert len(failed) == 1
+        await reader.aclose()
+    os.close(write_end)

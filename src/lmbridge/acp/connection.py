@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, cast
 
 import anyio
-from anyio.abc import Process
+from anyio.abc import ByteReceiveStream, Process
 
 from lmbridge.acp import watchdog
 from lmbridge.core import errors
@@ -38,7 +38,7 @@ from lmbridge.core.text import clip
 from lmbridge.log import get_logger
 from lmbridge.rpc import framing, record
 from lmbridge.rpc.framing import BadLines
-from lmbridge.rpc.peer import Id, Peer, batches, widen_pipe
+from lmbridge.rpc.peer import Id, Peer, PipeReader, batches, open_pipe
 
 AGENT_LINE = framing.AGENT_LINE  # bytes; agents send MB-long lines (docs/agents.md), a longer one is dropped
 STDERR_TAIL = 20  # lines kept for error messages
@@ -137,37 +137,28 @@ async def _first(*events: anyio.Event) -> None:
             tg.start_soon(wait, event)
 
 
-def _pipe_fd(stream: object) -> int | None:
-    """The file descriptor an anyio process's stdout pipe reads, or None where it cannot be
-    told. anyio has no public way to it: this is its asyncio backend's stream wrapper
-    (``_stream``: an ``asyncio.StreamReader``), whose transport holds the pipe. Another
-    backend or version gives None, and the pipe keeps its 64 KiB (tests/test_peer.py
-    notices)."""
-    try:
-        return int(stream._stream._transport.get_extra_info("pipe").fileno())  # type: ignore[attr-defined]
-    except Exception:
-        return None
-
-
 class AgentConnection:
     """JSON-RPC over an agent's stdio. Create with ``spawn`` inside a task group.
 
     ``events``: where every notification and agent→client request goes, in order
-    (an unbounded stream: the reader hands frames over without waiting).
+    (an unbounded stream: the reader hands frames over without waiting). ``stdout``: the
+    agent's stdout, when it is not ``process.stdout`` (``spawn`` makes the pipe itself).
     """
 
-    def __init__(self, name: str, process: Process, events: EventSink) -> None:
+    def __init__(self, name: str, process: Process, events: EventSink, stdout: ByteReceiveStream | None = None) -> None:
         self.name = name
         self.process = process
+        out = stdout if stdout is not None else process.stdout
+        assert out is not None and process.stdin is not None
+        self.stdout: ByteReceiveStream = out
         self.events = events
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         self.closed = anyio.Event()
         self.exit_reason: str | None = None
         self.bad_lines = BadLines(f"agent {name!r} stdout", log.warning)
         self.stderr_log = framing.Throttle(f"agent {name!r}", log.bind(agent=name).debug, log.bind(agent=name).debug)
-        assert process.stdout is not None and process.stdin is not None
         self.peer = Peer(
-            process.stdout, process.stdin, self, link=f"agent {name!r}", limit=AGENT_LINE, warn=log.bind(agent=name).warning,
+            self.stdout, process.stdin, self, link=f"agent {name!r}", limit=AGENT_LINE, warn=log.bind(agent=name).warning,
             remote_error=AgentError, broken=self._broken, peer="the agent",
         )
         self._recorder: record.AgentLink | None = None
@@ -210,26 +201,34 @@ class AgentConnection:
         exe = shutil.which(command, path=env.get("PATH", os.environ.get("PATH"))) or command
         full_env = {**os.environ, **env}
         try:
-            # In a process group of its own: our signals reach its children too; and the
-            # group dies with the daemon, even one killed with SIGKILL (acp.watchdog).
-            process = await watchdog.open_group(
-                [exe, *args],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=full_env,
-                cwd=cwd,
-            )
+            # Its stdout is a pipe of ours, 1 MiB wide, not 64 KiB: a streaming agent blocks,
+            # and wakes the reader, 16× less often; and it is read without the copies of
+            # anyio's subprocess streams (docs/performance.md, "Streaming: the agent's pipe
+            # read directly").
+            stdout, agent_end = open_pipe()
+            try:
+                # In a process group of its own: our signals reach its children too; and the
+                # group dies with the daemon, even one killed with SIGKILL (acp.watchdog).
+                process = await watchdog.open_group(
+                    [exe, *args],
+                    stdin=subprocess.PIPE,
+                    stdout=agent_end,
+                    stderr=subprocess.PIPE,
+                    env=full_env,
+                    cwd=cwd,
+                )
+            except BaseException:  # not started (or cancelled): nobody will read it
+                os.close(stdout)
+                raise
+            finally:
+                os.close(agent_end)  # the agent holds its own: its exit is our EOF
         except OSError as exc:
             error = AgentUnavailable(f"agent {name!r} failed to start: {command}: {exc.strerror or exc}")
             if link is not None:
                 link.spawned(name, command, args, env, cwd, error=str(error))
             raise error from exc
         log.info("agent started", agent=name, pid=process.pid, command=command)
-        # 1 MiB of pipe, not 64 KiB: a streaming agent blocks, and wakes the reader, 16×
-        # less often (docs/performance.md, "Streaming: the pipes and the writes").
-        widen_pipe(_pipe_fd(process.stdout))
-        conn = cls(name, process, events)
+        conn = cls(name, process, events, PipeReader(stdout))
         if link is not None:
             link.spawned(name, command, args, env, cwd)
             conn.recorder = link
@@ -289,6 +288,9 @@ class AgentConnection:
             await self.peer.read()
         finally:
             done.set()
+            if self.stdout is not self.process.stdout:  # ours (``spawn``'s pipe): nobody reads it now
+                with anyio.CancelScope(shield=True):
+                    await self.stdout.aclose()
 
     async def _wait_exit(self, done: anyio.Event) -> None:
         await self.process.wait()
@@ -411,6 +413,8 @@ class AgentConnection:
             # Its pipes and transport closed now, not when collected after the loop ends.
             with anyio.move_on_after(STDERR_GRACE):
                 await self.process.aclose()
+        if self.stdout is not self.process.stdout:  # ours (``spawn``'s pipe), if serve() never ran
+            await self.stdout.aclose()
         if self.recorder is not None and self.process.returncode is not None:
             self.recorder.exited(self.process.returncode, self.stderr_tail)  # serve() may be cancelled first
         if not self.exit_reason:

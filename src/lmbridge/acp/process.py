@@ -448,6 +448,15 @@ class AgentProcess:
             return
         params = json_object(item.params)
         sid = params.get("sessionId")
+        own = self.sessions.get(sid) if isinstance(sid, str) else None
+        if own is not None and isinstance(sid, str):
+            # An open session's frame goes to it (``subagents.Children.route``'s first row,
+            # ``Route.OWN``), taken here without a ``Routed`` made: this is every chunk an agent
+            # streams (docs/performance.md, "Streaming: the agent's pipe read directly").
+            if item.method == "session/update" and item.id is None:
+                self.children.learn(sid, params.get("update"))
+            own.send_nowait(item)
+            return
         routed = self.children.route(sid, item.method, params, self.sessions)
         if routed.session is not None and isinstance(sid, str):
             if item.method == "session/update" and item.id is None:

@@ -93,6 +93,36 @@ class Overlong:
     head: bytes
 
 
+#: Bytes before a read's first newline from which ``split_lines`` splits it by ``find``.
+LONG_LINE = 1024
+
+
+def split_lines(data: bytes, long: int = LONG_LINE) -> list[bytes]:
+    """``data.split(b"\\n")``: the same list, faster when lines are long. CPython's
+    ``bytes.split`` steps through a one-byte separator byte by byte, where ``find`` uses
+    ``memchr``: on 4 KiB lines ``find`` was ~5× faster here, on 200-byte lines ~1.5× slower
+    (a call per line). So a read whose first line is at least ``long`` bytes is split by
+    ``find`` (docs/performance.md, "Streaming: the agent's pipe read directly").
+
+    >>> split_lines(b"ab\\ncd\\n", long=1)
+    [b'ab', b'cd', b'']
+    """
+    find = data.find
+    start = find(b"\n")
+    if start < long:  # short lines, or none (-1)
+        return data.split(b"\n")
+    out = [data[:start]]
+    append = out.append
+    start += 1
+    while True:
+        end = find(b"\n", start)
+        if end < 0:
+            append(data[start:])
+            return out
+        append(data[start:end])
+        start = end + 1
+
+
 class Lines:
     """Splits a byte stream into its lines (without the newline), holding at most ``limit``
     bytes of one line: a longer line is dropped as soon as it passes the limit and the rest
@@ -134,7 +164,7 @@ class Lines:
             self._skip(data[:newline])
             out.append(self._skip_end())
             data = data[newline + 1:]
-        lines = data.split(b"\n")
+        lines = split_lines(data)
         last = lines.pop()
         if lines and self._parts:
             self._parts.append(lines[0])

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic_core import PydanticSerializationError, from_json, to_json
+from pydantic_core import from_json
 
 from lmbridge.core.errors import INVALID_REQUEST, METHOD_NOT_FOUND
 from lmbridge.core.text import clip
@@ -107,13 +107,18 @@ def encode(frame: Any) -> bytes:
 def encode_json(value: Any) -> bytes:
     """``value`` (JSON types only: dicts with string keys, lists, tuples, strings, numbers,
     booleans, None) as UTF-8 JSON: the JSON ``encode_value`` writes, encoded as ``encode``
-    encodes it (the same value for any reader: tests/test_json_parse.py), 2–4× faster for
-    long strings: pydantic-core's serializer. What it refuses (a lone surrogate) is written
-    by ``encode_value``. It takes more types than JSON's (bytes, sets, models), so only
-    values built of JSON types may come here: the daemon's response parts (``daemon.stdio``)."""
+    encodes it (the same value for any reader: tests/test_json_parse.py), written by orjson:
+    ~30× faster than pydantic-core's serializer for a long string here (a 4 KiB chunk's text:
+    docs/performance.md, "Streaming: the agent's pipe read directly"). What it refuses (a
+    lone surrogate, an integer past 64 bits) is written by ``encode_value``; a float that is
+    not finite is ``null`` in both. It takes more types than JSON's (dataclasses, dates,
+    enums), so only values built of JSON types may come here: the daemon's response parts
+    (``daemon.stdio``)."""
+    import orjson  # at the first response part, not before ``initialize`` is answered (it brings uuid and platform)
+
     try:
-        return to_json(value, inf_nan_mode="null")
-    except PydanticSerializationError:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError
         return encode_value(value).encode("utf-8", TEXT_ERRORS)
 
 

@@ -22,13 +22,14 @@ they start elsewhere (a stream, a task group).
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
-from anyio.lowlevel import checkpoint
+from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint, checkpoint_if_cancelled
 
 from lmbridge.core.errors import INVALID_REQUEST
 from lmbridge.core.text import clip
@@ -169,6 +170,59 @@ def widen_pipe(fd: int | None, size: int = PIPE_SIZE) -> None:
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)  # Linux only (Python ≥ 3.10)
     except (OSError, ImportError, AttributeError, ValueError):
         pass
+
+
+def open_pipe(size: int = PIPE_SIZE) -> tuple[int, int]:
+    """A new pipe, ``(read end, write end)``, both closed on exec, widened to ``size``
+    (``widen_pipe``): the write end is handed to a child as its stdout, the read end read
+    with ``PipeReader``. Raises ``OSError`` (out of file descriptors)."""
+    read_end, write_end = os.pipe()
+    widen_pipe(read_end, size)
+    return read_end, write_end
+
+
+class PipeReader(ByteReceiveStream):
+    """The read end of a pipe (a file descriptor this object owns) as an anyio byte stream:
+    ``os.read`` while it gives bytes, ``anyio.wait_readable`` when it is empty. Each
+    ``receive`` is a checkpoint, and a cancelled one loses nothing (it is cancelled before
+    the read, never after). Raises ``anyio.EndOfStream`` at EOF, ``ClosedResourceError``
+    once closed, ``BrokenResourceError`` when the read fails. One bytes object a read, where
+    a subprocess's stream in anyio's asyncio backend copies each read twice more (into its
+    ``StreamReader``'s buffer and out of it): an agent's stdout (docs/performance.md,
+    "Streaming: the agent's pipe read directly")."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+
+    def fileno(self) -> int:
+        """The pipe's file descriptor; -1 once closed."""
+        return self._fd
+
+    async def receive(self, max_bytes: int = READ_SIZE) -> bytes:
+        await checkpoint_if_cancelled()
+        while True:
+            if self._fd < 0:
+                raise anyio.ClosedResourceError
+            try:
+                data = os.read(self._fd, max_bytes)
+            except BlockingIOError:
+                await anyio.wait_readable(self._fd)  # ClosedResourceError if closed meanwhile
+                continue
+            except OSError as exc:
+                raise anyio.BrokenResourceError from exc
+            if not data:
+                raise anyio.EndOfStream
+            await cancel_shielded_checkpoint()  # the others run between two reads
+            return data
+
+    async def aclose(self) -> None:
+        """Close the pipe (a waiting ``receive`` raises ``ClosedResourceError``); again: nothing."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            anyio.notify_closing(fd)
+            os.close(fd)
+        await checkpoint()
 
 
 async def batches(stream: ByteReceiveStream, lines: Lines, size: int = READ_SIZE) -> AsyncIterator[list[bytes | Overlong]]:
