@@ -247,13 +247,27 @@ def gap_name(gap: float) -> str:
     return "back_to_back" if gap == 0 else f"spaced_{gap:g}s"
 
 
-async def main_async(names: Sequence[str], chats: int, runs: int, gaps: Sequence[float], daemon_src: str | None, extra: Sequence[str], spares: int, before_src: str | None = None) -> dict[str, Any]:
+def spare_count(name: str) -> int:
+    """The spare sessions this code's daemon keeps for agent ``name`` (claude, codex):
+    ``$LMBRIDGE_SPARE_SESSIONS``, else the agent's profile's (``AgentProfile.spares``)."""
+    from lmbridge.acp.process import SPARE_COUNT  # after $LMBRIDGE_SPARE_SESSIONS is set
+    from lmbridge.core import profiles
+
+    profile: profiles.AgentProfile = {"claude": profiles.CLAUDE, "codex": profiles.CODEX}[name]
+    return SPARE_COUNT or profile.spares
+
+
+async def main_async(names: Sequence[str], chats: int, runs: int, gaps: Sequence[float], daemon_src: str | None, extra: Sequence[str], spares: int | None,
+                     before_src: str | None = None, before_spares: int = 2) -> dict[str, Any]:  # fmt: skip
     """Every agent, every gap, ``runs`` times: the direct client, then lmbridge cold, then
     pre-warmed (then the same from ``before_src``, if given), one after the other in each
-    round, so each side sees the same load."""
+    round, so each side sees the same load. ``spares``: the spare sessions the pre-warmed
+    daemon keeps (None: ``spare_count``; 0: none); ``before_spares``: the code before's."""
     out: dict[str, Any] = {}
     for name in names:
         agent = agents()[name]
+        keep = spare_count(name) if spares is None else spares
+        keep_before = min(keep, before_spares) if spares is None else spares
         rows = ["direct", "lmbridge_cold", "lmbridge_prewarmed"] + (["before_cold", "before_prewarmed"] if before_src else [])
         results = {gap: {k: [] for k in rows} for gap in gaps}  # type: dict[float, dict[str, list[dict[str, Any]]]]
         with agent.fake() as fake:
@@ -265,13 +279,13 @@ async def main_async(names: Sequence[str], chats: int, runs: int, gaps: Sequence
                         state = base / "state"  # the daemon's private state folder (XDG_STATE_HOME): nothing of the machine's
                         state.mkdir()
                         home = base / "bridged" / "home"
-                        results[gap]["lmbridge_cold"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=False, spares=spares))
-                        results[gap]["lmbridge_prewarmed"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=True, spares=spares))
+                        results[gap]["lmbridge_cold"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=False, spares=keep))
+                        results[gap]["lmbridge_prewarmed"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=True, spares=keep))
                         if before_src:  # the code from before, under the same load: a private state folder too
                             state, home = base / "before-state", base / "before" / "home"
                             state.mkdir()
-                            results[gap]["before_cold"].append(await bridged(agent, fake.url, home, state, chats, gap, before_src, extra, prewarmed=False, spares=spares))
-                            results[gap]["before_prewarmed"].append(await bridged(agent, fake.url, home, state, chats, gap, before_src, extra, prewarmed=True, spares=spares))
+                            results[gap]["before_cold"].append(await bridged(agent, fake.url, home, state, chats, gap, before_src, extra, prewarmed=False, spares=keep_before))
+                            results[gap]["before_prewarmed"].append(await bridged(agent, fake.url, home, state, chats, gap, before_src, extra, prewarmed=True, spares=keep_before))
         out[name] = {"version": agent.version}
         for gap, kinds in results.items():
             figures = {k: summarise(v) for k, v in kinds.items() if v}
@@ -323,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         help="pass lmbridge serve --spare-session or --no-spare-session (default: neither, the daemon's default: on)",
     )  # fmt: skip
     parser.add_argument("--spares", type=int, help="spare sessions kept per agent process ($LMBRIDGE_SPARE_SESSIONS; default: the daemon's)")
+    parser.add_argument("--before-spares", type=int, default=2, help="the spare sessions the --before-src daemon keeps per agent (default 2: main 3727e73)")
     parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "sessions.json")
     args = parser.parse_args(argv)
     # The agents must see no real account or sandbox flag of this machine: IS_SANDBOX (claude's
@@ -337,10 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = [] if args.spare_session is None else ["--spare-session" if args.spare_session else "--no-spare-session"]
     gaps = [float(g) for g in args.gaps.split(",")]
     load_before = os.getloadavg()  # a shared machine: other work moves every figure
-    from lmbridge.acp.process import SPARE_COUNT  # after $LMBRIDGE_SPARE_SESSIONS is set: the daemon's count
-
-    spares = 0 if args.spare_session is False else SPARE_COUNT
-    figures = anyio.run(main_async, args.agents.split(","), args.chats, args.runs, gaps, args.daemon_src, extra, spares, args.before_src)
+    spares = 0 if args.spare_session is False else None  # None: each agent's (spare_count)
+    figures = anyio.run(main_async, args.agents.split(","), args.chats, args.runs, gaps, args.daemon_src, extra, spares, args.before_src, args.before_spares)
     figures["_setup"] = {"chats": args.chats, "runs": args.runs, "gaps_s": gaps, "daemon_src": args.daemon_src, "before_src": args.before_src, "spare_session": args.spare_session,
                          "spares": args.spares, "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
                          "cpus": os.cpu_count()}  # fmt: skip
