@@ -265,9 +265,9 @@ async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, dae
 
 async def test_new_chats_back_to_back_each_take_a_spare_ready_before_they_were_sent(scripted: Any, daemon: Any, tmp_path: Path) -> None:
     """docs/sessions.md, "Pre-warming and the spare session": the daemon keeps two spares
-    per agent (its default); a spare taken while the other is still ready (or being opened)
-    is replaced once no prompt of the process is in flight, after the chat's answer, not
-    while that chat answers; and two new chats sent back to back each take a spare whose
+    for an agent with no number of its own (its default); a spare taken while the other is
+    still ready (or being opened) is replaced once the process is quiet, after the chat's
+    answer, not while that chat answers; and two new chats sent back to back each take a spare whose
     session/new was answered before the chat was sent. Every session/new after the first
     three waits at a gate the test opens only after the third chat, so no replacement can
     serve the chats measured here."""
