@@ -221,7 +221,7 @@ def _tools(schema: dict[str, Any]) -> dict[str, Any]:
     return {"tools": [{"name": "search_workspace", "description": "Search", "inputSchema": schema}], "toolMode": "auto"}
 
 
-#: Tests that count the sessions opened keep one spare (the default keeps ``SPARE_COUNT``).
+#: Tests that count the sessions opened keep one spare (by default each agent keeps its ``AgentProfile.spares``).
 ONE_SPARE = {"LMBRIDGE_SPARE_SESSIONS": "1"}
 
 
