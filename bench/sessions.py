@@ -5,7 +5,7 @@ Anthropic API (``tests/fakes/fake_anthropic.py``) and codex-acp against the fake
 API (``tests/fakes/fake_openai_responses.py``), on this machine.
 
 Usage: ``python -m bench.sessions [--agents claude,codex] [--chats N] [--runs R] [--gaps 0,1.5]
-[--spares N] [--[no-]spare-session] [--daemon-src DIR] [--before-src DIR] [--out PATH]``
+[--spares N] [--[no-]spare-session] [--daemon-src DIR] [--before-src DIR [--before-spares N]] [--out PATH]``
 
 - **direct**: one agent process started and ``initialize``d once; each new chat is a
   ``session/new`` and one ``session/prompt``. This is what Zed and VS Code's own ACP
@@ -16,12 +16,14 @@ Usage: ``python -m bench.sessions [--agents claude,codex] [--chats N] [--runs R]
   twice: cold (the first chat starts the agent) and pre-warmed (the previous run left the
   agent in the state folder's recently used list; ``initialize`` starts it, then the bench
   waits for its spare sessions, as the daemon's log says them ready: at most ``PREWARM_WAIT`` s). The daemon keeps its spare sessions
-  (its default; ``--spares N``: ``$LMBRIDGE_SPARE_SESSIONS``; ``--no-spare-session``: none).
+  (its default, the agent's ``AgentProfile.spares``: 4 for claude, 2 for codex; ``--spares N``:
+  ``$LMBRIDGE_SPARE_SESSIONS``; ``--no-spare-session``: none).
   Its state folder is a fresh temporary one per round (``$XDG_STATE_HOME``): nothing of the
   machine's ``~/.local/state/lmbridge`` is read.
 - **before** (``--before-src DIR``: another checkout's ``src``, a commit from before): the
   same two lmbridge runs from that code, right after this code's in each round, so an A/B
-  comparison sees the same load (rows ``before_cold``, ``before_prewarmed``).
+  comparison sees the same load (rows ``before_cold``, ``before_prewarmed``); its pre-warmed run
+  waits for ``--before-spares`` spares (default 2, what main 3727e73 keeps; at most this code's).
 
 For each agent and each gap, ``runs`` rounds of direct, lmbridge cold, lmbridge pre-warmed,
 one after the other (so both sides see the same load). Figures, each the median of the rounds:
