@@ -40,7 +40,7 @@ class AgentProfile:
     "Session not found": seen in its real-agent tests; the cause is not known).
     ``spares``: how many spare sessions a process of it keeps ready (``core.spares``; where
     ``keeps_spare``): claude-agent-acp 0.101.0 keeps 4, enough for a burst of new chats back
-    to back, each a Claude Code child of ~50–190 MiB (docs/performance.md, "A burst of new
+    to back, each a Claude Code child of about 165 MiB idle (docs/performance.md, "A burst of new
     chats"); any other agent 2.
 
     ``permission_content_is_prompt``: a permission's ``toolCall.content`` says what is asked
