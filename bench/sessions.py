@@ -5,7 +5,7 @@ Anthropic API (``tests/fakes/fake_anthropic.py``) and codex-acp against the fake
 API (``tests/fakes/fake_openai_responses.py``), on this machine.
 
 Usage: ``python -m bench.sessions [--agents claude,codex] [--chats N] [--runs R] [--gaps 0,1.5]
-[--spares N] [--[no-]spare-session] [--daemon-src DIR] [--before-src DIR] [--out PATH]``
+[--spares N] [--[no-]spare-session] [--daemon-src DIR] [--before-src DIR [--before-spares N]] [--out PATH]``
 
 - **direct**: one agent process started and ``initialize``d once; each new chat is a
   ``session/new`` and one ``session/prompt``. This is what Zed and VS Code's own ACP
@@ -16,12 +16,14 @@ Usage: ``python -m bench.sessions [--agents claude,codex] [--chats N] [--runs R]
   twice: cold (the first chat starts the agent) and pre-warmed (the previous run left the
   agent in the state folder's recently used list; ``initialize`` starts it, then the bench
   waits for its spare sessions, as the daemon's log says them ready: at most ``PREWARM_WAIT`` s). The daemon keeps its spare sessions
-  (its default; ``--spares N``: ``$LMBRIDGE_SPARE_SESSIONS``; ``--no-spare-session``: none).
+  (its default, the agent's ``AgentProfile.spares``: 4 for claude, 2 for codex; ``--spares N``:
+  ``$LMBRIDGE_SPARE_SESSIONS``; ``--no-spare-session``: none).
   Its state folder is a fresh temporary one per round (``$XDG_STATE_HOME``): nothing of the
   machine's ``~/.local/state/lmbridge`` is read.
 - **before** (``--before-src DIR``: another checkout's ``src``, a commit from before): the
   same two lmbridge runs from that code, right after this code's in each round, so an A/B
-  comparison sees the same load (rows ``before_cold``, ``before_prewarmed``).
+  comparison sees the same load (rows ``before_cold``, ``before_prewarmed``); its pre-warmed run
+  waits for ``--before-spares`` spares (default 2, what main 3727e73 keeps; at most this code's).
 
 For each agent and each gap, ``runs`` rounds of direct, lmbridge cold, lmbridge pre-warmed,
 one after the other (so both sides see the same load). Figures, each the median of the rounds:
@@ -247,13 +249,27 @@ def gap_name(gap: float) -> str:
     return "back_to_back" if gap == 0 else f"spaced_{gap:g}s"
 
 
-async def main_async(names: Sequence[str], chats: int, runs: int, gaps: Sequence[float], daemon_src: str | None, extra: Sequence[str], spares: int, before_src: str | None = None) -> dict[str, Any]:
+def spare_count(name: str) -> int:
+    """The spare sessions this code's daemon keeps for agent ``name`` (claude, codex):
+    ``$LMBRIDGE_SPARE_SESSIONS``, else the agent's profile's (``AgentProfile.spares``)."""
+    from lmbridge.acp.process import SPARE_COUNT  # after $LMBRIDGE_SPARE_SESSIONS is set
+    from lmbridge.core import profiles
+
+    profile: profiles.AgentProfile = {"claude": profiles.CLAUDE, "codex": profiles.CODEX}[name]
+    return SPARE_COUNT or profile.spares
+
+
+async def main_async(names: Sequence[str], chats: int, runs: int, gaps: Sequence[float], daemon_src: str | None, extra: Sequence[str], spares: int | None,
+                     before_src: str | None = None, before_spares: int = 2) -> dict[str, Any]:  # fmt: skip
     """Every agent, every gap, ``runs`` times: the direct client, then lmbridge cold, then
     pre-warmed (then the same from ``before_src``, if given), one after the other in each
-    round, so each side sees the same load."""
+    round, so each side sees the same load. ``spares``: the spare sessions the pre-warmed
+    daemon keeps (None: ``spare_count``; 0: none); ``before_spares``: the code before's."""
     out: dict[str, Any] = {}
     for name in names:
         agent = agents()[name]
+        keep = spare_count(name) if spares is None else spares
+        keep_before = min(keep, before_spares) if spares is None else spares
         rows = ["direct", "lmbridge_cold", "lmbridge_prewarmed"] + (["before_cold", "before_prewarmed"] if before_src else [])
         results = {gap: {k: [] for k in rows} for gap in gaps}  # type: dict[float, dict[str, list[dict[str, Any]]]]
         with agent.fake() as fake:
@@ -265,13 +281,13 @@ async def main_async(names: Sequence[str], chats: int, runs: int, gaps: Sequence
                         state = base / "state"  # the daemon's private state folder (XDG_STATE_HOME): nothing of the machine's
                         state.mkdir()
                         home = base / "bridged" / "home"
-                        results[gap]["lmbridge_cold"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=False, spares=spares))
-                        results[gap]["lmbridge_prewarmed"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=True, spares=spares))
+                        results[gap]["lmbridge_cold"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=False, spares=keep))
+                        results[gap]["lmbridge_prewarmed"].append(await bridged(agent, fake.url, home, state, chats, gap, daemon_src, extra, prewarmed=True, spares=keep))
                         if before_src:  # the code from before, under the same load: a private state folder too
                             state, home = base / "before-state", base / "before" / "home"
                             state.mkdir()
-                            results[gap]["before_cold"].append(await bridged(agent, fake.url, home, state, chats, gap, before_src, extra, prewarmed=False, spares=spares))
-                            results[gap]["before_prewarmed"].append(await bridged(agent, fake.url, home, state, chats, gap, before_src, extra, prewarmed=True, spares=spares))
+                            results[gap]["before_cold"].append(await bridged(agent, fake.url, home, state, chats, gap, before_src, extra, prewarmed=False, spares=keep_before))
+                            results[gap]["before_prewarmed"].append(await bridged(agent, fake.url, home, state, chats, gap, before_src, extra, prewarmed=True, spares=keep_before))
         out[name] = {"version": agent.version}
         for gap, kinds in results.items():
             figures = {k: summarise(v) for k, v in kinds.items() if v}
@@ -323,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         help="pass lmbridge serve --spare-session or --no-spare-session (default: neither, the daemon's default: on)",
     )  # fmt: skip
     parser.add_argument("--spares", type=int, help="spare sessions kept per agent process ($LMBRIDGE_SPARE_SESSIONS; default: the daemon's)")
+    parser.add_argument("--before-spares", type=int, default=2, help="the spare sessions the --before-src daemon keeps per agent (default 2: main 3727e73)")
     parser.add_argument("--out", type=Path, default=ROOT / ".bench" / "sessions.json")
     args = parser.parse_args(argv)
     # The agents must see no real account or sandbox flag of this machine: IS_SANDBOX (claude's
@@ -337,10 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = [] if args.spare_session is None else ["--spare-session" if args.spare_session else "--no-spare-session"]
     gaps = [float(g) for g in args.gaps.split(",")]
     load_before = os.getloadavg()  # a shared machine: other work moves every figure
-    from lmbridge.acp.process import SPARE_COUNT  # after $LMBRIDGE_SPARE_SESSIONS is set: the daemon's count
-
-    spares = 0 if args.spare_session is False else SPARE_COUNT
-    figures = anyio.run(main_async, args.agents.split(","), args.chats, args.runs, gaps, args.daemon_src, extra, spares, args.before_src)
+    spares = 0 if args.spare_session is False else None  # None: each agent's (spare_count)
+    figures = anyio.run(main_async, args.agents.split(","), args.chats, args.runs, gaps, args.daemon_src, extra, spares, args.before_src, args.before_spares)
     figures["_setup"] = {"chats": args.chats, "runs": args.runs, "gaps_s": gaps, "daemon_src": args.daemon_src, "before_src": args.before_src, "spare_session": args.spare_session,
                          "spares": args.spares, "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
                          "cpus": os.cpu_count()}  # fmt: skip

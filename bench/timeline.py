@@ -63,8 +63,6 @@ async def direct(agent: bench.Agent, fake: Any, home: Path, chats: int, gap: flo
 
 
 async def bridged(agent: bench.Agent, fake: Any, home: Path, state: Path, chats: int, gap: float) -> list[dict[str, Any]]:
-    from lmbridge.acp.process import SPARE_COUNT  # after the environment is set: the daemon's count
-
     node, *entry = agent.command
     spec = {"id": agent.id, "name": agent.id, "command": node, "args": entry, "env": agent.env(home, fake.url)}
     env = {**os.environ, "LMBRIDGE_LOG_LEVEL": "info", "XDG_STATE_HOME": str(state)}
@@ -79,7 +77,7 @@ async def bridged(agent: bench.Agent, fake: Any, home: Path, state: Path, chats:
                     await client.chat(agent.id, [user("first")], timeout=120)
                     continue
                 with anyio.move_on_after(bench.PREWARM_WAIT):
-                    while log.read_text(errors="replace")[logged:].count("spare session ready") < SPARE_COUNT:
+                    while log.read_text(errors="replace")[logged:].count("spare session ready") < bench.spare_count(agent.id):
                         await anyio.sleep(0.1)
                 await anyio.sleep(1.0)
                 for i in range(chats):

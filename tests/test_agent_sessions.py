@@ -221,7 +221,7 @@ def _tools(schema: dict[str, Any]) -> dict[str, Any]:
     return {"tools": [{"name": "search_workspace", "description": "Search", "inputSchema": schema}], "toolMode": "auto"}
 
 
-#: Tests that count the sessions opened keep one spare (the default keeps ``SPARE_COUNT``).
+#: Tests that count the sessions opened keep one spare (by default each agent keeps its ``AgentProfile.spares``).
 ONE_SPARE = {"LMBRIDGE_SPARE_SESSIONS": "1"}
 
 
@@ -265,9 +265,9 @@ async def test_a_spare_session_is_ready_for_the_next_new_chat(scripted: Any, dae
 
 async def test_new_chats_back_to_back_each_take_a_spare_ready_before_they_were_sent(scripted: Any, daemon: Any, tmp_path: Path) -> None:
     """docs/sessions.md, "Pre-warming and the spare session": the daemon keeps two spares
-    per agent (its default); a spare taken while the other is still ready (or being opened)
-    is replaced once no prompt of the process is in flight, after the chat's answer, not
-    while that chat answers; and two new chats sent back to back each take a spare whose
+    for an agent with no number of its own (its default); a spare taken while the other is
+    still ready (or being opened) is replaced once the process is quiet, after the chat's
+    answer, not while that chat answers; and two new chats sent back to back each take a spare whose
     session/new was answered before the chat was sent. Every session/new after the first
     three waits at a gate the test opens only after the third chat, so no replacement can
     serve the chats measured here."""
@@ -315,6 +315,43 @@ async def test_new_chats_back_to_back_each_take_a_spare_ready_before_they_were_s
     assert replacements[0] > answered[1] and replacements[1] > answered[2]
     assert len(agent.events("session_new_gated")) >= 2  # the replacements for chats 2 and 3 waited
     assert [text_of(a) for a in answers] == ["second", "third"]
+
+
+async def test_a_burst_of_new_chats_takes_the_spares_left_and_none_is_opened_beside_it(scripted: Any, daemon: Any, tmp_path: Path) -> None:
+    """docs/sessions.md, "When they are opened" (``core.spares.to_open``): with four spares
+    kept (claude-agent-acp's number), chats sent back to back take the ones left, and no
+    session/new reaches the agent while they answer or between them: the spares taken are
+    replaced once the process is quiet (``$LMBRIDGE_SPARE_QUIET``, 3 s here, far more than a
+    client takes to send the next chat), the last one left at once. Every session/new after
+    the first five waits at a gate, opened only at the end."""
+    gate = tmp_path / "new-gate"
+    turns = [[{"text": f"chat {i}"}] for i in range(1, 6)]
+    agent = scripted({"initialize": CAPS["resume"], "new_gate": {"after": 5, "path": str(gate)}, "turns": turns})
+    env = {"LMBRIDGE_SPARE_SESSIONS": "4", "LMBRIDGE_SPARE_QUIET": "3"}
+    with anyio.fail_after(LIMIT * 2):
+        async with daemon([agent], args=["--spare-session"], env=env) as c:
+            ok(await c.chat(agent.id, [user("chat 1")]))  # its own session/new, then two spares at once
+            first_answered = agent.events("prompt_answered")[0]["t"]
+            await eventually(lambda: len(agent.events("session_new")) == 5, what="four spares ready")
+            answers = [await c.chat(agent.id, [user(f"chat {i}")]) for i in (2, 3, 4)]  # back to back
+            burst_sent = agent.frames("session/prompt")[1]["t"]
+            burst_answered = agent.events("prompt_answered")[3]["t"]
+            quiet = len(agent.frames("session/new"))
+            ok(await c.chat(agent.id, [user("chat 5")]))  # takes the last: the next ones asked for at once
+            await eventually(lambda: len(agent.events("session_new_gated")) >= 2, what="the spares asked for once none was left")
+            gate.touch()
+            await eventually(lambda: len(agent.events("session_new")) == 9, what="four spares again")
+    news = agent.frames("session/new")
+    prompts = [p["sessionId"] for p in agent.prompts()]
+    opened = {e["sessionId"]: e["t"] for e in agent.events("session_new")}
+    assert [text_of(a) for a in answers] == ["chat 2", "chat 3", "chat 4"] and len(set(prompts)) == 5
+    # Two spares at once after the first chat's session/new, the other two once it was quiet.
+    assert len([f for f in news[1:5] if f["t"] < first_answered]) >= 1
+    assert len([f for f in news[1:5] if f["t"] > first_answered + 2.5]) == 2
+    # Chats 2-5 each took a spare opened before chat 2 was sent; nothing was opened from the
+    # burst's first prompt to its last answer, nor while chat 5 took the last spare's place.
+    assert all(opened[sid] < burst_sent for sid in prompts[1:])
+    assert quiet == 5 and not [f for f in news if burst_sent <= f["t"] <= burst_answered]
 
 
 async def test_a_chat_that_takes_the_spare_gets_the_older_modes(scripted: Any, daemon: Any) -> None:

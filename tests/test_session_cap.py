@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from test_daemon import LIMIT, eventually, ok
 from test_lifecycle import CHAT
 
-from lmbridge.acp.process import SPARE_COUNT
 from lmbridge.core.cap import CLOSABLE, Close, Room, Use, admit, busy_message, is_waiting_notice, use, waiting_notice
 from lmbridge.core.history import Last, Session
+from lmbridge.core.profiles import OTHER
 from lmbridge.devtools.client import approve, assistant, text_of, tool_calls, user
 
 # ---------------------------------------------------------------- the pure decision
@@ -158,8 +158,8 @@ async def test_a_new_chat_waits_while_a_card_is_shown_and_takes_the_session_once
             ok(a, "tool_calls")
             opened = len(agent.events("session_new"))  # A's, and the spares where on
             if spare:
-                await eventually(lambda: len(agent.events("session_new")) == 1 + SPARE_COUNT, what="the spare sessions")
-                opened = 1 + SPARE_COUNT
+                await eventually(lambda: len(agent.events("session_new")) == 1 + OTHER.spares, what="the spare sessions")
+                opened = 1 + OTHER.spares
             b1 = await c.start(CHAT, request(agent, "chat B1"))
             await eventually(lambda: waiting_line(b1), what="chat B1 told it waits")
             await c.cancel(b1)

@@ -27,8 +27,9 @@ within ``SESSION_TIMEOUT``. A stuck process is stopped: its chats get ``AgentGon
 with the agent's name and the request it missed; the next chat starts a new process
 (docs/sessions.md, "A stuck agent process").
 
-With ``spares`` on, each running process keeps ``spare_count`` spare ACP sessions ready
-(``SPARE_COUNT``), so new chats, back to back too, do not wait for ``session/new``. Each is
+With ``spares`` on, each running process keeps spare ACP sessions ready (its agent's
+``AgentProfile.spares``, or ``SPARE_COUNT`` for every agent), so new chats, back to back too,
+do not wait for ``session/new``. Each is
 opened with its own VS Code tools endpoint, which serves from the start the tools the last
 new chat offered (agents list them once, at session start) and runs none until a chat
 adopts it; with none offered it has no endpoint, as a session opened for a chat offering
@@ -36,11 +37,12 @@ none (so the MCP SDK is not loaded for it: docs/performance.md, "Start-up and id
 chat offering the same tools (``mcp_bridge.same_tools``) adopts one, one offering others
 gets a fresh session and the spares are closed; so is a spare given other workspace
 folders (``additionalDirectories``) than a session opened now would get (the folders
-changed since). One taken while another is left (ready or being opened) is replaced once
-no prompt of the process is in flight (after that chat's answer: its Claude Code child does
-not start beside the answer); the last one taken, or a chat that finds none and has opened
-its own, has the next ones opened at once (docs/sessions.md, "Pre-warming and the spare
-session").
+changed since). When they are opened is ``core.spares.to_open``'s rule: one taken while
+others are left (ready or being opened) is replaced once the process is quiet (no prompt in
+flight and no spare taken for ``core.spares.QUIET`` s: a burst of chats back to back takes
+the ones left, and no Claude Code child starts beside their answers); the last one taken,
+or a chat that finds none and has opened its own, has the next ones opened at once
+(docs/sessions.md, "Pre-warming and the spare session").
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from lmbridge.acp.connection import BAD_ID_ERROR, AgentConnection, AgentUnavaila
 from lmbridge.acp.interfaces import AgentFeatures, AgentGone, Mailbox, Spare
 from lmbridge.acp.session import new_session, start_in_mode
 from lmbridge.acp.terminals import TerminalHost
-from lmbridge.core import auth, elicitation, errors, paths, permissions, subagents
+from lmbridge.core import auth, elicitation, errors, paths, permissions, spares, subagents
 from lmbridge.core.json_values import json_object
 from lmbridge.core.messages import AgentSpec
 from lmbridge.core.session_state import state_kind
@@ -98,10 +100,15 @@ def _seconds(name: str, default: float) -> float:
     return float(os.environ.get(name) or default)
 
 
-#: Spare sessions kept ready per running process where spares are on (``$LMBRIDGE_SPARE_SESSIONS``,
-#: at least 1): chosen by ``make bench-sessions`` (docs/sessions.md, "Measured").
-SPARE_COUNT = max(1, int(_seconds("LMBRIDGE_SPARE_SESSIONS", 2)))
+#: Spare sessions kept ready per running process of any agent where spares are on
+#: (``$LMBRIDGE_SPARE_SESSIONS``, at least 1); None (unset): each agent's own
+#: (``AgentProfile.spares``, chosen by ``make bench-sessions``: docs/sessions.md, "Measured").
+SPARE_COUNT: int | None = max(1, int(os.environ["LMBRIDGE_SPARE_SESSIONS"])) if os.environ.get("LMBRIDGE_SPARE_SESSIONS") else None
 
+
+#: Seconds with no prompt in flight and no spare taken after which a process is quiet and its
+#: spares taken are replaced (``core.spares.QUIET``; ``$LMBRIDGE_SPARE_QUIET``, for tests).
+SPARE_QUIET = _seconds("LMBRIDGE_SPARE_QUIET", spares.QUIET)
 
 #: Seconds a new process may take to answer ``initialize`` (its spawn included): the first
 #: start of an ``npx`` agent downloads it first. The chat shows progress meanwhile.
@@ -181,7 +188,8 @@ class AgentProcess:
         # Each spare being opened: the tools it offers and the additionalDirectories it is given.
         self._preparing: list[tuple[list[ToolInfo], tuple[str, ...]]] = []
         self._spare_done = anyio.Event()  # set (and replaced) each time a spare being opened is ready (or failed)
-        self._replace_later = False  # a spare was taken while another was left: replaced once no prompt is in flight
+        self._replace_later = False  # a spare was taken while others were left: replaced once the process is quiet
+        self._busy = 0  # counts prompts sent and spares taken: the quiet wait (core.spares.QUIET) restarts at each
         self.spare_tools: list[ToolInfo] = []  # the tools the last new chat offered: the next spare's
         self.stale = False  # said it needs a login: restarted once nobody uses it (retire)
         self.auth_status: auth.Status | None = None  # what its last _auth/status_update said
@@ -294,6 +302,7 @@ class AgentProcess:
     def expect(self, rid: int, mailbox: Mailbox) -> None:
         """Route the answer to request ``rid`` (sent with ``send_request``) to ``mailbox``."""
         self.responses[rid] = mailbox
+        self._busy += 1
 
     def detach(self, mailbox: Mailbox, session_ids: tuple[str, ...] = ()) -> None:
         """``mailbox`` no longer uses the process; its sessions' frames go nowhere from now
@@ -331,8 +340,8 @@ class AgentProcess:
         session start) and the workspace folders a session opened now gets (``additional``:
         a spare opened before the folders changed has others). Ready spares that differ are
         closed and None returned (the chat opens a fresh session). ``tools`` are kept for the
-        next spares; the one taken is replaced (``want_spare``) once no prompt of the process is
-        in flight while another is left for the next chat, else at once."""
+        next spares; the one taken is replaced (``want_spare``) once the process is quiet while
+        others are left for the next chats, else at once (``core.spares.to_open``)."""
         self.spare_tools = list(tools)
         additional = self.additional()
         while True:
@@ -344,28 +353,45 @@ class AgentProcess:
                     self._close_spare(spare)
             if self.spares:
                 spare = self.spares.pop(0)
-                if self.spares or self._preparing:  # the next chat has one: replaced once no answer runs
-                    self._replace_later = True
-                else:
-                    self.want_spare()
+                self._busy += 1  # a chat is here: not quiet
+                self.want_spare()  # at once if it was the last; the others once the process is quiet
                 return spare
             if not any(same_tools(t, self.spare_tools) and a == additional for t, a in self._preparing):
                 return None  # the chat opens its own session, then asks for the spares (acp.session)
             await self._spare_done.wait()
 
-    def want_spare(self) -> None:
-        """Open spare sessions in the background until ``pool.spare_count`` are ready or being
-        opened, if spares are on and the agent's profile allows them (``AgentProfile.keeps_spare``);
-        they offer the tools the last new chat offered (``spare_tools``) and get the workspace
-        folders of the moment (``additional``)."""
-        self._replace_later = False
-        while (
-            self.pool.spares and self.running and self.caps.profile.keeps_spare and self.pool.open
-            and len(self.spares) + len(self._preparing) < self.pool.spare_count
-        ):  # fmt: skip
+    @property
+    def spare_count(self) -> int:
+        """The spare sessions this process keeps: ``pool.spare_count`` where set, else its agent's."""
+        return self.pool.spare_count or self.caps.profile.spares
+
+    def want_spare(self, quiet: bool = False) -> None:
+        """Open spare sessions in the background as ``core.spares.to_open`` says (``quiet``: the
+        process is, or no chat is there yet), if spares are on and the agent's profile allows them
+        (``AgentProfile.keeps_spare``); they offer the tools the last new chat offered
+        (``spare_tools``) and get the workspace folders of the moment (``additional``). Fewer
+        than ``spare_count`` left afterwards: the rest once the process is quiet."""
+        if not (self.pool.spares and self.running and self.caps.profile.keeps_spare and self.pool.open):
+            return
+        for _ in range(spares.to_open(self.spare_count, len(self.spares), len(self._preparing), quiet)):
             opening = (list(self.spare_tools), self.additional())
             self._preparing.append(opening)
             self.pool.start_soon(self._prepare_spare, opening)
+        self._replace_later = len(self.spares) + len(self._preparing) < self.spare_count
+        if self._replace_later and not self.responses:  # nothing will answer: wait for quiet from now
+            self._when_quiet()
+
+    def _when_quiet(self) -> None:
+        """Open the spares still wanted once ``SPARE_QUIET`` s pass with no prompt sent or
+        answered and no spare taken (a later answer starts the wait again)."""
+        busy = self._busy
+
+        async def wait() -> None:
+            await anyio.sleep(SPARE_QUIET)
+            if self._replace_later and busy == self._busy and not self.responses:
+                self.want_spare(quiet=True)
+
+        self.pool.start_soon(wait)
 
     async def _prepare_spare(self, opening: tuple[list[ToolInfo], tuple[str, ...]]) -> None:
         tools, additional = opening
@@ -443,8 +469,9 @@ class AgentProcess:
             box = self.responses.pop(item.id, None)
             if box is not None:
                 box.send_nowait(item)
-                if self._replace_later and not self.responses:  # no answer runs now: open what was taken
-                    self.want_spare()
+                if self._replace_later and not self.responses:  # no answer runs now: replaced if it stays so
+                    self._busy += 1
+                    self._when_quiet()
             return
         params = json_object(item.params)
         sid = params.get("sessionId")
@@ -576,7 +603,7 @@ class AgentPool:
         self.launcher = launcher or AgentConnection.spawn
         self.recorder = recorder
         self.spares = spares  # keep spare ACP sessions per running process
-        self.spare_count = SPARE_COUNT  # how many (AgentProcess.want_spare)
+        self.spare_count = SPARE_COUNT  # how many for every agent; None: each agent's (AgentProcess.spare_count)
         self.mcp_host = mcp_host  # async () -> mcp_bridge.McpHost (the spare sessions' tools endpoints)
         self.spares_made = 0
         self.start_timeout = START_TIMEOUT  # seconds a new process may take to answer initialize

@@ -38,6 +38,10 @@ class AgentProfile:
     not: with a spare open beside a chat's session, that session could not be taken up again
     after an eviction or a daemon restart (``session/resume`` and ``session/load`` answered
     "Session not found": seen in its real-agent tests; the cause is not known).
+    ``spares``: how many spare sessions a process of it keeps ready (``core.spares``; where
+    ``keeps_spare``): claude-agent-acp 0.101.0 keeps 4, enough for a burst of new chats back
+    to back, each a Claude Code child of about 165 MiB idle (docs/performance.md, "A burst of new
+    chats"); any other agent 2.
 
     ``permission_content_is_prompt``: a permission's ``toolCall.content`` says what is asked
     (codex-acp 2.6.0: the network access, or the added permissions, a command asks for; the
@@ -81,6 +85,7 @@ class AgentProfile:
     tool_naming: ToolNaming = ToolNaming.NONE
     shared_mcp_registry: bool = False
     keeps_spare: bool = True
+    spares: int = 2
     permission_content_is_prompt: bool = False
     cancel_breaks_history: bool = False
     cancel_leaves_commands: bool = False
@@ -97,7 +102,7 @@ class AgentProfile:
 CLAUDE_ASK_EVERY_COMMAND: Mapping[str, Any] = {"claudeCode": {"options": {"settings": {"permissions": {"ask": ["Bash"]}}}}}
 CLAUDE = AgentProfile(
     "claude", ToolNaming.CLAUDE_META, asking_mode="default", self_approving=frozenset({"acceptEdits", "auto", "bypassPermissions"}),
-    session_meta=CLAUDE_ASK_EVERY_COMMAND,
+    session_meta=CLAUDE_ASK_EVERY_COMMAND, spares=4,
 )  # fmt: skip
 GEMINI = AgentProfile("gemini", ToolNaming.FUNCTION_CALL_ID, asking_mode="default", self_approving=frozenset({"autoEdit", "yolo"}))
 # codex-acp 2.6.0 names an MCP tool only in the tool_call before its permission (rawInput
