@@ -44,6 +44,10 @@ describe('readSettings and launchSpec', () => {
 			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '2', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '120' } }],
 		['no pre-warming, no spare session', { prewarm: false, spareSession: false },
 			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '0', LMBRIDGE_SPARE_SESSION: '0', LMBRIDGE_SESSION_WAIT: '120' } }],
+		['a number of spare sessions', { spareSessions: 2 },
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SPARE_SESSIONS: '2', LMBRIDGE_SESSION_WAIT: '120' } }],
+		['a number of spare sessions the daemon would refuse: each agent\'s own', { spareSessions: 0 },
+			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '120' } }],
 		['a session wait', { sessionWait: 30 },
 			{ command: 'lmbridge', args: ['serve'], env: { LMBRIDGE_LOG_LEVEL: 'info', LMBRIDGE_MAX_AGENT_PROCESSES: '4', LMBRIDGE_PREWARM: '1', LMBRIDGE_SPARE_SESSION: '1', LMBRIDGE_SESSION_WAIT: '30' } }],
 		['no wait: the busy error at once', { sessionWait: 0 },
@@ -219,7 +223,7 @@ describe('package.json contributions', () => {
 		assert.deepEqual(contributed, Object.values(COMMANDS).sort());
 		assert.deepEqual(Object.keys(manifest.contributes.configuration.properties).sort(), [
 			'lmbridge.agents', 'lmbridge.daemon.args', 'lmbridge.daemon.command', 'lmbridge.daemon.env',
-			'lmbridge.logLevel', 'lmbridge.maxAgentProcesses', 'lmbridge.prewarm', 'lmbridge.pythonPath', 'lmbridge.registry.url', 'lmbridge.sessionWait', 'lmbridge.spareSession', 'lmbridge.thinking', 'lmbridge.userTurns',
+			'lmbridge.logLevel', 'lmbridge.maxAgentProcesses', 'lmbridge.prewarm', 'lmbridge.pythonPath', 'lmbridge.registry.url', 'lmbridge.sessionWait', 'lmbridge.spareSession', 'lmbridge.spareSessions', 'lmbridge.thinking', 'lmbridge.userTurns',
 		]);
 	});
 });

@@ -30,6 +30,8 @@ export interface Settings {
 	prewarm: boolean;
 	/** Keep one ACP session ready per running agent (the daemon's $LMBRIDGE_SPARE_SESSION). */
 	spareSession: boolean;
+	/** Spare sessions kept per running agent (the daemon's $LMBRIDGE_SPARE_SESSIONS); undefined: each agent's own. */
+	spareSessions: number | undefined;
 	/** Seconds a new chat over the session cap waits for a free session (the daemon's $LMBRIDGE_SESSION_WAIT). */
 	sessionWait: number;
 	/** The ACP registry feed's URL (a machine setting: it chooses what can be installed); empty: no registry. */
@@ -45,7 +47,7 @@ export interface Settings {
 export const MACHINE_SETTINGS = ['agents', 'daemon.command', 'daemon.args', 'daemon.env', 'pythonPath', 'registry.url'] as const;
 
 /** Settings whose change requires a fresh daemon (it reads them at start-up). */
-export const DAEMON_SETTINGS = ['agents', 'daemon', 'pythonPath', 'logLevel', 'userTurns', 'maxAgentProcesses', 'prewarm', 'spareSession', 'sessionWait'].map(k => `${SECTION}.${k}`);
+export const DAEMON_SETTINGS = ['agents', 'daemon', 'pythonPath', 'logLevel', 'userTurns', 'maxAgentProcesses', 'prewarm', 'spareSession', 'spareSessions', 'sessionWait'].map(k => `${SECTION}.${k}`);
 
 export const DEFAULTS = {
 	daemonCommand: 'lmbridge',
@@ -201,6 +203,7 @@ export function readSettings(config: ConfigLike): Settings {
 		maxAgentProcesses: positiveInteger(config.get('maxAgentProcesses')) ?? DEFAULTS.maxAgentProcesses,
 		prewarm: typeof config.get('prewarm') === 'boolean' ? config.get<boolean>('prewarm')! : DEFAULTS.prewarm,
 		spareSession: typeof config.get('spareSession') === 'boolean' ? config.get<boolean>('spareSession')! : DEFAULTS.spareSession,
+		spareSessions: positiveInteger(config.get('spareSessions')),
 		sessionWait: seconds(config.get('sessionWait')) ?? DEFAULTS.sessionWait,
 		registryUrl: registryUrl(machineValue(config, 'registry.url')),
 	};
@@ -226,7 +229,8 @@ function positiveInteger(value: unknown): number | undefined {
  * else `<daemon.command> <args>` (default `lmbridge serve`, found on PATH).
  * The log level reaches the daemon as LMBRIDGE_LOG_LEVEL, the session cap as
  * LMBRIDGE_MAX_AGENT_PROCESSES, pre-warming as LMBRIDGE_PREWARM, the spare session as
- * LMBRIDGE_SPARE_SESSION ("1" or "0"), the wait for a free session as LMBRIDGE_SESSION_WAIT.
+ * LMBRIDGE_SPARE_SESSION ("1" or "0") and, where set, how many as LMBRIDGE_SPARE_SESSIONS, the wait
+ * for a free session as LMBRIDGE_SESSION_WAIT.
  */
 export function launchSpec(settings: Settings, cwd?: string): LaunchSpec {
 	const env = {
@@ -235,6 +239,7 @@ export function launchSpec(settings: Settings, cwd?: string): LaunchSpec {
 		LMBRIDGE_MAX_AGENT_PROCESSES: String(settings.maxAgentProcesses),
 		LMBRIDGE_PREWARM: settings.prewarm ? '1' : '0',
 		LMBRIDGE_SPARE_SESSION: settings.spareSession ? '1' : '0',
+		...(settings.spareSessions ? { LMBRIDGE_SPARE_SESSIONS: String(settings.spareSessions) } : {}),
 		LMBRIDGE_SESSION_WAIT: String(settings.sessionWait),
 	};
 	if (settings.pythonPath) {
