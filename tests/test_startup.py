@@ -19,13 +19,14 @@ HEAVY = ("acp", "mcp", "mcp_types", "jsonrpcserver", "jsonschema", "prompt_toolk
 
 #: lmbridge's modules loaded when the ``initialize`` answer is written (an agent given by a
 #: preset's id, as VS Code's settings name them): the CLI, the composition root and what it
-#: wires, the shim link, the wire models, the agents' catalog and the log. Not the session
-#: cap, the history and turn rules, the permissions, the agents' terminals, the ACP
-#: registry, the services made with the history actor (``daemon.services``): each loads
-#: after the answer.
+#: wires, the shim link, the set-up's wire models (``core.link``), the agents' catalog and the
+#: log. Not the chat's wire models (``core.messages``), the agents' own models, profiles and
+#: sign-in rules (``core.agent_models``, ``core.profiles``, ``core.auth``), the session cap,
+#: the history and turn rules, the permissions, the agents' terminals, the ACP registry, the
+#: services made with the history actor (``daemon.services``): each loads after the answer.
 LMBRIDGE = {
     "lmbridge", "lmbridge.cli", "lmbridge.log",
-    "lmbridge.core", "lmbridge.core.agent_models", "lmbridge.core.auth", "lmbridge.core.errors", "lmbridge.core.messages", "lmbridge.core.profiles", "lmbridge.core.text",
+    "lmbridge.core", "lmbridge.core.errors", "lmbridge.core.link", "lmbridge.core.text",
     "lmbridge.daemon", "lmbridge.daemon.catalog", "lmbridge.daemon.methods", "lmbridge.daemon.root", "lmbridge.daemon.router",
     "lmbridge.daemon.session_index", "lmbridge.daemon.stdio",
     "lmbridge.rpc", "lmbridge.rpc.channel", "lmbridge.rpc.framing", "lmbridge.rpc.jsonrpc", "lmbridge.rpc.peer",
