@@ -17,8 +17,9 @@ and the sign-in hint; any field the entry gives wins over the preset's. An entry
 that is a preset's agent all the same (an ACP registry entry: ``preset_for``) gets its hint too.
 
 ``initialize`` needs this module; the rules only the model list and agents' starts need
-(``core.session_state``, ``core.modes``, ``core.permissions``, ``core.registry``) are
-imported where they are used, after it is answered (docs/performance.md, "Start-up and idle").
+(``core.session_state``, ``core.modes``, ``core.permissions``, ``core.registry``,
+``core.agent_models``, ``core.profiles``, ``core.auth``) are imported where they are used,
+after it is answered (docs/performance.md, "Start-up and idle").
 """
 
 from __future__ import annotations
@@ -295,8 +296,9 @@ def model_info(
     ``options``: its configOptions as last learnt, whose modes and other select options
     become the model's ``configurationSchema`` (session_state; the mode's default is the
     mode a new session starts in: ``core.modes.start_mode`` of ``profile``, the agent's
-    profile as last seen; None: ``profiles.OTHER``, an agent not seen yet). ``configuration``: VS Code's model configuration last received for
-    this model (its mode, when the agent offers it, is the one new chats start in). The
+    profile as last seen; None: ``profiles.OTHER``, an agent not seen yet). ``configuration``:
+    VS Code's model configuration last received for this model (its mode, when the agent
+    offers it, is the one new chats start in). The
     tooltip names that mode and who approves in it (``core.modes.approval_note``).
     ``context``: the context window (tokens) the agent's ``usage_update`` gave for this
     model, its ``maxInputTokens`` (else ``MAX_INPUT_TOKENS``)."""
