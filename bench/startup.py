@@ -15,7 +15,9 @@ compiled at every start, as on a machine that sets it):
    used before, and pre-warmed (the state folder says ``bench/synth_agent.py`` was used
    last, so the daemon starts it and its spare session right after ``initialize``).
 
-4. the interpreter's floor, alternated with the starts: ``Popen`` → exit of ``python -c pass``
+4. the main thread's CPU time from ``exec`` to the answer's write (``MARKED`` says it):
+   what lmbridge costs, far less moved by the machine's load than the wall time of 1.
+5. the interpreter's floor, alternated with the starts: ``Popen`` → exit of ``python -c pass``
    (``PASS``) and of a program that loads what any daemon built on the same libraries must
    before it can answer (``FLOOR``: anyio's event loop run, one pydantic model validated).
 
@@ -49,11 +51,12 @@ def _env(src: Path | None, state: str) -> dict[str, str]:
     return env
 
 
-#: ``lmbridge serve``, with ``ANSWERED`` written on stderr just before the first write to
-#: stdout (the ``initialize`` answer): what ``-X importtime`` lists before it was loaded first.
+#: ``lmbridge serve``, with ``ANSWERED`` and the main thread's CPU time so far (ms) written on
+#: stderr just before the first write to stdout (the ``initialize`` answer): what ``-X
+#: importtime`` lists before it was loaded first, and what it cost.
 ANSWERED = "lmbridge-bench: answer written"
 MARKED = f"""
-import sys
+import sys, time
 from lmbridge import cli
 from lmbridge.daemon import root
 
@@ -64,7 +67,7 @@ async def marked():
     write = out.write
 
     def first(data):
-        sys.stderr.write({ANSWERED!r} + "\\n")
+        sys.stderr.write({ANSWERED!r} + " %.1f\\n" % (time.thread_time() * 1000))
         sys.stderr.flush()
         out.write = write
         write(data)
@@ -131,6 +134,18 @@ def start_ms(src: Path | None) -> float:
     return elapsed
 
 
+def cpu_ms(src: Path | None) -> float:
+    """The main thread's CPU time, ``exec`` → the ``initialize`` answer's write (``MARKED``)."""
+    with tempfile.TemporaryDirectory() as state:
+        proc = _spawn(src, state, marked=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(INIT).encode() + b"\n")
+        proc.stdin.flush()
+        proc.stdout.readline()
+        err = _end(proc, state).decode(errors="replace")
+    return float(next(line for line in err.splitlines() if line.startswith(ANSWERED)).split()[-1])
+
+
 def modules(src: Path | None) -> dict[str, Any]:
     """The modules imported before ``initialize`` is answered (``-X importtime``)."""
     with tempfile.TemporaryDirectory() as state:
@@ -143,7 +158,7 @@ def modules(src: Path | None) -> dict[str, Any]:
     names: list[str] = []
     self_us = 0
     for line in err.splitlines():
-        if line == ANSWERED:
+        if line.startswith(ANSWERED):
             break
         if line.startswith("import time:") and "self [us]" not in line:
             own, _, name = line.removeprefix("import time:").split("|")
@@ -204,12 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     for name, src in trees.items():
         result.setdefault(name, {})["modules"] = modules(src)
     starts: dict[str, list[float]] = {name: [] for name in trees}
+    cpus: dict[str, list[float]] = {name: [] for name in trees}
     floors: dict[str, list[float]] = {"pass": [], "floor": []}
     for _ in range(args.runs):
         floors["pass"].append(floor_ms(PASS))
         floors["floor"].append(floor_ms(FLOOR))
         for name, src in trees.items():
             starts[name].append(start_ms(src))
+            cpus[name].append(cpu_ms(src))
     idle: dict[str, dict[str, list[float]]] = {name: {"fresh": [], "prewarmed": []} for name in trees}
     for _ in range(args.idle_runs):
         for name, src in trees.items():
@@ -220,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in trees:
         times = sorted(starts[name])
         result[name]["start_ms"] = {"median": round(statistics.median(times), 1), "min": round(times[0], 1), "max": round(times[-1], 1), "n": len(times)}
+        cpu = sorted(cpus[name])
+        result[name]["cpu_ms"] = {"median": round(statistics.median(cpu), 1), "min": round(cpu[0], 1), "max": round(cpu[-1], 1), "n": len(cpu)}
         result[name]["idle_mib"] = {case: round(statistics.median(v), 1) for case, v in idle[name].items()}
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
@@ -230,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         r = result[name]
         s, m = r["start_ms"], r["modules"]
         print(
-            f"{name:>8}: start {s['median']} ms ({s['min']}–{s['max']}), {m['count']} modules before the answer "
+            f"{name:>8}: start {s['median']} ms ({s['min']}–{s['max']}), main thread's CPU to the answer {r['cpu_ms']['median']} ms "
+            f"({r['cpu_ms']['min']}–{r['cpu_ms']['max']}), {m['count']} modules before the answer "
             f"({len(m['lmbridge'])} lmbridge; own import time {m['self_ms']} ms under -X importtime), "
             f"idle {r['idle_mib']['fresh']} MiB fresh / {r['idle_mib']['prewarmed']} MiB pre-warmed"
         )

@@ -148,7 +148,8 @@ def test_a_registry_entry_gets_the_presets_defaults_for_what_it_leaves_out(monke
     from lmbridge.daemon import catalog
 
     base = PRESETS["codex"]
-    with_env = catalog.Preset(base.spec.model_copy(update={"env": {"CODEX_X": "1"}, "mode": "read-only"}), base.description, base.requires, base.hint, base.package, base.registry_id, base.node)
+    changed = base.spec.model_copy(update={"env": {"CODEX_X": "1"}, "mode": "read-only"})
+    with_env = catalog.Preset(changed, base.description, base.requires, base.package, base.registry_id, base.node, env=base.env, login=base.login, note=base.note)
     monkeypatch.setitem(PRESETS, "codex", with_env)
     spec = resolve(AgentEntry(id="codex-acp", name="Codex", command="npx", args=["-y", "@agentclientprotocol/codex-acp@2.6.0"]))
     assert (spec.env, spec.mode, spec.name, spec.args) == ({"CODEX_X": "1"}, "read-only", "Codex", ["-y", "@agentclientprotocol/codex-acp@2.6.0"])

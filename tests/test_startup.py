@@ -19,13 +19,14 @@ HEAVY = ("acp", "mcp", "mcp_types", "jsonrpcserver", "jsonschema", "prompt_toolk
 
 #: lmbridge's modules loaded when the ``initialize`` answer is written (an agent given by a
 #: preset's id, as VS Code's settings name them): the CLI, the composition root and what it
-#: wires, the shim link, the wire models, the agents' catalog and the log. Not the session
-#: cap, the history and turn rules, the permissions, the agents' terminals, the ACP
-#: registry, the services made with the history actor (``daemon.services``): each loads
-#: after the answer.
+#: wires, the shim link, the set-up's wire models (``core.link``), the agents' catalog and the
+#: log. Not the chat's wire models (``core.messages``), the agents' own models, profiles and
+#: sign-in rules (``core.agent_models``, ``core.profiles``, ``core.auth``), the session cap,
+#: the history and turn rules, the permissions, the agents' terminals, the ACP registry, the
+#: services made with the history actor (``daemon.services``): each loads after the answer.
 LMBRIDGE = {
     "lmbridge", "lmbridge.cli", "lmbridge.log",
-    "lmbridge.core", "lmbridge.core.agent_models", "lmbridge.core.auth", "lmbridge.core.errors", "lmbridge.core.messages", "lmbridge.core.profiles", "lmbridge.core.text",
+    "lmbridge.core", "lmbridge.core.errors", "lmbridge.core.link", "lmbridge.core.text",
     "lmbridge.daemon", "lmbridge.daemon.catalog", "lmbridge.daemon.methods", "lmbridge.daemon.root", "lmbridge.daemon.router",
     "lmbridge.daemon.session_index", "lmbridge.daemon.stdio",
     "lmbridge.rpc", "lmbridge.rpc.channel", "lmbridge.rpc.framing", "lmbridge.rpc.jsonrpc", "lmbridge.rpc.peer",
@@ -243,3 +244,31 @@ def test_the_warm_up_is_timed_by_the_lines_the_daemon_handles(tmp_path) -> None:
 
     anyio.run(main)
     assert seen[0] == seen[1] > 0
+
+
+def test_lmbridge_serve_builds_only_its_own_parser(monkeypatch, capsys) -> None:
+    """``lmbridge serve`` builds its own argparse parser, not every command's: argparse looks
+    up a translation (``gettext``) for each parser's messages (docs/performance.md, "Start-up:
+    the parser, the wire models and the catalog"). ``lmbridge --help`` still lists them all."""
+    import argparse
+
+    from lmbridge import cli
+
+    made: list[str] = []
+    add_parser = argparse._SubParsersAction.add_parser
+
+    def counted(self: argparse._SubParsersAction, name: str, **kw: object) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+        made.append(name)
+        return add_parser(self, name, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(argparse._SubParsersAction, "add_parser", counted)
+    served: list[argparse.Namespace] = []
+    monkeypatch.setattr(cli, "_serve", lambda args: served.append(args) or 0)
+    assert cli.main(["serve", "--no-prewarm", "--idle-timeout", "5"]) == 0
+    assert made == ["serve"] and served[0].no_prewarm and served[0].idle_timeout == 5
+    made.clear()
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert made == list(cli.COMMANDS)
+    shown = capsys.readouterr().out
+    assert all(name in shown for name in cli.COMMANDS)

@@ -11,13 +11,10 @@ import gc
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from lmbridge import __version__
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 
@@ -32,12 +29,32 @@ def _log_level(flag: str | None) -> str:
     return env if env in LOG_LEVELS else "info"
 
 
-def _parser() -> argparse.ArgumentParser:
+#: The commands, in the order ``lmbridge --help`` lists them: what each does.
+COMMANDS = {
+    "serve": "run the daemon on stdio (what VS Code spawns)",
+    "sessions": "list (or clear) the session index: which agent session each chat continues",
+    "demo-agent": "run the built-in demo ACP agent on stdio",
+    "mcp-stdio": "(spawned by agents) stdio relay to the daemon's MCP server for VS Code tools",
+    "console": "an interactive developer console on the wire protocol (docs/console.md)",
+    "replay": "re-run recorded sessions through the daemon, agents played back (docs/replay.md)",
+}
+
+
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: with ``command`` (one of ``COMMANDS``) only that command's
+    own parser is built under it, else every command's. argparse looks up a translation for
+    each parser's messages (``gettext``: ~1 ms a parser here), so ``lmbridge serve`` builds
+    one (docs/performance.md, "Start-up: the parser, the wire models and the catalog")."""
     parser = argparse.ArgumentParser(prog="lmbridge", description="ACP agents as VS Code language models.")
     parser.add_argument("--version", action="version", version=f"lmbridge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in COMMANDS.items():
+        if command is None or command == name:
+            _ARGUMENTS[name](sub.add_parser(name, help=text))
+    return parser
 
-    serve = sub.add_parser("serve", help="run the daemon on stdio (what VS Code spawns)")
+
+def _serve_arguments(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--agent", action="append", default=[], metavar="ID=COMMAND", help=(
         "offer an ACP agent as model ID (repeatable; COMMAND split shell-style); "
         "a preset's ID alone (claude, codex, gemini, fast-agent) starts its pinned command"
@@ -81,20 +98,23 @@ def _parser() -> argparse.ArgumentParser:
         help="write every frame on every link to FILE, secrets redacted (docs/recording.md); implies --no-state",
     )  # fmt: skip
 
-    sessions = sub.add_parser("sessions", help="list (or clear) the session index: which agent session each chat continues")
+
+def _sessions_arguments(sessions: argparse.ArgumentParser) -> None:
     sessions.add_argument("--state-dir", type=Path, metavar="DIR", help="as lmbridge serve's")
     sessions.add_argument("--clear", action="store_true", help="forget every session (chats then continue in a fresh agent session)")
     sessions.add_argument("--json", action="store_true", help="print the entries as JSON")
 
-    demo = sub.add_parser("demo-agent", help="run the built-in demo ACP agent on stdio")
+
+def _demo_arguments(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--scratch", metavar="DIR", help="the folder its writes go to (default: $LMBRIDGE_DEMO_SCRATCH, else a new private one)")
 
-    relay = sub.add_parser("mcp-stdio", help="(spawned by agents) stdio relay to the daemon's MCP server for VS Code tools")
+
+def _relay_arguments(relay: argparse.ArgumentParser) -> None:
     relay.add_argument("--socket", required=True, help="the daemon's MCP Unix socket")
     relay.add_argument("--session", required=True, help="the session whose tools to serve")
 
 
-    console = sub.add_parser("console", help="an interactive developer console on the wire protocol (docs/console.md)")
+def _console_arguments(console: argparse.ArgumentParser) -> None:
     console.add_argument("--cmd", metavar="COMMAND", help="run this daemon command instead of 'lmbridge serve' (split shell-style)")
     console.add_argument("--script", metavar="FILE", help="run a script non-interactively ('-': stdin); exits 1 on an error response")
     console.add_argument("--model", help="the model to chat with (default: the first one listed)")
@@ -103,16 +123,24 @@ def _parser() -> argparse.ArgumentParser:
     console.add_argument("--history-file", type=Path, metavar="FILE", help="keep the prompt's line history in FILE")
     console.add_argument("--record", type=Path, metavar="FILE", help="the daemon records the session to FILE (lmbridge serve --record)")
 
-    replay = sub.add_parser("replay", help="re-run recorded sessions through the daemon, agents played back (docs/replay.md)")
+
+def _replay_arguments(replay: argparse.ArgumentParser) -> None:
     replay.add_argument("files", nargs="+", metavar="FILE", help="recordings (a directory: its *.jsonl files)")
     replay.add_argument("--realtime", action="store_true", help="keep the recorded pacing (default: as fast as the daemon answers)")
     replay.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS", help="how long an expected output may be late, beyond the recorded gap (default 10)")
     replay.add_argument("--log-level", default="error", choices=LOG_LEVELS, help="the daemon's log level on stderr (default error)")
-    return parser
+
+
+_ARGUMENTS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "serve": _serve_arguments, "sessions": _sessions_arguments, "demo-agent": _demo_arguments,
+    "mcp-stdio": _relay_arguments, "console": _console_arguments, "replay": _replay_arguments,
+}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # The command named first builds only its own parser (a flag first: every command's).
+    args = _parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
     if args.command == "serve":
         return _serve(args)
     if args.command == "mcp-stdio":

@@ -17,8 +17,9 @@ and the sign-in hint; any field the entry gives wins over the preset's. An entry
 that is a preset's agent all the same (an ACP registry entry: ``preset_for``) gets its hint too.
 
 ``initialize`` needs this module; the rules only the model list and agents' starts need
-(``core.session_state``, ``core.modes``, ``core.permissions``, ``core.registry``) are
-imported where they are used, after it is answered (docs/performance.md, "Start-up and idle").
+(``core.session_state``, ``core.modes``, ``core.permissions``, ``core.registry``,
+``core.agent_models``, ``core.profiles``, ``core.auth``) are imported where they are used,
+after it is answered (docs/performance.md, "Start-up and idle").
 """
 
 from __future__ import annotations
@@ -29,18 +30,19 @@ import shlex
 import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from pydantic import ValidationError
 
 from lmbridge import __version__, self_command
-from lmbridge.core import profiles
-from lmbridge.core.agent_models import Choice, current_values, model_id, of_category, select_options, to_json
-from lmbridge.core.auth import Hint
-from lmbridge.core.messages import AgentEntry, AgentSpec, ModelCapabilities, ModelInfo
-from lmbridge.core.profiles import AgentProfile
+from lmbridge.core.link import AgentEntry, AgentSpec, ModelCapabilities, ModelInfo
 from lmbridge.log import get_logger
+
+if TYPE_CHECKING:
+    from lmbridge.core.agent_models import Choice
+    from lmbridge.core.auth import Hint
+    from lmbridge.core.profiles import AgentProfile
 
 log = get_logger("catalog")
 
@@ -56,12 +58,25 @@ class Preset:
     (``core.registry.package_of``) or has ``registry_id`` is this agent whichever way it was
     added (``preset_for``): it gets the preset's sign-in hint and the fields it leaves out.
     ``node``: the oldest Node.js major the pinned release runs on (its ``engines.node``),
-    checked before an ``npx`` start (``node_problem``); None: no check.
+    checked before an ``npx`` start (``node_problem``); None: no check. ``env``, ``login``,
+    ``note``: its sign-in hint's (``hint``: made when asked, so ``core.auth`` loads after
+    ``initialize`` is answered).
     """
 
-    def __init__(self, spec: AgentSpec, description: str, requires: str, hint: Hint, package: str, registry_id: str | None = None, node: int | None = None) -> None:
-        self.spec, self.description, self.requires, self.hint = spec, description, requires, hint
+    def __init__(
+        self, spec: AgentSpec, description: str, requires: str, package: str, registry_id: str | None = None, node: int | None = None,
+        env: tuple[str, ...] = (), login: tuple[str, ...] = (), note: str = "",
+    ) -> None:  # fmt: skip
+        self.spec, self.description, self.requires = spec, description, requires
         self.package, self.registry_id, self.node = package, registry_id, node
+        self.env, self.login, self.note = env, login, note
+
+    @property
+    def hint(self) -> Hint:
+        """What it knows of the agent's sign-in (``core.auth.Hint``)."""
+        from lmbridge.core.auth import Hint
+
+        return Hint(env=self.env, login=self.login, note=self.note)
 
     def info(self) -> dict[str, object]:
         """The ``agents/presets`` entry (docs/protocol.md)."""
@@ -83,28 +98,29 @@ PRESETS: dict[str, Preset] = {
             AgentSpec(id="claude", name="Claude Code", command="npx", args=["-y", "@agentclientprotocol/claude-agent-acp@0.101.0"]),
             "Anthropic's Claude Code through claude-agent-acp",
             "Node.js 22+ (npx)",
-            Hint(env=("ANTHROPIC_API_KEY",)),
             package="@agentclientprotocol/claude-agent-acp",
             registry_id="claude-acp",
             node=22,
+            env=("ANTHROPIC_API_KEY",),
         ),
         Preset(
             AgentSpec(id="codex", name="Codex", command="npx", args=["-y", "@agentclientprotocol/codex-acp@2.6.0"]),
             "OpenAI's Codex through codex-acp",
             "Node.js 20+ (npx)",
-            Hint(login=("npx", "-y", "@openai/codex", "login")),
             package="@agentclientprotocol/codex-acp",
             registry_id="codex-acp",
             node=20,
+            login=("npx", "-y", "@openai/codex", "login"),
         ),
         Preset(
             AgentSpec(id="gemini", name="Gemini CLI", command="npx", args=["-y", "@google/gemini-cli@0.61.0", "--acp"]),
             "Google's Gemini CLI in its ACP mode",
             "Node.js 20+ (npx)",
-            Hint(env=("GEMINI_API_KEY",), login=("npx", "-y", "@google/gemini-cli@0.61.0")),
             package="@google/gemini-cli",
             registry_id="gemini",
             node=20,
+            env=("GEMINI_API_KEY",),
+            login=("npx", "-y", "@google/gemini-cli@0.61.0"),
         ),
         Preset(
             # --no-shell: its own shell runs commands without asking (docs/agents.md); --home
@@ -126,9 +142,10 @@ PRESETS: dict[str, Preset] = {
             ),  # fmt: skip
             "fast-agent (fast-agent-mcp), any model it supports",
             "uv (uvx), which fetches Python 3.13",
-            Hint(env=("OPENAI_API_KEY", "ANTHROPIC_API_KEY"), note="fast-agent also reads keys from fast-agent.secrets.yaml."),
             package="fast-agent-mcp",
             registry_id="fast-agent",
+            env=("OPENAI_API_KEY", "ANTHROPIC_API_KEY"),
+            note="fast-agent also reads keys from fast-agent.secrets.yaml.",
         ),
     )
 }
@@ -270,7 +287,7 @@ def model_info(
     images: bool = False,
     options: object = None,
     context: int | None = None,
-    profile: AgentProfile = profiles.OTHER,
+    profile: AgentProfile | None = None,
     configuration: Mapping[str, object] | None = None,
 ) -> ModelInfo:
     """The ``LanguageModelChatInformation`` VS Code shows for an agent, or for one of its
@@ -279,12 +296,16 @@ def model_info(
     ``options``: its configOptions as last learnt, whose modes and other select options
     become the model's ``configurationSchema`` (session_state; the mode's default is the
     mode a new session starts in: ``core.modes.start_mode`` of ``profile``, the agent's
-    profile as last seen). ``configuration``: VS Code's model configuration last received for
-    this model (its mode, when the agent offers it, is the one new chats start in). The
+    profile as last seen; None: ``profiles.OTHER``, an agent not seen yet). ``configuration``:
+    VS Code's model configuration last received for this model (its mode, when the agent
+    offers it, is the one new chats start in). The
     tooltip names that mode and who approves in it (``core.modes.approval_note``).
     ``context``: the context window (tokens) the agent's ``usage_update`` gave for this
     model, its ``maxInputTokens`` (else ``MAX_INPUT_TOKENS``)."""
-    from lmbridge.core import modes, permissions, session_state
+    from lmbridge.core import modes, permissions, profiles, session_state
+    from lmbridge.core.agent_models import model_id
+
+    profile = profiles.OTHER if profile is None else profile
 
     name = spec.name or spec.id
     defaults: dict[str, str] = {}
@@ -369,6 +390,8 @@ class Catalog:
 
     def profile(self, agent_id: str) -> AgentProfile:
         """The agent's profile as last seen (``OTHER`` until one of its processes started)."""
+        from lmbridge.core import profiles
+
         name = (self._profiles if self._profiles is not None else self._load_profiles()).get(agent_id)
         return next((p for p in profiles.ALL if p.name == name), profiles.OTHER)
 
@@ -378,15 +401,19 @@ class Catalog:
 
     def saw_profile(self, agent_id: str, profile: AgentProfile) -> None:
         """An agent process's profile (once it is initialized): its modes' defaults and notes."""
+        from lmbridge.core.profiles import OTHER
+
         known = self._profiles if self._profiles is not None else self._load_profiles()
         if known.get(agent_id) != profile.name:
             self._profiles = {**known, agent_id: profile.name}
             self.dirty = True
-            if known.get(agent_id, profiles.OTHER.name) != profile.name:  # an agent not known is OTHER: no change shown
+            if known.get(agent_id, OTHER.name) != profile.name:  # an agent not known is OTHER: no change shown
                 self.changed()
 
     def offers(self, agent_id: str, value: str) -> bool:
         """Whether ``value`` is one of the agent's own models (its ``model`` config option)."""
+        from lmbridge.core.agent_models import of_category, select_options
+
         own = of_category(select_options(self.options().get(agent_id)), "model")
         return own is not None and any(c.value == value for c in own.choices)
 
@@ -395,6 +422,8 @@ class Catalog:
 
     def learn(self, agent_id: str, config_options: object) -> None:
         """An agent's configOptions (a session's, or a probe's): its models, kept and shown."""
+        from lmbridge.core.agent_models import current_values, select_options, to_json
+
         if not isinstance(config_options, list):
             return
         old = self.options().get(agent_id)

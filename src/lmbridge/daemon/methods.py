@@ -27,9 +27,8 @@ import anyio
 from pydantic import BaseModel, ValidationError
 
 from lmbridge import __version__
-from lmbridge.core.agent_models import model_id, of_category, select_options
 from lmbridge.core.errors import AGENT_FAILED, INVALID_PARAMS
-from lmbridge.core.messages import PROTOCOL_VERSION, CancelParams, ChatInformationParams, InitializeParams, TokenCountParams, dump
+from lmbridge.core.link import PROTOCOL_VERSION, CancelParams, ChatInformationParams, InitializeParams, TokenCountParams, dump
 from lmbridge.daemon.catalog import Catalog, model_info
 from lmbridge.daemon.stdio import RequestId, StdoutWriter
 from lmbridge.log import get_logger
@@ -38,7 +37,7 @@ from lmbridge.rpc.jsonrpc import validate_request
 if TYPE_CHECKING:
     from jsonrpcserver import Result
 
-    from lmbridge.core.messages import ModelConfiguration
+    from lmbridge.core.link import ModelConfiguration
     from lmbridge.daemon.chat_controls import SetControl
     from lmbridge.rpc.channel import ShimChannel
 
@@ -395,6 +394,8 @@ class Methods:
 
     @takes(ChatInformationParams)
     async def chat_information(self, call: InFlight, p: ChatInformationParams) -> Result:
+        from lmbridge.core.agent_models import model_id, of_category, select_options
+
         models, options, images = [], self.catalog.options(), self.catalog.images()
         configurations = self.router.configurations
         for spec in self.catalog.agents.values():

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from lmbridge.core.messages import AgentSpec
+from lmbridge.core.link import AgentSpec
 from lmbridge.daemon.catalog import Catalog, node_problem
 from lmbridge.daemon.methods import SHUTTING_DOWN, InFlight, Methods, Settings
 from lmbridge.daemon.router import Router

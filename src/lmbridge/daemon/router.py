@@ -16,9 +16,8 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from lmbridge.core.agent_models import split_model_id
 from lmbridge.core.errors import AGENT_FAILED
-from lmbridge.core.messages import ChatResponseParams, MessageCache, ModelConfiguration
+from lmbridge.core.link import ModelConfiguration
 from lmbridge.daemon.catalog import Catalog
 from lmbridge.daemon.methods import SHUTTING_DOWN, UNKNOWN_MODEL, Error, InFlight, InvalidParams, Settings, Success, invalid_params, validated
 from lmbridge.daemon.stdio import RequestId, StdoutWriter
@@ -27,6 +26,7 @@ from lmbridge.log import get_logger
 if TYPE_CHECKING:
     from jsonrpcserver import Result
 
+    from lmbridge.core.messages import MessageCache
     from lmbridge.core.present import Part
     from lmbridge.daemon.chat_controls import Report
     from lmbridge.daemon.history_actor import HistoryActor
@@ -60,7 +60,9 @@ class Router:
         self.settings = settings  # initialize's (methods.Methods writes it; read here)
         self.history = history
         self.closing = closing
-        self.message_cache = MessageCache()  # chat histories come again with every request
+        # Chat histories come again with every request (made with the first: the chat's wire
+        # models load after ``initialize`` is answered, docs/performance.md).
+        self.message_cache: MessageCache | None = None
         # The chats handed to the history actor, until answered (``cancel``).
         self.begun: dict[InFlight, tuple[HistoryActor, ChatRequest]] = {}
 
@@ -71,6 +73,11 @@ class Router:
 
     async def chat(self, call: InFlight, params: dict[str, Any]) -> Result:
         """``lm/provideLanguageModelChatResponse``: the request's answer (its parts sent meanwhile)."""
+        from lmbridge.core.agent_models import split_model_id
+        from lmbridge.core.messages import ChatResponseParams, MessageCache
+
+        if self.message_cache is None:
+            self.message_cache = MessageCache()
         try:
             messages = self.message_cache.messages(params.get("messages"))
             if messages is None:  # not valid: validate it all, for the error
