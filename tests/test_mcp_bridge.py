@@ -16,11 +16,14 @@ import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from structlog.processors import format_exc_info
+from structlog.testing import capture_logs
 
 from lmbridge.acp.process import AgentFeatures
 from lmbridge.core.messages import ToolInfo, ToolResultPart
 from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
 from lmbridge.core.permissions import select_tools
+from lmbridge.tools import mcp_bridge
 from lmbridge.tools.mcp_bridge import CLOSED_TEXT, McpHost, ToolBridge, ToolCall, result_content, same_tools, server_name
 
 pytestmark = pytest.mark.anyio
@@ -353,3 +356,41 @@ async def test_a_relay_whose_agent_is_gone_exits_quietly():
         assert (code, stderr) == (0, b"")
         host.remove("s1")
         tg.cancel_scope.cancel()
+
+
+async def test_a_failure_serving_one_relay_closes_that_connection_only(monkeypatch: pytest.MonkeyPatch):
+    """Whatever fails while one connection is served (here the MCP server itself, once)
+    is logged with its traceback and closes that connection; the host serves the next one.
+    (The failure used to vanish: the connection's close, cancelled, hid it.)"""
+    failures = [RuntimeError("a bug in serving one connection")]
+
+    class FailingOnce(mcp_bridge.Server):  # type: ignore[type-arg]
+        async def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if failures:
+                raise failures.pop()
+            await super().run(*args, **kwargs)
+
+    monkeypatch.setattr(mcp_bridge, "Server", FailingOnce)
+    host = McpHost()
+    with capture_logs([format_exc_info]) as logs:
+        async with anyio.create_task_group() as tg:
+            await tg.start(host.run)
+            bridge = ToolBridge("s1", Harness().on_call)
+            await host.add(bridge)
+            await bridge.set_tools(TOOLS)
+            assert host.socket_path is not None
+            failed = await anyio.connect_unix(host.socket_path)
+            await failed.send(b'{"session": "s1"}\n')
+            with anyio.fail_after(10), pytest.raises(anyio.EndOfStream):  # closed by the host (~1 ms idle), nothing sent
+                await failed.receive()
+            await failed.aclose()
+            cfg = host.server_config(bridge)
+            async with stdio_client(StdioServerParameters(command=cfg["command"], args=cfg["args"], env={})) as streams:
+                async with ClientSession(streams[0], streams[1]) as session:
+                    with anyio.fail_after(30):
+                        await session.initialize()
+                        assert [t.name for t in (await session.list_tools()).tools] == ["search_workspace", "read_file"]
+            host.remove("s1")
+            tg.cancel_scope.cancel()
+    (failure,) = [e for e in logs if e["event"] == "mcp stdio relay failed"]
+    assert failure["log_level"] == "error" and "RuntimeError: a bug in serving one connection" in failure["exception"]

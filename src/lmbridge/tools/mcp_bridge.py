@@ -391,4 +391,5 @@ class McpHost:
                 await server.run(read_recv, write_send, server.create_initialization_options(NotificationOptions(tools_changed=True)))
             finally:
                 tg.cancel_scope.cancel()
-                await stream.aclose()
+                with anyio.CancelScope(shield=True):  # unshielded, its cancellation would hide what ended the server
+                    await stream.aclose()
