@@ -5,18 +5,25 @@ own. (Another user refused: tests/test_security.py.)"""
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import sys
 
 import anyio
+import anyio.abc
 import mcp_types as types
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from structlog.processors import format_exc_info
+from structlog.testing import capture_logs
 
 from lmbridge.acp.process import AgentFeatures
 from lmbridge.core.messages import ToolInfo, ToolResultPart
 from lmbridge.core.permissions import ACTION_TOOL as AGENT_ACTION_TOOL
 from lmbridge.core.permissions import select_tools
+from lmbridge.tools import mcp_bridge
 from lmbridge.tools.mcp_bridge import CLOSED_TEXT, McpHost, ToolBridge, ToolCall, result_content, same_tools, server_name
 
 pytestmark = pytest.mark.anyio
@@ -263,3 +270,127 @@ async def test_closing_a_bridge_releases_every_call():
         bridge._sessions.clear()
         bridge.close()
     assert len(results) == 2 and all(r.is_error for r in results)
+
+
+async def _until_closed(sock: anyio.abc.SocketStream) -> None:
+    """Until the host has closed ``sock``: a client that stopped reading learns it when a
+    write fails (the kernel says EPIPE once the other end is closed)."""
+    while True:
+        try:
+            await sock.send(b"\n")  # a blank line: the host skips it
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return
+        await anyio.sleep(0.01)
+
+
+async def test_a_relay_gone_while_the_host_writes_ends_only_its_connection():
+    """A relay that goes away while the host answers it (the agent that spawned it exited,
+    so it did too) ends that connection only: the write fails (EPIPE), the connection is
+    closed, and the host goes on serving every other one; a call in flight there still gets
+    its result. The gone relay stops reading (``shutdown(SHUT_RD)``), so every write to it
+    fails from then on; it used to take the host down (and the daemon with it) with
+    ``BrokenResourceError``."""
+    host = McpHost()
+    h = Harness()
+    async with anyio.create_task_group() as tg:
+        await tg.start(host.run)
+        bridge = ToolBridge("s1", h.on_call)
+        await host.add(bridge)
+        await bridge.set_tools(TOOLS)
+        cfg = host.server_config(bridge)
+        async with stdio_client(StdioServerParameters(command=cfg["command"], args=cfg["args"], env={})) as streams:
+            async with ClientSession(streams[0], streams[1]) as session:
+                await session.initialize()
+                async with anyio.create_task_group() as calls:
+                    results: list[types.CallToolResult] = []
+
+                    async def call() -> None:
+                        results.append(await session.call_tool("read_file", {"path": "a"}))
+
+                    calls.start_soon(call)
+                    with anyio.fail_after(10):  # a call in flight on the good connection
+                        await h.arrived.wait()
+                    assert host.socket_path is not None
+                    gone = await anyio.connect_unix(host.socket_path)
+                    await gone.send(b'{"session": "s1"}\n')
+                    gone.extra(anyio.abc.SocketAttribute.raw_socket).shutdown(socket.SHUT_RD)
+                    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                  "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "gone", "version": "1"}}}
+                    await gone.send((json.dumps(initialize) + "\n").encode())  # its answer cannot be delivered
+                    with anyio.fail_after(10):  # ~10 ms idle
+                        await _until_closed(gone)
+                    await gone.aclose()
+                    assert bridge.release(h.calls[0].call_id, types.CallToolResult(content=[types.TextContent(type="text", text="still here")]))
+                with anyio.fail_after(10):
+                    assert [t.name for t in (await session.list_tools()).tools] == ["search_workspace", "read_file"]
+                assert [r.content[0].text for r in results] == ["still here"]
+        host.remove("s1")
+        tg.cancel_scope.cancel()
+
+
+async def test_a_relay_whose_agent_is_gone_exits_quietly():
+    """The agent exits while the daemon answers it: the relay's write to its stdout fails
+    (EPIPE) and it exits 0 with nothing on its stderr (it used to die of BrokenPipeError,
+    a traceback in the agent's log, closing its connection mid-answer)."""
+    host = McpHost()
+    async with anyio.create_task_group() as tg:
+        await tg.start(host.run)
+        bridge = ToolBridge("s1", Harness().on_call)
+        await host.add(bridge)
+        await bridge.set_tools(TOOLS)
+        cfg = host.server_config(bridge)
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the agent is gone: nobody reads the relay's stdout
+        try:
+            relay = await anyio.open_process([cfg["command"], *cfg["args"]], stdout=write_end)
+        finally:
+            os.close(write_end)
+        async with relay:
+            assert relay.stdin is not None and relay.stderr is not None
+            initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                          "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "gone", "version": "1"}}}
+            await relay.stdin.send((json.dumps(initialize) + "\n").encode())
+            with anyio.fail_after(30):  # ~0.2 s idle (the relay's start)
+                code = await relay.wait()
+                stderr = b"".join([chunk async for chunk in relay.stderr])
+        assert (code, stderr) == (0, b"")
+        host.remove("s1")
+        tg.cancel_scope.cancel()
+
+
+async def test_a_failure_serving_one_relay_closes_that_connection_only(monkeypatch: pytest.MonkeyPatch):
+    """Whatever fails while one connection is served (here the MCP server itself, once)
+    is logged with its traceback and closes that connection; the host serves the next one.
+    (The failure used to vanish: the connection's close, cancelled, hid it.)"""
+    failures = [RuntimeError("a bug in serving one connection")]
+
+    class FailingOnce(mcp_bridge.Server):  # type: ignore[type-arg]
+        async def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if failures:
+                raise failures.pop()
+            await super().run(*args, **kwargs)
+
+    monkeypatch.setattr(mcp_bridge, "Server", FailingOnce)
+    host = McpHost()
+    with capture_logs([format_exc_info]) as logs:
+        async with anyio.create_task_group() as tg:
+            await tg.start(host.run)
+            bridge = ToolBridge("s1", Harness().on_call)
+            await host.add(bridge)
+            await bridge.set_tools(TOOLS)
+            assert host.socket_path is not None
+            failed = await anyio.connect_unix(host.socket_path)
+            await failed.send(b'{"session": "s1"}\n')
+            with anyio.fail_after(10), pytest.raises(anyio.EndOfStream):  # closed by the host (~1 ms idle), nothing sent
+                await failed.receive()
+            await failed.aclose()
+            cfg = host.server_config(bridge)
+            async with stdio_client(StdioServerParameters(command=cfg["command"], args=cfg["args"], env={})) as streams:
+                async with ClientSession(streams[0], streams[1]) as session:
+                    with anyio.fail_after(30):
+                        await session.initialize()
+                        assert [t.name for t in (await session.list_tools()).tools] == ["search_workspace", "read_file"]
+            host.remove("s1")
+            tg.cancel_scope.cancel()
+    (failure,) = [e for e in logs if e["event"] == "mcp stdio relay failed"]
+    assert failure["log_level"] == "error" and "RuntimeError: a bug in serving one connection" in failure["exception"]

@@ -8,7 +8,7 @@ request brings its ``tool_result`` (or a skip, a stop, a crash, an eviction
 releases it with an error result). Every call gets exactly one result.
 
 Transport: stdio, for every agent (ACP requires every agent to take stdio MCP
-servers). The agent spawns ``lmbridge mcp-stdio`` (``mcp_stdio.py``), which
+servers). The agent spawns ``lmbridge mcp-stdio`` (``mcp_relay.py``), which
 relays its stdio to ``McpHost``'s Unix socket after naming the session. There is
 no secret to steal: the socket lives in a 0700 folder, is 0600, and the daemon
 serves a connection only when the kernel says its peer runs as the daemon's own
@@ -276,7 +276,7 @@ class McpHost:
         listener = await anyio.create_unix_listener(self.socket_path, mode=0o600)
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(listener.serve, self._unix_client)
+                tg.start_soon(listener.serve, self._relay)
                 self.ready.set()
                 log.info("mcp host listening", socket=self.socket_path)
                 task_status.started()
@@ -306,6 +306,17 @@ class McpHost:
         return {"name": bridge.name, "command": command, "args": args, "env": []}
 
     # -- Unix socket (stdio relay) ------------------------------------------
+
+    async def _relay(self, stream: Any) -> None:
+        """Serve one relay connection; whatever ends it ends it alone (docs/tools.md, "When
+        a relay goes away"). ``listener.serve`` runs this in the host's task group, so an
+        error let out would end every connection, the host, and the daemon that runs it."""
+        try:
+            await self._unix_client(stream)
+        except Exception:  # a bug in serving one connection: logged, and the others go on
+            log.exception("mcp stdio relay failed")
+            with anyio.CancelScope(shield=True):
+                await stream.aclose()
 
     async def _unix_client(self, stream: Any) -> None:
         uid = peer_uid(stream.extra(SocketAttribute.raw_socket))
@@ -364,7 +375,14 @@ class McpHost:
             async with write_recv:
                 async for msg in write_recv:
                     data = msg.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                    await stream.send(data.encode())
+                    try:
+                        await stream.send(data.encode())
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                        # The relay is gone (its agent exited, so did it): end this connection
+                        # (its calls in flight with it); the server waits on nothing more.
+                        log.info("mcp stdio relay gone", session=session, error=repr(exc.__cause__ or exc))
+                        tg.cancel_scope.cancel()
+                        return
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(pump_in)
@@ -373,4 +391,5 @@ class McpHost:
                 await server.run(read_recv, write_send, server.create_initialization_options(NotificationOptions(tools_changed=True)))
             finally:
                 tg.cancel_scope.cancel()
-                await stream.aclose()
+                with anyio.CancelScope(shield=True):  # unshielded, its cancellation would hide what ended the server
+                    await stream.aclose()

@@ -21,7 +21,8 @@ import threading
 def main(socket_path: str, session: str) -> int:
     """Relay stdin/stdout ↔ the daemon's socket. Exit 2 when it cannot connect, or when
     the daemon closes the connection before sending anything (it closes at once a
-    connection it refuses); 0 when either side closes after that."""
+    connection it refuses); 0 when either side closes after that, or the agent stops
+    reading (its end of our stdout closed: it exited)."""
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(socket_path)
@@ -52,6 +53,8 @@ def main(socket_path: str, session: str) -> int:
             out.flush()
     except ConnectionResetError:  # closed with our bytes unread: the same as a close
         pass
+    except BrokenPipeError:  # the agent is gone (it closed our stdout): nobody to relay to
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())  # what is left unflushed goes nowhere, quietly
     if not answered:
         print(f"lmbridge mcp-stdio: the daemon closed the connection without serving session {session!r} "
               "(it is not open, or this process does not run as the daemon's user)", file=sys.stderr)
