@@ -1093,12 +1093,25 @@ try {
 		await step('reload', async () => {
 			// A window reload: the chat is restored from VS Code's storage, the extension host (and
 			// with it the daemon) starts again; the next message in the restored chat.
+			const shownOf = r => r?.messages.at(-1)?.content.find(p => p.type === 'text')?.value.match(/<userRequest>\s*([^<]*?)\s*<\/userRequest>/)?.[1] ?? '';
+			const shown = chatRequests().slice(-2).map(shownOf);
+			// VS Code writes a chat to its storage (workspaceStorage/<id>/chatSessions/<chat>.jsonl)
+			// on its own schedule, seconds after a request; a reload before that restores the chat
+			// without its latest requests (seen: both of steer-card's lost; docs/vscode.md). So the
+			// reload waits until the last request sent is stored, as a user's would have to.
+			const stored = () => {
+				const root = path.join(dirs.user, 'User', 'workspaceStorage');
+				const needle = JSON.stringify(shown.at(-1)).slice(1, -1);
+				return fs.existsSync(root) && fs.readdirSync(root).some(ws => {
+					const dir = path.join(root, ws, 'chatSessions');
+					return fs.existsSync(dir) && fs.readdirSync(dir).some(f => fs.readFileSync(path.join(dir, f), 'utf8').includes(needle));
+				});
+			};
+			await waitForDisk(stored, `VS Code to store the chat's last request ${JSON.stringify(shown.at(-1))}`);
 			await page.reload();
 			await page.locator('.interactive-input-part').first().waitFor({ timeout: WAIT });
 			// The restored chat ends with the last request VS Code stored before the reload: the last
 			// one sent, or (seen once, after a message sent while a card waited) the one before it.
-			const shownOf = r => r?.messages.at(-1)?.content.find(p => p.type === 'text')?.value.match(/<userRequest>\s*([^<]*?)\s*<\/userRequest>/)?.[1] ?? '';
-			const shown = chatRequests().slice(-2).map(shownOf);
 			await page.waitForFunction(`${JSON.stringify(shown)}.some(t => (${LATEST})('request')?.textContent?.includes(t))`, null, { timeout: WAIT });
 			await dismissNotifications();
 			// The chat's model comes back with it (opening the picker this early offers "Sign in to use Copilot" only).
