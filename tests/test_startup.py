@@ -19,16 +19,18 @@ HEAVY = ("acp", "mcp", "mcp_types", "jsonrpcserver", "jsonschema", "prompt_toolk
 
 #: lmbridge's modules loaded when the ``initialize`` answer is written (an agent given by a
 #: preset's id, as VS Code's settings name them): the CLI, the composition root and what it
-#: wires, the shim link, the set-up's wire models (``core.link``), the agents' catalog and the
-#: log. Not the chat's wire models (``core.messages``), the agents' own models, profiles and
-#: sign-in rules (``core.agent_models``, ``core.profiles``, ``core.auth``), the session cap,
-#: the history and turn rules, the permissions, the agents' terminals, the ACP registry, the
-#: services made with the history actor (``daemon.services``): each loads after the answer.
+#: wires, the shim link and what answers ``initialize`` on it (``daemon.front``), the set-up's
+#: wire models (``core.link``), the agents' catalog and the log. Not the method table and the
+#: router (``daemon.methods``, ``daemon.router``: made on the first other request), the session
+#: index (``daemon.session_index``: made when first read), the chat's wire models
+#: (``core.messages``), the agents' own models, profiles and sign-in rules
+#: (``core.agent_models``, ``core.profiles``, ``core.auth``), the session cap, the history and
+#: turn rules, the permissions, the agents' terminals, the ACP registry, the services made
+#: with the history actor (``daemon.services``): each loads after the answer.
 LMBRIDGE = {
     "lmbridge", "lmbridge.cli", "lmbridge.log",
     "lmbridge.core", "lmbridge.core.errors", "lmbridge.core.link", "lmbridge.core.text",
-    "lmbridge.daemon", "lmbridge.daemon.catalog", "lmbridge.daemon.methods", "lmbridge.daemon.root", "lmbridge.daemon.router",
-    "lmbridge.daemon.session_index", "lmbridge.daemon.stdio",
+    "lmbridge.daemon", "lmbridge.daemon.catalog", "lmbridge.daemon.front", "lmbridge.daemon.root", "lmbridge.daemon.stdio",
     "lmbridge.rpc", "lmbridge.rpc.channel", "lmbridge.rpc.framing", "lmbridge.rpc.jsonrpc", "lmbridge.rpc.peer",
 }  # fmt: skip
 
@@ -238,7 +240,7 @@ def test_the_warm_up_is_timed_by_the_lines_the_daemon_handles(tmp_path) -> None:
             yield json.dumps({"jsonrpc": "2.0", "id": 1, "method": "lm/provideTokenCount", "params": {"modelId": "demo", "text": "hi"}}).encode() + b"\n"
             await anyio.sleep(0.05)
             assert server.stdin is not None
-            seen.extend([server.methods._heard(), server.stdin.last_line])
+            seen.extend([server.front._heard(), server.stdin.last_line])
 
         await server.serve(lines(), Stdout(lambda data: None))
 
