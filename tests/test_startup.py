@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,16 +20,18 @@ HEAVY = ("acp", "mcp", "mcp_types", "jsonrpcserver", "jsonschema", "prompt_toolk
 
 #: lmbridge's modules loaded when the ``initialize`` answer is written (an agent given by a
 #: preset's id, as VS Code's settings name them): the CLI, the composition root and what it
-#: wires, the shim link, the set-up's wire models (``core.link``), the agents' catalog and the
-#: log. Not the chat's wire models (``core.messages``), the agents' own models, profiles and
-#: sign-in rules (``core.agent_models``, ``core.profiles``, ``core.auth``), the session cap,
-#: the history and turn rules, the permissions, the agents' terminals, the ACP registry, the
-#: services made with the history actor (``daemon.services``): each loads after the answer.
+#: wires, the shim link and what answers ``initialize`` on it (``daemon.front``), the set-up's
+#: wire models (``core.link``), the agents' catalog and the log. Not the method table and the
+#: router (``daemon.methods``, ``daemon.router``: made on the first other request), the session
+#: index (``daemon.session_index``: made when first read), the chat's wire models
+#: (``core.messages``), the agents' own models, profiles and sign-in rules
+#: (``core.agent_models``, ``core.profiles``, ``core.auth``), the session cap, the history and
+#: turn rules, the permissions, the agents' terminals, the ACP registry, the services made
+#: with the history actor (``daemon.services``): each loads after the answer.
 LMBRIDGE = {
     "lmbridge", "lmbridge.cli", "lmbridge.log",
     "lmbridge.core", "lmbridge.core.errors", "lmbridge.core.link", "lmbridge.core.text",
-    "lmbridge.daemon", "lmbridge.daemon.catalog", "lmbridge.daemon.methods", "lmbridge.daemon.root", "lmbridge.daemon.router",
-    "lmbridge.daemon.session_index", "lmbridge.daemon.stdio",
+    "lmbridge.daemon", "lmbridge.daemon.catalog", "lmbridge.daemon.front", "lmbridge.daemon.root", "lmbridge.daemon.stdio",
     "lmbridge.rpc", "lmbridge.rpc.channel", "lmbridge.rpc.framing", "lmbridge.rpc.jsonrpc", "lmbridge.rpc.peer",
 }  # fmt: skip
 
@@ -238,7 +241,7 @@ def test_the_warm_up_is_timed_by_the_lines_the_daemon_handles(tmp_path) -> None:
             yield json.dumps({"jsonrpc": "2.0", "id": 1, "method": "lm/provideTokenCount", "params": {"modelId": "demo", "text": "hi"}}).encode() + b"\n"
             await anyio.sleep(0.05)
             assert server.stdin is not None
-            seen.extend([server.methods._heard(), server.stdin.last_line])
+            seen.extend([server.front._heard(), server.stdin.last_line])
 
         await server.serve(lines(), Stdout(lambda data: None))
 
@@ -272,3 +275,54 @@ def test_lmbridge_serve_builds_only_its_own_parser(monkeypatch, capsys) -> None:
     assert made == list(cli.COMMANDS)
     shown = capsys.readouterr().out
     assert all(name in shown for name in cli.COMMANDS)
+
+
+def test_initialize_is_answered_before_the_method_table_is_made(tmp_path) -> None:
+    """``front.Front`` answers ``initialize`` with no method table, router or session index made
+    (docs/performance.md, "Start-up: the method table and the session index after the answer");
+    the next request makes the table, which answers an ``initialize`` it is handed (a
+    notification: settings taken; params as an array: -32602) as the front does."""
+    import anyio
+
+    from lmbridge.daemon.root import Config, Server
+    from lmbridge.daemon.session_index import SessionIndex
+    from lmbridge.daemon.stdio import Stdout
+
+    opened: list[Path] = []
+    written: list[bytes] = []
+    seen: dict[str, object] = {}
+
+    def open_index() -> SessionIndex:
+        opened.append(tmp_path)
+        return SessionIndex(tmp_path)
+
+    def frame(rid: object, method: str, params: object) -> bytes:
+        body = {"jsonrpc": "2.0", "method": method, "params": params} | ({} if rid is None else {"id": rid})
+        return json.dumps(body).encode() + b"\n"
+
+    async def main() -> None:
+        server = Server(Config(open_index=open_index))
+
+        async def lines():
+            yield frame(1, "initialize", {"protocolVersion": 1, "workspaceFolders": ["/a"], "agents": [{"id": "claude"}]})
+            with anyio.fail_after(60):
+                while not written:
+                    await anyio.sleep(0.01)
+            seen["before"] = (server._methods, server._router, list(opened))
+            yield frame(None, "initialize", {"protocolVersion": 1, "workspaceFolders": ["/b"]})
+            yield frame(2, "initialize", [1])
+            yield frame(3, "lm/provideLanguageModelChatInformation", {})
+            with anyio.fail_after(60):
+                while b"".join(written).count(b"\n") < 3:
+                    await anyio.sleep(0.01)
+            seen["after"] = (server._methods is not None, server.router.settings.workspace, list(opened))
+
+        await server.serve(lines(), Stdout(written.append))
+
+    anyio.run(main)
+    answers = {a["id"]: a for a in (json.loads(line) for data in written for line in data.splitlines())}
+    assert answers[1]["result"]["protocolVersion"] == 1 and "agentProblems" not in answers[1]["result"]
+    assert seen["before"] == (None, None, [])
+    assert answers[2]["error"]["code"] == -32602
+    assert {m["id"] for m in answers[3]["result"]["models"]} >= {"claude"}
+    assert seen["after"] == (True, ["/b"], [tmp_path])  # the model list read the index (its cached models)

@@ -7,14 +7,19 @@ fast (the shim waits for its ``initialize`` answer).
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import math
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lmbridge import __version__
+
+if TYPE_CHECKING:
+    from lmbridge.daemon.session_index import SessionIndex
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 
@@ -250,9 +255,9 @@ def _serve(args: argparse.Namespace) -> int:
     if wait is not None:
         config.session_wait = wait
     if not args.no_state and args.record is None:  # a recording replays without an index
-        from lmbridge.daemon.session_index import SessionIndex
-
-        config.index = SessionIndex(args.state_dir)
+        # Made when first needed, after the answer to initialize (docs/performance.md,
+        # "Start-up: the method table and the session index after the answer").
+        config.open_index = functools.partial(_index, args.state_dir)
     # A recording replays without pre-warming or spare sessions (they start on their own).
     config.prewarm = not args.no_prewarm and _flag("LMBRIDGE_PREWARM", True) and args.record is None
     spare = args.spare_session if args.spare_session is not None else _flag("LMBRIDGE_SPARE_SESSION", True)
@@ -273,6 +278,13 @@ def _serve(args: argparse.Namespace) -> int:
         if config.recorder is not None:
             config.recorder.close()
     return 0
+
+
+def _index(folder: Path | None) -> SessionIndex:
+    """The session index in ``folder`` (None: ``session_index.state_dir()``)."""
+    from lmbridge.daemon.session_index import SessionIndex
+
+    return SessionIndex(folder)
 
 
 def _sessions(args: argparse.Namespace) -> int:

@@ -355,11 +355,14 @@ class Catalog:
     ``agents``: by id, the configured ones merged with ``initialize``'s (``configure``).
     ``options()``: agent id → its configOptions as last learnt (``agent_models.to_json``: its
     own models in the picker); ``images()``: agent id → its ``promptCapabilities.image`` as
-    last seen. Both start from ``store`` (the state folder's, read on first use) and are
+    last seen. Both start from ``store()`` (the state folder's, or None: asked for, and read,
+    on first use, after ``initialize`` is answered) and are
     replaced whole on a change, which calls ``changed()`` (the shim is told
     ``lm/modelsChanged``) and marks them ``dirty`` until ``save``."""
 
-    def __init__(self, configured: Sequence[AgentSpec] = (), store: ModelStore | None = None, changed: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, configured: Sequence[AgentSpec] = (), store: Callable[[], ModelStore | None] = lambda: None, changed: Callable[[], None] = lambda: None
+    ) -> None:
         self.configured = list(configured)
         self.agents: dict[str, AgentSpec] = merge(self.configured)
         self.store = store
@@ -380,12 +383,14 @@ class Catalog:
 
     def options(self) -> dict[str, Any]:
         if self._options is None:
-            self._options = self.store.models() if self.store is not None else {}
+            store = self.store()
+            self._options = store.models() if store is not None else {}
         return self._options
 
     def images(self) -> dict[str, bool]:
         if self._images is None:
-            self._images = self.store.images() if self.store is not None else {}
+            store = self.store()
+            self._images = store.images() if store is not None else {}
         return self._images
 
     def profile(self, agent_id: str) -> AgentProfile:
@@ -396,7 +401,8 @@ class Catalog:
         return next((p for p in profiles.ALL if p.name == name), profiles.OTHER)
 
     def _load_profiles(self) -> dict[str, str]:
-        self._profiles = self.store.profiles() if self.store is not None else {}
+        store = self.store()
+        self._profiles = store.profiles() if store is not None else {}
         return self._profiles
 
     def saw_profile(self, agent_id: str, profile: AgentProfile) -> None:
@@ -452,8 +458,9 @@ class Catalog:
 
     async def save(self) -> None:
         """Persist what changed since the last save (in a thread). Raises ``OSError``."""
-        if self.store is None or not self.dirty:
+        store = self.store()
+        if store is None or not self.dirty:
             return
         self.dirty = False
         names = dict(self._profiles if self._profiles is not None else self._load_profiles())
-        await anyio.to_thread.run_sync(self.store.save_models, dict(self.options()), dict(self.images()), names)
+        await anyio.to_thread.run_sync(store.save_models, dict(self.options()), dict(self.images()), names)

@@ -1,8 +1,10 @@
 """The daemon's JSON-RPC methods (docs/protocol.md, "Methods"), dispatched by ``jsonrpcserver``.
 
 ``Methods`` validates each method's params with the wire models (``core.messages``),
-answers what needs no agent itself (``initialize``, the model list, presets, token
-counts), and hands chat requests to the ``router.Router``. It keeps the requests in flight
+answers what needs no agent itself (the model list, presets, token counts; ``initialize``
+as ``front.Front`` answers it), and hands chat requests to the ``router.Router``. It is made
+once ``initialize`` is answered (``front.Front.table``: docs/performance.md, "Start-up: the
+method table and the session index after the answer"). It keeps the requests in flight
 by id (``InFlight``), so that ``$/cancelRequest`` finds the one it names: the cancelled request
 is answered ``{"stopReason": "cancelled"}`` at once, its task scope is cancelled, and
 nothing more is sent for it.
@@ -17,19 +19,22 @@ work out per call (docs/performance.md, "Cheap requests and push-back").
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from lmbridge import __version__
 from lmbridge.core.errors import AGENT_FAILED, INVALID_PARAMS
-from lmbridge.core.link import PROTOCOL_VERSION, CancelParams, ChatInformationParams, InitializeParams, TokenCountParams, dump
+from lmbridge.core.link import CancelParams, ChatInformationParams, InitializeParams, TokenCountParams, dump
 from lmbridge.daemon.catalog import Catalog, model_info
+from lmbridge.daemon.front import IMMEDIATE as IMMEDIATE  # the table's, kept in front: read before it is made
+from lmbridge.daemon.front import Front
+from lmbridge.daemon.front import InvalidParams as InvalidParams
+from lmbridge.daemon.front import Settings as Settings
+from lmbridge.daemon.front import validated as validated
 from lmbridge.daemon.stdio import RequestId, StdoutWriter
 from lmbridge.log import get_logger
 from lmbridge.rpc.jsonrpc import validate_request
@@ -76,10 +81,6 @@ SIGNATURE = inspect.Signature(
     [inspect.Parameter("call", inspect.Parameter.POSITIONAL_OR_KEYWORD), inspect.Parameter("params", inspect.Parameter.VAR_KEYWORD)]
 )
 
-#: The methods that never wait (``Methods.dispatch_now``).
-IMMEDIATE = frozenset({"lm/provideTokenCount", "agents/presets", "$/cancelRequest", "$/terminalKilled"})
-
-
 def _rpc() -> Any:
     """``jsonrpcserver``, imported on first use: with ``jsonschema`` it costs
     ~85 ms, so it stays off the start-up path (``initialize`` is answered
@@ -120,26 +121,6 @@ def Success(*args: Any) -> Result:
 def Error(*args: Any) -> Result:
     result: Result = (_loaded or _steps()).Error(*args)
     return result
-
-
-class InvalidParams(Exception):
-    """-32602: a request's params are not what its method takes (``message`` names the
-    first field at fault)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = f"invalid params: {message}"
-
-
-def validated(model: type[P], params: Mapping[str, Any]) -> P:
-    """``params`` as ``model`` (a wire model, ``core.messages``): the one place a method's
-    params are validated. Raises ``InvalidParams`` naming the first field at fault."""
-    try:
-        return model.model_validate(params)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "params"
-        raise InvalidParams(f"{where}: {first['msg']}") from exc
 
 
 def invalid_params(problem: str | InvalidParams) -> Result:
@@ -220,21 +201,10 @@ class InFlight:
         return first
 
 
-@dataclass
-class Settings:
-    """What ``initialize`` set: the workspace folders (the first is agents' cwd) and
-    whether Copilot's user messages are forwarded as they are (``userTurns: "verbatim"``)."""
-
-    workspace: list[str] = field(default_factory=list)
-    verbatim: bool = False
-    edit_auto_approve: dict[str, bool] | None = None  # the user's chat.tools.edits.autoApprove (None: VS Code's default)
-
-
 class Methods:
-    """The method table and the requests in flight. ``stop``: the daemon's shutdown
-    (``shutdown``); ``initialized``: called once the first ``initialize`` is answered (pre-warming);
-    ``heard``: when the shim link last handled a line (``time.monotonic()``), which the
-    warm-up after ``initialize`` gives way to (``daemon.warm``)."""
+    """The method table and the requests in flight. ``front``: what answered ``initialize``
+    first (``front.Front``), whose answer an ``initialize`` dispatched here gets too;
+    ``stop``: the daemon's shutdown (``shutdown``)."""
 
     def __init__(
         self,
@@ -243,10 +213,9 @@ class Methods:
         router: Chats,
         client: ShimChannel,
         settings: Settings,
+        front: Front,
         *,
         stop: Callable[[], Awaitable[None]],
-        initialized: Callable[[], None] = lambda: None,
-        heard: Callable[[], float] = lambda: 0.0,
         debug_idle: bool = False,
         terminal_killed: Callable[[str], None] = lambda terminal_id: None,
     ) -> None:
@@ -256,12 +225,9 @@ class Methods:
         self.router = router
         self.client = client
         self.settings = settings  # written by initialize (its workspace by $/workspaceFolders too)
+        self.front = front
         self._stop = stop
-        self._initialized = initialized
-        self._heard = heard
         self.inflight: dict[RequestId, InFlight] = {}  # requests being handled, by id (not null)
-        self._client_name: str | None = None  # initialize's clientInfo.name
-        self._started = False  # the first initialize started the warm-up and pre-warming
         self.immediate = IMMEDIATE
         self.table: dict[str, Callable[..., Any]] = {
             "initialize": self.initialize,
@@ -316,25 +282,6 @@ class Methods:
         if request.get("method") in IMMEDIATE:
             self.dispatch_now(request)
             return
-        if request.get("method") == "initialize" and "id" in request and isinstance(request.get("params", {}), dict):
-            # The first frame the shim sends, answered before jsonrpcserver is loaded.
-            try:
-                answer = self._initialize(validated(InitializeParams, request.get("params", {})))
-            except InvalidParams as exc:
-                answer = {"error": {"code": INVALID_PARAMS, "message": exc.message}}
-            self.out.send({"jsonrpc": "2.0", **answer, "id": rid})
-            # After the answer is written (the writer's flush is queued first): what it
-            # logged, then the warm-up. Nothing is logged before it (structlog's import).
-            loop = asyncio.get_running_loop()
-            loop.call_soon(self._said, answer)
-            if not self._started:
-                # Start-up work is done once: an initialize sent again (its settings taken, as
-                # the first's) starts no second warm-up nor pre-warming (docs/reliability.md,
-                # "The slowest answers, found": each one made the chats behind it wait).
-                self._started = True
-                loop.call_soon(self._warm_up)
-                self._initialized()
-            return
         call = InFlight(rid, served=served)
         if rid is not None and "id" in request:
             self.inflight[rid] = call
@@ -345,11 +292,6 @@ class Methods:
                 del self.inflight[rid]
         if response and call.answer():  # answered already: a cancelled chat, or the shutdown's error
             self.out.send_raw(response)
-
-    def _warm_up(self) -> None:
-        from lmbridge.daemon.warm import warm_up
-
-        warm_up(self._heard)
 
     def fail_inflight(self) -> None:
         """The shutdown: every request still in flight is answered with the reason (a
@@ -364,33 +306,11 @@ class Methods:
 
     @takes(InitializeParams)
     async def initialize(self, call: InFlight, p: InitializeParams) -> Result:
-        answer = self._initialize(p)
-        self._said(answer)
+        """``initialize`` as jsonrpcserver dispatches it (params given as an array, a
+        notification): ``front.Front.answer``'s answer."""
+        answer = self.front.answer(p)
+        self.front.said(answer)
         return Success(answer["result"]) if "result" in answer else Error(answer["error"]["code"], answer["error"]["message"])
-
-    def _initialize(self, p: InitializeParams) -> dict[str, Any]:
-        """``initialize``: ``{"result": ...}`` or ``{"error": ...}``."""
-        if p.protocolVersion != PROTOCOL_VERSION:
-            message = f"invalid params: unsupported protocolVersion {p.protocolVersion}; this daemon speaks {PROTOCOL_VERSION}"
-            return {"error": {"code": INVALID_PARAMS, "message": message}}
-        self.settings.workspace = list(p.workspaceFolders)
-        self.client.set_capabilities(p.clientCapabilities.model_dump())
-        self.settings.verbatim = p.userTurns == "verbatim"
-        self.settings.edit_auto_approve = p.editAutoApprove
-        problems = self.catalog.configure(p.agents)
-        self._client_name = p.clientInfo.name if p.clientInfo else None
-        result: dict[str, Any] = {"protocolVersion": PROTOCOL_VERSION, "serverInfo": {"name": "lmbridge", "version": __version__}}
-        if problems:
-            result["agentProblems"] = problems
-        return {"result": result}
-
-    def _said(self, answer: Mapping[str, Any]) -> None:
-        """Log what ``initialize`` answered (once it is written: ``dispatch``)."""
-        if "result" not in answer:
-            return
-        for problem in answer["result"].get("agentProblems", ()):
-            log.warning("agent left out", problem=problem)
-        log.info("initialized", client=self._client_name, agents=list(self.catalog.agents))
 
     @takes(ChatInformationParams)
     async def chat_information(self, call: InFlight, p: ChatInformationParams) -> Result:

@@ -5,6 +5,7 @@ SIGTERM (docs/architecture.md, "Tasks and ownership"; docs/reliability.md, "Shut
 
 Start-up cost matters (the shim waits for ``initialize``): what ``initialize`` does not
 need is imported after it is answered (docs/performance.md, "Start-up and idle"): the
+method table and the router (``front.Front`` answers ``initialize``), the session index, the
 history and session actors, and with them the ACP SDK, the session cap's rules, the agents'
 terminals; ``tests/test_startup.py`` pins what is loaded when the answer is written.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import gc
 import signal
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,8 +23,7 @@ import anyio.abc
 
 from lmbridge.core.link import AgentSpec
 from lmbridge.daemon.catalog import Catalog, node_problem
-from lmbridge.daemon.methods import SHUTTING_DOWN, InFlight, Methods, Settings
-from lmbridge.daemon.router import Router
+from lmbridge.daemon.front import Front, Settings
 from lmbridge.daemon.stdio import Chunks, RequestId, StdioPeer, Stdout, StdoutWriter, stdin_stream, stdout_writer
 from lmbridge.log import get_logger
 from lmbridge.rpc.channel import ShimChannel
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from lmbridge.acp.process import AgentFeatures, AgentPool, Launcher
     from lmbridge.acp.terminals import TerminalHost
     from lmbridge.daemon.history_actor import HistoryActor
+    from lmbridge.daemon.methods import InFlight, Methods
+    from lmbridge.daemon.router import Router
     from lmbridge.daemon.services import Prewarmer, RecentAgents, Saver
     from lmbridge.daemon.session_index import SessionIndex
     from lmbridge.rpc.record import Recorder
@@ -50,7 +52,10 @@ class Config:
     # the recorded spawn, then a stand-in process that plays the agent back.
     launcher: Launcher | None = None
     max_processes: int = 4  # live ACP sessions per agent (--max-agent-processes)
-    index: SessionIndex | None = None  # lmbridge serve: the state folder's; None: nothing persisted
+    index: SessionIndex | None = None  # the state folder's session index; None (and no ``open_index``): nothing persisted
+    # lmbridge serve: makes ``index`` when first needed, after ``initialize`` is answered
+    # (``Server.index``: daemon/session_index.py is not loaded before the answer).
+    open_index: Callable[[], SessionIndex] | None = None
     prewarm: bool = False  # start the agents used last after initialize (needs ``index``)
     spare_session: bool = False  # keep a spare ACP session per running agent process (lmbridge serve: on; --no-spare-session)
     # Seconds a new chat over the session cap waits for a free session (None: cap.SESSION_WAIT).
@@ -66,9 +71,11 @@ class Server:
     """The daemon: reads frames from ``lines``, writes frames to ``stdout`` (``serve``).
 
     Services, each the one owner of its state: ``out`` (stdout), ``catalog`` (the agents
-    and what was learnt of them), ``methods`` (the method table and the requests in
-    flight), ``router`` (chat requests to session actors), and the history actor, started
-    on the first chat (it owns the sessions and, through them, every agent process)."""
+    and what was learnt of them), ``front`` (what the shim link hands requests to:
+    ``initialize`` answered there), ``methods`` (the method table and the requests in
+    flight) and ``router`` (chat requests to session actors), both made after the answer,
+    and the history actor, started on the first chat (it owns the sessions and, through
+    them, every agent process)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -80,13 +87,16 @@ class Server:
         # mirrored in VS Code terminals where the shim serves them; all killed at the end.
         # Made with the history actor: no agent runs a command before it.
         self.terminals: TerminalHost | None = None
-        self.catalog = Catalog(config.agents, config.index, changed=self._models_changed)
+        # What persists: the session index, made when first needed (``index``).
+        self.persists = config.index is not None or config.open_index is not None
+        self.catalog = Catalog(config.agents, lambda: self.index, changed=self._models_changed)
         self.settings = Settings()
-        self.router = Router(self.out, self.catalog, self.settings, self._history, closing=lambda: self.shutting_down, client=self.client)
-        self.methods = Methods(
-            self.out, self.catalog, self.router, self.client, self.settings, stop=self._stop, initialized=self._initialized, debug_idle=config.debug_idle,
-            terminal_killed=self._terminal_killed, heard=lambda: self.stdin.last_line if self.stdin is not None else 0.0,
-        )
+        self.front = Front(
+            lambda: self.methods, self.out, self.catalog, self.client, self.settings, initialized=self._initialized,
+            heard=lambda: self.stdin.last_line if self.stdin is not None else 0.0,
+        )  # fmt: skip
+        self._methods: Methods | None = None  # made with the router on first use (``methods``)
+        self._router: Router | None = None
         self.recent: RecentAgents | None = None  # made with the history actor (daemon.services: after initialize)
         # Started with the first chat (so the ACP SDK is imported then, not at start-up):
         self.history: HistoryActor | None = None
@@ -98,6 +108,37 @@ class Server:
         self._tg: anyio.abc.TaskGroup | None = None
         self._history_lock = anyio.Lock()
         self._reading = anyio.CancelScope()
+
+    @property
+    def index(self) -> SessionIndex | None:
+        """The session index (``Config.index``, made by ``Config.open_index`` the first time
+        it is asked for); None: nothing persisted."""
+        if self.config.index is None and self.config.open_index is not None:
+            self.config.index = self.config.open_index()
+        return self.config.index
+
+    @property
+    def methods(self) -> Methods:
+        """The method table (``methods.Methods``), made with the router the first time it
+        is asked for: after ``initialize`` is answered (``front.Front``)."""
+        if self._methods is None:
+            from lmbridge.daemon.methods import Methods
+            from lmbridge.daemon.router import Router
+
+            self._router = Router(self.out, self.catalog, self.settings, self._history, closing=lambda: self.shutting_down, client=self.client)
+            self._methods = Methods(
+                self.out, self.catalog, self._router, self.client, self.settings, self.front, stop=self._stop, debug_idle=self.config.debug_idle,
+                terminal_killed=self._terminal_killed,
+            )  # fmt: skip
+        return self._methods
+
+    @property
+    def router(self) -> Router:
+        """The router (``router.Router``), made with the method table."""
+        if self._router is None:
+            self.methods  # noqa: B018  (makes both)
+        assert self._router is not None
+        return self._router
 
     @property
     def inflight(self) -> dict[RequestId, InFlight]:
@@ -116,7 +157,7 @@ class Server:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             stream = stdin if isinstance(stdin, anyio.abc.ByteReceiveStream) else Chunks(stdin)
-            peer = self.stdin = StdioPeer(stream, self.methods, self.out, tg, self.client.deliver, self.recorder)
+            peer = self.stdin = StdioPeer(stream, self.front, self.out, tg, self.client.deliver, self.recorder)
             await tg.start(self.out.run, stdout)
             with self._reading:  # cancelled by stop_reading (SIGTERM): as at EOF
                 await peer.read()
@@ -129,7 +170,8 @@ class Server:
             # so chat requests end with an error at once); one still running after
             # that is answered here, before its task is cancelled: never dropped.
             await peer.idle(5)
-            self.methods.fail_inflight()
+            if self._methods is not None:  # no table: no request in flight
+                self._methods.fail_inflight()
             await self.out.drain()
             tg.cancel_scope.cancel()
 
@@ -152,7 +194,7 @@ class Server:
             self.terminals.killed(terminal_id)
 
     def _initialized(self) -> None:
-        if self.config.prewarm and self.config.index is not None and self._tg is not None:
+        if self.config.prewarm and self.persists and self._tg is not None:
             self._tg.start_soon(self._prewarm)
 
     async def _prewarm(self) -> None:
@@ -175,6 +217,8 @@ class Server:
                 from lmbridge.daemon.history_actor import HistoryActor, ShuttingDown
 
                 if self.shutting_down:
+                    from lmbridge.daemon.methods import SHUTTING_DOWN
+
                     raise ShuttingDown(SHUTTING_DOWN)
 
                 from lmbridge.acp.files import Files
@@ -187,10 +231,10 @@ class Server:
                 # objects) lives as long as the daemon: out of the garbage
                 # collector's way, or each full collection walks it (tens of ms).
                 gc.freeze()
-                config, tg = self.config, self._tg
+                config, tg, index = self.config, self._tg, self.index
                 assert tg is not None
                 tools = ToolsHost(tg)
-                self.recent = RecentAgents(config.index)
+                self.recent = RecentAgents(index)
                 self.terminals = terminals = TerminalHost(ClientMirror(self.client))
                 # One process per agent, shared by its chats (docs/sessions.md); it exits once idle.
                 self.pool = pool = AgentPool(
@@ -204,17 +248,17 @@ class Server:
                 files = Files(self.client, lambda: settings.workspace or [self.router.cwd], edit_rules=lambda: settings.edit_auto_approve)
                 self.history = history = HistoryActor(
                     pool, self.catalog, tools, self.recent,
-                    idle_timeout=config.idle_timeout, recorder=self.recorder, max_processes=config.max_processes, index=config.index,
+                    idle_timeout=config.idle_timeout, recorder=self.recorder, max_processes=config.max_processes, index=index,
                     start_notice=config.start_notice, session_wait=cap.SESSION_WAIT if config.session_wait is None else config.session_wait, files=files,
                 )  # fmt: skip
                 self.prewarmer = Prewarmer(pool, self.catalog, tg, closing=lambda: self.shutting_down)
                 await tg.start(pool.run)
-                if config.index is not None:
+                if index is not None:
                     # Read off the event loop, before the first request needs them.
                     await self.recent.load()
                     await anyio.to_thread.run_sync(self.catalog.options)
                     await anyio.to_thread.run_sync(self.catalog.images)
-                    self.saver = Saver([history, self.recent, self.catalog], str(config.index.path))
+                    self.saver = Saver([history, self.recent, self.catalog], str(index.path))
                 await tg.start(history.run)
                 if self.saver is not None:
                     tg.start_soon(self.saver.run)

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from lmbridge.core.errors import AGENT_FAILED
 from lmbridge.core.link import ModelConfiguration
 from lmbridge.daemon.catalog import Catalog
-from lmbridge.daemon.methods import SHUTTING_DOWN, UNKNOWN_MODEL, Error, InFlight, InvalidParams, Settings, Success, invalid_params, validated
+from lmbridge.daemon.front import InvalidParams, Settings, validated
+from lmbridge.daemon.methods import SHUTTING_DOWN, UNKNOWN_MODEL, Error, InFlight, Success, invalid_params
 from lmbridge.daemon.stdio import RequestId, StdoutWriter
 from lmbridge.log import get_logger
 
@@ -57,7 +58,7 @@ class Router:
         self.started: HistoryActor | None = None  # the history actor, once a chat started it
         # Model id → VS Code's model configuration last sent with it (what changed is the user's choice).
         self.configurations: dict[str, ModelConfiguration] = {}
-        self.settings = settings  # initialize's (methods.Methods writes it; read here)
+        self.settings = settings  # initialize's (front.Front writes it; read here)
         self.history = history
         self.closing = closing
         # Chat histories come again with every request (made with the first: the chat's wire

@@ -27,8 +27,10 @@ from lmbridge.log import get_logger
 log = get_logger("methods")
 
 #: What the warm-up imports at once: jsonrpcserver, the dispatcher of every request after
-#: ``initialize`` (``methods._steps``, ``methods._rpc``): the event loop would wait for it anyway.
-FIRST = ("jsonrpcserver",)
+#: ``initialize`` (``methods._steps``, ``methods._rpc``), the method table with the router
+#: (``front.Front.table``), and the session index, which the model list reads: the event loop
+#: would wait for them anyway.
+FIRST = ("jsonrpcserver", "lmbridge.daemon.router", "lmbridge.daemon.session_index")
 #: What it imports then, in order, giving way to requests.
 MODULES = ("lmbridge.daemon.history_actor",)
 #: Seconds the shim link must have handled no line before the warm-up imports its next module.
