@@ -29,13 +29,13 @@ from pydantic import BaseModel
 
 from lmbridge.core.errors import AGENT_FAILED, INVALID_PARAMS
 from lmbridge.core.link import CancelParams, ChatInformationParams, InitializeParams, TokenCountParams, dump
-from lmbridge.daemon.catalog import Catalog, model_info
+from lmbridge.daemon.catalog import model_info
 from lmbridge.daemon.front import IMMEDIATE as IMMEDIATE  # the table's, kept in front: read before it is made
 from lmbridge.daemon.front import Front
 from lmbridge.daemon.front import InvalidParams as InvalidParams
 from lmbridge.daemon.front import Settings as Settings
 from lmbridge.daemon.front import validated as validated
-from lmbridge.daemon.stdio import RequestId, StdoutWriter
+from lmbridge.daemon.stdio import RequestId
 from lmbridge.log import get_logger
 from lmbridge.rpc.jsonrpc import validate_request
 
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
     from lmbridge.core.link import ModelConfiguration
     from lmbridge.daemon.chat_controls import SetControl
-    from lmbridge.rpc.channel import ShimChannel
 
 log = get_logger("methods")
 
@@ -68,6 +67,7 @@ class Chats(Protocol):
 
     def actor(self, chat: str) -> Controlled | None: ...  # chat ``chat``'s live session, if any
 
+
 UNKNOWN_MODEL = INVALID_PARAMS  # with data {"kind": "unknown_model"}
 SHUTTING_DOWN = "the daemon is shutting down"  # AGENT_FAILED's message for a request read before EOF
 
@@ -77,9 +77,8 @@ P = TypeVar("P", bound=BaseModel)
 
 #: What every method of the table takes, as jsonrpcserver checks the arguments against it:
 #: the call, then the params by name (params given as an array: -32602).
-SIGNATURE = inspect.Signature(
-    [inspect.Parameter("call", inspect.Parameter.POSITIONAL_OR_KEYWORD), inspect.Parameter("params", inspect.Parameter.VAR_KEYWORD)]
-)
+SIGNATURE = inspect.Signature([inspect.Parameter("call", inspect.Parameter.POSITIONAL_OR_KEYWORD), inspect.Parameter("params", inspect.Parameter.VAR_KEYWORD)])
+
 
 def _rpc() -> Any:
     """``jsonrpcserver``, imported on first use: with ``jsonschema`` it costs
@@ -203,28 +202,23 @@ class InFlight:
 
 class Methods:
     """The method table and the requests in flight. ``front``: what answered ``initialize``
-    first (``front.Front``), whose answer an ``initialize`` dispatched here gets too;
-    ``stop``: the daemon's shutdown (``shutdown``)."""
+    first (``front.Front``), whose answer an ``initialize`` dispatched here gets too, and
+    whose stdout, catalog, shim channel and settings the table shares; ``stop``: the
+    daemon's shutdown (``shutdown``)."""
 
     def __init__(
         self,
-        out: StdoutWriter,
-        catalog: Catalog,
-        router: Chats,
-        client: ShimChannel,
-        settings: Settings,
         front: Front,
+        router: Chats,
         *,
         stop: Callable[[], Awaitable[None]],
         debug_idle: bool = False,
         terminal_killed: Callable[[str], None] = lambda terminal_id: None,
     ) -> None:
         self._terminal_killed = terminal_killed  # acp.terminals.TerminalHost.killed
-        self.out = out
-        self.catalog = catalog
+        self.out, self.catalog, self.client = front.out, front.catalog, front.client
+        self.settings = front.settings  # written by initialize (its workspace by $/workspaceFolders too)
         self.router = router
-        self.client = client
-        self.settings = settings  # written by initialize (its workspace by $/workspaceFolders too)
         self.front = front
         self._stop = stop
         self.inflight: dict[RequestId, InFlight] = {}  # requests being handled, by id (not null)

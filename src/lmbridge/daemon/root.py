@@ -127,7 +127,7 @@ class Server:
 
             self._router = Router(self.out, self.catalog, self.settings, self._history, closing=lambda: self.shutting_down, client=self.client)
             self._methods = Methods(
-                self.out, self.catalog, self._router, self.client, self.settings, self.front, stop=self._stop, debug_idle=self.config.debug_idle,
+                self.front, self._router, stop=self._stop, debug_idle=self.config.debug_idle,
                 terminal_killed=self._terminal_killed,
             )  # fmt: skip
         return self._methods
