@@ -74,6 +74,11 @@ class ChatRequest:
             self.parts.send(part)
 
 
+#: Characters of text and thinking a job keeps undigested (``Job.count``) before it digests
+#: them at once: 16 MiB of ASCII text, at most 64 MiB of text beyond the BMP (4 bytes a character).
+UNHASHED = 16 * 1024 * 1024
+
+
 @dataclass(eq=False)
 class Job:
     """A ``ChatRequest`` granted a session: its ``turn`` (the history actor's
@@ -97,6 +102,10 @@ class Job:
     # The text's digest at each of the last part boundaries (history.Fingerprint.prefixes).
     _prefixes: deque[bytes] = field(default_factory=lambda: deque(maxlen=PREFIXES))
     _texts: int = 0
+    # Text and thinking parts sent but not yet digested, and their characters: the digest is
+    # taken when the response ends (or past UNHASHED characters), not while parts stream.
+    _unhashed: list[Part] = field(default_factory=list)
+    _unhashed_chars: int = 0
 
     def __post_init__(self) -> None:
         for part in self.request.shown:  # VS Code replays it as part of this answer
@@ -145,23 +154,42 @@ class Job:
 
     def count(self, part: Part) -> None:
         """Take ``part`` into the fingerprint (``send`` does; so does the job's start, for
-        the line sent before it existed, while the request waited for a free session)."""
-        if part["type"] == "text":
-            value = squeezed(part["value"])
-            if self._texts:
-                self._prefixes.append(self._text.digest())
-            self._texts += 1
-            self._text.update(value)
-            if self._shown is not None:
-                self._shown.update(value)
-        elif part["type"] == "thinking":
-            if self._shown is None:
-                self._shown = self._text.copy()
-            self._shown.update(squeezed(part["value"]))
-        elif part["type"] == "tool_call":
+        the line sent before it existed, while the request waited for a free session).
+
+        Text and thinking are only kept here; ``fingerprint`` digests them. The digest is
+        a third of the daemon's CPU per streamed byte and nothing needs it before the
+        response ends, so it runs after the last part went out (docs/performance.md,
+        "Streaming: the fingerprint after the last part"). Past ``UNHASHED`` characters
+        kept, they are digested at once: a bound on what an endless answer holds."""
+        kind = part["type"]
+        if kind == "text" or kind == "thinking":
+            self._unhashed.append(part)
+            self._unhashed_chars += len(part["value"])
+            if self._unhashed_chars > UNHASHED:
+                self._digest()
+        elif kind == "tool_call":
             self.call_ids.append(part["callId"])
 
+    def _digest(self) -> None:
+        """Digest the text and thinking kept by ``count``, in the order they were sent."""
+        unhashed, self._unhashed, self._unhashed_chars = self._unhashed, [], 0
+        for part in unhashed:
+            value = squeezed(part["value"])
+            if part["type"] == "text":
+                if self._texts:
+                    self._prefixes.append(self._text.digest())
+                self._texts += 1
+                self._text.update(value)
+                if self._shown is not None:
+                    self._shown.update(value)
+            else:
+                if self._shown is None:
+                    self._shown = self._text.copy()
+                self._shown.update(value)
+
     def fingerprint(self) -> Fingerprint:
+        """What this response emitted (``history.Fingerprint``), everything sent so far digested."""
+        self._digest()
         # A response the user stopped may come back cut at a part boundary (Fingerprint.prefixes).
         prefixes = tuple(self._prefixes) if self.cancelled else ()
         text = self._text.digest()

@@ -26,6 +26,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, assert_never
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -403,6 +404,9 @@ class SessionActor:
         self._tell_skipped()
         if job is None:
             return
+        # The response's last parts are written (a callback queued by send_part) before its
+        # text is digested (Job.count); shielded: the job is reported whatever happens.
+        await anyio.lowlevel.cancel_shielded_checkpoint()
         await self.hooks.ended(self.id, job.fingerprint(), fx.last, list(fx.pending), job.decision.number)
         job.answer(fx.stop_reason, session_state.answer_usage(self.controls.state.usage, self._prompt_usage))
         self._prompt_usage = None
