@@ -24,6 +24,7 @@ import time
 
 from bench.run import Peer, analyse, cpu_seconds, daemon, daemon_stream, direct_stream, init_daemon, own_cpu_seconds, private_state
 
+
 def minor_faults(pid: int) -> int:
     """Minor page faults of a process so far (Linux /proc: ``minflt``)."""
     with open(f"/proc/{pid}/stat") as f:
@@ -87,7 +88,8 @@ def run(sides: dict[str, str], rounds: int, sizes: list[str]) -> None:
         print(f"{w}: bare client CPU {client[w] / (rounds * len(sides) * n) * 1e6:.1f} us a chunk")
         for s in sides:
             rs = sorted(ratios[(s, w)])
-            print(f"  {s}: ratio {statistics.median(rs):.2f}x ({rs[0]:.2f}-{rs[-1]:.2f}), daemon CPU {cpu[(s, w)] / (rounds * n) * 1e6:.1f} us a chunk, {faults[(s, w)] / (rounds * n):.2f} page faults a chunk")
+            per_chunk = f"daemon CPU {cpu[(s, w)] / (rounds * n) * 1e6:.1f} us a chunk, {faults[(s, w)] / (rounds * n):.2f} page faults a chunk"
+            print(f"  {s}: ratio {statistics.median(rs):.2f}x ({rs[0]:.2f}-{rs[-1]:.2f}), {per_chunk}")
 
 
 def main(argv: list[str] | None = None) -> int:
