@@ -7,7 +7,9 @@ after a direct client's own (``bench.run``'s readers and agent), so all sides sh
 machine's load. Prints, per size: the ratio's median and spread over the rounds (daemon ÷
 direct), and each daemon's CPU per chunk summed over all its streams (``/proc`` counts 10 ms
 ticks; summed over rounds × chunks the figure resolves well under a microsecond; each
-daemon's pre-warm and first chat are left out), with the 1-minute load average of every round (docs/performance.md, "How it measures").
+daemon's pre-warm and first chat are left out) and its minor page faults per chunk (each a fresh
+page of memory the kernel hands it, ~1 µs here: docs/performance.md, "Streaming: what is left in
+the window"), with the 1-minute load average of every round (docs/performance.md, "How it measures").
 
 Make a side's ``src`` with ``git archive <commit> src | tar -x -C /tmp/<name>``.
 """
@@ -21,6 +23,13 @@ import sys
 import time
 
 from bench.run import Peer, analyse, cpu_seconds, daemon, daemon_stream, direct_stream, init_daemon, own_cpu_seconds, private_state
+
+
+def minor_faults(pid: int) -> int:
+    """Minor page faults of a process so far (Linux /proc: ``minflt``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
 
 SIZES = {"text": (20_000, 32), "4k": (2_000, 4096)}
 
@@ -43,6 +52,7 @@ def start(src: str) -> Peer:
 def run(sides: dict[str, str], rounds: int, sizes: list[str]) -> None:
     ratios: dict[tuple[str, str], list[float]] = {(s, w): [] for s in sides for w in sizes}
     cpu = {(s, w): 0.0 for s in sides for w in sizes}
+    faults = {(s, w): 0 for s in sides for w in sizes}
     client = {w: 0.0 for w in sizes}
     loads = [os.getloadavg()[0]]
     daemons = {name: start(src) for name, src in sides.items()}
@@ -62,9 +72,10 @@ def run(sides: dict[str, str], rounds: int, sizes: list[str]) -> None:
                     texts, _ = direct_stream(n, size, 0)
                     client[w] += own_cpu_seconds() - c0
                     direct = analyse(texts, n)
-                    c0 = cpu_seconds(daemons[s].pid)
+                    c0, f0 = cpu_seconds(daemons[s].pid), minor_faults(daemons[s].pid)
                     texts, _ = daemon_stream(daemons[s], n, size, 0)
                     cpu[(s, w)] += cpu_seconds(daemons[s].pid) - c0
+                    faults[(s, w)] += minor_faults(daemons[s].pid) - f0
                     ratios[(s, w)].append(analyse(texts, n)["chunks_per_s"] / direct["chunks_per_s"])
             loads.append(os.getloadavg()[0])
             print(f"round {r}, load {loads[-1]:.2f}: " + ", ".join(f"{s} {w} {ratios[(s, w)][-1]:.2f}x" for s in sides for w in sizes), flush=True)
@@ -77,7 +88,8 @@ def run(sides: dict[str, str], rounds: int, sizes: list[str]) -> None:
         print(f"{w}: bare client CPU {client[w] / (rounds * len(sides) * n) * 1e6:.1f} us a chunk")
         for s in sides:
             rs = sorted(ratios[(s, w)])
-            print(f"  {s}: ratio {statistics.median(rs):.2f}x ({rs[0]:.2f}-{rs[-1]:.2f}), daemon CPU {cpu[(s, w)] / (rounds * n) * 1e6:.1f} us a chunk")
+            per_chunk = f"daemon CPU {cpu[(s, w)] / (rounds * n) * 1e6:.1f} us a chunk, {faults[(s, w)] / (rounds * n):.2f} page faults a chunk"
+            print(f"  {s}: ratio {statistics.median(rs):.2f}x ({rs[0]:.2f}-{rs[-1]:.2f}), {per_chunk}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,10 +134,12 @@ WRITTEN_VALUES = st.recursive(
 @settings(max_examples=400, deadline=None)
 @given(WRITTEN_VALUES)
 def test_encode_json_writes_what_encode_writes(value: Any) -> None:
-    """The response parts' fast writer (pydantic-core's) gives the value the one frame
+    """The response parts' fast writer (orjson) gives the value the one frame
     writer gives, for any JSON value: lone surrogates, floats that are not finite (null),
     integers past 64 bits, tuples."""
     fast = jsonrpc.encode_json(value)
     slow = jsonrpc.encode(value)
     assert b"\n" not in fast
     assert same(parse_json(fast), parse_json(slow))
+    # As a frame (``line``): the same JSON, then the one newline that ends it.
+    assert jsonrpc.encode_json(value, line=True) == fast + b"\n"

@@ -68,3 +68,16 @@ def test_any_batch_is_its_frames_in_order(batch: list[Queued]) -> None:
     data = encode_batch(batch)
     assert data == b"" or data.endswith(b"\n")
     assert [json.loads(line) for line in data.splitlines()] == joined_by_the_rule(batch)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([1, "r", 2.5, None]), st.text() | st.text().map(lambda t: t + "\udc00"), st.sampled_from(["text", "thinking"]))
+def test_a_batch_of_one_part_is_that_frame_as_encode_writes_it(rid: Any, value: str, kind: str) -> None:
+    """The streaming case: one merged part a write. Its frame is written whole, with its
+    newline (a lone surrogate escaped as ``encode`` escapes it)."""
+    part = {"type": kind, "value": value} if kind == "text" else {"type": kind, "value": value, "id": "x"}
+    data = encode_batch([(rid, part)])
+    assert data.endswith(b"\n") and b"\n" not in data[:-1]
+    assert json.loads(data) == part_frame(rid, part) == json.loads(encode(part_frame(rid, part)))
+    if value.encode("utf-8", "surrogatepass") == value.encode("utf-8", "backslashreplace"):  # no lone surrogate: byte for byte
+        assert data == encode(part_frame(rid, part))

@@ -164,14 +164,18 @@ class Lines:
             self._skip(data[:newline])
             out.append(self._skip_end())
             data = data[newline + 1:]
+        longest = self._size + len(data)  # no line it completes is longer
         lines = split_lines(data)
         last = lines.pop()
         if lines and self._parts:
             self._parts.append(lines[0])
             lines[0] = b"".join(self._parts)
             self._parts, self._size = [], 0
-        for line in lines:
-            out.append(line if len(line) <= self.limit else Overlong(len(line), line[:self.head]))
+        if longest <= self.limit:  # each line as it is, without a check each (the streaming case)
+            out += lines
+        else:
+            for line in lines:
+                out.append(line if len(line) <= self.limit else Overlong(len(line), line[:self.head]))
         if last:
             self._parts.append(last)
             self._size += len(last)

@@ -104,22 +104,23 @@ def encode(frame: Any) -> bytes:
     return (encode_value(frame) + "\n").encode("utf-8", TEXT_ERRORS)
 
 
-def encode_json(value: Any) -> bytes:
+def encode_json(value: Any, line: bool = False) -> bytes:
     """``value`` (JSON types only: dicts with string keys, lists, tuples, strings, numbers,
     booleans, None) as UTF-8 JSON: the JSON ``encode_value`` writes, encoded as ``encode``
     encodes it (the same value for any reader: tests/test_json_parse.py), written by orjson:
     ~30× faster than pydantic-core's serializer for a long string here (a 4 KiB chunk's text:
-    docs/performance.md, "Streaming: the agent's pipe read directly"). What it refuses (a
-    lone surrogate, an integer past 64 bits) is written by ``encode_value``; a float that is
-    not finite is ``null`` in both. It takes more types than JSON's (dataclasses, dates,
-    enums), so only values built of JSON types may come here: the daemon's response parts
-    (``daemon.stdio``)."""
+    docs/performance.md, "Streaming: the agent's pipe read directly"). ``line``: with the
+    newline that ends a frame, written in the same buffer (a whole frame as ``encode`` would
+    write it, with no copy made to add the newline). What orjson refuses (a lone surrogate,
+    an integer past 64 bits) is written by ``encode_value``; a float that is not finite is
+    ``null`` in both. It takes more types than JSON's (dataclasses, dates, enums), so only
+    values built of JSON types may come here: the daemon's response parts (``daemon.stdio``)."""
     import orjson  # at the first response part, not before ``initialize`` is answered (it brings uuid and platform)
 
     try:
-        return orjson.dumps(value)
+        return orjson.dumps(value, option=orjson.OPT_APPEND_NEWLINE) if line else orjson.dumps(value)
     except TypeError:  # orjson.JSONEncodeError
-        return encode_value(value).encode("utf-8", TEXT_ERRORS)
+        return (encode_value(value) + ("\n" if line else "")).encode("utf-8", TEXT_ERRORS)
 
 
 def error_frame(rid: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
