@@ -79,12 +79,14 @@ async def test_the_stale_turn_after_a_stop_keeps_the_agent_session(scripted: Any
         assert close["params"] == {"sessionId": "s1"} and close["t"] < taken_up(agent)[0]["t"]
 
 
-async def test_an_agent_whose_history_a_cancel_breaks_goes_on_in_a_fresh_session(scripted: Any, shared: Any) -> None:
-    """fast-agent (its ``agentInfo.name``, so its profile's ``cancel_breaks_history``): after
-    a Stop its next prompt fails (its history holds an empty assistant message the model API
-    refuses), and would again in the same session taken up again. Though it offers
-    resume, the chat goes on in a fresh session told the conversation."""
-    caps = {"agentCapabilities": {"loadSession": True, "sessionCapabilities": {"resume": {}}}, "agentInfo": {"name": "fast-agent-acp"}}
+@pytest.mark.parametrize("name", ["fast-agent-acp", "gemini-cli"])
+async def test_an_agent_whose_history_a_cancel_breaks_goes_on_in_a_fresh_session(scripted: Any, shared: Any, name: str) -> None:
+    """fast-agent and gemini-cli (their ``agentInfo.name``, so their profiles'
+    ``cancel_breaks_history``): after a Stop the next prompt fails (the history holds an
+    empty assistant message, or a function call without its response, that the model API
+    refuses), and would again in the same session taken up again. Though the agent offers
+    resume and load, the chat goes on in a fresh session told the conversation."""
+    caps = {"agentCapabilities": {"loadSession": True, "sessionCapabilities": {"resume": {}}}, "agentInfo": {"name": name}}
     agent = scripted({"initialize": caps, "turns": [
         [{"text": "Streaming..."}, {"sleep": 30}],
         [{"error": {"code": -32603, "message": "Internal error", "data": {"details": "Error code: 400 - all messages must have non-empty content"}}}],
